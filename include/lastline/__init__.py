@@ -1,0 +1,1 @@
+"""lastline: fast, verified backup and restore pipelines for MariaDB and MySQL."""

@@ -1,0 +1,176 @@
+"""mariabackup command builders and the facts read from its output.
+
+The backup stream is ``mariabackup --backup --stream=xbstream --parallel=N | compressor``; the restore
+stream is ``decompressor | mbstream -x --parallel=N -C datadir``; then ``mariabackup --prepare``.
+"""
+from __future__ import annotations
+
+import os
+import re
+import shutil
+from dataclasses import dataclass
+
+from lastline.errors import PreflightError
+from lastline.runner import LOCAL, Stage
+
+
+@dataclass(frozen=True)
+class Codec:
+    """A compressor: how to compress with n threads, how to decompress, the file suffix."""
+
+    name: str
+    suffix: str
+    tool: str | None
+    compress: tuple[str, ...]
+    decompress: tuple[str, ...]
+
+    def compress_argv(self, threads: int) -> list[str]:
+        """The compress command with `threads` threads."""
+        return [a.format(n=threads) for a in self.compress]
+
+    def decompress_argv(self, threads: int) -> list[str]:
+        """The decompress command."""
+        return [a.format(n=threads) for a in self.decompress]
+
+
+# Measured on 2 cores (bench/physical_bench.py): zstd -T2 is the fastest at a similar ratio, so it is
+# the default; pigz --fast is offered for sites standardised on gzip.
+CODECS: dict[str, Codec] = {
+    "zstd": Codec("zstd", ".zst", "zstd", ("zstd", "-q", "-T{n}", "-c"), ("zstd", "-q", "-d", "-c")),
+    "pigz": Codec("pigz", ".gz", "pigz", ("pigz", "-c", "-p", "{n}"), ("pigz", "-d", "-c")),
+    "pigz-fast": Codec("pigz-fast", ".gz", "pigz", ("pigz", "--fast", "-c", "-p", "{n}"), ("pigz", "-d", "-c")),
+    "none": Codec("none", "", None, (), ()),
+}
+DEFAULT_COMPRESSION = "zstd"
+ARTIFACT_BASE = "backup.xbstream"
+
+
+def codec(name: str) -> Codec:
+    """The codec called `name`, or a clear error listing the choices."""
+    try:
+        return CODECS[name]
+    except KeyError:
+        raise PreflightError(f"unknown compression {name!r}; choose one of {', '.join(CODECS)}.") from None
+
+
+def artifact_name(compression: str) -> str:
+    """The artifact's file name inside the backup folder."""
+    return ARTIFACT_BASE + codec(compression).suffix
+
+
+def backup_stages(optfile: str, datadir: str, parallel: int, compression: str, tmpdir: str = "/tmp") -> list[Stage]:
+    """The backup stream's stages: mariabackup, then the compressor (if any)."""
+    stages = [
+        Stage(
+            "mariabackup",
+            [
+                "mariabackup", f"--defaults-extra-file={optfile}", "--backup", "--stream=xbstream",
+                f"--parallel={parallel}", f"--datadir={datadir}", f"--target-dir={tmpdir}",
+            ],
+            keep_stderr=True,
+        )
+    ]
+    c = codec(compression)
+    if c.compress:
+        stages.append(Stage("compress", c.compress_argv(parallel)))
+    return stages
+
+
+def restore_stages(datadir: str, parallel: int, compression: str) -> list[Stage]:
+    """The restore stream's stages: decompressor (if any), then mbstream into the datadir."""
+    c = codec(compression)
+    stages = [Stage("decompress", c.decompress_argv(parallel))] if c.decompress else []
+    stages.append(Stage("mbstream", ["mbstream", "-x", f"--parallel={parallel}", "-C", datadir]))
+    return stages
+
+
+def prepare_argv(datadir: str, use_memory: int) -> list[str]:
+    """mariabackup --prepare on an extracted datadir."""
+    return ["mariabackup", "--prepare", f"--target-dir={datadir}", f"--use-memory={use_memory}"]
+
+
+def default_use_memory() -> int:
+    """Memory for --prepare: a quarter of what is available, at least 256 MiB, at most 8 GiB."""
+    avail = 1 << 30
+    try:
+        with open("/proc/meminfo") as fh:
+            for line in fh:
+                if line.startswith("MemAvailable:"):
+                    avail = int(line.split()[1]) * 1024
+                    break
+    except OSError:
+        pass
+    return int(min(max(avail // 4, 256 << 20), 8 << 30))
+
+
+_BINLOG_RE = re.compile(
+    r"MySQL binlog position: filename '(?P<file>[^']*)', position '(?P<pos>\d+)'"
+    r"(?:, GTID of the last change '(?P<gtid>[^']*)')?"
+)
+_VERSION_RE = re.compile(r"Using server version (\S+)")
+
+
+def parse_backup_log(stderr: str) -> dict:
+    """Binlog file/position, GTID and server version from mariabackup's stderr."""
+    out: dict = {"binlog_file": None, "binlog_position": None, "gtid": None, "server_version": None}
+    if m := _BINLOG_RE.search(stderr):
+        out.update(binlog_file=m["file"], binlog_position=int(m["pos"]), gtid=m["gtid"] or None)
+    if m := _VERSION_RE.search(stderr):
+        out["server_version"] = m[1]
+    return out
+
+
+def backup_completed(stderr: str) -> bool:
+    """mariabackup prints `completed OK!` only when the backup is whole."""
+    return "completed OK!" in stderr
+
+
+def tool_version() -> str:
+    """The server version mariabackup was built from (`mariabackup --version`)."""
+    out = LOCAL.run(["mariabackup", "--version"])
+    text = (out.stdout + out.stderr).decode()
+    m = re.search(r"server (\S+)", text)
+    if not m:
+        raise PreflightError(f"cannot read mariabackup's version from: {text.strip()[:200]}")
+    return m[1]
+
+
+def base_version(version: str) -> tuple[int, int, int]:
+    """`10.11.19-MariaDB-0+deb12u1-log` -> (10, 11, 19)."""
+    m = re.match(r"(\d+)\.(\d+)\.(\d+)", version or "")
+    if not m:
+        raise PreflightError(f"cannot read a version number from {version!r}")
+    return int(m[1]), int(m[2]), int(m[3])
+
+
+def check_versions(tool_version: str, server_version: str) -> None:
+    """mariabackup must be of the server's major.minor series (it cannot read other InnoDB formats)."""
+    tool, server = base_version(tool_version), base_version(server_version)
+    if tool[:2] != server[:2]:
+        raise PreflightError(
+            f"mariabackup {'.'.join(map(str, tool))} cannot back up or prepare MariaDB "
+            f"{'.'.join(map(str, server))}: install the mariadb-backup package of the server's "
+            f"{server[0]}.{server[1]} series."
+        )
+
+
+def require_tools(*tools: str | None) -> None:
+    """Raise a PreflightError naming every missing command."""
+    missing = [t for t in tools if t and shutil.which(t) is None]
+    if missing:
+        raise PreflightError(
+            f"missing commands: {', '.join(missing)}; run `make setup` or "
+            "`apt-get install mariadb-backup pigz zstd`."
+        )
+
+
+def dir_bytes(path: str) -> int:
+    """Bytes used by the files under `path`."""
+    total = 0
+    for root, _dirs, files in os.walk(path):
+        for f in files:
+            try:
+                total += os.lstat(os.path.join(root, f)).st_size
+            except OSError:
+                pass
+    return total

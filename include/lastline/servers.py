@@ -1,0 +1,174 @@
+"""A database server as lastline sees it: an Airflow `mysql` connection plus its extras.
+
+Extras read from the connection (all optional):
+
+- ``datadir``: the server's data directory (physical backup and restore need it);
+- ``config_dir``: a folder the server reads option files from (``!includedir``);
+- ``service_start`` / ``service_stop``: shell commands that start / stop the server;
+- ``ssh_conn_id``: run server-side commands on that host over SSH;
+- ``socket``: a unix socket to connect through instead of host/port;
+- ``protected``: ``true`` marks a production server that lastline never restores into.
+
+Credentials never reach a command line: :func:`option_file` writes them to a 0600
+``--defaults-extra-file`` that is removed afterwards, and the Python driver gets them as arguments.
+"""
+from __future__ import annotations
+
+import contextlib
+import os
+import tempfile
+from dataclasses import dataclass, field
+from typing import Any, Iterator
+
+from lastline.errors import LastlineError, ServerError
+
+DEFAULT_SERVICE_START = "systemctl start mariadb"
+DEFAULT_SERVICE_STOP = "systemctl stop mariadb"
+_TRUE = {"1", "true", "yes", "on"}
+
+
+def _as_bool(value: Any) -> bool:
+    """Read a connection extra as a boolean (JSON true, "true", "yes", 1...)."""
+    if isinstance(value, bool):
+        return value
+    return str(value).strip().lower() in _TRUE
+
+
+@dataclass(frozen=True)
+class Server:
+    """One MariaDB/MySQL server: where to reach it and how lastline may act on it."""
+
+    conn_id: str
+    host: str = "127.0.0.1"
+    port: int = 3306
+    user: str = "root"
+    password: str = field(default="", repr=False)
+    socket: str | None = None
+    datadir: str | None = None
+    config_dir: str | None = None
+    service_start: str = DEFAULT_SERVICE_START
+    service_stop: str = DEFAULT_SERVICE_STOP
+    ssh_conn_id: str | None = None
+    protected: bool = False
+
+    @classmethod
+    def from_connection(cls, conn: Any) -> Server:
+        """Build a Server from an Airflow Connection (or anything with the same attributes)."""
+        extra = conn.extra_dejson or {}
+        return cls(
+            conn_id=conn.conn_id,
+            host=conn.host or "127.0.0.1",
+            port=int(conn.port or 3306),
+            user=conn.login or "root",
+            password=conn.password or "",
+            socket=extra.get("socket") or None,
+            datadir=extra.get("datadir") or None,
+            config_dir=extra.get("config_dir") or None,
+            service_start=extra.get("service_start") or DEFAULT_SERVICE_START,
+            service_stop=extra.get("service_stop") or DEFAULT_SERVICE_STOP,
+            ssh_conn_id=extra.get("ssh_conn_id") or None,
+            protected=_as_bool(extra.get("protected", False)),
+        )
+
+    @classmethod
+    def from_conn_id(cls, conn_id: str) -> Server:
+        """Look the connection up through Airflow (env `AIRFLOW_CONN_*`, secrets, or the metadata DB)."""
+        from airflow.sdk import Connection
+
+        try:
+            conn = Connection.get(conn_id)
+        except Exception as exc:  # the SDK raises several types for "not found"
+            raise LastlineError(
+                f"Airflow connection {conn_id!r} could not be read ({exc}); "
+                f"create it (type mysql) or set AIRFLOW_CONN_{conn_id.upper()}."
+            ) from exc
+        return cls.from_connection(conn)
+
+    def require_datadir(self) -> str:
+        """The datadir extra, or a clear error saying how to set it."""
+        if not self.datadir:
+            raise LastlineError(
+                f"connection {self.conn_id!r} has no 'datadir' extra; physical operations need the "
+                "server's data directory: add it to the connection's extras."
+            )
+        return self.datadir
+
+    def describe(self) -> str:
+        """A short human name, free of secrets."""
+        where = self.socket or f"{self.host}:{self.port}"
+        return f"{self.conn_id} ({self.user}@{where})"
+
+    def connect(self, database: str | None = None, **kwargs: Any) -> Any:
+        """Open a MySQLdb connection; the password goes through the driver, never argv."""
+        import MySQLdb
+
+        args: dict[str, Any] = {"user": self.user, "passwd": self.password, "charset": "utf8mb4"}
+        if self.socket:
+            args["unix_socket"] = self.socket
+        else:
+            args["host"], args["port"] = self.host, self.port
+        if database:
+            args["database"] = database
+        args.update(kwargs)
+        try:
+            return MySQLdb.connect(**args)
+        except MySQLdb.OperationalError as exc:
+            code = exc.args[0] if exc.args else None
+            hint = {
+                1045: "wrong user or password: fix the connection's login/password",
+                2002: "nothing listens there: is the server running?",
+                2003: "nothing listens there: is the server running and the port right?",
+            }.get(code, "check the connection and that the server runs")
+            raise ServerError(f"cannot connect to {self.describe()}: {exc.args[-1]} ({hint}).") from exc
+
+    def query(self, sql: str, args: Any = None) -> list[tuple]:
+        """Run one statement and return all rows."""
+        conn = self.connect()
+        try:
+            cur = conn.cursor()
+            cur.execute(sql, args)
+            return list(cur.fetchall())
+        finally:
+            conn.close()
+
+    def variables(self, *names: str) -> dict[str, str]:
+        """Global variables by name (lower-case keys)."""
+        rows = self.query(
+            "SELECT LOWER(VARIABLE_NAME), VARIABLE_VALUE FROM information_schema.GLOBAL_VARIABLES "
+            "WHERE LOWER(VARIABLE_NAME) IN (" + ",".join(["%s"] * len(names)) + ")",
+            [n.lower() for n in names],
+        )
+        return {k: v for k, v in rows}
+
+
+def _escape_option(value: str) -> str:
+    """Quote a value for a MySQL option file (handles #, quotes, backslashes, spaces)."""
+    return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def option_file_text(server: Server, sections: tuple[str, ...] = ("client",)) -> str:
+    """The text of an option file that carries the server's address and credentials."""
+    body = [f"user={_escape_option(server.user)}", f"password={_escape_option(server.password)}"]
+    if server.socket:
+        body.append(f"socket={_escape_option(server.socket)}")
+    else:
+        body += [f"host={server.host}", f"port={server.port}", "protocol=TCP"]
+    return "".join(f"[{section}]\n" + "\n".join(body) + "\n" for section in sections)
+
+
+@contextlib.contextmanager
+def option_file(server: Server, sections: tuple[str, ...] = ("client",)) -> Iterator[str]:
+    """Yield the path of a 0600 option file with the server's credentials; remove it afterwards.
+
+    Pass it as the FIRST argument: ``--defaults-extra-file=PATH``. mariabackup needs its own
+    ``mariabackup`` group too, or it would take the host's ``[mysqld]`` settings for the server.
+    """
+    fd, path = tempfile.mkstemp(prefix="lastline-", suffix=".cnf")
+    try:
+        os.fchmod(fd, 0o600)
+        with os.fdopen(fd, "w") as fh:
+            fh.write(option_file_text(server, sections))
+        yield path
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path)

@@ -1,0 +1,81 @@
+"""The storage interface: write a stream, read a stream, list, delete. Storage knows nothing of MariaDB."""
+from __future__ import annotations
+
+import abc
+from typing import Iterator
+
+
+class Writer(abc.ABC):
+    """A stream being written; it becomes visible only on commit(), and abort() leaves nothing."""
+
+    @abc.abstractmethod
+    def write(self, data: bytes) -> None:
+        """Append bytes."""
+
+    @abc.abstractmethod
+    def commit(self) -> None:
+        """Make the object visible under its key."""
+
+    @abc.abstractmethod
+    def abort(self) -> None:
+        """Drop what was written."""
+
+    def __enter__(self) -> Writer:
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        if exc_type is None:
+            self.commit()
+        else:
+            self.abort()
+
+
+class Storage(abc.ABC):
+    """A place that holds backups as `<backup_id>/<name>` objects."""
+
+    url: str
+
+    @abc.abstractmethod
+    def writer(self, key: str) -> Writer:
+        """A writer for `key`; use as a context manager."""
+
+    @abc.abstractmethod
+    def reader(self, key: str, chunk: int = 1 << 20) -> Iterator[bytes]:
+        """The bytes of `key`, in chunks."""
+
+    @abc.abstractmethod
+    def exists(self, key: str) -> bool:
+        """Whether `key` exists."""
+
+    @abc.abstractmethod
+    def size(self, key: str) -> int:
+        """The size of `key` in bytes."""
+
+    @abc.abstractmethod
+    def list_backups(self) -> list[str]:
+        """The backup ids (first-level folders), sorted."""
+
+    @abc.abstractmethod
+    def delete_backup(self, backup_id: str) -> None:
+        """Remove a backup folder and everything in it."""
+
+    @abc.abstractmethod
+    def check_writable(self) -> None:
+        """Raise StorageError unless a small object can be written and removed."""
+
+    def free_bytes(self) -> int | None:
+        """Free space, where the backend knows it (None: unknown or unlimited)."""
+        return None
+
+    def read_bytes(self, key: str) -> bytes:
+        """The whole (small) object."""
+        return b"".join(self.reader(key))
+
+    def write_bytes(self, key: str, data: bytes) -> None:
+        """Write a whole (small) object atomically."""
+        with self.writer(key) as w:
+            w.write(data)
+
+    def location(self, key: str) -> str:
+        """The URL of `key`, for messages."""
+        return f"{self.url.rstrip('/')}/{key}"

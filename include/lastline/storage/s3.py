@@ -1,0 +1,208 @@
+"""Backups in an S3 bucket (or any S3 API: the endpoint comes from the Airflow AWS connection).
+
+Streams of unknown length are uploaded with the multipart API straight from the pipe. Part sizes
+grow with the stream (16 MiB for the first 1000 parts, then doubling every 1000 parts, at most
+5 GiB), so a small backup buffers little and a 1 TiB stream still fits within S3's 10,000 parts
+(the plan reaches ~1 TiB by part 6000 and ~16 TiB by part 10,000). One part is filled while at
+most `inflight` others upload: memory stays bounded at (inflight + 1) parts.
+"""
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+from typing import Any, Iterator
+
+from lastline.errors import StorageError
+from lastline.storage.base import Storage, Writer
+
+log = logging.getLogger(__name__)
+
+MiB = 1 << 20
+BASE_PART = 16 * MiB
+MAX_PART = 5 * 1024 * MiB
+MAX_PARTS = 10_000
+
+
+def part_size(part_number: int, base: int = BASE_PART) -> int:
+    """The size of part `part_number` (1-based) in the growing plan."""
+    return min(base << ((part_number - 1) // 1000), MAX_PART)
+
+
+def plan_capacity(parts: int = MAX_PARTS, base: int = BASE_PART) -> int:
+    """How many bytes `parts` parts of the plan hold."""
+    return sum(part_size(n, base) for n in range(1, parts + 1))
+
+
+def s3_client(aws_conn_id: str | None) -> Any:
+    """A boto3 S3 client from the Airflow AWS connection (endpoint_url, region and keys from it)."""
+    from airflow.providers.amazon.aws.hooks.s3 import S3Hook
+
+    return S3Hook(aws_conn_id=aws_conn_id).get_conn()
+
+
+class S3Writer(Writer):
+    """A multipart upload fed by write(); parts upload in a background thread."""
+
+    def __init__(self, client: Any, bucket: str, key: str, base_part: int = BASE_PART, inflight: int = 2) -> None:
+        self.client, self.bucket, self.key, self.base = client, bucket, key, base_part
+        self.buf = bytearray()
+        self.part_no = 1
+        self.parts: list[dict] = []
+        self.error: BaseException | None = None
+        self.upload_id: str | None = None
+        self.queue: queue.Queue = queue.Queue(maxsize=inflight)
+        self.thread: threading.Thread | None = None
+
+    def _start(self) -> None:
+        try:
+            self.upload_id = self.client.create_multipart_upload(Bucket=self.bucket, Key=self.key)["UploadId"]
+        except Exception as exc:
+            raise StorageError(f"cannot start an upload to s3://{self.bucket}/{self.key}: {exc}") from exc
+        self.thread = threading.Thread(target=self._upload_loop, name="s3-upload", daemon=True)
+        self.thread.start()
+
+    def _upload_loop(self) -> None:
+        while True:
+            item = self.queue.get()
+            if item is None:
+                return
+            number, body = item
+            if self.error is not None:
+                continue
+            try:
+                resp = self.client.upload_part(
+                    Bucket=self.bucket, Key=self.key, UploadId=self.upload_id, PartNumber=number, Body=bytes(body)
+                )
+                self.parts.append({"PartNumber": number, "ETag": resp["ETag"]})
+            except Exception as exc:  # noqa: BLE001 - surfaced by write()/commit()
+                self.error = exc
+
+    def _check(self) -> None:
+        if self.error is not None:
+            raise StorageError(f"upload to s3://{self.bucket}/{self.key} failed: {self.error}") from self.error
+
+    def _flush_part(self) -> None:
+        if self.part_no > MAX_PARTS:
+            raise StorageError(f"s3://{self.bucket}/{self.key}: more than {MAX_PARTS} parts; raise the base part size.")
+        if self.upload_id is None:
+            self._start()
+        self.queue.put((self.part_no, self.buf))
+        self.buf = bytearray()
+        self.part_no += 1
+
+    def write(self, data: bytes) -> None:
+        self._check()
+        self.buf += data
+        while len(self.buf) >= part_size(self.part_no, self.base):
+            size = part_size(self.part_no, self.base)
+            rest = self.buf[size:]
+            self.buf = self.buf[:size]
+            self._flush_part()
+            self.buf = rest
+
+    def _finish_thread(self) -> None:
+        if self.thread is not None:
+            self.queue.put(None)
+            self.thread.join()
+            self.thread = None
+
+    def commit(self) -> None:
+        if self.upload_id is None:  # small object: one PUT
+            try:
+                self.client.put_object(Bucket=self.bucket, Key=self.key, Body=bytes(self.buf))
+            except Exception as exc:
+                raise StorageError(f"cannot write s3://{self.bucket}/{self.key}: {exc}") from exc
+            return
+        if self.buf or not self.parts:
+            self._flush_part()
+        self._finish_thread()
+        try:
+            self._check()
+            parts = sorted(self.parts, key=lambda p: p["PartNumber"])
+            self.client.complete_multipart_upload(
+                Bucket=self.bucket, Key=self.key, UploadId=self.upload_id, MultipartUpload={"Parts": parts}
+            )
+        except Exception:
+            self.abort()
+            raise
+
+    def abort(self) -> None:
+        self.error = self.error or StorageError("aborted")
+        self._finish_thread()
+        if self.upload_id is not None:
+            try:
+                self.client.abort_multipart_upload(Bucket=self.bucket, Key=self.key, UploadId=self.upload_id)
+            except Exception:  # noqa: BLE001 - best effort; a lifecycle rule cleans what remains
+                log.warning("could not abort multipart upload of s3://%s/%s", self.bucket, self.key)
+            self.upload_id = None
+
+
+class S3Storage(Storage):
+    """Backups under `s3://bucket/prefix/`."""
+
+    def __init__(self, bucket: str, prefix: str, aws_conn_id: str | None = None, client: Any = None) -> None:
+        self.bucket, self.prefix = bucket, prefix.strip("/")
+        self.url = f"s3://{bucket}/{self.prefix}".rstrip("/")
+        self.client = client or s3_client(aws_conn_id)
+
+    def _key(self, key: str) -> str:
+        return f"{self.prefix}/{key}" if self.prefix else key
+
+    def writer(self, key: str) -> Writer:
+        return S3Writer(self.client, self.bucket, self._key(key))
+
+    def reader(self, key: str, chunk: int = 1 << 20) -> Iterator[bytes]:
+        try:
+            body = self.client.get_object(Bucket=self.bucket, Key=self._key(key))["Body"]
+        except Exception as exc:
+            raise StorageError(f"cannot read {self.location(key)}: {exc}") from exc
+        try:
+            while data := body.read(chunk):
+                yield data
+        finally:
+            body.close()
+
+    def _head(self, key: str) -> dict | None:
+        try:
+            return self.client.head_object(Bucket=self.bucket, Key=self._key(key))
+        except self.client.exceptions.ClientError as exc:
+            if exc.response.get("Error", {}).get("Code") in ("404", "NoSuchKey", "NotFound"):
+                return None
+            raise StorageError(f"cannot stat {self.location(key)}: {exc}") from exc
+
+    def exists(self, key: str) -> bool:
+        return self._head(key) is not None
+
+    def size(self, key: str) -> int:
+        head = self._head(key)
+        if head is None:
+            raise StorageError(f"{self.location(key)} does not exist.")
+        return int(head["ContentLength"])
+
+    def list_backups(self) -> list[str]:
+        prefix = f"{self.prefix}/" if self.prefix else ""
+        ids: set[str] = set()
+        paginator = self.client.get_paginator("list_objects_v2")
+        try:
+            for page in paginator.paginate(Bucket=self.bucket, Prefix=prefix, Delimiter="/"):
+                for cp in page.get("CommonPrefixes", []):
+                    ids.add(cp["Prefix"][len(prefix):].strip("/"))
+        except Exception as exc:
+            raise StorageError(f"cannot list {self.url}: {exc}") from exc
+        return sorted(i for i in ids if i and not i.startswith("."))
+
+    def delete_backup(self, backup_id: str) -> None:
+        paginator = self.client.get_paginator("list_objects_v2")
+        for page in paginator.paginate(Bucket=self.bucket, Prefix=self._key(backup_id) + "/"):
+            objs = [{"Key": o["Key"]} for o in page.get("Contents", [])]
+            if objs:
+                self.client.delete_objects(Bucket=self.bucket, Delete={"Objects": objs})
+
+    def check_writable(self) -> None:
+        key = self._key(".lastline-write-probe")
+        try:
+            self.client.put_object(Bucket=self.bucket, Key=key, Body=b"ok")
+            self.client.delete_object(Bucket=self.bucket, Key=key)
+        except Exception as exc:
+            raise StorageError(f"destination {self.url} is not writable: {exc}") from exc
