@@ -14,7 +14,7 @@ from lastline.storage import open_storage
 
 log = logging.getLogger(__name__)
 
-SYSTEM_SCHEMAS = ("mysql", "information_schema", "performance_schema", "sys")
+from lastline.checksums import SYSTEM_SCHEMAS
 
 
 def table_estimates(server: Server) -> list[TableInfo]:

@@ -39,6 +39,20 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def alive(pid: int) -> bool:
+    """Whether `pid` runs (a zombie, dead but not yet reaped by its parent, does not count)."""
+    try:
+        os.waitpid(pid, os.WNOHANG)  # reap it if it is our own child
+    except ChildProcessError:
+        pass
+    try:
+        os.kill(pid, 0)
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except (ProcessLookupError, FileNotFoundError):
+        return False
+
+
 def find_sakila() -> Path:
     """The Sakila folder: $LASTLINE_SAKILA_DIR, or shared/datasets/sakila beside the repo."""
     for cand in (os.environ.get("LASTLINE_SAKILA_DIR"), SAKILA_DIR, Path.cwd().parent / "shared/datasets/sakila"):
@@ -105,10 +119,9 @@ class Instance:
         """The running server's PID, if any."""
         try:
             pid = int(self.pidfile.read_text().strip())
-            os.kill(pid, 0)
-            return pid
-        except (FileNotFoundError, ValueError, ProcessLookupError):
+        except (FileNotFoundError, ValueError):
             return None
+        return pid if alive(pid) else None
 
     def server(self, conn_id: str | None = None) -> Server:
         """This instance as a lastline Server (what its Airflow connection describes)."""
@@ -215,9 +228,7 @@ class Instance:
         os.kill(pid, signal.SIGTERM)
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            try:
-                os.kill(pid, 0)
-            except ProcessLookupError:
+            if not alive(pid):
                 return
             time.sleep(0.1)
         os.kill(pid, signal.SIGKILL)

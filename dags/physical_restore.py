@@ -1,0 +1,78 @@
+"""
+### physical_restore: restore a physical backup into a target server
+
+preflight (target not `protected`, manifest present, artifact whole, datadir empty unless `force`,
+free disk, tools; read-only) → stop_target → extract (**one pipeline**: fetch | decompress |
+`mbstream -x --parallel`, sha256 checked while reading) → prepare (`mariabackup --prepare
+--use-memory`, ownership) → start_target → verify (every table of the manifest, plausible row counts)
+→ report.
+
+The target never starts on half-restored data: the extract step leaves a marker in the datadir that
+only a successful prepare removes. With `force`, the old datadir contents are moved aside and deleted
+only once the restored server is verified. `backup` is `<destination>/<backup_id>` or
+`<destination>/latest` (the newest complete backup).
+"""
+from __future__ import annotations
+
+from airflow.sdk import Param, chain, dag, task
+
+from lastline import physical_restore as pr
+from lastline.dag_defaults import DESTINATION, START_DATE, TARGET_CONN_ID, default_args
+
+
+@dag(
+    dag_id="physical_restore",
+    schedule=None,
+    start_date=START_DATE,
+    catchup=False,
+    max_active_runs=1,
+    default_args=default_args(),
+    doc_md=__doc__,
+    tags=["lastline", "physical", "restore"],
+    params={
+        "target_conn_id": Param(TARGET_CONN_ID, type="string", description="mysql connection of the target"),
+        "backup": Param(f"{DESTINATION}/latest", type="string", description="<destination>/<backup_id> or <destination>/latest"),
+        "parallel": Param(2, type="integer", minimum=1, description="decompress and mbstream threads"),
+        "use_memory": Param(None, type=["null", "integer"], description="bytes for --prepare (default: a quarter of free RAM, max 8 GiB)"),
+        "force": Param(False, type="boolean", description="move a non-empty target datadir aside"),
+        "aws_conn_id": Param(None, type=["null", "string"], description="AWS connection for s3:// backups"),
+    },
+)
+def physical_restore():
+    @task
+    def preflight(params=None) -> dict:
+        return pr.preflight(dict(params))
+
+    @task
+    def stop_target(plan: dict) -> dict:
+        return pr.stop_target(plan)
+
+    @task
+    def extract(plan: dict) -> dict:
+        return pr.extract(plan)
+
+    @task
+    def prepare(plan: dict) -> dict:
+        return pr.prepare(plan)
+
+    @task
+    def start_target(plan: dict) -> dict:
+        return pr.start_target(plan)
+
+    @task
+    def verify(plan: dict, extracted: dict) -> dict:
+        return pr.verify(plan, extracted.get("aside"))
+
+    @task
+    def report(plan: dict, stop: dict, extracted: dict, prepared: dict, started: dict, verified: dict) -> dict:
+        return pr.report(plan, {"stop": stop, "extract": extracted, "prepare": prepared, "start": started, "verify": verified})
+
+    plan = preflight()
+    stop, ext, prep, start = stop_target(plan), extract(plan), prepare(plan), start_target(plan)
+    chain(stop, ext, prep, start)
+    ver = verify(plan, ext)
+    start >> ver
+    report(plan, stop, ext, prep, start, ver)
+
+
+physical_restore()

@@ -1,0 +1,28 @@
+"""Defaults shared by lastline's DAG files: retries, start date, env-overridable schedules and params."""
+from __future__ import annotations
+
+import os
+from datetime import timedelta
+
+import pendulum
+
+START_DATE = pendulum.datetime(2026, 1, 1, tz="UTC")
+
+
+def env(name: str, default: str) -> str:
+    """A setting from the environment (LASTLINE_<NAME>), else the default."""
+    return os.environ.get(f"LASTLINE_{name}", default)
+
+
+def default_args() -> dict:
+    """Retries for every task: each step is safe to re-run (LASTLINE_RETRIES, default 2)."""
+    return {
+        "owner": "lastline",
+        "retries": int(env("RETRIES", "2")),
+        "retry_delay": timedelta(seconds=int(env("RETRY_DELAY_SECONDS", "120"))),
+    }
+
+
+DESTINATION = env("DESTINATION", "file:///var/backups/lastline")
+SOURCE_CONN_ID = env("SOURCE_CONN_ID", "lastline_source")
+TARGET_CONN_ID = env("TARGET_CONN_ID", "lastline_target")

@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# Install what is missing, and only that: Debian packages, the venv, a migrated project-local Airflow
+# home. Never starts, stops or reconfigures the machine's own services.
+set -euo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$ROOT"
+
+PACKAGES=(mariadb-server mariadb-client mariadb-backup pigz zstd pkg-config libmariadb-dev gcc procps openssh-server openssh-client)
+missing=()
+for p in "${PACKAGES[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  echo "setup: installing Debian packages: ${missing[*]}"
+  SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+  # Keep package scripts from starting services (mariadb, ssh) while installing: this machine's
+  # services are not ours to start or stop.
+  added_policy=0
+  if [ ! -e /usr/sbin/policy-rc.d ]; then
+    printf '#!/bin/sh\nexit 101\n' | $SUDO tee /usr/sbin/policy-rc.d >/dev/null
+    $SUDO chmod +x /usr/sbin/policy-rc.d
+    added_policy=1
+  fi
+  trap '[ "$added_policy" = 1 ] && $SUDO rm -f /usr/sbin/policy-rc.d' EXIT
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+PY="${PYTHON:-python3}"
+if [ ! -x .venv/bin/python ]; then
+  echo "setup: creating .venv"
+  "$PY" -m venv .venv
+fi
+stamp=".venv/.requirements.sha256"
+want="$(cat requirements.txt constraints.txt | sha256sum | cut -d' ' -f1)"
+if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
+  echo "setup: installing Python packages (pinned in requirements.txt + constraints.txt)"
+  .venv/bin/pip install -q --upgrade pip 2>&1 | grep -v "is ignored" || true
+  .venv/bin/pip install -q -r requirements.txt 2>&1 | grep -v "is ignored" || true
+  .venv/bin/python -c "import airflow.sdk, MySQLdb, boto3, moto, paramiko" # fail here if the install did not
+  echo "$want" > "$stamp"
+fi
+
+if [ ! -f .airflow/airflow.db ]; then
+  echo "setup: migrating the project-local Airflow home (.airflow, SQLite)"
+  bin/airflow db migrate >/dev/null
+fi
+echo "setup: ok"

@@ -1,0 +1,124 @@
+"""Shared fixtures: a private Airflow home (SQLite), sandbox MariaDB servers, an S3 emulator.
+
+Airflow's settings are read at import time, so the environment is set here before anything
+imports airflow.
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+_HOME = tempfile.mkdtemp(prefix="lastline-airflow-")
+os.environ.update(
+    AIRFLOW_HOME=_HOME,
+    AIRFLOW__CORE__DAGS_FOLDER=str(ROOT / "dags"),
+    AIRFLOW__CORE__PLUGINS_FOLDER=str(ROOT / "plugins"),
+    AIRFLOW__CORE__LOAD_EXAMPLES="False",
+    AIRFLOW__CORE__UNIT_TEST_MODE="False",
+    LASTLINE_RETRIES="0",
+)
+os.environ["PYTHONPATH"] = str(ROOT / "include") + os.pathsep + os.environ.get("PYTHONPATH", "")
+
+from lastline.sandbox import Instance  # noqa: E402
+
+
+@pytest.fixture(scope="session")
+def airflow_db() -> str:
+    """A migrated metadata DB in the session's private Airflow home."""
+    subprocess.run([sys.executable, "-m", "airflow", "db", "migrate"], check=True, capture_output=True)
+    return _HOME
+
+
+@pytest.fixture(scope="session")
+def sandbox_root(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("sandbox")
+
+
+def _instance(root: Path, name: str, **kw) -> Instance:
+    inst = Instance(root, name)
+    inst.create(**kw)
+    return inst
+
+
+def set_conn(conn_id: str, inst: Instance, **extra) -> None:
+    """Expose a sandbox as the Airflow connection `conn_id` (AIRFLOW_CONN_*)."""
+    conn = inst.connection(conn_id)
+    conn["extra"].update(extra)
+    os.environ[f"AIRFLOW_CONN_{conn_id.upper()}"] = json.dumps(conn)
+
+
+@pytest.fixture(scope="session")
+def source(sandbox_root):
+    """A source server with Sakila and a few MB of generated rows."""
+    inst = _instance(sandbox_root, "source")
+    inst.load_sakila()
+    inst.load_bulk(8, tables=2)
+    set_conn("t_source", inst)
+    yield inst
+    inst.destroy()
+
+
+@pytest.fixture(scope="session")
+def target(sandbox_root):
+    """A target server the restores write into."""
+    inst = _instance(sandbox_root, "target")
+    set_conn("t_target", inst)
+    yield inst
+    inst.destroy()
+
+
+@pytest.fixture(scope="session")
+def s3_server():
+    """A moto S3 server on loopback, reached through an Airflow AWS connection."""
+    from moto.server import ThreadedMotoServer
+
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    host, port = server.get_host_and_port()
+    endpoint = f"http://{host}:{port}"
+    os.environ["AIRFLOW_CONN_T_S3"] = json.dumps({
+        "conn_type": "aws", "login": "testing", "password": "testing-secret",
+        "extra": {"endpoint_url": endpoint, "region_name": "us-east-1"},
+    })
+    import boto3
+
+    boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1", aws_access_key_id="testing",
+                 aws_secret_access_key="testing-secret").create_bucket(Bucket="backups")
+    yield endpoint
+    server.stop()
+
+
+@pytest.fixture(scope="session")
+def dagbag(airflow_db):
+    from airflow.dag_processing.dagbag import DagBag
+
+    return DagBag(dag_folder=str(ROOT / "dags"))
+
+
+@pytest.fixture
+def run_dag(dagbag, capfd, caplog):
+    """Run a DAG in-process with `dag.test(run_conf=...)`; return (state, failed task ids, log text)."""
+
+    def run(dag_id: str, conf: dict):
+        dag = dagbag.get_dag(dag_id)
+        caplog.clear()
+        with caplog.at_level("INFO"):
+            dr = dag.test(run_conf=conf)
+        out, err = capfd.readouterr()
+        sys.stdout.write(out[-20000:])  # keep the tail visible in a failing test's report
+        from airflow.models.taskinstance import TaskInstance
+        from airflow.utils.session import create_session
+
+        with create_session() as session:
+            tis = session.query(TaskInstance).filter_by(dag_id=dag_id, run_id=dr.run_id).all()
+            states = {ti.task_id: str(ti.state) for ti in tis}
+        return str(dr.state), states, out + err + caplog.text
+
+    return run

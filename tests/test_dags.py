@@ -1,0 +1,24 @@
+"""Every DAG imports cleanly and has the shape and Params the README documents."""
+from __future__ import annotations
+
+
+def test_no_import_errors(dagbag):
+    assert dagbag.import_errors == {}
+
+
+def test_physical_backup_shape(dagbag):
+    dag = dagbag.get_dag("physical_backup")
+    assert dag.catchup is False
+    assert type(dag.timetable).__name__ == "CronTriggerTimetable"  # nightly by default
+    assert dag.timetable.expression == "0 2 * * *"
+    assert set(dag.params.keys()) >= {"source_conn_id", "destination", "compression", "parallel", "aws_conn_id"}
+    assert [t.task_id for t in dag.topological_sort()] == ["preflight", "stream", "write_manifest", "prune"]
+    assert all(t.retries == 0 for t in dag.tasks)  # LASTLINE_RETRIES=0 in tests; default is 2
+
+
+def test_physical_restore_shape(dagbag):
+    dag = dagbag.get_dag("physical_restore")
+    assert type(dag.timetable).__name__ == "NullTimetable"  # manual only
+    assert set(dag.params.keys()) >= {"target_conn_id", "backup", "parallel", "use_memory", "force"}
+    order = [t.task_id for t in dag.topological_sort()]
+    assert order == ["preflight", "stop_target", "extract", "prepare", "start_target", "verify", "report"]

@@ -1,0 +1,208 @@
+"""End to end through the DAGs, on real sandbox servers, real mariabackup/mbstream/zstd/pigz, moto S3."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from lastline.checksums import compare, table_checksums
+from lastline.manifest import PhysicalManifest
+
+pytestmark = pytest.mark.e2e
+
+
+class PsWatcher:
+    """Samples every process's command line while a backup runs."""
+
+    def __init__(self) -> None:
+        self.samples: list[str] = []
+        self._stop = threading.Event()
+        self._t = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self.samples.append(subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout)
+            time.sleep(0.05)
+
+    def __enter__(self) -> PsWatcher:
+        self._t.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._t.join()
+
+
+def _only_backup(dest: Path) -> Path:
+    (backup,) = [p for p in dest.iterdir() if p.is_dir()]
+    return backup
+
+
+def test_file_round_trip_checksums_match_and_password_stays_secret(run_dag, source, target, tmp_path):
+    dest = tmp_path / "backups"
+    password = source.server().password
+    with PsWatcher() as ps:
+        state, tis, logs = run_dag("physical_backup", {"source_conn_id": "t_source", "destination": f"file://{dest}"})
+    assert state == "success", tis
+    assert any("mariabackup --defaults-extra-file=" in s for s in ps.samples), "the watcher never saw mariabackup"
+    assert not any(password in s for s in ps.samples), "the password appeared in ps output"
+    assert password not in logs, "the password appeared in a task log"
+    assert "backup stream" in logs and "MB/s" in logs  # progress was logged
+
+    backup = _only_backup(dest)
+    manifest = PhysicalManifest.from_json((backup / "manifest.json").read_text())
+    assert manifest.compression == "zstd" and manifest.artifact == "backup.xbstream.zst"
+    assert manifest.bytes == (backup / manifest.artifact).stat().st_size
+    assert manifest.binlog_file and manifest.binlog_position and manifest.gtid
+    assert manifest.server_version.startswith("10.")
+    names = {f"{t.schema}.{t.name}" for t in manifest.tables}
+    assert {"sakila.film", "sakila.rental", "bulk.t1"} <= names
+
+    state, tis, logs = run_dag("physical_restore", {"target_conn_id": "t_target", "backup": f"file://{dest}/latest", "force": True})
+    assert state == "success", tis
+    assert compare(source.server(), target.server()) == []
+    assert len(table_checksums(target.server())) == len(names)
+    assert not list(Path(target.datadir).parent.glob("data.lastline-aside-*")), "the old datadir was not cleaned up"
+    assert "restore of" in logs and "total" in logs
+
+
+def test_s3_round_trip_with_pigz(run_dag, source, target, s3_server):
+    dest = "s3://backups/nightly"
+    state, tis, _ = run_dag(
+        "physical_backup", {"source_conn_id": "t_source", "destination": dest, "compression": "pigz", "aws_conn_id": "t_s3"}
+    )
+    assert state == "success", tis
+    state, tis, _ = run_dag(
+        "physical_restore", {"target_conn_id": "t_target", "backup": f"{dest}/latest", "aws_conn_id": "t_s3", "force": True}
+    )
+    assert state == "success", tis
+    assert compare(source.server(), target.server()) == []
+
+
+@pytest.fixture(scope="module")
+def good_backup(source, tmp_path_factory):
+    """One complete file backup made by the stage functions, copied by each failure test."""
+    from lastline import physical_backup as pb
+
+    dest = tmp_path_factory.mktemp("good")
+    plan = pb.preflight({"source_conn_id": "t_source", "destination": f"file://{dest}", "compression": "zstd"})
+    pb.finish(plan, pb.stream(plan))
+    return _only_backup(dest)
+
+
+def _copy(good: Path, tmp_path: Path) -> Path:
+    dest = tmp_path / "dest"
+    shutil.copytree(good, dest / good.name)
+    return dest / good.name
+
+
+def test_corrupt_artifact_fails_and_target_is_not_started(run_dag, good_backup, target, tmp_path):
+    backup = _copy(good_backup, tmp_path)
+    artifact = backup / "backup.xbstream.zst"
+    with open(artifact, "r+b") as fh:  # same size, flipped bytes in the middle
+        fh.seek(artifact.stat().st_size // 2)
+        fh.write(b"\x00garbage\xff" * 64)
+    state, tis, logs = run_dag("physical_restore", {"target_conn_id": "t_target", "backup": str(backup.parent.as_uri()) + "/latest", "force": True})
+    assert state == "failed"
+    assert tis["extract"] == "failed" and tis["start_target"] == "upstream_failed", tis
+    assert "corrupt" in logs and "backup.xbstream.zst" in logs
+    assert target.pid() is None, "the target was started on half-restored data"
+    assert (Path(target.datadir) / ".lastline-restore-in-progress").exists()
+    # a run from a good backup recovers: the marker of the failed run is cleared, the old data put aside
+    state, tis, _ = run_dag("physical_restore", {"target_conn_id": "t_target", "backup": good_backup.as_uri(), "force": True})
+    assert state == "success", tis
+    assert target.pid() is not None
+
+
+def test_truncated_artifact_is_refused_before_the_target_is_touched(run_dag, good_backup, target, tmp_path):
+    backup = _copy(good_backup, tmp_path)
+    artifact = backup / "backup.xbstream.zst"
+    os.truncate(artifact, artifact.stat().st_size // 3)
+    pid = target.pid()
+    state, tis, logs = run_dag("physical_restore", {"target_conn_id": "t_target", "backup": backup.as_uri(), "force": True})
+    assert state == "failed" and tis["preflight"] == "failed", tis
+    assert "truncated" in logs
+    assert target.pid() == pid, "the target was stopped although preflight failed"
+
+
+def test_missing_manifest_is_incomplete_and_latest_skips_it(good_backup, tmp_path):
+    from lastline.errors import IntegrityError
+    from lastline.manifest import resolve_backup
+    from lastline import physical_restore as pr
+
+    backup = _copy(good_backup, tmp_path)
+    newer = backup.parent / "29991231T000000Z"
+    shutil.copytree(backup, newer)
+    (newer / "manifest.json").unlink()
+    with pytest.raises(IntegrityError, match="no manifest.json: the backup is incomplete"):
+        pr.preflight({"target_conn_id": "t_target", "backup": newer.as_uri(), "force": True})
+    _storage, backup_id = resolve_backup(backup.parent.as_uri() + "/latest")
+    assert backup_id == backup.name
+
+
+def test_non_empty_datadir_needs_force(good_backup, target):
+    from lastline.errors import PreflightError
+    from lastline import physical_restore as pr
+
+    with pytest.raises(PreflightError, match="is not empty: set force=true"):
+        pr.preflight({"target_conn_id": "t_target", "backup": good_backup.as_uri()})
+
+
+def test_protected_target_is_refused(good_backup, target):
+    from conftest import set_conn
+    from lastline.errors import ProtectedTargetError
+    from lastline import physical_restore as pr
+
+    set_conn("t_prod", target, protected=True)
+    with pytest.raises(ProtectedTargetError, match="protected"):
+        pr.preflight({"target_conn_id": "t_prod", "backup": good_backup.as_uri(), "force": True})
+
+
+def test_wrong_password_is_named(source, tmp_path):
+    from lastline.errors import ServerError
+    from lastline import physical_backup as pb
+
+    conn = source.connection("t_badpw")
+    conn["password"] = "not-the-password"
+    os.environ["AIRFLOW_CONN_T_BADPW"] = json.dumps(conn)
+    with pytest.raises(ServerError, match="wrong user or password"):
+        pb.preflight({"source_conn_id": "t_badpw", "destination": f"file://{tmp_path}"})
+
+
+def test_full_destination_leaves_no_backup(source, tmp_path):
+    """A destination that runs out of space (writes go to /dev/full): clear error, nothing kept."""
+    from lastline.errors import StorageError
+    from lastline import physical_backup as pb
+
+    plan = pb.preflight({"source_conn_id": "t_source", "destination": f"file://{tmp_path}"})
+    folder = tmp_path / plan["backup_id"]
+    folder.mkdir()
+    (folder / (plan["artifact"] + ".partial")).symlink_to("/dev/full")
+    with pytest.raises(StorageError, match="destination is full"):
+        pb.stream(plan)
+    assert sorted(p.name for p in folder.iterdir()) == []
+
+
+def test_failed_prepare_keeps_the_target_down(good_backup, target, tmp_path):
+    from lastline.errors import IntegrityError, PipelineError
+    from lastline import physical_restore as pr
+
+    plan = pr.preflight({"target_conn_id": "t_target", "backup": good_backup.as_uri(), "force": True})
+    pr.stop_target(plan)
+    pr.extract(plan)
+    (Path(plan["datadir"]) / "ibdata1").write_bytes(b"\0" * 4096)  # damage the system tablespace
+    with pytest.raises(PipelineError, match="prepare"):
+        pr.prepare(plan)
+    with pytest.raises(IntegrityError, match="refusing to start"):
+        pr.start_target(plan)
+    assert target.pid() is None
+    # the same restore, run again, recovers
+    for step in (pr.extract, pr.prepare, pr.start_target):
+        step(plan)
+    assert target.pid() is not None
