@@ -46,19 +46,12 @@ def physical_backup():
         return pb.preflight(dict(params))
 
     @task
-    def stream(plan: dict) -> dict:
-        return pb.stream(plan)
-
-    @task
-    def write_manifest(plan: dict, stats: dict) -> str:
-        return pb.finish(plan, stats)
-
-    @task
     def prune(params=None) -> list[str]:
         return pb.prune(dict(params))
 
     plan = preflight()
-    write_manifest(plan, stream(plan)) >> prune()
+    stats = task(pb.stream)(plan)
+    task(pb.finish, task_id="write_manifest")(plan, stats) >> prune()
 
 
 physical_backup()

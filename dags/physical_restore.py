@@ -43,36 +43,11 @@ def physical_restore():
     def preflight(params=None) -> dict:
         return pr.preflight(dict(params))
 
-    @task
-    def stop_target(plan: dict) -> dict:
-        return pr.stop_target(plan)
-
-    @task
-    def extract(plan: dict) -> dict:
-        return pr.extract(plan)
-
-    @task
-    def prepare(plan: dict) -> dict:
-        return pr.prepare(plan)
-
-    @task
-    def start_target(plan: dict) -> dict:
-        return pr.start_target(plan)
-
-    @task
-    def verify(plan: dict, extracted: dict) -> dict:
-        return pr.verify(plan, extracted.get("aside"))
-
-    @task
-    def report(plan: dict, stop: dict, extracted: dict, prepared: dict, started: dict, verified: dict) -> dict:
-        return pr.report(plan, {"stop": stop, "extract": extracted, "prepare": prepared, "start": started, "verify": verified})
-
     plan = preflight()
-    stop, ext, prep, start = stop_target(plan), extract(plan), prepare(plan), start_target(plan)
-    chain(stop, ext, prep, start)
-    ver = verify(plan, ext)
-    start >> ver
-    report(plan, stop, ext, prep, start, ver)
+    stop, ext, prep, start = (task(step)(plan) for step in (pr.stop_target, pr.extract, pr.prepare, pr.start_target))
+    ver = task(pr.verify)(plan, ext)
+    chain(stop, ext, prep, start, ver)
+    task(pr.report)(plan, stop=stop, extract=ext, prepare=prep, start=start, verify=ver)
 
 
 physical_restore()

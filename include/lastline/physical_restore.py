@@ -227,8 +227,12 @@ def plausible(actual: int, estimate: int) -> bool:
     return abs(actual - estimate) <= max(1000, estimate * 0.6)
 
 
-def verify(plan: dict, aside: str | None = None) -> dict:
-    """The server answers and every table of the manifest is there with a plausible row count."""
+def verify(plan: dict, extracted: dict | None = None) -> dict:
+    """The server answers and every table of the manifest is there with a plausible row count.
+
+    Once it passes, the old datadir contents that extract moved aside (`extracted["aside"]`) are deleted.
+    """
+    aside = (extracted or {}).get("aside")
     server = _target(plan)
     _storage, manifest = _manifest(plan)
     t0 = time.monotonic()
@@ -261,8 +265,9 @@ def verify(plan: dict, aside: str | None = None) -> dict:
     return {"tables": len(counts), "rows": sum(counts.values()), "seconds": round(time.monotonic() - t0, 3)}
 
 
-def report(plan: dict, steps: dict[str, dict]) -> dict:
+def report(plan: dict, stop: dict, extract: dict, prepare: dict, start: dict, verify: dict) -> dict:
     """Log bytes, seconds and MB/s per step and in total; return the same as a dict."""
+    steps = {"stop": stop, "extract": extract, "prepare": prepare, "start": start, "verify": verify}
     total = sum(s.get("seconds", 0) for s in steps.values())
     lines = [f"restore of {plan['backup']} into {plan['target_conn_id']}:"]
     for name, s in steps.items():

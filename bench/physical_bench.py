@@ -1,0 +1,140 @@
+"""Physical backup + restore: the DAGs against the same shell pipeline run by hand, same data, one run.
+
+    make bench ARGS="--gb 1"        (or: PYTHONPATH=include .venv/bin/python bench/physical_bench.py --gb 1)
+
+Measures, on one sandbox source of about --gb GB:
+1. the raw backup pipeline `mariabackup --stream | <codec> > file` for zstd, pigz and pigz --fast
+   (time and size: which compressor is the default, and why);
+2. backup + restore by hand (the shell pipeline: stream | zstd > file; stop; zstd -dc | mbstream -x;
+   prepare; chown; start);
+3. the physical_backup and physical_restore DAGs run by `airflow dags test` on the same data;
+and prints the DAGs' time over the hand-run pipeline's. `span` runs from the first task's start to
+the last task's end; `run` is the DAG run's duration (adds the one-time start-up of `dags test`'s
+in-process execution API); `wall` adds the `airflow` process start-up too.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from datetime import datetime
+from pathlib import Path
+
+from lastline.checksums import compare
+from lastline.sandbox import Instance
+from lastline.servers import option_file
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def sh(cmd: str, env: dict | None = None) -> float:
+    """Run a bash pipeline with pipefail; return seconds."""
+    t0 = time.monotonic()
+    subprocess.run(["bash", "-o", "pipefail", "-c", cmd], check=True, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    return time.monotonic() - t0
+
+
+def _ts(line: str) -> float:
+    return datetime.fromisoformat(line[:26]).timestamp()
+
+
+def dag(dag_id: str, conf: dict, env: dict, log: Path) -> tuple[float, float, float]:
+    """Run a DAG with `airflow dags test`; return (wall seconds, the run's duration, its tasks' span).
+
+    The span runs from the first task's start to the last task's end: it leaves out the one-time
+    start-up of the in-process execution API that `dags test` pays before its first task (~8 s here),
+    which a deployed Airflow, whose api-server keeps running, does not pay per run."""
+    t0 = time.monotonic()
+    with open(log, "w") as fh:
+        subprocess.run([str(ROOT / "bin/airflow"), "dags", "test", dag_id, "-c", json.dumps(conf)],
+                       check=True, stdout=fh, stderr=subprocess.STDOUT, env=env)
+    wall = time.monotonic() - t0
+    text = log.read_text()
+    if "state=success" not in text:
+        sys.exit(f"{dag_id} failed: see {log}")
+    lines = text.splitlines()
+    first = next(l for l in lines if "Task started" in l)
+    last = [l for l in lines if "[DAG TEST] end task" in l][-1]
+    return wall, float(re.findall(r"run_duration=([\d.]+)", text)[-1]), _ts(last) - _ts(first)
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--gb", type=float, default=1.0, help="size of generated data (default 1 GB)")
+    p.add_argument("--work", default=str(ROOT / "bench" / "results" / "physical"))
+    args = p.parse_args()
+    work = Path(args.work)
+    root = work / "sandbox"
+    src, tgt = Instance(root, "source"), Instance(root, "target")
+    if not src.exists():
+        print(f"bench: generating ~{args.gb} GB on a sandbox source...", flush=True)
+        src.create()
+        src.load_bulk(int(args.gb * 1000), tables=8)
+    src.start()
+    if not tgt.exists():
+        tgt.create()
+    tgt.start()
+    s, t = src.server(), tgt.server()
+    datadir_mb = sum(f.stat().st_size for f in Path(s.datadir).rglob("*") if f.is_file()) / 1e6
+    print(f"bench: source datadir {datadir_mb:,.0f} MB, 2 threads everywhere", flush=True)
+    files = work / "files"
+    shutil.rmtree(files, ignore_errors=True)
+    files.mkdir(parents=True)
+    rows = []
+    with option_file(s, ("client", "mariabackup")) as opt:
+        mb = f"mariabackup --defaults-extra-file={opt} --backup --stream=xbstream --parallel=2 --datadir={s.datadir} --target-dir=/tmp"
+        for name, comp in (("zstd -T2", "zstd -q -T2 -c"), ("pigz -p2", "pigz -c -p 2"), ("pigz --fast -p2", "pigz --fast -c -p 2")):
+            out = files / f"codec.{name.split()[0]}"
+            secs = sh(f"{mb} | {comp} > {out}")
+            rows.append((name, secs, out.stat().st_size / 1e6))
+            out.unlink()
+    print("\nbackup stream by compressor (mariabackup --stream | compressor > file):")
+    for name, secs, size in rows:
+        print(f"  {name:<16} {secs:7.1f} s  {size:8.1f} MB  {datadir_mb / secs:6.1f} MB/s of datadir")
+
+    # the shell pipeline by hand
+    art = files / "hand.xbstream.zst"
+    with option_file(s, ("client", "mariabackup")) as opt:
+        hand_b = sh(f"mariabackup --defaults-extra-file={opt} --backup --stream=xbstream --parallel=2 "
+                    f"--datadir={s.datadir} --target-dir=/tmp | zstd -q -T2 -c > {art}")
+    t0 = time.monotonic()
+    tgt.stop()
+    data = Path(t.datadir)
+    shutil.rmtree(data)
+    data.mkdir()
+    sh(f"zstd -q -d -c {art} | mbstream -x --parallel=2 -C {data}")
+    sh(f"mariabackup --prepare --target-dir={data} --use-memory={2 << 30}")
+    sh(f"chown -R --reference={data.parent} {data}")
+    tgt.start()
+    hand_r = time.monotonic() - t0
+    assert compare(s, t) == [], "hand-run restore differs from the source"
+
+    env = dict(os.environ)
+    env["AIRFLOW_CONN_BENCH_SOURCE"] = json.dumps(src.connection("bench_source"))
+    env["AIRFLOW_CONN_BENCH_TARGET"] = json.dumps(tgt.connection("bench_target"))
+    dest = f"file://{files / 'dag'}"
+    b_wall, b_run, b_span = dag("physical_backup", {"source_conn_id": "bench_source", "destination": dest}, env, work / "backup.log")
+    r_wall, r_run, r_span = dag("physical_restore", {"target_conn_id": "bench_target", "backup": f"{dest}/latest",
+                                             "force": True, "use_memory": 2 << 30}, env, work / "restore.log")
+    assert compare(s, t) == [], "DAG restore differs from the source"
+
+    hand = hand_b + hand_r
+    print(f"\nbackup + restore of a {datadir_mb:,.0f} MB datadir (zstd -T2, parallel 2; the DAG restore also verifies row counts):")
+    print(f"  by hand (shell pipeline)   backup {hand_b:6.1f} s  restore {hand_r:6.1f} s  total {hand:6.1f} s")
+    print(f"  DAGs, tasks' span          backup {b_span:6.1f} s  restore {r_span:6.1f} s  total {b_span + r_span:6.1f} s"
+          f"  ratio {(b_span + r_span) / hand:.2f}x")
+    print(f"  DAGs, run duration         backup {b_run:6.1f} s  restore {r_run:6.1f} s  total {b_run + r_run:6.1f} s"
+          f"  ratio {(b_run + r_run) / hand:.2f}x")
+    print(f"  DAGs, wall (dags test)     backup {b_wall:6.1f} s  restore {r_wall:6.1f} s  total {b_wall + r_wall:6.1f} s"
+          f"  ratio {(b_wall + r_wall) / hand:.2f}x")
+    print("  checksums: source == target after both restores")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

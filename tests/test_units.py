@@ -1,0 +1,229 @@
+"""Unit tests: command builders, option files, the pipeline runner, storage backends, the manifest, pruning."""
+from __future__ import annotations
+
+import hashlib
+import os
+import stat
+from datetime import datetime, timedelta, timezone
+
+import pytest
+
+from lastline import physical
+from lastline.errors import IntegrityError, PipelineError, PreflightError
+from lastline.manifest import PhysicalManifest, TableInfo, backup_time, new_backup_id, plan_prune, split_backup_url
+from lastline.runner import Stage, run_pipeline
+from lastline.servers import Server, option_file, option_file_text
+from lastline.storage import open_storage
+from lastline.storage.s3 import MAX_PARTS, S3Storage, part_size, plan_capacity
+
+TiB = 1 << 40
+
+
+# -- command builders ---------------------------------------------------------------------------
+
+def test_backup_stages_carry_no_secret_and_pipe_into_the_compressor():
+    stages = physical.backup_stages("/tmp/opt.cnf", "/var/lib/mysql", 4, "zstd")
+    assert [s.name for s in stages] == ["mariabackup", "compress"]
+    mb = stages[0].argv
+    assert mb[1] == "--defaults-extra-file=/tmp/opt.cnf"  # must be the first option
+    assert "--stream=xbstream" in mb and "--parallel=4" in mb and "--datadir=/var/lib/mysql" in mb
+    assert not any("password" in a for a in mb)
+    assert stages[1].argv == ["zstd", "-q", "-T4", "-c"]
+
+
+@pytest.mark.parametrize("compression,first", [("pigz", ["pigz", "-d", "-c"]), ("zstd", ["zstd", "-q", "-d", "-c"])])
+def test_restore_stages(compression, first):
+    stages = physical.restore_stages("/data", 3, compression)
+    assert stages[0].argv == first
+    assert stages[-1].argv == ["mbstream", "-x", "--parallel=3", "-C", "/data"]
+
+
+def test_no_compression_is_mbstream_alone():
+    assert [s.name for s in physical.restore_stages("/d", 2, "none")] == ["mbstream"]
+    assert [s.name for s in physical.backup_stages("/o", "/d", 2, "none")] == ["mariabackup"]
+    assert physical.artifact_name("none") == "backup.xbstream"
+
+
+def test_pigz_fast_is_level_one():
+    assert "--fast" in physical.backup_stages("/o", "/d", 2, "pigz-fast")[1].argv
+
+
+def test_unknown_compression_is_named():
+    with pytest.raises(PreflightError, match="unknown compression 'lz4'"):
+        physical.codec("lz4")
+
+
+def test_prepare_argv_and_default_memory():
+    assert physical.prepare_argv("/d", 1 << 30) == ["mariabackup", "--prepare", "--target-dir=/d", f"--use-memory={1 << 30}"]
+    assert 256 << 20 <= physical.default_use_memory() <= 8 << 30
+
+
+def test_parse_backup_log():
+    text = (
+        "[00] 2026-11-22 00:43:03 Using server version 10.11.19-MariaDB-0+deb12u1-log\n"
+        "[00] 2026-11-22 00:43:04 MySQL binlog position: filename 'mariadb-bin.000001', position '4684204', "
+        "GTID of the last change '0-48132-60'\n[00] 2026-11-22 00:43:04 completed OK!\n"
+    )
+    assert physical.parse_backup_log(text) == {
+        "binlog_file": "mariadb-bin.000001", "binlog_position": 4684204, "gtid": "0-48132-60",
+        "server_version": "10.11.19-MariaDB-0+deb12u1-log",
+    }
+    assert physical.backup_completed(text)
+    assert physical.parse_backup_log("nothing")["binlog_file"] is None
+
+
+def test_version_check():
+    physical.check_versions("10.11.19-MariaDB", "10.11.6-MariaDB-log")
+    with pytest.raises(PreflightError, match="11.4 series"):
+        physical.check_versions("10.11.19-MariaDB", "11.4.2-MariaDB")
+
+
+# -- servers and option files -------------------------------------------------------------------
+
+class _Conn:
+    conn_id, host, port, login, password = "db", "10.0.0.5", 3307, "backup", 'p"a#ss\\word'
+    extra_dejson = {"datadir": "/srv/db", "protected": "true", "ssh_conn_id": "db_ssh"}
+
+
+def test_server_from_connection_reads_extras():
+    s = Server.from_connection(_Conn())
+    assert (s.host, s.port, s.user, s.datadir, s.protected, s.ssh_conn_id) == ("10.0.0.5", 3307, "backup", "/srv/db", True, "db_ssh")
+    assert s.service_start == "systemctl start mariadb" and s.service_stop == "systemctl stop mariadb"
+    assert "p\"a#ss" not in repr(s) and "p\"a#ss" not in s.describe()
+
+
+def test_option_file_is_0600_quoted_and_removed():
+    s = Server.from_connection(_Conn())
+    with option_file(s, ("client", "mariabackup")) as path:
+        assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
+        text = open(path).read()
+        assert text.count("password=") == 2 and "[mariabackup]" in text
+        assert 'password="p\\"a#ss\\\\word"' in text
+    assert not os.path.exists(path)
+    assert "socket=" in option_file_text(Server("x", socket="/run/s.sock"))
+
+
+# -- runner -------------------------------------------------------------------------------------
+
+def test_pipeline_counts_and_hashes_both_ends():
+    data = os.urandom(3 << 20)
+    got = bytearray()
+    res = run_pipeline([Stage("gzip", ["gzip", "-1", "-c"]), Stage("gunzip", ["gzip", "-d", "-c"])],
+                       source=[data[:1000], data[1000:]], sink=got.extend)
+    assert bytes(got) == data
+    assert res.bytes_in == res.bytes_out == len(data)
+    assert res.sha256_in == res.sha256_out == hashlib.sha256(data).hexdigest()
+
+
+def test_pipeline_blames_the_failing_stage_not_the_sigpipe_victim():
+    with pytest.raises(PipelineError) as err:
+        run_pipeline([Stage("producer", ["yes"]), Stage("bad", ["bash", "-c", "head -c 10 >/dev/null; echo boom >&2; exit 3"])],
+                     sink=lambda b: None)
+    assert "'bad' failed with exit status 3" in str(err.value) and "boom" in str(err.value)
+
+
+def test_pipeline_reports_an_interrupted_stream():
+    with pytest.raises(PipelineError, match="'gunzip' failed"):
+        run_pipeline([Stage("gunzip", ["gzip", "-d", "-c"])], source=[b"\x1f\x8b\x08\x00garbage"], sink=lambda b: None)
+
+
+def test_sink_failure_stops_the_pipeline():
+    def sink(_):
+        raise OSError("disk full")
+
+    with pytest.raises(OSError, match="disk full"):
+        run_pipeline([Stage("yes", ["yes"])], sink=sink)
+
+
+# -- storage ------------------------------------------------------------------------------------
+
+def test_file_writer_is_atomic(tmp_path):
+    st = open_storage(f"file://{tmp_path}")
+    with pytest.raises(RuntimeError):
+        with st.writer("b1/a.bin") as w:
+            w.write(b"half")
+            raise RuntimeError("interrupted")
+    assert not st.exists("b1/a.bin") and os.listdir(tmp_path / "b1") == []
+    st.write_bytes("b1/a.bin", b"whole")
+    assert st.read_bytes("b1/a.bin") == b"whole" and st.size("b1/a.bin") == 5
+    assert st.list_backups() == ["b1"]
+
+
+def test_open_storage_rejects_unknown_schemes():
+    from lastline.errors import StorageError
+
+    with pytest.raises(StorageError, match="unknown scheme 'ftp'"):
+        open_storage("ftp://x/y")
+    with pytest.raises(StorageError, match="absolute path"):
+        open_storage("relative/dir")
+
+
+def test_s3_part_plan_fits_a_tebibyte_in_ten_thousand_parts():
+    assert part_size(1) == 16 << 20 and part_size(1001) == 32 << 20
+    assert plan_capacity(MAX_PARTS) > TiB
+    assert max(part_size(n) for n in range(1, MAX_PARTS + 1)) <= 5 << 30
+
+
+def test_s3_multipart_round_trip(s3_server):
+    import boto3
+
+    client = boto3.client("s3", endpoint_url=s3_server, region_name="us-east-1",
+                          aws_access_key_id="testing", aws_secret_access_key="testing-secret")
+    st = S3Storage("backups", "unit", client=client)
+    data = os.urandom(13 << 20)
+    w = st.writer("20260101T000000Z/blob")
+    w.base = 5 << 20  # S3's minimum part size, so 13 MiB takes three parts
+    with w:
+        for i in range(0, len(data), 1 << 20):
+            w.write(data[i:i + (1 << 20)])
+    assert len(w.parts) == 3
+    assert st.read_bytes("20260101T000000Z/blob") == data
+    assert st.list_backups() == ["20260101T000000Z"]
+    st.delete_backup("20260101T000000Z")
+    assert st.list_backups() == []
+
+
+def test_s3_aborted_upload_leaves_nothing(s3_server):
+    import boto3
+
+    client = boto3.client("s3", endpoint_url=s3_server, region_name="us-east-1",
+                          aws_access_key_id="testing", aws_secret_access_key="testing-secret")
+    st = S3Storage("backups", "abort", client=client)
+    with pytest.raises(RuntimeError):
+        with st.writer("20260101T000000Z/blob") as w:
+            w.base = 5 << 20
+            w.write(os.urandom(11 << 20))
+            raise RuntimeError("stream interrupted")
+    assert not st.exists("20260101T000000Z/blob")
+    assert client.list_multipart_uploads(Bucket="backups", Prefix="abort/").get("Uploads", []) == []
+
+
+# -- manifest and retention ---------------------------------------------------------------------
+
+def test_manifest_round_trip_and_format_check():
+    m = PhysicalManifest(
+        backup_id="20261122T000000Z", source_conn_id="src", server_version="10.11.19", tool_version="10.11.19",
+        artifact="backup.xbstream.zst", compression="zstd", bytes=10, sha256="ab", started_at="s", finished_at="f",
+        seconds=1.0, mb_per_s=1.0, parallel=2, datadir_bytes=100, tables=[TableInfo("a", "b", "InnoDB", 1, 2)],
+    )
+    assert PhysicalManifest.from_json(m.to_json()) == m
+    with pytest.raises(IntegrityError, match="unknown manifest format"):
+        PhysicalManifest.from_json('{"format": "other"}')
+
+
+def test_backup_ids_sort_by_time():
+    a = new_backup_id(datetime(2026, 1, 2, 3, 4, 5, tzinfo=timezone.utc))
+    assert a == "20260102T030405Z" and backup_time(a) == datetime(2026, 1, 2, 3, 4, 5, tzinfo=timezone.utc)
+    assert backup_time("lost+found") is None
+    assert split_backup_url("s3://b/p/latest") == ("s3://b/p", "latest")
+
+
+def test_prune_keeps_the_newest_and_young_incomplete_ones():
+    now = datetime(2026, 1, 10, tzinfo=timezone.utc)
+    ids = [f"202601{d:02d}T000000Z" for d in range(1, 10)] + ["notes"]
+    complete = ids[:8:2]  # 01, 03, 05, 07 complete; 02, 04, 06, 08, 09 incomplete
+    doomed = plan_prune(ids, complete, keep=2, grace=timedelta(hours=36), now=now)
+    assert doomed == ["20260101T000000Z", "20260102T000000Z", "20260103T000000Z", "20260104T000000Z",
+                      "20260106T000000Z", "20260108T000000Z"]
+    # keep=0 still keeps the newest complete backup; unknown folders are never touched
+    assert "20260107T000000Z" not in plan_prune(ids, complete, keep=0, grace=timedelta(days=99), now=now)
