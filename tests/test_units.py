@@ -227,3 +227,11 @@ def test_prune_keeps_the_newest_and_young_incomplete_ones():
                       "20260106T000000Z", "20260108T000000Z"]
     # keep=0 still keeps the newest complete backup; unknown folders are never touched
     assert "20260107T000000Z" not in plan_prune(ids, complete, keep=0, grace=timedelta(days=99), now=now)
+
+
+def test_ssh_hosts_are_refused_clearly_until_supported():
+    from lastline.errors import LastlineError
+
+    with pytest.raises(LastlineError, match="over SSH is not supported yet"):
+        Server.from_connection(_Conn()).runner()
+    assert Server("local").runner().name == "local"

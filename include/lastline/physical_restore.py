@@ -86,6 +86,7 @@ def preflight(conf: dict) -> dict:
             "Pick a non-production target, or remove 'protected' from its connection if this is wrong."
         )
     datadir = server.require_datadir()
+    server.runner()  # fails clearly for hosts lastline cannot run commands on yet
     storage, backup_id = resolve_backup(conf["backup"], conf.get("aws_conn_id"))
     manifest = read_manifest(storage, backup_id)
     key = f"{backup_id}/{manifest.artifact}"
@@ -144,7 +145,7 @@ def stop_target(plan: dict, timeout: float = 120) -> dict:
     """Stop the target with its service_stop command and wait until it no longer answers."""
     server = _target(plan)
     t0 = time.monotonic()
-    LOCAL.shell(server.service_stop, timeout=timeout)
+    server.runner().shell(server.service_stop, timeout=timeout)
     while _answers(server):
         if time.monotonic() - t0 > timeout:
             raise ServerError(f"{server.describe()} still answers {timeout:.0f} s after `{server.service_stop}`.")
@@ -213,7 +214,7 @@ def start_target(plan: dict, timeout: float = 180) -> dict:
     if datadir_state(plan["datadir"]) == "partial":
         raise IntegrityError(f"{plan['datadir']} holds an unfinished restore ({MARKER}): refusing to start the target.")
     t0 = time.monotonic()
-    LOCAL.shell(server.service_start, timeout=timeout)
+    server.runner().shell(server.service_start, timeout=timeout)
     while not _answers(server):
         if time.monotonic() - t0 > timeout:
             raise ServerError(f"{server.describe()} does not answer {timeout:.0f} s after `{server.service_start}`.")

@@ -156,6 +156,16 @@ class LocalHost(Host):
 LOCAL = LocalHost()
 
 
+def host_for(ssh_conn_id: str | None) -> Host:
+    """The Host a server's commands run on: here, or (later) over SSH for connections with ssh_conn_id."""
+    if ssh_conn_id:
+        raise LastlineError(
+            f"ssh_conn_id={ssh_conn_id!r}: running server-side commands over SSH is not supported yet; "
+            "run the task on the database host (a worker there), or remove ssh_conn_id."
+        )
+    return LOCAL
+
+
 def run_pipeline(
     stages: list[Stage],
     *,

@@ -93,6 +93,12 @@ class Server:
             )
         return self.datadir
 
+    def runner(self):
+        """Where this server's commands (service control, file checks) run."""
+        from lastline.runner import host_for
+
+        return host_for(self.ssh_conn_id)
+
     def describe(self) -> str:
         """A short human name, free of secrets."""
         where = self.socket or f"{self.host}:{self.port}"
