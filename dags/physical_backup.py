@@ -17,17 +17,13 @@ from __future__ import annotations
 from airflow.sdk import Param, dag, task
 
 from lastline import physical_backup as pb
-from lastline.dag_defaults import DESTINATION, SOURCE_CONN_ID, START_DATE, default_args, env
+from lastline.dag_defaults import DESTINATION, SOURCE_CONN_ID, dag_args, env
 from lastline.physical import CODECS, DEFAULT_COMPRESSION
 
 
 @dag(
     dag_id="physical_backup",
-    schedule=env("PHYSICAL_BACKUP_SCHEDULE", "0 2 * * *"),
-    start_date=START_DATE,
-    catchup=False,
-    max_active_runs=1,
-    default_args=default_args(),
+    **dag_args(schedule=env("PHYSICAL_BACKUP_SCHEDULE", "0 2 * * *")),
     doc_md=__doc__,
     tags=["lastline", "physical", "backup"],
     params={

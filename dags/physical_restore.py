@@ -17,16 +17,12 @@ from __future__ import annotations
 from airflow.sdk import Param, chain, dag, task
 
 from lastline import physical_restore as pr
-from lastline.dag_defaults import DESTINATION, START_DATE, TARGET_CONN_ID, default_args
+from lastline.dag_defaults import DESTINATION, TARGET_CONN_ID, dag_args
 
 
 @dag(
     dag_id="physical_restore",
-    schedule=None,
-    start_date=START_DATE,
-    catchup=False,
-    max_active_runs=1,
-    default_args=default_args(),
+    **dag_args(schedule=None),
     doc_md=__doc__,
     tags=["lastline", "physical", "restore"],
     params={

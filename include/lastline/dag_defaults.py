@@ -23,6 +23,11 @@ def default_args() -> dict:
     }
 
 
+def dag_args(**kw) -> dict:
+    """What every lastline DAG shares (start date, no catchup, one run at a time, retries) plus `kw`."""
+    return {"start_date": START_DATE, "catchup": False, "max_active_runs": 1, "default_args": default_args(), **kw}
+
+
 DESTINATION = env("DESTINATION", "file:///var/backups/lastline")
 SOURCE_CONN_ID = env("SOURCE_CONN_ID", "lastline_source")
 TARGET_CONN_ID = env("TARGET_CONN_ID", "lastline_target")
