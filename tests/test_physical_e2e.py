@@ -206,3 +206,24 @@ def test_failed_prepare_keeps_the_target_down(good_backup, target, tmp_path):
     for step in (pr.extract, pr.prepare, pr.start_target):
         step(plan)
     assert target.pid() is not None
+
+
+def test_checksum_mismatch_is_named_and_the_target_stays_down(good_backup, target, tmp_path):
+    """The stream unpacks, but its sha256 is not the manifest's: refused before prepare and start."""
+    from lastline.errors import IntegrityError
+    from lastline import physical_restore as pr
+
+    backup = _copy(good_backup, tmp_path)
+    manifest = json.loads((backup / "manifest.json").read_text())
+    manifest["sha256"] = "0" * 64
+    (backup / "manifest.json").write_text(json.dumps(manifest))
+    plan = pr.preflight({"target_conn_id": "t_target", "backup": backup.as_uri(), "force": True})
+    pr.stop_target(plan)
+    with pytest.raises(IntegrityError, match="the artifact is corrupt"):
+        pr.extract(plan)
+    with pytest.raises(IntegrityError, match="refusing to start"):
+        pr.start_target(plan)
+    assert target.pid() is None
+    for step in (pr.extract, pr.prepare, pr.start_target):  # a good backup still restores afterwards
+        step({**plan, "backup": good_backup.as_uri()})
+    assert target.pid() is not None
