@@ -21,6 +21,7 @@ from lastline.errors import IntegrityError, PipelineError, PreflightError, Prote
 from lastline.manifest import PhysicalManifest, read_manifest, resolve_backup
 from lastline.runner import LOCAL, run_logged, run_pipeline
 from lastline.servers import Server
+from lastline.storage import Storage
 
 log = logging.getLogger(__name__)
 
@@ -72,7 +73,7 @@ def _target(plan: dict) -> Server:
     return Server.from_conn_id(plan["target_conn_id"])
 
 
-def _manifest(plan: dict) -> tuple:
+def _manifest(plan: dict) -> tuple[Storage, PhysicalManifest]:
     storage, backup_id = resolve_backup(plan["backup"], plan.get("aws_conn_id"))
     return storage, read_manifest(storage, backup_id)
 
