@@ -84,7 +84,7 @@ def main() -> int:
     for name in ("sakila.film", "sakila.payment", "bulk.t1"):
         if name in sums:
             say(f"  {name:<16} {sums[name]}")
-    say(f"backup DAG {b:.1f} s, restore DAG {r:.1f} s (each includes ~10 s of `airflow dags test` start-up)")
+    say(f"backup DAG {b:.1f} s, restore DAG {r:.1f} s (wall time of `airflow dags test`, its start-up included)")
     say("the sandboxes keep running: `PYTHONPATH=include .venv/bin/python -m lastline.sandbox --root .demo/sandbox "
         "status`; `make clean` stops and removes them")
     return 1 if diff else 0

@@ -6,6 +6,7 @@ from dataclasses import asdict
 from datetime import datetime, timedelta, timezone
 
 from lastline import physical
+from lastline.checksums import SYSTEM_SCHEMAS
 from lastline.errors import PipelineError, PreflightError, StorageError
 from lastline.manifest import PhysicalManifest, TableInfo, complete_backups, new_backup_id, plan_prune, write_manifest
 from lastline.runner import run_pipeline
@@ -13,8 +14,6 @@ from lastline.servers import Server, option_file
 from lastline.storage import open_storage
 
 log = logging.getLogger(__name__)
-
-from lastline.checksums import SYSTEM_SCHEMAS
 
 
 def table_estimates(server: Server) -> list[TableInfo]:

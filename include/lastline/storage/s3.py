@@ -51,7 +51,8 @@ class S3Writer(Writer):
         self.parts: list[dict] = []
         self.error: BaseException | None = None
         self.upload_id: str | None = None
-        self.queue: queue.Queue = queue.Queue(maxsize=inflight)
+        # `inflight` parts are queued or uploading at once, one more is being filled by write()
+        self.queue: queue.Queue = queue.Queue(maxsize=max(1, inflight - 1))
         self.thread: threading.Thread | None = None
 
     def _start(self) -> None:
