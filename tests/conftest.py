@@ -122,3 +122,26 @@ def run_dag(dagbag, capfd, caplog):
         return str(dr.state), states, out + err + caplog.text
 
     return run
+
+
+CORPUS = ROOT / "tests" / "corpus" / "edge_cases.sql"
+
+
+@pytest.fixture(scope="session")
+def logical_source(sandbox_root):
+    """A source for logical backups: Sakila and the edge-case corpus (database `edge`)."""
+    inst = _instance(sandbox_root, "lsource")
+    inst.load_sakila()
+    inst.load_sql_file(CORPUS)
+    set_conn("t_lsource", inst)
+    yield inst
+    inst.destroy()
+
+
+@pytest.fixture(scope="session")
+def logical_target(sandbox_root):
+    """A server logical backups are loaded back into."""
+    inst = _instance(sandbox_root, "ltarget")
+    set_conn("t_ltarget", inst)
+    yield inst
+    inst.destroy()

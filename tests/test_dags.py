@@ -22,3 +22,14 @@ def test_physical_restore_shape(dagbag):
     assert set(dag.params.keys()) >= {"target_conn_id", "backup", "parallel", "use_memory", "force"}
     order = [t.task_id for t in dag.topological_sort()]
     assert order == ["preflight", "stop_target", "extract", "prepare", "start_target", "verify", "report"]
+
+
+def test_logical_backup_shape(dagbag):
+    dag = dagbag.get_dag("logical_backup")
+    assert dag.catchup is False and dag.timetable.expression == "0 3 * * *"
+    assert set(dag.params.keys()) >= {
+        "source_conn_id", "destination", "databases", "chunk_rows", "compression", "parallel", "aws_conn_id", "include_grants",
+    }
+    assert dag.params["chunk_rows"] == 250_000
+    assert [t.task_id for t in dag.topological_sort()] == ["preflight", "dump", "prune"]
+    assert "one task" in dag.doc_md.lower()  # why the parallelism lives inside the dump task

@@ -7,15 +7,20 @@ pruned once older than a grace period.
 from __future__ import annotations
 
 import json
+import logging
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timedelta, timezone
+from typing import Any
 
 from lastline.errors import IntegrityError, LastlineError
 from lastline.storage import Storage, open_storage
 
+log = logging.getLogger(__name__)
+
 MANIFEST = "manifest.json"
 ID_FORMAT = "%Y%m%dT%H%M%SZ"
 FORMAT = "lastline-physical/1"
+LOGICAL_FORMAT = "lastline-logical/1"
 
 
 def new_backup_id(now: datetime | None = None) -> str:
@@ -81,27 +86,124 @@ class PhysicalManifest:
         return cls(**data)
 
 
-def write_manifest(storage: Storage, manifest: PhysicalManifest) -> str:
+@dataclass
+class ChunkInfo:
+    """One chunk file of a logical backup: its key range (for people), rows, sizes and sha256."""
+
+    file: str
+    rows: int
+    bytes: int
+    raw_bytes: int
+    sha256: str
+    lower: list[str] | None = None
+    upper: list[str] | None = None
+
+
+@dataclass
+class LogicalTable:
+    """A table of a logical backup: how it was cut, its exact row count and checksum in the snapshot."""
+
+    schema: str
+    name: str
+    engine: str
+    charset: str | None
+    collation: str | None
+    consistent: bool
+    chunking: str
+    key: list[str]
+    columns: list[dict]
+    rows: int
+    checksum: str
+    bytes: int
+    raw_bytes: int
+    seconds: float
+    auto_increment: int | None = None
+    chunks: list[ChunkInfo] = field(default_factory=list)
+
+
+@dataclass
+class LogicalManifest:
+    """Everything a logical restore needs: schema file, tables with their chunks, snapshot coordinates."""
+
+    backup_id: str
+    source_conn_id: str
+    server_version: str
+    sql_mode: str
+    time_zone: str
+    dialect: str
+    compression: str
+    chunk_rows: int
+    parallel: int
+    databases: list[dict]
+    schema_file: str
+    schema_sha256: str
+    started_at: str
+    finished_at: str
+    seconds: float
+    lock_seconds: float
+    rows: int
+    bytes: int
+    raw_bytes: int
+    mb_per_s: float
+    binlog_file: str | None = None
+    binlog_position: int | None = None
+    gtid: str | None = None
+    include_grants: bool = False
+    tables: list[LogicalTable] = field(default_factory=list)
+    format: str = LOGICAL_FORMAT
+    kind: str = "logical"
+
+    def to_json(self) -> str:
+        """Pretty JSON, stable key order."""
+        return json.dumps(asdict(self), indent=1, sort_keys=True) + "\n"
+
+    @classmethod
+    def from_json(cls, text: str | bytes) -> LogicalManifest:
+        """Parse and check the format."""
+        data = json.loads(text)
+        if data.get("format") != LOGICAL_FORMAT:
+            raise IntegrityError(f"unknown manifest format {data.get('format')!r}; expected {LOGICAL_FORMAT!r}.")
+        data["tables"] = [LogicalTable(**{**t, "chunks": [ChunkInfo(**c) for c in t["chunks"]]}) for t in data["tables"]]
+        return cls(**data)
+
+
+MANIFEST_CLASSES = {"physical": PhysicalManifest, "logical": LogicalManifest}
+
+
+def write_manifest(storage: Storage, manifest: PhysicalManifest | LogicalManifest) -> str:
     """Write the manifest (atomically); returns its location."""
     key = f"{manifest.backup_id}/{MANIFEST}"
     storage.write_bytes(key, manifest.to_json().encode())
     return storage.location(key)
 
 
-def read_manifest(storage: Storage, backup_id: str) -> PhysicalManifest:
-    """The manifest of a backup, or a clear error if the backup is incomplete."""
+def manifest_kind(storage: Storage, backup_id: str) -> str:
+    """`physical` or `logical`: which kind of backup a complete backup folder holds."""
+    return json.loads(storage.read_bytes(f"{backup_id}/{MANIFEST}")).get("kind", "physical")
+
+
+def read_manifest(storage: Storage, backup_id: str, kind: str = "physical") -> Any:
+    """The manifest of a backup of `kind`, or a clear error if the backup is incomplete or another kind."""
     key = f"{backup_id}/{MANIFEST}"
     if not storage.exists(key):
         raise IntegrityError(
             f"{storage.location(backup_id)} has no {MANIFEST}: the backup is incomplete (it failed or is "
             f"still running) and is never restored; choose another backup or use {storage.url}/latest."
         )
-    return PhysicalManifest.from_json(storage.read_bytes(key))
+    text = storage.read_bytes(key)
+    found = json.loads(text).get("kind", "physical")
+    if found != kind:
+        raise IntegrityError(
+            f"{storage.location(backup_id)} is a {found} backup; a {kind} restore cannot use it "
+            f"(use the {found}_restore DAG, or choose a {kind} backup)."
+        )
+    return MANIFEST_CLASSES[kind].from_json(text)
 
 
-def complete_backups(storage: Storage) -> list[str]:
-    """Ids of the backups that have a manifest, oldest first."""
-    return [b for b in storage.list_backups() if backup_time(b) and storage.exists(f"{b}/{MANIFEST}")]
+def complete_backups(storage: Storage, kind: str | None = None) -> list[str]:
+    """Ids of the backups that have a manifest (of `kind`, if given), oldest first."""
+    done = [b for b in storage.list_backups() if backup_time(b) and storage.exists(f"{b}/{MANIFEST}")]
+    return done if kind is None else [b for b in done if manifest_kind(storage, b) == kind]
 
 
 def split_backup_url(url: str) -> tuple[str, str]:
@@ -113,14 +215,14 @@ def split_backup_url(url: str) -> tuple[str, str]:
     return dest, backup_id
 
 
-def resolve_backup(url: str, aws_conn_id: str | None = None) -> tuple[Storage, str]:
-    """Open the storage of `url` and resolve `latest` to the newest complete backup."""
+def resolve_backup(url: str, aws_conn_id: str | None = None, kind: str = "physical") -> tuple[Storage, str]:
+    """Open the storage of `url` and resolve `latest` to the newest complete backup of `kind`."""
     dest, backup_id = split_backup_url(url)
     storage = open_storage(dest, aws_conn_id)
     if backup_id == "latest":
-        done = complete_backups(storage)
+        done = complete_backups(storage, kind)
         if not done:
-            raise IntegrityError(f"{dest} holds no complete backup (none has a {MANIFEST}).")
+            raise IntegrityError(f"{dest} holds no complete {kind} backup (none has a {MANIFEST} of that kind).")
         backup_id = done[-1]
     return storage, backup_id
 
@@ -138,3 +240,17 @@ def plan_prune(
         if b not in complete_ids and t is not None and now - t > grace:
             doomed.append(b)
     return sorted(doomed)
+
+
+def prune_backups(storage: Storage, kind: str, keep: int, grace: timedelta) -> list[str]:
+    """Delete complete `kind` backups beyond the `keep` newest and incomplete ones older than `grace`;
+    complete backups of another kind sharing the destination are left alone. Returns the deleted ids."""
+    complete = complete_backups(storage)
+    mine = [b for b in complete if manifest_kind(storage, b) == kind]
+    others = set(complete) - set(mine)
+    doomed = plan_prune([b for b in storage.list_backups() if b not in others], mine, keep, grace)
+    for backup_id in doomed:
+        log.info("prune: deleting %s", storage.location(backup_id))
+        storage.delete_backup(backup_id)
+    log.info("prune: kept the %d newest complete %s backups, deleted %d", keep, kind, len(doomed))
+    return doomed

@@ -8,7 +8,7 @@ from datetime import datetime, timedelta, timezone
 from lastline import physical
 from lastline.checksums import SYSTEM_SCHEMAS
 from lastline.errors import PipelineError, PreflightError, StorageError
-from lastline.manifest import PhysicalManifest, TableInfo, complete_backups, new_backup_id, plan_prune, write_manifest
+from lastline.manifest import PhysicalManifest, TableInfo, new_backup_id, prune_backups, write_manifest
 from lastline.runner import run_pipeline
 from lastline.servers import Server, option_file
 from lastline.storage import open_storage
@@ -132,9 +132,4 @@ def prune(conf: dict, keep: int | None = None, grace_hours: float | None = None)
     storage = open_storage(conf["destination"], conf.get("aws_conn_id"))
     keep = int(keep if keep is not None else conf.get("keep", 7))
     grace = timedelta(hours=float(grace_hours if grace_hours is not None else conf.get("incomplete_grace_hours", 24)))
-    doomed = plan_prune(storage.list_backups(), complete_backups(storage), keep, grace)
-    for backup_id in doomed:
-        log.info("prune: deleting %s", storage.location(backup_id))
-        storage.delete_backup(backup_id)
-    log.info("prune: kept the %d newest complete backups, deleted %d", keep, len(doomed))
-    return doomed
+    return prune_backups(storage, "physical", keep, grace)

@@ -173,7 +173,7 @@ def run_pipeline(
     sink: Callable[[bytes], None] | None = None,
     label: str = "stream",
     expected_bytes: int | None = None,
-    progress_every: float = 5.0,
+    progress_every: float | None = 5.0,
     host: Host = LOCAL,
 ) -> PipelineResult:
     """Run `stages` as one OS pipeline; feed `source` into the first, drain the last into `sink`.
@@ -181,6 +181,7 @@ def run_pipeline(
     Raises PipelineError naming the stage that failed first (stages killed by SIGPIPE only because a
     later stage stopped are not blamed), with its exit status and the tail of its stderr. Errors
     raised by `source` or `sink` (a read or a write that failed) stop every stage and rise as they are.
+    `progress_every=None`: no progress lines (for the many small pipelines of a logical dump).
     """
     if not stages:
         raise LastlineError("empty pipeline")
@@ -190,7 +191,7 @@ def run_pipeline(
     feed_error: list[BaseException] = []
     in_hash, out_hash = hashlib.sha256(), hashlib.sha256()
     counters = {"in": 0, "out": 0}
-    progress = Progress(label, expected_bytes, progress_every)
+    progress = Progress(label, expected_bytes, progress_every or float("inf"))
     try:
         prev_stdout = subprocess.PIPE if source is not None else subprocess.DEVNULL
         for i, stage in enumerate(stages):
@@ -249,7 +250,8 @@ def run_pipeline(
                 f"{label}: stage {blamed.name!r} failed with exit status {blamed.returncode} "
                 f"(all stages: {others}). Its stderr ends with:\n{blamed.stderr_tail or '(empty)'}"
             )
-        log.info("%s", progress.line())
+        if progress_every:
+            log.info("%s", progress.line())
         return PipelineResult(
             stages=results,
             seconds=seconds,

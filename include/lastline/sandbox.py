@@ -243,7 +243,7 @@ class Instance:
     def load_sql_file(self, path: Path) -> None:
         """Feed an SQL file to the `mariadb` client."""
         with option_file(self.server()) as opt, open(path, "rb") as fh:
-            proc = subprocess.run(["mariadb", f"--defaults-extra-file={opt}"], stdin=fh, capture_output=True)
+            proc = subprocess.run(["mariadb", f"--defaults-extra-file={opt}", "--comments"], stdin=fh, capture_output=True)
         if proc.returncode != 0:
             raise ServerError(f"loading {path} failed: {proc.stderr.decode()[-2000:]}")
 

@@ -1,0 +1,72 @@
+"""Chunk files: write a stream of lines compressed into storage, read it back checked and decompressed."""
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from typing import Iterable, Iterator
+
+from lastline.compression import codec
+from lastline.errors import IntegrityError
+from lastline.runner import Stage, run_pipeline
+from lastline.storage import Storage
+
+
+@dataclass
+class Written:
+    """What a chunk file holds: its compressed bytes and sha256, and the uncompressed bytes."""
+
+    bytes: int
+    sha256: str
+    raw_bytes: int
+
+
+def write_chunk(storage: Storage, key: str, source: Iterable[bytes], compression: str) -> Written:
+    """Compress `source` (one thread: the dump runs several files at once) into `key`, atomically."""
+    c = codec(compression)
+    with storage.writer(key) as writer:
+        if c.tool is None:
+            digest, n = hashlib.sha256(), 0
+            for data in source:
+                digest.update(data)
+                n += len(data)
+                writer.write(data)
+            return Written(n, digest.hexdigest(), n)
+        result = run_pipeline(
+            [Stage(c.name, c.compress_argv(1))], source=source, sink=writer.write, label=key, progress_every=None
+        )
+    return Written(result.bytes_out, result.sha256_out or "", result.bytes_in)
+
+
+def read_chunk(storage: Storage, key: str, compression: str, sha256: str, what: str = "") -> Iterator[bytes]:
+    """The uncompressed bytes of a chunk file; raises IntegrityError naming it if its sha256 differs.
+
+    The check can only complete at the end of the file: callers load inside a transaction and commit
+    only after the generator is exhausted, so a corrupt chunk leaves nothing behind.
+    """
+    c = codec(compression)
+    where = f"{storage.location(key)}{f' ({what})' if what else ''}"
+    digest = hashlib.sha256()
+
+    def hashed() -> Iterator[bytes]:
+        for data in storage.reader(key):
+            digest.update(data)
+            yield data
+
+    def check() -> None:
+        if digest.hexdigest() != sha256:
+            raise IntegrityError(
+                f"chunk {where} is corrupt: sha256 {digest.hexdigest()} differs from the manifest's {sha256}; "
+                "nothing of it was loaded. Restore from another backup or re-run the backup."
+            )
+
+    if c.tool is None:
+        yield from hashed()
+        check()
+        return
+    out: list[bytes] = []
+    try:
+        run_pipeline([Stage(c.name, c.decompress_argv(1))], source=hashed(), sink=out.append, label=key, progress_every=None)
+    except Exception as exc:
+        raise IntegrityError(f"chunk {where} cannot be decompressed ({exc}); nothing of it was loaded.") from exc
+    check()
+    yield from out

@@ -1,0 +1,328 @@
+"""Logical backups on real servers: Sakila and the edge-case corpus, checked against the source."""
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import subprocess
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from lastline import dialect, logical_backup as lb
+from lastline.chunk_files import read_chunk
+from lastline.manifest import LogicalManifest, read_manifest
+from lastline.storage import open_storage
+
+pytestmark = pytest.mark.e2e
+
+
+def _dump(dest: Path, **conf) -> LogicalManifest:
+    """A logical backup through the task functions (no scheduler), returning its manifest."""
+    plan = lb.preflight({"source_conn_id": "t_lsource", "destination": f"file://{dest}", **conf})
+    lb.dump(plan)
+    return read_manifest(open_storage(f"file://{dest}"), plan["backup_id"], "logical")
+
+
+def _source_sums(server, manifest: LogicalManifest) -> dict[str, tuple[int, str]]:
+    """What the source says now: (rows, checksum) per table, by the manifest's own expression."""
+    conn = server.connect()
+    try:
+        cur = conn.cursor()
+        cur.execute("SET time_zone = '+00:00'")
+        out = {}
+        for t in manifest.tables:
+            cur.execute(dialect.checksum_sql(t.schema, t.name, [dialect.Column(**c) for c in t.columns]))
+            rows, checksum = cur.fetchone()
+            out[f"{t.schema}.{t.name}"] = (int(rows), str(checksum))
+        return out
+    finally:
+        conn.close()
+
+
+def _chunk_lines(dest: Path, manifest: LogicalManifest, table: str) -> list[bytes]:
+    storage = open_storage(f"file://{dest}")
+    (t,) = [t for t in manifest.tables if f"{t.schema}.{t.name}" == table]
+    data = b"".join(
+        b"".join(read_chunk(storage, f"{manifest.backup_id}/{c.file}", manifest.compression, c.sha256)) for c in t.chunks
+    )
+    return _lines(data)
+
+
+def _lines(data: bytes) -> list[bytes]:
+    """Lines as the dialect ends them (LF only: CR, VT, FF are data)."""
+    assert data == b"" or data.endswith(b"\n")
+    return data.split(b"\n")[:-1]
+
+
+@pytest.fixture(scope="module")
+def corpus_backup(logical_source, tmp_path_factory):
+    dest = tmp_path_factory.mktemp("lbackups")
+    return dest, _dump(dest, databases=["sakila", "edge"], chunk_rows=1000)
+
+
+def test_dag_backs_up_sakila_and_corpus_with_manifest_equal_to_source(run_dag, logical_source, tmp_path):
+    dest = tmp_path / "b"
+    state, tis, logs = run_dag("logical_backup", {
+        "source_conn_id": "t_lsource", "destination": f"file://{dest}", "databases": ["sakila", "edge"], "chunk_rows": 1000,
+    })
+    assert state == "success", tis
+    assert logical_source.server().password not in logs
+    assert "tables," in logs and "chunks," in logs and "MB/s" in logs  # progress lines
+    (backup,) = [p for p in dest.iterdir() if p.is_dir()]
+    manifest = LogicalManifest.from_json((backup / "manifest.json").read_text())
+    assert _source_sums(logical_source.server(), manifest) == {f"{t.schema}.{t.name}": (t.rows, t.checksum) for t in manifest.tables}
+    names = {f"{t.schema}.{t.name}" for t in manifest.tables}
+    assert {"sakila.payment", "sakila.film_text", "edge.no_key", "edge.we!rd tab`le/x"} <= names
+    assert manifest.binlog_file and manifest.binlog_position and manifest.gtid
+    assert manifest.rows == sum(t.rows for t in manifest.tables) > 40000
+
+
+def test_chunking_follows_the_key_and_files_hold_what_the_manifest_says(corpus_backup):
+    dest, m = corpus_backup
+    tables = {f"{t.schema}.{t.name}": t for t in m.tables}
+    assert tables["edge.key_enum"].chunking.startswith("no usable key")
+    assert tables["edge.unique_notnull"].chunking == "unique key uu ranges" and tables["edge.unique_notnull"].key == ["u"]
+    assert tables["edge.key_composite"].key == ["a", "b", "c"]
+    for name in ("edge.key_string", "edge.key_composite", "edge.key_datetime", "edge.key_binary", "sakila.payment"):
+        assert len(tables[name].chunks) >= 2, name  # big enough to be cut at chunk_rows=1000
+    assert [c.rows for c in tables["edge.no_key"].chunks] == [1000, 1000, 502]
+    storage = open_storage(f"file://{dest}")
+    for t in m.tables:
+        assert sum(c.rows for c in t.chunks) == t.rows
+        for c in t.chunks:
+            lines = _lines(b"".join(read_chunk(storage, f"{m.backup_id}/{c.file}", m.compression, c.sha256)))
+            assert len(lines) == c.rows and c.rows > 0
+    # chunk ranges do not overlap: every key appears once
+    keys = [line.split(b"\t")[0] for line in _chunk_lines(dest, m, "edge.key_string")]
+    assert len(keys) == len(set(keys)) == 3000
+
+
+def test_columns_counters_and_engines(corpus_backup):
+    _dest, m = corpus_backup
+    tables = {f"{t.schema}.{t.name}": t for t in m.tables}
+    assert [c["name"] for c in tables["edge.invisible_generated"].columns] == ["id", "a", "secret"]
+    assert tables["edge.counters"].auto_increment == 1000
+    assert tables["edge.myisam_t"].engine == "MyISAM" and tables["edge.myisam_t"].consistent
+    assert tables["edge.aria_t"].consistent
+    enc = {c["name"]: c["encoding"] for c in tables["edge.numbers"].columns}
+    assert enc["f"] == "double" and enc["d"] == "plain"
+    assert {c["name"]: c["encoding"] for c in tables["edge.binaries"].columns}["b64"] == "bit"
+    assert {c["name"]: c["encoding"] for c in tables["edge.geo"].columns}["g"] == "hex"
+    assert tables["edge.charsets"].charset == "latin1"
+    assert "NO_AUTO_CREATE_USER" in m.sql_mode and m.time_zone == "+00:00"
+
+
+def test_dialect_keeps_null_like_strings_apart(corpus_backup):
+    dest, m = corpus_backup
+    lines = dict(line.split(b"\t", 1) for line in _chunk_lines(dest, m, "edge.null_like"))
+    assert lines[b"1"] == b"\\N\t\\N"  # NULL
+    assert lines[b"2"] == b"NULL\tnull"  # the string
+    assert lines[b"3"] == b"\\\\N\t\\\\n"  # backslash-N, escaped
+    assert lines[b"4"] == b"\t"  # empty strings
+
+
+def test_schema_objects_are_kept_apart_and_ordered(corpus_backup):
+    dest, m = corpus_backup
+    schema = json.loads((dest / m.backup_id / m.schema_file).read_text())
+    views = [v["name"] for v in schema["views"] if v["schema"] == "edge"]
+    assert views.index("z_base") < views.index("m_middle") < views.index("a_top")
+    triggers = [t["name"] for t in schema["triggers"] if t["schema"] == "edge"]
+    assert triggers == ["counters_ai", "counters_ai2"]
+    body = next(t["create"] for t in schema["triggers"] if t["name"] == "counters_ai")
+    assert "-- a comment, 'quotes', \"double\", and a tab:\there" in body  # byte for byte
+    greet = next(r for r in schema["routines"] if r["name"] == "greet")
+    assert "ANSI_QUOTES" in greet["sql_mode"] and "PIPES_AS_CONCAT" in greet["sql_mode"]
+    assert any(r["name"] == "count_audit" and "fake delimiter" in r["create"] for r in schema["routines"])
+    assert [e["name"] for e in schema["events"]] == ["purge_audit"]
+    seqs = {s["name"]: s["next_value"] for s in schema["sequences"]}
+    assert seqs["seq_orders"] >= 110 and seqs["seq_plain"] == 2
+    assert {d["name"]: d["charset"] for d in schema["databases"]}["edge"] == "latin1"
+    assert "DELIMITER ;;" in (dest / m.backup_id / "schema.sql").read_text()
+
+
+def _load_into(target, dest: Path, m: LogicalManifest) -> None:
+    """Tables from schema.json, then every chunk with the dialect's LOAD DATA (a restore in miniature)."""
+    schema = json.loads((dest / m.backup_id / m.schema_file).read_text())
+    storage = open_storage(f"file://{dest}")
+    conn = target.server().connect(local_infile=1)
+    try:
+        cur = conn.cursor()
+        cur.execute(dialect.LOAD_SESSION)
+        for d in schema["databases"]:
+            cur.execute(f"DROP DATABASE IF EXISTS {dialect.quote_ident(d['name'])}")
+            cur.execute(d["create"])
+        for t in schema["tables"] + schema["sequences"]:
+            cur.execute(f"USE {dialect.quote_ident(t['schema'])}")
+            cur.execute(t["create"])
+        for t in m.tables:
+            cols = [dialect.Column(**c) for c in t.columns]
+            for c in t.chunks:
+                with tempfile.NamedTemporaryFile() as fh:
+                    for data in read_chunk(storage, f"{m.backup_id}/{c.file}", m.compression, c.sha256):
+                        fh.write(data)
+                    fh.flush()
+                    cur.execute(dialect.load_sql(t.schema, t.name, cols), (fh.name,))
+                    cur.execute("SHOW WARNINGS")
+                    assert cur.fetchall() == (), f"{t.schema}.{t.name}: warnings on load"
+        conn.commit()
+    finally:
+        conn.close()
+
+
+def test_round_trip_of_every_corner_is_exact(corpus_backup, logical_source, logical_target):
+    dest, m = corpus_backup
+    _load_into(logical_target, dest, m)
+    src, dst = logical_source.server(), logical_target.server()
+    assert _source_sums(dst, m) == _source_sums(src, m) == {f"{t.schema}.{t.name}": (t.rows, t.checksum) for t in m.tables}
+
+    def checksum_table(server):
+        conn = server.connect()
+        try:
+            cur = conn.cursor()
+            out = {}
+            for t in m.tables:
+                cur.execute(f"CHECKSUM TABLE {dialect.qualified(t.schema, t.name)}")
+                out[f"{t.schema}.{t.name}"] = cur.fetchone()[1]
+            return out
+        finally:
+            conn.close()
+
+    a, b = checksum_table(src), checksum_table(dst)
+    assert a == b, sorted(k for k in a if a[k] != b[k])
+
+
+def test_concurrent_writes_after_the_snapshot_are_absent_in_every_table(logical_source, tmp_path):
+    src = logical_source.server()
+    setup = src.connect()
+    cur = setup.cursor()
+    cur.execute("CREATE DATABASE IF NOT EXISTS conc")
+    for t, engine in (("a", "InnoDB"), ("b", "InnoDB"), ("c", "MyISAM")):
+        cur.execute(f"CREATE OR REPLACE TABLE conc.{t} (id INT PRIMARY KEY) ENGINE={engine}")
+    setup.close()
+    stop, count = threading.Event(), [0]
+
+    def writer():
+        conn = src.connect()
+        c = conn.cursor()
+        i = 0
+        while not stop.is_set():
+            i += 1
+            c.execute("INSERT INTO conc.c VALUES (%s)", (i,))  # MyISAM first: it may lead by one
+            c.execute("INSERT INTO conc.a VALUES (%s)", (i,))
+            c.execute("INSERT INTO conc.b VALUES (%s)", (i,))
+            conn.commit()
+            count[0] = i
+        conn.close()
+
+    th = threading.Thread(target=writer, daemon=True)
+    th.start()
+    while count[0] < 200:
+        time.sleep(0.01)
+    m = _dump(tmp_path, databases=["conc", "sakila", "edge"], chunk_rows=1000)
+    during = count[0]
+    time.sleep(0.2)
+    stop.set()
+    th.join()
+    ids = {t: sorted(int(x) for x in _chunk_lines(tmp_path, m, f"conc.{t}")) for t in "abc"}
+    k = len(ids["a"])
+    assert 200 <= k < count[0], "the writer must have run before and after the snapshot"
+    assert ids["a"] == ids["b"] == list(range(1, k + 1)), "one transaction's rows split by the snapshot"
+    assert ids["c"] in (list(range(1, k + 1)), list(range(1, k + 2))), "MyISAM table not dumped under the lock"
+    assert during > 200 and {t.name: t.rows for t in m.tables if t.schema == "conc"} == {"a": k, "b": k, "c": len(ids["c"])}
+
+
+def test_s3_destination_with_pigz(run_dag, logical_source, s3_server):
+    state, tis, _logs = run_dag("logical_backup", {
+        "source_conn_id": "t_lsource", "destination": "s3://backups/logical", "aws_conn_id": "t_s3",
+        "databases": ["sakila"], "compression": "pigz", "chunk_rows": 5000,
+    })
+    assert state == "success", tis
+    from lastline.manifest import resolve_backup
+
+    storage, backup_id = resolve_backup("s3://backups/logical/latest", "t_s3", "logical")
+    m = read_manifest(storage, backup_id, "logical")
+    assert m.compression == "pigz" and len(m.tables) == 16
+    payment = next(t for t in m.tables if t.name == "payment")
+    assert len(payment.chunks) >= 3 and all(c.file.endswith(".tsv.gz") for c in payment.chunks)
+    lines = _lines(b"".join(
+        b"".join(read_chunk(storage, f"{backup_id}/{c.file}", "pigz", c.sha256)) for c in payment.chunks
+    ))
+    assert len(lines) == payment.rows == 16049
+
+
+def test_unknown_database_is_named(run_dag, logical_source, tmp_path):
+    state, tis, logs = run_dag("logical_backup", {
+        "source_conn_id": "t_lsource", "destination": f"file://{tmp_path}", "databases": ["sakila", "nope"],
+    })
+    assert state == "failed" and tis["preflight"] == "failed"
+    assert "unknown database(s) nope" in logs
+
+
+def test_missing_reload_privilege_is_named_and_leaves_no_manifest(run_dag, logical_source, tmp_path):
+    from conftest import set_conn
+
+    conn = logical_source.server().connect()
+    cur = conn.cursor()
+    cur.execute("CREATE OR REPLACE USER 'weak'@'127.0.0.1' IDENTIFIED BY 'weak-pw-1'")
+    cur.execute("GRANT SELECT, SHOW VIEW, EVENT, TRIGGER ON *.* TO 'weak'@'127.0.0.1'")
+    conn.close()
+    set_conn("t_weak", logical_source)
+    weak = json.loads(os.environ["AIRFLOW_CONN_T_WEAK"])
+    weak.update(login="weak", password="weak-pw-1")
+    os.environ["AIRFLOW_CONN_T_WEAK"] = json.dumps(weak)
+    state, tis, logs = run_dag("logical_backup", {"source_conn_id": "t_weak", "destination": f"file://{tmp_path}", "databases": ["sakila"]})
+    assert state == "failed" and tis["dump"] == "failed"
+    assert "RELOAD" in logs
+    assert not list(tmp_path.glob("*/manifest.json"))
+
+
+def test_lost_connection_mid_dump_is_clear_and_leaves_no_manifest(logical_source, tmp_path):
+    src = logical_source.server()
+    killed: list[int] = []
+
+    def killer():
+        conn = src.connect()
+        cur = conn.cursor()
+        deadline = time.monotonic() + 30
+        while not killed and time.monotonic() < deadline:
+            cur.execute("SELECT ID FROM information_schema.PROCESSLIST WHERE INFO LIKE 'SELECT CAST(CONCAT_WS%%payment%%'")
+            for (pid,) in cur.fetchall():
+                with contextlib.suppress(Exception):
+                    cur.execute(f"KILL CONNECTION {int(pid)}")
+                    killed.append(pid)
+        conn.close()
+
+    th = threading.Thread(target=killer, daemon=True)
+    th.start()
+    plan = lb.preflight({"source_conn_id": "t_lsource", "destination": f"file://{tmp_path}", "databases": ["sakila"], "chunk_rows": 1000})
+    from lastline.errors import LastlineError
+
+    with pytest.raises(LastlineError) as err:
+        for _ in range(20):  # until the killer catches a payment chunk in flight
+            plan["backup_id"] = plan["backup_id"][:16] + f"-{_}"
+            lb.dump(plan)
+    th.join()
+    assert killed
+    assert "lost the connection to the source while dumping sakila.payment" in str(err.value)
+    assert "no manifest" in str(err.value)
+    assert not (tmp_path / plan["backup_id"] / "manifest.json").exists()
+
+
+def test_full_destination_is_named_and_leaves_no_manifest(logical_source, tmp_path):
+    mnt = tmp_path / "small"
+    mnt.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(mnt)], capture_output=True).returncode:
+        pytest.skip("cannot mount a small tmpfs here (needs root or CAP_SYS_ADMIN)")
+    try:
+        plan = lb.preflight({"source_conn_id": "t_lsource", "destination": f"file://{mnt}", "databases": ["sakila"], "compression": "none"})
+        from lastline.errors import StorageError
+
+        with pytest.raises(StorageError, match="destination is full"):
+            lb.dump(plan)
+        assert not (mnt / plan["backup_id"] / "manifest.json").exists()
+    finally:
+        subprocess.run(["umount", str(mnt)], check=False)
