@@ -1,6 +1,6 @@
 """Physical backup + restore: the DAGs against the same shell pipeline run by hand, same data, one run.
 
-    make bench ARGS="--gb 1"        (or: PYTHONPATH=include .venv/bin/python bench/physical_bench.py --gb 1)
+    make bench-physical ARGS="--gb 1"        (or: PYTHONPATH=include .venv/bin/python bench/physical_bench.py --gb 1)
 
 Measures, on one sandbox source of about --gb GB:
 1. the raw backup pipeline `mariabackup --stream | <codec> > file` for zstd, pigz and pigz --fast

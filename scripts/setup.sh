@@ -6,6 +6,8 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
 
 PACKAGES=(mariadb-server mariadb-client mariadb-backup pigz zstd pkg-config libmariadb-dev gcc procps openssh-server openssh-client)
+# benchmarks compare against these; tests and the demo do not need them
+[ "${LASTLINE_BENCH:-0}" = 1 ] && PACKAGES+=(mydumper)
 missing=()
 for p in "${PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

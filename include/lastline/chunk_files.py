@@ -21,7 +21,8 @@ class Written:
 
 
 def write_chunk(storage: Storage, key: str, source: Iterable[bytes], compression: str) -> Written:
-    """Compress `source` (one thread: the dump runs several files at once) into `key`, atomically."""
+    """Compress `source` into `key`, atomically: one thread at the fast level (the dump runs several
+    files at once, and the server and the client share the same cores)."""
     c = codec(compression)
     with storage.writer(key) as writer:
         if c.tool is None:
@@ -32,7 +33,8 @@ def write_chunk(storage: Storage, key: str, source: Iterable[bytes], compression
                 writer.write(data)
             return Written(n, digest.hexdigest(), n)
         result = run_pipeline(
-            [Stage(c.name, c.compress_argv(1))], source=source, sink=writer.write, label=key, progress_every=None
+            [Stage(c.name, c.compress_argv(1, fast=True))], source=source, sink=writer.write, label=key, progress_every=None,
+            hash_source=False,
         )
     return Written(result.bytes_out, result.sha256_out or "", result.bytes_in)
 

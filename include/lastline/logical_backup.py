@@ -36,7 +36,7 @@ log = logging.getLogger(__name__)
 # bench/logical_bench.py: 100k-1M rows all dump at the same speed here; 250k keeps chunk files
 # around 20-60 MB raw, enough of them for a parallel restore to balance, few enough for Airflow.
 DEFAULT_CHUNK_ROWS = 250_000
-FETCH_ROWS = 5_000
+FETCH_ROWS = 10_000
 SCHEMA_FILE = "schema.json"
 
 
@@ -154,13 +154,13 @@ class Progress:
         self.start = self.last = time.monotonic()
         self.tables_done = self.chunks = self.rows = self.raw = self.bytes = 0
 
-    def line(self) -> str:
+    def line(self, final: bool = False) -> str:
         elapsed = max(time.monotonic() - self.start, 1e-6)
         text = (
             f"dump: {self.tables_done}/{self.tables} tables, {self.chunks} chunks, {self.rows:,} rows, "
             f"{self.raw / 1e6:,.1f} MB raw -> {self.bytes / 1e6:,.1f} MB, {self.raw / 1e6 / elapsed:.1f} MB/s"
         )
-        if self.est_rows and self.rows < self.est_rows and self.rows:
+        if not final and self.est_rows and self.rows < self.est_rows and self.rows:
             text += f", ~{(self.est_rows - self.rows) * elapsed / self.rows:.0f} s left (estimated rows)"
         return text
 
@@ -370,7 +370,7 @@ def dump(plan: dict) -> dict:
     storage.write_bytes(f"{backup_id}/{SCHEMA_FILE}", schema_bytes)
     storage.write_bytes(f"{backup_id}/schema.sql", render_sql(schema).encode())
     seconds = time.monotonic() - t0
-    log.info("%s", dumper.progress.line())
+    log.info("%s", dumper.progress.line(final=True))
     manifest = build_manifest(plan, coords, states, schema, hashlib.sha256(schema_bytes).hexdigest(), started_at, seconds, pool.lock_seconds)
     where = write_manifest(storage, manifest)
     log.info(

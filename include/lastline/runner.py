@@ -175,13 +175,15 @@ def run_pipeline(
     expected_bytes: int | None = None,
     progress_every: float | None = 5.0,
     host: Host = LOCAL,
+    hash_source: bool = True,
 ) -> PipelineResult:
     """Run `stages` as one OS pipeline; feed `source` into the first, drain the last into `sink`.
 
     Raises PipelineError naming the stage that failed first (stages killed by SIGPIPE only because a
     later stage stopped are not blamed), with its exit status and the tail of its stderr. Errors
     raised by `source` or `sink` (a read or a write that failed) stop every stage and rise as they are.
-    `progress_every=None`: no progress lines (for the many small pipelines of a logical dump).
+    `progress_every=None`: no progress lines (for the many small pipelines of a logical dump);
+    `hash_source=False`: count the source's bytes but skip its sha256 (sha256_in is then None).
     """
     if not stages:
         raise LastlineError("empty pipeline")
@@ -189,7 +191,7 @@ def run_pipeline(
     procs: list[subprocess.Popen] = []
     errfiles: list[str] = []
     feed_error: list[BaseException] = []
-    in_hash, out_hash = hashlib.sha256(), hashlib.sha256()
+    in_hash, out_hash = (hashlib.sha256() if hash_source else None), hashlib.sha256()
     counters = {"in": 0, "out": 0}
     progress = Progress(label, expected_bytes, progress_every or float("inf"))
     try:
@@ -256,7 +258,7 @@ def run_pipeline(
             stages=results,
             seconds=seconds,
             bytes_in=counters["in"],
-            sha256_in=in_hash.hexdigest() if source is not None else None,
+            sha256_in=in_hash.hexdigest() if source is not None and in_hash is not None else None,
             bytes_out=counters["out"],
             sha256_out=out_hash.hexdigest() if sink is not None else None,
             stderr={r.name: r.stderr for r in results if r.stderr is not None},
@@ -275,7 +277,8 @@ def _feed(source: Iterable[bytes], proc: subprocess.Popen, digest, counters, err
     stdin = proc.stdin
     try:
         for chunk in source:
-            digest.update(chunk)
+            if digest is not None:
+                digest.update(chunk)
             counters["in"] += len(chunk)
             progress.add(len(chunk))
             stdin.write(chunk)

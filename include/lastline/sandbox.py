@@ -257,22 +257,27 @@ class Instance:
         """Generate about `megabytes` MB of InnoDB rows in `bulk.t1..tN` (sequence engine, in-server)."""
         row_bytes = 300  # id + ints + a 200-char payload + the secondary index, as InnoDB stores it
         rows = max(1, megabytes * 1_000_000 // row_bytes // tables)
+        self.load_tables("bulk", {f"t{t}": rows for t in range(1, tables + 1)})
+
+    def load_tables(self, database: str, rows: dict[str, int]) -> None:
+        """(Re)create sysbench-shaped tables (id, k, c, pad; KEY k) with the given row counts, in-server."""
         conn = self.server().connect()
         cur = conn.cursor()
-        cur.execute("CREATE DATABASE IF NOT EXISTS bulk")
-        cur.execute("USE bulk")
+        cur.execute(f"CREATE DATABASE IF NOT EXISTS `{database}`")
+        cur.execute(f"USE `{database}`")  # the seq_ tables of the sequence engine need a current database
         cur.execute("SET SESSION sql_log_bin=0")
-        for t in range(1, tables + 1):
-            cur.execute(f"DROP TABLE IF EXISTS bulk.t{t}")
+        for name, n in rows.items():
+            table = f"`{database}`.`{name}`"
+            cur.execute(f"DROP TABLE IF EXISTS {table}")
             cur.execute(
-                f"CREATE TABLE bulk.t{t} (id BIGINT UNSIGNED PRIMARY KEY, k INT NOT NULL, "
+                f"CREATE TABLE {table} (id BIGINT UNSIGNED PRIMARY KEY, k INT NOT NULL, "
                 "c CHAR(120) NOT NULL, pad VARCHAR(80) NOT NULL, KEY k (k)) ENGINE=InnoDB"
             )
             step = 200_000
-            for lo in range(1, rows + 1, step):
-                hi = min(rows, lo + step - 1)
+            for lo in range(1, n + 1, step):
+                hi = min(n, lo + step - 1)
                 cur.execute(
-                    f"INSERT INTO bulk.t{t} SELECT seq, FLOOR(RAND(seq)*1000000), "
+                    f"INSERT INTO {table} SELECT seq, FLOOR(RAND(seq)*1000000), "
                     "CONCAT_WS('-', MD5(seq), MD5(seq+1), MD5(seq+2)), CONCAT(SHA1(seq), SHA1(seq*3)) "
                     f"FROM seq_{lo}_to_{hi}"
                 )
