@@ -326,3 +326,13 @@ def test_full_destination_is_named_and_leaves_no_manifest(logical_source, tmp_pa
         assert not (mnt / plan["backup_id"] / "manifest.json").exists()
     finally:
         subprocess.run(["umount", str(mnt)], check=False)
+
+
+def test_include_grants_keeps_users_and_their_grants(logical_source, tmp_path):
+    m = _dump(tmp_path, databases=["edge"], include_grants=True)
+    schema = json.loads((tmp_path / m.backup_id / m.schema_file).read_text())
+    users = {(g["user"], g["host"]): g for g in schema["grants"]}
+    lastline = users[("lastline", "127.0.0.1")]
+    assert lastline["create"].startswith("CREATE USER") and any("GRANT ALL PRIVILEGES" in g for g in lastline["grants"])
+    assert ("mariadb.sys", "localhost") not in users
+    assert m.include_grants
