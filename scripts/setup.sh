@@ -39,7 +39,7 @@ if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
   echo "setup: installing Python packages (pinned in requirements.txt + constraints.txt)"
   .venv/bin/pip install -q --upgrade pip 2>&1 | grep -v "is ignored" || true
   .venv/bin/pip install -q -r requirements.txt 2>&1 | grep -v "is ignored" || true
-  .venv/bin/python -c "import airflow.sdk, MySQLdb, boto3, moto, paramiko" # fail here if the install did not
+  .venv/bin/python -c "import airflow.sdk, MySQLdb, boto3, moto, paramiko, matplotlib" # fail here if the install did not
   echo "$want" > "$stamp"
 fi
 

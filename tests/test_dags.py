@@ -33,3 +33,17 @@ def test_logical_backup_shape(dagbag):
     assert dag.params["chunk_rows"] == 250_000
     assert [t.task_id for t in dag.topological_sort()] == ["preflight", "dump", "prune"]
     assert "one task" in dag.doc_md.lower()  # why the parallelism lives inside the dump task
+
+
+def test_logical_restore_shape(dagbag):
+    dag = dagbag.get_dag("logical_restore")
+    assert type(dag.timetable).__name__ == "NullTimetable"  # manual only
+    assert set(dag.params.keys()) >= {
+        "target_conn_id", "backup", "databases", "parallel", "tune", "restart_allowed", "defer_indexes", "force", "aws_conn_id",
+    }
+    order = [t.task_id for t in dag.topological_sort()]
+    assert order == ["preflight", "snapshot_config", "tune", "create_schema", "plan", "load", "finalize", "revert", "verify", "report"]
+    revert, snap = dag.get_task("revert"), dag.get_task("snapshot_config")
+    assert revert.is_teardown and snap.is_setup and revert.on_failure_fail_dagrun
+    assert dag.get_task("verify").upstream_task_ids >= {"finalize", "revert"}  # never verifies a failed load
+    assert dag.get_task("load").map_index_template == "{{ unit_name }}"

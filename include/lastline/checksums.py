@@ -4,6 +4,7 @@ from __future__ import annotations
 from lastline.servers import Server
 
 SYSTEM_SCHEMAS = ("mysql", "information_schema", "performance_schema", "sys")
+META_DB = "_lastline"  # lastline's own bookkeeping on a restore target (config snapshot, ledger)
 
 
 def user_tables(server: Server) -> list[tuple[str, str]]:

@@ -11,7 +11,7 @@ import logging
 import re
 from typing import Any
 
-from lastline.checksums import SYSTEM_SCHEMAS
+from lastline.checksums import META_DB, SYSTEM_SCHEMAS
 from lastline.dialect import qualified, quote_ident
 from lastline.errors import PreflightError
 
@@ -37,7 +37,7 @@ def resolve_databases(cur: Any, requested: list[str] | None) -> list[str]:
     cur.execute("SELECT SCHEMA_NAME FROM information_schema.SCHEMATA ORDER BY 1")
     present = [_text(r[0]) for r in cur.fetchall()]
     if not requested:
-        return [d for d in present if d not in SYSTEM_SCHEMAS]
+        return [d for d in present if d not in SYSTEM_SCHEMAS and d != META_DB]
     missing = [d for d in requested if d not in present]
     if missing:
         raise PreflightError(
@@ -218,3 +218,26 @@ def auto_increment(create: str) -> int | None:
     """The AUTO_INCREMENT counter of a CREATE TABLE statement, if it has one."""
     m = AUTO_INCREMENT_RE.search(create)
     return int(m.group(1)) if m else None
+
+
+DEFERRABLE = re.compile(r"^\s*(UNIQUE KEY|KEY|FULLTEXT KEY|SPATIAL KEY|CONSTRAINT\s+`(?:[^`]|``)*`\s+FOREIGN KEY)\b")
+
+
+def split_deferred(create: str) -> tuple[str, list[str], list[str]]:
+    """CREATE TABLE without its secondary indexes and foreign keys (as SHOW CREATE TABLE prints them,
+    one definition per line), plus those definitions: (create, index definitions, foreign keys).
+    The primary key stays: chunks load in its order."""
+    lines = create.split("\n")
+    keep, indexes, fks = [], [], []
+    for line in lines:
+        m = DEFERRABLE.match(line)
+        if m:
+            (fks if "FOREIGN KEY" in m.group(1) else indexes).append(line.strip().rstrip(","))
+        else:
+            keep.append(line)
+    # the last kept definition before ") ENGINE=..." must not end with a comma
+    for i in range(len(keep) - 1, 0, -1):
+        if keep[i].startswith(")"):
+            keep[i - 1] = keep[i - 1].rstrip().rstrip(",")
+            break
+    return "\n".join(keep), indexes, fks

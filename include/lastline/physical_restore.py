@@ -134,25 +134,12 @@ def preflight(conf: dict) -> dict:
     return plan
 
 
-def _answers(server: Server) -> bool:
-    try:
-        server.connect(connect_timeout=2).close()
-        return True
-    except ServerError:
-        return False
-
-
 def stop_target(plan: dict, timeout: float = 120) -> dict:
     """Stop the target with its service_stop command and wait until it no longer answers."""
     server = _target(plan)
-    t0 = time.monotonic()
-    server.runner().shell(server.service_stop, timeout=timeout)
-    while _answers(server):
-        if time.monotonic() - t0 > timeout:
-            raise ServerError(f"{server.describe()} still answers {timeout:.0f} s after `{server.service_stop}`.")
-        time.sleep(0.5)
-    log.info("target %s stopped in %.1f s", server.describe(), time.monotonic() - t0)
-    return {"seconds": round(time.monotonic() - t0, 3)}
+    seconds = server.stop_service(timeout)
+    log.info("target %s stopped in %.1f s", server.describe(), seconds)
+    return {"seconds": round(seconds, 3)}
 
 
 def extract(plan: dict) -> dict:
@@ -214,14 +201,9 @@ def start_target(plan: dict, timeout: float = 180) -> dict:
     server = _target(plan)
     if datadir_state(plan["datadir"]) == "partial":
         raise IntegrityError(f"{plan['datadir']} holds an unfinished restore ({MARKER}): refusing to start the target.")
-    t0 = time.monotonic()
-    server.runner().shell(server.service_start, timeout=timeout)
-    while not _answers(server):
-        if time.monotonic() - t0 > timeout:
-            raise ServerError(f"{server.describe()} does not answer {timeout:.0f} s after `{server.service_start}`.")
-        time.sleep(0.5)
-    log.info("target %s started in %.1f s", server.describe(), time.monotonic() - t0)
-    return {"seconds": round(time.monotonic() - t0, 3)}
+    seconds = server.start_service(timeout)
+    log.info("target %s started in %.1f s", server.describe(), seconds)
+    return {"seconds": round(seconds, 3)}
 
 
 def plausible(actual: int, estimate: int) -> bool:

@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import os
 import tempfile
+import time
 from dataclasses import dataclass, field
 from typing import Any, Iterator
 
@@ -98,6 +99,34 @@ class Server:
         from lastline.runner import host_for
 
         return host_for(self.ssh_conn_id)
+
+    def answers(self) -> bool:
+        """Whether the server accepts a connection right now."""
+        try:
+            self.connect(connect_timeout=2).close()
+            return True
+        except ServerError:
+            return False
+
+    def stop_service(self, timeout: float = 120) -> float:
+        """Run service_stop and wait until the server no longer answers; returns seconds."""
+        t0 = time.monotonic()
+        self.runner().shell(self.service_stop, timeout=timeout)
+        while self.answers():
+            if time.monotonic() - t0 > timeout:
+                raise ServerError(f"{self.describe()} still answers {timeout:.0f} s after `{self.service_stop}`.")
+            time.sleep(0.5)
+        return time.monotonic() - t0
+
+    def start_service(self, timeout: float = 180) -> float:
+        """Run service_start and wait until the server answers; returns seconds."""
+        t0 = time.monotonic()
+        self.runner().shell(self.service_start, timeout=timeout)
+        while not self.answers():
+            if time.monotonic() - t0 > timeout:
+                raise ServerError(f"{self.describe()} does not answer {timeout:.0f} s after `{self.service_start}`.")
+            time.sleep(0.5)
+        return time.monotonic() - t0
 
     def describe(self) -> str:
         """A short human name, free of secrets."""

@@ -1,0 +1,367 @@
+"""The logical restore's stages: preflight, snapshot_config, tune, create_schema, plan, load, finalize,
+revert, verify, report. Each is one Airflow task; see dags/logical_restore.py for the shape."""
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+import time
+from datetime import datetime, timezone
+from typing import Any
+
+from lastline import dialect, tuning
+from lastline.errors import IntegrityError, LastlineError, PreflightError, ProtectedTargetError
+from lastline.logical_load import ensure_ledger, load_unit
+from lastline.logical_schema import split_deferred
+from lastline.manifest import LogicalManifest, read_manifest, resolve_backup
+from lastline.physical import base_version
+from lastline.servers import Server
+from lastline.storage import Storage
+from lastline.work_units import WorkUnit, plan_units
+
+log = logging.getLogger(__name__)
+
+DEFAULT_REDO_BYTES = 1 << 30
+STATE = f"{tuning.META_DB}.restore_state"
+
+
+def _target(plan: dict) -> Server:
+    return Server.from_conn_id(plan["target_conn_id"])
+
+
+def _manifest(plan: dict) -> tuple[Storage, LogicalManifest]:
+    storage, backup_id = resolve_backup(f"{plan['destination']}/{plan['backup_id']}", plan.get("aws_conn_id"), "logical")
+    return storage, read_manifest(storage, backup_id, "logical")
+
+
+def _schema(storage: Storage, manifest: LogicalManifest) -> dict:
+    return json.loads(storage.read_bytes(f"{manifest.backup_id}/{manifest.schema_file}"))
+
+
+def _selected(manifest: LogicalManifest, databases: list[str]) -> list:
+    return [t for t in manifest.tables if t.schema in databases]
+
+
+def _resuming(cur: Any, backup_id: str) -> bool:
+    cur.execute(
+        "SELECT COUNT(*) FROM information_schema.TABLES WHERE TABLE_SCHEMA = %s AND TABLE_NAME = 'restore_state'",
+        (tuning.META_DB,),
+    )
+    if not cur.fetchone()[0]:
+        return False
+    cur.execute(f"SELECT COUNT(*) FROM {STATE} WHERE backup_id = %s AND finished_at IS NULL", (backup_id,))
+    return bool(cur.fetchone()[0])
+
+
+def preflight(conf: dict) -> dict:
+    """Target not protected; manifest present; databases absent or empty (unless force or resuming);
+    local_infile usable; room on disk; a server version that reads the backup. Changes nothing."""
+    server = Server.from_conn_id(conf["target_conn_id"])
+    if server.protected:
+        raise ProtectedTargetError(
+            f"target {server.describe()} is marked protected (production): lastline never restores into it. "
+            "Choose another target, or clear the connection's 'protected' extra if this is a mistake."
+        )
+    storage, backup_id = resolve_backup(conf["backup"], conf.get("aws_conn_id"), "logical")
+    manifest = read_manifest(storage, backup_id, "logical")
+    in_backup = [d["name"] for d in manifest.databases]
+    wanted = conf.get("databases") or in_backup
+    if isinstance(wanted, str):
+        wanted = [d.strip() for d in wanted.split(",") if d.strip()]
+    missing = [d for d in wanted if d not in in_backup]
+    if missing:
+        raise PreflightError(f"database(s) {', '.join(missing)} are not in backup {backup_id}; it holds: {', '.join(in_backup)}.")
+    conn = server.connect(local_infile=1)
+    try:
+        cur = conn.cursor()
+        cur.execute("SELECT @@version, @@local_infile, @@datadir")
+        version, local_infile, datadir = cur.fetchone()
+        if not int(local_infile):
+            raise PreflightError(
+                f"local_infile is OFF on {server.describe()}: set local_infile=ON (SET GLOBAL or my.cnf); "
+                "lastline loads chunks with LOAD DATA LOCAL INFILE."
+            )
+        if base_version(manifest.server_version)[:2] > base_version(version)[:2]:
+            raise PreflightError(
+                f"backup {backup_id} comes from {manifest.server_version}, newer than the target's {version}: its DDL may "
+                "not load there. Restore into a server of the same or a newer version."
+            )
+        resume = _resuming(cur, backup_id)
+        nonempty = []
+        for db in wanted:
+            cur.execute("SELECT COUNT(*) FROM information_schema.TABLES WHERE TABLE_SCHEMA = %s", (db,))
+            if cur.fetchone()[0]:
+                nonempty.append(db)
+        if nonempty and not (conf.get("force") or resume):
+            raise PreflightError(
+                f"database(s) {', '.join(nonempty)} already exist on {server.describe()} and are not empty: set force "
+                "to replace them, or choose other databases."
+            )
+    finally:
+        conn.close()
+    need = sum(t.raw_bytes for t in _selected(manifest, wanted))
+    where = server.datadir or datadir
+    if where and os.path.isdir(where):
+        free = shutil.disk_usage(where).free
+        if free < need * 1.3:
+            raise PreflightError(
+                f"{where} has {free / 1e9:.2f} GB free; loading {need / 1e9:.2f} GB of rows needs about "
+                f"{need * 1.3 / 1e9:.2f} GB with indexes: free space first."
+            )
+    plan = {
+        "target_conn_id": server.conn_id,
+        "destination": storage.url,
+        "backup_id": backup_id,
+        "aws_conn_id": conf.get("aws_conn_id"),
+        "databases": wanted,
+        "parallel": max(1, int(conf.get("parallel") or 2)),
+        "tune": conf.get("tune", True) is not False,
+        "restart_allowed": bool(conf.get("restart_allowed")),
+        "defer_indexes": conf.get("defer_indexes", True) is not False,
+        "force": bool(conf.get("force")),
+        "resume": resume,
+        "redo_log_bytes": int(conf.get("redo_log_bytes") or DEFAULT_REDO_BYTES),
+        "buffer_pool_bytes": int(conf.get("buffer_pool_bytes") or 0) or None,
+        "bytes": need,
+    }
+    log.info(
+        "preflight ok: %s/%s (%d tables, %.1f MB) into %s%s", storage.url, backup_id, len(_selected(manifest, wanted)),
+        need / 1e6, server.describe(), " - resuming an unfinished restore of this backup" if resume else "",
+    )
+    return plan
+
+
+def snapshot_config(plan: dict, run_id: str = "") -> dict:
+    """The setup: record the production values durably on the target (changes no setting)."""
+    snap = tuning.take_snapshot(_target(plan), run_id, datetime.now(timezone.utc).isoformat())
+    return snap.to_dict()
+
+
+def tune(plan: dict) -> dict:
+    """Apply the restore profile (see tuning), or nothing when tune is off."""
+    if not plan["tune"]:
+        log.info("tune: off for this run; loading on the target's own settings")
+        return {"applied": {}, "restarted": False}
+    server = _target(plan)
+    snap = tuning.read_snapshot(server)
+    if snap is None:
+        raise LastlineError("tune: no config snapshot on the target; snapshot_config must run first.")
+    return tuning.apply(
+        server, snap, restart_allowed=plan["restart_allowed"], redo_bytes=plan["redo_log_bytes"],
+        buffer_pool_bytes=plan["buffer_pool_bytes"],
+    )
+
+
+def create_schema(plan: dict) -> dict:
+    """Databases and tables (secondary indexes and foreign keys held back when defer_indexes)."""
+    storage, manifest = _manifest(plan)
+    schema = _schema(storage, manifest)
+    server = _target(plan)
+    conn = server.connect()
+    t0 = time.monotonic()
+    created = 0
+    try:
+        cur = conn.cursor()
+        ensure_ledger(cur)
+        cur.execute(
+            f"CREATE TABLE IF NOT EXISTS {STATE} (backup_id VARBINARY(64) PRIMARY KEY, started_at TIMESTAMP(6) NULL, "
+            "finished_at TIMESTAMP(6) NULL) ENGINE=InnoDB"
+        )
+        resume = _resuming(cur, plan["backup_id"])
+        cur.execute(dialect.LOAD_SESSION)
+        if not resume:
+            for d in schema["databases"]:
+                if d["name"] in plan["databases"]:
+                    cur.execute(f"DROP DATABASE IF EXISTS {dialect.quote_ident(d['name'])}")
+            cur.execute(f"DELETE FROM {tuning.META_DB}.ledger WHERE backup_id = %s", (plan["backup_id"],))
+            cur.execute(f"REPLACE INTO {STATE} VALUES (%s, CURRENT_TIMESTAMP(6), NULL)", (plan["backup_id"],))
+            conn.commit()
+        for d in schema["databases"]:
+            if d["name"] in plan["databases"]:
+                cur.execute(d["create"].replace("CREATE DATABASE", "CREATE DATABASE IF NOT EXISTS", 1))
+        for t in schema["tables"] + schema["sequences"]:
+            if t["schema"] not in plan["databases"]:
+                continue
+            create = split_deferred(t["create"])[0] if plan["defer_indexes"] and t in schema["tables"] else t["create"]
+            cur.execute(f"USE {dialect.quote_ident(t['schema'])}")
+            cur.execute(create.replace("CREATE TABLE", "CREATE TABLE IF NOT EXISTS", 1).replace(
+                "CREATE SEQUENCE", "CREATE SEQUENCE IF NOT EXISTS", 1))
+            created += 1
+        conn.commit()
+    finally:
+        conn.close()
+    log.info("create_schema: %d tables and sequences in %s (%.1f s)%s", created, ", ".join(plan["databases"]),
+             time.monotonic() - t0, "; secondary indexes and foreign keys deferred" if plan["defer_indexes"] else "")
+    return {"tables": created, "seconds": round(time.monotonic() - t0, 3)}
+
+
+def plan_load(plan: dict) -> list[dict]:
+    """The work units (small dicts: they travel through XCom)."""
+    _storage, manifest = _manifest(plan)
+    units = plan_units(manifest, _selected(manifest, plan["databases"]), plan["parallel"])
+    log.info("plan: %d work units for %d lanes: %s", len(units), plan["parallel"],
+             "; ".join(f"{u.name} ({u.bytes / 1e6:.1f} MB)" for u in units))
+    return [u.to_dict() for u in units]
+
+
+def load(plan: dict, unit: dict) -> dict:
+    """Load one work unit (see logical_load)."""
+    storage, manifest = _manifest(plan)
+    return load_unit(_target(plan), storage, manifest, WorkUnit.from_dict(unit), plan["parallel"])
+
+
+def _execute_in_context(server: Server, obj: dict, statement: str) -> None:
+    """Run a trigger/view/routine/event statement under the sql_mode and character set it was created with."""
+    conn = server.connect(charset=obj.get("character_set_client") or "utf8mb4")
+    try:
+        cur = conn.cursor()
+        cur.execute("SET SESSION sql_log_bin = 0")
+        cur.execute(f"USE {dialect.quote_ident(obj['schema'])}")
+        if obj.get("collation_connection"):
+            cur.execute(f"SET SESSION collation_connection = '{obj['collation_connection']}'")
+        cur.execute("SET SESSION sql_mode = %s", (obj.get("sql_mode", ""),))
+        if obj.get("time_zone"):
+            cur.execute("SET SESSION time_zone = %s", (obj["time_zone"],))
+        cur.execute(statement)
+    finally:
+        conn.close()
+
+
+def finalize(plan: dict) -> dict:
+    """Deferred indexes and foreign keys, AUTO_INCREMENT counters, then triggers (after the data),
+    views in dependency order, routines, events, sequence states, ANALYZE TABLE; drop the ledger."""
+    storage, manifest = _manifest(plan)
+    schema = _schema(storage, manifest)
+    server = _target(plan)
+    dbs = plan["databases"]
+    t0 = time.monotonic()
+    steps: dict[str, float] = {}
+    conn = server.connect()
+    try:
+        cur = conn.cursor()
+        cur.execute(dialect.LOAD_SESSION)
+        cur.execute("SET SESSION sql_log_bin = 0")
+        s = time.monotonic()
+        if plan["defer_indexes"]:
+            for t in schema["tables"]:
+                if t["schema"] in dbs:
+                    _add_deferred(cur, t)
+        steps["indexes"] = time.monotonic() - s
+        s = time.monotonic()
+        for t in manifest.tables:
+            if t.schema in dbs and t.auto_increment:
+                cur.execute(f"ALTER TABLE {dialect.qualified(t.schema, t.name)} AUTO_INCREMENT = {int(t.auto_increment)}")
+        steps["auto_increment"] = time.monotonic() - s
+    finally:
+        conn.close()
+    s = time.monotonic()
+    for kind, drop in (("triggers", "TRIGGER"), ("views", "VIEW"), ("routines", None), ("events", "EVENT")):
+        for obj in schema[kind]:
+            if obj["schema"] not in dbs:
+                continue
+            what = drop or obj["type"]
+            _execute_in_context(server, {"schema": obj["schema"]}, f"DROP {what} IF EXISTS {dialect.qualified(obj['schema'], obj['name'])}")
+            _execute_in_context(server, obj, obj["create"])
+    steps["objects"] = time.monotonic() - s
+    conn = server.connect()
+    try:
+        cur = conn.cursor()
+        cur.execute("SET SESSION sql_log_bin = 0")
+        for seq in schema["sequences"]:
+            if seq["schema"] in dbs:
+                cur.execute(f"SELECT SETVAL({dialect.qualified(seq['schema'], seq['name'])}, {int(seq['next_value'])}, 0)")
+                cur.fetchall()
+        s = time.monotonic()
+        for t in manifest.tables:
+            if t.schema in dbs:
+                cur.execute(f"ANALYZE TABLE {dialect.qualified(t.schema, t.name)}")
+                cur.fetchall()
+        steps["analyze"] = time.monotonic() - s
+        cur.execute(f"DELETE FROM {tuning.META_DB}.ledger WHERE backup_id = %s", (plan["backup_id"],))
+        cur.execute(f"UPDATE {STATE} SET finished_at = CURRENT_TIMESTAMP(6) WHERE backup_id = %s", (plan["backup_id"],))
+        cur.execute(f"SELECT COUNT(*) FROM {tuning.META_DB}.ledger")
+        if not cur.fetchone()[0]:
+            cur.execute(f"DROP TABLE {tuning.META_DB}.ledger")
+        conn.commit()
+    finally:
+        conn.close()
+    seconds = time.monotonic() - t0
+    log.info("finalize: %s in %.1f s; ledger dropped", ", ".join(f"{k} {v:.1f} s" for k, v in steps.items()), seconds)
+    return {"seconds": round(seconds, 3), "steps": {k: round(v, 3) for k, v in steps.items()}}
+
+
+def _add_deferred(cur: Any, t: dict) -> None:
+    """Add the table's held-back indexes and foreign keys that are not there yet (idempotent)."""
+    _create, indexes, fks = split_deferred(t["create"])
+    if not indexes and not fks:
+        return
+    table = dialect.qualified(t["schema"], t["name"])
+    cur.execute(
+        "SELECT DISTINCT INDEX_NAME FROM information_schema.STATISTICS WHERE TABLE_SCHEMA = %s AND TABLE_NAME = %s",
+        (t["schema"], t["name"]),
+    )
+    have = {r[0] for r in cur.fetchall()}
+    cur.execute(
+        "SELECT CONSTRAINT_NAME FROM information_schema.TABLE_CONSTRAINTS WHERE TABLE_SCHEMA = %s AND TABLE_NAME = %s "
+        "AND CONSTRAINT_TYPE = 'FOREIGN KEY'", (t["schema"], t["name"]),
+    )
+    have_fk = {r[0] for r in cur.fetchall()}
+
+    def name_of(definition: str) -> str:
+        return definition.split("`")[1].replace("``", "`") if "`" in definition else ""
+
+    plain = [d for d in indexes if name_of(d) not in have and not d.startswith("FULLTEXT")]
+    if plain:
+        cur.execute(f"ALTER TABLE {table} " + ", ".join(f"ADD {d}" for d in plain))
+    for d in indexes:  # InnoDB builds one FULLTEXT index per statement
+        if d.startswith("FULLTEXT") and name_of(d) not in have:
+            cur.execute(f"ALTER TABLE {table} ADD {d}")
+    missing_fks = [d for d in fks if name_of(d) not in have_fk]
+    if missing_fks:
+        cur.execute(f"ALTER TABLE {table} " + ", ".join(f"ADD {d}" for d in missing_fks))
+
+
+def revert(plan: dict) -> dict:
+    """The teardown: put the production configuration back and read it back (fails loudly on a difference)."""
+    return tuning.revert(_target(plan))
+
+
+def verify(plan: dict, snapshot: dict) -> dict:
+    """Per table rows and checksum equal to the manifest; every object present; configuration back."""
+    storage, manifest = _manifest(plan)
+    schema = _schema(storage, manifest)
+    server = _target(plan)
+    t0 = time.monotonic()
+    bad: list[str] = []
+    conn = server.connect()
+    try:
+        cur = conn.cursor()
+        cur.execute("SET SESSION time_zone = '+00:00'")
+        for t in _selected(manifest, plan["databases"]):
+            cur.execute(dialect.checksum_sql(t.schema, t.name, [dialect.Column(**c) for c in t.columns]))
+            rows, checksum = cur.fetchone()
+            if (int(rows), str(checksum)) != (t.rows, t.checksum):
+                bad.append(f"{t.schema}.{t.name}: {rows} rows, checksum {checksum}; backup: {t.rows} rows, checksum {t.checksum}")
+        for kind, sql in (
+            ("views", "SELECT COUNT(*) FROM information_schema.VIEWS WHERE TABLE_SCHEMA = %s AND TABLE_NAME = %s"),
+            ("triggers", "SELECT COUNT(*) FROM information_schema.TRIGGERS WHERE TRIGGER_SCHEMA = %s AND TRIGGER_NAME = %s"),
+            ("routines", "SELECT COUNT(*) FROM information_schema.ROUTINES WHERE ROUTINE_SCHEMA = %s AND ROUTINE_NAME = %s"),
+            ("events", "SELECT COUNT(*) FROM information_schema.EVENTS WHERE EVENT_SCHEMA = %s AND EVENT_NAME = %s"),
+            ("sequences", "SELECT COUNT(*) FROM information_schema.TABLES WHERE TABLE_SCHEMA = %s AND TABLE_NAME = %s AND TABLE_TYPE = 'SEQUENCE'"),
+        ):
+            for obj in schema[kind]:
+                if obj["schema"] in plan["databases"]:
+                    cur.execute(sql, (obj["schema"], obj["name"]))
+                    if not cur.fetchone()[0]:
+                        bad.append(f"{kind[:-1]} {obj['schema']}.{obj['name']} is missing")
+    finally:
+        conn.close()
+    differ = tuning.config_differs(server, snapshot.get("variables", {})) if snapshot else {}
+    bad += [f"configuration: {k} is {a!r}, was {b!r} before the restore" for k, (a, b) in sorted(differ.items())]
+    if bad:
+        raise IntegrityError("verify failed:\n  " + "\n  ".join(bad))
+    tables = len(_selected(manifest, plan["databases"]))
+    log.info("verify ok: %d tables with rows and checksums equal to the backup's, every object present, configuration back (%.1f s)",
+             tables, time.monotonic() - t0)
+    return {"tables": tables, "seconds": round(time.monotonic() - t0, 3)}

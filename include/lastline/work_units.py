@@ -1,0 +1,105 @@
+"""Bin-pack a logical backup's chunks into work units of similar size: one mapped load task each.
+
+What the measurements say (shared/notes/restore-speed-facts.md): one table loaded in key order by one
+loader into an empty table is the fastest; parallel loaders on the same table split pages and build
+the primary index by random inserts. Airflow costs ~1 s of wall and ~0.5 CPU-s per task instance on
+our 2-core machine. So:
+
+- a unit is a run of chunks in key order; a table is split across units only when it is bigger than
+  a unit (so it would otherwise leave lanes idle), and then into contiguous key ranges;
+- small tables are batched together into one unit;
+- the unit size aims at `units_per_lane` units per lane (enough to balance), never below
+  `min_unit_bytes` (tens of units for a few GB, not hundreds), and never more than `max_units`;
+- non-transactional tables (MyISAM, Aria) are never split: they are reloaded whole on a retry;
+- biggest units first, so the long ones start early.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+
+from lastline.manifest import LogicalManifest, LogicalTable
+
+MIN_UNIT_BYTES = 64 << 20
+MAX_UNITS = 64
+
+
+@dataclass
+class Part:
+    """Some chunks of one table: indexes into the manifest's chunk list [first, last]."""
+
+    schema: str
+    table: str
+    first: int
+    last: int
+    bytes: int
+    whole: bool
+
+
+@dataclass
+class WorkUnit:
+    """What one load task does: parts in order."""
+
+    index: int
+    name: str
+    bytes: int
+    parts: list[Part] = field(default_factory=list)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict) -> WorkUnit:
+        return cls(data["index"], data["name"], data["bytes"], [Part(**p) for p in data["parts"]])
+
+
+def _size(t: LogicalTable) -> int:
+    return max(t.raw_bytes, 1)
+
+
+def unit_name(parts: list[Part], totals: dict[tuple[str, str], int]) -> str:
+    """A readable name: `db.table [chunks 12-23]`, `db.table`, or `db.first +N tables`."""
+    p = parts[0]
+    name = f"{p.schema}.{p.table}"
+    if len(parts) == 1:
+        return name if p.whole else f"{name} [chunks {p.first}-{p.last} of {totals[(p.schema, p.table)]}]"
+    return f"{name} +{len(parts) - 1} tables"
+
+
+def plan_units(
+    manifest: LogicalManifest, tables: list[LogicalTable], lanes: int, *, units_per_lane: int = 3,
+    min_unit_bytes: int = MIN_UNIT_BYTES, max_units: int = MAX_UNITS,
+) -> list[WorkUnit]:
+    """The work units for loading `tables` (of `manifest`) with `lanes` loaders at once."""
+    total = sum(_size(t) for t in tables)
+    target = max(min_unit_bytes, math.ceil(total / max(1, lanes * units_per_lane)))
+    target = max(target, math.ceil(total / max_units))
+    groups: list[list[Part]] = []
+    small: list[Part] = []
+    for t in sorted(tables, key=_size, reverse=True):
+        n = len(t.chunks)
+        if n == 0:
+            small.append(Part(t.schema, t.name, 0, -1, 0, True))
+            continue
+        transactional = t.engine.lower() not in ("myisam", "aria", "memory", "csv", "archive", "merge", "mrg_myisam")
+        if _size(t) <= target or n == 1 or not transactional:
+            part = Part(t.schema, t.name, 0, n - 1, _size(t), True)
+            (groups.append([part]) if _size(t) > target / 2 else small.append(part))
+            continue
+        pieces = min(n, math.ceil(_size(t) / target))
+        per = math.ceil(n / pieces)
+        for first in range(0, n, per):
+            last = min(n, first + per) - 1
+            size = sum(c.raw_bytes for c in t.chunks[first:last + 1])
+            groups.append([Part(t.schema, t.name, first, last, size, first == 0 and last == n - 1)])
+    bins: list[list[Part]] = []
+    for part in sorted(small, key=lambda p: p.bytes, reverse=True):  # first fit decreasing
+        for b in bins:
+            if sum(p.bytes for p in b) + part.bytes <= target:
+                b.append(part)
+                break
+        else:
+            bins.append([part])
+    totals = {(t.schema, t.name): len(t.chunks) for t in tables}
+    units = sorted(groups + bins, key=lambda ps: sum(p.bytes for p in ps), reverse=True)
+    return [WorkUnit(i, unit_name(ps, totals), sum(p.bytes for p in ps), ps) for i, ps in enumerate(units)]

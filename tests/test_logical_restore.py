@@ -1,0 +1,210 @@
+"""Logical restores through the DAG on real servers: exact round trips, crashes and re-runs, bad input."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from lastline import dialect, logical_backup as lb, logical_restore as lr, tuning
+from lastline.errors import IntegrityError, PreflightError, ProtectedTargetError, ServerError
+from lastline.manifest import LogicalManifest
+
+pytestmark = pytest.mark.e2e
+
+WATCHED = tuning.TUNED_VARIABLES
+
+
+def _variables(server) -> dict[str, str]:
+    conn = server.connect()
+    try:
+        return tuning.read_variables(conn.cursor(), WATCHED)
+    finally:
+        conn.close()
+
+
+def _objects(server, dbs: tuple[str, ...]) -> dict:
+    """Tables' DDL and CHECKSUM TABLE, and every view, trigger, routine and event body."""
+    conn = server.connect()
+    try:
+        cur = conn.cursor()
+        out = {}
+        ph = ", ".join(["%s"] * len(dbs))
+        cur.execute(f"SELECT TABLE_SCHEMA, TABLE_NAME, TABLE_TYPE FROM information_schema.TABLES WHERE TABLE_SCHEMA IN ({ph})", dbs)
+        for s, t, kind in cur.fetchall():
+            q = dialect.qualified(s, t)
+            if kind == "BASE TABLE":
+                cur.execute(f"SHOW CREATE TABLE {q}")
+                ddl = cur.fetchone()[1]
+                cur.execute(f"CHECKSUM TABLE {q}")
+                out[f"table {s}.{t}"] = (ddl, cur.fetchone()[1])
+            elif kind == "SEQUENCE":
+                cur.execute(f"SELECT next_not_cached_value FROM {q}")
+                out[f"sequence {s}.{t}"] = cur.fetchone()[0]
+        for kind, sql in (
+            ("view", f"SELECT TABLE_SCHEMA, TABLE_NAME, VIEW_DEFINITION FROM information_schema.VIEWS WHERE TABLE_SCHEMA IN ({ph})"),
+            ("trigger", f"SELECT TRIGGER_SCHEMA, TRIGGER_NAME, CONCAT(ACTION_ORDER, ACTION_STATEMENT, SQL_MODE) FROM information_schema.TRIGGERS WHERE TRIGGER_SCHEMA IN ({ph})"),
+            ("routine", f"SELECT ROUTINE_SCHEMA, ROUTINE_NAME, CONCAT(ROUTINE_DEFINITION, SQL_MODE) FROM information_schema.ROUTINES WHERE ROUTINE_SCHEMA IN ({ph})"),
+            ("event", f"SELECT EVENT_SCHEMA, EVENT_NAME, CONCAT(EVENT_DEFINITION, STATUS) FROM information_schema.EVENTS WHERE EVENT_SCHEMA IN ({ph})"),
+        ):
+            cur.execute(sql, dbs)
+            out.update({f"{kind} {s}.{n}": body for s, n, body in cur.fetchall()})
+        return out
+    finally:
+        conn.close()
+
+
+def _diff(a: dict, b: dict) -> list[str]:
+    return sorted(k for k in a.keys() | b.keys() if a.get(k) != b.get(k))
+
+
+@pytest.fixture(scope="module")
+def backups(logical_source, tmp_path_factory) -> Path:
+    """One logical backup of sakila + edge + big (300k rows in 100k-row chunks)."""
+    logical_source.load_tables("big", {"t": 300_000})
+    dest = tmp_path_factory.mktemp("lrestore")
+    plan = lb.preflight({"source_conn_id": "t_lsource", "destination": f"file://{dest}", "databases": ["sakila", "edge", "big"],
+                         "chunk_rows": 100_000})
+    lb.dump(plan)
+    return dest
+
+
+def _conf(dest: Path, **kw) -> dict:
+    return {"target_conn_id": "t_ltarget", "backup": f"file://{dest}/latest", "redo_log_bytes": 128 << 20, **kw}
+
+
+def test_round_trip_of_sakila_and_corpus_is_exact_and_config_comes_back(run_dag, backups, logical_source, logical_target):
+    before = _variables(logical_target.server())
+    state, tis, logs = run_dag("logical_restore", _conf(backups, force=True))
+    assert state == "success", tis
+    dbs = ("sakila", "edge", "big")
+    src, dst = _objects(logical_source.server(), dbs), _objects(logical_target.server(), dbs)
+    assert _diff(src, dst) == []
+    assert _variables(logical_target.server()) == before
+    assert "tune: set" in logs and "innodb_flush_log_at_trx_commit" in logs
+    assert "load " in logs and "MB/s" in logs and "revert: restored" in logs and "verify ok" in logs
+    chart = next(line.split("report: chart ", 1)[1].split(",")[0] for line in logs.splitlines() if "report: chart " in line)
+    assert Path(chart).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    rows = logical_target.server().query(
+        "SELECT COUNT(*) FROM information_schema.TABLES WHERE TABLE_SCHEMA = '_lastline' AND TABLE_NAME IN ('ledger', 'config_snapshot')")
+    assert rows[0][0] <= 1  # the ledger is dropped; the emptied snapshot table may stay
+    assert logical_source.server().password not in logs
+
+
+def test_corrupt_chunk_is_named_nothing_of_it_is_kept_and_revert_runs(run_dag, backups, logical_target, tmp_path):
+    dest = tmp_path / "copy"
+    shutil.copytree(backups, dest)
+    (backup,) = [p for p in dest.iterdir() if p.is_dir()]
+    m = LogicalManifest.from_json((backup / "manifest.json").read_text())
+    big = next(t for t in m.tables if t.name == "t")
+    victim = backup / big.chunks[1].file
+    data = bytearray(victim.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    victim.write_bytes(bytes(data))
+    before = _variables(logical_target.server())
+    state, tis, logs = run_dag("logical_restore", _conf(dest, force=True))
+    assert state == "failed" and tis["revert"] == "success" and tis["verify"] == "upstream_failed"
+    assert big.chunks[1].file.split("/")[-1] in logs and "(big.t)" in logs
+    assert _variables(logical_target.server()) == before
+    n = logical_target.server().query("SELECT COUNT(*) FROM big.t")[0][0]
+    assert n == big.chunks[0].rows  # chunk 0 is in; chunk 1 left nothing behind; the unit stopped there
+
+
+def _wait_for_load(server, table: str, min_ledger: int, timeout: float = 60) -> None:
+    """Until a LOAD DATA into `table` runs and the ledger already holds `min_ledger` rows."""
+    conn = server.connect()
+    conn.autocommit(True)  # else REPEATABLE READ freezes the ledger count at its first read
+    cur = conn.cursor()
+    deadline = time.monotonic() + timeout
+    try:
+        while time.monotonic() < deadline:
+            cur.execute("SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE INFO LIKE %s", (f"LOAD DATA%{table}%",))
+            running = cur.fetchone()[0]
+            cur.execute("SELECT COUNT(*) FROM information_schema.TABLES WHERE TABLE_SCHEMA = '_lastline' AND TABLE_NAME = 'ledger'")
+            ledger = 0
+            if cur.fetchone()[0]:
+                cur.execute("SELECT COUNT(*) FROM _lastline.ledger")
+                ledger = cur.fetchone()[0]
+            if running and ledger >= min_ledger:
+                return
+            time.sleep(0.02)
+    finally:
+        conn.close()
+    raise AssertionError(f"no LOAD DATA into {table} seen within {timeout} s")
+
+
+def _big_unit(plan: dict) -> dict:
+    return next(u for u in lr.plan_load(plan) if u["name"].startswith("big.t"))
+
+
+def test_load_task_killed_mid_chunk_then_rerun_is_exact(run_dag, backups, logical_source, logical_target):
+    plan = lr.preflight(_conf(backups, force=True, tune=False))
+    lr.create_schema(plan)
+    unit = _big_unit(plan)
+    code = "import json, sys; from lastline import logical_restore as lr; lr.load(json.loads(sys.argv[1]), json.loads(sys.argv[2]))"
+    child = subprocess.Popen([sys.executable, "-c", code, json.dumps(plan), json.dumps(unit)], env=os.environ.copy())
+    _wait_for_load(logical_target.server(), "big", min_ledger=1)
+    child.send_signal(signal.SIGKILL)
+    child.wait()
+    state, tis, _logs = run_dag("logical_restore", _conf(backups))  # no force: it resumes this backup's restore
+    assert state == "success", tis
+    dbs = ("sakila", "edge", "big")
+    assert _diff(_objects(logical_source.server(), dbs), _objects(logical_target.server(), dbs)) == []
+
+
+def test_target_killed_mid_load_then_rerun_is_exact(run_dag, backups, logical_source, logical_target):
+    killer_done = threading.Event()
+
+    def kill_target():
+        try:
+            _wait_for_load(logical_target.server(), "big", min_ledger=2)
+            os.kill(logical_target.pid(), signal.SIGKILL)
+        finally:
+            killer_done.set()
+
+    th = threading.Thread(target=kill_target, daemon=True)
+    th.start()
+    state, tis, logs = run_dag("logical_restore", _conf(backups, force=True))
+    th.join()
+    assert state == "failed" and any(v == "failed" for k, v in tis.items() if k == "load")
+    while logical_target.server().answers():
+        time.sleep(0.2)
+    logical_target.start()
+    state, tis, logs = run_dag("logical_restore", _conf(backups))  # resumes; its revert restores the first run's snapshot
+    assert state == "success", tis
+    assert "never reverted" in logs
+    dbs = ("sakila", "edge", "big")
+    assert _diff(_objects(logical_source.server(), dbs), _objects(logical_target.server(), dbs)) == []
+
+
+def test_preflight_refusals(backups, logical_target, tmp_path):
+    from conftest import set_conn
+
+    set_conn("t_lprotected", logical_target, protected=True)
+    with pytest.raises(ProtectedTargetError, match="protected"):
+        lr.preflight(_conf(backups, target_conn_id="t_lprotected"))
+    with pytest.raises(PreflightError, match="already exist .* not empty: set force"):
+        lr.preflight(_conf(backups))  # the databases hold the earlier tests' restores
+    with pytest.raises(IntegrityError, match="no complete logical backup"):
+        lr.preflight(_conf(tmp_path))
+    newer = tmp_path / "newer"
+    shutil.copytree(backups, newer)
+    (backup,) = [p for p in newer.iterdir() if p.is_dir()]
+    data = json.loads((backup / "manifest.json").read_text())
+    data["server_version"] = "99.1.0-MariaDB"
+    (backup / "manifest.json").write_text(json.dumps(data))
+    with pytest.raises(PreflightError, match="newer than the target"):
+        lr.preflight(_conf(newer, force=True))
+    set_conn("t_lbadpw", logical_target)
+    bad = json.loads(os.environ["AIRFLOW_CONN_T_LBADPW"])
+    bad["password"] = "wrong"
+    os.environ["AIRFLOW_CONN_T_LBADPW"] = json.dumps(bad)
+    with pytest.raises(ServerError, match="wrong user or password"):
+        lr.preflight(_conf(backups, target_conn_id="t_lbadpw", force=True))
