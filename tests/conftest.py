@@ -107,6 +107,8 @@ def run_dag(dagbag, capfd, caplog):
     """Run a DAG in-process with `dag.test(run_conf=...)`; return (state, failed task ids, log text)."""
 
     def run(dag_id: str, conf: dict):
+        # Pass every Param in `conf`: dag.test() in one process can carry an earlier run's values
+        # into the defaults of the next.
         dag = dagbag.get_dag(dag_id)
         caplog.clear()
         with caplog.at_level("INFO"):

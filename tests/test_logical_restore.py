@@ -77,7 +77,11 @@ def backups(logical_source, tmp_path_factory) -> Path:
 
 
 def _conf(dest: Path, **kw) -> dict:
-    return {"target_conn_id": "t_ltarget", "backup": f"file://{dest}/latest", "redo_log_bytes": 128 << 20, **kw}
+    """Every Param spelled out (dag.test in one process can carry a run's values into the next)."""
+    return {
+        "target_conn_id": "t_ltarget", "backup": f"file://{dest}/latest", "redo_log_bytes": 128 << 20, "databases": [],
+        "parallel": 2, "tune": True, "restart_allowed": False, "defer_indexes": True, "force": False, "aws_conn_id": None, **kw,
+    }
 
 
 def test_round_trip_of_sakila_and_corpus_is_exact_and_config_comes_back(run_dag, backups, logical_source, logical_target):
@@ -208,3 +212,41 @@ def test_preflight_refusals(backups, logical_target, tmp_path):
     os.environ["AIRFLOW_CONN_T_LBADPW"] = json.dumps(bad)
     with pytest.raises(ServerError, match="wrong user or password"):
         lr.preflight(_conf(backups, target_conn_id="t_lbadpw", force=True))
+
+
+def test_restart_profile_is_applied_then_removed(run_dag, backups, logical_source, logical_target):
+    server = logical_target.server()
+    drop_in = Path(server.config_dir) / tuning.DROP_IN
+    before = server.variables("innodb_doublewrite", "log_bin", "innodb_autoinc_lock_mode")
+    seen: list[dict] = []
+    stop = threading.Event()
+
+    def watch():  # the restart profile must be in force at some point of the run (it restarts twice)
+        while not stop.is_set():
+            try:
+                seen.append(server.variables("innodb_doublewrite", "log_bin", "innodb_autoinc_lock_mode"))
+            except Exception:  # noqa: BLE001 - down while it restarts
+                pass
+            time.sleep(0.05)
+
+    th = threading.Thread(target=watch, daemon=True)
+    th.start()
+    state, tis, logs = run_dag("logical_restore", _conf(backups, force=True, restart_allowed=True, databases=["sakila"]))
+    stop.set()
+    th.join()
+    assert state == "success", tis
+    assert {"innodb_doublewrite": "OFF", "log_bin": "OFF", "innodb_autoinc_lock_mode": "2"} in seen
+    assert not drop_in.exists() and "restarting the target" in logs
+    assert server.variables("innodb_doublewrite", "log_bin", "innodb_autoinc_lock_mode") == before
+    assert _diff(_objects(logical_source.server(), ("sakila",)), _objects(server, ("sakila",))) == []
+
+
+def test_restore_from_s3(run_dag, logical_source, logical_target, s3_server):
+    plan = lb.preflight({"source_conn_id": "t_lsource", "destination": "s3://backups/lr", "aws_conn_id": "t_s3",
+                         "databases": ["edge"], "chunk_rows": 1000, "compression": "pigz"})
+    lb.dump(plan)
+    state, tis, _logs = run_dag("logical_restore", {
+        **_conf(Path("/unused"), force=True, aws_conn_id="t_s3"), "backup": "s3://backups/lr/latest",
+    })
+    assert state == "success", tis
+    assert _diff(_objects(logical_source.server(), ("edge",)), _objects(logical_target.server(), ("edge",))) == []
