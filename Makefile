@@ -1,5 +1,5 @@
 # lastline: `make demo` and `make test` work on a fresh Debian machine (as root); both run `make setup` first.
-.PHONY: setup demo test test-fast bench bench-physical bench-logical lint clean
+.PHONY: setup demo test test-fast bench bench-physical bench-logical bench-restore lint clean
 
 setup:
 	@scripts/setup.sh
@@ -13,9 +13,10 @@ test: setup
 test-fast: setup
 	@PYTHONPATH=include .venv/bin/python -m pytest -q tests -m "not e2e"
 
-bench:  # both benchmarks with their defaults; ARGS go to bench-physical / bench-logical alone
+bench:  # every benchmark with its defaults; ARGS go to one bench-* target alone
 	@$(MAKE) --no-print-directory bench-physical ARGS=
 	@$(MAKE) --no-print-directory bench-logical ARGS=
+	@$(MAKE) --no-print-directory bench-restore ARGS=
 
 bench-physical: setup
 	@PYTHONPATH=include .venv/bin/python bench/physical_bench.py $(ARGS)
@@ -23,6 +24,10 @@ bench-physical: setup
 bench-logical:
 	@LASTLINE_BENCH=1 scripts/setup.sh
 	@PYTHONPATH=include .venv/bin/python bench/logical_bench.py $(ARGS)
+
+bench-restore:
+	@LASTLINE_BENCH=1 scripts/setup.sh
+	@PYTHONPATH=include .venv/bin/python bench/logical_restore_bench.py $(ARGS)
 
 lint: setup
 	@.venv/bin/python -m compileall -q dags include plugins tests bench

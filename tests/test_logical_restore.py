@@ -61,6 +61,11 @@ def _objects(server, dbs: tuple[str, ...]) -> dict:
         conn.close()
 
 
+def _errors(logs: str) -> str:
+    """The error lines of a run's log, for assertion messages."""
+    return "\n".join(line for line in logs.splitlines() if "Error" in line or "error" in line)[-4000:]
+
+
 def _diff(a: dict, b: dict) -> list[str]:
     return sorted(k for k in a.keys() | b.keys() if a.get(k) != b.get(k))
 
@@ -87,7 +92,7 @@ def _conf(dest: Path, **kw) -> dict:
 def test_round_trip_of_sakila_and_corpus_is_exact_and_config_comes_back(run_dag, backups, logical_source, logical_target):
     before = _variables(logical_target.server())
     state, tis, logs = run_dag("logical_restore", _conf(backups, force=True))
-    assert state == "success", tis
+    assert state == "success", (tis, _errors(logs))
     dbs = ("sakila", "edge", "big")
     src, dst = _objects(logical_source.server(), dbs), _objects(logical_target.server(), dbs)
     assert _diff(src, dst) == []
@@ -157,8 +162,8 @@ def test_load_task_killed_mid_chunk_then_rerun_is_exact(run_dag, backups, logica
     _wait_for_load(logical_target.server(), "big", min_ledger=1)
     child.send_signal(signal.SIGKILL)
     child.wait()
-    state, tis, _logs = run_dag("logical_restore", _conf(backups))  # no force: it resumes this backup's restore
-    assert state == "success", tis
+    state, tis, logs = run_dag("logical_restore", _conf(backups))  # no force: it resumes this backup's restore
+    assert state == "success", (tis, _errors(logs))
     dbs = ("sakila", "edge", "big")
     assert _diff(_objects(logical_source.server(), dbs), _objects(logical_target.server(), dbs)) == []
 
@@ -182,7 +187,7 @@ def test_target_killed_mid_load_then_rerun_is_exact(run_dag, backups, logical_so
         time.sleep(0.2)
     logical_target.start()
     state, tis, logs = run_dag("logical_restore", _conf(backups))  # resumes; its revert restores the first run's snapshot
-    assert state == "success", tis
+    assert state == "success", (tis, _errors(logs))
     assert "never reverted" in logs
     dbs = ("sakila", "edge", "big")
     assert _diff(_objects(logical_source.server(), dbs), _objects(logical_target.server(), dbs)) == []

@@ -13,8 +13,8 @@ def user_tables(server: Server) -> list[tuple[str, str]]:
         (s, t)
         for s, t in server.query(
             "SELECT TABLE_SCHEMA, TABLE_NAME FROM information_schema.TABLES WHERE TABLE_TYPE = 'BASE TABLE' "
-            "AND TABLE_SCHEMA NOT IN (%s, %s, %s, %s) ORDER BY 1, 2",
-            SYSTEM_SCHEMAS,
+            "AND TABLE_SCHEMA NOT IN (%s, %s, %s, %s, %s) ORDER BY 1, 2",
+            (*SYSTEM_SCHEMAS, META_DB),
         )
     ]
 

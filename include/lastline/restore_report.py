@@ -36,8 +36,10 @@ def build(plan: dict, steps: dict[str, dict], loads: list[dict]) -> dict:
     tables = table_rows(loads)
     load_wall = (max(u["finished_at"] for u in loads) - min(u["started_at"] for u in loads)) if loads else 0.0
     loaded = sum(t["bytes"] for t in tables)
-    stages = {name: round(float(s.get("seconds", 0.0)), 3) for name, s in steps.items()}
-    stages["load"] = round(load_wall, 3)
+    seconds = {name: round(float(s.get("seconds", 0.0)), 3) for name, s in steps.items()}
+    seconds["load"] = round(load_wall, 3)
+    order = ("tune", "create_schema", "load", "finalize", "revert", "verify")  # as they run
+    stages = {k: seconds[k] for k in order if k in seconds} | {k: v for k, v in seconds.items() if k not in order}
     return {
         "backup": f"{plan['destination']}/{plan['backup_id']}",
         "target_conn_id": plan["target_conn_id"],

@@ -1,0 +1,252 @@
+"""Logical restore speed: lastline's DAG under the real scheduler against myloader, `mariadb < dump.sql`
+and a hand-run parallel LOAD DATA of the same chunks, on the same tuned target, one run.
+
+    make bench-restore ARGS="--tables 8 --rows 1000000"
+    (or: PYTHONPATH=include .venv/bin/python bench/logical_restore_bench.py --tables 8 --rows 1000000)
+
+Data: `--tables` sysbench-shaped tables of `--rows` rows plus one table `--big` times bigger
+(sbtest_big), generated in-server. Target: one sandbox with the restore profile in its my.cnf
+(buffer pool, redo 1G, doublewrite off, flush_log_at_trx_commit=0, skip-log-bin, autoinc lock mode 2,
+no adaptive hash index, max_allowed_packet 1G, io_capacity 2000), the same for every method:
+
+- lastline: `logical_backup` (the dump task) then the `logical_restore` DAG triggered on a running
+  `airflow standalone` (LocalExecutor, SQLite) with `parallel` lanes; timed from the run's start to
+  its end as the metadata DB records them (scheduling, task start-up, finalize's index builds,
+  verify's checksums and the report included), and its load step alone;
+- `myloader -t N` of a `mydumper --rows 250000` dump;
+- `mariadb < dump.sql` of a `mariadb-dump` (one thread: what most restores still are);
+- by hand: `zstd -dc <chunks> | mariadb -e "LOAD DATA LOCAL INFILE '/dev/stdin' ..."`, one table per
+  loader, N loaders, tables created with their indexes (the practical limit of a client-side load).
+
+Every restore starts from an empty database and is checked by row counts. Prints seconds, MB/s
+(raw TSV bytes) and each method's time over lastline's; writes a JSON record.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from logical_bench import du, sh  # noqa: E402
+
+from lastline import logical_backup as lb  # noqa: E402
+from lastline.manifest import read_manifest  # noqa: E402
+from lastline.sandbox import Instance  # noqa: E402
+from lastline.servers import option_file  # noqa: E402
+from lastline.storage import open_storage  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+TUNED = (
+    "[mysqld]\ninnodb-buffer-pool-size=6G\ninnodb-log-file-size=1G\ninnodb-doublewrite=0\n"
+    "innodb-flush-log-at-trx-commit=0\nskip-log-bin\ninnodb-autoinc-lock-mode=2\ninnodb-adaptive-hash-index=0\n"
+    "max-allowed-packet=1G\ninnodb-io-capacity=2000\ninnodb-io-capacity-max=4000\n"
+)
+
+
+def source(work: Path, tables: int, rows: int, big: int, reuse: bool) -> Instance:
+    """The source sandbox with the dataset (kept with --reuse)."""
+    inst = Instance(work / "sandbox", "rsrc")
+    marker = inst.dir / f"dataset-{tables}x{rows}+{big}x"
+    if reuse and marker.exists():
+        inst.start()
+        return inst
+    if inst.exists():
+        inst.destroy()
+    inst.create()
+    (inst.conf_d / "bench.cnf").write_text("[mysqld]\ninnodb-buffer-pool-size=4G\ninnodb-log-file-size=1G\n")
+    inst.stop()
+    inst.start()
+    t0 = time.monotonic()
+    sizes = {f"sbtest{i}": rows for i in range(1, tables + 1)}
+    sizes["sbtest_big"] = rows * big
+    inst.load_tables("sbtest", sizes)
+    print(f"generated {tables} x {rows:,} rows + {rows * big:,} in {time.monotonic() - t0:.0f} s", flush=True)
+    marker.touch()
+    return inst
+
+
+def target(work: Path) -> Instance:
+    """The tuned target sandbox (fresh every run)."""
+    inst = Instance(work / "sandbox", "rtgt")
+    if inst.exists():
+        inst.destroy()
+    inst.create()
+    (inst.conf_d / "tuned.cnf").write_text(TUNED)
+    inst.stop()
+    inst.start()
+    return inst
+
+
+def rows_on(inst: Instance) -> int:
+    return int(inst.server().query("SELECT SUM(c) FROM (SELECT COUNT(*) c FROM sbtest.sbtest1 UNION ALL "
+                                   "SELECT COUNT(*) FROM sbtest.sbtest_big) x")[0][0] or 0)
+
+
+def drop(inst: Instance) -> None:
+    inst.server().query("DROP DATABASE IF EXISTS sbtest")
+
+
+class Standalone:
+    """`bin/airflow standalone` in its own process group, stopped with the whole group."""
+
+    def __init__(self, env: dict, log: Path) -> None:
+        self.env, self.log = env, log
+        self.proc: subprocess.Popen | None = None
+
+    def __enter__(self) -> Standalone:
+        fh = open(self.log, "w")
+        self.proc = subprocess.Popen([str(ROOT / "bin/airflow"), "standalone"], env=self.env, stdout=fh,
+                                     stderr=subprocess.STDOUT, start_new_session=True, cwd=ROOT)
+        deadline = time.monotonic() + 180
+        while time.monotonic() < deadline:
+            if self.airflow("dags", "list", check=False).returncode == 0 and "logical_restore" in self.airflow(
+                    "dags", "list", check=False).stdout:
+                return self
+            time.sleep(3)
+        raise SystemExit(f"airflow standalone did not come up; see {self.log}")
+
+    def airflow(self, *args: str, check: bool = True) -> subprocess.CompletedProcess:
+        return subprocess.run([str(ROOT / "bin/airflow"), *args], env=self.env, capture_output=True, text=True,
+                              check=check, cwd=ROOT)
+
+    def __exit__(self, *exc) -> None:
+        if self.proc:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+
+
+def run_under_scheduler(af: Standalone, dag_id: str, conf: dict, timeout: float = 3600) -> dict:
+    """Trigger a run and wait for it; returns its state and start/end as the metadata DB has them."""
+    af.airflow("dags", "unpause", dag_id)
+    run_id = f"bench__{datetime.now(timezone.utc):%Y%m%dT%H%M%S}"
+    af.airflow("dags", "trigger", dag_id, "--run-id", run_id, "--conf", json.dumps(conf))
+    db = ROOT / ".airflow" / "airflow.db"
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        with sqlite3.connect(db) as c:
+            row = c.execute("SELECT state, start_date, end_date FROM dag_run WHERE dag_id = ? AND run_id = ?",
+                            (dag_id, run_id)).fetchone()
+        if row and row[0] in ("success", "failed"):
+            state, start, end = row
+            seconds = (datetime.fromisoformat(end) - datetime.fromisoformat(start)).total_seconds()
+            return {"state": state, "seconds": seconds, "run_id": run_id}
+        time.sleep(1)
+    raise SystemExit(f"{dag_id} {run_id} did not finish in {timeout} s")
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--tables", type=int, default=8)
+    p.add_argument("--rows", type=int, default=1_000_000)
+    p.add_argument("--big", type=int, default=4, help="the extra table is this many times bigger")
+    p.add_argument("--parallel", type=int, default=2)
+    p.add_argument("--reuse", action="store_true", help="keep the generated source dataset from an earlier run")
+    p.add_argument("--work", default=str(ROOT / "bench" / "results" / "restore"))
+    args = p.parse_args()
+    work = Path(args.work)
+    work.mkdir(parents=True, exist_ok=True)
+    n = args.parallel
+    src = source(work, args.tables, args.rows, args.big, args.reuse)
+    tgt = target(work)
+    env = dict(os.environ)
+    env["AIRFLOW_CONN_BENCH_RSRC"] = json.dumps(src.connection("bench_rsrc"))
+    env["AIRFLOW_CONN_BENCH_RTGT"] = json.dumps(tgt.connection("bench_rtgt"))
+    os.environ.update({k: env[k] for k in ("AIRFLOW_CONN_BENCH_RSRC", "AIRFLOW_CONN_BENCH_RTGT")})
+    expected = args.rows + args.rows * args.big
+    results: dict[str, dict] = {}
+
+    # the backups every method restores from
+    dumps = work / "dumps"
+    shutil.rmtree(dumps, ignore_errors=True)
+    dumps.mkdir()
+    plan = lb.preflight({"source_conn_id": "bench_rsrc", "destination": f"file://{dumps / 'lastline'}",
+                         "databases": ["sbtest"], "parallel": n})
+    lb.dump(plan)
+    manifest = read_manifest(open_storage(f"file://{dumps / 'lastline'}"), plan["backup_id"], "logical")
+    raw_mb = manifest.raw_bytes / 1e6
+    print(f"restoring {raw_mb:,.0f} MB of rows ({manifest.rows:,} rows, {len(manifest.tables)} tables), {n} threads", flush=True)
+
+    def record(name: str, seconds: float, check: bool = True) -> None:
+        if check and rows_on(tgt) != expected:
+            raise SystemExit(f"{name}: sbtest1 + sbtest_big hold {rows_on(tgt)} rows, expected {expected}")
+        results[name] = {"seconds": round(seconds, 1), "mb_per_s": round(raw_mb / seconds, 1)}
+        print(f"  {name:<58} {seconds:7.1f} s  {raw_mb / seconds:6.1f} MB/s", flush=True)
+
+    with option_file(src.server(), ("client", "mydumper", "mariadb-dump")) as sopt, \
+            option_file(tgt.server(), ("client", "myloader", "mariadb")) as topt:
+        sh(f"mydumper --defaults-file={sopt} -B sbtest -t {n} --rows 250000 -o {dumps / 'mydumper'}")
+        sh(f"mariadb-dump --defaults-extra-file={sopt} --single-transaction --databases sbtest > {dumps / 'dump.sql'}")
+
+        # by hand: each table's chunks in key order through one LOAD DATA, N tables at a time
+        drop(tgt)
+        ddl = src.server().query("SHOW CREATE DATABASE sbtest")[0][1]
+        tgt.server().query(ddl)
+        for t in manifest.tables:
+            tgt.server().query(src.server().query(f"SHOW CREATE TABLE sbtest.`{t.name}`")[0][1].replace(
+                "CREATE TABLE `", "CREATE TABLE sbtest.`", 1))
+        jobs = work / "hand-jobs"
+        shutil.rmtree(jobs, ignore_errors=True)
+        jobs.mkdir()
+        for i, t in enumerate(sorted(manifest.tables, key=lambda t: -t.raw_bytes)):
+            files = " ".join(str(dumps / "lastline" / manifest.backup_id / c.file) for c in t.chunks)
+            (jobs / f"{i:03d}.sh").write_text(
+                f"zstd -q -dc {files} | mariadb --defaults-extra-file={topt} --local-infile=1 -e \"SET SESSION "
+                "sql_log_bin=0, unique_checks=0, foreign_key_checks=0; LOAD DATA LOCAL INFILE '/dev/stdin' INTO TABLE "
+                f"sbtest.{t.name} CHARACTER SET binary FIELDS TERMINATED BY '\\t' ESCAPED BY '\\\\\\\\' "
+                "LINES TERMINATED BY '\\n'\"\n"
+            )
+        record(f"by hand: zstd -dc | LOAD DATA per table, {n} at a time",
+               sh(f"ls {jobs}/*.sh | xargs -P {n} -n 1 bash -o pipefail"))
+
+        drop(tgt)
+        record(f"myloader -t {n} (mydumper --rows 250000)",
+               sh(f"myloader --defaults-file={topt} -t {n} -d {dumps / 'mydumper'}"))
+        drop(tgt)
+        record("mariadb < dump.sql (mariadb-dump)", sh(f"mariadb --defaults-extra-file={topt} < {dumps / 'dump.sql'}"))
+
+    drop(tgt)
+    (ROOT / ".airflow").mkdir(exist_ok=True)
+    env.update(AIRFLOW__API__HOST="127.0.0.1", AIRFLOW__CORE__LOAD_EXAMPLES="False", LASTLINE_RETRIES="0",
+               LASTLINE_REPORT_DIR=str(work / "reports"))
+    with Standalone(env, work / "standalone.log") as af:
+        conf = {"target_conn_id": "bench_rtgt", "backup": f"file://{dumps / 'lastline'}/{manifest.backup_id}",
+                "parallel": n, "force": True, "redo_log_bytes": 1 << 30, "databases": [], "tune": True,
+                "restart_allowed": False, "defer_indexes": True, "aws_conn_id": None}
+        run = run_under_scheduler(af, "logical_restore", conf)
+    if run["state"] != "success":
+        raise SystemExit(f"logical_restore {run['run_id']} failed: see {work / 'standalone.log'} and .airflow/logs")
+    report = json.loads(next((work / "reports").glob(f"*{run['run_id'].split('__')[1]}*/logical_restore.json")).read_text())
+    record(f"lastline logical_restore DAG, scheduler, {n} lanes (whole run)", run["seconds"])
+    results["lastline load step alone"] = {"seconds": report["load_seconds"], "mb_per_s": report["load_mb_per_s"],
+                                           "stages": report["stages"]}
+    print(f"  {'  of which: load step (units in parallel)':<58} {report['load_seconds']:7.1f} s", flush=True)
+    print(f"  {'  stages':<58} " + ", ".join(f"{k} {v:.1f} s" for k, v in report["stages"].items()), flush=True)
+
+    base = results[f"lastline logical_restore DAG, scheduler, {n} lanes (whole run)"]["seconds"]
+    print("\ntime over lastline's whole DAG run; above 1.00 means lastline is faster:")
+    for name, res in results.items():
+        res["ratio_to_lastline"] = round(res["seconds"] / base, 2)
+        print(f"  {name:<58} {res['ratio_to_lastline']:5.2f}x")
+    out = work / f"restore-{datetime.now(timezone.utc):%Y%m%dT%H%M%SZ}.json"
+    out.write_text(json.dumps({"tables": args.tables, "rows": args.rows, "big": args.big, "parallel": n,
+                               "raw_mb": round(raw_mb, 1), "results": results}, indent=1))
+    print(f"\nrecorded in {out}; the DAG's chart: {report.get('chart')}")
+    src.stop()
+    tgt.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
