@@ -36,7 +36,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from logical_bench import du, sh  # noqa: E402
+from logical_bench import sh  # noqa: E402
 
 from lastline import logical_backup as lb  # noqa: E402
 from lastline.manifest import read_manifest  # noqa: E402
@@ -130,6 +130,8 @@ class Standalone:
 def run_under_scheduler(af: Standalone, dag_id: str, conf: dict, timeout: float = 3600) -> dict:
     """Trigger a run and wait for it; returns its state and start/end as the metadata DB has them."""
     af.airflow("dags", "unpause", dag_id)
+    with sqlite3.connect(ROOT / ".airflow" / "airflow.db") as c:  # runs left queued by an interrupted bench
+        c.execute("UPDATE dag_run SET state = 'failed' WHERE dag_id = ? AND state IN ('queued', 'running')", (dag_id,))
     run_id = f"bench__{datetime.now(timezone.utc):%Y%m%dT%H%M%S}"
     af.airflow("dags", "trigger", dag_id, "--run-id", run_id, "--conf", json.dumps(conf))
     db = ROOT / ".airflow" / "airflow.db"
@@ -146,6 +148,30 @@ def run_under_scheduler(af: Standalone, dag_id: str, conf: dict, timeout: float 
     raise SystemExit(f"{dag_id} {run_id} did not finish in {timeout} s")
 
 
+def hand(src: Instance, tgt: Instance, manifest, dumps: Path, work: Path, topt: str, n: int, record) -> None:
+    """By hand: each table's chunks in key order through one LOAD DATA, n tables at a time (full DDL)."""
+    drop(tgt)
+    ddl = src.server().query("SHOW CREATE DATABASE sbtest")[0][1]
+    tgt.server().query(ddl)
+    for t in manifest.tables:
+        tgt.server().query(src.server().query(f"SHOW CREATE TABLE sbtest.`{t.name}`")[0][1].replace(
+            "CREATE TABLE `", "CREATE TABLE sbtest.`", 1))
+    jobs = work / "hand-jobs"
+    shutil.rmtree(jobs, ignore_errors=True)
+    jobs.mkdir()
+    for i, t in enumerate(sorted(manifest.tables, key=lambda t: -t.raw_bytes)):
+        files = " ".join(str(dumps / "lastline" / manifest.backup_id / c.file) for c in t.chunks)
+        (jobs / f"{i:03d}.sh").write_text(
+            f"zstd -q -dc {files} | mariadb --defaults-extra-file={topt} --local-infile=1 -e \"SET SESSION "
+            "sql_log_bin=0, unique_checks=0, foreign_key_checks=0; LOAD DATA LOCAL INFILE '/dev/stdin' INTO TABLE "
+            f"sbtest.{t.name} CHARACTER SET binary FIELDS TERMINATED BY '\\t' ESCAPED BY '\\\\\\\\' "
+            "LINES TERMINATED BY '\\n'\"\n"
+        )
+    record(f"by hand: zstd -dc | LOAD DATA per table, {n} at a time",
+           sh(f"ls {jobs}/*.sh | xargs -P {n} -n 1 bash -o pipefail"))
+
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--tables", type=int, default=8)
@@ -153,6 +179,7 @@ def main() -> int:
     p.add_argument("--big", type=int, default=4, help="the extra table is this many times bigger")
     p.add_argument("--parallel", type=int, default=2)
     p.add_argument("--reuse", action="store_true", help="keep the generated source dataset from an earlier run")
+    p.add_argument("--methods", default="hand,myloader,sql,lastline", help="which to run (comma list); ratios need lastline")
     p.add_argument("--work", default=str(ROOT / "bench" / "results" / "restore"))
     args = p.parse_args()
     work = Path(args.work)
@@ -184,42 +211,30 @@ def main() -> int:
         results[name] = {"seconds": round(seconds, 1), "mb_per_s": round(raw_mb / seconds, 1)}
         print(f"  {name:<58} {seconds:7.1f} s  {raw_mb / seconds:6.1f} MB/s", flush=True)
 
+    methods = set(args.methods.split(","))
     with option_file(src.server(), ("client", "mydumper", "mariadb-dump")) as sopt, \
             option_file(tgt.server(), ("client", "myloader", "mariadb")) as topt:
-        sh(f"mydumper --defaults-file={sopt} -B sbtest -t {n} --rows 250000 -o {dumps / 'mydumper'}")
-        sh(f"mariadb-dump --defaults-extra-file={sopt} --single-transaction --databases sbtest > {dumps / 'dump.sql'}")
-
-        # by hand: each table's chunks in key order through one LOAD DATA, N tables at a time
-        drop(tgt)
-        ddl = src.server().query("SHOW CREATE DATABASE sbtest")[0][1]
-        tgt.server().query(ddl)
-        for t in manifest.tables:
-            tgt.server().query(src.server().query(f"SHOW CREATE TABLE sbtest.`{t.name}`")[0][1].replace(
-                "CREATE TABLE `", "CREATE TABLE sbtest.`", 1))
-        jobs = work / "hand-jobs"
-        shutil.rmtree(jobs, ignore_errors=True)
-        jobs.mkdir()
-        for i, t in enumerate(sorted(manifest.tables, key=lambda t: -t.raw_bytes)):
-            files = " ".join(str(dumps / "lastline" / manifest.backup_id / c.file) for c in t.chunks)
-            (jobs / f"{i:03d}.sh").write_text(
-                f"zstd -q -dc {files} | mariadb --defaults-extra-file={topt} --local-infile=1 -e \"SET SESSION "
-                "sql_log_bin=0, unique_checks=0, foreign_key_checks=0; LOAD DATA LOCAL INFILE '/dev/stdin' INTO TABLE "
-                f"sbtest.{t.name} CHARACTER SET binary FIELDS TERMINATED BY '\\t' ESCAPED BY '\\\\\\\\' "
-                "LINES TERMINATED BY '\\n'\"\n"
-            )
-        record(f"by hand: zstd -dc | LOAD DATA per table, {n} at a time",
-               sh(f"ls {jobs}/*.sh | xargs -P {n} -n 1 bash -o pipefail"))
-
-        drop(tgt)
-        record(f"myloader -t {n} (mydumper --rows 250000)",
-               sh(f"myloader --defaults-file={topt} -t {n} -d {dumps / 'mydumper'}"))
-        drop(tgt)
-        record("mariadb < dump.sql (mariadb-dump)", sh(f"mariadb --defaults-extra-file={topt} < {dumps / 'dump.sql'}"))
+        if methods & {"myloader", "sql"}:
+            sh(f"mydumper --defaults-file={sopt} -B sbtest -t {n} --rows 250000 -o {dumps / 'mydumper'}")
+            sh(f"mariadb-dump --defaults-extra-file={sopt} --single-transaction --databases sbtest > {dumps / 'dump.sql'}")
+        if "hand" in methods:
+            hand(src, tgt, manifest, dumps, work, topt, n, record)
+        if "myloader" in methods:
+            drop(tgt)
+            record(f"myloader -t {n} (mydumper --rows 250000)",
+                   sh(f"myloader --defaults-file={topt} -t {n} -d {dumps / 'mydumper'}"))
+        if "sql" in methods:
+            drop(tgt)
+            record("mariadb < dump.sql (mariadb-dump)", sh(f"mariadb --defaults-extra-file={topt} < {dumps / 'dump.sql'}"))
+    if "lastline" not in methods:
+        return 0
 
     drop(tgt)
     (ROOT / ".airflow").mkdir(exist_ok=True)
     env.update(AIRFLOW__API__HOST="127.0.0.1", AIRFLOW__CORE__LOAD_EXAMPLES="False", LASTLINE_RETRIES="0",
-               LASTLINE_REPORT_DIR=str(work / "reports"))
+               LASTLINE_REPORT_DIR=str(work / "reports"),
+               # the scheduler loop sleeps 1 s when idle by default: each serial task would wait for it
+               AIRFLOW__SCHEDULER__SCHEDULER_IDLE_SLEEP_TIME="0.2")
     with Standalone(env, work / "standalone.log") as af:
         conf = {"target_conn_id": "bench_rtgt", "backup": f"file://{dumps / 'lastline'}/{manifest.backup_id}",
                 "parallel": n, "force": True, "redo_log_bytes": 1 << 30, "databases": [], "tune": True,

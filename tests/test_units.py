@@ -235,3 +235,100 @@ def test_ssh_hosts_are_refused_clearly_until_supported():
     with pytest.raises(LastlineError, match="over SSH is not supported yet"):
         Server.from_connection(_Conn()).runner()
     assert Server("local").runner().name == "local"
+
+
+# -- logical: key ranges, deferred DDL, work units ----------------------------------------------
+
+def test_range_predicates_are_open_at_both_ends_and_lexicographic():
+    from lastline.chunking import KeyColumn, range_where
+
+    key = [KeyColumn("a", "int", None, None), KeyColumn("b", "varchar", "utf8mb4", "utf8mb4_general_ci")]
+    lo, hi = ["'1'", "_utf8mb4 X'41' COLLATE utf8mb4_general_ci"], ["'2'", "_utf8mb4 X'42' COLLATE utf8mb4_general_ci"]
+    where = range_where(key, lo, hi)
+    assert where.startswith("((`a` > '1') OR (`a` = '1' AND `b` >= _utf8mb4 X'41'")
+    assert "((`a` < '2') OR (`a` = '2' AND `b` < _utf8mb4 X'42'" in where
+    assert range_where(key, None, None) is None
+    assert range_where(key[:1], None, ["'5'"]) == "((`a` < '5'))"
+
+
+def test_key_literals_follow_the_column_type():
+    from lastline.chunking import KeyColumn
+
+    assert KeyColumn("k", "varbinary", None, None).literal(b"\x00\xff") == "X'00ff'"
+    assert KeyColumn("k", "char", "latin1", "latin1_bin").literal(b"\xe9") == "_latin1 X'e9' COLLATE latin1_bin"
+    assert KeyColumn("k", "datetime", None, None).literal(b"2020-01-01 00:00:00.5") == "'2020-01-01 00:00:00.5'"
+    with pytest.raises(PipelineError):
+        KeyColumn("k", "int", None, None).literal(b"1'; DROP TABLE x")
+
+
+def test_integer_bounds_cut_even_ranges():
+    from lastline.chunking import chunk_count, integer_bounds
+
+    assert chunk_count(1_400, 1_000) == 1 and chunk_count(1_600, 1_000) == 2
+    assert integer_bounds(1, 1_000_000, 1_000_000, 250_000) == [250_001, 500_001, 750_001]
+    assert integer_bounds(5, 5, 1, 1000) == []
+
+
+def test_split_deferred_keeps_the_primary_key_and_valid_ddl():
+    from lastline.logical_schema import split_deferred
+
+    create = (
+        "CREATE TABLE `t` (\n  `id` int(11) NOT NULL,\n  `a` int(11) DEFAULT NULL,\n  `b` text,\n"
+        "  PRIMARY KEY (`id`),\n  UNIQUE KEY `ua` (`a`),\n  KEY `ka` (`a`),\n  FULLTEXT KEY `fb` (`b`),\n"
+        "  CONSTRAINT `fk` FOREIGN KEY (`a`) REFERENCES `p` (`id`),\n  CONSTRAINT `chk` CHECK (`a` > 0)\n"
+        ") ENGINE=InnoDB"
+    )
+    table, indexes, fks = split_deferred(create)
+    assert table == (
+        "CREATE TABLE `t` (\n  `id` int(11) NOT NULL,\n  `a` int(11) DEFAULT NULL,\n  `b` text,\n"
+        "  PRIMARY KEY (`id`),\n  CONSTRAINT `chk` CHECK (`a` > 0)\n) ENGINE=InnoDB"
+    )
+    assert indexes == ["UNIQUE KEY `ua` (`a`)", "KEY `ka` (`a`)", "FULLTEXT KEY `fb` (`b`)"]
+    assert fks == ["CONSTRAINT `fk` FOREIGN KEY (`a`) REFERENCES `p` (`id`)"]
+    last_def = split_deferred("CREATE TABLE `u` (\n  `id` int,\n  KEY `k` (`id`)\n) ENGINE=InnoDB")[0]
+    assert last_def == "CREATE TABLE `u` (\n  `id` int\n) ENGINE=InnoDB"
+
+
+def _manifest(tables: list[tuple[str, str, int, int]]):
+    from lastline.manifest import ChunkInfo, LogicalManifest, LogicalTable
+
+    lt = [
+        LogicalTable("db", name, engine, "utf8mb4", "utf8mb4_general_ci", True, "primary key ranges", ["id"], [],
+                     chunks * 100, "0", size, size, 0.0, None,
+                     [ChunkInfo(f"data/db/{name}/{i:05d}-000.tsv.zst", 100, size // chunks, size // chunks, "x") for i in range(chunks)])
+        for name, engine, chunks, size in tables
+    ]
+    return LogicalManifest("20260101T000000Z", "c", "10.11.9", "", "+00:00", "tsv", "zstd", 100, 2, [], "schema.json", "",
+                           "", "", 0, 0, 0, 0, 0, 0, tables=lt)
+
+
+def test_work_units_keep_tables_whole_split_big_ones_and_batch_small_ones():
+    from lastline.work_units import plan_units
+
+    MB = 1 << 20
+    m = _manifest([("big", "InnoDB", 40, 400 * MB)] + [(f"t{i}", "InnoDB", 10, 100 * MB) for i in range(8)]
+                  + [(f"s{i}", "InnoDB", 1, MB) for i in range(30)] + [("my", "MyISAM", 20, 300 * MB)])
+    units = plan_units(m, m.tables, lanes=2)
+    assert 4 <= len(units) <= 64
+    parts = [p for u in units for p in u.parts]
+    big = sorted((p.first, p.last) for p in parts if p.table == "big")
+    assert len(big) > 1 and big[0][0] == 0 and big[-1][1] == 39  # contiguous key ranges, all chunks
+    assert all(b[0] == a[1] + 1 for a, b in zip(big, big[1:]))
+    assert [p.whole for p in parts if p.table == "my"] == [True]  # MyISAM never split
+    assert all(len([p for p in parts if p.table == f"t{i}"]) == 1 for i in range(8))  # tables whole
+    small_units = [u for u in units if any(p.table.startswith("s") for p in u.parts)]
+    assert len(small_units) <= 2 and all(" +" in u.name and u.name.endswith(" tables") for u in small_units)  # batched
+    assert [u.bytes for u in units] == sorted((u.bytes for u in units), reverse=True)
+    assert any("[chunks " in u.name for u in units)
+    assert sum(p.last - p.first + 1 for p in parts) == sum(len(t.chunks) for t in m.tables)
+
+
+def test_units_of_one_table_do_not_start_side_by_side():
+    from lastline.work_units import plan_units
+
+    MB = 1 << 20
+    m = _manifest([("big", "InnoDB", 40, 800 * MB)] + [(f"t{i}", "InnoDB", 10, 200 * MB) for i in range(8)])
+    units = plan_units(m, m.tables, lanes=2)
+    tables = [{p.table for p in u.parts} for u in units]
+    assert sum("big" in t for t in tables) >= 2
+    assert all(not (a & b) for a, b in zip(tables, tables[1:]))  # neighbours never share a table

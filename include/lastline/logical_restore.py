@@ -189,6 +189,9 @@ def create_schema(plan: dict) -> dict:
                 "CREATE SEQUENCE", "CREATE SEQUENCE IF NOT EXISTS", 1))
             created += 1
         conn.commit()
+        # tune relaxed log flushing: make the schema and the restore's state durable before loading, so a
+        # crash of the target during the load finds them on restart and a new run resumes
+        cur.execute("FLUSH ENGINE LOGS")
     finally:
         conn.close()
     log.info("create_schema: %d tables and sequences in %s (%.1f s)%s", created, ", ".join(plan["databases"]),
@@ -237,18 +240,18 @@ def finalize(plan: dict) -> dict:
     dbs = plan["databases"]
     t0 = time.monotonic()
     steps: dict[str, float] = {}
+    s = time.monotonic()
+    if plan["defer_indexes"]:  # index builds: one table per connection, `parallel` at once; then the foreign keys
+        in_scope = [t for t in schema["tables"] if t["schema"] in dbs]
+        session = (dialect.LOAD_SESSION, "SET SESSION sql_log_bin = 0")
+        _in_parallel(server, plan["parallel"], in_scope, _add_indexes, setup=session)
+        _in_parallel(server, 1, in_scope, _add_foreign_keys, setup=session)
+    steps["indexes"] = time.monotonic() - s
+    s = time.monotonic()
     conn = server.connect()
     try:
         cur = conn.cursor()
-        cur.execute(dialect.LOAD_SESSION)
         cur.execute("SET SESSION sql_log_bin = 0")
-        s = time.monotonic()
-        if plan["defer_indexes"]:
-            for t in schema["tables"]:
-                if t["schema"] in dbs:
-                    _add_deferred(cur, t)
-        steps["indexes"] = time.monotonic() - s
-        s = time.monotonic()
         for t in manifest.tables:
             if t.schema in dbs and t.auto_increment:
                 cur.execute(f"ALTER TABLE {dialect.qualified(t.schema, t.name)} AUTO_INCREMENT = {int(t.auto_increment)}")
@@ -291,35 +294,79 @@ def finalize(plan: dict) -> dict:
     return {"seconds": round(seconds, 3), "steps": {k: round(v, 3) for k, v in steps.items()}}
 
 
-def _add_deferred(cur: Any, t: dict) -> None:
-    """Add the table's held-back indexes and foreign keys that are not there yet (idempotent)."""
-    _create, indexes, fks = split_deferred(t["create"])
-    if not indexes and not fks:
+def _in_parallel(server: Server, n: int, items: list, work: Any, setup: tuple[str, ...] = ()) -> list:
+    """Run `work(cursor, item)` over items on `n` connections at once; the first error is raised."""
+    import queue
+    import threading
+
+    todo: queue.Queue = queue.Queue()
+    for i, item in enumerate(items):
+        todo.put((i, item))
+    results: list = [None] * len(items)
+    errors: list[BaseException] = []
+
+    def worker() -> None:
+        conn = server.connect()
+        try:
+            cur = conn.cursor()
+            for sql in setup:
+                cur.execute(sql)
+            while not errors:
+                try:
+                    i, item = todo.get_nowait()
+                except queue.Empty:
+                    return
+                results[i] = work(cur, item)
+        except BaseException as exc:  # noqa: BLE001 - re-raised below
+            errors.append(exc)
+        finally:
+            conn.close()
+
+    threads = [threading.Thread(target=worker, daemon=True) for _ in range(max(1, min(n, len(items))))]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    if errors:
+        raise errors[0]
+    return results
+
+
+def _names(cur: Any, sql: str, t: dict) -> set[str]:
+    cur.execute(sql, (t["schema"], t["name"]))
+    return {r[0] for r in cur.fetchall()}
+
+
+def _name_of(definition: str) -> str:
+    """The backquoted name in `KEY `name` (...)` / `CONSTRAINT `name` ...`."""
+    return definition.split("`")[1].replace("``", "`") if "`" in definition else ""
+
+
+def _add_indexes(cur: Any, t: dict) -> None:
+    """Add the table's held-back indexes that are not there yet (idempotent: finalize can be re-run)."""
+    indexes = split_deferred(t["create"])[1]
+    if not indexes:
         return
+    have = _names(cur, "SELECT DISTINCT INDEX_NAME FROM information_schema.STATISTICS WHERE TABLE_SCHEMA = %s AND TABLE_NAME = %s", t)
     table = dialect.qualified(t["schema"], t["name"])
-    cur.execute(
-        "SELECT DISTINCT INDEX_NAME FROM information_schema.STATISTICS WHERE TABLE_SCHEMA = %s AND TABLE_NAME = %s",
-        (t["schema"], t["name"]),
-    )
-    have = {r[0] for r in cur.fetchall()}
-    cur.execute(
-        "SELECT CONSTRAINT_NAME FROM information_schema.TABLE_CONSTRAINTS WHERE TABLE_SCHEMA = %s AND TABLE_NAME = %s "
-        "AND CONSTRAINT_TYPE = 'FOREIGN KEY'", (t["schema"], t["name"]),
-    )
-    have_fk = {r[0] for r in cur.fetchall()}
-
-    def name_of(definition: str) -> str:
-        return definition.split("`")[1].replace("``", "`") if "`" in definition else ""
-
-    plain = [d for d in indexes if name_of(d) not in have and not d.startswith("FULLTEXT")]
+    plain = [d for d in indexes if _name_of(d) not in have and not d.startswith("FULLTEXT")]
     if plain:
         cur.execute(f"ALTER TABLE {table} " + ", ".join(f"ADD {d}" for d in plain))
     for d in indexes:  # InnoDB builds one FULLTEXT index per statement
-        if d.startswith("FULLTEXT") and name_of(d) not in have:
+        if d.startswith("FULLTEXT") and _name_of(d) not in have:
             cur.execute(f"ALTER TABLE {table} ADD {d}")
-    missing_fks = [d for d in fks if name_of(d) not in have_fk]
-    if missing_fks:
-        cur.execute(f"ALTER TABLE {table} " + ", ".join(f"ADD {d}" for d in missing_fks))
+
+
+def _add_foreign_keys(cur: Any, t: dict) -> None:
+    """Add the table's held-back foreign keys that are not there yet (no check: the data came consistent)."""
+    fks = split_deferred(t["create"])[2]
+    if not fks:
+        return
+    have = _names(cur, "SELECT CONSTRAINT_NAME FROM information_schema.TABLE_CONSTRAINTS WHERE TABLE_SCHEMA = %s "
+                       "AND TABLE_NAME = %s AND CONSTRAINT_TYPE = 'FOREIGN KEY'", t)
+    missing = [d for d in fks if _name_of(d) not in have]
+    if missing:
+        cur.execute(f"ALTER TABLE {dialect.qualified(t['schema'], t['name'])} " + ", ".join(f"ADD {d}" for d in missing))
 
 
 def revert(plan: dict) -> dict:
@@ -334,15 +381,19 @@ def verify(plan: dict, snapshot: dict) -> dict:
     server = _target(plan)
     t0 = time.monotonic()
     bad: list[str] = []
+
+    def check(cur: Any, t: Any) -> str | None:
+        cur.execute(dialect.checksum_sql(t.schema, t.name, [dialect.Column(**c) for c in t.columns]))
+        rows, checksum = cur.fetchone()
+        if (int(rows), str(checksum)) != (t.rows, t.checksum):
+            return f"{t.schema}.{t.name}: {rows} rows, checksum {checksum}; backup: {t.rows} rows, checksum {t.checksum}"
+        return None
+
+    tables = sorted(_selected(manifest, plan["databases"]), key=lambda t: -t.raw_bytes)
+    bad += [r for r in _in_parallel(server, plan["parallel"], tables, check, setup=("SET SESSION time_zone = '+00:00'",)) if r]
     conn = server.connect()
     try:
         cur = conn.cursor()
-        cur.execute("SET SESSION time_zone = '+00:00'")
-        for t in _selected(manifest, plan["databases"]):
-            cur.execute(dialect.checksum_sql(t.schema, t.name, [dialect.Column(**c) for c in t.columns]))
-            rows, checksum = cur.fetchone()
-            if (int(rows), str(checksum)) != (t.rows, t.checksum):
-                bad.append(f"{t.schema}.{t.name}: {rows} rows, checksum {checksum}; backup: {t.rows} rows, checksum {t.checksum}")
         for kind, sql in (
             ("views", "SELECT COUNT(*) FROM information_schema.VIEWS WHERE TABLE_SCHEMA = %s AND TABLE_NAME = %s"),
             ("triggers", "SELECT COUNT(*) FROM information_schema.TRIGGERS WHERE TRIGGER_SCHEMA = %s AND TRIGGER_NAME = %s"),
@@ -361,7 +412,6 @@ def verify(plan: dict, snapshot: dict) -> dict:
     bad += [f"configuration: {k} is {a!r}, was {b!r} before the restore" for k, (a, b) in sorted(differ.items())]
     if bad:
         raise IntegrityError("verify failed:\n  " + "\n  ".join(bad))
-    tables = len(_selected(manifest, plan["databases"]))
     log.info("verify ok: %d tables with rows and checksums equal to the backup's, every object present, configuration back (%.1f s)",
-             tables, time.monotonic() - t0)
-    return {"tables": tables, "seconds": round(time.monotonic() - t0, 3)}
+             len(tables), time.monotonic() - t0)
+    return {"tables": len(tables), "seconds": round(time.monotonic() - t0, 3)}

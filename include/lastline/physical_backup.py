@@ -31,7 +31,7 @@ def table_estimates(server: Server) -> list[TableInfo]:
 def preflight(conf: dict) -> dict:
     """Check tools, credentials, versions and the destination; choose the backup id. Changes nothing."""
     server = Server.from_conn_id(conf["source_conn_id"])
-    datadir = server.require_datadir()
+    server.require_datadir()
     server.runner()  # fails clearly for hosts lastline cannot run commands on yet
     compression = conf.get("compression") or physical.DEFAULT_COMPRESSION
     c = physical.codec(compression)

@@ -17,7 +17,7 @@ import time
 from datetime import datetime, timezone
 
 from lastline import physical
-from lastline.errors import IntegrityError, PipelineError, PreflightError, ProtectedTargetError, ServerError
+from lastline.errors import IntegrityError, PipelineError, PreflightError, ProtectedTargetError
 from lastline.manifest import PhysicalManifest, read_manifest, resolve_backup
 from lastline.runner import LOCAL, run_logged, run_pipeline
 from lastline.servers import Server

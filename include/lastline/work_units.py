@@ -11,7 +11,9 @@ our 2-core machine. So:
 - the unit size aims at `units_per_lane` units per lane (enough to balance), never below
   `min_unit_bytes` (tens of units for a few GB, not hundreds), and never more than `max_units`;
 - non-transactional tables (MyISAM, Aria) are never split: they are reloaded whole on a retry;
-- biggest units first, so the long ones start early.
+- biggest units first, so the long ones start early, but two units of the same table are kept
+  `lanes` places apart where possible: mapped tasks start in order, so they rarely load one table
+  at the same time (each then appends in key order instead of splitting pages at two points).
 """
 from __future__ import annotations
 
@@ -86,7 +88,7 @@ def plan_units(
             part = Part(t.schema, t.name, 0, n - 1, _size(t), True)
             (groups.append([part]) if _size(t) > target / 2 else small.append(part))
             continue
-        pieces = min(n, math.ceil(_size(t) / target))
+        pieces = min(n, max(2, round(_size(t) / target)))
         per = math.ceil(n / pieces)
         for first in range(0, n, per):
             last = min(n, first + per) - 1
@@ -101,5 +103,18 @@ def plan_units(
         else:
             bins.append([part])
     totals = {(t.schema, t.name): len(t.chunks) for t in tables}
-    units = sorted(groups + bins, key=lambda ps: sum(p.bytes for p in ps), reverse=True)
+    units = spread(sorted(groups + bins, key=lambda ps: sum(p.bytes for p in ps), reverse=True), lanes)
     return [WorkUnit(i, unit_name(ps, totals), sum(p.bytes for p in ps), ps) for i, ps in enumerate(units)]
+
+
+def spread(units: list[list[Part]], lanes: int) -> list[list[Part]]:
+    """Reorder (biggest first) so that no unit shares a table with the `lanes - 1` units before it,
+    where some other unit allows it."""
+    out: list[list[Part]] = []
+    pending = list(units)
+    while pending:
+        recent = {(p.schema, p.table) for ps in out[-(lanes - 1):] for p in ps} if lanes > 1 else set()
+        pick = next((ps for ps in pending if not recent & {(p.schema, p.table) for p in ps}), pending[0])
+        pending.remove(pick)
+        out.append(pick)
+    return out
