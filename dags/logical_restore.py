@@ -59,7 +59,7 @@ def logical_restore():
     def snapshot_config(plan: dict) -> dict:
         return lr.snapshot_config(plan, get_current_context()["run_id"])
 
-    @task(map_index_template="{{ unit_name }}", max_active_tis_per_dagrun=int(env("LOAD_SLOTS", "4")))
+    @task(map_index_template="{{ unit_name }}", max_active_tis_per_dagrun=int(env("LOAD_SLOTS", "2")))
     def load(plan: dict, unit: dict) -> dict:
         get_current_context()["unit_name"] = unit["name"]
         return lr.load(plan, unit)

@@ -332,3 +332,12 @@ def test_units_of_one_table_do_not_start_side_by_side():
     tables = [{p.table for p in u.parts} for u in units]
     assert sum("big" in t for t in tables) >= 2
     assert all(not (a & b) for a, b in zip(tables, tables[1:]))  # neighbours never share a table
+
+
+def test_a_split_table_is_loaded_in_key_order():
+    from lastline.work_units import plan_units
+
+    MB = 1 << 20
+    m = _manifest([("big", "InnoDB", 16, 800 * MB)] + [(f"t{i}", "InnoDB", 4, 200 * MB) for i in range(8)])
+    firsts = [u.parts[0].first for u in plan_units(m, m.tables, lanes=2) if u.parts[0].table == "big"]
+    assert len(firsts) >= 2 and firsts == sorted(firsts)

@@ -78,7 +78,7 @@ class Lane:
             if not waited:
                 log.info("%s: all %d lanes busy on the target; waiting for one", self.label, self.parallel)
                 waited = True
-            time.sleep(1)
+            time.sleep(0.2)
 
     def __exit__(self, *exc: Any) -> None:
         if self.conn is not None:

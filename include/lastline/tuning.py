@@ -181,10 +181,25 @@ def apply(server: Server, snap: ConfigSnapshot, *, restart_allowed: bool, redo_b
             if name in want and _normal(current.get(name)) != _normal(want[name]):
                 _set_global(cur, name, want[name])
                 applied[name] = want[name]
+        _probe_write(cur)
     finally:
         conn.close()
     log.info("tune: set %s%s", applied, " (after a restart with the drop-in)" if restarted else "")
     return {"applied": applied, "restarted": restarted}
+
+
+def _probe_write(cur: Any) -> None:
+    """Fail now, naming the privilege, if read_only would also stop lastline's own loads."""
+    try:
+        cur.execute("SET SESSION sql_log_bin = 0")
+        cur.execute(f"UPDATE {META_DB}.config_snapshot SET taken_at = taken_at WHERE id = 1")
+    except Exception as exc:
+        if getattr(exc, "args", (None,))[0] == 1290:
+            raise LastlineError(
+                "read_only=ON (which keeps application writes out during the load) also stops this account: grant it "
+                "READ_ONLY ADMIN (MariaDB 10.11+) or SUPER, or run with tune=false. Revert puts read_only back."
+            ) from exc
+        raise
 
 
 def _set_global(cur: Any, name: str, value: str) -> None:

@@ -12,8 +12,8 @@ our 2-core machine. So:
   `min_unit_bytes` (tens of units for a few GB, not hundreds), and never more than `max_units`;
 - non-transactional tables (MyISAM, Aria) are never split: they are reloaded whole on a retry;
 - biggest units first, so the long ones start early, but two units of the same table are kept
-  `lanes` places apart where possible: mapped tasks start in order, so they rarely load one table
-  at the same time (each then appends in key order instead of splitting pages at two points).
+  `lanes` places apart where possible, lower key ranges first: mapped tasks start in map index
+  order, so a table's ranges are appended in key order instead of inserted into the middle.
 """
 from __future__ import annotations
 
@@ -103,8 +103,22 @@ def plan_units(
         else:
             bins.append([part])
     totals = {(t.schema, t.name): len(t.chunks) for t in tables}
-    units = spread(sorted(groups + bins, key=lambda ps: sum(p.bytes for p in ps), reverse=True), lanes)
+    units = in_key_order(spread(sorted(groups + bins, key=lambda ps: sum(p.bytes for p in ps), reverse=True), lanes))
     return [WorkUnit(i, unit_name(ps, totals), sum(p.bytes for p in ps), ps) for i, ps in enumerate(units)]
+
+
+def in_key_order(units: list[list[Part]]) -> list[list[Part]]:
+    """The units of a split table take their places in key order (lower ranges first): loading a range
+    below rows already in the table inserts into the middle of the index, which is slower than appending."""
+    slots: dict[tuple[str, str], list[int]] = {}
+    for i, ps in enumerate(units):
+        if len(ps) == 1 and not ps[0].whole:
+            slots.setdefault((ps[0].schema, ps[0].table), []).append(i)
+    out = list(units)
+    for positions in slots.values():
+        for pos, ps in zip(positions, sorted((units[i] for i in positions), key=lambda ps: ps[0].first)):
+            out[pos] = ps
+    return out
 
 
 def spread(units: list[list[Part]], lanes: int) -> list[list[Part]]:
