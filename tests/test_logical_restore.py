@@ -16,6 +16,7 @@ import pytest
 from lastline import dialect, logical_backup as lb, logical_restore as lr, tuning
 from lastline.errors import IntegrityError, PreflightError, ProtectedTargetError, ServerError
 from lastline.manifest import LogicalManifest
+from lastline.servers import global_variables, table_exists
 
 pytestmark = pytest.mark.e2e
 
@@ -25,7 +26,7 @@ WATCHED = tuning.TUNED_VARIABLES
 def _variables(server) -> dict[str, str]:
     conn = server.connect()
     try:
-        return tuning.read_variables(conn.cursor(), WATCHED)
+        return global_variables(conn.cursor(), WATCHED)
     finally:
         conn.close()
 
@@ -136,9 +137,8 @@ def _wait_for_load(server, table: str, min_ledger: int, timeout: float = 60) -> 
         while time.monotonic() < deadline:
             cur.execute("SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE INFO LIKE %s", (f"LOAD DATA%{table}%",))
             running = cur.fetchone()[0]
-            cur.execute("SELECT COUNT(*) FROM information_schema.TABLES WHERE TABLE_SCHEMA = '_lastline' AND TABLE_NAME = 'ledger'")
             ledger = 0
-            if cur.fetchone()[0]:
+            if table_exists(cur, "_lastline", "ledger"):
                 cur.execute("SELECT COUNT(*) FROM _lastline.ledger")
                 ledger = cur.fetchone()[0]
             if running and ledger >= min_ledger:

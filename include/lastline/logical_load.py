@@ -26,6 +26,7 @@ from lastline import dialect
 from lastline.chunk_files import read_chunk
 from lastline.errors import IntegrityError, LastlineError, ServerError
 from lastline.manifest import ChunkInfo, LogicalManifest, LogicalTable
+from lastline.runner import Progress
 from lastline.servers import Server
 from lastline.snapshot import sql_error
 from lastline.storage import Storage
@@ -97,37 +98,23 @@ def _unblock(fifo: str) -> None:
         pass
 
 
-class Progress:
-    """`load <unit>: chunks, rows, MB, MB/s, ETA` at most every `every` seconds."""
+class LoadProgress(Progress):
+    """`load <unit>: chunks, rows, MB / total MB, MB/s, ETA` (runner.Progress plus chunk and row counts)."""
 
-    def __init__(self, label: str, chunks: int, total_bytes: int, every: float = 5.0) -> None:
-        self.label, self.chunks, self.total, self.every = label, chunks, total_bytes, every
-        self.start = self.last = time.monotonic()
-        self.done_chunks = self.rows = self.bytes = 0
+    def __init__(self, label: str, chunks: int, total_bytes: int) -> None:
+        super().__init__(f"load {label}", total_bytes)
+        self.chunks = chunks
+        self.done_chunks = self.rows = 0
 
-    def line(self) -> str:
-        elapsed = max(time.monotonic() - self.start, 1e-6)
-        rate = self.bytes / 1e6 / elapsed
-        text = (
-            f"load {self.label}: {self.done_chunks}/{self.chunks} chunks, {self.rows:,} rows, "
-            f"{self.bytes / 1e6:,.1f} / {self.total / 1e6:,.1f} MB, {rate:.1f} MB/s"
-        )
-        if rate > 0 and self.bytes < self.total:
-            text += f", ETA {(self.total - self.bytes) / 1e6 / rate:.0f} s"
-        return text
-
-    def add(self, nbytes: int) -> None:
-        self.bytes += nbytes
-        now = time.monotonic()
-        if now - self.last >= self.every:
-            self.last = now
-            log.info("%s", self.line())
+    def line(self, now: float | None = None) -> str:
+        label, _, rest = super().line(now).partition(": ")
+        return f"{label}: {self.done_chunks}/{self.chunks} chunks, {self.rows:,} rows, {rest}"
 
 
 class Loader:
     """Loads chunks into one target connection (see the module doc)."""
 
-    def __init__(self, server: Server, storage: Storage, manifest: LogicalManifest, progress: Progress) -> None:
+    def __init__(self, server: Server, storage: Storage, manifest: LogicalManifest, progress: LoadProgress) -> None:
         self.server, self.storage, self.manifest, self.progress = server, storage, manifest, progress
         self.conn = server.connect(local_infile=1)
         self.cur = self.conn.cursor()
@@ -229,7 +216,7 @@ def load_unit(server: Server, storage: Storage, manifest: LogicalManifest, unit:
     """Load every chunk of `unit` not yet in the ledger; returns per-table rows, bytes and seconds."""
     tables = {(t.schema, t.name): t for t in manifest.tables}
     total_chunks = sum(p.last - p.first + 1 for p in unit.parts)
-    progress = Progress(unit.name, total_chunks, unit.bytes)
+    progress = LoadProgress(unit.name, total_chunks, unit.bytes)
     stats: dict[str, dict] = {}
     started_at = time.time()
     with Lane(server, parallel, unit.name):
@@ -253,7 +240,7 @@ def load_unit(server: Server, storage: Storage, manifest: LogicalManifest, unit:
                         if c.file in done or not loader.load_chunk(t, c):
                             skipped += 1
                             progress.done_chunks += 1
-                            progress.bytes += c.raw_bytes
+                            progress.add(c.raw_bytes)
                             continue
                         loaded_rows += c.rows
                         loaded_bytes += c.raw_bytes

@@ -16,7 +16,7 @@ from lastline.logical_load import ensure_ledger, load_unit
 from lastline.logical_schema import split_deferred
 from lastline.manifest import LogicalManifest, read_manifest, resolve_backup
 from lastline.physical import base_version
-from lastline.servers import Server
+from lastline.servers import Server, table_exists
 from lastline.storage import Storage
 from lastline.work_units import WorkUnit, plan_units
 
@@ -44,11 +44,8 @@ def _selected(manifest: LogicalManifest, databases: list[str]) -> list:
 
 
 def _resuming(cur: Any, backup_id: str) -> bool:
-    cur.execute(
-        "SELECT COUNT(*) FROM information_schema.TABLES WHERE TABLE_SCHEMA = %s AND TABLE_NAME = 'restore_state'",
-        (tuning.META_DB,),
-    )
-    if not cur.fetchone()[0]:
+    """Whether an unfinished restore of this backup left its state on the target (a new run resumes it)."""
+    if not table_exists(cur, tuning.META_DB, "restore_state"):
         return False
     cur.execute(f"SELECT COUNT(*) FROM {STATE} WHERE backup_id = %s AND finished_at IS NULL", (backup_id,))
     return bool(cur.fetchone()[0])

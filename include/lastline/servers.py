@@ -168,12 +168,27 @@ class Server:
 
     def variables(self, *names: str) -> dict[str, str]:
         """Global variables by name (lower-case keys)."""
-        rows = self.query(
-            "SELECT LOWER(VARIABLE_NAME), VARIABLE_VALUE FROM information_schema.GLOBAL_VARIABLES "
-            "WHERE LOWER(VARIABLE_NAME) IN (" + ",".join(["%s"] * len(names)) + ")",
-            [n.lower() for n in names],
-        )
-        return {k: v for k, v in rows}
+        conn = self.connect()
+        try:
+            return global_variables(conn.cursor(), names)
+        finally:
+            conn.close()
+
+
+def global_variables(cur: Any, names: tuple[str, ...] | list[str]) -> dict[str, str]:
+    """Global variables by name (lower-case keys), through an open cursor; names the server lacks are left out."""
+    cur.execute(
+        "SELECT LOWER(VARIABLE_NAME), VARIABLE_VALUE FROM information_schema.GLOBAL_VARIABLES "
+        "WHERE LOWER(VARIABLE_NAME) IN (" + ",".join(["%s"] * len(names)) + ")",
+        [n.lower() for n in names],
+    )
+    return {k: v for k, v in cur.fetchall()}
+
+
+def table_exists(cur: Any, schema: str, table: str) -> bool:
+    """Whether `schema`.`table` exists (through an open cursor)."""
+    cur.execute("SELECT COUNT(*) FROM information_schema.TABLES WHERE TABLE_SCHEMA = %s AND TABLE_NAME = %s", (schema, table))
+    return bool(cur.fetchone()[0])
 
 
 def _escape_option(value: str) -> str:

@@ -24,7 +24,7 @@ from typing import Any
 
 from lastline.checksums import META_DB
 from lastline.errors import LastlineError, PreflightError
-from lastline.servers import Server
+from lastline.servers import Server, global_variables, table_exists
 
 log = logging.getLogger(__name__)
 
@@ -93,16 +93,6 @@ def drop_in_path(server: Server) -> str | None:
     return os.path.join(server.config_dir, DROP_IN) if server.config_dir else None
 
 
-def read_variables(cur: Any, names: tuple[str, ...]) -> dict[str, str]:
-    """Global variables by name (those the server has)."""
-    cur.execute(
-        "SELECT LOWER(VARIABLE_NAME), VARIABLE_VALUE FROM information_schema.GLOBAL_VARIABLES WHERE LOWER(VARIABLE_NAME) IN ("
-        + ", ".join(["%s"] * len(names)) + ")",
-        names,
-    )
-    return {k: v for k, v in cur.fetchall()}
-
-
 def take_snapshot(server: Server, run_id: str, taken_at: str) -> ConfigSnapshot:
     """Record the production values on the target, or keep the record a crashed run left. No setting changes."""
     conn = server.connect()
@@ -120,7 +110,7 @@ def take_snapshot(server: Server, run_id: str, taken_at: str) -> ConfigSnapshot:
             return snap
         path = drop_in_path(server)
         snap = ConfigSnapshot(
-            read_variables(cur, TUNED_VARIABLES + RESTART_VARIABLES), bool(path and os.path.exists(path)), taken_at, run_id
+            global_variables(cur, TUNED_VARIABLES + RESTART_VARIABLES), bool(path and os.path.exists(path)), taken_at, run_id
         )
         if snap.restart_profile:
             raise PreflightError(
@@ -143,11 +133,7 @@ def read_snapshot(server: Server) -> ConfigSnapshot | None:
     conn = server.connect()
     try:
         cur = conn.cursor()
-        cur.execute(
-            "SELECT COUNT(*) FROM information_schema.TABLES WHERE TABLE_SCHEMA = %s AND TABLE_NAME = 'config_snapshot'",
-            (META_DB,),
-        )
-        if not cur.fetchone()[0]:
+        if not table_exists(cur, META_DB, "config_snapshot"):
             return None
         cur.execute(f"SELECT taken_at, run_id, restart_profile, variables FROM {META_DB}.config_snapshot WHERE id = 1")
         row = cur.fetchone()
@@ -175,7 +161,7 @@ def apply(server: Server, snap: ConfigSnapshot, *, restart_allowed: bool, redo_b
     conn = server.connect()
     try:
         cur = conn.cursor()
-        current = read_variables(cur, TUNED_VARIABLES)
+        current = global_variables(cur, TUNED_VARIABLES)
         want = dynamic_profile(current, redo_bytes, buffer_pool_bytes)
         for name in TUNED_VARIABLES:
             if name in want and _normal(current.get(name)) != _normal(want[name]):
@@ -229,13 +215,13 @@ def revert(server: Server) -> dict:
     try:
         cur = conn.cursor()
         reverted = {}
-        current = read_variables(cur, TUNED_VARIABLES)
+        current = global_variables(cur, TUNED_VARIABLES)
         for name in reversed(TUNED_VARIABLES):  # io_capacity before io_capacity_max on the way back
             want = snap.variables.get(name)
             if want is not None and _normal(current.get(name)) != _normal(want):
                 _set_global(cur, name, want)
                 reverted[name] = want
-        now = read_variables(cur, TUNED_VARIABLES + RESTART_VARIABLES)
+        now = global_variables(cur, TUNED_VARIABLES + RESTART_VARIABLES)
         differ = {k: (now.get(k), v) for k, v in snap.variables.items() if _normal(now.get(k)) != _normal(v)}
         if differ:
             raise LastlineError(
@@ -256,7 +242,7 @@ def config_differs(server: Server, snapshot: dict[str, str]) -> dict[str, tuple[
     """Variables whose live value differs from `snapshot` (empty: all back)."""
     conn = server.connect()
     try:
-        now = read_variables(conn.cursor(), tuple(snapshot))
+        now = global_variables(conn.cursor(), tuple(snapshot))
     finally:
         conn.close()
     return {k: (now.get(k), v) for k, v in snapshot.items() if _normal(now.get(k)) != _normal(v)}
