@@ -54,12 +54,22 @@ def set_conn(conn_id: str, inst: Instance, **extra) -> None:
     os.environ[f"AIRFLOW_CONN_{conn_id.upper()}"] = json.dumps(conn)
 
 
+def _loaded(root: Path, name: str, *loads) -> Instance:
+    """A started sandbox with `loads` applied; destroyed again if one fails (no server left running)."""
+    inst = _instance(root, name)
+    try:
+        for load in loads:
+            load(inst)
+    except BaseException:
+        inst.destroy()
+        raise
+    return inst
+
+
 @pytest.fixture(scope="session")
 def source(sandbox_root):
     """A source server with Sakila and a few MB of generated rows."""
-    inst = _instance(sandbox_root, "source")
-    inst.load_sakila()
-    inst.load_bulk(8, tables=2)
+    inst = _loaded(sandbox_root, "source", Instance.load_sakila, lambda i: i.load_bulk(8, tables=2))
     set_conn("t_source", inst)
     yield inst
     inst.destroy()
@@ -134,9 +144,7 @@ CORPUS = ROOT / "tests" / "corpus" / "edge_cases.sql"
 @pytest.fixture(scope="session")
 def logical_source(sandbox_root):
     """A source for logical backups: Sakila and the edge-case corpus (database `edge`)."""
-    inst = _instance(sandbox_root, "lsource")
-    inst.load_sakila()
-    inst.load_sql_file(CORPUS)
+    inst = _loaded(sandbox_root, "lsource", Instance.load_sakila, lambda i: i.load_sql_file(CORPUS))
     set_conn("t_lsource", inst)
     yield inst
     inst.destroy()
