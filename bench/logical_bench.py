@@ -49,22 +49,23 @@ def du(path: Path) -> float:
     return sum(f.stat().st_size for f in path.rglob("*") if f.is_file()) / 1e6
 
 
-def prepare(work: Path, tables: int, rows: int, reuse: bool) -> Instance:
-    """The sandbox source with the dataset (kept between runs with --reuse)."""
-    inst = Instance(work / "sandbox", "lsrc")
-    marker = inst.dir / f"dataset-{tables}x{rows}"
+def dataset(work: Path, name: str, sizes: dict[str, int], reuse: bool, cnf: str) -> Instance:
+    """A sandbox `name` holding sysbench-shaped tables `sbtest.<table>` of the given row counts, generated
+    in-server with `cnf` as its extra my.cnf; kept between runs with `reuse`."""
+    inst = Instance(work / "sandbox", name)
+    marker = inst.dir / ("dataset-" + "-".join(f"{t}={n}" for t, n in sizes.items()))
     if reuse and marker.exists():
         inst.start()
         return inst
     if inst.exists():
         inst.destroy()
     inst.create()
-    (inst.conf_d / "bench.cnf").write_text("[mysqld]\ninnodb-buffer-pool-size=3G\ninnodb-log-file-size=512M\n")
+    (inst.conf_d / "bench.cnf").write_text(cnf)
     inst.stop()
     inst.start()
     t0 = time.monotonic()
-    inst.load_tables("sbtest", {f"sbtest{i}": rows for i in range(1, tables + 1)})
-    print(f"generated {tables} x {rows:,} rows in {time.monotonic() - t0:.0f} s", flush=True)
+    inst.load_tables("sbtest", sizes)
+    print(f"generated {sum(sizes.values()):,} rows in {len(sizes)} tables in {time.monotonic() - t0:.0f} s", flush=True)
     marker.touch()
     return inst
 
@@ -94,7 +95,8 @@ def main() -> int:
     logging.basicConfig(level=logging.WARNING)
     work = Path(args.work)
     work.mkdir(parents=True, exist_ok=True)
-    inst = prepare(work, args.tables, args.rows, args.reuse)
+    inst = dataset(work, "lsrc", {f"sbtest{i}": args.rows for i in range(1, args.tables + 1)}, args.reuse,
+                   "[mysqld]\ninnodb-buffer-pool-size=3G\ninnodb-log-file-size=512M\n")
     os.environ["AIRFLOW_CONN_BENCH_LSRC"] = json.dumps(inst.connection("bench_lsrc"))
     server = inst.server()
     n, r = args.parallel, args.chunk_rows

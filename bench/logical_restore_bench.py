@@ -36,7 +36,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from logical_bench import sh  # noqa: E402
+from logical_bench import dataset, sh  # noqa: E402
 
 from lastline import logical_backup as lb  # noqa: E402
 from lastline.manifest import read_manifest  # noqa: E402
@@ -50,28 +50,6 @@ TUNED = (
     "innodb-flush-log-at-trx-commit=0\nskip-log-bin\ninnodb-autoinc-lock-mode=2\ninnodb-adaptive-hash-index=0\n"
     "max-allowed-packet=1G\ninnodb-io-capacity=2000\ninnodb-io-capacity-max=4000\n"
 )
-
-
-def source(work: Path, tables: int, rows: int, big: int, reuse: bool) -> Instance:
-    """The source sandbox with the dataset (kept with --reuse)."""
-    inst = Instance(work / "sandbox", "rsrc")
-    marker = inst.dir / f"dataset-{tables}x{rows}+{big}x"
-    if reuse and marker.exists():
-        inst.start()
-        return inst
-    if inst.exists():
-        inst.destroy()
-    inst.create()
-    (inst.conf_d / "bench.cnf").write_text("[mysqld]\ninnodb-buffer-pool-size=4G\ninnodb-log-file-size=1G\n")
-    inst.stop()
-    inst.start()
-    t0 = time.monotonic()
-    sizes = {f"sbtest{i}": rows for i in range(1, tables + 1)}
-    sizes["sbtest_big"] = rows * big
-    inst.load_tables("sbtest", sizes)
-    print(f"generated {tables} x {rows:,} rows + {rows * big:,} in {time.monotonic() - t0:.0f} s", flush=True)
-    marker.touch()
-    return inst
 
 
 def target(work: Path) -> Instance:
@@ -185,7 +163,8 @@ def main() -> int:
     work = Path(args.work)
     work.mkdir(parents=True, exist_ok=True)
     n = args.parallel
-    src = source(work, args.tables, args.rows, args.big, args.reuse)
+    sizes = {f"sbtest{i}": args.rows for i in range(1, args.tables + 1)} | {"sbtest_big": args.rows * args.big}
+    src = dataset(work, "rsrc", sizes, args.reuse, "[mysqld]\ninnodb-buffer-pool-size=4G\ninnodb-log-file-size=1G\n")
     tgt = target(work)
     env = dict(os.environ)
     env["AIRFLOW_CONN_BENCH_RSRC"] = json.dumps(src.connection("bench_rsrc"))

@@ -28,7 +28,7 @@ from lastline.manifest import (
 )
 from lastline.physical import require_tools
 from lastline.servers import Server
-from lastline.snapshot import SnapshotPool, sql_error
+from lastline.snapshot import LOST_CONNECTION, SnapshotPool, sql_error
 from lastline.storage import Storage, open_storage
 
 log = logging.getLogger(__name__)
@@ -68,12 +68,7 @@ def preflight(conf: dict) -> dict:
     storage = open_storage(conf["destination"], conf.get("aws_conn_id"))
     storage.check_writable()
     est = sum(p.est_bytes for p in plans)
-    free = storage.free_bytes()
-    if free is not None and free < est // 4:
-        raise PreflightError(
-            f"destination {storage.url} has {free / 1e9:.2f} GB free; compressed chunks of {est / 1e9:.2f} GB of "
-            "data may need a quarter of it: free space or choose another destination."
-        )
+    storage.require_free(est // 4, f"compressed chunks of {est / 1e9:.2f} GB of data")  # TSV + zstd: ~1/4 of InnoDB
     plan = {
         "backup_id": new_backup_id(),
         "source_conn_id": server.conn_id,
@@ -262,7 +257,7 @@ class Dumper:
             return exc
         code, msg = sql_error(exc)
         what = f"{job.table.plan.full_name} ({'splitting' if job.kind == 'split' else f'chunk {job.seq}'})"
-        if code in (2006, 2013, 1927):
+        if code in LOST_CONNECTION:
             return ServerError(
                 f"lost the connection to the source while dumping {what}: {msg}. The backup is incomplete (no "
                 "manifest is written) and the task retries from scratch."

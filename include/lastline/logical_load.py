@@ -28,7 +28,7 @@ from lastline.errors import IntegrityError, LastlineError, ServerError
 from lastline.manifest import ChunkInfo, LogicalManifest, LogicalTable
 from lastline.runner import Progress
 from lastline.servers import Server
-from lastline.snapshot import sql_error
+from lastline.snapshot import LOST_CONNECTION, sql_error
 from lastline.storage import Storage
 from lastline.tuning import META_DB
 from lastline.work_units import WorkUnit
@@ -253,7 +253,7 @@ def load_unit(server: Server, storage: Storage, manifest: LogicalManifest, unit:
                     log.info("%s.%s: %d chunk(s) already in the ledger, skipped", t.schema, t.name, skipped)
         except Exception as exc:
             code, msg = sql_error(exc)
-            if code in (2006, 2013, 1927):
+            if code in LOST_CONNECTION:
                 raise ServerError(
                     f"lost the connection to the target while loading {unit.name}: {msg}. Chunks committed so far are "
                     "in the ledger; a retry (or a new run for the same backup) resumes after them."

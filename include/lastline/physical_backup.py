@@ -7,7 +7,7 @@ from datetime import datetime, timedelta, timezone
 
 from lastline import physical
 from lastline.checksums import SYSTEM_SCHEMAS
-from lastline.errors import PipelineError, PreflightError, StorageError
+from lastline.errors import PipelineError, StorageError
 from lastline.manifest import PhysicalManifest, TableInfo, new_backup_id, prune_backups, write_manifest
 from lastline.runner import run_pipeline
 from lastline.servers import Server, option_file
@@ -42,13 +42,8 @@ def preflight(conf: dict) -> dict:
     storage = open_storage(conf["destination"], conf.get("aws_conn_id"))
     storage.check_writable()
     data_bytes = sum(t.bytes for t in table_estimates(server))
-    free = storage.free_bytes()
     # compressed InnoDB backups are typically 25-50% of the data; demand the conservative half
-    if free is not None and free < data_bytes // 2:
-        raise PreflightError(
-            f"destination {storage.url} has {free / 1e9:.2f} GB free; the backup of {data_bytes / 1e9:.2f} GB "
-            "of data may need about half of it: free space or choose another destination."
-        )
+    storage.require_free(data_bytes // 2, f"the backup of {data_bytes / 1e9:.2f} GB of data")
     plan = {
         "backup_id": new_backup_id(),
         "source_conn_id": server.conn_id,

@@ -37,6 +37,10 @@ class Coordinates:
     sql_mode: str
 
 
+# client errors for a connection that went away: server gone, lost mid-query, killed
+LOST_CONNECTION = (2006, 2013, 1927)
+
+
 def sql_error(exc: Exception) -> tuple[int | None, str]:
     """(code, message) of a MySQLdb error."""
     args = getattr(exc, "args", ())

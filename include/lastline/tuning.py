@@ -154,10 +154,7 @@ def apply(server: Server, snap: ConfigSnapshot, *, restart_allowed: bool, redo_b
         with open(path, "w") as fh:
             fh.write("# written by lastline for a bulk restore; removed by its revert\n[mysqld]\n")
             fh.writelines(f"{k}\n" if v is None else f"{k}={v}\n" for k, v in RESTART_SETTINGS.items())
-        log.info("tune: restart profile %s -> %s; restarting the target", RESTART_SETTINGS, path)
-        server.stop_service()
-        server.start_service()
-        restarted = True
+        restarted = _restart(server, f"tune: restart profile {RESTART_SETTINGS} -> {path}")
     conn = server.connect()
     try:
         cur = conn.cursor()
@@ -172,6 +169,14 @@ def apply(server: Server, snap: ConfigSnapshot, *, restart_allowed: bool, redo_b
         conn.close()
     log.info("tune: set %s%s", applied, " (after a restart with the drop-in)" if restarted else "")
     return {"applied": applied, "restarted": restarted}
+
+
+def _restart(server: Server, why: str) -> bool:
+    """Restart the target through its service commands (to apply or drop the restart profile)."""
+    log.info("%s; restarting the target", why)
+    seconds = server.stop_service() + server.start_service()
+    log.info("target restarted in %.1f s", seconds)
+    return True
 
 
 def _probe_write(cur: Any) -> None:
@@ -207,10 +212,7 @@ def revert(server: Server) -> dict:
     restarted = False
     if path and os.path.exists(path):
         os.unlink(path)
-        log.info("revert: removed %s; restarting the target", path)
-        server.stop_service()
-        server.start_service()
-        restarted = True
+        restarted = _restart(server, f"revert: removed {path}")
     conn = server.connect()
     try:
         cur = conn.cursor()

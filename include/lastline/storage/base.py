@@ -4,6 +4,8 @@ from __future__ import annotations
 import abc
 from typing import Iterator
 
+from lastline.errors import StorageError
+
 
 class Writer(abc.ABC):
     """A stream being written; it becomes visible only on commit(), and abort() leaves nothing."""
@@ -66,6 +68,15 @@ class Storage(abc.ABC):
     def free_bytes(self) -> int | None:
         """Free space, where the backend knows it (None: unknown or unlimited)."""
         return None
+
+    def require_free(self, need: int, what: str) -> None:
+        """Raise StorageError unless about `need` bytes fit (backends that cannot tell always pass)."""
+        free = self.free_bytes()
+        if free is not None and free < need:
+            raise StorageError(
+                f"destination {self.url} has {free / 1e9:.2f} GB free; {what} may need {need / 1e9:.2f} GB: "
+                "free space or choose another destination."
+            )
 
     def read_bytes(self, key: str) -> bytes:
         """The whole (small) object."""
