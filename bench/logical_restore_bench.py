@@ -97,12 +97,19 @@ class Standalone:
                               check=check, cwd=ROOT)
 
     def __exit__(self, *exc) -> None:
-        if self.proc:
-            os.killpg(self.proc.pid, signal.SIGTERM)
+        """TERM the whole group, wait until every member (scheduler, workers) is gone, KILL after 60 s."""
+        if not self.proc:
+            return
+        os.killpg(self.proc.pid, signal.SIGTERM)
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            self.proc.poll()
             try:
-                self.proc.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.proc.pid, signal.SIGKILL)
+                os.killpg(self.proc.pid, 0)
+            except ProcessLookupError:
+                return
+            time.sleep(0.5)
+        os.killpg(self.proc.pid, signal.SIGKILL)
 
 
 def run_under_scheduler(af: Standalone, dag_id: str, conf: dict, timeout: float = 3600) -> dict:
