@@ -157,6 +157,24 @@ def hand(src: Instance, tgt: Instance, manifest, dumps: Path, work: Path, topt: 
 
 
 
+def task_timeline(dag_id: str, run_id: str) -> list[dict]:
+    """Each task instance's start (from the run's first task start) and duration, from the metadata DB."""
+    with sqlite3.connect(ROOT / ".airflow" / "airflow.db") as c:
+        rows = c.execute(
+            "SELECT task_id, map_index, rendered_map_index, start_date, end_date FROM task_instance "
+            "WHERE dag_id = ? AND run_id = ? AND start_date IS NOT NULL ORDER BY start_date", (dag_id, run_id),
+        ).fetchall()
+    if not rows:
+        return []
+    t0 = datetime.fromisoformat(rows[0][3])
+    return [
+        {"task": f"{task}[{idx}] {name}" if idx >= 0 else task,
+         "start": round((datetime.fromisoformat(start) - t0).total_seconds(), 2),
+         "seconds": round((datetime.fromisoformat(end) - datetime.fromisoformat(start)).total_seconds(), 2)}
+        for task, idx, name, start, end in rows
+    ]
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--tables", type=int, default=8)
@@ -237,6 +255,11 @@ def main() -> int:
                                            "stages": report["stages"]}
     print(f"  {'  of which: load step (units in parallel)':<58} {report['load_seconds']:7.1f} s", flush=True)
     print(f"  {'  stages':<58} " + ", ".join(f"{k} {v:.1f} s" for k, v in report["stages"].items()), flush=True)
+    timeline = task_timeline("logical_restore", run["run_id"])
+    results["lastline task timeline"] = timeline
+    print("  task timeline (seconds from the run's first task start: start, duration):", flush=True)
+    for t in timeline:
+        print(f"    {t['task']:<48} {t['start']:6.1f} {t['seconds']:6.1f}", flush=True)
 
     base = results[f"lastline logical_restore DAG, scheduler, {n} lanes (whole run)"]["seconds"]
     print("\ntime over lastline's whole DAG run; above 1.00 means lastline is faster:")
