@@ -255,3 +255,23 @@ def test_restore_from_s3(run_dag, logical_source, logical_target, s3_server):
     })
     assert state == "success", tis
     assert _diff(_objects(logical_source.server(), ("edge",)), _objects(logical_target.server(), ("edge",))) == []
+
+
+def test_revert_names_every_variable_that_did_not_come_back(logical_target):
+    from lastline.errors import LastlineError
+
+    server = logical_target.server()
+    snap = tuning.take_snapshot(server, "test-run", "now")
+    assert not snap.inherited and snap.variables["innodb_doublewrite"] == "ON"
+    wrong = {**snap.variables, "innodb_doublewrite": "OFF"}  # a restart-only value revert cannot set by itself
+    conn = server.connect()
+    try:
+        conn.cursor().execute("UPDATE _lastline.config_snapshot SET variables = %s WHERE id = 1", (json.dumps(wrong),))
+        conn.commit()
+        with pytest.raises(LastlineError, match="innodb_doublewrite is 'ON', was 'OFF'"):
+            tuning.revert(server)
+        assert tuning.read_snapshot(server) is not None  # kept for the person who fixes it
+    finally:
+        conn.cursor().execute("DELETE FROM _lastline.config_snapshot")
+        conn.commit()
+        conn.close()
