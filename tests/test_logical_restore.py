@@ -16,6 +16,7 @@ import pytest
 from lastline import dialect, logical_backup as lb, logical_restore as lr, tuning
 from lastline.errors import IntegrityError, PreflightError, ProtectedTargetError, ServerError
 from lastline.manifest import LogicalManifest
+from lastline.sandbox import alive
 from lastline.servers import global_variables, table_exists
 
 pytestmark = pytest.mark.e2e
@@ -169,22 +170,22 @@ def test_load_task_killed_mid_chunk_then_rerun_is_exact(run_dag, backups, logica
 
 
 def test_target_killed_mid_load_then_rerun_is_exact(run_dag, backups, logical_source, logical_target):
-    killer_done = threading.Event()
+    killed: list[int] = []
 
     def kill_target():
-        try:
-            _wait_for_load(logical_target.server(), "big", min_ledger=2)
-            os.kill(logical_target.pid(), signal.SIGKILL)
-        finally:
-            killer_done.set()
+        _wait_for_load(logical_target.server(), "big", min_ledger=2)
+        pid = logical_target.pid()
+        os.kill(pid, signal.SIGKILL)
+        killed.append(pid)
 
     th = threading.Thread(target=kill_target, daemon=True)
     th.start()
     state, tis, logs = run_dag("logical_restore", _conf(backups, force=True))
     th.join()
     assert state == "failed" and tis["load"] == "failed", (tis, _errors(logs))
-    while logical_target.server().answers():
-        time.sleep(0.2)
+    assert killed
+    while alive(killed[0]):  # a killed server stops answering before it is gone: start() must not see it
+        time.sleep(0.1)
     logical_target.start()
     state, tis, logs = run_dag("logical_restore", _conf(backups))  # resumes; its revert restores the first run's snapshot
     assert state == "success", (tis, _errors(logs))

@@ -200,8 +200,12 @@ class Instance:
 
     def start(self, timeout: float = 60) -> None:
         """Start the server (if not running) and wait until it answers."""
-        if self.pid():
-            return
+        pid = self.pid()
+        deadline = time.monotonic() + timeout
+        while pid and alive(pid) and time.monotonic() < deadline:  # starting up, or killed and not yet gone
+            if self._answers():
+                return
+            time.sleep(0.2)
         with open(self.dir / "mariadbd.out", "ab") as out:
             subprocess.Popen(
                 ["mariadbd", f"--defaults-file={self.cnf}"],
@@ -209,16 +213,19 @@ class Instance:
             )
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            if self.sock.exists() and self.pid():
-                try:
-                    Server(conn_id="root", socket=str(self.sock), user="root", password="").connect().close()
-                    return
-                except ServerError as exc:
-                    if "wrong user or password" in str(exc) or "Access denied" in str(exc):
-                        return  # it answers; root may have a password after a restore
+            if self.sock.exists() and self.pid() and self._answers():
+                return
             time.sleep(0.2)
         tail = self.errlog.read_text()[-2000:] if self.errlog.exists() else "(no error log)"
         raise ServerError(f"sandbox {self.name} did not start within {timeout} s; error log ends:\n{tail}")
+
+    def _answers(self) -> bool:
+        """Whether the server answers on its socket (as root; a wrong password still means it answers)."""
+        try:
+            Server(conn_id="root", socket=str(self.sock), user="root", password="").connect(connect_timeout=2).close()
+            return True
+        except ServerError as exc:
+            return "wrong user or password" in str(exc) or "Access denied" in str(exc)
 
     def stop(self, timeout: float = 120) -> None:
         """Stop the server by PID (SIGTERM, then SIGKILL after `timeout`)."""
