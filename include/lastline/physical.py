@@ -16,6 +16,17 @@ from lastline.runner import LOCAL, Stage
 ARTIFACT_BASE = "backup.xbstream"
 
 
+def require_local_datadir(server) -> None:
+    """Physical backup and restore read and write the datadir from this machine; a server reached over
+    SSH (ssh_conn_id) is refused clearly until the physical pipelines run their stages there."""
+    if server.ssh_conn_id:
+        raise PreflightError(
+            f"connection {server.conn_id!r} has ssh_conn_id={server.ssh_conn_id!r}: physical backup and restore "
+            "over SSH are not wired yet (the SSH runner is; the pipelines come next). Run the task on the database "
+            "host (a worker there), or remove ssh_conn_id."
+        )
+
+
 def artifact_name(compression: str) -> str:
     """The artifact's file name inside the backup folder."""
     return ARTIFACT_BASE + codec(compression).suffix

@@ -32,7 +32,7 @@ def preflight(conf: dict) -> dict:
     """Check tools, credentials, versions and the destination; choose the backup id. Changes nothing."""
     server = Server.from_conn_id(conf["source_conn_id"])
     server.require_datadir()
-    server.runner()  # fails clearly for hosts lastline cannot run commands on yet
+    physical.require_local_datadir(server)
     compression = conf.get("compression") or physical.DEFAULT_COMPRESSION
     c = physical.codec(compression)
     physical.require_tools("mariabackup", c.tool)

@@ -87,7 +87,7 @@ def preflight(conf: dict) -> dict:
             "Pick a non-production target, or remove 'protected' from its connection if this is wrong."
         )
     datadir = server.require_datadir()
-    server.runner()  # fails clearly for hosts lastline cannot run commands on yet
+    physical.require_local_datadir(server)
     storage, backup_id = resolve_backup(conf["backup"], conf.get("aws_conn_id"))
     manifest = read_manifest(storage, backup_id)
     key = f"{backup_id}/{manifest.artifact}"
