@@ -70,16 +70,31 @@ def dataset(work: Path, name: str, sizes: dict[str, int], reuse: bool, cnf: str)
     return inst
 
 
-def lastline_dump(out: Path, parallel: int, chunk_rows: int, compression: str) -> float:
-    """The dump task's own time (preflight is read-only and not counted)."""
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds a process has used (from /proc)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def lastline_dump(out: Path, parallel: int, chunk_rows: int, compression: str, server_pid: int, rows: int) -> float:
+    """The dump task's own time (preflight is read-only and not counted); prints where the CPU went,
+    per row: the server building lines, this Python process, the compressors it ran."""
     shutil.rmtree(out, ignore_errors=True)
     plan = lb.preflight({
         "source_conn_id": "bench_lsrc", "destination": f"file://{out}", "databases": ["sbtest"],
         "parallel": parallel, "chunk_rows": chunk_rows, "compression": compression,
     })
+    server0, me0, kids0 = cpu_seconds(server_pid), os.times(), os.times()
     t0 = time.monotonic()
     lb.dump(plan)
-    return time.monotonic() - t0
+    seconds = time.monotonic() - t0
+    me1 = os.times()
+    us = 1e6 / max(rows, 1)
+    print(f"    CPU per row: server {(cpu_seconds(server_pid) - server0) * us:.2f} us, python "
+          f"{(me1.user + me1.system - me0.user - me0.system) * us:.2f} us, compressor "
+          f"{(me1.children_user + me1.children_system - kids0.children_user - kids0.children_system) * us:.2f} us",
+          flush=True)
+    return seconds
 
 
 def main() -> int:
@@ -125,11 +140,11 @@ def main() -> int:
         record(f"raw: mariadb -e SELECT | zstd, {n} at a time",
                sh(f"printf '%s\\n' {' '.join(tables)} | xargs -P {n} -I{{}} bash -o pipefail -c '{cmd}' {{}}"), out)
     out = work / "lastline"
-    record("lastline dump, zstd", lastline_dump(out, n, r, "zstd"), out)
-    record("lastline dump, uncompressed", lastline_dump(out, n, r, "none"), out)
+    record("lastline dump, zstd", lastline_dump(out, n, r, "zstd", inst.pid(), args.tables * args.rows), out)
+    record("lastline dump, uncompressed", lastline_dump(out, n, r, "none", inst.pid(), args.tables * args.rows), out)
     if args.sweep:
         for rows in (100_000, 250_000, 1_000_000):
-            record(f"lastline dump, zstd, {rows:,} rows per chunk", lastline_dump(out, n, rows, "zstd"), out)
+            record(f"lastline dump, zstd, {rows:,} rows per chunk", lastline_dump(out, n, rows, "zstd", inst.pid(), args.tables * args.rows), out)
     shutil.rmtree(out, ignore_errors=True)
 
     base = results["lastline dump, zstd"]["seconds"]

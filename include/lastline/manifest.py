@@ -36,6 +36,19 @@ def backup_time(backup_id: str) -> datetime | None:
         return None
 
 
+def _to_json(manifest: Any) -> str:
+    """A manifest dataclass as pretty JSON, stable key order."""
+    return json.dumps(asdict(manifest), indent=1, sort_keys=True) + "\n"
+
+
+def _parsed(text: str | bytes, expected: str) -> dict:
+    """The JSON of a manifest, checked to be of the `expected` format."""
+    data = json.loads(text)
+    if data.get("format") != expected:
+        raise IntegrityError(f"unknown manifest format {data.get('format')!r}; expected {expected!r}.")
+    return data
+
+
 @dataclass
 class TableInfo:
     """A table as the backup saw it (row count is InnoDB's estimate for physical backups)."""
@@ -74,14 +87,12 @@ class PhysicalManifest:
 
     def to_json(self) -> str:
         """Pretty JSON, stable key order."""
-        return json.dumps(asdict(self), indent=2, sort_keys=True) + "\n"
+        return _to_json(self)
 
     @classmethod
     def from_json(cls, text: str | bytes) -> PhysicalManifest:
         """Parse and check the format."""
-        data = json.loads(text)
-        if data.get("format") != FORMAT:
-            raise IntegrityError(f"unknown manifest format {data.get('format')!r}; expected {FORMAT!r}.")
+        data = _parsed(text, FORMAT)
         data["tables"] = [TableInfo(**t) for t in data.get("tables", [])]
         return cls(**data)
 
@@ -155,14 +166,12 @@ class LogicalManifest:
 
     def to_json(self) -> str:
         """Pretty JSON, stable key order."""
-        return json.dumps(asdict(self), indent=1, sort_keys=True) + "\n"
+        return _to_json(self)
 
     @classmethod
     def from_json(cls, text: str | bytes) -> LogicalManifest:
         """Parse and check the format."""
-        data = json.loads(text)
-        if data.get("format") != LOGICAL_FORMAT:
-            raise IntegrityError(f"unknown manifest format {data.get('format')!r}; expected {LOGICAL_FORMAT!r}.")
+        data = _parsed(text, LOGICAL_FORMAT)
         data["tables"] = [LogicalTable(**{**t, "chunks": [ChunkInfo(**c) for c in t["chunks"]]}) for t in data["tables"]]
         return cls(**data)
 
