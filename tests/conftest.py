@@ -201,6 +201,6 @@ def sshd(tmp_path_factory):
         "conn_type": "ssh", "host": "127.0.0.1", "port": port, "login": user,
         "extra": {"private_key": (d / "client").read_text(), "host_key": host_key},
     })
-    yield {"port": port, "dir": d, "host_key": host_key, "user": user}
+    yield {"port": port, "dir": d, "host_key": host_key, "user": user, "pid": proc.pid, "log": d / "sshd.log"}
     proc.send_signal(signal.SIGTERM)
     proc.wait(timeout=10)

@@ -28,3 +28,7 @@ class StorageError(LastlineError):
 
 class ServerError(LastlineError):
     """A database server refused, could not be reached, or did not start or stop."""
+
+
+class ReplicationError(LastlineError):
+    """Replication could not be set up, did not catch up, or could not be detached."""

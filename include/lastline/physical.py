@@ -5,26 +5,14 @@ stream is ``decompressor | mbstream -x --parallel=N -C datadir``; then ``mariaba
 """
 from __future__ import annotations
 
-import os
 import re
 import shutil
 
 from lastline.compression import CODECS, DEFAULT_COMPRESSION, Codec, codec  # noqa: F401 - re-exported
 from lastline.errors import PreflightError
-from lastline.runner import LOCAL, Stage
+from lastline.runner import LOCAL, Host, Stage
 
 ARTIFACT_BASE = "backup.xbstream"
-
-
-def require_local_datadir(server) -> None:
-    """Physical backup and restore read and write the datadir from this machine; a server reached over
-    SSH (ssh_conn_id) is refused clearly until the physical pipelines run their stages there."""
-    if server.ssh_conn_id:
-        raise PreflightError(
-            f"connection {server.conn_id!r} has ssh_conn_id={server.ssh_conn_id!r}: physical backup and restore "
-            "over SSH are not wired yet (the SSH runner is; the pipelines come next). Run the task on the database "
-            "host (a worker there), or remove ssh_conn_id."
-        )
 
 
 def artifact_name(compression: str) -> str:
@@ -32,8 +20,9 @@ def artifact_name(compression: str) -> str:
     return ARTIFACT_BASE + codec(compression).suffix
 
 
-def backup_stages(optfile: str, datadir: str, parallel: int, compression: str, tmpdir: str = "/tmp") -> list[Stage]:
-    """The backup stream's stages: mariabackup, then the compressor (if any)."""
+def backup_stages(optfile: str, datadir: str, parallel: int, compression: str, tmpdir: str = "/tmp",
+                  host: Host | None = None) -> list[Stage]:
+    """The backup stream's stages, on the source's `host`: mariabackup, then the compressor (if any)."""
     stages = [
         Stage(
             "mariabackup",
@@ -42,19 +31,21 @@ def backup_stages(optfile: str, datadir: str, parallel: int, compression: str, t
                 f"--parallel={parallel}", f"--datadir={datadir}", f"--target-dir={tmpdir}",
             ],
             keep_stderr=True,
+            host=host,
         )
     ]
     c = codec(compression)
     if c.compress:
-        stages.append(Stage("compress", c.compress_argv(parallel)))
+        stages.append(Stage("compress", c.compress_argv(parallel), host=host))
     return stages
 
 
-def restore_stages(datadir: str, parallel: int, compression: str) -> list[Stage]:
-    """The restore stream's stages: decompressor (if any), then mbstream into the datadir."""
+def restore_stages(datadir: str, parallel: int, compression: str, host: Host | None = None) -> list[Stage]:
+    """The restore stream's stages, on the target's `host`: decompressor (if any), then mbstream into
+    the datadir."""
     c = codec(compression)
-    stages = [Stage("decompress", c.decompress_argv(parallel))] if c.decompress else []
-    stages.append(Stage("mbstream", ["mbstream", "-x", f"--parallel={parallel}", "-C", datadir]))
+    stages = [Stage("decompress", c.decompress_argv(parallel), host=host)] if c.decompress else []
+    stages.append(Stage("mbstream", ["mbstream", "-x", f"--parallel={parallel}", "-C", datadir], host=host))
     return stages
 
 
@@ -99,13 +90,13 @@ def backup_completed(stderr: str) -> bool:
     return "completed OK!" in stderr
 
 
-def tool_version() -> str:
-    """The server version mariabackup was built from (`mariabackup --version`)."""
-    out = LOCAL.run(["mariabackup", "--version"])
+def tool_version(host: Host = LOCAL) -> str:
+    """The server version the mariabackup on `host` was built from (`mariabackup --version`)."""
+    out = host.run(["mariabackup", "--version"])
     text = (out.stdout + out.stderr).decode()
     m = re.search(r"server (\S+)", text)
     if not m:
-        raise PreflightError(f"cannot read mariabackup's version from: {text.strip()[:200]}")
+        raise PreflightError(f"cannot read mariabackup's version on {host.name} from: {text.strip()[:200]}")
     return m[1]
 
 
@@ -128,23 +119,17 @@ def check_versions(tool_version: str, server_version: str) -> None:
         )
 
 
-def require_tools(*tools: str | None) -> None:
-    """Raise a PreflightError naming every missing command."""
-    missing = [t for t in tools if t and shutil.which(t) is None]
+def require_tools(*tools: str | None, host: Host = LOCAL) -> None:
+    """Raise a PreflightError naming every command missing on `host`."""
+    wanted = [t for t in tools if t]
+    if host is LOCAL:
+        missing = [t for t in wanted if shutil.which(t) is None]
+    else:
+        out = host.sh('for t in "$@"; do command -v "$t" >/dev/null 2>&1 || echo "$t"; done', *wanted)
+        missing = out.split()
     if missing:
+        where = "" if host is LOCAL else f" on {host.name}"
         raise PreflightError(
-            f"missing commands: {', '.join(missing)}; run `make setup` or "
-            "`apt-get install mariadb-backup pigz zstd`."
+            f"missing commands{where}: {', '.join(missing)}; run `make setup` or "
+            "`apt-get install mariadb-backup pigz zstd`" + (" there." if where else ".")
         )
-
-
-def dir_bytes(path: str) -> int:
-    """Bytes used by the files under `path`."""
-    total = 0
-    for root, _dirs, files in os.walk(path):
-        for f in files:
-            try:
-                total += os.lstat(os.path.join(root, f)).st_size
-            except OSError:
-                pass
-    return total

@@ -5,6 +5,7 @@ import logging
 from dataclasses import asdict
 from datetime import datetime, timedelta, timezone
 
+from lastline import datadir as datadir_ops
 from lastline import physical
 from lastline.checksums import SYSTEM_SCHEMAS
 from lastline.errors import PipelineError, StorageError
@@ -32,12 +33,12 @@ def preflight(conf: dict) -> dict:
     """Check tools, credentials, versions and the destination; choose the backup id. Changes nothing."""
     server = Server.from_conn_id(conf["source_conn_id"])
     server.require_datadir()
-    physical.require_local_datadir(server)
+    host = server.runner()
     compression = conf.get("compression") or physical.DEFAULT_COMPRESSION
     c = physical.codec(compression)
-    physical.require_tools("mariabackup", c.tool)
+    physical.require_tools("mariabackup", c.tool, host=host)
     version = server.variables("version")["version"]
-    tool = physical.tool_version()
+    tool = physical.tool_version(host)
     physical.check_versions(tool, version)
     storage = open_storage(conf["destination"], conf.get("aws_conn_id"))
     storage.check_writable()
@@ -60,15 +61,17 @@ def preflight(conf: dict) -> dict:
 
 
 def stream(plan: dict) -> dict:
-    """Run `mariabackup --stream | compressor` into the destination; sha256 and bytes counted in-stream."""
+    """Run `mariabackup --stream | compressor` (on the source's host) into the destination; sha256 and
+    bytes counted in-stream."""
     server = Server.from_conn_id(plan["source_conn_id"])
     datadir = server.require_datadir()
+    host = server.runner()
     storage = open_storage(plan["destination"], plan.get("aws_conn_id"))
     tables = table_estimates(server)
     started = datetime.now(timezone.utc)
     key = f"{plan['backup_id']}/{plan['artifact']}"
-    with option_file(server, ("client", "mariabackup")) as opt, storage.writer(key) as writer:
-        stages = physical.backup_stages(opt, datadir, plan["parallel"], plan["compression"])
+    with option_file(server, ("client", "mariabackup"), on_host=True) as opt, storage.writer(key) as writer:
+        stages = physical.backup_stages(opt, datadir, plan["parallel"], plan["compression"], host=host)
         log.info("stream: %s", " | ".join(s.display() for s in stages))
         try:
             result = run_pipeline(stages, sink=writer.write, label="backup stream")
@@ -86,7 +89,7 @@ def stream(plan: dict) -> dict:
         "mb_per_s": round(result.mb_per_s, 2),
         "started_at": started.isoformat(),
         "finished_at": finished.isoformat(),
-        "datadir_bytes": physical.dir_bytes(datadir),
+        "datadir_bytes": datadir_ops.used_bytes(host, datadir),
         "binlog_file": facts["binlog_file"],
         "binlog_position": facts["binlog_position"],
         "gtid": facts["gtid"],

@@ -1,5 +1,8 @@
 """The physical restore's stages: preflight, stop, extract, prepare, start, verify, report.
 
+The target's datadir may be on this machine or on the host of its connection's ssh_conn_id: every
+file operation and command on it goes through that host (see :mod:`lastline.datadir`).
+
 Safety rules:
 - the target is never started while `<datadir>/.lastline-restore-in-progress` exists (a restore that
   did not finish leaves it, so half-restored data never serves);
@@ -9,65 +12,19 @@ Safety rules:
 """
 from __future__ import annotations
 
-import json
 import logging
-import os
-import shutil
 import time
-from datetime import datetime, timezone
 
+from lastline import datadir as dd
 from lastline import physical
+from lastline.datadir import MARKER
 from lastline.errors import IntegrityError, PipelineError, PreflightError, ProtectedTargetError
 from lastline.manifest import PhysicalManifest, read_manifest, resolve_backup
-from lastline.runner import LOCAL, run_logged, run_pipeline
+from lastline.runner import run_logged, run_pipeline
 from lastline.servers import Server
 from lastline.storage import Storage
 
 log = logging.getLogger(__name__)
-
-MARKER = ".lastline-restore-in-progress"
-IGNORED = {"lost+found"}
-
-
-def datadir_state(path: str) -> str:
-    """'missing', 'empty', 'partial' (our marker: an unfinished restore) or 'data'."""
-    if not os.path.isdir(path):
-        return "missing"
-    entries = set(os.listdir(path)) - IGNORED
-    if not entries:
-        return "empty"
-    return "partial" if MARKER in entries else "data"
-
-
-def _read_marker(datadir: str) -> dict:
-    try:
-        with open(os.path.join(datadir, MARKER)) as fh:
-            return json.load(fh)
-    except (FileNotFoundError, ValueError):
-        return {}
-
-
-def _clear(path: str) -> None:
-    """Remove everything inside `path`, keeping the folder (and its owner and mode)."""
-    for entry in os.scandir(path):
-        if entry.name in IGNORED:
-            continue
-        if entry.is_dir(follow_symlinks=False):
-            shutil.rmtree(entry.path)
-        else:
-            os.unlink(entry.path)
-
-
-def _move_aside(datadir: str) -> str:
-    """Move the datadir's contents into a sibling folder; return its path."""
-    aside = f"{datadir.rstrip('/')}.lastline-aside-{datetime.now(timezone.utc).strftime('%Y%m%dT%H%M%SZ')}"
-    os.makedirs(aside)
-    for name in os.listdir(datadir):
-        if name not in IGNORED:
-            os.rename(os.path.join(datadir, name), os.path.join(aside, name))
-    log.info("moved the old datadir contents aside to %s (deleted once the restore is verified)", aside)
-    return aside
-
 
 def _target(plan: dict) -> Server:
     return Server.from_conn_id(plan["target_conn_id"])
@@ -78,16 +35,34 @@ def _manifest(plan: dict) -> tuple[Storage, PhysicalManifest]:
     return storage, read_manifest(storage, backup_id)
 
 
-def preflight(conf: dict) -> dict:
-    """Read-only checks: target not protected, manifest present, artifact whole, datadir, disk, tools."""
-    server = Server.from_conn_id(conf["target_conn_id"])
+def refuse_protected(server: Server) -> None:
+    """ProtectedTargetError if the connection marks the server as production."""
     if server.protected:
         raise ProtectedTargetError(
             f"target {server.describe()} is marked protected (production): lastline never restores into it. "
             "Pick a non-production target, or remove 'protected' from its connection if this is wrong."
         )
+
+
+def check_datadir(server: Server, need: int, force: bool) -> str:
+    """Refuse a non-empty datadir without `force`, and too little room; return the datadir's state."""
+    datadir, host = server.require_datadir(), server.runner()
+    state = dd.state(host, datadir)
+    if state == "data" and not force:
+        raise PreflightError(
+            f"target datadir {datadir} on {host.name} is not empty: set force=true to move its contents aside "
+            f"(to {datadir}.lastline-aside-<time>, deleted only after a verified restore), or empty it yourself."
+        )
+    dd.require_room(host, datadir, need, "the unpacked backup")
+    return state
+
+
+def preflight(conf: dict) -> dict:
+    """Read-only checks: target not protected, manifest present, artifact whole, datadir, disk, tools."""
+    server = Server.from_conn_id(conf["target_conn_id"])
+    refuse_protected(server)
     datadir = server.require_datadir()
-    physical.require_local_datadir(server)
+    host = server.runner()
     storage, backup_id = resolve_backup(conf["backup"], conf.get("aws_conn_id"))
     manifest = read_manifest(storage, backup_id)
     key = f"{backup_id}/{manifest.artifact}"
@@ -100,24 +75,10 @@ def preflight(conf: dict) -> dict:
             "truncated or was replaced. Choose another backup; the target was not touched."
         )
     c = physical.codec(manifest.compression)
-    physical.require_tools("mariabackup", "mbstream", c.tool)
-    physical.check_versions(physical.tool_version(), manifest.server_version)
-    state = datadir_state(datadir)
+    physical.require_tools("mariabackup", "mbstream", c.tool, host=host)
+    physical.check_versions(physical.tool_version(host), manifest.server_version)
     force = bool(conf.get("force"))
-    if state == "data" and not force:
-        raise PreflightError(
-            f"target datadir {datadir} is not empty: set force=true to move its contents aside "
-            f"(to {datadir}.lastline-aside-<time>, deleted only after a verified restore), or empty it yourself."
-        )
-    probe = datadir if state != "missing" else os.path.dirname(datadir.rstrip("/"))
-    st = os.statvfs(probe)
-    free = st.f_bavail * st.f_frsize
-    need = int(manifest.datadir_bytes * 1.1)
-    if free < need:
-        raise PreflightError(
-            f"{probe} has {free / 1e9:.2f} GB free; the unpacked backup needs about {need / 1e9:.2f} GB: "
-            "free space on the target's datadir filesystem."
-        )
+    state = check_datadir(server, int(manifest.datadir_bytes * 1.1), force)
     plan = {
         "target_conn_id": server.conn_id,
         "backup": f"{storage.url}/{backup_id}",
@@ -143,34 +104,25 @@ def stop_target(plan: dict, timeout: float = 120) -> dict:
 
 
 def extract(plan: dict) -> dict:
-    """fetch | decompress | mbstream -x into the datadir, checking sha256 and size while reading."""
+    """fetch | decompress | mbstream -x into the datadir (on the target's host), checking sha256 and size
+    while reading."""
     datadir = plan["datadir"]
+    host = _target(plan).runner()
     storage, manifest = _manifest(plan)
-    state = datadir_state(datadir)
-    aside = _read_marker(datadir).get("aside") if state == "partial" else None
-    if state == "missing":
-        os.makedirs(datadir)
-    elif state == "partial":
-        log.info("datadir %s holds an unfinished restore: clearing it and starting again", datadir)
-        _clear(datadir)
-    elif state == "data":
-        if not plan["force"]:
-            raise PreflightError(f"target datadir {datadir} is not empty and force is off.")
-        aside = _move_aside(datadir)
-    with open(os.path.join(datadir, MARKER), "w") as fh:
-        json.dump({"backup_id": manifest.backup_id, "aside": aside}, fh)
+    aside = dd.prepare_for_restore(host, datadir, plan["force"], manifest.backup_id)
     key = f"{manifest.backup_id}/{manifest.artifact}"
-    stages = physical.restore_stages(datadir, plan["parallel"], manifest.compression)
-    log.info("extract: %s | %s", storage.location(key), " | ".join(s.display() for s in stages))
+    stages = physical.restore_stages(datadir, plan["parallel"], manifest.compression, host=host)
+    log.info("extract: %s | %s (on %s)", storage.location(key), " | ".join(s.display() for s in stages), host.name)
     try:
         result = run_pipeline(
             stages, source=storage.reader(key), label="restore stream", expected_bytes=manifest.bytes
         )
     except PipelineError as exc:
         raise IntegrityError(
-            f"extracting {storage.location(key)} failed: the artifact is corrupt or truncated, or the datadir "
-            f"filesystem is full.\n{exc}\nThe target was not started; its datadir holds partial data "
-            f"marked by {MARKER}" + (f"; the previous contents are in {aside}." if aside else ".")
+            f"extracting {storage.location(key)} failed: the artifact is corrupt or truncated, the stream was "
+            f"cut, or the datadir filesystem is full.\n{exc}\nThe target was not started; its datadir holds "
+            f"partial data marked by {MARKER}" + (f"; the previous contents are in {aside}." if aside else ".")
+            + " A retry starts the extraction again."
         ) from exc
     if result.bytes_in != manifest.bytes or result.sha256_in != manifest.sha256:
         raise IntegrityError(
@@ -182,26 +134,38 @@ def extract(plan: dict) -> dict:
     return {"bytes": result.bytes_in, "seconds": round(result.seconds, 3), "mb_per_s": round(result.mb_per_s, 2), "aside": aside}
 
 
-def prepare(plan: dict) -> dict:
-    """mariabackup --prepare, then give the files the datadir's owner; clears the in-progress marker."""
-    datadir = plan["datadir"]
-    if datadir_state(datadir) != "partial":
+def prepare_datadir(server: Server, datadir: str, use_memory: int) -> float:
+    """mariabackup --prepare on the server's host, then the datadir's owner on every file; clears the
+    in-progress marker. Returns seconds."""
+    host = server.runner()
+    if dd.state(host, datadir) != "partial":
         raise PreflightError(f"{datadir} holds no extracted backup ({MARKER} missing): run the extract step first.")
     t0 = time.monotonic()
-    run_logged(physical.prepare_argv(datadir, plan["use_memory"]), "prepare")
-    LOCAL.run(["chown", "-R", "--reference", datadir, datadir])
-    os.unlink(os.path.join(datadir, MARKER))
-    seconds = time.monotonic() - t0
+    run_logged(physical.prepare_argv(datadir, use_memory), "prepare", host=host)
+    dd.own_like_folder(host, datadir)
+    dd.remove_marker(host, datadir)
+    return time.monotonic() - t0
+
+
+def prepare(plan: dict) -> dict:
+    """mariabackup --prepare, then give the files the datadir's owner; clears the in-progress marker."""
+    seconds = prepare_datadir(_target(plan), plan["datadir"], plan["use_memory"])
     log.info("prepare ok in %.1f s (use_memory %d MiB); ownership set", seconds, plan["use_memory"] >> 20)
     return {"seconds": round(seconds, 3)}
+
+
+def start_server(server: Server, timeout: float = 180) -> float:
+    """Start a server (never on a half-restored datadir) and wait until it answers; returns seconds."""
+    datadir = server.require_datadir()
+    if dd.state(server.runner(), datadir) == "partial":
+        raise IntegrityError(f"{datadir} holds an unfinished restore ({MARKER}): refusing to start {server.describe()}.")
+    return server.start_service(timeout)
 
 
 def start_target(plan: dict, timeout: float = 180) -> dict:
     """Start the target (never on a half-restored datadir) and wait until it answers."""
     server = _target(plan)
-    if datadir_state(plan["datadir"]) == "partial":
-        raise IntegrityError(f"{plan['datadir']} holds an unfinished restore ({MARKER}): refusing to start the target.")
-    seconds = server.start_service(timeout)
+    seconds = start_server(server, timeout)
     log.info("target %s started in %.1f s", server.describe(), seconds)
     return {"seconds": round(seconds, 3)}
 
@@ -243,7 +207,7 @@ def verify(plan: dict, extracted: dict | None = None) -> dict:
     if problems:
         raise IntegrityError("restored server fails verification:\n  " + "\n  ".join(problems))
     if aside:
-        shutil.rmtree(aside, ignore_errors=True)
+        dd.remove(server.runner(), aside)
         log.info("restore verified: removed the old datadir contents at %s", aside)
     log.info("verify ok: %d tables, %d rows, server %s", len(counts), sum(counts.values()), version)
     return {"tables": len(counts), "rows": sum(counts.values()), "seconds": round(time.monotonic() - t0, 3)}

@@ -3,14 +3,20 @@
 A pipeline is a list of :class:`Stage` connected stdout->stdin by the OS (no Python copy in between).
 Python only touches the two ends: it may feed the first stage from a byte source and drain the last
 stage into a sink, hashing and counting what passes. Server-side commands go through a
-:class:`Host`; :class:`LocalHost` runs them here, and a remote host (SSH) plugs in behind the same
-interface.
+:class:`Host`: :class:`LocalHost` runs them here, :class:`SshHost` on another machine through the
+OpenSSH client. A stage may name its own host, so one pipeline can span two machines
+(`mariabackup | zstd | ssh target "zstd -d | mbstream -x"`): consecutive stages on one SSH host run
+as ONE remote shell pipeline behind one ssh process, which reports each remote stage's exit status
+and stderr. :func:`tap_stage` counts and hashes the bytes passing a point of a pipeline, on
+whichever host it runs.
 """
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import logging
 import os
+import re
 import shlex
 import signal
 import subprocess
@@ -35,10 +41,15 @@ class Stage:
     argv: list[str]
     keep_stderr: bool = False
     cwd: str | None = None
+    host: Host | None = field(default=None, compare=False)  # None: the pipeline's host
 
     def display(self) -> str:
         """The command as a shell line (argv never holds secrets in lastline)."""
         return shlex.join(self.argv)
+
+    def shell_line(self) -> str:
+        """The command as a line for a shell, with its cwd."""
+        return f"cd {shlex.quote(self.cwd)} && exec {self.display()}" if self.cwd else f"exec {self.display()}"
 
 
 @dataclass
@@ -52,8 +63,9 @@ class StageResult:
 
     @property
     def sigpipe(self) -> bool:
-        """True if the stage died only because a downstream stage stopped reading."""
-        return self.returncode in (-signal.SIGPIPE, 128 + signal.SIGPIPE)
+        """True if the stage died only because a downstream stage stopped reading (SIGPIPE, or a write
+        error on a broken pipe)."""
+        return self.returncode in (-signal.SIGPIPE, 128 + signal.SIGPIPE) or "Broken pipe" in self.stderr_tail
 
 
 @dataclass
@@ -111,21 +123,52 @@ def _tail(path: str, lines: int = 15) -> tuple[str, str]:
 
 
 class Host:
-    """Where server-side commands run. Subclasses: LocalHost here; an SSH host in a later issue."""
+    """Where server-side commands run: :class:`LocalHost` here, :class:`SshHost` over SSH."""
 
     name = "local"
 
     def popen(self, stage: Stage, stdin, stdout, stderr) -> subprocess.Popen:
-        """Start one stage of a pipeline."""
+        """Start one command, its output streamed live (run_logged)."""
         raise NotImplementedError
 
-    def run(self, argv: list[str], *, timeout: float | None = None, check: bool = True) -> subprocess.CompletedProcess:
+    def popen_script(self, script: str, *args: str, stdin=subprocess.DEVNULL) -> subprocess.Popen:
+        """Start a POSIX shell script with positional arguments; its stdout and stderr are pipes."""
+        return self.popen(Stage("sh", ["sh", "-c", script, "lastline", *args]), stdin, subprocess.PIPE, subprocess.PIPE)
+
+    def start(self, stages: list[Stage], stdin, stdout, stderr) -> subprocess.Popen:
+        """Start stages of a pipeline as one local process (one stage here, a remote group over SSH)."""
+        if len(stages) != 1:
+            raise LastlineError(f"{self.name} runs one stage per process, got {len(stages)}")
+        return self.popen(stages[0], stdin, stdout, stderr)
+
+    def groups_stages(self) -> bool:
+        """Whether consecutive stages on this host share one process (a remote shell pipeline)."""
+        return False
+
+    def run(self, argv: list[str], *, timeout: float | None = None, check: bool = True,
+            input: bytes | None = None) -> subprocess.CompletedProcess:
         """Run one command to completion, output captured; raise with its stderr tail on failure."""
         raise NotImplementedError
 
     def shell(self, command: str, *, timeout: float | None = None) -> subprocess.CompletedProcess:
         """Run a shell command line (a connection's service_start/service_stop)."""
         return self.run(["bash", "-c", command], timeout=timeout)
+
+    def sh(self, script: str, *args: str, check: bool = True, input: bytes | None = None) -> str:
+        """Run a small POSIX shell script with positional arguments; return its stdout as text."""
+        out = self.run(["sh", "-c", script, "lastline", *args], check=check, input=input)
+        return out.stdout.decode("utf-8", "replace")
+
+    @contextlib.contextmanager
+    def private_file(self, text: str) -> Iterator[str]:
+        """A 0600 file holding `text` on this host (an option file with credentials); removed afterwards.
+        The text travels on stdin, never on a command line."""
+        path = self.sh('umask 077 && f=$(mktemp "${TMPDIR:-/tmp}/lastline-XXXXXX") && cat > "$f" && echo "$f"',
+                       input=text.encode()).strip()
+        try:
+            yield path
+        finally:
+            self.run(["rm", "-f", path], check=False)
 
 
 class LocalHost(Host):
@@ -140,24 +183,76 @@ class LocalHost(Host):
                 "or install it."
             ) from exc
 
-    def run(self, argv: list[str], *, timeout: float | None = None, check: bool = True) -> subprocess.CompletedProcess:
+    def run(self, argv: list[str], *, timeout: float | None = None, check: bool = True,
+            input: bytes | None = None) -> subprocess.CompletedProcess:
+        return self._run(argv, argv, timeout, check, input)
+
+    def _run(self, argv: list[str], shown: list[str], timeout: float | None, check: bool,
+             input: bytes | None) -> subprocess.CompletedProcess:
+        """Run `argv` here; messages show `shown` (the command as the user thinks of it)."""
         try:
-            proc = subprocess.run(argv, capture_output=True, timeout=timeout, stdin=subprocess.DEVNULL)
+            proc = subprocess.run(argv, capture_output=True, timeout=timeout, input=input,
+                                  stdin=subprocess.DEVNULL if input is None else None)
         except FileNotFoundError as exc:
             raise PipelineError(f"command {argv[0]!r} not found; run `make setup` or install it.") from exc
         except subprocess.TimeoutExpired as exc:
-            raise PipelineError(f"`{shlex.join(argv)}` did not finish within {timeout} s.") from exc
+            raise PipelineError(f"`{shlex.join(shown)}` did not finish within {timeout} s{self._where()}.") from exc
         if check and proc.returncode != 0:
             tail = "\n".join(proc.stderr.decode("utf-8", "replace").strip().splitlines()[-15:])
-            raise PipelineError(f"`{shlex.join(argv)}` exited with status {proc.returncode}:\n{tail}")
+            raise PipelineError(f"`{shlex.join(shown)}` exited with status {proc.returncode}{self._where()}:\n{tail}")
         return proc
+
+    def _where(self) -> str:
+        return ""
+
+    @contextlib.contextmanager
+    def private_file(self, text: str) -> Iterator[str]:
+        fd, path = tempfile.mkstemp(prefix="lastline-", suffix=".cnf")
+        try:
+            os.fchmod(fd, 0o600)
+            with os.fdopen(fd, "w") as fh:
+                fh.write(text)
+            yield path
+        finally:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(path)
 
 
 LOCAL = LocalHost()
 
+_STATUS = "@@lastline-stage"
+_STATUS_RE = re.compile(rf"^{_STATUS} (\d+) (\d+)$", re.M)
+
+
+def group_script(stages: list[Stage]) -> str:
+    """A bash script running `stages` as one pipeline, then printing each stage's exit status and stderr
+    (each behind a marker line) on stderr; it exits with the first non-zero status."""
+    n = len(stages)
+    pipe = " | ".join(f"({st.shell_line()}) 2>\"$d/{i}\"" for i, st in enumerate(stages))
+    return (
+        'd=$(mktemp -d "${TMPDIR:-/tmp}/lastline-XXXXXX") || exit 96\n'
+        "trap 'rm -rf \"$d\"' EXIT\n"
+        f"{pipe}\n"
+        's=("${PIPESTATUS[@]}")\n'
+        f'for i in {" ".join(map(str, range(n)))}; do printf \'\\n{_STATUS} %s %s\\n\' "$i" "${{s[$i]}}" >&2; '
+        'cat "$d/$i" >&2; done\n'
+        'for c in "${s[@]}"; do [ "$c" = 0 ] || exit "$c"; done\n'
+    )
+
+
+def split_group_stderr(stages: list[Stage], text: str) -> tuple[str, dict[int, tuple[int, str]]]:
+    """Parse what group_script printed: (the ssh client's own stderr, {stage index: (status, stderr)})."""
+    marks = list(_STATUS_RE.finditer(text))
+    own = text[: marks[0].start()] if marks else text
+    found: dict[int, tuple[int, str]] = {}
+    for k, m in enumerate(marks):
+        end = marks[k + 1].start() if k + 1 < len(marks) else len(text)
+        found[int(m[1])] = (int(m[2]), text[m.end():end].strip("\n"))
+    return own, found
+
 
 class SshHost(LocalHost):
-    """Run commands on another host through the OpenSSH client: each stage is a local `ssh` process whose
+    """Run commands on another host through the OpenSSH client: each process is a local `ssh` whose
     stdin/stdout are the remote command's, so streams go through the SSH channel itself (no buffering,
     no command timeout). Host keys are checked against a known_hosts file; the private key is a 0600
     file; neither secret reaches a command line (only their paths do)."""
@@ -173,23 +268,32 @@ class SshHost(LocalHost):
             "ssh", "-F", "none", "-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=yes",
             "-o", f"UserKnownHostsFile={self.known_hosts}", "-o", "GlobalKnownHostsFile=/dev/null",
             "-o", f"Compression={'yes' if self.compress else 'no'}", "-o", "ServerAliveInterval=15",
-            "-o", "ServerAliveCountMax=4", "-i", self.key_file, "-p", str(self.port), "-l", self.user,
-            self.host, "--", remote,
+            "-o", "ServerAliveCountMax=4", "-o", "ConnectTimeout=20", "-i", self.key_file,
+            "-p", str(self.port), "-l", self.user, self.host, "--", remote,
         ]
 
-    def _remote(self, argv: list[str], cwd: str | None = None) -> list[str]:
-        command = shlex.join(argv)
-        return self.ssh_argv(f"cd {shlex.quote(cwd)} && {command}" if cwd else command)
+    def _where(self) -> str:
+        return f" on {self.name}"
+
+    def groups_stages(self) -> bool:
+        return True
 
     def popen(self, stage: Stage, stdin, stdout, stderr) -> subprocess.Popen:
-        remote = Stage(stage.name, self._remote(stage.argv, stage.cwd), keep_stderr=stage.keep_stderr)
+        remote = Stage(stage.name, self.ssh_argv(stage.shell_line()), keep_stderr=stage.keep_stderr)
         return super().popen(remote, stdin, stdout, stderr)
 
-    def run(self, argv: list[str], *, timeout: float | None = None, check: bool = True) -> subprocess.CompletedProcess:
-        return super().run(self._remote(argv), timeout=timeout, check=check)
+    def start(self, stages: list[Stage], stdin, stdout, stderr) -> subprocess.Popen:
+        remote = shlex.join(["bash", "-c", group_script(stages)])
+        return super().popen(Stage("ssh", self.ssh_argv(remote)), stdin, stdout, stderr)
+
+    def run(self, argv: list[str], *, timeout: float | None = None, check: bool = True,
+            input: bytes | None = None) -> subprocess.CompletedProcess:
+        return self._run(self.ssh_argv(shlex.join(argv)), argv, timeout, check, input)
 
     def shell(self, command: str, *, timeout: float | None = None) -> subprocess.CompletedProcess:
-        return LocalHost.run(self, self.ssh_argv(command), timeout=timeout)
+        return self._run(self.ssh_argv(command), [command], timeout, True, None)
+
+    private_file = Host.private_file  # on the remote host, not here
 
 
 def host_for(ssh_conn_id: str | None) -> Host:
@@ -199,6 +303,50 @@ def host_for(ssh_conn_id: str | None) -> Host:
     from lastline.ssh import ssh_host
 
     return ssh_host(ssh_conn_id)
+
+
+def _groups(stages: list[Stage], default: Host) -> list[tuple[Host, list[Stage]]]:
+    """Stages by process: one each here, consecutive stages on one SSH host together."""
+    groups: list[tuple[Host, list[Stage]]] = []
+    for stage in stages:
+        host = stage.host or default
+        if groups and groups[-1][0] is host and host.groups_stages():
+            groups[-1][1].append(stage)
+        else:
+            groups.append((host, [stage]))
+    return groups
+
+
+def _results(host: Host, stages: list[Stage], code: int, errpath: str) -> list[StageResult]:
+    """Per-stage results of one process: itself, or each stage of a remote group (from its report)."""
+    text, tail = _tail(errpath)
+    if not host.groups_stages():
+        return [StageResult(stages[0].name, code, tail, text if stages[0].keep_stderr else None)]
+    own, found = split_group_stderr(stages, text)
+    if len(found) != len(stages):  # the ssh link itself failed: the remote statuses never came back
+        names = " | ".join(s.name for s in stages)
+        own_tail = "\n".join(own.strip().splitlines()[-15:])
+        return [StageResult(f"ssh to {host.name} running {names}", code or 255,
+                            own_tail or "(no message: the SSH connection ended)")]
+    out = []
+    for i, stage in enumerate(stages):
+        status, err = found[i]
+        out.append(StageResult(stage.name, status, "\n".join(err.strip().splitlines()[-15:]),
+                               err if stage.keep_stderr else None))
+    return out
+
+
+def _watch_io(pid: int, progress: Progress, stop: threading.Event) -> None:
+    """Progress of a pipeline with no Python end: the bytes its last process has read (/proc/PID/io)."""
+    last = 0
+    while not stop.wait(1.0):
+        try:
+            with open(f"/proc/{pid}/io") as fh:
+                rchar = int(next(line for line in fh if line.startswith("rchar:")).split()[1])
+        except (OSError, StopIteration, ValueError):
+            return
+        progress.add(max(rchar - last, 0))
+        last = rchar
 
 
 def run_pipeline(
@@ -214,35 +362,42 @@ def run_pipeline(
 ) -> PipelineResult:
     """Run `stages` as one OS pipeline; feed `source` into the first, drain the last into `sink`.
 
-    Raises PipelineError naming the stage that failed first (stages killed by SIGPIPE only because a
-    later stage stopped are not blamed), with its exit status and the tail of its stderr. Errors
-    raised by `source` or `sink` (a read or a write that failed) stop every stage and rise as they are.
+    Each stage runs on `stage.host`, else on `host`. Raises PipelineError naming the stage that failed
+    first (stages killed by SIGPIPE only because a later stage stopped are not blamed; a cut SSH link is
+    named as such), with its exit status and the tail of its stderr. Errors raised by `source` or `sink`
+    (a read or a write that failed) stop every stage and rise as they are.
     `progress_every=None`: no progress lines (for the many small pipelines of a logical dump);
     `hash_source=False`: count the source's bytes but skip its sha256 (sha256_in is then None).
+    Without a Python end, progress counts the bytes read by the last local process.
     """
     if not stages:
         raise LastlineError("empty pipeline")
     start = time.monotonic()
+    groups = _groups(stages, host)
     procs: list[subprocess.Popen] = []
     errfiles: list[str] = []
     feed_error: list[BaseException] = []
     in_hash, out_hash = (hashlib.sha256() if hash_source else None), hashlib.sha256()
     counters = {"in": 0, "out": 0}
     progress = Progress(label, expected_bytes, progress_every or float("inf"))
+    watch_stop = threading.Event()
     try:
         prev_stdout = subprocess.PIPE if source is not None else subprocess.DEVNULL
-        for i, stage in enumerate(stages):
-            fd, errpath = tempfile.mkstemp(prefix=f"lastline-{stage.name}-", suffix=".err")
+        for i, (where, group) in enumerate(groups):
+            fd, errpath = tempfile.mkstemp(prefix=f"lastline-{group[0].name}-", suffix=".err")
             errfiles.append(errpath)
-            last = i == len(stages) - 1
+            last = i == len(groups) - 1
             stdout = subprocess.PIPE if (not last or sink is not None) else subprocess.DEVNULL
             with os.fdopen(fd, "wb") as errfh:
-                proc = host.popen(stage, stdin=prev_stdout, stdout=stdout, stderr=errfh)
+                proc = where.start(group, stdin=prev_stdout, stdout=stdout, stderr=errfh)
             if procs and procs[-1].stdout:
                 procs[-1].stdout.close()  # the child holds it now; we must not, or SIGPIPE never comes
             procs.append(proc)
             prev_stdout = proc.stdout
 
+        if source is None and sink is None and progress_every:
+            threading.Thread(target=_watch_io, args=(procs[-1].pid, progress, watch_stop),
+                             name=f"{label}-watch", daemon=True).start()
         feeder = None
         if source is not None:
             feeder = threading.Thread(
@@ -271,13 +426,13 @@ def run_pipeline(
                     _kill(procs[:1])
                 feeder.join()
         codes = [p.wait() for p in procs]
+        watch_stop.set()
         if feed_error:
             _kill(procs)
             raise feed_error[0]
         results = []
-        for stage, errpath, code in zip(stages, errfiles, codes):
-            text, tail = _tail(errpath)
-            results.append(StageResult(stage.name, code, tail, text if stage.keep_stderr else None))
+        for (where, group), errpath, code in zip(groups, errfiles, codes):
+            results += _results(where, group, code, errpath)
         seconds = time.monotonic() - start
         failed = [r for r in results if r.returncode != 0]
         if failed:
@@ -299,12 +454,42 @@ def run_pipeline(
             stderr={r.name: r.stderr for r in results if r.stderr is not None},
         )
     finally:
+        watch_stop.set()
         _kill(procs)
         for path in errfiles:
             try:
                 os.unlink(path)
             except FileNotFoundError:
                 pass
+
+
+# Passes its stdin to its stdout and, at the end, prints `@@lastline-tap <bytes> <sha256>` on stderr.
+# bash + coreutils only (tee, sha256sum, wc), so it runs on any database host.
+TAP_SCRIPT = (
+    'd=$(mktemp -d "${TMPDIR:-/tmp}/lastline-tap-XXXXXX") || exit 96\n'
+    "trap 'rm -rf \"$d\"' EXIT\n"
+    'mkfifo "$d/h" "$d/n" || exit 96\n'
+    'sha256sum < "$d/h" > "$d/sum" & a=$!\n'
+    'wc -c < "$d/n" > "$d/count" & b=$!\n'
+    'tee "$d/h" "$d/n"; rc=$?\n'
+    'wait "$a" "$b" || exit 97\n'
+    'printf "@@lastline-tap %s %s\\n" "$(tr -d " " < "$d/count")" "$(cut -c1-64 "$d/sum")" >&2\n'
+    'exit "$rc"\n'
+)
+_TAP_RE = re.compile(r"^@@lastline-tap (\d+) ([0-9a-f]{64})$", re.M)
+
+
+def tap_stage(name: str, host: Host | None = None) -> Stage:
+    """A pass-through stage that counts and hashes what crosses it (read with :func:`tap_result`)."""
+    return Stage(name, ["bash", "-c", TAP_SCRIPT, name], keep_stderr=True, host=host)
+
+
+def tap_result(result: PipelineResult, name: str) -> tuple[int, str]:
+    """(bytes, sha256) a tap stage saw; PipelineError if it did not report."""
+    m = _TAP_RE.search(result.stderr.get(name) or "")
+    if not m:
+        raise PipelineError(f"stage {name!r} did not report its byte count and checksum: the stream is not trusted.")
+    return int(m[1]), m[2]
 
 
 def _feed(source: Iterable[bytes], proc: subprocess.Popen, digest, counters, errors, progress, count) -> None:
@@ -347,15 +532,13 @@ def iter_file(path: str, chunk: int = CHUNK) -> Iterator[bytes]:
             yield data
 
 
-def run_logged(argv: list[str], label: str, *, every: float = 0.0) -> str:
-    """Run a long command, logging its output lines live (at most one per `every` s); return the output."""
+def run_logged(argv: list[str], label: str, *, every: float = 0.0, host: Host = LOCAL) -> str:
+    """Run a long command on `host`, logging its output lines live (at most one per `every` s); return
+    the output."""
     start = time.monotonic()
     lines: list[str] = []
     last = 0.0
-    try:
-        proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
-    except FileNotFoundError as exc:
-        raise PipelineError(f"{label}: command {argv[0]!r} not found; run `make setup`.") from exc
+    proc = host.popen(Stage(label, argv), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     assert proc.stdout is not None
     for raw in proc.stdout:
         line = raw.decode("utf-8", "replace").rstrip()
@@ -367,5 +550,6 @@ def run_logged(argv: list[str], label: str, *, every: float = 0.0) -> str:
     code = proc.wait()
     if code != 0:
         tail = "\n".join(lines[-15:])
-        raise PipelineError(f"{label}: `{shlex.join(argv)}` exited with status {code}; output ends with:\n{tail}")
+        where = f" on {host.name}" if host is not LOCAL else ""
+        raise PipelineError(f"{label}: `{shlex.join(argv)}` exited with status {code}{where}; output ends with:\n{tail}")
     return "\n".join(lines)

@@ -5,8 +5,10 @@ Extras read from the connection (all optional):
 - ``datadir``: the server's data directory (physical backup and restore need it);
 - ``config_dir``: a folder the server reads option files from (``!includedir``);
 - ``service_start`` / ``service_stop``: shell commands that start / stop the server;
-- ``ssh_conn_id``: run server-side commands on that host over SSH;
-- ``socket``: a unix socket to connect through instead of host/port;
+- ``ssh_conn_id``: run server-side commands (service control, mariabackup, mbstream, file checks)
+  on that host over SSH; SQL still goes from the worker to host/port;
+- ``socket``: a unix socket to connect through instead of host/port (with ``ssh_conn_id``: the socket
+  on that host, used by the commands run there);
 - ``protected``: ``true`` marks a production server that lastline never restores into.
 
 Credentials never reach a command line: :func:`option_file` writes them to a 0600
@@ -15,8 +17,6 @@ Credentials never reach a command line: :func:`option_file` writes them to a 060
 from __future__ import annotations
 
 import contextlib
-import os
-import tempfile
 import time
 from dataclasses import dataclass, field
 from typing import Any, Iterator
@@ -138,7 +138,7 @@ class Server:
         import MySQLdb
 
         args: dict[str, Any] = {"user": self.user, "passwd": self.password, "charset": "utf8mb4"}
-        if self.socket:
+        if self.socket and not self.ssh_conn_id:
             args["unix_socket"] = self.socket
         else:
             args["host"], args["port"] = self.host, self.port
@@ -196,10 +196,11 @@ def _escape_option(value: str) -> str:
     return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
-def option_file_text(server: Server, sections: tuple[str, ...] = ("client",)) -> str:
-    """The text of an option file that carries the server's address and credentials."""
+def option_file_text(server: Server, sections: tuple[str, ...] = ("client",), on_host: bool = False) -> str:
+    """The text of an option file that carries the server's address and credentials (`on_host`: for a
+    command run on the server's own SSH host, where its socket is)."""
     body = [f"user={_escape_option(server.user)}", f"password={_escape_option(server.password)}"]
-    if server.socket:
+    if server.socket and (on_host or not server.ssh_conn_id):
         body.append(f"socket={_escape_option(server.socket)}")
     else:
         body += [f"host={server.host}", f"port={server.port}", "protocol=TCP"]
@@ -207,18 +208,16 @@ def option_file_text(server: Server, sections: tuple[str, ...] = ("client",)) ->
 
 
 @contextlib.contextmanager
-def option_file(server: Server, sections: tuple[str, ...] = ("client",)) -> Iterator[str]:
+def option_file(server: Server, sections: tuple[str, ...] = ("client",), on_host: bool = False) -> Iterator[str]:
     """Yield the path of a 0600 option file with the server's credentials; remove it afterwards.
 
-    Pass it as the FIRST argument: ``--defaults-extra-file=PATH``. mariabackup needs its own
-    ``mariabackup`` group too, or it would take the host's ``[mysqld]`` settings for the server.
+    `on_host=True` writes it on the server's own host (over SSH for connections with ssh_conn_id), for
+    commands that run there (mariabackup). Pass it as the FIRST argument: ``--defaults-extra-file=PATH``.
+    mariabackup needs its own ``mariabackup`` group too, or it would take the host's ``[mysqld]``
+    settings for the server.
     """
-    fd, path = tempfile.mkstemp(prefix="lastline-", suffix=".cnf")
-    try:
-        os.fchmod(fd, 0o600)
-        with os.fdopen(fd, "w") as fh:
-            fh.write(option_file_text(server, sections))
+    from lastline.runner import LOCAL
+
+    host = server.runner() if on_host else LOCAL
+    with host.private_file(option_file_text(server, sections, on_host)) as path:
         yield path
-    finally:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(path)
