@@ -47,3 +47,23 @@ def test_logical_restore_shape(dagbag):
     assert revert.is_teardown and snap.is_setup and revert.on_failure_fail_dagrun
     assert dag.get_task("verify").upstream_task_ids >= {"finalize", "revert"}  # never verifies a failed load
     assert dag.get_task("load").map_index_template == "{{ unit_name }}"
+
+
+def test_replica_rebuild_shape(dagbag):
+    dag = dagbag.get_dag("replica_rebuild")
+    assert type(dag.timetable).__name__ == "NullTimetable"  # manual only
+    assert set(dag.params.keys()) >= {
+        "source_conn_id", "target_conn_id", "replication_conn_id", "parallel", "compression", "force", "catch_up_timeout",
+    }
+    order = [t.task_id for t in dag.topological_sort()]
+    assert order[:8] == ["preflight", "stop_target", "stream", "prepare", "start_target", "attach", "catch_up", "verify"]
+    assert dag.get_task("finish").upstream_task_ids >= {"verify", "stream"}  # old contents go only after verify
+
+
+def test_replica_detach_uses_the_reusable_task_group(dagbag):
+    dag = dagbag.get_dag("replica_detach")
+    assert set(dag.params.keys()) == {"target_conn_id", "restart", "read_only_off"}
+    assert [t.task_id for t in dag.topological_sort()] == [
+        "detach_replication.check", "detach_replication.detach", "detach_replication.verify",
+        "detach_replication.open_for_writes",
+    ]

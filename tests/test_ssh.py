@@ -48,3 +48,53 @@ def test_a_wrong_host_key_is_refused_and_none_is_not_accepted(sshd):
     os.environ["AIRFLOW_CONN_T_SSH_NOKEY"] = json.dumps(conn)
     with pytest.raises(LastlineError, match="always checks host keys"):
         host_for("t_ssh_nokey")
+
+
+def test_remote_stages_run_behind_one_ssh_and_taps_agree_at_both_ends(sshd):
+    from lastline.runner import tap_result, tap_stage
+
+    host = host_for("t_ssh")
+    before = sshd["log"].read_text().count("Accepted publickey")
+    out: list[bytes] = []
+    stages = [
+        Stage("gen", ["head", "-c", "5000000", "/dev/urandom"]),
+        tap_stage("sent"),
+        tap_stage("received", host=host),
+        Stage("gzip", ["gzip", "-1", "-c"], host=host),
+        Stage("gunzip", ["gzip", "-d", "-c"], host=host),
+    ]
+    result = run_pipeline(stages, sink=out.append, label="across")
+    assert sshd["log"].read_text().count("Accepted publickey") - before == 1  # three remote stages, one ssh
+    data = b"".join(out)
+    assert tap_result(result, "sent") == tap_result(result, "received") == (len(data), hashlib.sha256(data).hexdigest())
+    assert len(data) == 5_000_000 and [s.name for s in result.stages] == ["gen", "sent", "received", "gzip", "gunzip"]
+
+    bad = [Stage("ok", ["cat"], host=host), Stage("bad", ["sh", "-c", "cat >/dev/null; echo nope >&2; exit 4"], host=host)]
+    with pytest.raises(PipelineError, match=r"stage 'bad' failed with exit status 4(.|\n)*nope"):
+        run_pipeline(bad, source=[b"x" * 1000], sink=lambda b: None)
+
+
+def test_physical_backup_to_ssh_and_restore_over_ssh(run_dag, source, target, sshd, tmp_path):
+    """Source and target commands both run over SSH; the backup is written to and read from ssh://."""
+    from conftest import set_conn
+    from lastline.checksums import compare
+
+    set_conn("t_source_ssh", source, ssh_conn_id="t_ssh")
+    set_conn("t_target_ssh", target, ssh_conn_id="t_ssh")
+    dest = f"ssh://t_ssh{tmp_path}/backups"
+    state, tis, logs = run_dag("physical_backup", {
+        "source_conn_id": "t_source_ssh", "destination": dest, "compression": "zstd", "parallel": 2,
+        "aws_conn_id": None, "keep": 7, "incomplete_grace_hours": 24,
+    })
+    assert state == "success", tis
+    (backup,) = [p for p in (tmp_path / "backups").iterdir() if p.is_dir()]
+    assert (backup / "manifest.json").exists() and not list(backup.glob("*.partial"))
+    state, tis, logs2 = run_dag("physical_restore", {
+        "target_conn_id": "t_target_ssh", "backup": f"{dest}/latest", "parallel": 2, "use_memory": 256 << 20,
+        "force": True, "aws_conn_id": None,
+    })
+    assert state == "success", tis
+    assert "sha256 verified" in logs2 and "on t_ssh" in logs2
+    password = source.server().password
+    assert password not in logs + logs2
+    assert compare(source.server(), target.server()) == []

@@ -341,3 +341,60 @@ def test_a_split_table_is_loaded_in_key_order():
     m = _manifest([("big", "InnoDB", 16, 800 * MB)] + [(f"t{i}", "InnoDB", 4, 200 * MB) for i in range(8)])
     firsts = [u.parts[0].first for u in plan_units(m, m.tables, lanes=2) if u.parts[0].table == "big"]
     assert len(firsts) >= 2 and firsts == sorted(firsts)
+
+
+# -- node to node: taps, remote groups, detach statements, option files -------------------------
+
+def test_a_tap_counts_and_hashes_what_passes():
+    from lastline.runner import tap_result, tap_stage
+
+    data = [os.urandom(100_000) for _ in range(7)]
+    out: list[bytes] = []
+    res = run_pipeline([Stage("cat", ["cat"]), tap_stage("t")], source=data, sink=out.append)
+    whole = b"".join(data)
+    assert b"".join(out) == whole and tap_result(res, "t") == (len(whole), hashlib.sha256(whole).hexdigest())
+
+
+def test_a_remote_group_report_is_split_per_stage_and_a_lost_link_is_named():
+    from lastline.runner import split_group_stderr
+
+    stages = [Stage("a", ["x"]), Stage("b", ["y"])]
+    own, found = split_group_stderr(stages, "warning\n\n@@lastline-stage 0 141\n\n@@lastline-stage 1 2\nboom\n")
+    assert own.strip() == "warning" and found == {0: (141, ""), 1: (2, "boom")}
+    assert split_group_stderr(stages, "Connection closed by remote host\n")[1] == {}
+
+
+def test_detach_statements_follow_version_and_flavour():
+    from lastline.replication import Flavour, detach_statements
+
+    assert detach_statements(Flavour.parse("5.1.73-log"), []) == ["STOP SLAVE", "CHANGE MASTER TO MASTER_HOST=''", "RESET SLAVE"]
+    assert detach_statements(Flavour.parse("5.7.44"), [""]) == ["STOP SLAVE", "RESET SLAVE ALL"]
+    assert detach_statements(Flavour.parse("8.0.21"), []) == ["STOP SLAVE", "RESET SLAVE ALL"]
+    assert detach_statements(Flavour.parse("8.0.22"), []) == ["STOP REPLICA", "RESET REPLICA ALL"]
+    assert detach_statements(Flavour.parse("8.4.3"), []) == ["STOP REPLICA", "RESET REPLICA ALL"]
+    assert detach_statements(Flavour.parse("5.5.68-MariaDB"), []) == ["STOP SLAVE", "RESET SLAVE ALL"]
+    assert detach_statements(Flavour.parse("10.11.9-MariaDB-log"), ["east", "", "o'brien"]) == [
+        "STOP SLAVE 'east'", "RESET SLAVE 'east' ALL", "STOP SLAVE 'o\\'brien'", "RESET SLAVE 'o\\'brien' ALL",
+        "STOP SLAVE", "RESET SLAVE ALL", "SET GLOBAL gtid_slave_pos = ''",
+    ]
+    assert Flavour.parse("10.6.1", "mariadb.org binary distribution").mariadb
+
+
+def test_option_files_are_followed_through_includes_and_only_server_groups_count(tmp_path):
+    from lastline.option_files import read_settings, starting_files
+    from lastline.runner import LOCAL
+
+    (tmp_path / "conf.d").mkdir()
+    (tmp_path / "my.cnf").write_text("[client]\nmaster-host=client-only\n[mysqld]\nport=3306\n!include extra.cnf\n"
+                                     f"!includedir {tmp_path / 'conf.d'}\n")
+    (tmp_path / "extra.cnf").write_text("[mysqld-10.11]\n; comment\nMaster_User = 'repl'\n")
+    (tmp_path / "conf.d" / "a.cnf").write_text("[mariadbd]\nloose-master-port=3307\n[mysqldump]\nmaster-host=x\n")
+    (tmp_path / "conf.d" / "b.cnf.disabled").write_text("[mysqld]\nmaster-host=ignored\n")
+    (tmp_path / "suffix.cnf").write_text("[mysqld_x]\nmaster-password=pw\n")
+    files, suffix = starting_files(["mariadbd", f"--defaults-file={tmp_path / 'my.cnf'}", "--defaults-group-suffix=_x"])
+    assert suffix == "_x"
+    found = read_settings(LOCAL, files + [str(tmp_path / "suffix.cnf")], suffix=suffix)
+    masters = sorted((s.path.rsplit("/", 1)[1], s.line, s.name, s.value) for s in found if s.name.startswith("master-"))
+    assert masters == [("a.cnf", 2, "master-port", "3307"), ("extra.cnf", 3, "master-user", "repl"),
+                       ("suffix.cnf", 2, "master-password", "pw")]
+    assert starting_files(["mariadbd"])[0][:2] == ["/etc/my.cnf", "/etc/mysql/my.cnf"]
