@@ -1,5 +1,5 @@
 # lastline: `make demo` and `make test` work on a fresh Debian machine (as root); both run `make setup` first.
-.PHONY: setup demo test test-fast bench bench-physical bench-logical bench-restore lint clean
+.PHONY: setup demo test test-fast bench bench-physical bench-logical bench-restore bench-rebuild lint clean
 
 setup:
 	@scripts/setup.sh
@@ -17,6 +17,7 @@ bench:  # every benchmark with its defaults; ARGS go to one bench-* target alone
 	@$(MAKE) --no-print-directory bench-physical ARGS=
 	@$(MAKE) --no-print-directory bench-logical ARGS=
 	@$(MAKE) --no-print-directory bench-restore ARGS=
+	@$(MAKE) --no-print-directory bench-rebuild ARGS=
 
 bench-physical: setup
 	@PYTHONPATH=include .venv/bin/python bench/physical_bench.py $(ARGS)
@@ -28,6 +29,9 @@ bench-logical:
 bench-restore:
 	@LASTLINE_BENCH=1 scripts/setup.sh
 	@PYTHONPATH=include .venv/bin/python bench/logical_restore_bench.py $(ARGS)
+
+bench-rebuild: setup
+	@PYTHONPATH=include .venv/bin/python bench/rebuild_bench.py $(ARGS)
 
 lint: setup
 	@.venv/bin/python -m compileall -q dags include plugins tests bench

@@ -4,7 +4,7 @@
 preflight (target not `protected`; source has a binlog and a server_id; versions and tools fit on
 both hosts; target datadir empty unless `force`; room; the replication user) → stop_target →
 **stream** (ONE pipeline: `mariabackup --backup --stream | compress` on the source's host
-`| ssh target "decompress | mbstream -x --parallel -C datadir"`, byte count and sha256 compared at
+`| ssh target "decompress | mbstream -x --parallel -C datadir"`, byte count and CRC-32 compared at
 both ends) → prepare (on the target's host) → start_target → attach (`CHANGE MASTER` from the
 backup's own coordinates: `gtid_slave_pos` + `MASTER_USE_GTID=slave_pos`, or binlog file/position;
 `START SLAVE`) → catch_up (`MASTER_GTID_WAIT`, up to `catch_up_timeout`) → verify (a marker row written
@@ -21,7 +21,7 @@ from airflow.sdk import Param, chain, dag, task
 
 from lastline import replica_rebuild as rr
 from lastline.dag_defaults import SOURCE_CONN_ID, TARGET_CONN_ID, dag_args, env
-from lastline.physical import CODECS, DEFAULT_COMPRESSION
+from lastline.physical import CODECS
 
 
 @dag(
@@ -34,9 +34,10 @@ from lastline.physical import CODECS, DEFAULT_COMPRESSION
         "target_conn_id": Param(TARGET_CONN_ID, type="string", description="mysql connection of the replica (ssh_conn_id, datadir, service commands)"),
         "replication_conn_id": Param(env("REPLICATION_CONN_ID", "lastline_replication"), type="string",
                                      description="the source as the replica reaches it, and the replication user"),
-        "compression": Param(DEFAULT_COMPRESSION, enum=list(CODECS), description="compression on the wire"),
+        "compression": Param(rr.STREAM_COMPRESSION, enum=list(CODECS), description="compression on the wire (zstd-fast: nothing is kept)"),
         "parallel": Param(2, type="integer", minimum=1, description="mariabackup, compressor and mbstream threads"),
         "use_memory": Param(None, type=["null", "integer"], description="bytes for --prepare (default: a quarter of free RAM, max 8 GiB)"),
+        "max_mb_per_s": Param(0, type="number", minimum=0, description="cap the stream on the wire (MB/s, pv -L on the source); 0: no cap"),
         "catch_up_timeout": Param(3600, type="number", minimum=1, description="seconds to wait for the replica to catch up"),
         "force": Param(False, type="boolean", description="move a non-empty target datadir aside (deleted after verify)"),
     },

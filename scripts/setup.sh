@@ -5,7 +5,7 @@ set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
 
-PACKAGES=(mariadb-server mariadb-client mariadb-backup pigz zstd pkg-config libmariadb-dev gcc procps openssh-server openssh-client)
+PACKAGES=(mariadb-server mariadb-client mariadb-backup pigz zstd pkg-config libmariadb-dev gcc procps openssh-server openssh-client pv)
 # benchmarks compare against these; tests and the demo do not need them
 [ "${LASTLINE_BENCH:-0}" = 1 ] && PACKAGES+=(mydumper)
 missing=()

@@ -163,44 +163,11 @@ def logical_target(sandbox_root):
 def sshd(tmp_path_factory):
     """A real sshd on a loopback port with generated keys, and the Airflow SSH connection `t_ssh` to it
     (host key pinned, key authentication only). Stopped by PID at the end."""
-    import getpass
-    import shutil
-    import signal
-    import socket
-    import time
+    from lastline import sshd_sandbox
 
-    from lastline.sandbox import free_port
-
-    if os.geteuid() != 0 or not shutil.which("sshd", path="/usr/sbin:/usr/bin"):
+    if not sshd_sandbox.available():
         pytest.skip("sshd tests need root and openssh-server (make setup installs it)")
-    d = tmp_path_factory.mktemp("sshd")
-    for name in ("host", "client"):
-        subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(d / name)], check=True)
-    (d / "authorized_keys").write_text((d / "client.pub").read_text())
-    port, user = free_port(), getpass.getuser()
-    (d / "sshd_config").write_text(
-        f"Port {port}\nListenAddress 127.0.0.1\nHostKey {d / 'host'}\nPidFile {d / 'sshd.pid'}\n"
-        f"AuthorizedKeysFile {d / 'authorized_keys'}\nPasswordAuthentication no\nKbdInteractiveAuthentication no\n"
-        f"PubkeyAuthentication yes\nUsePAM no\nStrictModes no\nPermitRootLogin prohibit-password\nAllowUsers {user}\n"
-    )
-    os.makedirs("/run/sshd", exist_ok=True)  # sshd's privilege separation directory
-    proc = subprocess.Popen(["/usr/sbin/sshd", "-D", "-e", "-f", str(d / "sshd_config")],
-                            stdout=open(d / "sshd.log", "wb"), stderr=subprocess.STDOUT, start_new_session=True)
-    deadline = time.monotonic() + 20
-    while time.monotonic() < deadline:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=1).close()
-            break
-        except OSError:
-            time.sleep(0.1)
-    else:
-        proc.kill()
-        pytest.fail(f"sshd did not listen on {port}: {(d / 'sshd.log').read_text()[-2000:]}")
-    host_key = " ".join((d / "host.pub").read_text().split()[:2])
-    os.environ["AIRFLOW_CONN_T_SSH"] = json.dumps({
-        "conn_type": "ssh", "host": "127.0.0.1", "port": port, "login": user,
-        "extra": {"private_key": (d / "client").read_text(), "host_key": host_key},
-    })
-    yield {"port": port, "dir": d, "host_key": host_key, "user": user, "pid": proc.pid, "log": d / "sshd.log"}
-    proc.send_signal(signal.SIGTERM)
-    proc.wait(timeout=10)
+    server = sshd_sandbox.start(tmp_path_factory.mktemp("sshd"))
+    os.environ["AIRFLOW_CONN_T_SSH"] = json.dumps(server.connection())
+    yield server
+    server.stop()
