@@ -192,6 +192,12 @@ def main() -> int:
     print("\nfirst byte read -> started replica (ratio: by hand / lastline):")
     for line in summary:
         print(f"  {line}")
+    record = ROOT / "bench" / "results" / f"rebuild-{time.strftime('%Y%m%dT%H%M%S')}.json"
+    record.parent.mkdir(parents=True, exist_ok=True)
+    record.write_text(json.dumps({"gb": args.gb, "parallel": args.parallel, "compression": args.compression,
+                                  "rounds": [{"link_mb": link, "lastline": ours, "by_hand": hand} for link, ours, hand in results]},
+                                 indent=1))
+    print(f"record: {record}")
     return 0
 
 

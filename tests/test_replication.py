@@ -145,6 +145,17 @@ def test_a_cut_stream_fails_clearly_never_starts_the_target_and_a_retry_succeeds
     _write(rsource, "after-rebuild")
     assert _arrives(replica, "after-rebuild", 30), "a write on the source did not replicate"
 
+    # a retried attach (after START SLAVE went through) must not rewind gtid_slave_pos and replay
+    from lastline import replication
+
+    replication.attach(Server.from_conn_id("t_replica"), Server.from_conn_id("t_repl"), {"gtid": "0-1-1"}, True)
+    _write(rsource, "after-retried-attach")
+    assert _arrives(replica, "after-retried-attach", 30)
+    conn = replica.server().connect()
+    cur = conn.cursor()
+    assert replication.broken(replication.replica_status(cur)[0]) is None
+    conn.close()
+
 
 def test_detach_refuses_an_option_file_that_names_a_source(rsource, replica):
     from lastline import replica_detach as rd

@@ -172,6 +172,14 @@ def attach(target: Server, replication: Server, coords: dict[str, Any], use_gtid
         fl = flavour(cur)
         if not fl.mariadb:
             raise ReplicationError(f"{target.describe()} runs {fl.describe()}: replica rebuild supports MariaDB only.")
+        for status in replica_status(cur, fl):
+            if (status.get("Master_Host"), int(status.get("Master_Port") or 0)) == (replication.host, replication.port) \
+                    and running(status) != ("No", "No"):
+                # a retry after START SLAVE went through: resetting gtid_slave_pos now would replay
+                # events the replica has already applied
+                log.info("%s already replicates from %s:%s (%s): left as it is", target.describe(),
+                         replication.host, replication.port, describe_status(status))
+                return
         cur.execute("STOP ALL SLAVES")
         cur.execute("RESET SLAVE ALL")
         args: list[Any] = [replication.host, replication.port, replication.user, replication.password]
