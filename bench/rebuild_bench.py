@@ -138,9 +138,32 @@ def by_hand(source: Instance, replica: Instance, sshd: sshd_sandbox.Sshd, work: 
     replica.start(timeout=300)
     out["start"] = time.monotonic() - t1
     out["to started replica"] = time.monotonic() - t0
+    out["_costs"] = component_costs(local / "backup.xbstream.zst", ssh, host, parallel)
     for d in (local, remote):
         subprocess.run(["rm", "-rf", str(d)], check=True)
     return out
+
+
+def component_costs(stream_file: Path, ssh: str, host, parallel: int) -> dict[str, float]:
+    """Seconds for the choices the rebuild stream makes, on the compressed stream itself: the taps'
+    checksum (cksum vs sha256sum), the level on the wire (zstd -1 vs -3, decompression included in
+    both), the cipher (aes128-gcm vs chacha20-poly1305), and a short command through the shared
+    master connection vs a new one."""
+    f = shlex.quote(str(stream_file))
+    costs = {
+        "cksum": sh(f"cksum < {f}"),
+        "sha256sum": sh(f"sha256sum < {f}"),
+        "zstd -d | zstd -1": sh(f"zstd -q -d -c < {f} | zstd -q -1 -T{parallel} -c > /dev/null"),
+        "zstd -d | zstd -3": sh(f"zstd -q -d -c < {f} | zstd -q -3 -T{parallel} -c > /dev/null"),
+    }
+    for cipher in ("aes128-gcm@openssh.com", "chacha20-poly1305@openssh.com"):
+        costs[f"ssh {cipher.split('@')[0]}"] = sh(f"{ssh} -c {cipher} 'cat > /dev/null' < {f}")
+    t0 = time.monotonic()
+    for _ in range(5):
+        host.run(["true"])
+    costs["5 commands, shared master"] = time.monotonic() - t0
+    costs["5 commands, new connections"] = sum(sh(f"{ssh} true") for _ in range(5))
+    return costs
 
 
 def main() -> int:
@@ -184,8 +207,13 @@ def main() -> int:
         for k, v in ours.items():
             print(f"  {k:<22} {v:8.1f}{'' if k.startswith('MB') else ' s'}")
         print("backup to a local file + scp + unpack (by hand):")
+        costs = hand.pop("_costs")
         for k, v in hand.items():
             print(f"  {k:<22} {v:8.1f}{'' if k.startswith('MB') else ' s'}")
+        print(f"the stream's choices, on its {hand['MB on the wire']:.0f} MB:")
+        for k, v in costs.items():
+            print(f"  {k:<30} {v:6.2f} s")
+        hand["costs"] = costs
         ratio = hand["to started replica"] / ours["to started replica"]
         summary.append(f"{where}: lastline {ours['to started replica']:.1f} s, file + copy + restore "
                        f"{hand['to started replica']:.1f} s -> {ratio:.2f}x")

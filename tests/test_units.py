@@ -360,10 +360,9 @@ def test_a_tap_counts_and_hashes_what_passes():
 def test_a_remote_group_report_is_split_per_stage_and_a_lost_link_is_named():
     from lastline.runner import split_group_stderr
 
-    stages = [Stage("a", ["x"]), Stage("b", ["y"])]
-    own, found = split_group_stderr(stages, "warning\n\n@@lastline-stage 0 141\n\n@@lastline-stage 1 2\nboom\n")
+    own, found = split_group_stderr("warning\n\n@@lastline-stage 0 141\n\n@@lastline-stage 1 2\nboom\n")
     assert own.strip() == "warning" and found == {0: (141, ""), 1: (2, "boom")}
-    assert split_group_stderr(stages, "Connection closed by remote host\n")[1] == {}
+    assert split_group_stderr("Connection closed by remote host\n")[1] == {}
 
 
 def test_detach_statements_follow_version_and_flavour():

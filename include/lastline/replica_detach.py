@@ -8,7 +8,7 @@ import time
 from lastline import replication
 from lastline.errors import ReplicationError
 from lastline.option_files import Setting
-from lastline.servers import Server, _as_bool
+from lastline.servers import Server, as_bool
 
 log = logging.getLogger(__name__)
 
@@ -41,8 +41,8 @@ def check(target_conn_id: str, restart: object = True, read_only_off: object = F
         "flavour": fl.describe(),
         "connections": [replication.describe_status(s) for s in statuses],
         "statements": replication.detach_statements(fl, names),
-        "restart": _as_bool(restart),
-        "read_only_off": _as_bool(read_only_off),
+        "restart": as_bool(restart),
+        "read_only_off": as_bool(read_only_off),
     }
     log.info("%s (%s): %d replication connection(s)%s; will run: %s", server.describe(), plan["flavour"],
              len(statuses), "".join(f"\n  {c}" for c in plan["connections"]), "; ".join(plan["statements"]))

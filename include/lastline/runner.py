@@ -252,7 +252,7 @@ def group_script(stages: list[Stage]) -> str:
     )
 
 
-def split_group_stderr(stages: list[Stage], text: str) -> tuple[str, dict[int, tuple[int, str]]]:
+def split_group_stderr(text: str) -> tuple[str, dict[int, tuple[int, str]]]:
     """Parse what group_script printed: (the ssh client's own stderr, {stage index: (status, stderr)})."""
     marks = list(_STATUS_RE.finditer(text))
     own = text[: marks[0].start()] if marks else text
@@ -370,7 +370,7 @@ def _results(host: Host, stages: list[Stage], code: int, errpath: str) -> list[S
     text, tail = _tail(errpath)
     if not host.groups_stages():
         return [StageResult(stages[0].name, code, tail, text if stages[0].keep_stderr else None)]
-    own, found = split_group_stderr(stages, text)
+    own, found = split_group_stderr(text)
     if len(found) != len(stages):  # the ssh link itself failed: the remote statuses never came back
         names = " | ".join(s.name for s in stages)
         own_tail = "\n".join(own.strip().splitlines()[-15:])

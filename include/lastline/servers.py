@@ -28,7 +28,7 @@ DEFAULT_SERVICE_STOP = "systemctl stop mariadb"
 _TRUE = {"1", "true", "yes", "on"}
 
 
-def _as_bool(value: Any) -> bool:
+def as_bool(value: Any) -> bool:
     """Read a connection extra as a boolean (JSON true, "true", "yes", 1...)."""
     if isinstance(value, bool):
         return value
@@ -68,7 +68,7 @@ class Server:
             service_start=extra.get("service_start") or DEFAULT_SERVICE_START,
             service_stop=extra.get("service_stop") or DEFAULT_SERVICE_STOP,
             ssh_conn_id=extra.get("ssh_conn_id") or None,
-            protected=_as_bool(extra.get("protected", False)),
+            protected=as_bool(extra.get("protected", False)),
         )
 
     @classmethod

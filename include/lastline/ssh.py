@@ -10,6 +10,7 @@ import tempfile
 
 from lastline.errors import LastlineError
 from lastline.runner import SshHost
+from lastline.servers import as_bool
 
 _HOSTS: dict[str, SshHost] = {}
 _DIR: list[str] = []
@@ -31,10 +32,6 @@ def _write(name: str, text: str) -> str:
     with os.fdopen(fd, "w") as fh:
         fh.write(text if text.endswith("\n") else text + "\n")
     return path
-
-
-def _as_bool(value: object) -> bool:
-    return str(value).strip().lower() in ("1", "true", "yes", "on")
 
 
 def ssh_host(conn_id: str) -> SshHost:
@@ -61,7 +58,7 @@ def ssh_host(conn_id: str) -> SshHost:
             "lastline uses key authentication only."
         )
     host_key = (extra.get("host_key") or "").strip()
-    if _as_bool(extra.get("no_host_key_check", False)) or not host_key:
+    if as_bool(extra.get("no_host_key_check", False)) or not host_key:
         raise LastlineError(
             f"SSH connection {conn_id!r}: set the extra host_key to the server's public host key "
             f"(`ssh-keyscan -p {port} {host}`, e.g. 'ssh-ed25519 AAAA...'); lastline always checks host keys."
@@ -71,5 +68,5 @@ def ssh_host(conn_id: str) -> SshHost:
     pattern = host if port == 22 else f"[{host}]:{port}"
     known = _write(f"{conn_id}.known_hosts", f"{pattern} {host_key}")
     _HOSTS[conn_id] = SshHost(f"{conn_id} ({user}@{host}:{port})", host, port, user, key_file, known,
-                              compress=_as_bool(extra.get("compress", False)))
+                              compress=as_bool(extra.get("compress", False)))
     return _HOSTS[conn_id]
