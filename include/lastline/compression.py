@@ -31,7 +31,7 @@ class Codec:
 # fast level (zstd -1: 1.7x quicker than -3 on sysbench rows, within a few % of its size).
 CODECS: dict[str, Codec] = {
     "zstd": Codec("zstd", ".zst", "zstd", ("zstd", "-q", "-T{n}", "-c"), ("zstd", "-q", "-d", "-c"), ("-1",)),
-    # the fast level for streams that are not kept (replica rebuild): 1.5x quicker than -3 here
+    # the fast level for streams that are not kept (replica rebuild; bench/rebuild_bench.py times it)
     "zstd-fast": Codec("zstd-fast", ".zst", "zstd", ("zstd", "-q", "-1", "-T{n}", "-c"), ("zstd", "-q", "-d", "-c")),
     "pigz": Codec("pigz", ".gz", "pigz", ("pigz", "-c", "-p", "{n}"), ("pigz", "-d", "-c"), ("--fast",)),
     "pigz-fast": Codec("pigz-fast", ".gz", "pigz", ("pigz", "--fast", "-c", "-p", "{n}"), ("pigz", "-d", "-c")),

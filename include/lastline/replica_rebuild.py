@@ -25,7 +25,7 @@ from lastline.servers import Server, option_file
 log = logging.getLogger(__name__)
 
 MARKER_TABLE = "_lastline.replica_marker"
-STREAM_COMPRESSION = "zstd-fast"  # nothing is kept: the fast level (measured 4.4 s vs 6.7 s for -3 on 1.1 GB)
+STREAM_COMPRESSION = "zstd-fast"  # nothing is kept: the fast level (`make bench-rebuild` times -1 against -3)
 
 
 def _servers(plan: dict) -> tuple[Server, Server]:
