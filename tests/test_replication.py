@@ -132,11 +132,13 @@ def test_a_cut_stream_fails_clearly_never_starts_the_target_and_a_retry_succeeds
         start_server(Server.from_conn_id("t_replica"))
 
     before = _accepted(sshd)
-    state, tis, logs = run_dag("replica_rebuild", _conf())
+    set_conn("t_rsource_ssh", rsource, ssh_conn_id="t_ssh")  # the retry runs the source's side over SSH too
+    state, tis, logs = run_dag("replica_rebuild", _conf(source_conn_id="t_rsource_ssh"))
     assert state == "success", tis
     assert _accepted(sshd) - before >= 2, "the replica's commands did not go through SSH"  # shared master + stream
     assert "prepare ok on t_ssh" in logs and "moved the old datadir contents aside" not in logs  # kept from the cut run
     assert "equal at both ends" in logs and "MASTER_USE_GTID=slave_pos" in logs
+    assert "stream: [t_ssh (" in logs  # mariabackup ran on the source's SSH host
     assert REPL_PASSWORD not in logs
     assert not (replica.datadir / MARKER).exists()
     assert not list(replica.root.glob("replica/data.lastline-aside-*")), "the old datadir was not removed after verify"
