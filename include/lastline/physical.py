@@ -54,17 +54,11 @@ def prepare_argv(datadir: str, use_memory: int) -> list[str]:
     return ["mariabackup", "--prepare", f"--target-dir={datadir}", f"--use-memory={use_memory}"]
 
 
-def default_use_memory() -> int:
-    """Memory for --prepare: a quarter of what is available, at least 256 MiB, at most 8 GiB."""
-    avail = 1 << 30
-    try:
-        with open("/proc/meminfo") as fh:
-            for line in fh:
-                if line.startswith("MemAvailable:"):
-                    avail = int(line.split()[1]) * 1024
-                    break
-    except OSError:
-        pass
+def default_use_memory(host: Host = LOCAL) -> int:
+    """Memory for --prepare on `host` (where it runs): a quarter of what is available there, at least
+    256 MiB, at most 8 GiB."""
+    out = host.sh("awk '/^MemAvailable:/ {print $2}' /proc/meminfo", check=False).strip()
+    avail = int(out) * 1024 if out.isdigit() else 1 << 30
     return int(min(max(avail // 4, 256 << 20), 8 << 30))
 
 

@@ -85,7 +85,7 @@ def preflight(conf: dict) -> dict:
         "backup_id": backup_id,
         "aws_conn_id": conf.get("aws_conn_id"),
         "parallel": int(conf.get("parallel") or 2),
-        "use_memory": int(conf.get("use_memory") or physical.default_use_memory()),
+        "use_memory": int(conf.get("use_memory") or physical.default_use_memory(host)),
         "force": force,
         "datadir": datadir,
         "datadir_state": state,

@@ -91,7 +91,7 @@ def preflight(conf: dict) -> dict:
         "replication_conn_id": repl.conn_id,
         "compression": compression,
         "parallel": int(conf.get("parallel") or 2),
-        "use_memory": int(conf.get("use_memory") or physical.default_use_memory()),
+        "use_memory": int(conf.get("use_memory") or physical.default_use_memory(tgt_host)),
         "force": force,
         "source_datadir": src_dir,
         "datadir": tgt_dir,
