@@ -82,9 +82,9 @@ def open_for_writes(plan: dict, verified: dict | None = None) -> dict:
     """With read_only_off: SET GLOBAL read_only=OFF, last; warns about option files that set it back."""
     server = Server.from_conn_id(plan["target_conn_id"])
     if not plan["read_only_off"]:
-        log.info("read_only_off not asked: %s keeps read_only=%s", server.describe(),
-                 server.variables("read_only")["read_only"])
-        return {"read_only": server.variables("read_only")["read_only"]}
+        current = server.variables("read_only")["read_only"]
+        log.info("read_only_off not asked: %s keeps read_only=%s", server.describe(), current)
+        return {"read_only": current}
     server.query("SET GLOBAL read_only = OFF")
     sticky = [s for s in replication.server_settings(server)
               if s.name == "read-only" and s.value.upper() not in ("0", "OFF", "FALSE")]
