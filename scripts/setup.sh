@@ -43,6 +43,18 @@ if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
   echo "$want" > "$stamp"
 fi
 
+# the logical dump's worker (C, include/lastline/native/tsvdump.c): rebuilt when its source changes
+src=include/lastline/native/tsvdump.c
+bin=.venv/bin/lastline-tsvdump
+stamp=".venv/.tsvdump.sha256"
+want="$(sha256sum "$src" | cut -d' ' -f1)"
+if [ ! -x "$bin" ] || [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
+  echo "setup: building $bin"
+  gcc -O2 -Wall -Werror -o "$bin.tmp" "$src" $(pkg-config --cflags --libs libmariadb)
+  mv "$bin.tmp" "$bin"
+  echo "$want" > "$stamp"
+fi
+
 if [ ! -f .airflow/airflow.db ]; then
   echo "setup: migrating the project-local Airflow home (.airflow, SQLite)"
   bin/airflow db migrate >/dev/null

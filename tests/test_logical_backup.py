@@ -282,6 +282,7 @@ def test_missing_reload_privilege_is_named_and_leaves_no_manifest(run_dag, logic
 
 def test_lost_connection_mid_dump_is_clear_and_leaves_no_manifest(logical_source, tmp_path):
     src = logical_source.server()
+    logical_source.load_tables("slowdump", {"t": 300_000})  # chunks that take long enough to be caught in flight
     killed: list[int] = []
 
     def killer():
@@ -289,7 +290,7 @@ def test_lost_connection_mid_dump_is_clear_and_leaves_no_manifest(logical_source
         cur = conn.cursor()
         deadline = time.monotonic() + 30
         while not killed and time.monotonic() < deadline:
-            cur.execute("SELECT ID FROM information_schema.PROCESSLIST WHERE INFO LIKE 'SELECT CAST(CONCAT_WS%%payment%%'")
+            cur.execute("SELECT ID FROM information_schema.PROCESSLIST WHERE INFO LIKE 'SELECT %%CRC32(CONCAT_WS%%`slowdump`%%' AND ID <> CONNECTION_ID()")
             for (pid,) in cur.fetchall():
                 with contextlib.suppress(Exception):
                     cur.execute(f"KILL CONNECTION {int(pid)}")
@@ -298,18 +299,23 @@ def test_lost_connection_mid_dump_is_clear_and_leaves_no_manifest(logical_source
 
     th = threading.Thread(target=killer, daemon=True)
     th.start()
-    plan = lb.preflight({"source_conn_id": "t_lsource", "destination": f"file://{tmp_path}", "databases": ["sakila"], "chunk_rows": 1000})
-    from lastline.errors import LastlineError
+    try:
+        plan = lb.preflight({"source_conn_id": "t_lsource", "destination": f"file://{tmp_path}", "databases": ["slowdump"],
+                             "chunk_rows": 100_000, "compression": "none"})
+        from lastline.errors import LastlineError
 
-    with pytest.raises(LastlineError) as err:
-        for _ in range(20):  # until the killer catches a payment chunk in flight
-            plan["backup_id"] = plan["backup_id"][:16] + f"-{_}"
-            lb.dump(plan)
-    th.join()
+        with pytest.raises(LastlineError) as err:
+            for _ in range(5):  # until the killer catches a chunk in flight
+                plan["backup_id"] = plan["backup_id"][:16] + f"-{_}"
+                lb.dump(plan)
+        th.join()
+    finally:
+        src.query("DROP DATABASE slowdump")
     assert killed
-    assert "lost the connection to the source while dumping sakila.payment" in str(err.value)
+    assert "lost the connection to the source while dumping slowdump.t (chunk" in str(err.value)
     assert "no manifest" in str(err.value)
     assert not (tmp_path / plan["backup_id"] / "manifest.json").exists()
+    assert not list((tmp_path / plan["backup_id"]).rglob("*.partial"))  # the part in flight was discarded
 
 
 def test_full_destination_is_named_and_leaves_no_manifest(logical_source, tmp_path):

@@ -1,45 +1,15 @@
-"""Chunk files: write a stream of lines compressed into storage, read it back checked and decompressed."""
+"""Chunk files: read one back, checked against its sha256 and decompressed (they are written by tsvdump)."""
 from __future__ import annotations
 
 import contextlib
 import hashlib
 import subprocess
 import threading
-from dataclasses import dataclass
-from typing import Iterable, Iterator
+from typing import Iterator
 
 from lastline.compression import codec
 from lastline.errors import IntegrityError
-from lastline.runner import Stage, run_pipeline
 from lastline.storage import Storage
-
-
-@dataclass
-class Written:
-    """What a chunk file holds: its compressed bytes and sha256, and the uncompressed bytes."""
-
-    bytes: int
-    sha256: str
-    raw_bytes: int
-
-
-def write_chunk(storage: Storage, key: str, source: Iterable[bytes], compression: str) -> Written:
-    """Compress `source` into `key`, atomically: one thread at the fast level (the dump runs several
-    files at once, and the server and the client share the same cores)."""
-    c = codec(compression)
-    with storage.writer(key) as writer:
-        if c.tool is None:
-            digest, n = hashlib.sha256(), 0
-            for data in source:
-                digest.update(data)
-                n += len(data)
-                writer.write(data)
-            return Written(n, digest.hexdigest(), n)
-        result = run_pipeline(
-            [Stage(c.name, c.compress_argv(1, fast=True))], source=source, sink=writer.write, label=key, progress_every=None,
-            hash_source=False,
-        )
-    return Written(result.bytes_out, result.sha256_out or "", result.bytes_in)
 
 
 def read_chunk(storage: Storage, key: str, compression: str, sha256: str, what: str = "") -> Iterator[bytes]:

@@ -3,25 +3,28 @@
 One line per row, fields separated by TAB, lines ended by LF, no quoting. Inside a field a backslash
 is written `\\\\`, a TAB `\\t`, a LF `\\n`; NULL is `\\N` (so the string 'NULL', the string '\\N' and the
 empty string stay distinct). Every other byte is written as stored: the server sends each string
-column's own bytes (`CAST(col AS BINARY)`, no character set conversion) and the load reads the file as
+column's own bytes (`character_set_results = NULL`, no conversion) and the load reads the file as
 `CHARACTER SET binary`, so each column gets back exactly the bytes it had, whatever its charset.
 
-The server builds each line itself (in C, inside the dump's snapshot), so the client only moves bytes.
-A few types need an encoding of their own to round-trip exactly:
+The server sends each column's value (`select_sql`) and the dump worker (native/tsvdump.c) escapes it
+on the client in one linear pass, whatever the value's size (the server's REPLACE was quadratic in a
+value's escapes, and returned NULL past max_allowed_packet). A few types need an encoding of their own
+to round-trip exactly:
 
-- `double`: FLOAT is printed through DOUBLE (`3.1415927410125732`, not the lossy `3.14159`);
+- `double`: FLOAT is sent through DOUBLE (`3.1415927410125732`, not the lossy `3.14159`);
 - `bit`: BIT(n) as its unsigned integer value, loaded back with `CAST(@v AS UNSIGNED)`;
 - `hex`: spatial values as the hex of their internal bytes (SRID + WKB), loaded with `UNHEX(@v)`.
 
-The table checksum is `COUNT(*)` and `SUM(CRC32(line))` over the same line expression: order-free,
-computed by the dumper from the bytes it writes, and recomputed by the target with one query after a
-load (`checksum_sql`).
+The table checksum does not look at the chunk files' text: it is `COUNT(*)` and the sum of a row hash
+the source server computes from each column's stored value (`row_hash_sql`: a CRC32 over every
+column's value or, for strings, the CRC32 of its bytes, with NULL kept apart from every value),
+summed order-free. The dump adds it as the query's last column; after a load the target recomputes
+the same expression over what it holds (`checksum_sql`). A value that the dump, the file or the load
+got wrong can then never verify.
 """
 from __future__ import annotations
 
-import zlib
 from dataclasses import asdict, dataclass
-from typing import Iterable
 
 # the session a chunk is loaded in: values as they were (zero dates, an id of 0 in an AUTO_INCREMENT
 # column), TIMESTAMPs in UTC as dumped, no checks the source already made
@@ -30,6 +33,8 @@ LOAD_SESSION = (
     "unique_checks = 0, check_constraint_checks = 0"
 )
 DIALECT = "tsv: fields \\t, lines \\n, escape \\\\, NULL \\N, CHARACTER SET binary"
+# what a table's `checksum` in the manifest is: COUNT(*) and SUM(row_hash_sql) (see the module doc)
+CHECKSUM = "sum-crc32-row-hash/1"
 
 # DATA_TYPEs whose text form never holds a TAB, LF or backslash: no escaping needed
 PLAIN_TYPES = {
@@ -86,42 +91,65 @@ class Column:
 
 
 def field_sql(col: Column) -> str:
-    """The SQL expression that writes one field of `col` (never NULL: NULL becomes `\\N`)."""
+    """The SQL expression the dump selects for one field (the worker escapes it; NULL stays NULL)."""
+    c = quote_ident(col.name)
+    if col.encoding == "double":
+        return f"CAST({c} AS DOUBLE)"
+    if col.encoding == "bit":
+        return f"CAST({c} AS UNSIGNED)"
+    if col.encoding == "hex":
+        return f"HEX({c})"
+    return c
+
+
+def hash_token_sql(col: Column) -> str:
+    """One column's part of the row hash: its value (numbers, dates) or the CRC32 of its bytes (strings,
+    binary, spatial); never an empty string, so NULL (written as '') stays apart from every value."""
     c = quote_ident(col.name)
     if col.encoding == "plain":
-        expr = c
+        token = c
     elif col.encoding == "double":
-        expr = f"CAST({c} AS DOUBLE)"
+        token = f"CAST({c} AS DOUBLE)"
     elif col.encoding == "bit":
-        expr = f"CAST({c} AS UNSIGNED)"
-    elif col.encoding == "hex":
-        expr = f"HEX({c})"
-    else:
-        expr = (
-            f"REPLACE(REPLACE(REPLACE(CAST({c} AS BINARY), '\\\\', '\\\\\\\\'), '\\t', '\\\\t'), '\\n', '\\\\n')"
-        )
-    return f"IFNULL({expr}, '\\\\N')" if col.nullable else expr
+        token = f"CAST({c} AS UNSIGNED)"
+    else:  # text and hex: the stored bytes, whatever their size (no string is built from them)
+        token = f"CRC32({c})"
+    return f"IFNULL({token}, '')" if col.nullable else token
 
 
-def line_sql(columns: list[Column]) -> str:
-    """The SQL expression of a whole line (as a binary string, without the LF)."""
-    return "CAST(CONCAT_WS(x'09', " + ", ".join(field_sql(c) for c in columns) + ") AS BINARY)"
+def row_hash_sql(columns: list[Column]) -> str:
+    """The row hash: CRC32 of the columns' tokens joined by ',' (no token holds a ','; all are short)."""
+    return "CRC32(CONCAT_WS(',', " + ", ".join(hash_token_sql(c) for c in columns) + "))"
 
 
 def select_sql(schema: str, table: str, columns: list[Column], where: str | None = None) -> str:
-    """The query that streams a chunk's lines."""
-    sql = f"SELECT {line_sql(columns)} FROM {qualified(schema, table)}"
+    """The query that streams a chunk: each column's field, then the row hash."""
+    fields = ", ".join([*(field_sql(c) for c in columns), row_hash_sql(columns)])
+    sql = f"SELECT {fields} FROM {qualified(schema, table)}"
     return f"{sql} WHERE {where}" if where else sql
 
 
-def checksum_sql(schema: str, table: str, columns: list[Column]) -> str:
-    """The query a target runs to recompute (rows, checksum) of a loaded table."""
-    return f"SELECT COUNT(*), COALESCE(SUM(CRC32({line_sql(columns)})), 0) FROM {qualified(schema, table)}"
+def checksum_sql(schema: str, table: str, columns: list[Column], where: str | None = None) -> str:
+    """The query a target runs to recompute (rows, checksum) of a loaded table (or of one key range)."""
+    sql = f"SELECT COUNT(*), COALESCE(SUM({row_hash_sql(columns)}), 0) FROM {qualified(schema, table)}"
+    return f"{sql} WHERE {where}" if where else sql
 
 
-def lines_checksum(lines: Iterable[bytes]) -> int:
-    """The checksum contribution of some lines (sum of CRC32, as the server's SUM(CRC32(...)))."""
-    return sum(map(zlib.crc32, lines))
+def legacy_checksum_sql(schema: str, table: str, columns: list[Column]) -> str:
+    """The checksum of backups made before CHECKSUM existed (format lastline-logical/1): SUM(CRC32) over
+    the escaped line as the server built it. It shares that dump's blind spot (a value past
+    max_allowed_packet read as NULL on both sides) and is only used to verify such old backups."""
+    def field(col: Column) -> str:
+        c = quote_ident(col.name)
+        expr = {
+            "plain": c, "double": f"CAST({c} AS DOUBLE)", "bit": f"CAST({c} AS UNSIGNED)", "hex": f"HEX({c})",
+        }.get(col.encoding) or (
+            f"REPLACE(REPLACE(REPLACE(CAST({c} AS BINARY), '\\\\', '\\\\\\\\'), '\\t', '\\\\t'), '\\n', '\\\\n')"
+        )
+        return f"IFNULL({expr}, '\\\\N')" if col.nullable else expr
+
+    line = "CAST(CONCAT_WS(x'09', " + ", ".join(field(c) for c in columns) + ") AS BINARY)"
+    return f"SELECT COUNT(*), COALESCE(SUM(CRC32({line})), 0) FROM {qualified(schema, table)}"
 
 
 def load_sql(schema: str, table: str, columns: list[Column], path: str = "%s") -> str:

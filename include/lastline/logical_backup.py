@@ -2,7 +2,12 @@
 
 Layout of `<destination>/<backup_id>/`: `schema.json` (every schema object, see logical_schema),
 `schema.sql` (the same, readable), `data/<db>/<table>/<chunk>-<part>.tsv.zst` (see dialect), and
-`manifest.json`, written last: a folder without it is incomplete and never restored.
+`manifest.json`, written last: a folder without it is incomplete and never restored. The manifest lists
+every other file of the folder with its size and sha256.
+
+The rows are read by `parallel` worker processes (tsvdump: C, one connection each, all opened on one
+snapshot) that escape each value on the client in one linear pass; the server adds each row's hash,
+computed from the stored values, which the manifest sums per chunk and per table (see dialect).
 """
 from __future__ import annotations
 
@@ -15,29 +20,29 @@ import threading
 import time
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
-from typing import Any, Iterator
+from typing import Any
 from urllib.parse import quote
 
 from lastline import chunking, dialect
-from lastline.chunk_files import write_chunk
 from lastline.compression import DEFAULT_COMPRESSION, codec
-from lastline.errors import LastlineError, PipelineError, PreflightError, ServerError
+from lastline.errors import IntegrityError, LastlineError, PipelineError, PreflightError, ServerError
 from lastline.logical_schema import auto_increment, read_schema, render_sql, resolve_databases
 from lastline.manifest import (
-    MANIFEST, ChunkInfo, LogicalManifest, LogicalTable, new_backup_id, prune_backups, write_manifest,
+    MANIFEST, ChunkInfo, FileInfo, LogicalManifest, LogicalTable, new_backup_id, prune_backups, write_manifest,
 )
 from lastline.physical import require_tools
 from lastline.servers import Server
-from lastline.snapshot import LOST_CONNECTION, SnapshotPool, sql_error
+from lastline.snapshot import LOST_CONNECTION, SESSION, SnapshotPool, sql_error
 from lastline.storage import Storage, open_storage
+from lastline.tsvdump import DumpWorker, PartWriter, WorkerWarning
 
 log = logging.getLogger(__name__)
 
 # bench/logical_bench.py: 100k-1M rows all dump at the same speed here; 250k keeps chunk files
 # around 20-60 MB raw, enough of them for a parallel restore to balance, few enough for Airflow.
 DEFAULT_CHUNK_ROWS = 250_000
-FETCH_ROWS = 10_000
 SCHEMA_FILE = "schema.json"
+SCHEMA_SQL = "schema.sql"
 
 
 def databases_of(conf: dict) -> list[str] | None:
@@ -107,7 +112,7 @@ class TableState:
 
 @dataclass(order=True)
 class Job:
-    """A unit of work for a snapshot worker: split a table into ranges, or dump one range."""
+    """A unit of work: split a table into ranges (the splitter), or dump one range (a snapshot worker)."""
 
     priority: tuple
     kind: str = field(compare=False)  # split | chunk
@@ -116,29 +121,17 @@ class Job:
     lower: list[str] | None = field(default=None, compare=False)
     upper: list[str] | None = field(default=None, compare=False)
 
-
-class RowStream:
-    """Lines of an unbuffered result, taken `limit` rows at a time, with rows and checksum counted."""
-
-    def __init__(self, result: Any) -> None:
-        self.result, self.buf, self.eof = result, [], False
-        self.rows = self.checksum = 0
-
-    def has_more(self) -> bool:
-        if not self.buf and not self.eof:
-            batch = self.result.fetch_row(maxrows=FETCH_ROWS)
-            self.buf = [r[0] for r in batch]
-            self.eof = not batch
-        return bool(self.buf)
-
-    def take(self, limit: int) -> Iterator[bytes]:
-        n = 0
-        while n < limit and self.has_more():
-            lines, self.buf = self.buf[: limit - n], self.buf[limit - n:]
-            n += len(lines)
-            self.rows += len(lines)
-            self.checksum += dialect.lines_checksum(lines)
-            yield b"\n".join(lines) + b"\n"
+    def describe(self) -> str:
+        """`db.table` and the key range, for errors."""
+        plan = self.table.plan
+        if self.kind == "split":
+            return f"{plan.full_name} (splitting)"
+        if not plan.key:
+            return f"{plan.full_name} (the whole table, no usable key)"
+        key = ", ".join(k.name for k in plan.key)
+        lo = "the start" if self.lower is None else f"({', '.join(self.lower)})"
+        hi = "the end" if self.upper is None else f"({', '.join(self.upper)})"
+        return f"{plan.full_name} (chunk {self.seq}: ({key}) from {lo} to {hi})"
 
 
 class Progress:
@@ -172,22 +165,24 @@ def chunk_key(backup_id: str, plan: chunking.TablePlan, seq: int, part: int, suf
 
 
 class Dumper:
-    """Runs the jobs of a dump on the snapshot workers; a failure stops every worker."""
+    """Runs a dump's jobs: one splitter thread (its own connection; cut points need no snapshot) and one
+    thread per snapshot worker process; a failure stops every thread after its current job."""
 
-    def __init__(self, storage: Storage, plan: dict, states: list[TableState], est_rows: int) -> None:
-        self.storage, self.plan = storage, plan
+    def __init__(self, server: Server, storage: Storage, plan: dict, states: list[TableState], est_rows: int) -> None:
+        self.server, self.storage, self.plan = server, storage, plan
         self.suffix = codec(plan["compression"]).suffix
         self.chunk_rows = int(plan["chunk_rows"])
         self.cv = threading.Condition()
+        self.splits: list[Job] = []
         self.heap: list[Job] = []
         self.active = 0
         self.failure: BaseException | None = None
         self.counter = itertools.count()
         self.progress = Progress(len(states), est_rows)
 
-    # --- the queue -------------------------------------------------------------------------
+    # --- the queues ------------------------------------------------------------------------
     def put(self, kind: str, state: TableState, lower=None, upper=None) -> None:
-        """Queue a job; chunk jobs of bigger tables first (splits before anything)."""
+        """Queue a job; chunk jobs of bigger tables first, splits of bigger tables first."""
         with self.cv:
             seq = 0
             if kind == "chunk":
@@ -197,18 +192,19 @@ class Dumper:
             else:
                 prio = (0, -state.plan.est_bytes, next(self.counter))
             state.pending += 1
-            heapq.heappush(self.heap, Job(prio, kind, state, seq, lower, upper))
-            self.cv.notify()
+            heapq.heappush(self.splits if kind == "split" else self.heap, Job(prio, kind, state, seq, lower, upper))
+            self.cv.notify_all()
 
-    def _get(self) -> Job | None:
+    def _get(self, kind: str) -> Job | None:
+        queue = self.splits if kind == "split" else self.heap
         with self.cv:
             while True:
                 if self.failure is not None:
                     return None
-                if self.heap:
+                if queue:
                     self.active += 1
-                    return heapq.heappop(self.heap)
-                if self.active == 0:
+                    return heapq.heappop(queue)
+                if self.active == 0 and not self.splits and not self.heap:
                     return None
                 self.cv.wait()
 
@@ -226,11 +222,11 @@ class Dumper:
             self.cv.notify_all()
 
     # --- running ---------------------------------------------------------------------------
-    def run(self, connections: list[Any]) -> None:
-        """Drain the queue with one thread per connection; re-raise the first failure."""
-        threads = [
-            threading.Thread(target=self._work, args=(conn,), name=f"dump-{i}", daemon=True)
-            for i, conn in enumerate(connections)
+    def run(self, workers: list[DumpWorker]) -> None:
+        """Drain the queues (one thread per worker, one splitter); re-raise the first failure."""
+        threads = [threading.Thread(target=self._split_loop, name="dump-split", daemon=True)]
+        threads += [
+            threading.Thread(target=self._work, args=(w,), name=f"dump-{i}", daemon=True) for i, w in enumerate(workers)
         ]
         for t in threads:
             t.start()
@@ -239,13 +235,28 @@ class Dumper:
         if self.failure is not None:
             raise self.failure
 
-    def _work(self, conn: Any) -> None:
-        while (job := self._get()) is not None:
-            try:
-                if job.kind == "split":
+    def _split_loop(self) -> None:
+        conn = None
+        try:
+            while (job := self._get("split")) is not None:
+                try:
+                    if conn is None:
+                        conn = self.server.connect()
+                        conn.cursor().execute(SESSION)
                     self._split(conn, job.table)
-                else:
-                    self._chunk(conn, job)
+                except BaseException as exc:  # noqa: BLE001 - handed to run()
+                    self._fail(self._explain(exc, job))
+                    return
+                finally:
+                    self._done(job)
+        finally:
+            if conn is not None:
+                conn.close()
+
+    def _work(self, worker: DumpWorker) -> None:
+        while (job := self._get("chunk")) is not None:
+            try:
+                self._chunk(worker, job)
             except BaseException as exc:  # noqa: BLE001 - handed to run()
                 self._fail(self._explain(exc, job))
                 return
@@ -256,7 +267,14 @@ class Dumper:
         if isinstance(exc, LastlineError):
             return exc
         code, msg = sql_error(exc)
-        what = f"{job.table.plan.full_name} ({'splitting' if job.kind == 'split' else f'chunk {job.seq}'})"
+        what = job.describe()
+        if isinstance(exc, WorkerWarning):
+            column = self._warning_column(job)
+            return IntegrityError(
+                f"dumping {what}: the server warned ({msg}){f' on column {column}' if column else ''}. A warning "
+                "on a dump query can mean a value was cut or replaced, so this backup is not complete (no "
+                "manifest is written); fix the cause (the warning says what) and run the backup again."
+            )
         if code in LOST_CONNECTION:
             return ServerError(
                 f"lost the connection to the source while dumping {what}: {msg}. The backup is incomplete (no "
@@ -267,6 +285,29 @@ class Dumper:
         if code == 1412:
             return ServerError(f"{what} was altered (DDL) during the dump: {msg}. The task retries with a new snapshot.")
         return PipelineError(f"dumping {what} failed: {exc}")
+
+    def _warning_column(self, job: Job) -> str | None:
+        """Which column's expressions warn on this range (asked again outside the snapshot; None if none does now)."""
+        plan = job.table.plan
+        where = chunking.range_where(plan.key, job.lower, job.upper) if plan.key else None
+        try:
+            conn = self.server.connect()
+        except LastlineError:
+            return None
+        try:
+            cur = conn.cursor()
+            cur.execute(SESSION)
+            for col in plan.columns:
+                sql = f"SELECT COUNT({dialect.field_sql(col)}), COUNT({dialect.hash_token_sql(col)}) FROM {dialect.qualified(plan.schema, plan.name)}"
+                cur.execute(f"{sql} WHERE {where}" if where else sql)
+                cur.fetchall()
+                if conn.warning_count():
+                    return dialect.quote_ident(col.name)
+        except Exception:  # noqa: BLE001 - a diagnosis only; the warning itself is the error
+            return None
+        finally:
+            conn.close()
+        return None
 
     def _split(self, conn: Any, state: TableState) -> None:
         plan = state.plan
@@ -281,35 +322,32 @@ class Dumper:
             lower = bound
         self.put("chunk", state, lower, None)
 
-    def _chunk(self, conn: Any, job: Job) -> None:
+    def _chunk(self, worker: DumpWorker, job: Job) -> None:
         state, plan = job.table, job.table.plan
         started = time.monotonic()
         where = chunking.range_where(plan.key, job.lower, job.upper) if plan.key else None
-        conn.query(dialect.select_sql(plan.schema, plan.name, plan.columns, where))
-        stream = RowStream(conn.use_result())
         limit = self.chunk_rows * 2 if plan.key else self.chunk_rows
-        part = 0
-        while stream.has_more():
-            rows_before = stream.rows
+
+        def new_part(part: int) -> tuple[str, PartWriter]:
             key = chunk_key(self.plan["backup_id"], plan, job.seq, part, self.suffix)
-            written = write_chunk(self.storage, key, stream.take(limit), self.plan["compression"])
-            info = ChunkInfo(
-                file=key.split("/", 1)[1], rows=stream.rows - rows_before, bytes=written.bytes,
-                raw_bytes=written.raw_bytes, sha256=written.sha256, lower=job.lower, upper=job.upper,
-            )
-            with self.cv:
-                state.chunks.append(info)
-                state.bytes += written.bytes
-                state.raw_bytes += written.raw_bytes
-                self.progress.chunks += 1
-                self.progress.rows += info.rows
-                self.progress.raw += written.raw_bytes
-                self.progress.bytes += written.bytes
-                self.progress.tick()
-            part += 1
+            return key, PartWriter(self.storage, key, self.plan["compression"])
+
+        result = worker.dump(dialect.select_sql(plan.schema, plan.name, plan.columns, where), limit, new_part)
         with self.cv:
-            state.rows += stream.rows
-            state.checksum += stream.checksum
+            for p in result.parts:
+                state.chunks.append(ChunkInfo(
+                    file=p.key.split("/", 1)[1], rows=p.rows, bytes=p.bytes, raw_bytes=p.raw_bytes, sha256=p.sha256,
+                    lower=job.lower, upper=job.upper, checksum=str(p.checksum),
+                ))
+                state.bytes += p.bytes
+                state.raw_bytes += p.raw_bytes
+                self.progress.chunks += 1
+                self.progress.rows += p.rows
+                self.progress.raw += p.raw_bytes
+                self.progress.bytes += p.bytes
+            self.progress.tick()
+            state.rows += result.rows
+            state.checksum += result.checksum
             state.seconds += time.monotonic() - started
 
     def queue_tables(self, states: list[TableState]) -> None:
@@ -340,7 +378,7 @@ def dump(plan: dict) -> dict:
         finally:
             probe.close()
         states = [TableState(p) for p in plans]
-        dumper = Dumper(storage, plan, states, sum(p.est_rows for p in plans))
+        dumper = Dumper(server, storage, plan, states, sum(p.est_rows for p in plans))
         coords = pool.open()
         _check_tables_unchanged(pool.control.cursor(), plan["databases"], plans)
         locked = [s for s in states if not s.plan.transactional]
@@ -361,12 +399,13 @@ def dump(plan: dict) -> dict:
         if "error" in schema_holder:
             raise schema_holder["error"]
     schema = schema_holder["schema"]
-    schema_bytes = json.dumps(schema, indent=1, sort_keys=True).encode()
-    storage.write_bytes(f"{backup_id}/{SCHEMA_FILE}", schema_bytes)
-    storage.write_bytes(f"{backup_id}/schema.sql", render_sql(schema).encode())
+    schema_files = []
+    for name, data in ((SCHEMA_FILE, json.dumps(schema, indent=1, sort_keys=True).encode()), (SCHEMA_SQL, render_sql(schema).encode())):
+        storage.write_bytes(f"{backup_id}/{name}", data)
+        schema_files.append(FileInfo(name, len(data), hashlib.sha256(data).hexdigest()))
     seconds = time.monotonic() - t0
     log.info("%s", dumper.progress.line(final=True))
-    manifest = build_manifest(plan, coords, states, schema, hashlib.sha256(schema_bytes).hexdigest(), started_at, seconds, pool.lock_seconds)
+    manifest = build_manifest(plan, coords, states, schema, schema_files, started_at, seconds, pool.lock_seconds)
     where = write_manifest(storage, manifest)
     log.info(
         "logical backup complete: %d tables, %s rows, %.1f MB raw -> %.1f MB in %.1f s (%.1f MB/s); lock held %.2f s; manifest %s",
@@ -393,10 +432,10 @@ def _check_tables_unchanged(cur: Any, databases: list[str], plans: list[chunking
 
 
 def build_manifest(
-    plan: dict, coords: Any, states: list[TableState], schema: dict, schema_sha: str,
+    plan: dict, coords: Any, states: list[TableState], schema: dict, schema_files: list[FileInfo],
     started_at: datetime, seconds: float, lock_seconds: float,
 ) -> LogicalManifest:
-    """The manifest of a finished dump."""
+    """The manifest of a finished dump: every table with its chunks, every file with its sha256."""
     creates = {(t["schema"], t["name"]): t["create"] for t in schema["tables"]}
     tables = [
         LogicalTable(
@@ -410,12 +449,15 @@ def build_manifest(
         for s in states
     ]
     raw = sum(t.raw_bytes for t in tables)
+    files = schema_files + sorted(
+        (FileInfo(c.file, c.bytes, c.sha256) for t in tables for c in t.chunks), key=lambda f: f.name
+    )
     return LogicalManifest(
         backup_id=plan["backup_id"], source_conn_id=plan["source_conn_id"], server_version=coords.server_version,
         sql_mode=coords.sql_mode, time_zone="+00:00", dialect=dialect.DIALECT, compression=plan["compression"],
         chunk_rows=plan["chunk_rows"], parallel=plan["parallel"],
         databases=[{k: d[k] for k in ("name", "charset", "collation")} for d in schema["databases"]],
-        schema_file=SCHEMA_FILE, schema_sha256=schema_sha, started_at=started_at.isoformat(),
+        schema_file=SCHEMA_FILE, schema_sha256=schema_files[0].sha256, files=files, checksum=dialect.CHECKSUM, started_at=started_at.isoformat(),
         finished_at=datetime.now(timezone.utc).isoformat(), seconds=round(seconds, 3), lock_seconds=round(lock_seconds, 3),
         rows=sum(t.rows for t in tables), bytes=sum(t.bytes for t in tables), raw_bytes=raw,
         mb_per_s=round(raw / 1e6 / max(seconds, 1e-6), 2), binlog_file=coords.binlog_file,

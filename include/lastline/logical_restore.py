@@ -2,6 +2,7 @@
 revert, verify, report. Each is one Airflow task; see dags/logical_restore.py for the shape."""
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import os
@@ -36,7 +37,16 @@ def _manifest(plan: dict) -> tuple[Storage, LogicalManifest]:
 
 
 def _schema(storage: Storage, manifest: LogicalManifest) -> dict:
-    return json.loads(storage.read_bytes(f"{manifest.backup_id}/{manifest.schema_file}"))
+    """schema.json, used only if its sha256 is the manifest's (a backup folder is untrusted input)."""
+    data = storage.read_bytes(f"{manifest.backup_id}/{manifest.schema_file}")
+    sha = hashlib.sha256(data).hexdigest()
+    if sha != manifest.schema_sha256:
+        raise IntegrityError(
+            f"{storage.location(manifest.backup_id + '/' + manifest.schema_file)} has sha256 {sha}, the manifest says "
+            f"{manifest.schema_sha256}: the file was changed after the backup. Nothing was restored from it; "
+            "restore another backup."
+        )
+    return json.loads(data)
 
 
 def _selected(manifest: LogicalManifest, databases: list[str]) -> list:
@@ -62,6 +72,7 @@ def preflight(conf: dict) -> dict:
         )
     storage, backup_id = resolve_backup(conf["backup"], conf.get("aws_conn_id"), "logical")
     manifest = read_manifest(storage, backup_id, "logical")
+    _schema(storage, manifest)  # checked against the manifest before anything is touched
     in_backup = [d["name"] for d in manifest.databases]
     wanted = conf.get("databases") or in_backup
     if isinstance(wanted, str):
@@ -379,8 +390,16 @@ def verify(plan: dict, snapshot: dict) -> dict:
     t0 = time.monotonic()
     bad: list[str] = []
 
+    legacy = manifest.checksum != dialect.CHECKSUM
+    if legacy:
+        log.warning(
+            "verify: backup %s predates row-hash checksums (%s): its checksums are over the dump's own text and "
+            "cannot catch a value the dump got wrong; take a new backup", manifest.backup_id, manifest.format,
+        )
+    checksum_sql = dialect.legacy_checksum_sql if legacy else dialect.checksum_sql
+
     def check(cur: Any, t: Any) -> str | None:
-        cur.execute(dialect.checksum_sql(t.schema, t.name, [dialect.Column(**c) for c in t.columns]))
+        cur.execute(checksum_sql(t.schema, t.name, [dialect.Column(**c) for c in t.columns]))
         rows, checksum = cur.fetchone()
         if (int(rows), str(checksum)) != (t.rows, t.checksum):
             return f"{t.schema}.{t.name}: {rows} rows, checksum {checksum}; backup: {t.rows} rows, checksum {t.checksum}"

@@ -20,7 +20,9 @@ log = logging.getLogger(__name__)
 MANIFEST = "manifest.json"
 ID_FORMAT = "%Y%m%dT%H%M%SZ"
 FORMAT = "lastline-physical/1"
-LOGICAL_FORMAT = "lastline-logical/1"
+LOGICAL_FORMAT = "lastline-logical/2"
+# read too: backups made before the row-hash checksum and the file list (verified the old way)
+LOGICAL_FORMATS = ("lastline-logical/1", LOGICAL_FORMAT)
 
 
 def new_backup_id(now: datetime | None = None) -> str:
@@ -41,11 +43,11 @@ def _to_json(manifest: Any) -> str:
     return json.dumps(asdict(manifest), indent=1, sort_keys=True) + "\n"
 
 
-def _parsed(text: str | bytes, expected: str) -> dict:
-    """The JSON of a manifest, checked to be of the `expected` format."""
+def _parsed(text: str | bytes, *expected: str) -> dict:
+    """The JSON of a manifest, checked to be of one of the `expected` formats."""
     data = json.loads(text)
-    if data.get("format") != expected:
-        raise IntegrityError(f"unknown manifest format {data.get('format')!r}; expected {expected!r}.")
+    if data.get("format") not in expected:
+        raise IntegrityError(f"unknown manifest format {data.get('format')!r}; expected {' or '.join(map(repr, expected))}.")
     return data
 
 
@@ -99,7 +101,8 @@ class PhysicalManifest:
 
 @dataclass
 class ChunkInfo:
-    """One chunk file of a logical backup: its key range (for people), rows, sizes and sha256."""
+    """One chunk file of a logical backup: its key range, rows, sizes, sha256 and the sum of its rows'
+    hashes (dialect.CHECKSUM; None in format 1)."""
 
     file: str
     rows: int
@@ -108,6 +111,16 @@ class ChunkInfo:
     sha256: str
     lower: list[str] | None = None
     upper: list[str] | None = None
+    checksum: str | None = None
+
+
+@dataclass
+class FileInfo:
+    """A file of a backup folder (key relative to the folder), with its size and sha256."""
+
+    name: str
+    bytes: int
+    sha256: str
 
 
 @dataclass
@@ -161,6 +174,9 @@ class LogicalManifest:
     gtid: str | None = None
     include_grants: bool = False
     tables: list[LogicalTable] = field(default_factory=list)
+    # every file of the backup but the manifest (schema files and chunks), with size and sha256
+    files: list[FileInfo] = field(default_factory=list)
+    checksum: str = ""  # what the tables' checksums are (dialect.CHECKSUM); "" in format 1
     format: str = LOGICAL_FORMAT
     kind: str = "logical"
 
@@ -171,9 +187,14 @@ class LogicalManifest:
     @classmethod
     def from_json(cls, text: str | bytes) -> LogicalManifest:
         """Parse and check the format."""
-        data = _parsed(text, LOGICAL_FORMAT)
+        data = _parsed(text, *LOGICAL_FORMATS)
         data["tables"] = [LogicalTable(**{**t, "chunks": [ChunkInfo(**c) for c in t["chunks"]]}) for t in data["tables"]]
+        data["files"] = [FileInfo(**f) for f in data.get("files", [])]
         return cls(**data)
+
+    def file(self, name: str) -> FileInfo | None:
+        """The manifest's entry for one file of the backup (None if it lists no such file)."""
+        return next((f for f in self.files if f.name == name), None)
 
 
 MANIFEST_CLASSES = {"physical": PhysicalManifest, "logical": LogicalManifest}

@@ -5,8 +5,8 @@
 the same instant, and the coordinates match it. Non-transactional tables (MyISAM, Aria...) are not
 covered by MVCC: the caller dumps them before `release()`, while nothing can change them.
 
-A snapshot lives in its connections, so it cannot be handed to another process: the dump's
-parallelism lives in threads of one task.
+The workers are dump worker processes (tsvdump), each with its own connection; they share the
+snapshot because each opened its transaction while the lock was held (as mydumper's threads do).
 """
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ from typing import Any
 
 from lastline.errors import PreflightError, ServerError
 from lastline.servers import Server
+from lastline.tsvdump import DumpWorker
 
 log = logging.getLogger(__name__)
 
@@ -49,12 +50,12 @@ def sql_error(exc: Exception) -> tuple[int | None, str]:
 
 
 class SnapshotPool:
-    """A control connection and `n` worker connections opened on one snapshot (see the module doc)."""
+    """A control connection and `n` dump workers opened on one snapshot (see the module doc)."""
 
     def __init__(self, server: Server, n: int, lock_wait_timeout: int = 60) -> None:
         self.server, self.n, self.lock_wait_timeout = server, n, lock_wait_timeout
         self.control: Any = None
-        self.workers: list[Any] = []
+        self.workers: list[DumpWorker] = []
         self.locked_at: float | None = None
         self.lock_seconds = 0.0
 
@@ -63,10 +64,10 @@ class SnapshotPool:
         self.control = self.server.connect()
         cur = self.control.cursor()
         cur.execute("SET SESSION lock_wait_timeout = %s", (self.lock_wait_timeout,))
-        self.workers = [self.server.connect() for _ in range(self.n)]
-        for conn in self.workers:
-            conn.cursor().execute(SESSION)
-            conn.cursor().execute("SET SESSION TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+        self.workers = [DumpWorker(self.server, f"dump-{i}") for i in range(self.n)]
+        for worker in self.workers:
+            worker.execute(SESSION)
+            worker.execute("SET SESSION TRANSACTION ISOLATION LEVEL REPEATABLE READ")
         started = time.monotonic()
         try:
             cur.execute("FLUSH TABLES WITH READ LOCK")
@@ -84,8 +85,8 @@ class SnapshotPool:
                 ) from exc
             raise
         self.locked_at = time.monotonic()
-        for conn in self.workers:
-            conn.cursor().execute("START TRANSACTION WITH CONSISTENT SNAPSHOT")
+        for worker in self.workers:
+            worker.execute("START TRANSACTION WITH CONSISTENT SNAPSHOT")
         coords = self._coordinates(cur)
         log.info(
             "snapshot opened on %d connections in %.2f s (lock waited %.2f s): binlog %s:%s, gtid %s",

@@ -1,0 +1,356 @@
+/* lastline-tsvdump: one snapshot connection of a logical dump, driven by the Python coordinator.
+ *
+ * Why a separate process in C: escaping on the client is linear in a value's size (the server's
+ * REPLACE is quadratic in the number of matches), C escapes at memory speed, and each worker has its
+ * own core with no interpreter lock. The coordinator holds FLUSH TABLES WITH READ LOCK while every
+ * worker runs START TRANSACTION WITH CONSISTENT SNAPSHOT, so all workers read the same instant.
+ *
+ * Usage: lastline-tsvdump OPTION_FILE CONTROL_FD   (CONTROL_FD: a SOCK_SEQPACKET socket to the coordinator)
+ * The option file ([client] group, 0600, removed by the coordinator once READY is read) carries the
+ * address and credentials: nothing secret is on the command line.
+ *
+ * Messages (one datagram each). Coordinator -> worker:
+ *   "E" sql                 run a statement, discard any result       -> "OK" | "ERR <errno> <msg>"
+ *   "D" <limit:20 digits> sql
+ *                           stream a SELECT whose LAST column is the server's row hash (decimal);
+ *                           every other column is written as one TSV field:
+ *                           -> "NEED" (per part) ... "PART <rows> <raw_bytes> <checksum>"
+ *                           -> "DONE <rows> <checksum>" | "ERR <errno> <msg>" | "WARN <n> <msg>"
+ *   "O" + one fd (SCM_RIGHTS)   the answer to NEED: where the part's lines go (the write end of a pipe)
+ * Worker -> coordinator at start: "READY <server version>" or "ERR <errno> <msg>".
+ *
+ * The dialect (see dialect.py): fields split by TAB, rows ended by LF; in a field `\` is `\\`, TAB is
+ * `\t`, LF is `\n`; NULL is `\N`; every other byte as the server sent it (character_set_results=NULL).
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <mysql.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#define MAX_MSG (1 << 20)
+#define OUT_CAP (1 << 20)
+
+static MYSQL *db;
+static int CTL = -1; /* the control socket, from argv */
+static unsigned char outbuf[OUT_CAP];
+static size_t outlen;
+static int outfd = -1;
+static int outerr;
+static unsigned long long outbytes;
+
+static void reply(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static void reply(const char *fmt, ...) {
+    char msg[8192];
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    if (n < 0) n = 0;
+    if (n >= (int)sizeof msg) n = sizeof msg - 1;
+    if (send(CTL, msg, (size_t)n, MSG_NOSIGNAL) < 0) _exit(3); /* coordinator gone */
+}
+
+static void reply_error(void) {
+    reply("ERR %u %s", mysql_errno(db), mysql_error(db));
+}
+
+static void write_all(const unsigned char *p, size_t n) {
+    while (n && !outerr) {
+        ssize_t w = write(outfd, p, n);
+        if (w < 0) {
+            if (errno == EINTR) continue;
+            outerr = errno;
+            return;
+        }
+        p += w;
+        n -= (size_t)w;
+    }
+}
+
+static void flush_out(void) {
+    write_all(outbuf, outlen);
+    outbytes += outlen;
+    outlen = 0;
+}
+
+static inline void put(const unsigned char *p, size_t n) {
+    if (outlen + n > OUT_CAP) {
+        flush_out();
+        if (n > OUT_CAP) { /* a big run of plain bytes: straight through */
+            write_all(p, n);
+            outbytes += n;
+            return;
+        }
+    }
+    memcpy(outbuf + outlen, p, n);
+    outlen += n;
+}
+
+static inline void put1(unsigned char c) {
+    if (outlen == OUT_CAP) flush_out();
+    outbuf[outlen++] = c;
+}
+
+/* whether any byte of the 8-byte word w is `\\`, TAB or LF (the classic has-zero-byte trick) */
+#define ONES 0x0101010101010101ULL
+#define HIGHS 0x8080808080808080ULL
+static inline int has_special(uint64_t w) {
+    uint64_t a = w ^ (ONES * 0x5c), b = w ^ (ONES * 0x09), c = w ^ (ONES * 0x0a);
+    return (((a - ONES) & ~a) | ((b - ONES) & ~b) | ((c - ONES) & ~c)) & HIGHS ? 1 : 0;
+}
+
+/* one field, escaped: a single pass over the value, runs of plain bytes copied as blocks */
+static void put_escaped(const unsigned char *s, size_t n) {
+    size_t i = 0, run = 0;
+    while (i < n) {
+        if (i + 8 <= n) {
+            uint64_t w;
+            memcpy(&w, s + i, 8);
+            if (!has_special(w)) {
+                i += 8;
+                continue;
+            }
+        }
+        unsigned char c = s[i];
+        if (c == '\\' || c == '\t' || c == '\n') {
+            put(s + run, i - run);
+            put1('\\');
+            put1(c == '\\' ? '\\' : (c == '\t' ? 't' : 'n'));
+            run = i + 1;
+        }
+        i++;
+    }
+    put(s + run, n - run);
+}
+
+static int recv_msg(char *buf, size_t cap, int *fd) {
+    struct iovec iov = {buf, cap - 1};
+    union {
+        char b[CMSG_SPACE(sizeof(int))];
+        struct cmsghdr align;
+    } u;
+    struct msghdr mh = {0};
+    mh.msg_iov = &iov;
+    mh.msg_iovlen = 1;
+    mh.msg_control = u.b;
+    mh.msg_controllen = sizeof u.b;
+    ssize_t n;
+    do n = recvmsg(CTL, &mh, MSG_CMSG_CLOEXEC); while (n < 0 && errno == EINTR);
+    if (n <= 0) return -1; /* coordinator closed: we are done */
+    if (mh.msg_flags & MSG_TRUNC) {
+        reply("ERR 0 message too long (%zu bytes at most)", cap - 1);
+        return -2;
+    }
+    buf[n] = 0;
+    if (fd) *fd = -1;
+    for (struct cmsghdr *c = CMSG_FIRSTHDR(&mh); c; c = CMSG_NXTHDR(&mh, c)) {
+        if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS) {
+            int got;
+            memcpy(&got, CMSG_DATA(c), sizeof got);
+            if (fd && *fd < 0) *fd = got; else close(got);
+        }
+    }
+    return (int)n;
+}
+
+static void do_exec(const char *sql, size_t len) {
+    if (mysql_real_query(db, sql, len)) {
+        reply_error();
+        return;
+    }
+    do {
+        MYSQL_RES *r = mysql_store_result(db);
+        if (r) mysql_free_result(r);
+    } while (mysql_next_result(db) == 0);
+    if (mysql_errno(db)) reply_error(); else reply("OK");
+}
+
+static int open_part(char *buf) {
+    reply("NEED");
+    int fd = -1;
+    int n = recv_msg(buf, MAX_MSG, &fd);
+    if (n < 0) _exit(0);
+    if (buf[0] != 'O' || fd < 0) {
+        if (fd >= 0) close(fd);
+        return -1;
+    }
+    outfd = fd;
+    outlen = 0;
+    outbytes = 0;
+    outerr = 0;
+    return 0;
+}
+
+static void close_part(void) {
+    flush_out();
+    close(outfd);
+    outfd = -1;
+}
+
+static void report_warnings(unsigned int count) {
+    char text[6000] = "";
+    size_t used = 0;
+    if (mysql_query(db, "SHOW WARNINGS LIMIT 5") == 0) {
+        MYSQL_RES *r = mysql_store_result(db);
+        MYSQL_ROW row;
+        while (r && (row = mysql_fetch_row(r))) {
+            int k = snprintf(text + used, sizeof text - used, "%s%s %s: %s", used ? "; " : "", row[0] ? row[0] : "",
+                             row[1] ? row[1] : "", row[2] ? row[2] : "");
+            if (k < 0 || (size_t)k >= sizeof text - used) break;
+            used += (size_t)k;
+        }
+        if (r) mysql_free_result(r);
+    }
+    reply("WARN %u %s", count, text);
+}
+
+static void do_dump(char *buf, const char *sql, size_t len, unsigned long long limit) {
+    if (mysql_real_query(db, sql, len)) {
+        reply_error();
+        return;
+    }
+    MYSQL_RES *res = mysql_use_result(db);
+    if (!res) {
+        reply_error();
+        return;
+    }
+    unsigned int nf = mysql_num_fields(res);
+    if (nf < 2) {
+        mysql_free_result(res);
+        reply("ERR 0 a dump query needs its columns and the row hash");
+        return;
+    }
+    unsigned int data = nf - 1;
+    unsigned long long rows = 0, part_rows = 0;
+    unsigned long long total_sum = 0, part_sum = 0;
+    MYSQL_ROW row;
+    while ((row = mysql_fetch_row(res))) {
+        unsigned long *lengths = mysql_fetch_lengths(res);
+        if (outfd < 0 && open_part(buf) < 0) {
+            mysql_free_result(res);
+            reply("ERR 0 expected an output for the next part");
+            return;
+        }
+        for (unsigned int i = 0; i < data; i++) {
+            if (i) put1('\t');
+            if (!row[i]) {
+                put1('\\');
+                put1('N');
+            } else {
+                put_escaped((const unsigned char *)row[i], lengths[i]);
+            }
+        }
+        put1('\n');
+        const char *h = row[data];
+        if (!h) {
+            close_part();
+            mysql_free_result(res);
+            reply("ERR 0 the row hash was NULL (row %llu of the query)", rows + 1);
+            return;
+        }
+        unsigned long long v = 0;
+        for (unsigned long k = 0; k < lengths[data]; k++) v = v * 10 + (unsigned long long)(h[k] - '0');
+        part_sum += v;
+        rows++;
+        part_rows++;
+        if (outerr) break;
+        if (part_rows == limit) {
+            close_part();
+            if (outerr) break;
+            reply("PART %llu %llu %llu", part_rows, outbytes, part_sum);
+            total_sum += part_sum;
+            part_rows = part_sum = 0;
+        }
+    }
+    if (outerr) {
+        int e = outerr;
+        if (outfd >= 0) close(outfd);
+        outfd = -1;
+        mysql_free_result(res); /* drains the rest of the result */
+        reply("ERR 0 writing the chunk failed: %s", strerror(e));
+        return;
+    }
+    unsigned int err = mysql_errno(db);
+    if (err) {
+        char msg[4096];
+        snprintf(msg, sizeof msg, "%s", mysql_error(db));
+        if (outfd >= 0) {
+            close(outfd);
+            outfd = -1;
+        }
+        mysql_free_result(res);
+        reply("ERR %u %s", err, msg);
+        return;
+    }
+    mysql_free_result(res);
+    if (outfd >= 0) {
+        close_part();
+        if (outerr) {
+            reply("ERR 0 writing the chunk failed: %s", strerror(outerr));
+            return;
+        }
+        reply("PART %llu %llu %llu", part_rows, outbytes, part_sum);
+        total_sum += part_sum;
+    }
+    unsigned int warnings = mysql_warning_count(db);
+    if (warnings) {
+        report_warnings(warnings);
+        return;
+    }
+    reply("DONE %llu %llu", rows, total_sum);
+}
+
+int main(int argc, char **argv) {
+    if (argc != 3) {
+        fprintf(stderr, "usage: %s OPTION_FILE CONTROL_FD\n", argv[0]);
+        return 2;
+    }
+    CTL = atoi(argv[2]);
+    signal(SIGPIPE, SIG_IGN);
+    db = mysql_init(NULL);
+    unsigned long packet = 1UL << 30; /* the largest value a server can send */
+    unsigned int timeout = 30;
+    my_bool no = 0;
+    mysql_options(db, MYSQL_READ_DEFAULT_FILE, argv[1]);
+    mysql_options(db, MYSQL_READ_DEFAULT_GROUP, "client");
+    mysql_options(db, MYSQL_SET_CHARSET_NAME, "utf8mb4");
+    mysql_options(db, MYSQL_OPT_MAX_ALLOWED_PACKET, &packet);
+    mysql_options(db, MYSQL_OPT_CONNECT_TIMEOUT, &timeout);
+    mysql_options(db, MYSQL_OPT_LOCAL_INFILE, &no);
+    if (!mysql_real_connect(db, NULL, NULL, NULL, NULL, 0, NULL, 0)) {
+        reply_error();
+        return 1;
+    }
+    reply("READY %s", mysql_get_server_info(db));
+    char *buf = malloc(MAX_MSG);
+    if (!buf) return 1;
+    for (;;) {
+        int fd = -1;
+        int n = recv_msg(buf, MAX_MSG, &fd);
+        if (fd >= 0) close(fd);
+        if (n == -1) break;
+        if (n == -2) continue;
+        if (buf[0] == 'E') {
+            do_exec(buf + 1, (size_t)n - 1);
+        } else if (buf[0] == 'D' && n > 21) {
+            char digits[21];
+            memcpy(digits, buf + 1, 20);
+            digits[20] = 0;
+            unsigned long long limit = strtoull(digits, NULL, 10);
+            do_dump(buf, buf + 21, (size_t)n - 21, limit ? limit : ~0ULL);
+        } else {
+            reply("ERR 0 unknown command");
+        }
+    }
+    mysql_close(db);
+    return 0;
+}
