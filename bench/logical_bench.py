@@ -15,7 +15,15 @@ machine, one after the other:
   no escaping guarantees: the practical speed limit of a client-side dump;
 - `--sweep`: lastline at 100k / 250k / 1M rows per chunk (how DEFAULT_CHUNK_ROWS was chosen).
 
-Prints seconds, output MB and each method's time over lastline's (zstd); writes a JSON record.
+Then a big-value dataset in the same server (`docs.d`: `--docs` documents of ~200 KB of random
+hex lines with ~46k escapes each, and four rows with values of 16 MB and more: text of short lines
+and random blobs, loaded with LOAD DATA under the server's default 16 MiB packet), dumped by lastline, `mariadb-dump` and
+mydumper. And one value at two sizes, to show how escaping grows: the old in-server REPLACE at 30k
+and 60k newlines, lastline's dump worker at 1.5M and 3M.
+
+Prints seconds, output MB and each method's time over lastline's (zstd), the two ratios the logical
+dump is held to (mydumper uncompressed over lastline compressed on the sysbench tables: at least 1;
+lastline over mariadb-dump on the big values: at most 2), and writes a JSON record.
 """
 from __future__ import annotations
 
@@ -23,6 +31,7 @@ import argparse
 import json
 import logging
 import os
+import random
 import shutil
 import subprocess
 import sys
@@ -33,6 +42,8 @@ from pathlib import Path
 from lastline import logical_backup as lb
 from lastline.sandbox import Instance
 from lastline.servers import option_file
+from lastline.storage import open_storage
+from lastline.tsvdump import DumpWorker, PartWriter
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -76,25 +87,107 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def lastline_dump(out: Path, parallel: int, chunk_rows: int, compression: str, server_pid: int, rows: int) -> float:
+def lastline_dump(out: Path, parallel: int, chunk_rows: int, compression: str, server_pid: int, rows: int,
+                  databases: tuple[str, ...] = ("sbtest",)) -> float:
     """The dump task's own time (preflight is read-only and not counted); prints where the CPU went,
-    per row: the server building lines, this Python process, the compressors it ran."""
+    per row: the server (reading rows, the row hash), this Python process (moving compressed bytes), the
+    child processes (dump workers escaping, compressors)."""
     shutil.rmtree(out, ignore_errors=True)
     plan = lb.preflight({
-        "source_conn_id": "bench_lsrc", "destination": f"file://{out}", "databases": ["sbtest"],
+        "source_conn_id": "bench_lsrc", "destination": f"file://{out}", "databases": list(databases),
         "parallel": parallel, "chunk_rows": chunk_rows, "compression": compression,
     })
-    server0, me0, kids0 = cpu_seconds(server_pid), os.times(), os.times()
+    server0, me0 = cpu_seconds(server_pid), os.times()
     t0 = time.monotonic()
     lb.dump(plan)
     seconds = time.monotonic() - t0
     me1 = os.times()
     us = 1e6 / max(rows, 1)
     print(f"    CPU per row: server {(cpu_seconds(server_pid) - server0) * us:.2f} us, python "
-          f"{(me1.user + me1.system - me0.user - me0.system) * us:.2f} us, compressor "
-          f"{(me1.children_user + me1.children_system - kids0.children_user - kids0.children_system) * us:.2f} us",
+          f"{(me1.user + me1.system - me0.user - me0.system) * us:.2f} us, workers + compressors "
+          f"{(me1.children_user + me1.children_system - me0.children_user - me0.children_system) * us:.2f} us",
           flush=True)
     return seconds
+
+
+def escaped(value: bytes) -> bytes:
+    """The dialect's escaping (for the LOAD DATA file that builds the dataset)."""
+    return value.replace(b"\\", b"\\\\").replace(b"\t", b"\\t").replace(b"\n", b"\\n")
+
+
+def docs_dataset(inst: Instance, work: Path, docs: int) -> int:
+    """`docs.d`: `docs` documents of ~200 KB with ~25k newlines (and tabs, backslashes) each, plus four
+    values of 16 MB and more; written with LOAD DATA (an INSERT would not fit the 16 MiB packet).
+    Returns the rows; kept between runs (the table is rebuilt only when `docs` changes)."""
+    marker = inst.dir / f"docs-random-{docs}"
+    if marker.exists():
+        return docs + 4
+    path = work / "docs.tsv"
+    rnd = random.Random(20261122)  # random content: zstd gets no easy ride, and every run dumps the same data
+
+    def text(size: int) -> bytes:
+        """Lines of 8 random hex digits, a TAB, a backslash: 3 escapes per 13 bytes."""
+        return b"".join(rnd.randbytes(4).hex().encode() + b"\t\\x\n" for _ in range(size // 13 + 1))[:size]
+
+    with open(path, "wb") as fh:
+        for i in range(1, docs + 1):
+            fh.write(b"%d\t%s\t\\N\n" % (i, escaped(text(200_000))))  # ~46k escapes each
+        big_text = text(16_000_000)  # 16.0 MB (under the packet), ~3.7M escapes: escaped 19.7 MB
+        blob = rnd.randbytes(18 * 1024 * 1024)  # 18 MiB of random bytes (every byte value)
+        for i, (t, b) in enumerate([(big_text, blob), (big_text[::-1], blob[::-1]), (None, blob), (big_text, None)]):
+            fields = [b"\\N" if v is None else escaped(v) for v in (t, b)]
+            fh.write(b"%d\t%s\t%s\n" % (docs + 1 + i, fields[0], fields[1]))
+    conn = inst.server().connect(local_infile=1)
+    cur = conn.cursor()
+    cur.execute("DROP DATABASE IF EXISTS docs")
+    cur.execute("CREATE DATABASE docs")
+    cur.execute("CREATE TABLE docs.d (id INT PRIMARY KEY, body LONGTEXT NULL, data LONGBLOB NULL) ENGINE=InnoDB")
+    cur.execute(f"LOAD DATA LOCAL INFILE '{path}' INTO TABLE docs.d CHARACTER SET binary "
+                "FIELDS TERMINATED BY '\\t' ESCAPED BY '\\\\' LINES TERMINATED BY '\\n'")
+    conn.commit()
+    conn.close()
+    path.unlink()
+    for old in inst.dir.glob("docs-*"):
+        old.unlink()
+    marker.touch()
+    return docs + 4
+
+
+def escape_scaling(inst: Instance, work: Path) -> dict:
+    """One value at two sizes: the old in-server REPLACE (30k, 60k newlines); the dump worker (same, and 1.5M, 3M)."""
+    server = inst.server()
+    conn = server.connect()
+    cur = conn.cursor()
+    cur.execute("CREATE TABLE IF NOT EXISTS docs.scale (id INT PRIMARY KEY, body LONGTEXT NOT NULL)")
+    cur.execute("REPLACE INTO docs.scale VALUES (1, REPEAT('abc\\n', 30000)), (2, REPEAT('abc\\n', 60000)), "
+                "(3, REPEAT('abc\\n', 1500000)), (4, REPEAT('abc\\n', 3000000))")
+    conn.commit()
+    conn.close()
+    old = r"REPLACE(REPLACE(REPLACE(CAST(body AS BINARY), '\\', '\\\\'), '\t', '\\t'), '\n', '\\n')"
+    out: dict[str, float] = {}
+    conn = server.connect()
+    try:
+        cur = conn.cursor()
+        for i, n in ((1, 30_000), (2, 60_000)):
+            t0 = time.monotonic()
+            cur.execute(f"SELECT LENGTH({old}) FROM docs.scale WHERE id = {i}")
+            assert cur.fetchone()[0] == n * 5  # every newline escaped
+            out[f"server REPLACE, {n:,} newlines"] = time.monotonic() - t0
+    finally:
+        conn.close()
+    storage = open_storage(f"file://{work / 'scale'}")
+    worker = DumpWorker(server)
+    try:
+        for i, n in ((1, 30_000), (2, 60_000), (3, 1_500_000), (4, 3_000_000)):
+            t0 = time.monotonic()
+            worker.dump(f"SELECT body, 0 FROM docs.scale WHERE id = {i}", 10,
+                        lambda p: ("v.tsv", PartWriter(storage, "v.tsv", "none")))
+            out[f"lastline worker, {n:,} newlines"] = time.monotonic() - t0
+    finally:
+        worker.close()
+        shutil.rmtree(work / "scale", ignore_errors=True)
+        server.query("DROP TABLE docs.scale")
+    return out
 
 
 def main() -> int:
@@ -105,6 +198,7 @@ def main() -> int:
     p.add_argument("--chunk-rows", type=int, default=lb.DEFAULT_CHUNK_ROWS)
     p.add_argument("--sweep", action="store_true", help="also time lastline at 100k, 250k and 1M rows per chunk")
     p.add_argument("--reuse", action="store_true", help="keep the generated dataset from an earlier run")
+    p.add_argument("--docs", type=int, default=200, help="~200 KB documents in the big-value dataset")
     p.add_argument("--work", default=str(ROOT / "bench" / "results" / "logical"))
     args = p.parse_args()
     logging.basicConfig(level=logging.WARNING)
@@ -122,6 +216,10 @@ def main() -> int:
         results[name] = {"seconds": round(seconds, 2), "mb": round(du(out), 1)}
         print(f"  {name:<42} {seconds:7.1f} s  {results[name]['mb']:9.1f} MB", flush=True)
 
+    t0 = time.monotonic()
+    for t in tables:  # every method then reads from memory (after --reuse the server starts cold)
+        server.query(f"SELECT SUM(LENGTH(c) + LENGTH(pad) + k) FROM sbtest.{t}")
+    print(f"buffer pool warmed in {time.monotonic() - t0:.1f} s", flush=True)
     print(f"dumping sbtest ({args.tables} x {args.rows:,} rows), {n} threads, {r:,} rows per chunk", flush=True)
     with option_file(server, ("client", "mydumper", "mariadb-dump")) as opt:
         out = work / "mydumper"
@@ -152,6 +250,42 @@ def main() -> int:
     for name, res in results.items():
         res["ratio_to_lastline"] = round(res["seconds"] / base, 2)
         print(f"  {name:<42} {res['ratio_to_lastline']:5.2f}x")
+
+    rows = docs_dataset(inst, work, args.docs)
+    server.query("SELECT SUM(LENGTH(body)) + SUM(LENGTH(data)) FROM docs.d")  # warm, as above
+    big: dict[str, dict] = {}
+
+    def record_big(name: str, seconds: float, out: Path) -> None:
+        big[name] = {"seconds": round(seconds, 2), "mb": round(du(out), 1)}
+        print(f"  {name:<42} {seconds:7.1f} s  {big[name]['mb']:9.1f} MB", flush=True)
+
+    print(f"\ndumping docs.d ({args.docs} documents of ~200 KB, ~46k escapes each; 4 rows with values of 16-18 MiB), {n} threads", flush=True)
+    with option_file(server, ("client", "mydumper", "mariadb-dump")) as opt:
+        out = work / "mariadb-dump-docs"
+        shutil.rmtree(out, ignore_errors=True)
+        out.mkdir()
+        record_big("mariadb-dump --single-transaction", sh(
+            f"mariadb-dump --defaults-extra-file={opt} --max-allowed-packet=1G --single-transaction --databases docs "
+            f"> {out}/dump.sql"), out)
+        out = work / "mydumper-docs"
+        shutil.rmtree(out, ignore_errors=True)
+        record_big(f"mydumper -t {n} (uncompressed)", sh(f"mydumper --defaults-file={opt} -B docs -t {n} -o {out}"), out)
+        out = work / "lastline-docs"
+        record_big("lastline dump, zstd", lastline_dump(out, n, r, "zstd", inst.pid(), rows, ("docs",)), out)
+        shutil.rmtree(out, ignore_errors=True)
+        scaling = escape_scaling(inst, work)
+    print("\none value at two sizes (2x the escapes should cost 2x the time):")
+    for name, seconds in scaling.items():
+        print(f"  {name:<42} {seconds:7.2f} s")
+
+    ratio_rows = results[f"mydumper -t {n} --rows {r}"]["seconds"] / base
+    ratio_docs = big["lastline dump, zstd"]["seconds"] / big["mariadb-dump --single-transaction"]["seconds"]
+    print("\nthe logical dump's goals:")
+    print(f"  mydumper -t {n} uncompressed / lastline zstd, sysbench rows:  {ratio_rows:5.2f}x  (goal: at least 1.00)")
+    print(f"  lastline zstd / mariadb-dump, big values:                 {ratio_docs:5.2f}x  (goal: at most 2.00)")
+    results["docs"] = big  # type: ignore[assignment]
+    results["scaling"] = {k: round(v, 3) for k, v in scaling.items()}  # type: ignore[assignment]
+    results["goals"] = {"mydumper_over_lastline_rows": round(ratio_rows, 2), "lastline_over_mariadb_dump_docs": round(ratio_docs, 2)}  # type: ignore[assignment]
     record_path = work / f"logical-{datetime.now(timezone.utc):%Y%m%dT%H%M%SZ}.json"
     record_path.write_text(json.dumps({"tables": args.tables, "rows": args.rows, "parallel": n, "chunk_rows": r, "results": results}, indent=1))
     print(f"\nrecorded in {record_path}")

@@ -179,6 +179,7 @@ class Dumper:
         self.failure: BaseException | None = None
         self.counter = itertools.count()
         self.progress = Progress(len(states), est_rows)
+        self.workers: list[DumpWorker] = []
 
     # --- the queues ------------------------------------------------------------------------
     def put(self, kind: str, state: TableState, lower=None, upper=None) -> None:
@@ -218,12 +219,17 @@ class Dumper:
 
     def _fail(self, exc: BaseException) -> None:
         with self.cv:
+            first = self.failure is None
             self.failure = self.failure or exc
             self.cv.notify_all()
+        if first:  # the dump is lost: stop the other workers' queries now rather than after their chunks
+            for worker in self.workers:
+                worker.kill()
 
     # --- running ---------------------------------------------------------------------------
     def run(self, workers: list[DumpWorker]) -> None:
         """Drain the queues (one thread per worker, one splitter); re-raise the first failure."""
+        self.workers = workers
         threads = [threading.Thread(target=self._split_loop, name="dump-split", daemon=True)]
         threads += [
             threading.Thread(target=self._work, args=(w,), name=f"dump-{i}", daemon=True) for i, w in enumerate(workers)

@@ -90,6 +90,7 @@ class PartWriter:
             os.close(self.read_fd)
             self.read_fd = -1
             source = self.proc.stdout.fileno()
+            _widen(source)
         self.source = source
         self.decided = threading.Event()
         self.commit_ok = False
@@ -269,10 +270,10 @@ class DumpWorker:
             self.proc.stderr.close()
 
     def kill(self) -> None:
-        """Stop the worker at once (its connection closes; the server ends its query)."""
+        """Stop the worker at once (its connection closes; the server ends its query). Safe from any
+        thread: the thread driving the worker then gets a clear error from its next read."""
         if self.proc.poll() is None:
             self.proc.kill()
-        self.close()
 
 
 def _error(answer: str) -> tuple[int, str]:

@@ -272,12 +272,15 @@ static void do_dump(char *buf, const char *sql, size_t len, unsigned long long l
         }
     }
     if (outerr) {
+        /* the reader is gone: cut the connection rather than read the rest of the result (the server
+           stops the query when it can no longer send); this worker cannot be used again */
         int e = outerr;
         if (outfd >= 0) close(outfd);
         outfd = -1;
-        mysql_free_result(res); /* drains the rest of the result */
-        reply("ERR 0 writing the chunk failed: %s", strerror(e));
-        return;
+        shutdown(mysql_get_socket(db), SHUT_RDWR);
+        mysql_free_result(res);
+        reply("ERR 2013 writing the chunk failed (%s); the worker's connection was closed", strerror(e));
+        _exit(1);
     }
     unsigned int err = mysql_errno(db);
     if (err) {
