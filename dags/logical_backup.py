@@ -1,18 +1,20 @@
 """
-### logical_backup: nightly logical backup, one consistent snapshot, parallel chunked CSV
+### logical_backup: nightly logical backup, one consistent snapshot, parallel chunked TSV
 
 preflight (credentials, databases, privileges, destination; read-only) → dump → prune.
 
-**dump** holds `FLUSH TABLES WITH READ LOCK` only while `parallel` connections each open
-`START TRANSACTION WITH CONSISTENT SNAPSHOT` and the binlog/GTID position is read (non-transactional
-tables are dumped before the lock is released). A snapshot lives in its connections and cannot be
-handed to another process, so the parallelism lives **inside this one task**: a pool of snapshot
-connections takes chunk jobs (key ranges of the primary or a unique not-null key; chunks of big tables
-first, so one huge table keeps every worker busy). Each chunk is one compressed TSV file in an exact
-dialect (NULL vs 'NULL' vs '\\N', binary, every charset, full-precision floats, invisible columns
-included, generated ones left out). `schema.json` keeps databases, tables, views (dependency order),
-triggers, routines, events and sequences apart; `manifest.json` is written **last**, with per-table
-row counts and checksums computed in the snapshot, per-chunk sha256, the binlog/GTID coordinates.
+**dump** holds `FLUSH TABLES WITH READ LOCK` only while `parallel` dump worker processes each open
+`START TRANSACTION WITH CONSISTENT SNAPSHOT` on their own connection and the binlog/GTID position is
+read (non-transactional tables are dumped before the lock is released): all workers read the same
+instant, and the parallelism lives **inside this one task**. The workers take chunk jobs (key ranges
+of the primary or a unique not-null key; chunks of big tables first, so one huge table keeps every
+worker busy) and escape every value on the client in one linear pass, whatever its size. Each chunk
+is one compressed TSV file in an exact dialect (NULL vs 'NULL' vs '\\N', binary, every charset,
+full-precision floats, invisible columns included, generated ones left out); a warning on a dump
+query fails the chunk. `schema.json` keeps databases, tables, views (dependency order), triggers,
+routines, events and sequences apart; `manifest.json` is written **last**, with every file's sha256,
+per-table row counts and checksums of a row hash the source computes from its stored values (verify
+recomputes it on the target), and the binlog/GTID coordinates.
 A folder without a manifest is incomplete and is never restored.
 
 Schedule: `LASTLINE_LOGICAL_BACKUP_SCHEDULE` (cron, default 03:00 UTC daily); catchup off.

@@ -5,7 +5,7 @@ set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
 
-PACKAGES=(mariadb-server mariadb-client mariadb-backup pigz zstd pkg-config libmariadb-dev gcc procps openssh-server openssh-client pv)
+PACKAGES=(mariadb-server mariadb-client mariadb-backup pigz zstd pkg-config libmariadb-dev libzstd-dev gcc procps openssh-server openssh-client pv)
 # benchmarks compare against these; tests and the demo do not need them
 [ "${LASTLINE_BENCH:-0}" = 1 ] && PACKAGES+=(mydumper)
 missing=()
@@ -50,7 +50,7 @@ stamp=".venv/.tsvdump.sha256"
 want="$(sha256sum "$src" | cut -d' ' -f1)"
 if [ ! -x "$bin" ] || [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
   echo "setup: building $bin"
-  gcc -O2 -Wall -Werror -o "$bin.tmp" "$src" $(pkg-config --cflags --libs libmariadb)
+  gcc -O2 -Wall -Werror -o "$bin.tmp" "$src" $(pkg-config --cflags --libs libmariadb libzstd)
   mv "$bin.tmp" "$bin"
   echo "$want" > "$stamp"
 fi

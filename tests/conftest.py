@@ -131,8 +131,8 @@ def run_dag(dagbag, capfd, caplog):
         with create_session() as session:
             tis = session.query(TaskInstance).filter_by(dag_id=dag_id, run_id=dr.run_id).all()
             states = {ti.task_id if ti.map_index < 0 else f"{ti.task_id}[{ti.map_index}]": str(ti.state) for ti in tis}
-            states.update({t: s for t, s in ((ti.task_id, str(ti.state)) for ti in tis if ti.map_index >= 0)
-                           if s == "failed" or t not in states})  # "load": failed if any instance failed
+            for ti in sorted((ti for ti in tis if ti.map_index >= 0), key=lambda ti: str(ti.state) == "failed"):
+                states[ti.task_id] = str(ti.state)  # "load": failed if any instance failed (failures last)
         return str(dr.state), states, out + err + caplog.text
 
     return run

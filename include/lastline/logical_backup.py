@@ -166,7 +166,7 @@ def chunk_key(backup_id: str, plan: chunking.TablePlan, seq: int, part: int, suf
 
 class Dumper:
     """Runs a dump's jobs: one splitter thread (its own connection; cut points need no snapshot) and one
-    thread per snapshot worker process; a failure stops every thread after its current job."""
+    thread per snapshot worker process; a failure kills the other workers, so every thread stops at once."""
 
     def __init__(self, server: Server, storage: Storage, plan: dict, states: list[TableState], est_rows: int) -> None:
         self.server, self.storage, self.plan = server, storage, plan
@@ -338,7 +338,8 @@ class Dumper:
             key = chunk_key(self.plan["backup_id"], plan, job.seq, part, self.suffix)
             return key, PartWriter(self.storage, key, self.plan["compression"])
 
-        result = worker.dump(dialect.select_sql(plan.schema, plan.name, plan.columns, where), limit, new_part)
+        result = worker.dump(dialect.select_sql(plan.schema, plan.name, plan.columns, where), limit, new_part,
+                             self.plan["compression"])
         with self.cv:
             for p in result.parts:
                 state.chunks.append(ChunkInfo(

@@ -26,6 +26,9 @@ from lastline.servers import Server, option_file
 from lastline.storage import Storage
 
 BINARY = "lastline-tsvdump"
+# compressions the worker does itself (libzstd level 1 with a content checksum, as `zstd -1` writes):
+# the raw lines then never cross a pipe (measured: the zstd process per part cost ~0.6 us a row)
+IN_WORKER = {"zstd"}
 SOURCE = Path(__file__).resolve().parent / "native" / "tsvdump.c"
 READ_BLOCK = 1 << 20
 
@@ -83,7 +86,7 @@ class PartWriter:
         c = codec(compression)
         self.proc: subprocess.Popen | None = None
         source = self.read_fd
-        if c.tool is not None:
+        if c.tool is not None and compression not in IN_WORKER:
             self.proc = subprocess.Popen(
                 c.compress_argv(1, fast=True), stdin=self.read_fd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
             )
@@ -206,11 +209,13 @@ class DumpWorker:
         if answer != "OK":
             raise WorkerError(*_error(answer))
 
-    def dump(self, sql: str, part_rows: int, new_part: Callable[[int], tuple[str, PartWriter]]) -> DumpResult:
+    def dump(self, sql: str, part_rows: int, new_part: Callable[[int], tuple[str, PartWriter]], compression: str = "none") -> DumpResult:
         """Stream `sql` (its last column the row hash) into parts of at most `part_rows` rows;
-        `new_part(index)` gives each part's storage key and writer. Raises WorkerError on a server error
-        and on any warning (nothing of the query is then taken as complete)."""
-        self.sock.send(b"D" + f"{part_rows:020d}".encode() + sql.encode())
+        `new_part(index)` gives each part's storage key and writer (made for the same `compression`).
+        Raises WorkerError on a server error and on any warning (nothing of the query is then taken as
+        complete)."""
+        mode = b"z" if compression in IN_WORKER else b"n"
+        self.sock.send(b"D" + f"{part_rows:020d}".encode() + mode + sql.encode())
         parts: list[PartResult] = []
         current: tuple[str, PartWriter] | None = None
         # the last finished part stays uncommitted until the query ends without an error or a warning

@@ -11,10 +11,11 @@
  *
  * Messages (one datagram each). Coordinator -> worker:
  *   "E" sql                 run a statement, discard any result       -> "OK" | "ERR <errno> <msg>"
- *   "D" <limit:20 digits> sql
+ *   "D" <limit:20 digits> <z|n> sql
  *                           stream a SELECT whose LAST column is the server's row hash (decimal);
- *                           every other column is written as one TSV field:
- *                           -> "NEED" (per part) ... "PART <rows> <raw_bytes> <checksum>"
+ *                           every other column is written as one TSV field; z: each part is one zstd
+ *                           frame at level 1 with a content checksum (as `zstd -1` writes it), n: raw;
+ *                           -> "NEED" (per part) ... "PART <rows> <raw_bytes> <checksum>" (raw: before compression)
  *                           -> "DONE <rows> <checksum>" | "ERR <errno> <msg>" | "WARN <n> <msg>"
  *   "O" + one fd (SCM_RIGHTS)   the answer to NEED: where the part's lines go (the write end of a pipe)
  * Worker -> coordinator at start: "READY <server version>" or "ERR <errno> <msg>".
@@ -35,6 +36,7 @@
 #include <sys/socket.h>
 #include <sys/uio.h>
 #include <unistd.h>
+#include <zstd.h>
 
 #define MAX_MSG (1 << 20)
 #define OUT_CAP (1 << 20)
@@ -76,9 +78,33 @@ static void write_all(const unsigned char *p, size_t n) {
     }
 }
 
+static ZSTD_CCtx *zctx; /* NULL: parts are written raw */
+static unsigned char *zbuf;
+static size_t zcap;
+
+/* raw bytes out: compressed into the part's frame, or written as they are */
+static void emit(const unsigned char *p, size_t n, ZSTD_EndDirective mode) {
+    outbytes += n;
+    if (!zctx) {
+        write_all(p, n);
+        return;
+    }
+    ZSTD_inBuffer in = {p, n, 0};
+    for (;;) {
+        ZSTD_outBuffer out = {zbuf, zcap, 0};
+        size_t left = ZSTD_compressStream2(zctx, &out, &in, mode);
+        if (ZSTD_isError(left)) {
+            outerr = EIO;
+            return;
+        }
+        write_all(zbuf, out.pos);
+        if (outerr) return;
+        if (mode == ZSTD_e_end ? left == 0 : in.pos == in.size) return;
+    }
+}
+
 static void flush_out(void) {
-    write_all(outbuf, outlen);
-    outbytes += outlen;
+    emit(outbuf, outlen, ZSTD_e_continue);
     outlen = 0;
 }
 
@@ -86,8 +112,7 @@ static inline void put(const unsigned char *p, size_t n) {
     if (outlen + n > OUT_CAP) {
         flush_out();
         if (n > OUT_CAP) { /* a big run of plain bytes: straight through */
-            write_all(p, n);
-            outbytes += n;
+            emit(p, n, ZSTD_e_continue);
             return;
         }
     }
@@ -174,6 +199,8 @@ static void do_exec(const char *sql, size_t len) {
     if (mysql_errno(db)) reply_error(); else reply("OK");
 }
 
+static int compress_parts;
+
 static int open_part(char *buf) {
     reply("NEED");
     int fd = -1;
@@ -187,11 +214,26 @@ static int open_part(char *buf) {
     outlen = 0;
     outbytes = 0;
     outerr = 0;
+    if (compress_parts) {
+        if (!zctx) {
+            zctx = ZSTD_createCCtx();
+            zcap = ZSTD_CStreamOutSize() * 8;
+            zbuf = malloc(zcap);
+            if (!zctx || !zbuf) return -1;
+        }
+        ZSTD_CCtx_reset(zctx, ZSTD_reset_session_only);
+        ZSTD_CCtx_setParameter(zctx, ZSTD_c_compressionLevel, 1);
+        ZSTD_CCtx_setParameter(zctx, ZSTD_c_checksumFlag, 1);
+    } else if (zctx) {
+        ZSTD_freeCCtx(zctx);
+        zctx = NULL;
+    }
     return 0;
 }
 
 static void close_part(void) {
-    flush_out();
+    emit(outbuf, outlen, ZSTD_e_end);
+    outlen = 0;
     close(outfd);
     outfd = -1;
 }
@@ -344,12 +386,13 @@ int main(int argc, char **argv) {
         if (n == -2) continue;
         if (buf[0] == 'E') {
             do_exec(buf + 1, (size_t)n - 1);
-        } else if (buf[0] == 'D' && n > 21) {
+        } else if (buf[0] == 'D' && n > 22 && (buf[21] == 'z' || buf[21] == 'n')) {
             char digits[21];
             memcpy(digits, buf + 1, 20);
             digits[20] = 0;
             unsigned long long limit = strtoull(digits, NULL, 10);
-            do_dump(buf, buf + 21, (size_t)n - 21, limit ? limit : ~0ULL);
+            compress_parts = buf[21] == 'z';
+            do_dump(buf, buf + 22, (size_t)n - 22, limit ? limit : ~0ULL);
         } else {
             reply("ERR 0 unknown command");
         }
