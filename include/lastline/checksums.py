@@ -1,6 +1,7 @@
 """CHECKSUM TABLE over every user table: how the demo, tests and benchmarks compare two servers."""
 from __future__ import annotations
 
+from lastline.dialect import qualified
 from lastline.servers import Server
 
 SYSTEM_SCHEMAS = ("mysql", "information_schema", "performance_schema", "sys")
@@ -26,7 +27,7 @@ def table_checksums(server: Server) -> dict[str, int | None]:
         cur = conn.cursor()
         out: dict[str, int | None] = {}
         for schema, table in user_tables(server):
-            cur.execute(f"CHECKSUM TABLE `{schema}`.`{table}`")
+            cur.execute(f"CHECKSUM TABLE {qualified(schema, table)}")
             out[f"{schema}.{table}"] = cur.fetchone()[1]
         return out
     finally:

@@ -1,12 +1,32 @@
-"""One small family of errors whose messages say what happened, to what, and what to do next."""
+"""One small family of errors whose messages say what happened, to what, and what to do next.
+
+Two kinds: a `Refusal` (a protected target, a missing or corrupt backup, a checksum mismatch, a bad
+Param or connection) cannot be fixed by waiting, so the task fails at once without retries (Airflow's
+AirflowFailException); every other LastlineError (a lost connection, a cut stream, S3 throttling)
+is transient and retries as the DAG says.
+"""
 from __future__ import annotations
+
+try:  # the Task SDK's "fail now, do not retry"
+    from airflow.sdk.exceptions import AirflowFailException as _FailNow
+except ImportError:  # pragma: no cover - the package is usable without Airflow
+    class _FailNow(Exception):  # type: ignore[no-redef]
+        """Stands in for AirflowFailException where Airflow is not installed."""
 
 
 class LastlineError(Exception):
     """Base class of every error lastline raises on purpose."""
 
 
-class PreflightError(LastlineError):
+class Refusal(LastlineError, _FailNow):
+    """An error retrying cannot fix: the task fails at once, with the same clear message."""
+
+
+class ConfigError(Refusal):
+    """A Param, a connection or an installation is wrong: say which and how to fix it."""
+
+
+class PreflightError(Refusal):
     """A check before any change failed: nothing was touched."""
 
 
@@ -18,7 +38,7 @@ class PipelineError(LastlineError):
     """A stage of an OS pipeline failed; the message names the stage, its exit status and stderr tail."""
 
 
-class IntegrityError(LastlineError):
+class IntegrityError(Refusal):
     """Data read back does not match what the manifest promised (checksum, size, rows)."""
 
 

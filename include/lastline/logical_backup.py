@@ -25,7 +25,7 @@ from urllib.parse import quote
 
 from lastline import chunking, dialect
 from lastline.compression import DEFAULT_COMPRESSION, codec
-from lastline.errors import IntegrityError, LastlineError, PipelineError, PreflightError, ServerError
+from lastline.errors import IntegrityError, LastlineError, PipelineError, PreflightError, Refusal, ServerError
 from lastline.logical_schema import auto_increment, read_schema, render_sql, resolve_databases
 from lastline.manifest import (
     MANIFEST, ChunkInfo, FileInfo, LogicalManifest, LogicalTable, new_backup_id, prune_backups, write_manifest,
@@ -160,8 +160,10 @@ class Progress:
 
 
 def chunk_key(backup_id: str, plan: chunking.TablePlan, seq: int, part: int, suffix: str) -> str:
-    """Storage key of a chunk file (names percent-encoded: any identifier is a safe path)."""
-    return f"{backup_id}/data/{quote(plan.schema, safe='')}/{quote(plan.name, safe='')}/{seq:05d}-{part:03d}.tsv{suffix}"
+    """Storage key of a chunk file (names percent-encoded, dots too: any identifier is a safe path segment,
+    never `.` or `..`)."""
+    db, table = (quote(n, safe="").replace(".", "%2E") for n in (plan.schema, plan.name))
+    return f"{backup_id}/data/{db}/{table}/{seq:05d}-{part:03d}.tsv{suffix}"
 
 
 class Dumper:
@@ -374,7 +376,7 @@ def dump(plan: dict) -> dict:
     storage = open_storage(plan["destination"], plan.get("aws_conn_id"))
     backup_id = plan["backup_id"]
     if storage.exists(f"{backup_id}/{MANIFEST}"):
-        raise LastlineError(f"{storage.location(backup_id)} is already complete; trigger a new run for a new backup.")
+        raise Refusal(f"{storage.location(backup_id)} is already complete; trigger a new run for a new backup.")
     storage.delete_backup(backup_id)  # what an earlier, failed attempt of this task left
     started_at = datetime.now(timezone.utc)
     t0 = time.monotonic()

@@ -159,7 +159,7 @@ class Loader:
         if errors and not isinstance(errors[0], BrokenPipeError):
             raise errors[0]
         if errors:
-            raise IntegrityError(f"chunk {self.storage.location(key)} ({what}): the server stopped reading it.")
+            raise ServerError(f"chunk {self.storage.location(key)} ({what}): the server stopped reading it (did it go away?); the task retries.")
         if self.conn.warning_count():
             self.cur.execute("SHOW WARNINGS LIMIT 3")
             shown = "; ".join(f"{w[2]}" for w in self.cur.fetchall())

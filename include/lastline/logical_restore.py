@@ -14,7 +14,7 @@ from typing import Any
 from lastline import dialect, tuning
 from lastline.errors import IntegrityError, LastlineError, PreflightError, ProtectedTargetError
 from lastline.logical_load import ensure_ledger, load_unit
-from lastline.logical_schema import split_deferred
+from lastline.logical_schema import checked_create, database_create, session_name, split_deferred, validate_schema
 from lastline.manifest import LogicalManifest, read_manifest, resolve_backup
 from lastline.physical import base_version
 from lastline.servers import Server, table_exists
@@ -72,7 +72,7 @@ def preflight(conf: dict) -> dict:
         )
     storage, backup_id = resolve_backup(conf["backup"], conf.get("aws_conn_id"), "logical")
     manifest = read_manifest(storage, backup_id, "logical")
-    _schema(storage, manifest)  # checked against the manifest before anything is touched
+    schema = _schema(storage, manifest)  # checked against the manifest before anything is touched
     in_backup = [d["name"] for d in manifest.databases]
     wanted = conf.get("databases") or in_backup
     if isinstance(wanted, str):
@@ -80,6 +80,7 @@ def preflight(conf: dict) -> dict:
     missing = [d for d in wanted if d not in in_backup]
     if missing:
         raise PreflightError(f"database(s) {', '.join(missing)} are not in backup {backup_id}; it holds: {', '.join(in_backup)}.")
+    validate_schema(schema, wanted)  # every statement the restore would run is the CREATE it claims to be
     conn = server.connect(local_infile=1)
     try:
         cur = conn.cursor()
@@ -187,15 +188,18 @@ def create_schema(plan: dict) -> dict:
             conn.commit()
         for d in schema["databases"]:
             if d["name"] in plan["databases"]:
-                cur.execute(d["create"].replace("CREATE DATABASE", "CREATE DATABASE IF NOT EXISTS", 1))
-        for t in schema["tables"] + schema["sequences"]:
-            if t["schema"] not in plan["databases"]:
-                continue
-            create = split_deferred(t["create"])[0] if plan["defer_indexes"] and t in schema["tables"] else t["create"]
-            cur.execute(f"USE {dialect.quote_ident(t['schema'])}")
-            cur.execute(create.replace("CREATE TABLE", "CREATE TABLE IF NOT EXISTS", 1).replace(
-                "CREATE SEQUENCE", "CREATE SEQUENCE IF NOT EXISTS", 1))
-            created += 1
+                cur.execute(database_create(d))
+        for kind in ("tables", "sequences"):
+            for t in schema[kind]:
+                if t["schema"] not in plan["databases"]:
+                    continue
+                create = checked_create(kind, t)
+                if plan["defer_indexes"] and kind == "tables":
+                    create = split_deferred(create)[0]
+                cur.execute(f"USE {dialect.quote_ident(t['schema'])}")
+                cur.execute(create.replace("CREATE TABLE", "CREATE TABLE IF NOT EXISTS", 1).replace(
+                    "CREATE SEQUENCE", "CREATE SEQUENCE IF NOT EXISTS", 1))
+                created += 1
         conn.commit()
         # tune relaxed log flushing: make the schema and the restore's state durable before loading, so a
         # crash of the target during the load finds them on restart and a new run resumes
@@ -223,14 +227,16 @@ def load(plan: dict, unit: dict) -> dict:
 
 
 def _execute_in_context(server: Server, obj: dict, statement: str) -> None:
-    """Run a trigger/view/routine/event statement under the sql_mode and character set it was created with."""
-    conn = server.connect(charset=obj.get("character_set_client") or "utf8mb4")
+    """Run a trigger/view/routine/event statement under the sql_mode and character set it was created with
+    (values from schema.json go in as parameters or checked names, never as SQL text)."""
+    conn = server.connect(charset=session_name(obj.get("character_set_client"), "character_set_client") or "utf8mb4")
     try:
         cur = conn.cursor()
         cur.execute("SET SESSION sql_log_bin = 0")
         cur.execute(f"USE {dialect.quote_ident(obj['schema'])}")
-        if obj.get("collation_connection"):
-            cur.execute(f"SET SESSION collation_connection = '{obj['collation_connection']}'")
+        collation = session_name(obj.get("collation_connection"), "collation_connection")
+        if collation:
+            cur.execute("SET SESSION collation_connection = %s", (collation,))
         cur.execute("SET SESSION sql_mode = %s", (obj.get("sql_mode", ""),))
         if obj.get("time_zone"):
             cur.execute("SET SESSION time_zone = %s", (obj["time_zone"],))
@@ -271,9 +277,10 @@ def finalize(plan: dict) -> dict:
         for obj in schema[kind]:
             if obj["schema"] not in dbs:
                 continue
-            what = drop or obj["type"]
+            create = checked_create(kind, obj)  # a routine's type is checked there too
+            what = drop or str(obj["type"]).upper()
             _execute_in_context(server, {"schema": obj["schema"]}, f"DROP {what} IF EXISTS {dialect.qualified(obj['schema'], obj['name'])}")
-            _execute_in_context(server, obj, obj["create"])
+            _execute_in_context(server, obj, create)
     steps["objects"] = time.monotonic() - s
     conn = server.connect()
     try:

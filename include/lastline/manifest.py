@@ -7,12 +7,13 @@ pruned once older than a grace period.
 from __future__ import annotations
 
 import json
+import re
 import logging
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
-from lastline.errors import IntegrityError, LastlineError
+from lastline.errors import ConfigError, IntegrityError
 from lastline.storage import Storage, open_storage
 
 log = logging.getLogger(__name__)
@@ -21,6 +22,9 @@ MANIFEST = "manifest.json"
 ID_FORMAT = "%Y%m%dT%H%M%SZ"
 FORMAT = "lastline-physical/1"
 LOGICAL_FORMAT = "lastline-logical/2"
+# the only keys a logical manifest may name inside its folder: data/<db>/<table>/<chunk>-<part>.tsv[.zst|.gz]
+# (names percent-encoded, so no '/' or '..' can hide in them)
+CHUNK_FILE = re.compile(r"^data/(?!\.\.?/)[A-Za-z0-9%._~-]+/(?!\.\.?/)[A-Za-z0-9%._~-]+/\d{5}-\d{3}\.tsv(?:\.zst|\.gz)?$")
 # read too: backups made before the row-hash checksum and the file list (verified the old way)
 LOGICAL_FORMATS = ("lastline-logical/1", LOGICAL_FORMAT)
 
@@ -190,7 +194,14 @@ class LogicalManifest:
         data = _parsed(text, *LOGICAL_FORMATS)
         data["tables"] = [LogicalTable(**{**t, "chunks": [ChunkInfo(**c) for c in t["chunks"]]}) for t in data["tables"]]
         data["files"] = [FileInfo(**f) for f in data.get("files", [])]
-        return cls(**data)
+        manifest = cls(**data)
+        bad = [c.file for t in manifest.tables for c in t.chunks if not CHUNK_FILE.match(c.file)]
+        bad += [f.name for f in manifest.files if not (CHUNK_FILE.match(f.name) or f.name in ("schema.json", "schema.sql"))]
+        if bad or manifest.schema_file != "schema.json":
+            raise IntegrityError(
+                f"manifest of {manifest.backup_id}: file names outside the backup's own layout ({', '.join(map(repr, bad[:3])) or manifest.schema_file!r}); refused."
+            )
+        return manifest
 
     def file(self, name: str) -> FileInfo | None:
         """The manifest's entry for one file of the backup (None if it lists no such file)."""
@@ -227,7 +238,13 @@ def read_manifest(storage: Storage, backup_id: str, kind: str = "physical") -> A
             f"{storage.location(backup_id)} is a {found} backup; a {kind} restore cannot use it "
             f"(use the {found}_restore DAG, or choose a {kind} backup)."
         )
-    return MANIFEST_CLASSES[kind].from_json(text)
+    manifest = MANIFEST_CLASSES[kind].from_json(text)
+    if manifest.backup_id != backup_id:
+        raise IntegrityError(
+            f"{storage.location(key)} says it is backup {manifest.backup_id!r}, but it is in folder {backup_id!r}: a "
+            "manifest copied or edited into another folder is not trusted. Restore another backup."
+        )
+    return manifest
 
 
 def complete_backups(storage: Storage, kind: str | None = None) -> list[str]:
@@ -240,7 +257,7 @@ def split_backup_url(url: str) -> tuple[str, str]:
     """`<destination>/<backup_id>` -> (destination, backup_id)."""
     url = url.rstrip("/")
     if "/" not in url.split("://", 1)[-1]:
-        raise LastlineError(f"backup {url!r}: expected <destination>/<backup_id> or <destination>/latest.")
+        raise ConfigError(f"backup {url!r}: expected <destination>/<backup_id> or <destination>/latest.")
     dest, _, backup_id = url.rpartition("/")
     return dest, backup_id
 

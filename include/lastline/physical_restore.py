@@ -18,6 +18,7 @@ import time
 from lastline import datadir as dd
 from lastline import physical
 from lastline.datadir import MARKER
+from lastline.dialect import qualified
 from lastline.errors import IntegrityError, PipelineError, PreflightError, ProtectedTargetError
 from lastline.manifest import PhysicalManifest, read_manifest, resolve_backup
 from lastline.runner import run_logged, run_pipeline
@@ -117,8 +118,8 @@ def extract(plan: dict) -> dict:
         result = run_pipeline(
             stages, source=storage.reader(key), label="restore stream", expected_bytes=manifest.bytes
         )
-    except PipelineError as exc:
-        raise IntegrityError(
+    except PipelineError as exc:  # a cut stream or a full disk may pass: retried (a bad artifact fails its size check first)
+        raise PipelineError(
             f"extracting {storage.location(key)} failed: the artifact is corrupt or truncated, the stream was "
             f"cut, or the datadir filesystem is full.\n{exc}\nThe target was not started; its datadir holds "
             f"partial data marked by {MARKER}" + (f"; the previous contents are in {aside}." if aside else ".")
@@ -192,7 +193,7 @@ def verify(plan: dict, extracted: dict | None = None) -> dict:
     try:
         cur = conn.cursor()
         for t in manifest.tables:
-            name = f"`{t.schema}`.`{t.name}`"
+            name = qualified(t.schema, t.name)
             try:
                 cur.execute(f"SELECT COUNT(*) FROM {name}")
                 n = int(cur.fetchone()[0])

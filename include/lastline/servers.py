@@ -21,7 +21,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Iterator
 
-from lastline.errors import LastlineError, ServerError
+from lastline.errors import ConfigError, ServerError
 
 DEFAULT_SERVICE_START = "systemctl start mariadb"
 DEFAULT_SERVICE_STOP = "systemctl stop mariadb"
@@ -79,7 +79,7 @@ class Server:
         try:
             conn = Connection.get(conn_id)
         except Exception as exc:  # the SDK raises several types for "not found"
-            raise LastlineError(
+            raise ConfigError(
                 f"Airflow connection {conn_id!r} could not be read ({exc}); "
                 f"create it (type mysql) or set AIRFLOW_CONN_{conn_id.upper()}."
             ) from exc
@@ -88,7 +88,7 @@ class Server:
     def require_datadir(self) -> str:
         """The datadir extra, or a clear error saying how to set it."""
         if not self.datadir:
-            raise LastlineError(
+            raise ConfigError(
                 f"connection {self.conn_id!r} has no 'datadir' extra; physical operations need the "
                 "server's data directory: add it to the connection's extras."
             )
@@ -134,10 +134,16 @@ class Server:
         return f"{self.conn_id} ({self.user}@{where})"
 
     def connect(self, database: str | None = None, **kwargs: Any) -> Any:
-        """Open a MySQLdb connection; the password goes through the driver, never argv."""
+        """Open a MySQLdb connection; the password goes through the driver, never argv.
+
+        One statement per call (no multi-statements) and no `LOAD DATA LOCAL` unless asked for with
+        `local_infile=1` (only the loader's connections do): nothing a backup holds can chain a second
+        statement or make the server read a worker's file."""
         import MySQLdb
 
-        args: dict[str, Any] = {"user": self.user, "passwd": self.password, "charset": "utf8mb4"}
+        args: dict[str, Any] = {
+            "user": self.user, "passwd": self.password, "charset": "utf8mb4", "multi_statements": False, "local_infile": 0,
+        }
         if self.socket and not self.ssh_conn_id:
             args["unix_socket"] = self.socket
         else:

@@ -8,7 +8,7 @@ import os
 import shutil
 import tempfile
 
-from lastline.errors import LastlineError
+from lastline.errors import ConfigError
 from lastline.runner import SshHost
 from lastline.servers import as_bool
 
@@ -43,28 +43,28 @@ def ssh_host(conn_id: str) -> SshHost:
     try:
         conn = Connection.get(conn_id)
     except Exception as exc:  # the SDK raises several types for "not found"
-        raise LastlineError(f"SSH connection {conn_id!r} could not be read ({exc}); create it (type ssh).") from exc
+        raise ConfigError(f"SSH connection {conn_id!r} could not be read ({exc}); create it (type ssh).") from exc
     extra = conn.extra_dejson or {}
     host, port, user = conn.host, int(conn.port or 22), conn.login or os.environ.get("USER", "root")
     if not host:
-        raise LastlineError(f"SSH connection {conn_id!r} has no host.")
+        raise ConfigError(f"SSH connection {conn_id!r} has no host.")
     if extra.get("key_file"):
         key_file = extra["key_file"]
     elif extra.get("private_key"):
         key_file = _write(f"{conn_id}.key", extra["private_key"])
     else:
-        raise LastlineError(
+        raise ConfigError(
             f"SSH connection {conn_id!r} has no key: set the extra key_file (a path) or private_key (the key itself). "
             "lastline uses key authentication only."
         )
     host_key = (extra.get("host_key") or "").strip()
     if as_bool(extra.get("no_host_key_check", False)) or not host_key:
-        raise LastlineError(
+        raise ConfigError(
             f"SSH connection {conn_id!r}: set the extra host_key to the server's public host key "
             f"(`ssh-keyscan -p {port} {host}`, e.g. 'ssh-ed25519 AAAA...'); lastline always checks host keys."
         )
     if " " not in host_key:
-        raise LastlineError(f"SSH connection {conn_id!r}: host_key must be '<type> <base64>', e.g. 'ssh-ed25519 AAAA...'.")
+        raise ConfigError(f"SSH connection {conn_id!r}: host_key must be '<type> <base64>', e.g. 'ssh-ed25519 AAAA...'.")
     pattern = host if port == 22 else f"[{host}]:{port}"
     known = _write(f"{conn_id}.known_hosts", f"{pattern} {host_key}")
     _HOSTS[conn_id] = SshHost(f"{conn_id} ({user}@{host}:{port})", host, port, user, key_file, known,

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Callable
 
 from lastline.compression import codec
-from lastline.errors import LastlineError, PipelineError, ServerError
+from lastline.errors import ConfigError, PipelineError, ServerError
 from lastline.runner import _widen
 from lastline.servers import Server, option_file
 from lastline.storage import Storage
@@ -38,7 +38,7 @@ def binary() -> str:
     for candidate in (os.environ.get("LASTLINE_TSVDUMP"), str(Path(sys.prefix) / "bin" / BINARY), shutil.which(BINARY)):
         if candidate and os.access(candidate, os.X_OK):
             return candidate
-    raise LastlineError(
+    raise ConfigError(
         f"{BINARY} is not built: run `make setup` (it compiles {SOURCE.name} with gcc and libmariadb-dev), or set "
         "LASTLINE_TSVDUMP to its path."
     )

@@ -4,7 +4,7 @@ from __future__ import annotations
 import abc
 from typing import Iterator
 
-from lastline.errors import StorageError
+from lastline.errors import IntegrityError, StorageError
 
 
 class Writer(abc.ABC):
@@ -30,6 +30,15 @@ class Writer(abc.ABC):
             self.commit()
         else:
             self.abort()
+
+
+def checked_key(key: str, where: str) -> str:
+    """A storage key as lastline writes them: relative, no empty, `.` or `..` segment (keys are built from
+    names a manifest gives, and a backup folder is untrusted input)."""
+    parts = key.split("/")
+    if not key or key.startswith("/") or any(p in ("", ".", "..") for p in parts) or "\x00" in key:
+        raise IntegrityError(f"refusing storage key {key!r}: keys are relative paths inside {where}.")
+    return key
 
 
 class Storage(abc.ABC):

@@ -7,7 +7,7 @@ import shutil
 from typing import Iterator
 
 from lastline.errors import StorageError
-from lastline.storage.base import Storage, Writer
+from lastline.storage.base import Storage, Writer, checked_key
 
 
 class FileWriter(Writer):
@@ -52,9 +52,7 @@ class FileStorage(Storage):
         self.url = f"file://{self.root}"
 
     def _path(self, key: str) -> str:
-        if ".." in key.split("/"):
-            raise StorageError(f"refusing key {key!r} outside {self.root}")
-        return os.path.join(self.root, key)
+        return os.path.join(self.root, checked_key(key, self.url))
 
     def writer(self, key: str) -> Writer:
         try:

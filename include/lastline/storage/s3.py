@@ -14,7 +14,7 @@ import threading
 from typing import Any, Iterator
 
 from lastline.errors import StorageError
-from lastline.storage.base import Storage, Writer
+from lastline.storage.base import Storage, Writer, checked_key
 
 log = logging.getLogger(__name__)
 
@@ -148,6 +148,7 @@ class S3Storage(Storage):
         self.client = client or s3_client(aws_conn_id)
 
     def _key(self, key: str) -> str:
+        checked_key(key, self.url)
         return f"{self.prefix}/{key}" if self.prefix else key
 
     def writer(self, key: str) -> Writer:

@@ -11,7 +11,7 @@ from typing import Iterator
 
 from lastline.errors import StorageError
 from lastline.runner import SshHost
-from lastline.storage.base import Storage, Writer
+from lastline.storage.base import Storage, Writer, checked_key
 
 _WRITE = 'mkdir -p "$(dirname "$1")" && cat > "$1.partial" && sync "$1.partial"'
 
@@ -79,9 +79,7 @@ class SshStorage(Storage):
         self.url = f"ssh://{conn_id}{self.root}"
 
     def _path(self, key: str) -> str:
-        if ".." in key.split("/"):
-            raise StorageError(f"refusing key {key!r} outside {self.root}")
-        return f"{self.root}/{key}"
+        return f"{self.root}/{checked_key(key, self.url)}"
 
     def writer(self, key: str) -> Writer:
         return SshWriter(self.host, self._path(key), self.location(key))

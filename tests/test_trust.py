@@ -1,0 +1,177 @@
+"""Trust boundaries: what a backup folder, a connection or a refusal can and cannot make lastline do."""
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+import time
+from pathlib import Path
+
+import pytest
+
+from lastline import logical_backup as lb, logical_restore as lr, physical_restore as pr
+from lastline.errors import (
+    ConfigError, IntegrityError, PipelineError, PreflightError, ProtectedTargetError, ServerError,
+)
+from lastline.manifest import PhysicalManifest, TableInfo, read_manifest, write_manifest
+from lastline.storage import open_storage
+
+pytestmark = pytest.mark.e2e
+
+
+@pytest.fixture(scope="module")
+def sakila_backup(logical_source, tmp_path_factory) -> Path:
+    dest = tmp_path_factory.mktemp("trust")
+    lb.dump(lb.preflight({"source_conn_id": "t_lsource", "destination": f"file://{dest}", "databases": ["sakila"]}))
+    return dest
+
+
+@pytest.fixture
+def sentinel(logical_target):
+    """A database on the target that no test here may touch."""
+    server = logical_target.server()
+    server.query("CREATE DATABASE IF NOT EXISTS trust_sentinel")
+    server.query("CREATE TABLE IF NOT EXISTS trust_sentinel.t (id INT PRIMARY KEY)")
+    conn = server.connect()
+    conn.cursor().execute("REPLACE INTO trust_sentinel.t VALUES (42)")
+    conn.commit()
+    conn.close()
+    yield server
+    assert server.query("SELECT id FROM trust_sentinel.t") == [(42,)]
+
+
+def _conf(dest: Path, **kw) -> dict:
+    return {"target_conn_id": "t_ltarget", "backup": f"file://{dest}/latest", "databases": ["sakila"], "force": True, **kw}
+
+
+def _tamper_schema(src: Path, dst: Path, change) -> Path:
+    """A copy of a backup whose schema.json was changed by `change(schema)`, with the manifest's sha256 and
+    file list updated to match (as someone who can write the backup folder would)."""
+    shutil.copytree(src, dst)
+    (folder,) = [p for p in dst.iterdir() if p.is_dir()]
+    schema = json.loads((folder / "schema.json").read_text())
+    change(schema)
+    data = json.dumps(schema).encode()
+    (folder / "schema.json").write_bytes(data)
+    manifest = json.loads((folder / "manifest.json").read_text())
+    manifest["schema_sha256"] = hashlib.sha256(data).hexdigest()
+    for f in manifest["files"]:
+        if f["name"] == "schema.json":
+            f.update(bytes=len(data), sha256=manifest["schema_sha256"])
+    (folder / "manifest.json").write_text(json.dumps(manifest))
+    return dst
+
+
+def test_connections_run_one_statement_and_read_no_local_file(sentinel):
+    conn = sentinel.connect()
+    try:
+        cur = conn.cursor()
+        with pytest.raises(Exception) as err:  # a second statement is a syntax error, not a second statement
+            cur.execute("SELECT 1; DROP DATABASE trust_sentinel")
+        assert err.value.args[0] == 1064
+        with pytest.raises(Exception) as err:  # LOCAL INFILE only on the loader's connections
+            cur.execute("LOAD DATA LOCAL INFILE '/proc/self/environ' INTO TABLE trust_sentinel.t")
+        assert "LOCAL" in str(err.value) or err.value.args[0] in (1148, 2068, 4166)
+    finally:
+        conn.close()
+
+
+@pytest.mark.parametrize("change, refusal", [
+    (lambda s: s["tables"].append({"schema": "sakila", "name": "loot",
+                                   "create": "LOAD DATA LOCAL INFILE '/proc/self/environ' INTO TABLE sakila.loot"}),
+     "is not a CREATE of that table"),
+    (lambda s: s["tables"][0].update(create=s["tables"][0]["create"].replace("CREATE TABLE ", "CREATE TABLE `trust_sentinel`.", 1)),
+     "is not a CREATE of that table"),
+    (lambda s: s["tables"][0].update(create=s["tables"][0]["create"] + "; DROP DATABASE trust_sentinel"),
+     "more than one statement"),
+    (lambda s: s["tables"][0].update(create=s["tables"][0]["create"] + " AS SELECT * FROM trust_sentinel.t"),
+     "reads other tables"),
+    (lambda s: s["views"][0].update(create="DROP DATABASE trust_sentinel"), "is not a CREATE of that view"),
+    (lambda s: s["triggers"][0].update(table="film"), "is not a CREATE of that trigger"),
+    (lambda s: s["databases"][0].update(charset="utf8mb4 COLLATE x; DROP DATABASE trust_sentinel; --"), "is not a name"),
+    (lambda s: s["routines"][0].update(collation_connection="x'; DROP DATABASE trust_sentinel; --"), "is not a character set"),
+], ids=["load-data-local", "other-database", "second-statement", "create-select", "view", "trigger-table", "charset", "collation"])
+def test_a_schema_statement_that_is_not_its_own_create_is_refused_before_anything_is_touched(
+        sakila_backup, sentinel, tmp_path, change, refusal):
+    copy = _tamper_schema(sakila_backup, tmp_path / "copy", change)
+    t0 = time.monotonic()
+    with pytest.raises(IntegrityError, match=refusal):
+        lr.preflight(_conf(copy))
+    assert time.monotonic() - t0 < 30
+
+
+def test_storage_keys_stay_inside_their_folder(tmp_path, sakila_backup):
+    storage = open_storage(f"file://{tmp_path}")
+    for key in ("/etc/passwd", "../x", "a//b", "a/./b", ""):
+        with pytest.raises(IntegrityError, match="refusing storage key"):
+            storage.read_bytes(key)
+    # a manifest moved into another folder is not trusted: its ids must name the folder it is in
+    (folder,) = [p for p in sakila_backup.iterdir() if p.is_dir()]
+    shutil.copytree(folder, tmp_path / "20300101T000000Z")
+    with pytest.raises(IntegrityError, match="is in folder '20300101T000000Z'"):
+        read_manifest(open_storage(f"file://{tmp_path}"), "20300101T000000Z", "logical")
+
+
+def test_a_manifest_naming_files_outside_its_layout_is_refused(tmp_path, sakila_backup):
+    dest = tmp_path / "copy"
+    shutil.copytree(sakila_backup, dest)
+    (folder,) = [p for p in dest.iterdir() if p.is_dir()]
+    manifest = json.loads((folder / "manifest.json").read_text())
+    manifest["tables"][0]["chunks"][0]["file"] = "data/../../../../etc/passwd"
+    (folder / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(IntegrityError, match="outside the backup's own layout"):
+        read_manifest(open_storage(f"file://{dest}"), folder.name, "logical")
+
+
+def test_physical_verify_quotes_names_from_the_manifest(sentinel, tmp_path):
+    """A real table named we`ird verifies; a crafted name cannot end the statement and run another."""
+    sentinel.query("CREATE DATABASE IF NOT EXISTS trust_q")
+    sentinel.query("CREATE TABLE IF NOT EXISTS trust_q.`we``ird` (id INT PRIMARY KEY)")
+    version = sentinel.query("SELECT @@version")[0][0]
+    storage = open_storage(f"file://{tmp_path}")
+    tables = [TableInfo("trust_q", "we`ird", "InnoDB", 0, 0)]
+    m = PhysicalManifest(
+        backup_id="20300101T000000Z", source_conn_id="x", server_version=version, tool_version="x", artifact="a",
+        compression="zstd", bytes=0, sha256="", started_at="", finished_at="", seconds=0, mb_per_s=0, parallel=1,
+        datadir_bytes=0, tables=tables,
+    )
+    write_manifest(storage, m)
+    plan = {"target_conn_id": "t_ltarget", "backup": f"file://{tmp_path}/20300101T000000Z"}
+    assert pr.verify(plan)  # the real, awkward name passes
+    m.tables.append(TableInfo("trust_sentinel", "t`; DROP DATABASE trust_sentinel; -- ", "InnoDB", 0, 0))
+    write_manifest(storage, m)
+    with pytest.raises(IntegrityError, match="DROP DATABASE trust_sentinel"):  # reported as a missing table
+        pr.verify(plan)
+    sentinel.query("DROP DATABASE trust_q")
+
+
+def test_refusals_are_airflow_fail_now_and_transient_errors_are_not():
+    from airflow.sdk.exceptions import AirflowFailException
+
+    for refusal in (PreflightError, ProtectedTargetError, IntegrityError, ConfigError):
+        assert issubclass(refusal, AirflowFailException), refusal
+    for transient in (ServerError, PipelineError):
+        assert not issubclass(transient, AirflowFailException), transient
+
+
+def test_a_refusal_fails_the_run_at_once_despite_retries(airflow_db, logical_target, sakila_backup, monkeypatch):
+    """Retries 2, 300 s apart: a protected target is still refused in seconds, on the first try."""
+    from conftest import ROOT, set_conn
+
+    from airflow.dag_processing.dagbag import DagBag
+    from airflow.models.taskinstance import TaskInstance
+    from airflow.utils.session import create_session
+
+    monkeypatch.setenv("LASTLINE_RETRIES", "2")
+    monkeypatch.setenv("LASTLINE_RETRY_DELAY_SECONDS", "300")
+    set_conn("t_lprotected", logical_target, protected=True)
+    dag = DagBag(dag_folder=str(ROOT / "dags" / "logical_restore.py")).get_dag("logical_restore")
+    assert dag.default_args["retries"] == 2
+    t0 = time.monotonic()
+    dr = dag.test(run_conf={**_conf(sakila_backup, target_conn_id="t_lprotected"), "redo_log_bytes": 128 << 20,
+                            "parallel": 2, "tune": True, "restart_allowed": False, "defer_indexes": True, "aws_conn_id": None})
+    took = time.monotonic() - t0
+    with create_session() as session:
+        ti = session.query(TaskInstance).filter_by(dag_id="logical_restore", run_id=dr.run_id, task_id="preflight").one()
+        assert (str(ti.state), ti.try_number) == ("failed", 1)
+    assert str(dr.state) == "failed" and took < 120
