@@ -31,6 +31,7 @@ from lastline.dag_defaults import DESTINATION, TARGET_CONN_ID, dag_args
         "parallel": Param(2, type="integer", minimum=1, description="decompress and mbstream threads"),
         "use_memory": Param(None, type=["null", "integer"], description="bytes for --prepare (default: a quarter of free RAM, max 8 GiB)"),
         "force": Param(False, type="boolean", description="move a non-empty target datadir aside"),
+        "restore_into_source": Param("", type="string", description="the target's connection id, to allow restoring into the server the backup came from"),
         "aws_conn_id": Param(None, type=["null", "string"], description="AWS connection for s3:// backups"),
     },
 )

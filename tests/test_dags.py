@@ -19,7 +19,7 @@ def test_physical_backup_shape(dagbag):
 def test_physical_restore_shape(dagbag):
     dag = dagbag.get_dag("physical_restore")
     assert type(dag.timetable).__name__ == "NullTimetable"  # manual only
-    assert set(dag.params.keys()) >= {"target_conn_id", "backup", "parallel", "use_memory", "force"}
+    assert set(dag.params.keys()) >= {"target_conn_id", "backup", "parallel", "use_memory", "force", "restore_into_source"}
     order = [t.task_id for t in dag.topological_sort()]
     assert order == ["preflight", "stop_target", "extract", "prepare", "start_target", "verify", "report"]
 
@@ -40,6 +40,7 @@ def test_logical_restore_shape(dagbag):
     assert type(dag.timetable).__name__ == "NullTimetable"  # manual only
     assert set(dag.params.keys()) >= {
         "target_conn_id", "backup", "databases", "parallel", "tune", "restart_allowed", "defer_indexes", "force", "aws_conn_id",
+        "restore_into_source",
     }
     order = [t.task_id for t in dag.topological_sort()]
     assert order == ["preflight", "snapshot_config", "tune", "create_schema", "plan", "load", "finalize", "revert", "verify", "report"]

@@ -175,3 +175,56 @@ def test_a_refusal_fails_the_run_at_once_despite_retries(airflow_db, logical_tar
         ti = session.query(TaskInstance).filter_by(dag_id="logical_restore", run_id=dr.run_id, task_id="preflight").one()
         assert (str(ti.state), ti.try_number) == ("failed", 1)
     assert str(dr.state) == "failed" and took < 120
+
+
+def test_latest_and_prune_survive_an_unreadable_manifest_and_touch_only_backup_ids(tmp_path, caplog):
+    from datetime import timedelta
+
+    from lastline.manifest import MANIFEST, complete_backups, new_backup_id, prune_backups, resolve_backup
+
+    storage = open_storage(f"file://{tmp_path}")
+    good = ["20250101T000000Z", "20250102T000000Z-0a1b2c"]
+    for b in good:
+        storage.write_bytes(f"{b}/{MANIFEST}", json.dumps({"kind": "logical", "backup_id": b}).encode())
+    storage.write_bytes(f"20250103T000000Z/{MANIFEST}", b"")  # 0 bytes: a broken copy, say
+    keep_me = "20250101T000000Z-before-migration-DO-NOT-DELETE"
+    storage.write_bytes(f"{keep_me}/{MANIFEST}", b"{}")
+    storage.write_bytes("20240101T000000Z/data/x", b"old and incomplete")
+    caplog.set_level("WARNING")
+    assert complete_backups(storage, "logical") == good
+    assert resolve_backup(f"file://{tmp_path}/latest", kind="logical")[1] == good[-1]
+    assert "20250103T000000Z/manifest.json is unreadable" in caplog.text
+    deleted = prune_backups(storage, "logical", keep=1, grace=timedelta(hours=1))
+    assert deleted == ["20240101T000000Z", "20250101T000000Z"]
+    assert sorted(storage.list_backups()) == sorted(["20250102T000000Z-0a1b2c", "20250103T000000Z", keep_me])
+    # ids of backups started in the same second differ, and never name a folder that exists
+    same_second = {new_backup_id(taken=storage.list_backups()) for _ in range(200)}
+    assert len(same_second) == 200 and not same_second & set(storage.list_backups())
+
+
+def test_every_path_that_writes_honours_protected_and_the_source_is_refused_unless_named(
+        logical_source, logical_target, sakila_backup):
+    from conftest import set_conn
+
+    from lastline import replica_detach
+
+    set_conn("t_lprotected", logical_target, protected=True)
+    with pytest.raises(ProtectedTargetError, match="never detaches, restarts or opens it for writes"):
+        replica_detach.check("t_lprotected")
+    # the backup came from t_lsource: restoring into that very server is refused...
+    with pytest.raises(ProtectedTargetError, match="is the server this backup was taken from"):
+        lr.preflight(_conf(sakila_backup, target_conn_id="t_lsource"))
+    # ...unless the Param names it; then the ordinary rules apply (sakila exists there: force needed)
+    with pytest.raises(PreflightError, match="already exist"):
+        lr.preflight(_conf(sakila_backup, target_conn_id="t_lsource", force=False, restore_into_source="t_lsource"))
+
+
+def test_lastline_s_own_schema_is_never_backed_up_nor_restored(logical_source, logical_target, sakila_backup):
+    logical_source.server().query("CREATE DATABASE IF NOT EXISTS _lastline")
+    with pytest.raises(PreflightError, match="lastline's own _lastline are not dumped"):
+        lb.preflight({"source_conn_id": "t_lsource", "destination": "file:///tmp", "databases": ["_lastline"]})
+    with pytest.raises(PreflightError, match="never restored"):
+        lr.preflight(_conf(sakila_backup, databases=["_lastline"]))
+    plan = lb.preflight({"source_conn_id": "t_lsource", "destination": "file:///tmp/unused"})
+    assert "_lastline" not in plan["databases"]
+    logical_source.server().query("DROP DATABASE _lastline")

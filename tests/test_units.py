@@ -214,8 +214,10 @@ def test_manifest_round_trip_and_format_check():
 
 def test_backup_ids_sort_by_time():
     a = new_backup_id(datetime(2026, 1, 2, 3, 4, 5, tzinfo=timezone.utc))
-    assert a == "20260102T030405Z" and backup_time(a) == datetime(2026, 1, 2, 3, 4, 5, tzinfo=timezone.utc)
+    assert a.startswith("20260102T030405Z-") and backup_time(a) == datetime(2026, 1, 2, 3, 4, 5, tzinfo=timezone.utc)
+    assert backup_time("20260102T030405Z") == backup_time(a)  # ids of older backups have no suffix
     assert backup_time("lost+found") is None
+    assert backup_time("20250101T000000Z-before-migration-DO-NOT-DELETE") is None  # not exactly an id
     assert split_backup_url("s3://b/p/latest") == ("s3://b/p", "latest")
 
 

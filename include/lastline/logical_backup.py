@@ -75,7 +75,7 @@ def preflight(conf: dict) -> dict:
     est = sum(p.est_bytes for p in plans)
     storage.require_free(est // 4, f"compressed chunks of {est / 1e9:.2f} GB of data")  # TSV + zstd: ~1/4 of InnoDB
     plan = {
-        "backup_id": new_backup_id(),
+        "backup_id": new_backup_id(taken=storage.list_backups()),
         "source_conn_id": server.conn_id,
         "destination": storage.url,
         "aws_conn_id": conf.get("aws_conn_id"),
@@ -470,7 +470,7 @@ def build_manifest(
         finished_at=datetime.now(timezone.utc).isoformat(), seconds=round(seconds, 3), lock_seconds=round(lock_seconds, 3),
         rows=sum(t.rows for t in tables), bytes=sum(t.bytes for t in tables), raw_bytes=raw,
         mb_per_s=round(raw / 1e6 / max(seconds, 1e-6), 2), binlog_file=coords.binlog_file,
-        binlog_position=coords.binlog_position, gtid=coords.gtid, include_grants=plan.get("include_grants", False),
+        binlog_position=coords.binlog_position, gtid=coords.gtid, source_identity=coords.identity, include_grants=plan.get("include_grants", False),
         tables=tables,
     )
 

@@ -12,12 +12,13 @@ from datetime import datetime, timezone
 from typing import Any
 
 from lastline import dialect, tuning
-from lastline.errors import IntegrityError, LastlineError, PreflightError, ProtectedTargetError
+from lastline.errors import IntegrityError, LastlineError, PreflightError
 from lastline.logical_load import ensure_ledger, load_unit
 from lastline.logical_schema import checked_create, database_create, session_name, split_deferred, validate_schema
 from lastline.manifest import LogicalManifest, read_manifest, resolve_backup
 from lastline.physical import base_version
-from lastline.servers import Server, table_exists
+from lastline.checksums import SYSTEM_SCHEMAS
+from lastline.servers import Server, refuse_restore_into_source, server_identity, table_exists
 from lastline.storage import Storage
 from lastline.work_units import WorkUnit, plan_units
 
@@ -65,18 +66,21 @@ def preflight(conf: dict) -> dict:
     """Target not protected; manifest present; databases absent or empty (unless force or resuming);
     local_infile usable; room on disk; a server version that reads the backup. Changes nothing."""
     server = Server.from_conn_id(conf["target_conn_id"])
-    if server.protected:
-        raise ProtectedTargetError(
-            f"target {server.describe()} is marked protected (production): lastline never restores into it. "
-            "Choose another target, or clear the connection's 'protected' extra if this is a mistake."
-        )
+    server.refuse_if_protected()
     storage, backup_id = resolve_backup(conf["backup"], conf.get("aws_conn_id"), "logical")
     manifest = read_manifest(storage, backup_id, "logical")
     schema = _schema(storage, manifest)  # checked against the manifest before anything is touched
     in_backup = [d["name"] for d in manifest.databases]
-    wanted = conf.get("databases") or in_backup
-    if isinstance(wanted, str):
-        wanted = [d.strip() for d in wanted.split(",") if d.strip()]
+    named = conf.get("databases") or []
+    if isinstance(named, str):
+        named = [d.strip() for d in named.split(",") if d.strip()]
+    # lastline's own schema is never restored (it holds this restore's state); system schemas only by name
+    wanted = named or [d for d in in_backup if d not in SYSTEM_SCHEMAS and d != tuning.META_DB]
+    if tuning.META_DB in wanted or tuning.META_DB in [t.schema for t in _selected(manifest, wanted)]:
+        raise PreflightError(f"{tuning.META_DB} is lastline's own bookkeeping on the target and is never restored; leave it out of databases.")
+    skipped = sorted(set(in_backup) - set(wanted))
+    if skipped and not named:
+        log.warning("left out of the restore (system or lastline schemas; name them in databases to restore them): %s", ", ".join(skipped))
     missing = [d for d in wanted if d not in in_backup]
     if missing:
         raise PreflightError(f"database(s) {', '.join(missing)} are not in backup {backup_id}; it holds: {', '.join(in_backup)}.")
@@ -86,6 +90,8 @@ def preflight(conf: dict) -> dict:
         cur = conn.cursor()
         cur.execute("SELECT @@version, @@local_infile, @@datadir")
         version, local_infile, datadir = cur.fetchone()
+        refuse_restore_into_source(server, server_identity(cur), manifest.source_identity, manifest.source_conn_id,
+                                   conf.get("restore_into_source"))
         if not int(local_infile):
             raise PreflightError(
                 f"local_infile is OFF on {server.describe()}: set local_infile=ON (SET GLOBAL or my.cnf); "

@@ -44,9 +44,11 @@ def resolve_databases(cur: Any, requested: list[str] | None) -> list[str]:
             f"unknown database(s) {', '.join(missing)} on the source (or not visible to the backup user); "
             f"it has: {', '.join(d for d in present if d not in SYSTEM_SCHEMAS) or 'none'}."
         )
-    system = [d for d in requested if d in SYSTEM_SCHEMAS]
+    system = [d for d in requested if d in SYSTEM_SCHEMAS or d == META_DB]
     if system:
-        raise PreflightError(f"{', '.join(system)}: system schemas are not dumped; use include_grants for users.")
+        raise PreflightError(
+            f"{', '.join(system)}: system schemas and lastline's own {META_DB} are not dumped; use include_grants for users."
+        )
     return list(dict.fromkeys(requested))
 
 

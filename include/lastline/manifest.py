@@ -8,10 +8,11 @@ from __future__ import annotations
 
 import json
 import re
+import secrets
 import logging
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timedelta, timezone
-from typing import Any
+from typing import Any, Iterable
 
 from lastline.errors import ConfigError, IntegrityError
 from lastline.storage import Storage, open_storage
@@ -29,17 +30,25 @@ CHUNK_FILE = re.compile(r"^data/(?!\.\.?/)[A-Za-z0-9%._~-]+/(?!\.\.?/)[A-Za-z0-9
 LOGICAL_FORMATS = ("lastline-logical/1", LOGICAL_FORMAT)
 
 
-def new_backup_id(now: datetime | None = None) -> str:
-    """A backup id for `now` (UTC)."""
-    return (now or datetime.now(timezone.utc)).strftime(ID_FORMAT)
+# a backup id: its UTC time, then 6 random hex digits so that two backups started in the same second
+# never share a folder (ids of older backups have no suffix)
+ID_RE = re.compile(r"^\d{8}T\d{6}Z(?:-[0-9a-f]{6})?$")
+
+
+def new_backup_id(now: datetime | None = None, taken: Iterable[str] = ()) -> str:
+    """A new backup id for `now` (UTC) that is none of `taken` (the destination's folders)."""
+    stamp, taken = (now or datetime.now(timezone.utc)).strftime(ID_FORMAT), set(taken)
+    while True:
+        backup_id = f"{stamp}-{secrets.token_hex(3)}"
+        if backup_id not in taken:
+            return backup_id
 
 
 def backup_time(backup_id: str) -> datetime | None:
-    """When a backup id was made, or None for a folder that is not one of ours."""
-    try:
-        return datetime.strptime(backup_id[:16], ID_FORMAT).replace(tzinfo=timezone.utc)
-    except ValueError:
+    """When a backup id was made, or None for a folder whose name is not exactly a backup id."""
+    if not ID_RE.match(backup_id):
         return None
+    return datetime.strptime(backup_id[:16], ID_FORMAT).replace(tzinfo=timezone.utc)
 
 
 def _to_json(manifest: Any) -> str:
@@ -88,6 +97,7 @@ class PhysicalManifest:
     binlog_position: int | None = None
     gtid: str | None = None
     tables: list[TableInfo] = field(default_factory=list)
+    source_identity: str | None = None  # servers.server_identity of the source (None in older backups)
     format: str = FORMAT
     kind: str = "physical"
 
@@ -181,6 +191,7 @@ class LogicalManifest:
     # every file of the backup but the manifest (schema files and chunks), with size and sha256
     files: list[FileInfo] = field(default_factory=list)
     checksum: str = ""  # what the tables' checksums are (dialect.CHECKSUM); "" in format 1
+    source_identity: str | None = None  # servers.server_identity of the source (None in older backups)
     format: str = LOGICAL_FORMAT
     kind: str = "logical"
 
@@ -218,9 +229,20 @@ def write_manifest(storage: Storage, manifest: PhysicalManifest | LogicalManifes
     return storage.location(key)
 
 
-def manifest_kind(storage: Storage, backup_id: str) -> str:
-    """`physical` or `logical`: which kind of backup a complete backup folder holds."""
-    return json.loads(storage.read_bytes(f"{backup_id}/{MANIFEST}")).get("kind", "physical")
+def manifest_kind(storage: Storage, backup_id: str) -> str | None:
+    """`physical` or `logical`: which kind of backup a complete backup folder holds; None (with a warning
+    naming it) for a manifest that cannot be read, so one broken folder never breaks `latest` or prune."""
+    try:
+        data = json.loads(storage.read_bytes(f"{backup_id}/{MANIFEST}"))
+        kind = data.get("kind", "physical") if isinstance(data, dict) else None
+    except (ValueError, UnicodeDecodeError) as exc:
+        log.warning("%s is unreadable (%s): that backup is skipped; look at it or remove it",
+                    storage.location(f"{backup_id}/{MANIFEST}"), exc)
+        return None
+    if kind not in MANIFEST_CLASSES:
+        log.warning("%s is of no kind lastline knows (%r): that backup is skipped", storage.location(f"{backup_id}/{MANIFEST}"), kind)
+        return None
+    return kind
 
 
 def read_manifest(storage: Storage, backup_id: str, kind: str = "physical") -> Any:
@@ -248,9 +270,10 @@ def read_manifest(storage: Storage, backup_id: str, kind: str = "physical") -> A
 
 
 def complete_backups(storage: Storage, kind: str | None = None) -> list[str]:
-    """Ids of the backups that have a manifest (of `kind`, if given), oldest first."""
+    """Ids of the backups that have a readable manifest (of `kind`, if given), oldest first."""
     done = [b for b in storage.list_backups() if backup_time(b) and storage.exists(f"{b}/{MANIFEST}")]
-    return done if kind is None else [b for b in done if manifest_kind(storage, b) == kind]
+    kinds = {b: manifest_kind(storage, b) for b in done}
+    return [b for b in done if kinds[b] is not None and (kind is None or kinds[b] == kind)]
 
 
 def split_backup_url(url: str) -> tuple[str, str]:
@@ -292,10 +315,14 @@ def plan_prune(
 def prune_backups(storage: Storage, kind: str, keep: int, grace: timedelta) -> list[str]:
     """Delete complete `kind` backups beyond the `keep` newest and incomplete ones older than `grace`;
     complete backups of another kind sharing the destination are left alone. Returns the deleted ids."""
-    complete = complete_backups(storage)
-    mine = [b for b in complete if manifest_kind(storage, b) == kind]
-    others = set(complete) - set(mine)
-    doomed = plan_prune([b for b in storage.list_backups() if b not in others], mine, keep, grace)
+    ids = [b for b in storage.list_backups() if backup_time(b)]  # only folders named exactly like a backup id
+    with_manifest = {b for b in ids if storage.exists(f"{b}/{MANIFEST}")}
+    kinds = {b: manifest_kind(storage, b) for b in with_manifest}
+    mine = [b for b in ids if kinds.get(b) == kind]
+    # another kind's backups and unreadable manifests are never pruned (an unreadable one is not
+    # "incomplete": someone has to look at it)
+    others = {b for b in with_manifest if kinds[b] != kind}
+    doomed = plan_prune([b for b in ids if b not in others], mine, keep, grace)
     for backup_id in doomed:
         log.info("prune: deleting %s", storage.location(backup_id))
         storage.delete_backup(backup_id)

@@ -11,7 +11,7 @@ from lastline.checksums import SYSTEM_SCHEMAS
 from lastline.errors import PipelineError, StorageError
 from lastline.manifest import PhysicalManifest, TableInfo, new_backup_id, prune_backups, write_manifest
 from lastline.runner import run_pipeline
-from lastline.servers import Server, option_file
+from lastline.servers import Server, option_file, server_identity
 from lastline.storage import open_storage
 
 log = logging.getLogger(__name__)
@@ -37,7 +37,14 @@ def preflight(conf: dict) -> dict:
     compression = conf.get("compression") or physical.DEFAULT_COMPRESSION
     c = physical.codec(compression)
     physical.require_tools("mariabackup", c.tool, host=host)
-    version = server.variables("version")["version"]
+    conn = server.connect()
+    try:
+        cur = conn.cursor()
+        cur.execute("SELECT @@version")
+        version = cur.fetchone()[0]
+        identity = server_identity(cur)
+    finally:
+        conn.close()
     tool = physical.tool_version(host)
     physical.check_versions(tool, version)
     storage = open_storage(conf["destination"], conf.get("aws_conn_id"))
@@ -46,7 +53,8 @@ def preflight(conf: dict) -> dict:
     # compressed InnoDB backups are typically 25-50% of the data; demand the conservative half
     storage.require_free(data_bytes // 2, f"the backup of {data_bytes / 1e9:.2f} GB of data")
     plan = {
-        "backup_id": new_backup_id(),
+        "backup_id": new_backup_id(taken=storage.list_backups()),
+        "source_identity": identity,
         "source_conn_id": server.conn_id,
         "destination": storage.url,
         "aws_conn_id": conf.get("aws_conn_id"),
@@ -117,6 +125,7 @@ def finish(plan: dict, stats: dict) -> str:
         artifact=plan["artifact"],
         compression=plan["compression"],
         parallel=plan["parallel"],
+        source_identity=plan.get("source_identity"),
         tables=[TableInfo(**t) for t in stats["tables"]],
         **{k: v for k, v in stats.items() if k != "tables"},
     )

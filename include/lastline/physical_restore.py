@@ -19,10 +19,10 @@ from lastline import datadir as dd
 from lastline import physical
 from lastline.datadir import MARKER
 from lastline.dialect import qualified
-from lastline.errors import IntegrityError, PipelineError, PreflightError, ProtectedTargetError
+from lastline.errors import IntegrityError, PipelineError, PreflightError
 from lastline.manifest import PhysicalManifest, read_manifest, resolve_backup
 from lastline.runner import run_logged, run_pipeline
-from lastline.servers import Server
+from lastline.servers import Server, refuse_restore_into_source, server_identity
 from lastline.storage import Storage
 
 log = logging.getLogger(__name__)
@@ -34,15 +34,6 @@ def _target(plan: dict) -> Server:
 def _manifest(plan: dict) -> tuple[Storage, PhysicalManifest]:
     storage, backup_id = resolve_backup(plan["backup"], plan.get("aws_conn_id"))
     return storage, read_manifest(storage, backup_id)
-
-
-def refuse_protected(server: Server) -> None:
-    """ProtectedTargetError if the connection marks the server as production."""
-    if server.protected:
-        raise ProtectedTargetError(
-            f"target {server.describe()} is marked protected (production): lastline never restores into it. "
-            "Pick a non-production target, or remove 'protected' from its connection if this is wrong."
-        )
 
 
 def check_datadir(server: Server, need: int, force: bool) -> str:
@@ -61,11 +52,19 @@ def check_datadir(server: Server, need: int, force: bool) -> str:
 def preflight(conf: dict) -> dict:
     """Read-only checks: target not protected, manifest present, artifact whole, datadir, disk, tools."""
     server = Server.from_conn_id(conf["target_conn_id"])
-    refuse_protected(server)
+    server.refuse_if_protected()
     datadir = server.require_datadir()
     host = server.runner()
     storage, backup_id = resolve_backup(conf["backup"], conf.get("aws_conn_id"))
     manifest = read_manifest(storage, backup_id)
+    if server.answers():  # a stopped target cannot be the running source
+        conn = server.connect()
+        try:
+            identity = server_identity(conn.cursor())
+        finally:
+            conn.close()
+        refuse_restore_into_source(server, identity, manifest.source_identity, manifest.source_conn_id,
+                                   conf.get("restore_into_source"))
     key = f"{backup_id}/{manifest.artifact}"
     if not storage.exists(key):
         raise IntegrityError(f"{storage.location(key)} is missing although the manifest lists it: choose another backup.")

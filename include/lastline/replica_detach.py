@@ -21,6 +21,7 @@ def _shown(s: Setting) -> str:
 def check(target_conn_id: str, restart: object = True, read_only_off: object = False) -> dict:
     """Read-only: the server's flavour and connections, and no master-* line in its option files."""
     server = Server.from_conn_id(target_conn_id)
+    server.refuse_if_protected("detaches, restarts or opens it for writes")
     stale = replication.stale_master_settings(server)
     if stale:
         raise ReplicationError(

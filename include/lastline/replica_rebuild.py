@@ -18,7 +18,7 @@ from lastline import datadir as dd
 from lastline import physical, replication
 from lastline.datadir import MARKER
 from lastline.errors import IntegrityError, PipelineError, PreflightError, ReplicationError, ServerError
-from lastline.physical_restore import check_datadir, prepare_datadir, refuse_protected, start_server
+from lastline.physical_restore import check_datadir, prepare_datadir, start_server
 from lastline.runner import Stage, run_pipeline, tap_result, tap_stage
 from lastline.servers import Server, option_file
 
@@ -54,7 +54,7 @@ def preflight(conf: dict) -> dict:
     versions fit; tools on both hosts; the target's datadir and room; the replication user."""
     source, target = Server.from_conn_id(conf["source_conn_id"]), Server.from_conn_id(conf["target_conn_id"])
     repl = Server.from_conn_id(conf["replication_conn_id"])
-    refuse_protected(target)
+    target.refuse_if_protected("rebuilds it")
     src_dir, tgt_dir = source.require_datadir(), target.require_datadir()
     src_host, tgt_host = source.runner(), target.runner()
     facts = source.variables("log_bin", "server_id", "version", "gtid_binlog_pos")

@@ -128,6 +128,17 @@ class Server:
             time.sleep(0.5)
         return time.monotonic() - t0
 
+    def refuse_if_protected(self, action: str = "restores into it") -> None:
+        """ProtectedTargetError if the connection marks the server as production (every path that writes
+        to a server or restarts it calls this first)."""
+        if self.protected:
+            from lastline.errors import ProtectedTargetError
+
+            raise ProtectedTargetError(
+                f"target {self.describe()} is marked protected (production): lastline never {action}. "
+                "Pick a non-production target, or remove 'protected' from its connection if this is wrong."
+            )
+
     def describe(self) -> str:
         """A short human name, free of secrets."""
         where = self.socket or f"{self.host}:{self.port}"
@@ -189,6 +200,31 @@ def global_variables(cur: Any, names: tuple[str, ...] | list[str]) -> dict[str, 
         [n.lower() for n in names],
     )
     return {k: v for k, v in cur.fetchall()}
+
+
+IDENTITY_SQL = "SELECT CONCAT_WS(':', @@hostname, @@port, @@datadir, @@server_id)"
+
+
+def server_identity(cur: Any) -> str:
+    """What tells one server from another (host name, port, datadir, server_id), through an open cursor:
+    a backup records its source's, and a restore refuses to write into that same server unless asked."""
+    cur.execute(IDENTITY_SQL)
+    value = cur.fetchone()[0]
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def refuse_restore_into_source(target: Server, identity: str, source_identity: str | None, source_conn_id: str,
+                               allowed: str | None) -> None:
+    """A restore into the very server the backup was taken from overwrites production with its own past:
+    refused unless the `restore_into_source` Param names the target connection."""
+    if source_identity and identity == source_identity and allowed != target.conn_id:
+        from lastline.errors import ProtectedTargetError
+
+        raise ProtectedTargetError(
+            f"target {target.describe()} is the server this backup was taken from ({source_conn_id}, {identity}): "
+            f"restoring into it replaces its data with the backup's. If that is what you want, set the Param "
+            f"restore_into_source to {target.conn_id!r}."
+        )
 
 
 def table_exists(cur: Any, schema: str, table: str) -> bool:

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from lastline.errors import PreflightError, ServerError
-from lastline.servers import Server
+from lastline.servers import Server, server_identity
 from lastline.tsvdump import DumpWorker
 
 log = logging.getLogger(__name__)
@@ -36,6 +36,7 @@ class Coordinates:
     gtid: str | None
     server_version: str
     sql_mode: str
+    identity: str | None = None
 
 
 # client errors for a connection that went away: server gone, lost mid-query, killed
@@ -114,6 +115,7 @@ class SnapshotPool:
             gtid=gtid or None,
             server_version=version,
             sql_mode=sql_mode,
+            identity=server_identity(cur),
         )
 
     def release(self) -> None:
