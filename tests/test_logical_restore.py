@@ -307,3 +307,29 @@ def test_a_format_1_backup_still_restores_and_verify_says_its_checksum_is_weaker
     assert state == "success", (tis, _errors(logs))
     assert "predates row-hash checksums" in logs and "verify ok" in logs
     assert _diff(_objects(src, ("sakila",)), _objects(logical_target.server(), ("sakila",))) == []
+
+
+def test_an_interrupted_run_for_one_database_lets_no_other_run_skip_force(backups, logical_target):
+    """Resume is keyed on (backup, databases) on this target: a run for `edge` that stopped after
+    create_schema does not let a run for `big` write into an existing, non-empty `big` without force."""
+    target = logical_target.server()
+    conn = target.connect()
+    cur = conn.cursor()
+    cur.execute("CREATE DATABASE IF NOT EXISTS big")
+    cur.execute("CREATE TABLE IF NOT EXISTS big.precious (id INT PRIMARY KEY)")
+    cur.execute("REPLACE INTO big.precious VALUES (1)")
+    conn.commit()
+    conn.close()
+    edge = lr.preflight(_conf(backups, force=True, databases=["edge"]))
+    lr.create_schema(edge)  # ...and the run stops here
+    assert lr.preflight(_conf(backups, databases=["edge"]))["resume"]  # the same restore resumes
+    with pytest.raises(PreflightError, match="big already exist.*set force"):
+        lr.preflight(_conf(backups, databases=["big"]))
+    assert target.query("SELECT id FROM big.precious") == [(1,)]
+    # the restore of edge, run to its end, leaves no state behind
+    units = lr.plan_load(edge)
+    for u in units:
+        lr.load(edge, u)
+    lr.finalize(edge)
+    assert target.query("SELECT COUNT(*) FROM _lastline.restore_state") == [(0,)]
+    assert not lr.preflight(_conf(backups, force=True, databases=["edge"]))["resume"]

@@ -228,3 +228,26 @@ def test_lastline_s_own_schema_is_never_backed_up_nor_restored(logical_source, l
     plan = lb.preflight({"source_conn_id": "t_lsource", "destination": "file:///tmp/unused"})
     assert "_lastline" not in plan["databases"]
     logical_source.server().query("DROP DATABASE _lastline")
+
+
+def test_backup_files_are_private(sakila_backup):
+    (folder,) = [p for p in sakila_backup.iterdir() if p.is_dir()]
+    files = [p for p in folder.rglob("*") if p.is_file()]
+    assert files and all(p.stat().st_mode & 0o777 == 0o600 for p in files)
+    assert all(p.stat().st_mode & 0o777 == 0o700 for p in [folder, *folder.rglob("*")] if p.is_dir())
+
+
+@pytest.mark.parametrize("damage", ["truncate", "remove"])
+def test_a_missing_or_truncated_chunk_is_found_before_anything_is_touched(sakila_backup, sentinel, tmp_path, damage):
+    dest = tmp_path / "copy"
+    shutil.copytree(sakila_backup, dest)
+    (folder,) = [p for p in dest.iterdir() if p.is_dir()]
+    victim = sorted((folder / "data").rglob("*.tsv.zst"))[-1]
+    if damage == "truncate":
+        victim.write_bytes(victim.read_bytes()[:-10])
+    else:
+        victim.unlink()
+    before = sentinel.query("SELECT COUNT(*) FROM information_schema.TABLES WHERE TABLE_SCHEMA = 'sakila'")
+    with pytest.raises(IntegrityError, match="missing or truncated"):
+        lr.preflight(_conf(dest))
+    assert sentinel.query("SELECT COUNT(*) FROM information_schema.TABLES WHERE TABLE_SCHEMA = 'sakila'") == before

@@ -54,12 +54,73 @@ def _selected(manifest: LogicalManifest, databases: list[str]) -> list:
     return [t for t in manifest.tables if t.schema in databases]
 
 
-def _resuming(cur: Any, backup_id: str) -> bool:
-    """Whether an unfinished restore of this backup left its state on the target (a new run resumes it)."""
-    if not table_exists(cur, tuning.META_DB, "restore_state"):
-        return False
-    cur.execute(f"SELECT COUNT(*) FROM {STATE} WHERE backup_id = %s AND finished_at IS NULL", (backup_id,))
+def _dbs_key(databases: list[str]) -> str:
+    """The restore's databases as one key (a resume must restore the very same set)."""
+    return hashlib.sha256(json.dumps(sorted(databases)).encode()).hexdigest()
+
+
+def _state_current(cur: Any) -> bool:
+    """Whether the restore-state table exists in its current shape (keyed on backup and databases)."""
+    cur.execute(
+        "SELECT COUNT(*) FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = %s AND TABLE_NAME = 'restore_state' "
+        "AND COLUMN_NAME = 'dbs_key'", (tuning.META_DB,),
+    )
     return bool(cur.fetchone()[0])
+
+
+def _resuming(cur: Any, backup_id: str, databases: list[str]) -> bool:
+    """Whether an unfinished restore of this backup into these same databases left its state on this
+    target (a new run then resumes it; any other run follows the force rule)."""
+    if not _state_current(cur):
+        return False
+    cur.execute(f"SELECT COUNT(*) FROM {STATE} WHERE backup_id = %s AND dbs_key = %s AND finished_at IS NULL",
+                (backup_id, _dbs_key(databases)))
+    return bool(cur.fetchone()[0])
+
+
+def _ensure_state(cur: Any) -> None:
+    """The restore-state table; one of an older shape (keyed on the backup alone) is replaced."""
+    if table_exists(cur, tuning.META_DB, "restore_state") and not _state_current(cur):
+        log.warning("%s has an older shape (keyed on the backup alone): replaced; an unfinished restore started by "
+                    "an older lastline starts afresh", STATE)
+        cur.execute(f"DROP TABLE {STATE}")
+    cur.execute(
+        f"CREATE TABLE IF NOT EXISTS {STATE} (backup_id VARBINARY(64) NOT NULL, dbs_key CHAR(64) NOT NULL, "
+        "dbs TEXT NOT NULL, started_at TIMESTAMP(6) NULL, finished_at TIMESTAMP(6) NULL, "
+        "PRIMARY KEY (backup_id, dbs_key)) ENGINE=InnoDB"
+    )
+
+
+def _clear_state(cur: Any, manifest: LogicalManifest, databases: list[str]) -> None:
+    """Forget every restore state and ledger row that concerns these databases (any backup): they are being
+    replaced, or were just restored."""
+    cur.execute(f"SELECT backup_id, dbs_key, dbs FROM {STATE}")
+    for backup_id, key, dbs in cur.fetchall():
+        if set(json.loads(dbs)) & set(databases):
+            cur.execute(f"DELETE FROM {STATE} WHERE backup_id = %s AND dbs_key = %s", (backup_id, key))
+    folders = {c.file.split("/")[1] for t in _selected(manifest, databases) for c in t.chunks}
+    for folder in sorted(folders):
+        prefix = f"data/{folder}/"
+        cur.execute(f"DELETE FROM {tuning.META_DB}.ledger WHERE LEFT(file, %s) = %s", (len(prefix), prefix))
+
+
+def _require_chunk_files(storage: Storage, manifest: LogicalManifest, databases: list[str]) -> None:
+    """Every chunk file the restore will load exists with the size the manifest gives (before anything is
+    touched: a truncated or missing chunk found mid-load would leave a half-restored target)."""
+    t0, bad, n = time.monotonic(), [], 0
+    for t in _selected(manifest, databases):
+        for c in t.chunks:
+            key, n = f"{manifest.backup_id}/{c.file}", n + 1
+            size = storage.size(key) if storage.exists(key) else None
+            if size != c.bytes:
+                bad.append(f"{storage.location(key)} ({t.schema}.{t.name}): "
+                           + ("missing" if size is None else f"{size} bytes, the manifest says {c.bytes}"))
+    if bad:
+        raise IntegrityError(
+            f"{len(bad)} chunk file(s) of backup {manifest.backup_id} are missing or truncated:\n  " + "\n  ".join(bad[:20])
+            + "\nNothing was touched on the target; restore another backup."
+        )
+    log.info("preflight: %d chunk files present with their sizes (%.1f s)", n, time.monotonic() - t0)
 
 
 def preflight(conf: dict) -> dict:
@@ -85,6 +146,7 @@ def preflight(conf: dict) -> dict:
     if missing:
         raise PreflightError(f"database(s) {', '.join(missing)} are not in backup {backup_id}; it holds: {', '.join(in_backup)}.")
     validate_schema(schema, wanted)  # every statement the restore would run is the CREATE it claims to be
+    _require_chunk_files(storage, manifest, wanted)
     conn = server.connect(local_infile=1)
     try:
         cur = conn.cursor()
@@ -102,7 +164,7 @@ def preflight(conf: dict) -> dict:
                 f"backup {backup_id} comes from {manifest.server_version}, newer than the target's {version}: its DDL may "
                 "not load there. Restore into a server of the same or a newer version."
             )
-        resume = _resuming(cur, backup_id)
+        resume = _resuming(cur, backup_id, wanted)
         nonempty = []
         for db in wanted:
             cur.execute("SELECT COUNT(*) FROM information_schema.TABLES WHERE TABLE_SCHEMA = %s", (db,))
@@ -179,18 +241,18 @@ def create_schema(plan: dict) -> dict:
     try:
         cur = conn.cursor()
         ensure_ledger(cur)
-        cur.execute(
-            f"CREATE TABLE IF NOT EXISTS {STATE} (backup_id VARBINARY(64) PRIMARY KEY, started_at TIMESTAMP(6) NULL, "
-            "finished_at TIMESTAMP(6) NULL) ENGINE=InnoDB"
-        )
-        resume = _resuming(cur, plan["backup_id"])
+        _ensure_state(cur)
+        resume = _resuming(cur, plan["backup_id"], plan["databases"])
         cur.execute(dialect.LOAD_SESSION)
         if not resume:
             for d in schema["databases"]:
                 if d["name"] in plan["databases"]:
                     cur.execute(f"DROP DATABASE IF EXISTS {dialect.quote_ident(d['name'])}")
-            cur.execute(f"DELETE FROM {tuning.META_DB}.ledger WHERE backup_id = %s", (plan["backup_id"],))
-            cur.execute(f"REPLACE INTO {STATE} VALUES (%s, CURRENT_TIMESTAMP(6), NULL)", (plan["backup_id"],))
+            _clear_state(cur, manifest, plan["databases"])
+            cur.execute(
+                f"INSERT INTO {STATE} VALUES (%s, %s, %s, CURRENT_TIMESTAMP(6), NULL)",
+                (plan["backup_id"], _dbs_key(plan["databases"]), json.dumps(sorted(plan["databases"]))),
+            )
             conn.commit()
         for d in schema["databases"]:
             if d["name"] in plan["databases"]:
@@ -302,8 +364,7 @@ def finalize(plan: dict) -> dict:
                 cur.execute(f"ANALYZE TABLE {dialect.qualified(t.schema, t.name)}")
                 cur.fetchall()
         steps["analyze"] = time.monotonic() - s
-        cur.execute(f"DELETE FROM {tuning.META_DB}.ledger WHERE backup_id = %s", (plan["backup_id"],))
-        cur.execute(f"UPDATE {STATE} SET finished_at = CURRENT_TIMESTAMP(6) WHERE backup_id = %s", (plan["backup_id"],))
+        _clear_state(cur, manifest, dbs)  # this run's state and ledger rows: the restore is complete
         cur.execute(f"SELECT COUNT(*) FROM {tuning.META_DB}.ledger")
         if not cur.fetchone()[0]:
             cur.execute(f"DROP TABLE {tuning.META_DB}.ledger")

@@ -10,13 +10,23 @@ from lastline.errors import StorageError
 from lastline.storage.base import Storage, Writer, checked_key
 
 
+def private_dirs(path: str) -> None:
+    """Create the folders of `path` readable by their owner only (0700): backups can hold password hashes."""
+    if not os.path.isdir(path):
+        private_dirs(os.path.dirname(path))
+        try:
+            os.mkdir(path, 0o700)
+        except FileExistsError:
+            pass
+
+
 class FileWriter(Writer):
-    """Writes `<key>.partial`, fsyncs and renames it on commit."""
+    """Writes `<key>.partial` (0600, folders 0700), fsyncs and renames it on commit."""
 
     def __init__(self, path: str) -> None:
         self.path, self.tmp = path, path + ".partial"
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        self.fh = open(self.tmp, "wb")
+        private_dirs(os.path.dirname(path))
+        self.fh = os.fdopen(os.open(self.tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "wb")
 
     def write(self, data: bytes) -> None:
         try:
@@ -87,7 +97,7 @@ class FileStorage(Storage):
     def check_writable(self) -> None:
         probe = self._path(".lastline-write-probe")
         try:
-            os.makedirs(self.root, exist_ok=True)
+            private_dirs(self.root)
             with open(probe, "wb") as fh:
                 fh.write(b"ok")
             os.unlink(probe)

@@ -34,6 +34,25 @@ def plan_capacity(parts: int = MAX_PARTS, base: int = BASE_PART) -> int:
     return sum(part_size(n, base) for n in range(1, parts + 1))
 
 
+def sse_args(aws_conn_id: str | None) -> dict:
+    """Server-side encryption for every object written, from the AWS connection's extras
+    `server_side_encryption` (`AES256` or `aws:kms`) and `sse_kms_key_id` (objects are private: S3's default)."""
+    if not aws_conn_id:
+        return {}
+    from airflow.sdk import Connection
+
+    try:
+        extra = Connection.get(aws_conn_id).extra_dejson or {}
+    except Exception:  # noqa: BLE001 - the hook names a missing connection itself
+        return {}
+    args = {}
+    if extra.get("server_side_encryption"):
+        args["ServerSideEncryption"] = str(extra["server_side_encryption"])
+    if extra.get("sse_kms_key_id"):
+        args["SSEKMSKeyId"] = str(extra["sse_kms_key_id"])
+    return args
+
+
 def s3_client(aws_conn_id: str | None) -> Any:
     """A boto3 S3 client from the Airflow AWS connection (endpoint_url, region and keys from it)."""
     from airflow.providers.amazon.aws.hooks.s3 import S3Hook
@@ -44,8 +63,10 @@ def s3_client(aws_conn_id: str | None) -> Any:
 class S3Writer(Writer):
     """A multipart upload fed by write(); parts upload in a background thread."""
 
-    def __init__(self, client: Any, bucket: str, key: str, base_part: int = BASE_PART, inflight: int = 2) -> None:
+    def __init__(self, client: Any, bucket: str, key: str, base_part: int = BASE_PART, inflight: int = 2,
+                 extra: dict | None = None) -> None:
         self.client, self.bucket, self.key, self.base = client, bucket, key, base_part
+        self.extra = extra or {}  # server-side encryption, when the connection asks for it
         self.buf = bytearray()
         self.part_no = 1
         self.parts: list[dict] = []
@@ -57,7 +78,7 @@ class S3Writer(Writer):
 
     def _start(self) -> None:
         try:
-            self.upload_id = self.client.create_multipart_upload(Bucket=self.bucket, Key=self.key)["UploadId"]
+            self.upload_id = self.client.create_multipart_upload(Bucket=self.bucket, Key=self.key, **self.extra)["UploadId"]
         except Exception as exc:
             raise StorageError(f"cannot start an upload to s3://{self.bucket}/{self.key}: {exc}") from exc
         self.thread = threading.Thread(target=self._upload_loop, name="s3-upload", daemon=True)
@@ -111,7 +132,7 @@ class S3Writer(Writer):
     def commit(self) -> None:
         if self.upload_id is None:  # small object: one PUT
             try:
-                self.client.put_object(Bucket=self.bucket, Key=self.key, Body=bytes(self.buf))
+                self.client.put_object(Bucket=self.bucket, Key=self.key, Body=bytes(self.buf), **self.extra)
             except Exception as exc:
                 raise StorageError(f"cannot write s3://{self.bucket}/{self.key}: {exc}") from exc
             return
@@ -146,13 +167,14 @@ class S3Storage(Storage):
         self.bucket, self.prefix = bucket, prefix.strip("/")
         self.url = f"s3://{bucket}/{self.prefix}".rstrip("/")
         self.client = client or s3_client(aws_conn_id)
+        self.extra = sse_args(aws_conn_id)
 
     def _key(self, key: str) -> str:
         checked_key(key, self.url)
         return f"{self.prefix}/{key}" if self.prefix else key
 
     def writer(self, key: str) -> Writer:
-        return S3Writer(self.client, self.bucket, self._key(key))
+        return S3Writer(self.client, self.bucket, self._key(key), extra=self.extra)
 
     def reader(self, key: str, chunk: int = 1 << 20) -> Iterator[bytes]:
         try:

@@ -13,7 +13,7 @@ from lastline.errors import StorageError
 from lastline.runner import SshHost
 from lastline.storage.base import Storage, Writer, checked_key
 
-_WRITE = 'mkdir -p "$(dirname "$1")" && cat > "$1.partial" && sync "$1.partial"'
+_WRITE = 'umask 077 && mkdir -p "$(dirname "$1")" && cat > "$1.partial" && sync "$1.partial"'
 
 
 def _stderr_tail(proc: subprocess.Popen) -> str:
