@@ -251,3 +251,50 @@ def test_a_missing_or_truncated_chunk_is_found_before_anything_is_touched(sakila
     with pytest.raises(IntegrityError, match="missing or truncated"):
         lr.preflight(_conf(dest))
     assert sentinel.query("SELECT COUNT(*) FROM information_schema.TABLES WHERE TABLE_SCHEMA = 'sakila'") == before
+
+
+def _lastline_queries(server, like: str) -> list:
+    return server.query(
+        "SELECT ID, INFO FROM information_schema.PROCESSLIST WHERE USER = 'lastline' AND INFO LIKE %s AND ID <> CONNECTION_ID()",
+        (like,),
+    )
+
+
+def test_sigterm_stops_the_task_within_seconds_and_leaves_no_query_on_the_source(airflow_db, logical_source, tmp_path):
+    """`airflow dags test logical_backup` told to stop (SIGTERM, as the task runner sends on mark-failed,
+    execution_timeout or shutdown) while its FLUSH TABLES WITH READ LOCK waits behind a LOCK TABLES: the
+    process ends within seconds, the lock request is gone from the source, no dump worker is left."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    src = logical_source.server()
+    blocker = src.connect()
+    blocker.cursor().execute("LOCK TABLES sakila.actor WRITE")  # the global read lock waits for it
+    conf = {"source_conn_id": "t_lsource", "destination": f"file://{tmp_path}", "databases": ["sakila"],
+            "chunk_rows": 250_000, "compression": "zstd", "parallel": 2, "include_grants": False,
+            "lock_nontransactional": True, "aws_conn_id": None, "keep": 7, "incomplete_grace_hours": 24}
+    proc = subprocess.Popen([sys.executable, "-m", "airflow", "dags", "test", "logical_backup", "-c", json.dumps(conf)],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 90
+        while not _lastline_queries(src, "FLUSH TABLES WITH READ LOCK%"):
+            assert proc.poll() is None and time.monotonic() < deadline, "the dump never reached its lock"
+            time.sleep(0.2)
+        t0 = time.monotonic()
+        os.kill(proc.pid, signal.SIGTERM)
+        out, _ = proc.communicate(timeout=30)
+        took = time.monotonic() - t0
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+        blocker.cursor().execute("UNLOCK TABLES")
+        blocker.close()
+    text = out.decode(errors="replace")
+    assert took < 20, text[-3000:]
+    assert "told to stop" in text and "KILL QUERY" in text, text[-3000:]
+    assert not _lastline_queries(src, "FLUSH TABLES%")
+    assert not list(tmp_path.rglob("manifest.json"))
+    ps = subprocess.run(["pgrep", "-f", "lastline-tsvdump"], capture_output=True, text=True).stdout.split()
+    assert not ps, "dump workers left running"

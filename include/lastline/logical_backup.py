@@ -23,7 +23,7 @@ from datetime import datetime, timedelta, timezone
 from typing import Any
 from urllib.parse import quote
 
-from lastline import chunking, dialect
+from lastline import chunking, dialect, stopping
 from lastline.compression import DEFAULT_COMPRESSION, codec
 from lastline.errors import IntegrityError, LastlineError, PipelineError, PreflightError, Refusal, ServerError
 from lastline.logical_schema import auto_increment, read_schema, render_sql, resolve_databases
@@ -370,6 +370,7 @@ class Dumper:
                 self.put("chunk", state)
 
 
+@stopping.stops_cleanly
 def dump(plan: dict) -> dict:
     """Open one snapshot on `parallel` connections and dump schema and data; write the manifest last."""
     server = Server.from_conn_id(plan["source_conn_id"])

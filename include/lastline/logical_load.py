@@ -22,7 +22,7 @@ import threading
 import time
 from typing import Any
 
-from lastline import dialect
+from lastline import dialect, stopping
 from lastline.chunk_files import read_chunk
 from lastline.errors import IntegrityError, LastlineError, ServerError
 from lastline.manifest import ChunkInfo, LogicalManifest, LogicalTable
@@ -117,11 +117,14 @@ class Loader:
     def __init__(self, server: Server, storage: Storage, manifest: LogicalManifest, progress: LoadProgress) -> None:
         self.server, self.storage, self.manifest, self.progress = server, storage, manifest, progress
         self.conn = server.connect(local_infile=1)
+        self._stop = stopping.add(f"{progress.label}: KILL QUERY on the loader's connection",
+                                  stopping.kill_query(server, self.conn.thread_id()))
         self.cur = self.conn.cursor()
         self.cur.execute(dialect.LOAD_SESSION)
         self.cur.execute("SET SESSION sql_log_bin = 0, innodb_lock_wait_timeout = 3600, autocommit = 0")
 
     def close(self) -> None:
+        stopping.remove(self._stop)
         try:
             self.conn.close()
         except Exception:  # noqa: BLE001

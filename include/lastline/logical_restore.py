@@ -11,7 +11,7 @@ import time
 from datetime import datetime, timezone
 from typing import Any
 
-from lastline import dialect, tuning
+from lastline import dialect, stopping, tuning
 from lastline.errors import IntegrityError, LastlineError, PreflightError
 from lastline.logical_load import ensure_ledger, load_unit
 from lastline.logical_schema import checked_create, database_create, session_name, split_deferred, validate_schema
@@ -230,6 +230,7 @@ def tune(plan: dict) -> dict:
     )
 
 
+@stopping.stops_cleanly
 def create_schema(plan: dict) -> dict:
     """Databases and tables (secondary indexes and foreign keys held back when defer_indexes)."""
     storage, manifest = _manifest(plan)
@@ -288,6 +289,7 @@ def plan_load(plan: dict) -> list[dict]:
     return [u.to_dict() for u in units]
 
 
+@stopping.stops_cleanly
 def load(plan: dict, unit: dict) -> dict:
     """Load one work unit (see logical_load)."""
     storage, manifest = _manifest(plan)
@@ -313,6 +315,7 @@ def _execute_in_context(server: Server, obj: dict, statement: str) -> None:
         conn.close()
 
 
+@stopping.stops_cleanly
 def finalize(plan: dict) -> dict:
     """Deferred indexes and foreign keys, AUTO_INCREMENT counters, then triggers (after the data),
     views in dependency order, routines, events, sequence states, ANALYZE TABLE; drop the ledger."""
@@ -389,6 +392,7 @@ def _in_parallel(server: Server, n: int, items: list, work: Any, setup: tuple[st
 
     def worker() -> None:
         conn = server.connect()
+        token = stopping.add("KILL QUERY on a finalize/verify connection", stopping.kill_query(server, conn.thread_id()))
         try:
             cur = conn.cursor()
             for sql in setup:
@@ -402,6 +406,7 @@ def _in_parallel(server: Server, n: int, items: list, work: Any, setup: tuple[st
         except BaseException as exc:  # noqa: BLE001 - re-raised below
             errors.append(exc)
         finally:
+            stopping.remove(token)
             conn.close()
 
     threads = [threading.Thread(target=worker, daemon=True) for _ in range(max(1, min(n, len(items))))]
@@ -456,6 +461,7 @@ def revert(plan: dict) -> dict:
     return tuning.revert(_target(plan))
 
 
+@stopping.stops_cleanly
 def verify(plan: dict, snapshot: dict) -> dict:
     """Per table rows and checksum equal to the manifest; every object present; configuration back."""
     storage, manifest = _manifest(plan)

@@ -6,7 +6,7 @@ from dataclasses import asdict
 from datetime import datetime, timedelta, timezone
 
 from lastline import datadir as datadir_ops
-from lastline import physical
+from lastline import physical, stopping
 from lastline.checksums import SYSTEM_SCHEMAS
 from lastline.errors import PipelineError, StorageError
 from lastline.manifest import PhysicalManifest, TableInfo, new_backup_id, prune_backups, write_manifest
@@ -68,6 +68,7 @@ def preflight(conf: dict) -> dict:
     return plan
 
 
+@stopping.stops_cleanly
 def stream(plan: dict) -> dict:
     """Run `mariabackup --stream | compressor` (on the source's host) into the destination; sha256 and
     bytes counted in-stream."""

@@ -16,7 +16,7 @@ import logging
 import time
 
 from lastline import datadir as dd
-from lastline import physical
+from lastline import physical, stopping
 from lastline.datadir import MARKER
 from lastline.dialect import qualified
 from lastline.errors import IntegrityError, PipelineError, PreflightError
@@ -103,6 +103,7 @@ def stop_target(plan: dict, timeout: float = 120) -> dict:
     return {"seconds": round(seconds, 3)}
 
 
+@stopping.stops_cleanly
 def extract(plan: dict) -> dict:
     """fetch | decompress | mbstream -x into the datadir (on the target's host), checking sha256 and size
     while reading."""
@@ -147,6 +148,7 @@ def prepare_datadir(server: Server, datadir: str, use_memory: int) -> float:
     return time.monotonic() - t0
 
 
+@stopping.stops_cleanly
 def prepare(plan: dict) -> dict:
     """mariabackup --prepare, then give the files the datadir's owner; clears the in-progress marker."""
     seconds = prepare_datadir(_target(plan), plan["datadir"], plan["use_memory"])

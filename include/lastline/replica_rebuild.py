@@ -15,7 +15,7 @@ import time
 import uuid
 
 from lastline import datadir as dd
-from lastline import physical, replication
+from lastline import physical, replication, stopping
 from lastline.datadir import MARKER
 from lastline.errors import IntegrityError, PipelineError, PreflightError, ReplicationError, ServerError
 from lastline.physical_restore import check_datadir, prepare_datadir, start_server
@@ -127,6 +127,7 @@ def stream_stages(source: Server, target: Server, optfile: str, plan: dict) -> l
     )
 
 
+@stopping.stops_cleanly
 def stream(plan: dict) -> dict:
     """Source to target in ONE pipeline; byte counts and checksums compared at both ends; returns the
     backup's binlog/GTID coordinates."""

@@ -28,6 +28,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, Iterable, Iterator
 
+from lastline import stopping
 from lastline.errors import LastlineError, PipelineError
 
 log = logging.getLogger(__name__)
@@ -423,6 +424,7 @@ def run_pipeline(
     start = time.monotonic()
     groups = _groups(stages, host)
     procs: list[subprocess.Popen] = []
+    stop_tokens: list[int] = []
     errfiles: list[str] = []
     feed_error: list[BaseException] = []
     in_hash, out_hash = (hashlib.sha256() if hash_source else None), hashlib.sha256()
@@ -443,6 +445,7 @@ def run_pipeline(
             if proc.stdout is not None:
                 _widen(proc.stdout.fileno())
             procs.append(proc)
+            stop_tokens.append(stopping.add(f"{label}: killed {group[0].name}", stopping.kill_process(proc)))
             prev_stdout = proc.stdout
 
         if source is None and sink is None and progress_every:
@@ -506,6 +509,8 @@ def run_pipeline(
     finally:
         watch_stop.set()
         _kill(procs)
+        for token in stop_tokens:
+            stopping.remove(token)
         for path in errfiles:
             try:
                 os.unlink(path)

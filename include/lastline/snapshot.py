@@ -15,6 +15,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from lastline import stopping
 from lastline.errors import PreflightError, ServerError
 from lastline.servers import Server, server_identity
 from lastline.tsvdump import DumpWorker
@@ -63,6 +64,8 @@ class SnapshotPool:
     def open(self) -> Coordinates:
         """Lock, open a snapshot on every worker, read the coordinates. The lock stays until release()."""
         self.control = self.server.connect()
+        self._stop = stopping.add("snapshot: KILL QUERY on the control connection (FLUSH TABLES WITH READ LOCK, schema reads)",
+                                  stopping.kill_query(self.server, self.control.thread_id()))
         cur = self.control.cursor()
         cur.execute("SET SESSION lock_wait_timeout = %s", (self.lock_wait_timeout,))
         self.workers = [DumpWorker(self.server, f"dump-{i}") for i in range(self.n)]
@@ -136,6 +139,9 @@ class SnapshotPool:
                     pass
         self.locked_at = None
         self.control, self.workers = None, []
+        if getattr(self, "_stop", None) is not None:
+            stopping.remove(self._stop)
+            self._stop = None
 
     def __enter__(self) -> SnapshotPool:
         return self

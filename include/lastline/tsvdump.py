@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
+from lastline import stopping
 from lastline.compression import codec
 from lastline.errors import ConfigError, PipelineError, ServerError
 from lastline.runner import _widen
@@ -186,7 +187,12 @@ class DumpWorker:
             code, msg = _error(first)
             hint = {1045: "wrong user or password: fix the connection's login/password"}.get(code, "check the connection")
             raise ServerError(f"cannot connect to {server.describe()} from {BINARY}: {msg} ({hint}).")
-        self.version = first[6:]
+        _, conn_id, self.version = first.split(" ", 2)
+        self.connection_id = int(conn_id)
+        self._stop = [
+            stopping.add(f"{name}: killed its process", stopping.kill_process(self.proc)),
+            stopping.add(f"{name}: KILL QUERY {conn_id} on {server.describe()}", stopping.kill_query(server, self.connection_id)),
+        ]
 
     def _recv(self) -> str:
         try:
@@ -262,6 +268,8 @@ class DumpWorker:
 
     def close(self) -> None:
         """End the worker: closing the socket ends its loop; a stuck one is killed."""
+        for token in getattr(self, "_stop", []):
+            stopping.remove(token)
         try:
             self.sock.close()
         except OSError:

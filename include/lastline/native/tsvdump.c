@@ -18,7 +18,7 @@
  *                           -> "NEED" (per part) ... "PART <rows> <raw_bytes> <checksum>" (raw: before compression)
  *                           -> "DONE <rows> <checksum>" | "ERR <errno> <msg>" | "WARN <n> <msg>"
  *   "O" + one fd (SCM_RIGHTS)   the answer to NEED: where the part's lines go (the write end of a pipe)
- * Worker -> coordinator at start: "READY <server version>" or "ERR <errno> <msg>".
+ * Worker -> coordinator at start: "READY <connection id> <server version>" or "ERR <errno> <msg>".
  *
  * The dialect (see dialect.py): fields split by TAB, rows ended by LF; in a field `\` is `\\`, TAB is
  * `\t`, LF is `\n`; NULL is `\N`; every other byte as the server sent it (character_set_results=NULL).
@@ -375,7 +375,7 @@ int main(int argc, char **argv) {
         reply_error();
         return 1;
     }
-    reply("READY %s", mysql_get_server_info(db));
+    reply("READY %lu %s", mysql_thread_id(db), mysql_get_server_info(db));
     char *buf = malloc(MAX_MSG);
     if (!buf) return 1;
     for (;;) {
