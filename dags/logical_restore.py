@@ -46,6 +46,7 @@ from lastline.dag_defaults import DESTINATION, TARGET_CONN_ID, dag_args, env
         "restart_allowed": Param(False, type="boolean", description="may restart the target for doublewrite/binlog/autoinc settings"),
         "defer_indexes": Param(True, type="boolean", description="build secondary indexes and foreign keys after the data"),
         "force": Param(False, type="boolean", description="replace databases that already exist on the target"),
+        "restore_grants": Param(False, type="boolean", description="also recreate the accounts and grants of a backup taken with include_grants"),
         "restore_into_source": Param("", type="string", description="the target's connection id, to allow restoring into the server the backup came from"),
         "redo_log_bytes": Param(lr.DEFAULT_REDO_BYTES, type="integer", minimum=0, description="redo log size while loading"),
         "aws_conn_id": Param(None, type=["null", "string"], description="AWS connection for s3:// backups"),

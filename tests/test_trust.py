@@ -298,3 +298,41 @@ def test_sigterm_stops_the_task_within_seconds_and_leaves_no_query_on_the_source
     assert not list(tmp_path.rglob("manifest.json"))
     ps = subprocess.run(["pgrep", "-f", "lastline-tsvdump"], capture_output=True, text=True).stdout.split()
     assert not ps, "dump workers left running"
+
+
+def test_grants_are_restored_when_asked_and_only_as_their_own_account(logical_source, logical_target, tmp_path):
+    src, dst = logical_source.server(), logical_target.server()
+    conn = src.connect()
+    cur = conn.cursor()
+    cur.execute("CREATE OR REPLACE USER 'reporter'@'127.0.0.1' IDENTIFIED BY 'rep-pw-1'")
+    cur.execute("GRANT SELECT ON edge.* TO 'reporter'@'127.0.0.1'")
+    conn.close()
+    lb.dump(lb.preflight({"source_conn_id": "t_lsource", "destination": f"file://{tmp_path}", "databases": ["edge"],
+                          "include_grants": True}))
+    dst.query("DROP USER IF EXISTS 'reporter'@'127.0.0.1'")
+    conf = {"target_conn_id": "t_ltarget", "backup": f"file://{tmp_path}/latest", "databases": ["edge"], "force": True}
+    plan = lr.preflight({**conf, "restore_grants": True})
+    lr.create_schema(plan)
+    for unit in lr.plan_load(plan):
+        lr.load(plan, unit)
+    lr.finalize(plan)
+    assert dst.query("SHOW GRANTS FOR 'reporter'@'127.0.0.1'")[-1][0].startswith("GRANT SELECT ON `edge`.* TO `reporter`@`127.0.0.1`")
+    from lastline.servers import Server
+
+    as_reporter = Server("r", host="127.0.0.1", port=dst.port, user="reporter", password="rep-pw-1")
+    assert as_reporter.query("SELECT COUNT(*) FROM edge.null_like")[0][0] > 0
+    # an entry that grants to another account than its own is refused before anything is touched
+    copy = _tamper_schema(tmp_path, tmp_path / "copy", lambda s: next(
+        g for g in s["grants"] if g["user"] == "reporter")["grants"].append("GRANT ALL PRIVILEGES ON *.* TO `root`@`%`"))
+    with pytest.raises(IntegrityError, match="is not a GRANT to that account"):
+        lr.preflight({**conf, "backup": f"file://{copy}/latest", "restore_grants": True})
+    with pytest.raises(PreflightError, match="taken without include_grants"):
+        lr.preflight({**conf, "backup": f"file://{_plain_backup(tmp_path)}/latest", "restore_grants": True})
+    src.query("DROP USER 'reporter'@'127.0.0.1'")
+    dst.query("DROP USER 'reporter'@'127.0.0.1'")
+
+
+def _plain_backup(tmp_path: Path) -> Path:
+    dest = tmp_path / "plain"
+    lb.dump(lb.preflight({"source_conn_id": "t_lsource", "destination": f"file://{dest}", "databases": ["edge"]}))
+    return dest

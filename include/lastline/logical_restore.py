@@ -5,16 +5,16 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import os
-import shutil
 import time
 from datetime import datetime, timezone
 from typing import Any
 
-from lastline import dialect, stopping, tuning
+from lastline import datadir as dd, dialect, stopping, tuning
 from lastline.errors import IntegrityError, LastlineError, PreflightError
 from lastline.logical_load import ensure_ledger, load_unit
-from lastline.logical_schema import checked_create, database_create, session_name, split_deferred, validate_schema
+from lastline.logical_schema import (
+    checked_create, checked_grants, database_create, session_name, split_deferred, validate_schema,
+)
 from lastline.manifest import LogicalManifest, read_manifest, resolve_backup
 from lastline.physical import base_version
 from lastline.checksums import SYSTEM_SCHEMAS
@@ -145,7 +145,10 @@ def preflight(conf: dict) -> dict:
     missing = [d for d in wanted if d not in in_backup]
     if missing:
         raise PreflightError(f"database(s) {', '.join(missing)} are not in backup {backup_id}; it holds: {', '.join(in_backup)}.")
-    validate_schema(schema, wanted)  # every statement the restore would run is the CREATE it claims to be
+    restore_grants = bool(conf.get("restore_grants"))
+    if restore_grants and not manifest.include_grants:
+        raise PreflightError(f"restore_grants: backup {backup_id} was taken without include_grants; it holds no accounts.")
+    validate_schema(schema, wanted, restore_grants)  # every statement the restore would run is the CREATE it claims to be
     _require_chunk_files(storage, manifest, wanted)
     conn = server.connect(local_infile=1)
     try:
@@ -179,13 +182,8 @@ def preflight(conf: dict) -> dict:
         conn.close()
     need = sum(t.raw_bytes for t in _selected(manifest, wanted))
     where = server.datadir or datadir
-    if where and os.path.isdir(where):
-        free = shutil.disk_usage(where).free
-        if free < need * 1.3:
-            raise PreflightError(
-                f"{where} has {free / 1e9:.2f} GB free; loading {need / 1e9:.2f} GB of rows needs about "
-                f"{need * 1.3 / 1e9:.2f} GB with indexes: free space first."
-            )
+    if where:  # looked at on the server's own host (local or over SSH)
+        dd.require_room(server.runner(), where, int(need * 1.3), f"loading {need / 1e9:.2f} GB of rows with their indexes")
     plan = {
         "target_conn_id": server.conn_id,
         "destination": storage.url,
@@ -197,6 +195,7 @@ def preflight(conf: dict) -> dict:
         "restart_allowed": bool(conf.get("restart_allowed")),
         "defer_indexes": conf.get("defer_indexes", True) is not False,
         "force": bool(conf.get("force")),
+        "restore_grants": restore_grants,
         "resume": resume,
         "redo_log_bytes": int(conf.get("redo_log_bytes") or DEFAULT_REDO_BYTES),
         "buffer_pool_bytes": int(conf.get("buffer_pool_bytes") or 0) or None,
@@ -353,6 +352,10 @@ def finalize(plan: dict) -> dict:
             _execute_in_context(server, {"schema": obj["schema"]}, f"DROP {what} IF EXISTS {dialect.qualified(obj['schema'], obj['name'])}")
             _execute_in_context(server, obj, create)
     steps["objects"] = time.monotonic() - s
+    if plan.get("restore_grants"):
+        s = time.monotonic()
+        _restore_grants(server, schema)
+        steps["grants"] = time.monotonic() - s
     conn = server.connect()
     try:
         cur = conn.cursor()
@@ -377,6 +380,30 @@ def finalize(plan: dict) -> dict:
     seconds = time.monotonic() - t0
     log.info("finalize: %s in %.1f s; ledger dropped", ", ".join(f"{k} {v:.1f} s" for k, v in steps.items()), seconds)
     return {"seconds": round(seconds, 3), "steps": {k: round(v, 3) for k, v in steps.items()}}
+
+
+def _restore_grants(server: Server, schema: dict) -> None:
+    """Accounts and their grants from the backup (asked for by restore_grants). An account that already
+    exists on the target (its administrators, the restoring user) is left exactly as it is."""
+    conn = server.connect()
+    created, kept = [], []
+    try:
+        cur = conn.cursor()
+        cur.execute("SET SESSION sql_log_bin = 0")
+        for g in schema.get("grants", []):
+            statements = checked_grants(g)
+            cur.execute("SELECT COUNT(*) FROM mysql.user WHERE User = %s AND Host = %s", (g["user"], g["host"]))
+            if cur.fetchone()[0]:
+                kept.append(f"{g['user']}@{g['host']}")
+                continue
+            for statement in statements:
+                cur.execute(statement)
+            created.append(f"{g['user']}@{g['host']}")
+        conn.commit()
+    finally:
+        conn.close()
+    log.info("grants: created %d account(s) with their grants: %s; left alone (they exist on the target): %s",
+             len(created), ", ".join(created) or "none", ", ".join(kept) or "none")
 
 
 def _in_parallel(server: Server, n: int, items: list, work: Any, setup: tuple[str, ...] = ()) -> list:

@@ -297,7 +297,32 @@ def database_create(d: dict) -> str:
     return f"CREATE DATABASE IF NOT EXISTS {quote_ident(d['name'])} CHARACTER SET {d['charset']} COLLATE {d['collation']}"
 
 
-def validate_schema(schema: dict, databases: list[str]) -> None:
+def _account(user: str, host: str) -> str:
+    """A regex for `user`@`host` as SHOW CREATE USER / SHOW GRANTS print it (backquotes or quotes)."""
+    def one(name: str) -> str:
+        return "(?:" + "|".join(re.escape(q + name.replace(q, q + q) + q) for q in ("`", "'")) + ")"
+    return one(user) + "@" + one(host)
+
+
+def checked_grants(g: dict) -> list[str]:
+    """The statements that recreate one account of schema.json (CREATE USER IF NOT EXISTS, then its
+    GRANTs), refused unless each is the CREATE USER or a GRANT ... TO of that very account."""
+    user, host = g.get("user"), g.get("host")
+    if not isinstance(user, str) or not isinstance(host, str) or not isinstance(g.get("create"), str):
+        raise IntegrityError(f"schema.json: a grants entry without user, host or statement: {str(g)[:200]}")
+    account = _account(user, host)
+    out = []
+    if not re.match(rf"^CREATE USER {account}(?:\s|$)", g["create"]) or ";" in _QUOTED.sub("", g["create"]):
+        raise IntegrityError(f"schema.json: the CREATE USER of {user}@{host} is not that account's ({g['create'][:80]!r}); refused.")
+    out.append(g["create"].replace("CREATE USER ", "CREATE USER IF NOT EXISTS ", 1))
+    for grant in g.get("grants", []):
+        if not (isinstance(grant, str) and re.match(rf"^GRANT .+ TO {account}(?:\s|$)", grant, re.S)) or ";" in _QUOTED.sub("", grant):
+            raise IntegrityError(f"schema.json: a grant of {user}@{host} is not a GRANT to that account ({str(grant)[:80]!r}); refused.")
+        out.append(grant)
+    return out
+
+
+def validate_schema(schema: dict, databases: list[str], grants: bool = False) -> None:
     """Check every statement a restore of `databases` would run from schema.json (before anything is touched)."""
     for d in schema.get("databases", []):
         if d.get("name") in databases:
@@ -308,6 +333,9 @@ def validate_schema(schema: dict, databases: list[str]) -> None:
                 checked_create(kind, obj)
                 session_name(obj.get("character_set_client"), "character_set_client")
                 session_name(obj.get("collation_connection"), "collation_connection")
+    if grants:
+        for g in schema.get("grants", []):
+            checked_grants(g)
 
 
 def session_name(value: Any, what: str) -> str | None:

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 from dataclasses import dataclass
 from typing import Any
 
@@ -90,7 +89,13 @@ def _meta(cur: Any) -> None:
 
 
 def drop_in_path(server: Server) -> str | None:
-    return os.path.join(server.config_dir, DROP_IN) if server.config_dir else None
+    """Where the restart profile goes: the config_dir extra, on the server's own host."""
+    return f"{server.config_dir.rstrip('/')}/{DROP_IN}" if server.config_dir else None
+
+
+def _drop_in_exists(server: Server, path: str | None) -> bool:
+    """Whether the drop-in is there, looked at on the server's host (local or over SSH)."""
+    return bool(path) and server.runner().run(["test", "-e", path], check=False).returncode == 0
 
 
 def take_snapshot(server: Server, run_id: str, taken_at: str) -> ConfigSnapshot:
@@ -110,7 +115,7 @@ def take_snapshot(server: Server, run_id: str, taken_at: str) -> ConfigSnapshot:
             return snap
         path = drop_in_path(server)
         snap = ConfigSnapshot(
-            global_variables(cur, TUNED_VARIABLES + RESTART_VARIABLES), bool(path and os.path.exists(path)), taken_at, run_id
+            global_variables(cur, TUNED_VARIABLES + RESTART_VARIABLES), _drop_in_exists(server, path), taken_at, run_id
         )
         if snap.restart_profile:
             raise PreflightError(
@@ -151,9 +156,9 @@ def apply(server: Server, snap: ConfigSnapshot, *, restart_allowed: bool, redo_b
         path = drop_in_path(server)
         if not path:
             raise PreflightError(f"restart_allowed needs a config_dir extra on {server.conn_id!r} for the drop-in.")
-        with open(path, "w") as fh:
-            fh.write("# written by lastline for a bulk restore; removed by its revert\n[mysqld]\n")
-            fh.writelines(f"{k}\n" if v is None else f"{k}={v}\n" for k, v in RESTART_SETTINGS.items())
+        text = "# written by lastline for a bulk restore; removed by its revert\n[mysqld]\n" + "".join(
+            f"{k}\n" if v is None else f"{k}={v}\n" for k, v in RESTART_SETTINGS.items())
+        server.runner().sh('cat > "$1.tmp" && mv "$1.tmp" "$1"', path, input=text.encode())  # on the server's host
         restarted = _restart(server, f"tune: restart profile {RESTART_SETTINGS} -> {path}")
     conn = server.connect()
     try:
@@ -210,8 +215,8 @@ def revert(server: Server) -> dict:
         return {"reverted": {}, "restarted": False}
     path = drop_in_path(server)
     restarted = False
-    if path and os.path.exists(path):
-        os.unlink(path)
+    if _drop_in_exists(server, path):
+        server.runner().run(["rm", "-f", path])
         restarted = _restart(server, f"revert: removed {path}")
     conn = server.connect()
     try:
