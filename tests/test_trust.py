@@ -336,3 +336,57 @@ def _plain_backup(tmp_path: Path) -> Path:
     dest = tmp_path / "plain"
     lb.dump(lb.preflight({"source_conn_id": "t_lsource", "destination": f"file://{dest}", "databases": ["edge"]}))
     return dest
+
+
+@pytest.fixture(scope="module")
+def tls_source(sandbox_root, tmp_path_factory):
+    """A sandbox that accepts TCP connections over TLS only (require_secure_transport), with a test CA."""
+    import subprocess
+
+    from conftest import _instance, set_conn
+
+    d = tmp_path_factory.mktemp("tls")
+    run = lambda *a: subprocess.run(list(a), check=True, capture_output=True, cwd=d)  # noqa: E731
+    run("openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", "ca.key", "-out", "ca.pem", "-days", "2",
+        "-subj", "/CN=lastline test CA")
+    run("openssl", "req", "-newkey", "rsa:2048", "-nodes", "-keyout", "server.key", "-out", "server.csr", "-subj", "/CN=127.0.0.1")
+    (d / "san.cnf").write_text("subjectAltName=IP:127.0.0.1\n")
+    run("openssl", "x509", "-req", "-in", "server.csr", "-CA", "ca.pem", "-CAkey", "ca.key", "-CAcreateserial",
+        "-out", "server.pem", "-days", "2", "-extfile", "san.cnf")
+    inst = _instance(sandbox_root, "tls")
+    try:
+        (inst.conf_d / "tls.cnf").write_text(
+            f"[mysqld]\nssl-ca={d / 'ca.pem'}\nssl-cert={d / 'server.pem'}\nssl-key={d / 'server.key'}\n"
+            "require-secure-transport=ON\n"
+        )
+        inst.stop()
+        inst.start()
+        root = inst.server()
+        conn = root.connect(ssl={"ca": str(d / "ca.pem")})
+        cur = conn.cursor()
+        cur.execute("CREATE DATABASE tlsdb")
+        cur.execute("CREATE TABLE tlsdb.t (id INT PRIMARY KEY, v TEXT)")
+        cur.execute("USE tlsdb")  # the sequence engine's tables need a current database
+        cur.execute("INSERT INTO tlsdb.t SELECT seq, REPEAT('x\\n', seq) FROM seq_1_to_3000")
+        conn.commit()
+        conn.close()
+        set_conn("t_tls", inst, ssl={"ca": str(d / "ca.pem")}, ssl_mode="VERIFY_CA")
+        set_conn("t_plain", inst)
+        yield inst
+    finally:
+        inst.destroy()
+
+
+def test_connections_use_tls_when_the_connection_asks_for_it(tls_source, tmp_path):
+    from lastline.errors import ServerError
+    from lastline.servers import Server
+
+    with pytest.raises(ServerError):  # the server takes TLS only: a plain connection is refused
+        Server.from_conn_id("t_plain").connect().close()
+    tls = Server.from_conn_id("t_tls")
+    assert tls.query("SHOW SESSION STATUS LIKE 'Ssl_cipher'")[0][1]
+    plan = lb.preflight({"source_conn_id": "t_tls", "destination": f"file://{tmp_path}", "databases": ["tlsdb"],
+                         "chunk_rows": 1000})
+    lb.dump(plan)  # preflight, snapshot control, splitter and the C dump workers all connected over TLS
+    m = read_manifest(open_storage(f"file://{tmp_path}"), plan["backup_id"], "logical")
+    assert m.tables[0].rows == 3000

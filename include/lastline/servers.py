@@ -9,7 +9,10 @@ Extras read from the connection (all optional):
   on that host over SSH; SQL still goes from the worker to host/port;
 - ``socket``: a unix socket to connect through instead of host/port (with ``ssh_conn_id``: the socket
   on that host, used by the commands run there);
-- ``protected``: ``true`` marks a production server that lastline never restores into.
+- ``protected``: ``true`` marks a production server that lastline never restores into;
+- ``ssl`` (a dict or its JSON: ``ca``, ``cert``, ``key``) and ``ssl_mode`` (``REQUIRED``, ``VERIFY_CA``,
+  ``VERIFY_IDENTITY``), as the mysql provider reads them: every connection lastline opens then uses TLS,
+  the dump workers' and the tools' (mariabackup, mariadb) through their option file.
 
 Credentials never reach a command line: :func:`option_file` writes them to a 0600
 ``--defaults-extra-file`` that is removed afterwards, and the Python driver gets them as arguments.
@@ -51,6 +54,8 @@ class Server:
     service_stop: str = DEFAULT_SERVICE_STOP
     ssh_conn_id: str | None = None
     protected: bool = False
+    ssl: dict | None = None
+    ssl_mode: str | None = None
 
     @classmethod
     def from_connection(cls, conn: Any) -> Server:
@@ -69,6 +74,8 @@ class Server:
             service_stop=extra.get("service_stop") or DEFAULT_SERVICE_STOP,
             ssh_conn_id=extra.get("ssh_conn_id") or None,
             protected=as_bool(extra.get("protected", False)),
+            ssl=_ssl_extra(extra.get("ssl")),
+            ssl_mode=str(extra["ssl_mode"]).upper() if extra.get("ssl_mode") else None,
         )
 
     @classmethod
@@ -161,6 +168,10 @@ class Server:
             args["host"], args["port"] = self.host, self.port
         if database:
             args["database"] = database
+        if self.ssl:
+            args["ssl"] = self.ssl
+        if self.ssl_mode:
+            args["ssl_mode"] = self.ssl_mode
         args.update(kwargs)
         try:
             return MySQLdb.connect(**args)
@@ -233,6 +244,17 @@ def table_exists(cur: Any, schema: str, table: str) -> bool:
     return bool(cur.fetchone()[0])
 
 
+def _ssl_extra(value: Any) -> dict | None:
+    """The `ssl` extra as the mysql provider takes it: a dict, or its JSON text."""
+    if not value:
+        return None
+    if isinstance(value, str):
+        import json
+
+        value = json.loads(value)
+    return {str(k): str(v) for k, v in dict(value).items()}
+
+
 def _escape_option(value: str) -> str:
     """Quote a value for a MySQL option file (handles #, quotes, backslashes, spaces)."""
     return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
@@ -246,6 +268,14 @@ def option_file_text(server: Server, sections: tuple[str, ...] = ("client",), on
         body.append(f"socket={_escape_option(server.socket)}")
     else:
         body += [f"host={server.host}", f"port={server.port}", "protocol=TCP"]
+    ssl = server.ssl or {}
+    for key in ("ca", "cert", "key", "capath", "cipher"):
+        if ssl.get(key):
+            body.append(f"ssl-{key}={_escape_option(ssl[key])}")
+    if ssl or server.ssl_mode:
+        body.append("ssl")
+    if server.ssl_mode in ("VERIFY_CA", "VERIFY_IDENTITY"):
+        body.append("ssl-verify-server-cert")
     return "".join(f"[{section}]\n" + "\n".join(body) + "\n" for section in sections)
 
 
