@@ -109,7 +109,11 @@ def test_round_trip_of_sakila_and_corpus_is_exact_and_config_comes_back(run_dag,
     assert logical_source.server().password not in logs
 
 
-def test_corrupt_chunk_is_named_nothing_of_it_is_kept_and_revert_runs(run_dag, backups, logical_target, tmp_path):
+def test_corrupt_chunk_is_named_nothing_of_it_is_kept_and_revert_runs(run_dag, backups, logical_source, logical_target, tmp_path):
+    dbs = ("sakila", "edge", "big")
+    state, tis, logs = run_dag("logical_restore", _conf(backups, force=True))  # a good restore to replace
+    assert state == "success", (tis, _errors(logs))
+    old = _objects(logical_target.server(), dbs)
     dest = tmp_path / "copy"
     shutil.copytree(backups, dest)
     (backup,) = [p for p in dest.iterdir() if p.is_dir()]
@@ -126,6 +130,24 @@ def test_corrupt_chunk_is_named_nothing_of_it_is_kept_and_revert_runs(run_dag, b
     assert _variables(logical_target.server()) == before
     n = logical_target.server().query("SELECT COUNT(*) FROM big.t")[0][0]
     assert n == big.chunks[0].rows  # chunk 0 is in; chunk 1 left nothing behind; the unit stopped there
+    # force dropped nothing: the old tables wait aside, with their triggers' and views' text, until a verified restore
+    target = logical_target.server()
+    aside = {db: lr.aside_name(db) for db in dbs}
+    for db in dbs:
+        rows = target.query(f"SELECT TABLE_NAME FROM information_schema.TABLES WHERE TABLE_SCHEMA = %s AND TABLE_TYPE = 'BASE TABLE' "
+                            "AND TABLE_NAME <> '__lastline_objects'", (aside[db],))
+        assert {f"table {db}.{t}" for (t,) in rows} == {k for k in old if k.startswith(f"table {db}.")}
+        for (t,) in rows:
+            checksum = target.query(f"CHECKSUM TABLE {dialect.qualified(aside[db], t)}")[0][1]
+            assert checksum == old[f"table {db}.{t}"][1], (db, t)
+    saved = {(k, n) for k, n in target.query(f"SELECT kind, name FROM {dialect.qualified(aside['sakila'], '__lastline_objects')}")}
+    assert ("TRIGGER", "customer_create_date") in saved and ("VIEW", "actor_info") in saved
+    assert "kept in lastline_aside_" in logs
+    # a re-run that verifies replaces the partial restore and only then drops the old tables
+    state, tis, logs = run_dag("logical_restore", _conf(backups, force=True))
+    assert state == "success", (tis, _errors(logs))
+    assert not target.query("SELECT SCHEMA_NAME FROM information_schema.SCHEMATA WHERE SCHEMA_NAME LIKE 'lastline\\_aside\\_%'")
+    assert _diff(_objects(logical_source.server(), dbs), _objects(target, dbs)) == []
 
 
 def _wait_for_load(server, table: str, min_ledger: int, timeout: float = 60) -> None:

@@ -6,6 +6,7 @@ from lastline.servers import Server
 
 SYSTEM_SCHEMAS = ("mysql", "information_schema", "performance_schema", "sys")
 META_DB = "_lastline"  # lastline's own bookkeeping on a restore target (config snapshot, ledger)
+ASIDE_PREFIX = "lastline_aside_"  # where a forced restore keeps the old tables until it is verified
 
 
 def user_tables(server: Server) -> list[tuple[str, str]]:

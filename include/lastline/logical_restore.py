@@ -17,7 +17,7 @@ from lastline.logical_schema import (
 )
 from lastline.manifest import LogicalManifest, read_manifest, resolve_backup
 from lastline.physical import base_version
-from lastline.checksums import SYSTEM_SCHEMAS
+from lastline.checksums import ASIDE_PREFIX, SYSTEM_SCHEMAS
 from lastline.servers import Server, refuse_restore_into_source, server_identity, table_exists
 from lastline.storage import Storage
 from lastline.work_units import WorkUnit, plan_units
@@ -104,6 +104,76 @@ def _clear_state(cur: Any, manifest: LogicalManifest, databases: list[str]) -> N
         cur.execute(f"DELETE FROM {tuning.META_DB}.ledger WHERE LEFT(file, %s) = %s", (len(prefix), prefix))
 
 
+def aside_name(db: str) -> str:
+    """Where `force` keeps a database's old tables until the restore that replaces them is verified."""
+    return ASIDE_PREFIX + hashlib.sha1(db.encode()).hexdigest()[:16]
+
+
+def _schema_exists(cur: Any, db: str) -> bool:
+    cur.execute("SELECT COUNT(*) FROM information_schema.SCHEMATA WHERE SCHEMA_NAME = %s", (db,))
+    return bool(cur.fetchone()[0])
+
+
+def _set_aside(cur: Any, db: str) -> None:
+    """Move `db`'s tables (and the text of its triggers, views, routines and events) into aside_name(db),
+    then drop `db`: nothing of the old data is dropped before the new data is verified. If an earlier
+    run already set the original aside, what `db` holds now is that run's partial restore: dropped."""
+    if not _schema_exists(cur, db):
+        return
+    aside, q = aside_name(db), dialect.quote_ident
+    if _schema_exists(cur, aside):
+        log.warning("force: %s already holds the old tables of %s (set aside by an earlier run); dropping the "
+                    "partial restore in %s", aside, db, db)
+        cur.execute(f"DROP DATABASE {q(db)}")
+        return
+    cur.execute("SELECT TABLE_NAME FROM information_schema.TABLES WHERE TABLE_SCHEMA = %s "
+                "AND TABLE_TYPE IN ('BASE TABLE', 'SEQUENCE') ORDER BY 1", (db,))
+    tables = [r[0] for r in cur.fetchall()]
+    if not tables:
+        cur.execute(f"DROP DATABASE {q(db)}")
+        return
+    cur.execute(f"CREATE DATABASE {q(aside)}")
+    cur.execute(f"CREATE TABLE {q(aside)}.`__lastline_objects` (kind VARCHAR(16) NOT NULL, name VARCHAR(64) NOT NULL, "
+                "definition LONGTEXT NOT NULL) ENGINE=InnoDB")
+    saved = 0
+    for kind, sql in (
+        ("TRIGGER", "SELECT TRIGGER_NAME FROM information_schema.TRIGGERS WHERE TRIGGER_SCHEMA = %s"),
+        ("VIEW", "SELECT TABLE_NAME FROM information_schema.VIEWS WHERE TABLE_SCHEMA = %s"),
+        ("PROCEDURE", "SELECT ROUTINE_NAME FROM information_schema.ROUTINES WHERE ROUTINE_SCHEMA = %s AND ROUTINE_TYPE = 'PROCEDURE'"),
+        ("FUNCTION", "SELECT ROUTINE_NAME FROM information_schema.ROUTINES WHERE ROUTINE_SCHEMA = %s AND ROUTINE_TYPE = 'FUNCTION'"),
+        ("EVENT", "SELECT EVENT_NAME FROM information_schema.EVENTS WHERE EVENT_SCHEMA = %s"),
+    ):
+        cur.execute(sql, (db,))
+        for (name,) in cur.fetchall():
+            cur.execute(f"SHOW CREATE {kind} {dialect.qualified(db, name)}")
+            row = cur.fetchone()
+            definition = row[2] if kind in ("TRIGGER", "PROCEDURE", "FUNCTION") else row[3] if kind == "EVENT" else row[1]
+            cur.execute(f"INSERT INTO {q(aside)}.`__lastline_objects` VALUES (%s, %s, %s)", (kind, name, definition))
+            saved += 1
+            if kind == "TRIGGER":  # a table moves to another database only without its triggers
+                cur.execute(f"DROP TRIGGER {dialect.qualified(db, name)}")
+    cur.execute("RENAME TABLE " + ", ".join(f"{dialect.qualified(db, t)} TO {dialect.qualified(aside, t)}" for t in tables))
+    cur.execute(f"DROP DATABASE {q(db)}")
+    log.warning("force: the %d old table(s) of %s are kept in %s (and the text of %d trigger(s), view(s), routine(s) "
+                "and event(s) in its __lastline_objects) until the restore is verified", len(tables), db, aside, saved)
+
+
+def _drop_aside(server: Server, databases: list[str]) -> list[str]:
+    """After a verified restore: the old tables that force set aside are dropped."""
+    dropped = []
+    conn = server.connect()
+    try:
+        cur = conn.cursor()
+        cur.execute("SET SESSION sql_log_bin = 0")
+        for db in databases:
+            if _schema_exists(cur, aside_name(db)):
+                cur.execute(f"DROP DATABASE {dialect.quote_ident(aside_name(db))}")
+                dropped.append(aside_name(db))
+    finally:
+        conn.close()
+    return dropped
+
+
 def _require_chunk_files(storage: Storage, manifest: LogicalManifest, databases: list[str]) -> None:
     """Every chunk file the restore will load exists with the size the manifest gives (before anything is
     touched: a truncated or missing chunk found mid-load would leave a half-restored target)."""
@@ -168,11 +238,14 @@ def preflight(conf: dict) -> dict:
                 "not load there. Restore into a server of the same or a newer version."
             )
         resume = _resuming(cur, backup_id, wanted)
-        nonempty = []
+        nonempty, kept_bytes = [], 0
         for db in wanted:
-            cur.execute("SELECT COUNT(*) FROM information_schema.TABLES WHERE TABLE_SCHEMA = %s", (db,))
-            if cur.fetchone()[0]:
+            cur.execute("SELECT COUNT(*), COALESCE(SUM(DATA_LENGTH + INDEX_LENGTH), 0) FROM information_schema.TABLES "
+                        "WHERE TABLE_SCHEMA = %s", (db,))
+            count, size = cur.fetchone()
+            if count:
                 nonempty.append(db)
+                kept_bytes += int(size)  # force keeps them until verify: both must fit
         if nonempty and not (conf.get("force") or resume):
             raise PreflightError(
                 f"database(s) {', '.join(nonempty)} already exist on {server.describe()} and are not empty: set force "
@@ -182,8 +255,10 @@ def preflight(conf: dict) -> dict:
         conn.close()
     need = sum(t.raw_bytes for t in _selected(manifest, wanted))
     where = server.datadir or datadir
-    if where:  # looked at on the server's own host (local or over SSH)
-        dd.require_room(server.runner(), where, int(need * 1.3), f"loading {need / 1e9:.2f} GB of rows with their indexes")
+    if where:  # looked at on the server's own host (local or over SSH); set-aside tables stay in place
+        dd.require_room(server.runner(), where, int(need * 1.3),
+                        f"loading {need / 1e9:.2f} GB of rows with their indexes (the {kept_bytes / 1e9:.2f} GB that force "
+                        "replaces stay on disk until the restore is verified)")
     plan = {
         "target_conn_id": server.conn_id,
         "destination": storage.url,
@@ -245,9 +320,8 @@ def create_schema(plan: dict) -> dict:
         resume = _resuming(cur, plan["backup_id"], plan["databases"])
         cur.execute(dialect.LOAD_SESSION)
         if not resume:
-            for d in schema["databases"]:
-                if d["name"] in plan["databases"]:
-                    cur.execute(f"DROP DATABASE IF EXISTS {dialect.quote_ident(d['name'])}")
+            for db in plan["databases"]:
+                _set_aside(cur, db)  # force: the old tables stay until verify has passed
             _clear_state(cur, manifest, plan["databases"])
             cur.execute(
                 f"INSERT INTO {STATE} VALUES (%s, %s, %s, CURRENT_TIMESTAMP(6), NULL)",
@@ -534,7 +608,12 @@ def verify(plan: dict, snapshot: dict) -> dict:
     differ = tuning.config_differs(server, snapshot.get("variables", {})) if snapshot else {}
     bad += [f"configuration: {k} is {a!r}, was {b!r} before the restore" for k, (a, b) in sorted(differ.items())]
     if bad:
-        raise IntegrityError("verify failed:\n  " + "\n  ".join(bad))
+        kept = [f"{db} in {aside_name(db)}" for db in plan["databases"]]
+        raise IntegrityError("verify failed:\n  " + "\n  ".join(bad) + "\nThe old tables that force replaced, if any, are "
+                             "kept (" + ", ".join(kept) + "); a re-run that verifies drops them.")
+    dropped = _drop_aside(server, plan["databases"])
+    if dropped:
+        log.info("verify: dropped the old tables force had kept: %s", ", ".join(dropped))
     log.info("verify ok: %d tables with rows and checksums equal to the backup's, every object present, configuration back (%.1f s)",
              len(tables), time.monotonic() - t0)
     return {"tables": len(tables), "seconds": round(time.monotonic() - t0, 3)}

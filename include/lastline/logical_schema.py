@@ -11,7 +11,7 @@ import logging
 import re
 from typing import Any
 
-from lastline.checksums import META_DB, SYSTEM_SCHEMAS
+from lastline.checksums import ASIDE_PREFIX, META_DB, SYSTEM_SCHEMAS
 from lastline.dialect import qualified, quote_ident
 from lastline.errors import IntegrityError, PreflightError
 
@@ -37,7 +37,7 @@ def resolve_databases(cur: Any, requested: list[str] | None) -> list[str]:
     cur.execute("SELECT SCHEMA_NAME FROM information_schema.SCHEMATA ORDER BY 1")
     present = [_text(r[0]) for r in cur.fetchall()]
     if not requested:
-        return [d for d in present if d not in SYSTEM_SCHEMAS and d != META_DB]
+        return [d for d in present if d not in SYSTEM_SCHEMAS and d != META_DB and not d.startswith(ASIDE_PREFIX)]
     missing = [d for d in requested if d not in present]
     if missing:
         raise PreflightError(
