@@ -1,5 +1,5 @@
 # lastline: `make demo` and `make test` work on a fresh Debian machine (as root); both run `make setup` first.
-.PHONY: setup demo test test-fast bench bench-physical bench-logical bench-restore bench-rebuild lint clean
+.PHONY: setup demo test test-fast faults bench bench-physical bench-logical bench-restore bench-rebuild lint clean
 
 setup:
 	@scripts/setup.sh
@@ -9,6 +9,9 @@ demo: setup
 
 test: setup
 	@PYTHONPATH=include .venv/bin/python -m pytest -q tests
+
+faults: setup  # the fault matrix: each fault's error and the proof nothing was lost (also part of `make test`)
+	@PYTHONPATH=include .venv/bin/python -m pytest -q -m faults tests
 
 test-fast: setup
 	@PYTHONPATH=include .venv/bin/python -m pytest -q tests -m "not e2e"

@@ -29,6 +29,46 @@ os.environ["PYTHONPATH"] = str(ROOT / "include") + os.pathsep + os.environ.get("
 from lastline.sandbox import Instance  # noqa: E402
 
 
+# The fault matrix (`make faults`): each row is recorded by the end-to-end test that proves it, at its
+# end, so a row shows only when its test passed: the error the operator saw, and the proof that nothing
+# was lost.
+FAULT_ROWS = (
+    "kill -9 of a load task", "kill -9 of the target server", "SSH link cut mid-stream",
+    "S3 answering 500/503/SlowDown", "target datadir full mid-load", "truncated archive", "truncated chunk",
+    "corrupt manifest", "wrong password",
+)
+_FAULTS: dict[str, dict] = {}
+
+
+@pytest.fixture
+def fault():
+    """`fault(row, seen, proof)`: record a passing row of the fault matrix (call it after the asserts)."""
+    def record(row: str, seen: str, proof: str) -> None:
+        assert row in FAULT_ROWS, row
+        _FAULTS[row] = {"seen": " ".join(str(seen).split())[:150], "proof": proof}
+    return record
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    faults_run = "faults" in (config.getoption("markexpr") or "")
+    if not _FAULTS and not faults_run:
+        return
+    write = terminalreporter.write_line
+    write("")
+    write("fault matrix (each row: the error the operator sees | the proof that nothing was lost)")
+    for row in FAULT_ROWS:
+        r = _FAULTS.get(row)
+        if r:
+            write(f"  PASS  {row:<32} | {r['seen']} | {r['proof']}")
+        else:
+            write(f"  ----  {row:<32} | not proven in this run")
+
+
+def pytest_sessionfinish(session, exitstatus):
+    if "faults" in (session.config.getoption("markexpr") or "") and set(FAULT_ROWS) - set(_FAULTS):
+        session.exitstatus = 1  # `make faults` passes only when every row does
+
+
 @pytest.fixture(scope="session")
 def airflow_db() -> str:
     """A migrated metadata DB in the session's private Airflow home."""

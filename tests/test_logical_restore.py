@@ -134,7 +134,7 @@ def test_corrupt_chunk_is_named_nothing_of_it_is_kept_and_revert_runs(run_dag, b
     target = logical_target.server()
     aside = {db: lr.aside_name(db) for db in dbs}
     for db in dbs:
-        rows = target.query(f"SELECT TABLE_NAME FROM information_schema.TABLES WHERE TABLE_SCHEMA = %s AND TABLE_TYPE = 'BASE TABLE' "
+        rows = target.query("SELECT TABLE_NAME FROM information_schema.TABLES WHERE TABLE_SCHEMA = %s AND TABLE_TYPE = 'BASE TABLE' "
                             "AND TABLE_NAME <> '__lastline_objects'", (aside[db],))
         assert {f"table {db}.{t}" for (t,) in rows} == {k for k in old if k.startswith(f"table {db}.")}
         for (t,) in rows:
@@ -176,7 +176,8 @@ def _big_unit(plan: dict) -> dict:
     return next(u for u in lr.plan_load(plan) if u["name"].startswith("big.t"))
 
 
-def test_load_task_killed_mid_chunk_then_rerun_is_exact(run_dag, backups, logical_source, logical_target):
+@pytest.mark.faults
+def test_load_task_killed_mid_chunk_then_rerun_is_exact(run_dag, backups, logical_source, logical_target, fault):
     plan = lr.preflight(_conf(backups, force=True, tune=False))
     lr.create_schema(plan)
     unit = _big_unit(plan)
@@ -189,9 +190,13 @@ def test_load_task_killed_mid_chunk_then_rerun_is_exact(run_dag, backups, logica
     assert state == "success", (tis, _errors(logs))
     dbs = ("sakila", "edge", "big")
     assert _diff(_objects(logical_source.server(), dbs), _objects(logical_target.server(), dbs)) == []
+    skipped = next(line for line in logs.splitlines() if "already in the ledger, skipped" in line)
+    fault("kill -9 of a load task", f"the load task died (SIGKILL); the re-run resumed: {skipped[skipped.index('big.t:'):]}",
+          "re-run without force: every table's DDL and CHECKSUM TABLE equal to the source's")
 
 
-def test_target_killed_mid_load_then_rerun_is_exact(run_dag, backups, logical_source, logical_target):
+@pytest.mark.faults
+def test_target_killed_mid_load_then_rerun_is_exact(run_dag, backups, logical_source, logical_target, fault):
     killed: list[int] = []
 
     def kill_target():
@@ -206,6 +211,7 @@ def test_target_killed_mid_load_then_rerun_is_exact(run_dag, backups, logical_so
     th.start()
     state, tis, logs = run_dag("logical_restore", _conf(backups, force=True))
     th.join()
+    first_logs = logs
     assert state == "failed" and tis["load"] == "failed", (tis, _errors(logs))
     assert killed
     while alive(killed[0]):  # a killed server stops answering before it is gone: start() must not see it
@@ -216,6 +222,9 @@ def test_target_killed_mid_load_then_rerun_is_exact(run_dag, backups, logical_so
     assert "never reverted" in logs
     dbs = ("sakila", "edge", "big")
     assert _diff(_objects(logical_source.server(), dbs), _objects(logical_target.server(), dbs)) == []
+    seen = next(line for line in _errors(first_logs).splitlines() if "lost the connection to the target" in line)
+    fault("kill -9 of the target server", seen.split("ServerError: ")[-1],
+          "re-run after the server restarted: equal to the source; configuration reverted")
 
 
 def test_preflight_refusals(backups, logical_target, tmp_path):

@@ -120,7 +120,8 @@ def test_corrupt_artifact_fails_and_target_is_not_started(run_dag, good_backup, 
     assert target.pid() is not None
 
 
-def test_truncated_artifact_is_refused_before_the_target_is_touched(run_dag, good_backup, target, tmp_path):
+@pytest.mark.faults
+def test_truncated_artifact_is_refused_before_the_target_is_touched(run_dag, good_backup, target, tmp_path, fault):
     backup = _copy(good_backup, tmp_path)
     artifact = backup / "backup.xbstream.zst"
     os.truncate(artifact, artifact.stat().st_size // 3)
@@ -129,6 +130,8 @@ def test_truncated_artifact_is_refused_before_the_target_is_touched(run_dag, goo
     assert state == "failed" and tis["preflight"] == "failed", tis
     assert "truncated" in logs
     assert target.pid() == pid, "the target was stopped although preflight failed"
+    seen = next(line for line in logs.splitlines() if "is truncated or was replaced" in line)
+    fault("truncated archive", seen.split("IntegrityError: ")[-1], "refused in preflight: the target kept running, untouched")
 
 
 def test_missing_manifest_is_incomplete_and_latest_skips_it(good_backup, tmp_path):
@@ -164,15 +167,21 @@ def test_protected_target_is_refused(good_backup, target):
         pr.preflight({"target_conn_id": "t_prod", "backup": good_backup.as_uri(), "force": True})
 
 
-def test_wrong_password_is_named(source, tmp_path):
+@pytest.mark.faults
+def test_wrong_password_is_named(source, tmp_path, fault):
+    from airflow.sdk.exceptions import AirflowFailException
+
     from lastline.errors import ServerError
     from lastline import physical_backup as pb
 
     conn = source.connection("t_badpw")
     conn["password"] = "not-the-password"
     os.environ["AIRFLOW_CONN_T_BADPW"] = json.dumps(conn)
-    with pytest.raises(ServerError, match="wrong user or password"):
+    with pytest.raises(ServerError, match="wrong user or password") as err:
         pb.preflight({"source_conn_id": "t_badpw", "destination": f"file://{tmp_path}"})
+    assert isinstance(err.value, AirflowFailException)  # waiting does not fix a password: no retries
+    assert not list(tmp_path.iterdir())
+    fault("wrong password", str(err.value), "refused at once (no retries); nothing written")
 
 
 def test_full_destination_leaves_no_backup(source, tmp_path):

@@ -100,7 +100,8 @@ def _arrives(inst: Instance, value: str, within: float) -> bool:
     return False
 
 
-def test_a_cut_stream_fails_clearly_never_starts_the_target_and_a_retry_succeeds(run_dag, rsource, replica, sshd):
+@pytest.mark.faults
+def test_a_cut_stream_fails_clearly_never_starts_the_target_and_a_retry_succeeds(run_dag, rsource, replica, sshd, fault):
     cut: list[int] = []
 
     def cut_when_streaming() -> None:
@@ -125,6 +126,7 @@ def test_a_cut_stream_fails_clearly_never_starts_the_target_and_a_retry_succeeds
     assert "ssh to t_ssh" in logs and "was not started" in logs and MARKER in logs
     assert not replica.server().answers(), "the replica was started on partial data"
     assert (replica.datadir / MARKER).exists()
+    seen = next(line for line in logs.splitlines() if "ssh to t_ssh" in line)
     from lastline.physical_restore import start_server
     from lastline.servers import Server
 
@@ -143,6 +145,8 @@ def test_a_cut_stream_fails_clearly_never_starts_the_target_and_a_retry_succeeds
     assert not (replica.datadir / MARKER).exists()
     assert not list(replica.root.glob("replica/data.lastline-aside-*")), "the old datadir was not removed after verify"
     assert compare(rsource.server(), replica.server()) == []
+    fault("SSH link cut mid-stream", seen.split("PipelineError: ")[-1],
+          "replica not started on partial data; the retry rebuilt it: CHECKSUM TABLE equal to the source's")
 
     _write(rsource, "after-rebuild")
     assert _arrives(replica, "after-rebuild", 30), "a write on the source did not replicate"

@@ -237,8 +237,9 @@ def test_backup_files_are_private(sakila_backup):
     assert all(p.stat().st_mode & 0o777 == 0o700 for p in [folder, *folder.rglob("*")] if p.is_dir())
 
 
+@pytest.mark.faults
 @pytest.mark.parametrize("damage", ["truncate", "remove"])
-def test_a_missing_or_truncated_chunk_is_found_before_anything_is_touched(sakila_backup, sentinel, tmp_path, damage):
+def test_a_missing_or_truncated_chunk_is_found_before_anything_is_touched(sakila_backup, sentinel, tmp_path, damage, fault):
     dest = tmp_path / "copy"
     shutil.copytree(sakila_backup, dest)
     (folder,) = [p for p in dest.iterdir() if p.is_dir()]
@@ -248,9 +249,28 @@ def test_a_missing_or_truncated_chunk_is_found_before_anything_is_touched(sakila
     else:
         victim.unlink()
     before = sentinel.query("SELECT COUNT(*) FROM information_schema.TABLES WHERE TABLE_SCHEMA = 'sakila'")
-    with pytest.raises(IntegrityError, match="missing or truncated"):
+    with pytest.raises(IntegrityError, match="missing or truncated") as err:
         lr.preflight(_conf(dest))
     assert sentinel.query("SELECT COUNT(*) FROM information_schema.TABLES WHERE TABLE_SCHEMA = 'sakila'") == before
+    if damage == "truncate":
+        fault("truncated chunk", str(err.value).split("\n")[1], "refused in preflight: the target's databases untouched")
+
+
+@pytest.mark.faults
+def test_a_corrupt_manifest_is_refused_and_latest_passes_over_it(sakila_backup, sentinel, tmp_path, fault):
+    dest = tmp_path / "copy"
+    shutil.copytree(sakila_backup, dest)
+    (folder,) = [p for p in dest.iterdir() if p.is_dir()]
+    manifest = folder / "manifest.json"
+    manifest.write_bytes(manifest.read_bytes()[:200])  # cut in the middle, as a half-copied file
+    before = sentinel.query("SELECT COUNT(*) FROM information_schema.TABLES WHERE TABLE_SCHEMA = 'sakila'")
+    with pytest.raises(IntegrityError) as err:
+        lr.preflight(_conf(dest, backup=f"file://{dest}/{folder.name}"))
+    assert "cannot be read" in str(err.value)
+    with pytest.raises(IntegrityError, match="holds no complete logical backup"):
+        lr.preflight(_conf(dest))  # latest skips it (with a warning), and there is no other
+    assert sentinel.query("SELECT COUNT(*) FROM information_schema.TABLES WHERE TABLE_SCHEMA = 'sakila'") == before
+    fault("corrupt manifest", str(err.value), "refused before anything is touched; latest passes over it")
 
 
 def _lastline_queries(server, like: str) -> list:

@@ -50,5 +50,9 @@ class ServerError(LastlineError):
     """A database server refused, could not be reached, or did not start or stop."""
 
 
+class AccessDenied(ConfigError, ServerError):
+    """The server refused the connection's credentials: fix the connection (no retry can)."""
+
+
 class ReplicationError(LastlineError):
     """Replication could not be set up, did not catch up, or could not be detached."""

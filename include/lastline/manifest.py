@@ -254,13 +254,21 @@ def read_manifest(storage: Storage, backup_id: str, kind: str = "physical") -> A
             f"still running) and is never restored; choose another backup or use {storage.url}/latest."
         )
     text = storage.read_bytes(key)
-    found = json.loads(text).get("kind", "physical")
+    damaged = (f"{storage.location(key)} cannot be read ({{}}): the manifest is damaged, so this backup is never "
+               f"restored; choose another one (`latest` passes over it).")
+    try:
+        found = json.loads(text).get("kind", "physical")
+    except (ValueError, AttributeError) as exc:
+        raise IntegrityError(damaged.format(exc)) from exc
     if found != kind:
         raise IntegrityError(
             f"{storage.location(backup_id)} is a {found} backup; a {kind} restore cannot use it "
             f"(use the {found}_restore DAG, or choose a {kind} backup)."
         )
-    manifest = MANIFEST_CLASSES[kind].from_json(text)
+    try:
+        manifest = MANIFEST_CLASSES[kind].from_json(text)
+    except (TypeError, KeyError, ValueError) as exc:
+        raise IntegrityError(damaged.format(f"{type(exc).__name__}: {exc}")) from exc
     if manifest.backup_id != backup_id:
         raise IntegrityError(
             f"{storage.location(key)} says it is backup {manifest.backup_id!r}, but it is in folder {backup_id!r}: a "

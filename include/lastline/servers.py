@@ -24,7 +24,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Iterator
 
-from lastline.errors import ConfigError, ServerError
+from lastline.errors import AccessDenied, ConfigError, ServerError
 
 DEFAULT_SERVICE_START = "systemctl start mariadb"
 DEFAULT_SERVICE_STOP = "systemctl stop mariadb"
@@ -182,7 +182,8 @@ class Server:
                 2002: "nothing listens there: is the server running?",
                 2003: "nothing listens there: is the server running and the port right?",
             }.get(code, "check the connection and that the server runs")
-            raise ServerError(f"cannot connect to {self.describe()}: {exc.args[-1]} ({hint}).") from exc
+            error = AccessDenied if code in (1045, 1698) else ServerError
+            raise error(f"cannot connect to {self.describe()}: {exc.args[-1]} ({hint}).") from exc
 
     def query(self, sql: str, args: Any = None) -> list[tuple]:
         """Run one statement and return all rows."""

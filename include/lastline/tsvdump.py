@@ -21,7 +21,7 @@ from typing import Callable
 
 from lastline import stopping
 from lastline.compression import codec
-from lastline.errors import ConfigError, PipelineError, ServerError
+from lastline.errors import AccessDenied, ConfigError, PipelineError, ServerError
 from lastline.runner import _widen
 from lastline.servers import Server, option_file
 from lastline.storage import Storage
@@ -186,7 +186,8 @@ class DumpWorker:
             self.close()
             code, msg = _error(first)
             hint = {1045: "wrong user or password: fix the connection's login/password"}.get(code, "check the connection")
-            raise ServerError(f"cannot connect to {server.describe()} from {BINARY}: {msg} ({hint}).")
+            raise (AccessDenied if code in (1045, 1698) else ServerError)(
+                f"cannot connect to {server.describe()} from {BINARY}: {msg} ({hint}).")
         _, conn_id, self.version = first.split(" ", 2)
         self.connection_id = int(conn_id)
         self._stop = [

@@ -37,14 +37,7 @@ def plan_capacity(parts: int = MAX_PARTS, base: int = BASE_PART) -> int:
 def sse_args(aws_conn_id: str | None) -> dict:
     """Server-side encryption for every object written, from the AWS connection's extras
     `server_side_encryption` (`AES256` or `aws:kms`) and `sse_kms_key_id` (objects are private: S3's default)."""
-    if not aws_conn_id:
-        return {}
-    from airflow.sdk import Connection
-
-    try:
-        extra = Connection.get(aws_conn_id).extra_dejson or {}
-    except Exception:  # noqa: BLE001 - the hook names a missing connection itself
-        return {}
+    extra = _extras(aws_conn_id)
     args = {}
     if extra.get("server_side_encryption"):
         args["ServerSideEncryption"] = str(extra["server_side_encryption"])
@@ -53,11 +46,29 @@ def sse_args(aws_conn_id: str | None) -> dict:
     return args
 
 
-def s3_client(aws_conn_id: str | None) -> Any:
-    """A boto3 S3 client from the Airflow AWS connection (endpoint_url, region and keys from it)."""
-    from airflow.providers.amazon.aws.hooks.s3 import S3Hook
+def _extras(aws_conn_id: str | None) -> dict:
+    """The AWS connection's extras ({} without a connection; the hook names a missing one itself)."""
+    if not aws_conn_id:
+        return {}
+    from airflow.sdk import Connection
 
-    return S3Hook(aws_conn_id=aws_conn_id).get_conn()
+    try:
+        return Connection.get(aws_conn_id).extra_dejson or {}
+    except Exception:  # noqa: BLE001
+        return {}
+
+
+def s3_client(aws_conn_id: str | None) -> Any:
+    """A boto3 S3 client from the Airflow AWS connection (endpoint_url, region and keys from it). Throttling
+    and 5xx answers are retried up to 10 attempts with backoff (`standard` mode; botocore's default here
+    gave up after 2 retries, so a short burst of SlowDown failed a backup) unless the connection's
+    `config_kwargs` set `retries` themselves."""
+    from airflow.providers.amazon.aws.hooks.s3 import S3Hook
+    from botocore.config import Config
+
+    kwargs = dict(_extras(aws_conn_id).get("config_kwargs") or {})
+    kwargs.setdefault("retries", {"max_attempts": 10, "mode": "standard"})
+    return S3Hook(aws_conn_id=aws_conn_id, config=Config(**kwargs)).get_conn()
 
 
 class S3Writer(Writer):
