@@ -108,5 +108,80 @@ def test_s3_answering_500_503_and_slowdown_for_a_while(logical_source, s3_server
           f"all {len(m.files)} files of the manifest read back around the proxy with their sha256 and size")
 
 
-def test_target_datadir_full_mid_load():
-    pytest.skip("not built yet: needs a target whose datadir sits on a small filesystem (a loop device or tmpfs)")
+def test_target_datadir_full_mid_load(sandbox_root, logical_source, tmp_path, fault):
+    """The target's datadir sits on a 400 MB tmpfs: preflight finds room, then another process fills the
+    filesystem after the first chunk is in. The load fails naming the table; once space is freed, a re-run
+    resumes and the target equals the source."""
+    import subprocess
+    import time
+
+    from conftest import set_conn
+    from test_logical_restore import _wait_for_load
+
+    from lastline import logical_restore as lr
+    from lastline.checksums import table_checksums
+    from lastline.sandbox import Instance
+
+    inst = Instance(sandbox_root, "smalldisk")
+    inst.datadir.mkdir(parents=True, exist_ok=True)
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=400m", "tmpfs", str(inst.datadir)], capture_output=True).returncode:
+        pytest.skip("cannot mount a small tmpfs here (needs root or CAP_SYS_ADMIN)")
+    filler = inst.datadir / "filler"
+    try:
+        inst.conf_d.mkdir(parents=True, exist_ok=True)
+        (inst.conf_d / "small.cnf").write_text(
+            "[mysqld]\ninnodb-log-file-size=16M\ninnodb-buffer-pool-size=64M\ninnodb-flush-method=fsync\n")
+        inst.create()
+        set_conn("t_smalldisk", inst)
+        logical_source.load_tables("filldb", {"t": 600_000})
+        dest = tmp_path / "b"
+        lb.dump(lb.preflight({"source_conn_id": "t_lsource", "destination": f"file://{dest}", "databases": ["filldb"],
+                              "chunk_rows": 100_000}))
+        conf = {"target_conn_id": "t_smalldisk", "backup": f"file://{dest}/latest", "databases": ["filldb"], "parallel": 1,
+                "tune": False}
+        plan = lr.preflight(conf)
+        lr.create_schema(plan)
+        units = lr.plan_load(plan)
+
+        def fill() -> None:
+            _wait_for_load(inst.server(), "filldb", min_ledger=1)
+            free = os.statvfs(inst.datadir).f_bavail * os.statvfs(inst.datadir).f_frsize
+            with open(filler, "wb") as fh:  # another process takes the space that was free
+                fh.truncate(0)
+                block = b"\0" * (1 << 20)
+                for _ in range(max(0, free - (2 << 20)) >> 20):
+                    try:
+                        fh.write(block)
+                    except OSError:
+                        break
+
+        th = threading.Thread(target=fill, daemon=True)
+        th.start()
+        t0 = time.monotonic()
+        with pytest.raises(Exception) as err:
+            for unit in units:
+                lr.load(plan, unit)
+        th.join()
+        assert time.monotonic() - t0 < 120
+        seen = str(err.value)
+        assert "filldb.t" in seen and "datadir filesystem is full" in seen, seen
+        filler.unlink()  # space is back
+        assert inst.server().answers()
+        plan = lr.preflight(conf)
+        assert plan["resume"]
+        lr.create_schema(plan)
+        for u in lr.plan_load(plan):
+            lr.load(plan, u)
+        lr.finalize(plan)
+        lr.verify(plan, {})
+        src = {k: v for k, v in table_checksums(logical_source.server()).items() if k.startswith("filldb.")}
+        assert src and {k: v for k, v in table_checksums(inst.server()).items() if k.startswith("filldb.")} == src
+        fault("target datadir full mid-load", seen.split("\n")[0],
+              "after space was freed the re-run resumed from the ledger: CHECKSUM TABLE equal to the source's")
+    finally:
+        if filler.exists():
+            filler.unlink()
+        inst.stop()
+        subprocess.run(["umount", str(inst.datadir)], check=False)
+        inst.destroy()
+        logical_source.server().query("DROP DATABASE IF EXISTS filldb")
