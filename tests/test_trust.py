@@ -410,3 +410,35 @@ def test_connections_use_tls_when_the_connection_asks_for_it(tls_source, tmp_pat
     lb.dump(plan)  # preflight, snapshot control, splitter and the C dump workers all connected over TLS
     m = read_manifest(open_storage(f"file://{tmp_path}"), plan["backup_id"], "logical")
     assert m.tables[0].rows == 3000
+
+
+def test_server_side_files_are_looked_at_on_the_server_s_own_host(logical_target, sakila_backup, tmp_path):
+    """For a target reached over ssh_conn_id, the restart drop-in and the datadir's free space are looked at
+    on that host. Its sshd runs in a mount namespace of its own, where the folder the connection names is a
+    1 MB tmpfs holding a stray drop-in; the worker sees an empty folder on a big disk."""
+    from conftest import set_conn
+
+    from lastline import sshd_sandbox, tuning
+    from lastline.servers import Server
+
+    if not sshd_sandbox.available():
+        pytest.skip("needs root and openssh-server")
+    remote = tmp_path / "remote-only"
+    remote.mkdir()
+    wrap = ["unshare", "--mount", "--propagation", "private", "sh", "-c",
+            'mount -t tmpfs -o size=1m tmpfs "$0" && exec "$@"', str(remote)]
+    sshd = sshd_sandbox.start(tmp_path / "sshd", wrap=wrap)
+    try:
+        import os
+
+        os.environ["AIRFLOW_CONN_T_SSH_NS"] = json.dumps(sshd.connection())
+        set_conn("t_remote", logical_target, ssh_conn_id="t_ssh_ns", config_dir=str(remote), datadir=str(remote))
+        server = Server.from_conn_id("t_remote")
+        server.runner().sh('printf "[mysqld]\\n" > "$1"', f"{remote}/{tuning.DROP_IN}")
+        assert not (remote / tuning.DROP_IN).exists()  # the worker cannot see it: it is on the other host
+        with pytest.raises(PreflightError, match="exists but no config snapshot records it"):
+            tuning.take_snapshot(server, "run", "now")
+        with pytest.raises(PreflightError, match=r"remote-only on t_ssh_ns \(.*\) has 1\.0 MB free"):
+            lr.preflight(_conf(sakila_backup, target_conn_id="t_remote"))
+    finally:
+        sshd.stop()

@@ -97,12 +97,17 @@ def own_like_folder(host: Host, path: str) -> None:
     host.run(["chown", "-R", "--reference", path, path])
 
 
+def size_text(n: float) -> str:
+    """Bytes for people: `12.3 MB` below a GB, `1.23 GB` above."""
+    return f"{n / 1e9:.2f} GB" if n >= 1e9 else f"{n / 1e6:.1f} MB"
+
+
 def require_room(host: Host, path: str, need: int, what: str) -> None:
     """PreflightError unless `need` bytes fit on the filesystem of `path`."""
     free = free_bytes(host, path)
     if free < need:
         raise PreflightError(
-            f"{path} on {host.name} has {free / 1e9:.2f} GB free; {what} needs about {need / 1e9:.2f} GB: "
+            f"{path} on {host.name} has {size_text(free)} free; {what} needs about {size_text(need)}: "
             "free space on the target's datadir filesystem."
         )
 

@@ -257,8 +257,9 @@ def preflight(conf: dict) -> dict:
     where = server.datadir or datadir
     if where:  # looked at on the server's own host (local or over SSH); set-aside tables stay in place
         dd.require_room(server.runner(), where, int(need * 1.3),
-                        f"loading {need / 1e9:.2f} GB of rows with their indexes (the {kept_bytes / 1e9:.2f} GB that force "
-                        "replaces stay on disk until the restore is verified)")
+                        f"loading {dd.size_text(need)} of rows with their indexes" + (
+                            f" (the {dd.size_text(kept_bytes)} that force replaces stay on disk until the restore is verified)"
+                            if kept_bytes else ""))
     plan = {
         "target_conn_id": server.conn_id,
         "destination": storage.url,
@@ -339,8 +340,13 @@ def create_schema(plan: dict) -> dict:
                 if plan["defer_indexes"] and kind == "tables":
                     create = split_deferred(create)[0]
                 cur.execute(f"USE {dialect.quote_ident(t['schema'])}")
-                cur.execute(create.replace("CREATE TABLE", "CREATE TABLE IF NOT EXISTS", 1).replace(
-                    "CREATE SEQUENCE", "CREATE SEQUENCE IF NOT EXISTS", 1))
+                if kind == "sequences":
+                    # a sequence holds no loaded rows (finalize sets its value): always made anew, so that a
+                    # resume after a crash never keeps one that came back without its row
+                    cur.execute(f"DROP SEQUENCE IF EXISTS {dialect.qualified(t['schema'], t['name'])}")
+                    cur.execute(create)
+                else:
+                    cur.execute(create.replace("CREATE TABLE", "CREATE TABLE IF NOT EXISTS", 1))
                 created += 1
         conn.commit()
         # tune relaxed log flushing: make the schema and the restore's state durable before loading, so a

@@ -61,8 +61,9 @@ def available() -> bool:
     return os.geteuid() == 0 and os.path.exists(SSHD) and shutil.which("ssh") is not None
 
 
-def start(folder: Path, timeout: float = 20) -> Sshd:
-    """Generate keys and start sshd on a free loopback port; wait until it listens."""
+def start(folder: Path, timeout: float = 20, wrap: list[str] | None = None) -> Sshd:
+    """Generate keys and start sshd on a free loopback port; wait until it listens. `wrap`: a command
+    line sshd runs under (e.g. `unshare --mount ...`, for a host whose files the worker cannot see)."""
     d = Path(folder)
     d.mkdir(parents=True, exist_ok=True)
     for name in ("host", "client"):
@@ -77,7 +78,7 @@ def start(folder: Path, timeout: float = 20) -> Sshd:
     )
     os.makedirs("/run/sshd", exist_ok=True)  # sshd's privilege separation directory
     with open(d / "sshd.log", "ab") as out:
-        proc = subprocess.Popen([SSHD, "-D", "-e", "-f", str(d / "sshd_config")], stdout=out,
+        proc = subprocess.Popen([*(wrap or []), SSHD, "-D", "-e", "-f", str(d / "sshd_config")], stdout=out,
                                 stderr=subprocess.STDOUT, start_new_session=True)
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
