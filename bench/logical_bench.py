@@ -118,6 +118,36 @@ def lastline_dump(out: Path, parallel: int, chunk_rows: int, compression: str, s
     return seconds
 
 
+HASH_FORMS = {
+    "plain SELECT (no hash)": "",
+    "the row hash lastline uses (CRC32 of per-column tokens)": "row_hash",
+    "CRC32 of raw values joined by x'00' (ambiguous)": "CRC32(CONCAT_WS(x'00', id, k, c, pad))",
+    "CRC32 of raw values with their lengths": "CRC32(CONCAT_WS(',', id, k, LENGTH(c), c, LENGTH(pad), pad))",
+}
+
+
+def hash_costs(inst: Instance) -> dict[str, float]:
+    """Server CPU seconds per 1M rows of sbtest1 for each row-hash form (why the dump's hash is what it is)."""
+    from lastline import chunking, dialect
+
+    server, pid = inst.server(), inst.pid()
+    conn = server.connect()
+    try:
+        plan = next(p for p in chunking.table_plans(conn.cursor(), ["sbtest"]) if p.name == "sbtest1")
+        out = {}
+        for name, expr in HASH_FORMS.items():
+            expr = dialect.row_hash_sql(plan.columns) if expr == "row_hash" else expr
+            cpu0 = cpu_seconds(pid)
+            conn.query(f"SELECT id, k, c, pad{', ' + expr if expr else ''} FROM sbtest.sbtest1")
+            result, rows = conn.use_result(), 0
+            while batch := result.fetch_row(maxrows=10_000):
+                rows += len(batch)
+            out[name] = (cpu_seconds(pid) - cpu0) * 1e6 / rows
+        return out
+    finally:
+        conn.close()
+
+
 def escaped(value: bytes) -> bytes:
     """The dialect's escaping (for the LOAD DATA file that builds the dataset)."""
     return value.replace(b"\\", b"\\\\").replace(b"\t", b"\\t").replace(b"\n", b"\\n")
@@ -207,6 +237,8 @@ def main() -> int:
     p.add_argument("--sweep", action="store_true", help="also time lastline at 100k, 250k and 1M rows per chunk")
     p.add_argument("--reuse", action="store_true", help="keep the generated dataset from an earlier run")
     p.add_argument("--docs", type=int, default=200, help="~200 KB documents in the big-value dataset")
+    p.add_argument("--design", action="store_true",
+                   help="also measure the design's choices: row-hash forms, zstd in the worker vs a zstd process per part")
     p.add_argument("--work", default=str(ROOT / "bench" / "results" / "logical"))
     args = p.parse_args()
     logging.basicConfig(level=logging.WARNING)
@@ -248,6 +280,14 @@ def main() -> int:
     out = work / "lastline"
     record("lastline dump, zstd", lastline_dump(out, n, r, "zstd", inst.pid(), args.tables * args.rows), out)
     record("lastline dump, uncompressed", lastline_dump(out, n, r, "none", inst.pid(), args.tables * args.rows), out)
+    if args.design:
+        from lastline import tsvdump
+
+        in_worker, tsvdump.IN_WORKER = tsvdump.IN_WORKER, frozenset()  # the former way: a zstd process per part
+        try:
+            record("lastline dump, zstd in a process per part", lastline_dump(out, n, r, "zstd", inst.pid(), args.tables * args.rows), out)
+        finally:
+            tsvdump.IN_WORKER = in_worker
     if args.sweep:
         for rows in (100_000, 250_000, 1_000_000):
             record(f"lastline dump, zstd, {rows:,} rows per chunk", lastline_dump(out, n, rows, "zstd", inst.pid(), args.tables * args.rows), out)
@@ -288,6 +328,12 @@ def main() -> int:
 
     ratio_rows = results[f"mydumper -t {n} --rows {r}"]["seconds"] / base
     ratio_docs = big["lastline dump, zstd"]["seconds"] / big["mariadb-dump --single-transaction"]["seconds"]
+    if args.design:
+        costs = hash_costs(inst)
+        print("\nserver CPU per 1M rows of sbtest1 (us per row), by row-hash form:")
+        for name, us in costs.items():
+            print(f"  {name:<58} {us:5.2f}")
+        results["hash_costs_us_per_row"] = {k: round(v, 3) for k, v in costs.items()}  # type: ignore[assignment]
     print("\nthe logical dump's goals:")
     print(f"  mydumper -t {n} uncompressed / lastline zstd, sysbench rows:  {ratio_rows:5.2f}x  (goal: at least 1.00)")
     print(f"  lastline zstd / mariadb-dump, big values:                 {ratio_docs:5.2f}x  (goal: at most 2.00)")

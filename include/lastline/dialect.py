@@ -105,15 +105,10 @@ def field_sql(col: Column) -> str:
 def hash_token_sql(col: Column) -> str:
     """One column's part of the row hash: its value (numbers, dates) or the CRC32 of its bytes (strings,
     binary, spatial); never an empty string, so NULL (written as '') stays apart from every value."""
-    c = quote_ident(col.name)
-    if col.encoding == "plain":
-        token = c
-    elif col.encoding == "double":
-        token = f"CAST({c} AS DOUBLE)"
-    elif col.encoding == "bit":
-        token = f"CAST({c} AS UNSIGNED)"
-    else:  # text and hex: the stored bytes, whatever their size (no string is built from them)
-        token = f"CRC32({c})"
+    if col.encoding in ("text", "hex"):  # the stored bytes, whatever their size (no string is built from them)
+        token = f"CRC32({quote_ident(col.name)})"
+    else:
+        token = field_sql(col)
     return f"IFNULL({token}, '')" if col.nullable else token
 
 
@@ -129,10 +124,9 @@ def select_sql(schema: str, table: str, columns: list[Column], where: str | None
     return f"{sql} WHERE {where}" if where else sql
 
 
-def checksum_sql(schema: str, table: str, columns: list[Column], where: str | None = None) -> str:
-    """The query a target runs to recompute (rows, checksum) of a loaded table (or of one key range)."""
-    sql = f"SELECT COUNT(*), COALESCE(SUM({row_hash_sql(columns)}), 0) FROM {qualified(schema, table)}"
-    return f"{sql} WHERE {where}" if where else sql
+def checksum_sql(schema: str, table: str, columns: list[Column]) -> str:
+    """The query a target runs to recompute (rows, checksum) of a loaded table."""
+    return f"SELECT COUNT(*), COALESCE(SUM({row_hash_sql(columns)}), 0) FROM {qualified(schema, table)}"
 
 
 def legacy_checksum_sql(schema: str, table: str, columns: list[Column]) -> str:
@@ -141,9 +135,7 @@ def legacy_checksum_sql(schema: str, table: str, columns: list[Column]) -> str:
     max_allowed_packet read as NULL on both sides) and is only used to verify such old backups."""
     def field(col: Column) -> str:
         c = quote_ident(col.name)
-        expr = {
-            "plain": c, "double": f"CAST({c} AS DOUBLE)", "bit": f"CAST({c} AS UNSIGNED)", "hex": f"HEX({c})",
-        }.get(col.encoding) or (
+        expr = field_sql(col) if col.encoding != "text" else (
             f"REPLACE(REPLACE(REPLACE(CAST({c} AS BINARY), '\\\\', '\\\\\\\\'), '\\t', '\\\\t'), '\\n', '\\\\n')"
         )
         return f"IFNULL({expr}, '\\\\N')" if col.nullable else expr

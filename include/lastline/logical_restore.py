@@ -181,7 +181,7 @@ def _require_chunk_files(storage: Storage, manifest: LogicalManifest, databases:
     for t in _selected(manifest, databases):
         for c in t.chunks:
             key, n = f"{manifest.backup_id}/{c.file}", n + 1
-            size = storage.size(key) if storage.exists(key) else None
+            size = storage.size_if_exists(key)
             if size != c.bytes:
                 bad.append(f"{storage.location(key)} ({t.schema}.{t.name}): "
                            + ("missing" if size is None else f"{size} bytes, the manifest says {c.bytes}"))

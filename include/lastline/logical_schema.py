@@ -259,8 +259,8 @@ def _shape(kind: str, obj: dict) -> re.Pattern:
             rf"^CREATE\s+{_DEFINER}TRIGGER\s+{trigger}\s+(?:BEFORE|AFTER)\s+(?:INSERT|UPDATE|DELETE)\s+ON\s+{table}\s", re.I
         )
     if kind == "routines":
-        kind_word = {"PROCEDURE": "PROCEDURE", "FUNCTION": "FUNCTION"}.get(str(obj.get("type")).upper())
-        if kind_word is None:
+        kind_word = str(obj.get("type")).upper()
+        if kind_word not in ("PROCEDURE", "FUNCTION"):
             return re.compile(r"(?!)")
         return re.compile(rf"^CREATE {_DEFINER}{kind_word} {_object(obj['schema'], obj['name'])}\s*\(", re.I)
     if kind == "events":

@@ -11,7 +11,7 @@ from lastline.checksums import SYSTEM_SCHEMAS
 from lastline.errors import PipelineError, StorageError
 from lastline.manifest import PhysicalManifest, TableInfo, new_backup_id, prune_backups, write_manifest
 from lastline.runner import run_pipeline
-from lastline.servers import Server, option_file, server_identity
+from lastline.servers import Server, option_file
 from lastline.storage import open_storage
 
 log = logging.getLogger(__name__)
@@ -37,14 +37,7 @@ def preflight(conf: dict) -> dict:
     compression = conf.get("compression") or physical.DEFAULT_COMPRESSION
     c = physical.codec(compression)
     physical.require_tools("mariabackup", c.tool, host=host)
-    conn = server.connect()
-    try:
-        cur = conn.cursor()
-        cur.execute("SELECT @@version")
-        version = cur.fetchone()[0]
-        identity = server_identity(cur)
-    finally:
-        conn.close()
+    version, identity = server.variables("version")["version"], server.identity()
     tool = physical.tool_version(host)
     physical.check_versions(tool, version)
     storage = open_storage(conf["destination"], conf.get("aws_conn_id"))

@@ -22,7 +22,7 @@ from lastline.dialect import qualified
 from lastline.errors import IntegrityError, PipelineError, PreflightError
 from lastline.manifest import PhysicalManifest, read_manifest, resolve_backup
 from lastline.runner import run_logged, run_pipeline
-from lastline.servers import Server, refuse_restore_into_source, server_identity
+from lastline.servers import Server, refuse_restore_into_source
 from lastline.storage import Storage
 
 log = logging.getLogger(__name__)
@@ -58,17 +58,12 @@ def preflight(conf: dict) -> dict:
     storage, backup_id = resolve_backup(conf["backup"], conf.get("aws_conn_id"))
     manifest = read_manifest(storage, backup_id)
     if server.answers():  # a stopped target cannot be the running source
-        conn = server.connect()
-        try:
-            identity = server_identity(conn.cursor())
-        finally:
-            conn.close()
-        refuse_restore_into_source(server, identity, manifest.source_identity, manifest.source_conn_id,
+        refuse_restore_into_source(server, server.identity(), manifest.source_identity, manifest.source_conn_id,
                                    conf.get("restore_into_source"))
     key = f"{backup_id}/{manifest.artifact}"
-    if not storage.exists(key):
+    size = storage.size_if_exists(key)
+    if size is None:
         raise IntegrityError(f"{storage.location(key)} is missing although the manifest lists it: choose another backup.")
-    size = storage.size(key)
     if size != manifest.bytes:
         raise IntegrityError(
             f"{storage.location(key)} is {size} bytes, the manifest says {manifest.bytes}: the artifact is "

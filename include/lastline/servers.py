@@ -24,7 +24,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Iterator
 
-from lastline.errors import AccessDenied, ConfigError, ServerError
+from lastline.errors import AccessDenied, ConfigError, ProtectedTargetError, ServerError
 
 DEFAULT_SERVICE_START = "systemctl start mariadb"
 DEFAULT_SERVICE_STOP = "systemctl stop mariadb"
@@ -139,8 +139,6 @@ class Server:
         """ProtectedTargetError if the connection marks the server as production (every path that writes
         to a server or restarts it calls this first)."""
         if self.protected:
-            from lastline.errors import ProtectedTargetError
-
             raise ProtectedTargetError(
                 f"target {self.describe()} is marked protected (production): lastline never {action}. "
                 "Pick a non-production target, or remove 'protected' from its connection if this is wrong."
@@ -176,14 +174,26 @@ class Server:
         try:
             return MySQLdb.connect(**args)
         except MySQLdb.OperationalError as exc:
-            code = exc.args[0] if exc.args else None
-            hint = {
-                1045: "wrong user or password: fix the connection's login/password",
-                2002: "nothing listens there: is the server running?",
-                2003: "nothing listens there: is the server running and the port right?",
-            }.get(code, "check the connection and that the server runs")
-            error = AccessDenied if code in (1045, 1698) else ServerError
-            raise error(f"cannot connect to {self.describe()}: {exc.args[-1]} ({hint}).") from exc
+            raise self.connect_error(exc.args[0] if exc.args else None, str(exc.args[-1])) from exc
+
+    def connect_error(self, code: int | None, message: str, via: str = "") -> ServerError:
+        """The error for a refused connection (from the driver or a dump worker): AccessDenied (fails at
+        once) for bad credentials, a ServerError (retried) for a server that does not answer."""
+        hint = {
+            1045: "wrong user or password: fix the connection's login/password",
+            2002: "nothing listens there: is the server running?",
+            2003: "nothing listens there: is the server running and the port right?",
+        }.get(code, "check the connection and that the server runs")
+        error = AccessDenied if code in (1045, 1698) else ServerError
+        return error(f"cannot connect to {self.describe()}{via}: {message} ({hint}).")
+
+    def identity(self) -> str:
+        """This server's identity (see server_identity), over a connection of its own."""
+        conn = self.connect()
+        try:
+            return server_identity(conn.cursor())
+        finally:
+            conn.close()
 
     def query(self, sql: str, args: Any = None) -> list[tuple]:
         """Run one statement and return all rows."""
@@ -230,8 +240,6 @@ def refuse_restore_into_source(target: Server, identity: str, source_identity: s
     """A restore into the very server the backup was taken from overwrites production with its own past:
     refused unless the `restore_into_source` Param names the target connection."""
     if source_identity and identity == source_identity and allowed != target.conn_id:
-        from lastline.errors import ProtectedTargetError
-
         raise ProtectedTargetError(
             f"target {target.describe()} is the server this backup was taken from ({source_conn_id}, {identity}): "
             f"restoring into it replaces its data with the backup's. If that is what you want, set the Param "

@@ -7,8 +7,8 @@ So inside `stoppable()` the signal also wakes a watcher thread (through the sign
 by the C-level handler at once): it runs every registered cleanup (kill child processes, `KILL QUERY`
 over a fresh connection), the blocked call then fails, and the main thread raises TaskStopped.
 
-Cleanups are registered by what starts the work: dump workers, loader connections, index builds,
-OS pipelines (`registered(...)`). Outside `stoppable()` (or off the main thread) nothing changes.
+Cleanups are registered (`add`/`remove`) by what starts the work: dump workers, loader connections,
+index builds, OS pipelines. Outside `stoppable()` (or off the main thread) nothing changes.
 """
 from __future__ import annotations
 
@@ -30,16 +30,10 @@ log = logging.getLogger(__name__)
 _lock = threading.Lock()
 _cleanups: dict[int, tuple[str, Callable[[], None]]] = {}
 _ids = itertools.count()
-_stopped = threading.Event()
 
 
 class TaskStopped(LastlineError):
     """The task was told to stop (SIGTERM); its queries and child processes were ended."""
-
-
-def stop_requested() -> bool:
-    """Whether this process was told to stop (loops check it between steps)."""
-    return _stopped.is_set()
 
 
 def add(what: str, fn: Callable[[], None]) -> int:
@@ -53,16 +47,6 @@ def add(what: str, fn: Callable[[], None]) -> int:
 def remove(token: int) -> None:
     with _lock:
         _cleanups.pop(token, None)
-
-
-@contextlib.contextmanager
-def registered(what: str, fn: Callable[[], None]) -> Iterator[None]:
-    """`fn` runs if the task is told to stop while inside the block."""
-    token = add(what, fn)
-    try:
-        yield
-    finally:
-        remove(token)
 
 
 def kill_process(proc: subprocess.Popen) -> Callable[[], None]:
@@ -90,7 +74,6 @@ def kill_query(server: Any, connection_id: int) -> Callable[[], None]:
 
 def run_cleanups() -> None:
     """Run every registered cleanup once (from the watcher thread, or the handler); errors are logged."""
-    _stopped.set()
     with _lock:
         items = list(_cleanups.items())
         _cleanups.clear()
@@ -117,7 +100,6 @@ def stoppable(label: str) -> Iterator[None]:
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    _stopped.clear()
     r, w = os.pipe()
     os.set_blocking(w, False)
     previous = signal.getsignal(signal.SIGTERM)

@@ -62,6 +62,10 @@ class Storage(abc.ABC):
     def size(self, key: str) -> int:
         """The size of `key` in bytes."""
 
+    def size_if_exists(self, key: str) -> int | None:
+        """The size of `key`, or None if it does not exist (backends answer both in one request where they can)."""
+        return self.size(key) if self.exists(key) else None
+
     @abc.abstractmethod
     def list_backups(self) -> list[str]:
         """The backup ids (first-level folders), sorted."""

@@ -34,10 +34,9 @@ def plan_capacity(parts: int = MAX_PARTS, base: int = BASE_PART) -> int:
     return sum(part_size(n, base) for n in range(1, parts + 1))
 
 
-def sse_args(aws_conn_id: str | None) -> dict:
+def sse_args(extra: dict) -> dict:
     """Server-side encryption for every object written, from the AWS connection's extras
     `server_side_encryption` (`AES256` or `aws:kms`) and `sse_kms_key_id` (objects are private: S3's default)."""
-    extra = _extras(aws_conn_id)
     args = {}
     if extra.get("server_side_encryption"):
         args["ServerSideEncryption"] = str(extra["server_side_encryption"])
@@ -58,7 +57,7 @@ def _extras(aws_conn_id: str | None) -> dict:
         return {}
 
 
-def s3_client(aws_conn_id: str | None) -> Any:
+def s3_client(aws_conn_id: str | None, extras: dict | None = None) -> Any:
     """A boto3 S3 client from the Airflow AWS connection (endpoint_url, region and keys from it). Throttling
     and 5xx answers are retried up to 10 attempts with backoff (`standard` mode; botocore's default here
     gave up after 2 retries, so a short burst of SlowDown failed a backup) unless the connection's
@@ -66,7 +65,7 @@ def s3_client(aws_conn_id: str | None) -> Any:
     from airflow.providers.amazon.aws.hooks.s3 import S3Hook
     from botocore.config import Config
 
-    kwargs = dict(_extras(aws_conn_id).get("config_kwargs") or {})
+    kwargs = dict((_extras(aws_conn_id) if extras is None else extras).get("config_kwargs") or {})
     kwargs.setdefault("retries", {"max_attempts": 10, "mode": "standard"})
     return S3Hook(aws_conn_id=aws_conn_id, config=Config(**kwargs)).get_conn()
 
@@ -177,8 +176,9 @@ class S3Storage(Storage):
     def __init__(self, bucket: str, prefix: str, aws_conn_id: str | None = None, client: Any = None) -> None:
         self.bucket, self.prefix = bucket, prefix.strip("/")
         self.url = f"s3://{bucket}/{self.prefix}".rstrip("/")
-        self.client = client or s3_client(aws_conn_id)
-        self.extra = sse_args(aws_conn_id)
+        extras = _extras(aws_conn_id)  # one lookup of the connection for both
+        self.client = client or s3_client(aws_conn_id, extras)
+        self.extra = sse_args(extras)
 
     def _key(self, key: str) -> str:
         checked_key(key, self.url)
@@ -214,6 +214,10 @@ class S3Storage(Storage):
         if head is None:
             raise StorageError(f"{self.location(key)} does not exist.")
         return int(head["ContentLength"])
+
+    def size_if_exists(self, key: str) -> int | None:
+        head = self._head(key)
+        return None if head is None else int(head["ContentLength"])
 
     def list_backups(self) -> list[str]:
         prefix = f"{self.prefix}/" if self.prefix else ""
