@@ -1,7 +1,7 @@
 """Logical dump speed: lastline's dump against mydumper, mariadb-dump and a raw shell pipeline, one run.
 
     make bench-logical ARGS="--tables 8 --rows 1000000"
-    (or: PYTHONPATH=include .venv/bin/python bench/logical_bench.py --tables 8 --rows 1000000)
+    (or: .venv/bin/python bench/logical_bench.py --tables 8 --rows 1000000)
 
 One sandbox source holds `--tables` sysbench-shaped tables (id, k, c CHAR(120), pad; KEY k) of
 `--rows` rows, generated in-server (same shape as `sysbench oltp prepare`, without a password on a
@@ -39,11 +39,11 @@ import time
 from datetime import datetime, timezone
 from pathlib import Path
 
-from lastline import logical_backup as lb
-from lastline.sandbox import Instance
-from lastline.servers import option_file
+from lastline.core.servers import option_file
+from lastline.logical import backup as lb
+from lastline.logical.worker import DumpWorker, PartWriter
 from lastline.storage import open_storage
-from lastline.tsvdump import DumpWorker, PartWriter
+from lastline_dev.sandbox import Instance
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -128,7 +128,7 @@ HASH_FORMS = {
 
 def hash_costs(inst: Instance) -> dict[str, float]:
     """Server CPU seconds per 1M rows of sbtest1 for each row-hash form (why the dump's hash is what it is)."""
-    from lastline import chunking, dialect
+    from lastline.logical import chunking, dialect
 
     server, pid = inst.server(), inst.pid()
     conn = server.connect()
@@ -281,7 +281,7 @@ def main() -> int:
     record("lastline dump, zstd", lastline_dump(out, n, r, "zstd", inst.pid(), args.tables * args.rows), out)
     record("lastline dump, uncompressed", lastline_dump(out, n, r, "none", inst.pid(), args.tables * args.rows), out)
     if args.design:
-        from lastline import tsvdump
+        from lastline.logical import worker as tsvdump
 
         in_worker, tsvdump.IN_WORKER = tsvdump.IN_WORKER, frozenset()  # the former way: a zstd process per part
         try:

@@ -2,7 +2,7 @@
 and a hand-run parallel LOAD DATA of the same chunks, on the same tuned target, one run.
 
     make bench-restore ARGS="--tables 8 --rows 1000000"
-    (or: PYTHONPATH=include .venv/bin/python bench/logical_restore_bench.py --tables 8 --rows 1000000)
+    (or: .venv/bin/python bench/logical_restore_bench.py --tables 8 --rows 1000000)
 
 Data: `--tables` sysbench-shaped tables of `--rows` rows plus one table `--big` times bigger
 (sbtest_big), generated in-server. Target: one sandbox with the restore profile in its my.cnf
@@ -38,11 +38,11 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from logical_bench import dataset, sh  # noqa: E402
 
-from lastline import logical_backup as lb  # noqa: E402
+from lastline.core.servers import option_file  # noqa: E402
+from lastline.logical import backup as lb  # noqa: E402
 from lastline.manifest import read_manifest  # noqa: E402
-from lastline.sandbox import Instance  # noqa: E402
-from lastline.servers import option_file  # noqa: E402
 from lastline.storage import open_storage  # noqa: E402
+from lastline_dev.sandbox import Instance  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 TUNED = (

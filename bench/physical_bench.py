@@ -1,6 +1,6 @@
 """Physical backup + restore: the DAGs against the same shell pipeline run by hand, same data, one run.
 
-    make bench-physical ARGS="--gb 1"        (or: PYTHONPATH=include .venv/bin/python bench/physical_bench.py --gb 1)
+    make bench-physical ARGS="--gb 1"        (or: .venv/bin/python bench/physical_bench.py --gb 1)
 
 Measures, on one sandbox source of about --gb GB:
 1. the raw backup pipeline `mariabackup --stream | <codec> > file` for zstd, pigz and pigz --fast
@@ -25,9 +25,9 @@ import time
 from datetime import datetime
 from pathlib import Path
 
-from lastline.checksums import compare
-from lastline.sandbox import Instance
-from lastline.servers import option_file
+from lastline.core.servers import option_file
+from lastline_dev.compare import compare
+from lastline_dev.sandbox import Instance
 
 ROOT = Path(__file__).resolve().parents[1]
 

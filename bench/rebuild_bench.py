@@ -1,7 +1,7 @@
 """Replica rebuild: lastline's one SSH stream against backup to a local file + copy + restore, same data,
 one run, ratio printed.
 
-    make bench-rebuild ARGS="--gb 1"     (or: PYTHONPATH=include .venv/bin/python bench/rebuild_bench.py --gb 1)
+    make bench-rebuild ARGS="--gb 1"     (or: .venv/bin/python bench/rebuild_bench.py --gb 1)
 
 A source sandbox of about --gb GB, a replica sandbox whose commands all go through a real sshd on
 loopback (the "other node"), both on this machine:
@@ -30,12 +30,13 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 os.environ.setdefault("AIRFLOW_HOME", tempfile.mkdtemp(prefix="lastline-bench-airflow-"))
 
-from lastline import replica_rebuild as rr  # noqa: E402
-from lastline import sshd_sandbox  # noqa: E402
-from lastline.physical import codec, default_use_memory  # noqa: E402
-from lastline.runner import CIPHERS, host_for  # noqa: E402
-from lastline.sandbox import Instance  # noqa: E402
-from lastline.servers import option_file  # noqa: E402
+from lastline.connections import host_for
+from lastline.core.hosts import CIPHERS  # noqa: E402
+from lastline.core.servers import option_file  # noqa: E402
+from lastline.physical.tools import codec, default_use_memory  # noqa: E402
+from lastline.replication import rebuild as rr  # noqa: E402
+from lastline_dev import sshd_sandbox  # noqa: E402
+from lastline_dev.sandbox import Instance  # noqa: E402
 
 REPL_PASSWORD = "bench-repl-pw"
 

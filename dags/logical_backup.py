@@ -23,8 +23,8 @@ from __future__ import annotations
 
 from airflow.sdk import Param, dag, task
 
-from lastline import logical_backup as lb
-from lastline.dag_defaults import DESTINATION, SOURCE_CONN_ID, dag_args, env
+from lastline.airflow.defaults import DESTINATION, SOURCE_CONN_ID, dag_args, env
+from lastline.logical import backup as lb
 
 
 @dag(

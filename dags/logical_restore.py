@@ -27,9 +27,9 @@ from __future__ import annotations
 
 from airflow.sdk import Param, dag, get_current_context, task
 
-from lastline import logical_restore as lr
-from lastline import restore_report
-from lastline.dag_defaults import DESTINATION, TARGET_CONN_ID, dag_args, env
+from lastline.airflow.defaults import DESTINATION, TARGET_CONN_ID, dag_args, env
+from lastline.logical import report as restore_report
+from lastline.logical import restore as lr
 
 
 @dag(

@@ -16,9 +16,9 @@ from __future__ import annotations
 
 from airflow.sdk import Param, dag, task
 
-from lastline import physical_backup as pb
-from lastline.dag_defaults import DESTINATION, SOURCE_CONN_ID, dag_args, env
-from lastline.physical import CODECS, DEFAULT_COMPRESSION
+from lastline.airflow.defaults import DESTINATION, SOURCE_CONN_ID, dag_args, env
+from lastline.physical import backup as pb
+from lastline.physical.tools import CODECS, DEFAULT_COMPRESSION
 
 
 @dag(

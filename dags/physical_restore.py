@@ -16,8 +16,8 @@ from __future__ import annotations
 
 from airflow.sdk import Param, chain, dag, task
 
-from lastline import physical_restore as pr
-from lastline.dag_defaults import DESTINATION, TARGET_CONN_ID, dag_args
+from lastline.airflow.defaults import DESTINATION, TARGET_CONN_ID, dag_args
+from lastline.physical import restore as pr
 
 
 @dag(

@@ -17,8 +17,8 @@ from __future__ import annotations
 
 from airflow.sdk import Param, dag
 
-from lastline.dag_defaults import TARGET_CONN_ID, dag_args
-from lastline.task_groups import detach_replication
+from lastline.airflow.defaults import TARGET_CONN_ID, dag_args
+from lastline.airflow.task_groups import detach_replication
 
 
 @dag(

@@ -19,9 +19,9 @@ from __future__ import annotations
 
 from airflow.sdk import Param, chain, dag, task
 
-from lastline import replica_rebuild as rr
-from lastline.dag_defaults import SOURCE_CONN_ID, TARGET_CONN_ID, dag_args, env
-from lastline.physical import CODECS
+from lastline.airflow.defaults import SOURCE_CONN_ID, TARGET_CONN_ID, dag_args, env
+from lastline.physical.tools import CODECS
+from lastline.replication import rebuild as rr
 
 
 @dag(

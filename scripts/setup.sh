@@ -34,17 +34,19 @@ if [ ! -x .venv/bin/python ]; then
   "$PY" -m venv .venv
 fi
 stamp=".venv/.requirements.sha256"
-want="$(cat requirements.txt constraints.txt | sha256sum | cut -d' ' -f1)"
+want="$(cat requirements.txt constraints.txt pyproject.toml tools/pyproject.toml | sha256sum | cut -d' ' -f1)"
 if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
   echo "setup: installing Python packages (pinned in requirements.txt + constraints.txt)"
   .venv/bin/pip install -q --upgrade pip 2>&1 | grep -v "is ignored" || true
   .venv/bin/pip install -q -r requirements.txt 2>&1 | grep -v "is ignored" || true
-  .venv/bin/python -c "import airflow.sdk, MySQLdb, boto3, moto, paramiko, matplotlib" # fail here if the install did not
+  # the package itself, editable (no PYTHONPATH anywhere), and the dev tools beside it
+  .venv/bin/pip install -q --no-deps -e . -e tools 2>&1 | grep -v "is ignored" || true
+  .venv/bin/python -c "import airflow.sdk, MySQLdb, boto3, moto, paramiko, matplotlib, lastline.core, lastline_dev" # fail here if the install did not
   echo "$want" > "$stamp"
 fi
 
-# the logical dump's worker (C, include/lastline/native/tsvdump.c): rebuilt when its source changes
-src=include/lastline/native/tsvdump.c
+# the logical dump's worker (C, include/lastline/logical/native/tsvdump.c): rebuilt when its source changes
+src=include/lastline/logical/native/tsvdump.c
 bin=.venv/bin/lastline-tsvdump
 stamp=".venv/.tsvdump.sha256"
 want="$(sha256sum "$src" | cut -d' ' -f1)"

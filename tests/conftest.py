@@ -24,10 +24,8 @@ os.environ.update(
     AIRFLOW__CORE__UNIT_TEST_MODE="False",
     LASTLINE_RETRIES="0",
 )
-os.environ["PYTHONPATH"] = str(ROOT / "include") + os.pathsep + os.environ.get("PYTHONPATH", "")
 
-from lastline.sandbox import Instance  # noqa: E402
-
+from lastline_dev.sandbox import Instance  # noqa: E402
 
 # The fault matrix (`make faults`): each row is recorded by the end-to-end test that proves it, at its
 # end, so a row shows only when its test passed: the error the operator saw, and the proof that nothing
@@ -203,7 +201,7 @@ def logical_target(sandbox_root):
 def sshd(tmp_path_factory):
     """A real sshd on a loopback port with generated keys, and the Airflow SSH connection `t_ssh` to it
     (host key pinned, key authentication only). Stopped by PID at the end."""
-    from lastline import sshd_sandbox
+    from lastline_dev import sshd_sandbox
 
     if not sshd_sandbox.available():
         pytest.skip("sshd tests need root and openssh-server (make setup installs it)")

@@ -12,11 +12,13 @@ from pathlib import Path
 
 import pytest
 
-from lastline import chunking, dialect, logical_backup as lb, logical_restore as lr
-from lastline.errors import IntegrityError
+from lastline.core.errors import IntegrityError
+from lastline.logical import backup as lb
+from lastline.logical import chunking, dialect
+from lastline.logical import restore as lr
+from lastline.logical.worker import DumpWorker, PartWriter, WorkerWarning
 from lastline.manifest import LogicalManifest, read_manifest
 from lastline.storage import open_storage
-from lastline.tsvdump import DumpWorker, PartWriter, WorkerWarning
 
 pytestmark = pytest.mark.e2e
 

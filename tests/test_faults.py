@@ -12,7 +12,7 @@ from urllib.parse import urlparse
 
 import pytest
 
-from lastline import logical_backup as lb
+from lastline.logical import backup as lb
 from lastline.manifest import read_manifest
 from lastline.storage import open_storage
 
@@ -116,11 +116,10 @@ def test_target_datadir_full_mid_load(sandbox_root, logical_source, tmp_path, fa
     import time
 
     from conftest import set_conn
+    from lastline.logical import restore as lr
+    from lastline_dev.compare import table_checksums
+    from lastline_dev.sandbox import Instance
     from test_logical_restore import _wait_for_load
-
-    from lastline import logical_restore as lr
-    from lastline.checksums import table_checksums
-    from lastline.sandbox import Instance
 
     inst = Instance(sandbox_root, "smalldisk")
     inst.datadir.mkdir(parents=True, exist_ok=True)

@@ -12,8 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from lastline import dialect, logical_backup as lb
-from lastline.chunk_files import read_chunk
+from lastline.logical import backup as lb
+from lastline.logical import dialect
+from lastline.logical.chunk_files import read_chunk
 from lastline.manifest import LogicalManifest, read_manifest
 from lastline.storage import open_storage
 
@@ -302,7 +303,7 @@ def test_lost_connection_mid_dump_is_clear_and_leaves_no_manifest(logical_source
     try:
         plan = lb.preflight({"source_conn_id": "t_lsource", "destination": f"file://{tmp_path}", "databases": ["slowdump"],
                              "chunk_rows": 100_000, "compression": "none"})
-        from lastline.errors import LastlineError
+        from lastline.core.errors import LastlineError
 
         with pytest.raises(LastlineError) as err:
             for _ in range(5):  # until the killer catches a chunk in flight
@@ -325,7 +326,7 @@ def test_full_destination_is_named_and_leaves_no_manifest(logical_source, tmp_pa
         pytest.skip("cannot mount a small tmpfs here (needs root or CAP_SYS_ADMIN)")
     try:
         plan = lb.preflight({"source_conn_id": "t_lsource", "destination": f"file://{mnt}", "databases": ["sakila"], "compression": "none"})
-        from lastline.errors import StorageError
+        from lastline.core.errors import StorageError
 
         with pytest.raises(StorageError, match="destination is full"):
             lb.dump(plan)

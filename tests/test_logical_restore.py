@@ -13,11 +13,13 @@ from pathlib import Path
 
 import pytest
 
-from lastline import dialect, logical_backup as lb, logical_restore as lr, tuning
-from lastline.errors import IntegrityError, PreflightError, ProtectedTargetError, ServerError
+from lastline.core.errors import IntegrityError, PreflightError, ProtectedTargetError, ServerError
+from lastline.core.sql import global_variables, table_exists
+from lastline.logical import backup as lb
+from lastline.logical import dialect, tuning
+from lastline.logical import restore as lr
 from lastline.manifest import LogicalManifest
-from lastline.sandbox import alive
-from lastline.servers import global_variables, table_exists
+from lastline_dev.sandbox import alive
 
 pytestmark = pytest.mark.e2e
 
@@ -181,7 +183,7 @@ def test_load_task_killed_mid_chunk_then_rerun_is_exact(run_dag, backups, logica
     plan = lr.preflight(_conf(backups, force=True, tune=False))
     lr.create_schema(plan)
     unit = _big_unit(plan)
-    code = "import json, sys; from lastline import logical_restore as lr; lr.load(json.loads(sys.argv[1]), json.loads(sys.argv[2]))"
+    code = "import json, sys; from lastline.logical import restore as lr; lr.load(json.loads(sys.argv[1]), json.loads(sys.argv[2]))"
     child = subprocess.Popen([sys.executable, "-c", code, json.dumps(plan), json.dumps(unit)], env=os.environ.copy())
     _wait_for_load(logical_target.server(), "big", min_ledger=1)
     child.send_signal(signal.SIGKILL)
@@ -292,7 +294,7 @@ def test_restore_from_s3(run_dag, logical_source, logical_target, s3_server):
 
 
 def test_revert_names_every_variable_that_did_not_come_back(logical_target):
-    from lastline.errors import LastlineError
+    from lastline.core.errors import LastlineError
 
     server = logical_target.server()
     snap = tuning.take_snapshot(server, "test-run", "now")

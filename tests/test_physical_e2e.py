@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from lastline.checksums import compare, table_checksums
 from lastline.manifest import PhysicalManifest
+from lastline_dev.compare import compare, table_checksums
 
 pytestmark = pytest.mark.e2e
 
@@ -88,7 +88,7 @@ def test_s3_round_trip_with_pigz(run_dag, source, target, s3_server):
 @pytest.fixture(scope="module")
 def good_backup(source, tmp_path_factory):
     """One complete file backup made by the stage functions, copied by each failure test."""
-    from lastline import physical_backup as pb
+    from lastline.physical import backup as pb
 
     dest = tmp_path_factory.mktemp("good")
     plan = pb.preflight({"source_conn_id": "t_source", "destination": f"file://{dest}", "compression": "zstd"})
@@ -135,9 +135,9 @@ def test_truncated_artifact_is_refused_before_the_target_is_touched(run_dag, goo
 
 
 def test_missing_manifest_is_incomplete_and_latest_skips_it(good_backup, tmp_path):
-    from lastline.errors import IntegrityError
+    from lastline.core.errors import IntegrityError
     from lastline.manifest import resolve_backup
-    from lastline import physical_restore as pr
+    from lastline.physical import restore as pr
 
     backup = _copy(good_backup, tmp_path)
     newer = backup.parent / "29991231T000000Z"
@@ -150,8 +150,8 @@ def test_missing_manifest_is_incomplete_and_latest_skips_it(good_backup, tmp_pat
 
 
 def test_non_empty_datadir_needs_force(good_backup, target):
-    from lastline.errors import PreflightError
-    from lastline import physical_restore as pr
+    from lastline.core.errors import PreflightError
+    from lastline.physical import restore as pr
 
     with pytest.raises(PreflightError, match="is not empty: set force=true"):
         pr.preflight({"target_conn_id": "t_target", "backup": good_backup.as_uri()})
@@ -159,8 +159,8 @@ def test_non_empty_datadir_needs_force(good_backup, target):
 
 def test_protected_target_is_refused(good_backup, target):
     from conftest import set_conn
-    from lastline.errors import ProtectedTargetError
-    from lastline import physical_restore as pr
+    from lastline.core.errors import ProtectedTargetError
+    from lastline.physical import restore as pr
 
     set_conn("t_prod", target, protected=True)
     with pytest.raises(ProtectedTargetError, match="protected"):
@@ -171,8 +171,8 @@ def test_protected_target_is_refused(good_backup, target):
 def test_wrong_password_is_named(source, tmp_path, fault):
     from airflow.sdk.exceptions import AirflowFailException
 
-    from lastline.errors import ServerError
-    from lastline import physical_backup as pb
+    from lastline.core.errors import ServerError
+    from lastline.physical import backup as pb
 
     conn = source.connection("t_badpw")
     conn["password"] = "not-the-password"
@@ -186,8 +186,8 @@ def test_wrong_password_is_named(source, tmp_path, fault):
 
 def test_full_destination_leaves_no_backup(source, tmp_path):
     """A destination that runs out of space (writes go to /dev/full): clear error, nothing kept."""
-    from lastline.errors import StorageError
-    from lastline import physical_backup as pb
+    from lastline.core.errors import StorageError
+    from lastline.physical import backup as pb
 
     plan = pb.preflight({"source_conn_id": "t_source", "destination": f"file://{tmp_path}"})
     folder = tmp_path / plan["backup_id"]
@@ -199,8 +199,8 @@ def test_full_destination_leaves_no_backup(source, tmp_path):
 
 
 def test_failed_prepare_keeps_the_target_down(good_backup, target, tmp_path):
-    from lastline.errors import IntegrityError, PipelineError
-    from lastline import physical_restore as pr
+    from lastline.core.errors import IntegrityError, PipelineError
+    from lastline.physical import restore as pr
 
     plan = pr.preflight({"target_conn_id": "t_target", "backup": good_backup.as_uri(), "force": True})
     pr.stop_target(plan)
@@ -219,8 +219,8 @@ def test_failed_prepare_keeps_the_target_down(good_backup, target, tmp_path):
 
 def test_checksum_mismatch_is_named_and_the_target_stays_down(good_backup, target, tmp_path):
     """The stream unpacks, but its sha256 is not the manifest's: refused before prepare and start."""
-    from lastline.errors import IntegrityError
-    from lastline import physical_restore as pr
+    from lastline.core.errors import IntegrityError
+    from lastline.physical import restore as pr
 
     backup = _copy(good_backup, tmp_path)
     manifest = json.loads((backup / "manifest.json").read_text())

@@ -15,10 +15,11 @@ from pathlib import Path
 import pytest
 
 from conftest import _loaded, set_conn
-from lastline.checksums import compare
-from lastline.datadir import MARKER
-from lastline.errors import IntegrityError, ReplicationError
-from lastline.sandbox import Instance
+from lastline import connections
+from lastline.core.datadir import MARKER
+from lastline.core.errors import IntegrityError, ReplicationError
+from lastline_dev.compare import compare
+from lastline_dev.sandbox import Instance
 
 pytestmark = pytest.mark.e2e
 
@@ -127,11 +128,10 @@ def test_a_cut_stream_fails_clearly_never_starts_the_target_and_a_retry_succeeds
     assert not replica.server().answers(), "the replica was started on partial data"
     assert (replica.datadir / MARKER).exists()
     seen = next(line for line in logs.splitlines() if "ssh to t_ssh" in line)
-    from lastline.physical_restore import start_server
-    from lastline.servers import Server
+    from lastline.physical.restore import start_server
 
     with pytest.raises(IntegrityError, match="unfinished restore"):
-        start_server(Server.from_conn_id("t_replica"))
+        start_server(connections.server("t_replica"))
 
     before = _accepted(sshd)
     set_conn("t_rsource_ssh", rsource, ssh_conn_id="t_ssh")  # the retry runs the source's side over SSH too
@@ -152,9 +152,9 @@ def test_a_cut_stream_fails_clearly_never_starts_the_target_and_a_retry_succeeds
     assert _arrives(replica, "after-rebuild", 30), "a write on the source did not replicate"
 
     # a retried attach (after START SLAVE went through) must not rewind gtid_slave_pos and replay
-    from lastline import replication
+    from lastline.replication import flavour as replication
 
-    replication.attach(Server.from_conn_id("t_replica"), Server.from_conn_id("t_repl"), {"gtid": "0-1-1"}, True)
+    replication.attach(connections.server("t_replica"), connections.server("t_repl"), {"gtid": "0-1-1"}, True)
     _write(rsource, "after-retried-attach")
     assert _arrives(replica, "after-retried-attach", 30)
     conn = replica.server().connect()
@@ -164,7 +164,7 @@ def test_a_cut_stream_fails_clearly_never_starts_the_target_and_a_retry_succeeds
 
 
 def test_detach_refuses_an_option_file_that_names_a_source(rsource, replica):
-    from lastline import replica_detach as rd
+    from lastline.replication import detach as rd
 
     stale = replica.conf_d / "zz-old-master.cnf"
     stale.write_text("[client]\nmaster-host=ignored.example\n[mysqld]\n# old setup\nloose_master_host = 10.9.8.7\nmaster-password=secret-pw\n")

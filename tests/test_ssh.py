@@ -8,8 +8,10 @@ import subprocess
 
 import pytest
 
-from lastline.errors import LastlineError, PipelineError
-from lastline.runner import Stage, host_for, run_pipeline
+from lastline.connections import host_for
+from lastline.core.errors import LastlineError, PipelineError
+from lastline.core.hosts import Stage
+from lastline.core.pipeline import run_pipeline
 
 pytestmark = pytest.mark.e2e
 
@@ -52,7 +54,7 @@ def test_a_wrong_host_key_is_refused_and_none_is_not_accepted(sshd):
 
 
 def test_remote_stages_run_behind_one_ssh_and_taps_agree_at_both_ends(sshd):
-    from lastline.runner import tap_result, tap_stage
+    from lastline.core.pipeline import tap_result, tap_stage
 
     host = host_for("t_ssh")
     before = sshd.log.read_text().count("Accepted publickey")
@@ -79,7 +81,7 @@ def test_remote_stages_run_behind_one_ssh_and_taps_agree_at_both_ends(sshd):
 def test_physical_backup_to_ssh_and_restore_over_ssh(run_dag, source, target, sshd, tmp_path):
     """Source and target commands both run over SSH; the backup is written to and read from ssh://."""
     from conftest import set_conn
-    from lastline.checksums import compare
+    from lastline_dev.compare import compare
 
     set_conn("t_source_ssh", source, ssh_conn_id="t_ssh")
     set_conn("t_target_ssh", target, ssh_conn_id="t_ssh")

@@ -9,11 +9,12 @@ from pathlib import Path
 
 import pytest
 
-from lastline import logical_backup as lb, logical_restore as lr, physical_restore as pr
-from lastline.errors import (
-    ConfigError, IntegrityError, PipelineError, PreflightError, ProtectedTargetError, ServerError,
-)
+from lastline import connections
+from lastline.core.errors import ConfigError, IntegrityError, PipelineError, PreflightError, ProtectedTargetError, ServerError
+from lastline.logical import backup as lb
+from lastline.logical import restore as lr
 from lastline.manifest import PhysicalManifest, TableInfo, read_manifest, write_manifest
+from lastline.physical import restore as pr
 from lastline.storage import open_storage
 
 pytestmark = pytest.mark.e2e
@@ -156,11 +157,11 @@ def test_refusals_are_airflow_fail_now_and_transient_errors_are_not():
 
 def test_a_refusal_fails_the_run_at_once_despite_retries(airflow_db, logical_target, sakila_backup, monkeypatch):
     """Retries 2, 300 s apart: a protected target is still refused in seconds, on the first try."""
-    from conftest import ROOT, set_conn
-
     from airflow.dag_processing.dagbag import DagBag
     from airflow.models.taskinstance import TaskInstance
     from airflow.utils.session import create_session
+
+    from conftest import ROOT, set_conn
 
     monkeypatch.setenv("LASTLINE_RETRIES", "2")
     monkeypatch.setenv("LASTLINE_RETRY_DELAY_SECONDS", "300")
@@ -205,8 +206,7 @@ def test_latest_and_prune_survive_an_unreadable_manifest_and_touch_only_backup_i
 def test_every_path_that_writes_honours_protected_and_the_source_is_refused_unless_named(
         logical_source, logical_target, sakila_backup):
     from conftest import set_conn
-
-    from lastline import replica_detach
+    from lastline.replication import detach as replica_detach
 
     set_conn("t_lprotected", logical_target, protected=True)
     with pytest.raises(ProtectedTargetError, match="never detaches, restarts or opens it for writes"):
@@ -337,7 +337,7 @@ def test_grants_are_restored_when_asked_and_only_as_their_own_account(logical_so
         lr.load(plan, unit)
     lr.finalize(plan)
     assert dst.query("SHOW GRANTS FOR 'reporter'@'127.0.0.1'")[-1][0].startswith("GRANT SELECT ON `edge`.* TO `reporter`@`127.0.0.1`")
-    from lastline.servers import Server
+    from lastline.core.servers import Server
 
     as_reporter = Server("r", host="127.0.0.1", port=dst.port, user="reporter", password="rep-pw-1")
     assert as_reporter.query("SELECT COUNT(*) FROM edge.null_like")[0][0] > 0
@@ -398,12 +398,11 @@ def tls_source(sandbox_root, tmp_path_factory):
 
 
 def test_connections_use_tls_when_the_connection_asks_for_it(tls_source, tmp_path):
-    from lastline.errors import ServerError
-    from lastline.servers import Server
+    from lastline.core.errors import ServerError
 
     with pytest.raises(ServerError):  # the server takes TLS only: a plain connection is refused
-        Server.from_conn_id("t_plain").connect().close()
-    tls = Server.from_conn_id("t_tls")
+        connections.server("t_plain").connect().close()
+    tls = connections.server("t_tls")
     assert tls.query("SHOW SESSION STATUS LIKE 'Ssl_cipher'")[0][1]
     plan = lb.preflight({"source_conn_id": "t_tls", "destination": f"file://{tmp_path}", "databases": ["tlsdb"],
                          "chunk_rows": 1000})
@@ -417,9 +416,8 @@ def test_server_side_files_are_looked_at_on_the_server_s_own_host(logical_target
     on that host. Its sshd runs in a mount namespace of its own, where the folder the connection names is a
     1 MB tmpfs holding a stray drop-in; the worker sees an empty folder on a big disk."""
     from conftest import set_conn
-
-    from lastline import sshd_sandbox, tuning
-    from lastline.servers import Server
+    from lastline.logical import tuning
+    from lastline_dev import sshd_sandbox
 
     if not sshd_sandbox.available():
         pytest.skip("needs root and openssh-server")
@@ -433,7 +431,7 @@ def test_server_side_files_are_looked_at_on_the_server_s_own_host(logical_target
 
         os.environ["AIRFLOW_CONN_T_SSH_NS"] = json.dumps(sshd.connection())
         set_conn("t_remote", logical_target, ssh_conn_id="t_ssh_ns", config_dir=str(remote), datadir=str(remote))
-        server = Server.from_conn_id("t_remote")
+        server = connections.server("t_remote")
         server.runner().sh('printf "[mysqld]\\n" > "$1"', f"{remote}/{tuning.DROP_IN}")
         assert not (remote / tuning.DROP_IN).exists()  # the worker cannot see it: it is on the other host
         with pytest.raises(PreflightError, match="exists but no config snapshot records it"):

@@ -9,11 +9,13 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from lastline import physical
-from lastline.errors import IntegrityError, PipelineError, PreflightError
+from lastline import connections
+from lastline.core.errors import IntegrityError, PipelineError, PreflightError
+from lastline.core.hosts import Stage
+from lastline.core.pipeline import run_pipeline
+from lastline.core.servers import Server, option_file, option_file_text
 from lastline.manifest import PhysicalManifest, TableInfo, backup_time, new_backup_id, plan_prune, split_backup_url
-from lastline.runner import Stage, run_pipeline
-from lastline.servers import Server, option_file, option_file_text
+from lastline.physical import tools as physical
 from lastline.storage import open_storage
 from lastline.storage.s3 import MAX_PARTS, S3Storage, part_size, plan_capacity
 
@@ -151,7 +153,7 @@ def test_file_writer_is_atomic(tmp_path):
 
 
 def test_open_storage_rejects_unknown_schemes():
-    from lastline.errors import StorageError
+    from lastline.core.errors import StorageError
 
     with pytest.raises(StorageError, match="unknown scheme 'ftp'"):
         open_storage("ftp://x/y")
@@ -233,9 +235,11 @@ def test_prune_keeps_the_newest_and_young_incomplete_ones():
 
 
 def test_a_missing_ssh_connection_is_named():
-    from lastline.errors import LastlineError
+    from lastline.core.errors import LastlineError
 
     with pytest.raises(LastlineError, match="SSH connection 'db_ssh' could not be read"):
+        connections.host_for(Server.from_connection(_Conn()).ssh_conn_id)
+    with pytest.raises(LastlineError, match="built without that host"):  # never silently run here instead
         Server.from_connection(_Conn()).runner()
     assert Server("local").runner().name == "local"
 
@@ -243,7 +247,7 @@ def test_a_missing_ssh_connection_is_named():
 # -- logical: key ranges, deferred DDL, work units ----------------------------------------------
 
 def test_range_predicates_are_open_at_both_ends_and_lexicographic():
-    from lastline.chunking import KeyColumn, range_where
+    from lastline.logical.chunking import KeyColumn, range_where
 
     key = [KeyColumn("a", "int", None, None), KeyColumn("b", "varchar", "utf8mb4", "utf8mb4_general_ci")]
     lo, hi = ["'1'", "_utf8mb4 X'41' COLLATE utf8mb4_general_ci"], ["'2'", "_utf8mb4 X'42' COLLATE utf8mb4_general_ci"]
@@ -255,7 +259,7 @@ def test_range_predicates_are_open_at_both_ends_and_lexicographic():
 
 
 def test_key_literals_follow_the_column_type():
-    from lastline.chunking import KeyColumn
+    from lastline.logical.chunking import KeyColumn
 
     assert KeyColumn("k", "varbinary", None, None).literal(b"\x00\xff") == "X'00ff'"
     assert KeyColumn("k", "char", "latin1", "latin1_bin").literal(b"\xe9") == "_latin1 X'e9' COLLATE latin1_bin"
@@ -265,7 +269,7 @@ def test_key_literals_follow_the_column_type():
 
 
 def test_integer_bounds_cut_even_ranges():
-    from lastline.chunking import chunk_count, integer_bounds
+    from lastline.logical.chunking import chunk_count, integer_bounds
 
     assert chunk_count(1_400, 1_000) == 1 and chunk_count(1_600, 1_000) == 2
     assert integer_bounds(1, 1_000_000, 1_000_000, 250_000) == [250_001, 500_001, 750_001]
@@ -273,7 +277,7 @@ def test_integer_bounds_cut_even_ranges():
 
 
 def test_split_deferred_keeps_the_primary_key_and_valid_ddl():
-    from lastline.logical_schema import split_deferred
+    from lastline.logical.schema import split_deferred
 
     create = (
         "CREATE TABLE `t` (\n  `id` int(11) NOT NULL,\n  `a` int(11) DEFAULT NULL,\n  `b` text,\n"
@@ -306,7 +310,7 @@ def _manifest(tables: list[tuple[str, str, int, int]]):
 
 
 def test_work_units_keep_tables_whole_split_big_ones_and_batch_small_ones():
-    from lastline.work_units import plan_units
+    from lastline.logical.work_units import plan_units
 
     MB = 1 << 20
     m = _manifest([("big", "InnoDB", 40, 400 * MB)] + [(f"t{i}", "InnoDB", 10, 100 * MB) for i in range(8)]
@@ -327,7 +331,7 @@ def test_work_units_keep_tables_whole_split_big_ones_and_batch_small_ones():
 
 
 def test_units_of_one_table_do_not_start_side_by_side():
-    from lastline.work_units import plan_units
+    from lastline.logical.work_units import plan_units
 
     MB = 1 << 20
     m = _manifest([("big", "InnoDB", 40, 800 * MB)] + [(f"t{i}", "InnoDB", 10, 200 * MB) for i in range(8)])
@@ -338,7 +342,7 @@ def test_units_of_one_table_do_not_start_side_by_side():
 
 
 def test_a_split_table_is_loaded_in_key_order():
-    from lastline.work_units import plan_units
+    from lastline.logical.work_units import plan_units
 
     MB = 1 << 20
     m = _manifest([("big", "InnoDB", 16, 800 * MB)] + [(f"t{i}", "InnoDB", 4, 200 * MB) for i in range(8)])
@@ -349,7 +353,7 @@ def test_a_split_table_is_loaded_in_key_order():
 # -- node to node: taps, remote groups, detach statements, option files -------------------------
 
 def test_a_tap_counts_and_hashes_what_passes():
-    from lastline.runner import tap_result, tap_stage
+    from lastline.core.pipeline import tap_result, tap_stage
 
     data = [os.urandom(100_000) for _ in range(7)]
     out: list[bytes] = []
@@ -360,7 +364,7 @@ def test_a_tap_counts_and_hashes_what_passes():
 
 
 def test_a_remote_group_report_is_split_per_stage_and_a_lost_link_is_named():
-    from lastline.runner import split_group_stderr
+    from lastline.core.hosts import split_group_stderr
 
     own, found = split_group_stderr("warning\n\n@@lastline-stage 0 141\n\n@@lastline-stage 1 2\nboom\n")
     assert own.strip() == "warning" and found == {0: (141, ""), 1: (2, "boom")}
@@ -368,7 +372,7 @@ def test_a_remote_group_report_is_split_per_stage_and_a_lost_link_is_named():
 
 
 def test_detach_statements_follow_version_and_flavour():
-    from lastline.replication import Flavour, detach_statements
+    from lastline.replication.flavour import Flavour, detach_statements
 
     assert detach_statements(Flavour.parse("5.1.73-log"), []) == ["STOP SLAVE", "CHANGE MASTER TO MASTER_HOST=''", "RESET SLAVE"]
     assert detach_statements(Flavour.parse("5.7.44"), [""]) == ["STOP SLAVE", "RESET SLAVE ALL"]
@@ -384,8 +388,8 @@ def test_detach_statements_follow_version_and_flavour():
 
 
 def test_option_files_are_followed_through_includes_and_only_server_groups_count(tmp_path):
-    from lastline.option_files import read_settings, starting_files
-    from lastline.runner import LOCAL
+    from lastline.core.hosts import LOCAL
+    from lastline.core.option_files import read_settings, starting_files
 
     (tmp_path / "conf.d").mkdir()
     (tmp_path / "my.cnf").write_text("[client]\nmaster-host=client-only\n[mysqld]\nport=3306\n!include extra.cnf\n"

@@ -7,14 +7,14 @@ pruned once older than a grace period.
 from __future__ import annotations
 
 import json
+import logging
 import re
 import secrets
-import logging
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timedelta, timezone
 from typing import Any, Iterable
 
-from lastline.errors import ConfigError, IntegrityError
+from lastline.core.errors import ConfigError, IntegrityError
 from lastline.storage import Storage, open_storage
 
 log = logging.getLogger(__name__)

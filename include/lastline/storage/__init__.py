@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from urllib.parse import urlparse
 
-from lastline.errors import StorageError
+from lastline.core.errors import StorageError
 from lastline.storage.base import Storage, Writer
 
 __all__ = ["Storage", "Writer", "open_storage"]

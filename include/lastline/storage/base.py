@@ -4,7 +4,7 @@ from __future__ import annotations
 import abc
 from typing import Iterator
 
-from lastline.errors import IntegrityError, StorageError
+from lastline.core.errors import IntegrityError, StorageError
 
 
 class Writer(abc.ABC):

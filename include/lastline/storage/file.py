@@ -6,7 +6,7 @@ import os
 import shutil
 from typing import Iterator
 
-from lastline.errors import StorageError
+from lastline.core.errors import StorageError
 from lastline.storage.base import Storage, Writer, checked_key
 
 

@@ -13,7 +13,8 @@ import queue
 import threading
 from typing import Any, Iterator
 
-from lastline.errors import StorageError
+from lastline import connections
+from lastline.core.errors import StorageError
 from lastline.storage.base import Storage, Writer, checked_key
 
 log = logging.getLogger(__name__)
@@ -45,18 +46,6 @@ def sse_args(extra: dict) -> dict:
     return args
 
 
-def _extras(aws_conn_id: str | None) -> dict:
-    """The AWS connection's extras ({} without a connection; the hook names a missing one itself)."""
-    if not aws_conn_id:
-        return {}
-    from airflow.sdk import Connection
-
-    try:
-        return Connection.get(aws_conn_id).extra_dejson or {}
-    except Exception:  # noqa: BLE001
-        return {}
-
-
 def s3_client(aws_conn_id: str | None, extras: dict | None = None) -> Any:
     """A boto3 S3 client from the Airflow AWS connection (endpoint_url, region and keys from it). Throttling
     and 5xx answers are retried up to 10 attempts with backoff (`standard` mode; botocore's default here
@@ -65,7 +54,7 @@ def s3_client(aws_conn_id: str | None, extras: dict | None = None) -> Any:
     from airflow.providers.amazon.aws.hooks.s3 import S3Hook
     from botocore.config import Config
 
-    kwargs = dict((_extras(aws_conn_id) if extras is None else extras).get("config_kwargs") or {})
+    kwargs = dict((connections.extras(aws_conn_id) if extras is None else extras).get("config_kwargs") or {})
     kwargs.setdefault("retries", {"max_attempts": 10, "mode": "standard"})
     return S3Hook(aws_conn_id=aws_conn_id, config=Config(**kwargs)).get_conn()
 
@@ -176,7 +165,7 @@ class S3Storage(Storage):
     def __init__(self, bucket: str, prefix: str, aws_conn_id: str | None = None, client: Any = None) -> None:
         self.bucket, self.prefix = bucket, prefix.strip("/")
         self.url = f"s3://{bucket}/{self.prefix}".rstrip("/")
-        extras = _extras(aws_conn_id)  # one lookup of the connection for both
+        extras = connections.extras(aws_conn_id)  # one lookup of the connection for both
         self.client = client or s3_client(aws_conn_id, extras)
         self.extra = sse_args(extras)
 

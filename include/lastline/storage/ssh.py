@@ -9,8 +9,10 @@ from __future__ import annotations
 import subprocess
 from typing import Iterator
 
-from lastline.errors import StorageError
-from lastline.runner import SshHost
+from lastline import connections
+from lastline.core.datadir import free_bytes
+from lastline.core.errors import StorageError
+from lastline.core.hosts import SshHost
 from lastline.storage.base import Storage, Writer, checked_key
 
 _WRITE = 'umask 077 && mkdir -p "$(dirname "$1")" && cat > "$1.partial" && sync "$1.partial"'
@@ -70,11 +72,9 @@ class SshStorage(Storage):
     """Backups under a folder of an SSH host (an Airflow SSH connection)."""
 
     def __init__(self, conn_id: str, root: str) -> None:
-        from lastline.ssh import ssh_host
-
         if not root.startswith("/"):
             raise StorageError(f"ssh://{conn_id}/{root}: the path must be absolute (ssh://<ssh_conn_id>/<path>).")
-        self.host = ssh_host(conn_id)
+        self.host = connections.ssh_host(conn_id)
         self.root = root.rstrip("/") or "/"
         self.url = f"ssh://{conn_id}{self.root}"
 
@@ -119,6 +119,4 @@ class SshStorage(Storage):
             raise StorageError(f"destination {self.url} is not writable: {tail}.")
 
     def free_bytes(self) -> int | None:
-        from lastline.datadir import free_bytes
-
         return free_bytes(self.host, self.root)

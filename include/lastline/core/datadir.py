@@ -1,0 +1,131 @@
+"""A server's data directory, on whichever host it lives: state, in-progress marker, clearing, moving
+aside, free space, size, ownership. Every operation is a small POSIX shell script run through a
+:class:`~lastline.runner.Host`, so the same code serves a local datadir and one reached over SSH.
+
+The in-progress marker `<datadir>/.lastline-restore-in-progress` (JSON) says "this datadir holds an
+unfinished restore": nothing starts a server on it, and a retry clears it and starts again.
+"""
+from __future__ import annotations
+
+import json
+import logging
+from datetime import datetime, timezone
+
+from lastline.core.errors import PreflightError
+from lastline.core.hosts import Host
+
+log = logging.getLogger(__name__)
+
+MARKER = ".lastline-restore-in-progress"
+
+_STATE = r'''
+d=$1; m=$2
+[ -d "$d" ] || { echo missing; exit 0; }
+[ -e "$d/$m" ] && { echo partial; exit 0; }
+if [ -n "$(ls -A "$d" | grep -vx 'lost+found')" ]; then echo data; else echo empty; fi
+'''
+_CLEAR = r'''find "$1" -mindepth 1 -maxdepth 1 ! -name 'lost+found' -exec rm -rf {} +'''
+_ASIDE = r'''
+mkdir "$2" && find "$1" -mindepth 1 -maxdepth 1 ! -name 'lost+found' -exec mv -t "$2" {} +
+'''
+_FREE = r'''
+p=$1
+while [ ! -e "$p" ] && [ "$p" != / ]; do p=$(dirname "$p"); done
+df -P -B1 "$p" | awk 'NR==2 {print $4}'
+'''
+
+
+def state(host: Host, path: str) -> str:
+    """'missing', 'empty', 'partial' (our marker: an unfinished restore) or 'data'."""
+    return host.sh(_STATE, path, MARKER).strip()
+
+
+def read_marker(host: Host, path: str) -> dict:
+    """The marker's JSON ({} if there is none or it is unreadable)."""
+    text = host.sh('cat "$1/$2" 2>/dev/null || true', path, MARKER)
+    try:
+        return json.loads(text) if text.strip() else {}
+    except ValueError:
+        return {}
+
+
+def write_marker(host: Host, path: str, data: dict) -> None:
+    """Create the folder if needed and mark it as holding an unfinished restore."""
+    host.sh('mkdir -p "$1" && cat > "$1/$2"', path, MARKER, input=json.dumps(data).encode())
+
+
+def remove_marker(host: Host, path: str) -> None:
+    """The restore is whole: the server may start on this datadir."""
+    host.run(["rm", "-f", f"{path.rstrip('/')}/{MARKER}"])
+
+
+def clear(host: Host, path: str) -> None:
+    """Remove everything inside `path`, keeping the folder itself (its owner and mode)."""
+    host.sh(_CLEAR, path)
+
+
+def move_aside(host: Host, path: str) -> str:
+    """Move the datadir's contents into a sibling folder; return its path."""
+    aside = f"{path.rstrip('/')}.lastline-aside-{datetime.now(timezone.utc).strftime('%Y%m%dT%H%M%SZ')}"
+    host.sh(_ASIDE, path, aside)
+    log.info("moved the old datadir contents aside to %s on %s (deleted once the restore is verified)", aside, host.name)
+    return aside
+
+
+def remove(host: Host, path: str) -> None:
+    """Delete a folder and everything in it."""
+    host.run(["rm", "-rf", "--", path])
+
+
+def free_bytes(host: Host, path: str) -> int:
+    """Free bytes on the filesystem that holds `path` (or would: its nearest existing parent)."""
+    out = host.sh(_FREE, path).strip()
+    try:
+        return int(out)
+    except ValueError as exc:
+        raise PreflightError(f"cannot read the free space of {path} on {host.name}: {out!r}") from exc
+
+
+def used_bytes(host: Host, path: str) -> int:
+    """Bytes used by the files under `path`."""
+    out = host.sh('du -sb "$1" | cut -f1', path).strip()
+    return int(out or 0)
+
+
+def own_like_folder(host: Host, path: str) -> None:
+    """Give every file the owner and group of the datadir folder itself (the server's user)."""
+    host.run(["chown", "-R", "--reference", path, path])
+
+
+def size_text(n: float) -> str:
+    """Bytes for people: `12.3 MB` below a GB, `1.23 GB` above."""
+    return f"{n / 1e9:.2f} GB" if n >= 1e9 else f"{n / 1e6:.1f} MB"
+
+
+def require_room(host: Host, path: str, need: int, what: str) -> None:
+    """PreflightError unless `need` bytes fit on the filesystem of `path`."""
+    free = free_bytes(host, path)
+    if free < need:
+        raise PreflightError(
+            f"{path} on {host.name} has {size_text(free)} free; {what} needs about {size_text(need)}: "
+            "free space on the target's datadir filesystem."
+        )
+
+
+def prepare_for_restore(host: Host, path: str, force: bool, backup_id: str) -> str | None:
+    """Make `path` ready to receive a backup and mark it in progress; returns where old contents went.
+
+    missing: created; empty: used; partial (an earlier attempt): cleared, keeping what it had set
+    aside; data: moved aside with `force`, else refused.
+    """
+    current = state(host, path)
+    aside = read_marker(host, path).get("aside") if current == "partial" else None
+    if current == "partial":
+        log.info("datadir %s holds an unfinished restore: clearing it and starting again", path)
+        clear(host, path)
+    elif current == "data":
+        if not force:
+            raise PreflightError(f"target datadir {path} is not empty and force is off.")
+        aside = move_aside(host, path)
+    write_marker(host, path, {"backup_id": backup_id, "aside": aside})
+    return aside

@@ -1,0 +1,275 @@
+"""A database server as lastline sees it: a `mysql` connection plus its extras, as one typed object.
+
+`lastline.connections.server(conn_id)` builds one from an Airflow connection; this module knows nothing
+of Airflow. The client settings are read the way the mysql provider's MySqlHook reads them, so a
+connection that works for MySqlHook works for lastline. Extras read from the connection (all optional):
+
+- ``datadir``: the server's data directory (physical backup and restore need it);
+- ``config_dir``: a folder the server reads option files from (``!includedir``);
+- ``service_start`` / ``service_stop``: shell commands that start / stop the server;
+- ``ssh_conn_id``: run server-side commands (service control, mariabackup, mbstream, file checks)
+  on that host over SSH; SQL still goes from the worker to host/port;
+- ``unix_socket`` (the provider's name; ``socket`` is read too): a unix socket to connect through
+  instead of host/port (with ``ssh_conn_id``: the socket on that host, used by the commands run there);
+- ``charset``: the client character set (default ``utf8mb4``; names outside it cannot be restored);
+- ``protected``: ``true`` marks a production server that lastline never restores into;
+- ``ssl`` (a dict or its JSON: ``ca``, ``cert``, ``key``) and ``ssl_mode`` (``REQUIRED``, ``VERIFY_CA``,
+  ``VERIFY_IDENTITY``), as the mysql provider reads them: every connection lastline opens then uses TLS,
+  the dump workers' and the tools' (mariabackup, mariadb) through their option file.
+
+Credentials never reach a command line: :func:`option_file` writes them to a 0600
+``--defaults-extra-file`` that is removed afterwards, and the Python driver gets them as arguments.
+"""
+from __future__ import annotations
+
+import contextlib
+import time
+from dataclasses import dataclass, field
+from typing import Any, Iterator
+
+from lastline.core.errors import AccessDenied, ConfigError, ProtectedTargetError, ServerError
+from lastline.core.hosts import LOCAL, Host
+from lastline.core.sql import global_variables, server_identity
+
+DEFAULT_SERVICE_START = "systemctl start mariadb"
+DEFAULT_SERVICE_STOP = "systemctl stop mariadb"
+_TRUE = {"1", "true", "yes", "on"}
+
+
+def as_bool(value: Any) -> bool:
+    """Read a connection extra as a boolean (JSON true, "true", "yes", 1...)."""
+    if isinstance(value, bool):
+        return value
+    return str(value).strip().lower() in _TRUE
+
+
+@dataclass(frozen=True)
+class Server:
+    """One MariaDB/MySQL server: where to reach it and how lastline may act on it."""
+
+    conn_id: str
+    host: str = "127.0.0.1"
+    port: int = 3306
+    user: str = "root"
+    password: str = field(default="", repr=False)
+    socket: str | None = None
+    datadir: str | None = None
+    config_dir: str | None = None
+    service_start: str = DEFAULT_SERVICE_START
+    service_stop: str = DEFAULT_SERVICE_STOP
+    ssh_conn_id: str | None = None
+    protected: bool = False
+    ssl: dict | None = None
+    ssl_mode: str | None = None
+    charset: str = "utf8mb4"
+    remote: Host | None = field(default=None, compare=False, repr=False)  # the ssh_conn_id's host, once resolved
+
+    @classmethod
+    def from_connection(cls, conn: Any) -> Server:
+        """Build a Server from an Airflow Connection (or anything with the same attributes)."""
+        extra = conn.extra_dejson or {}
+        return cls(
+            conn_id=conn.conn_id,
+            host=conn.host or "127.0.0.1",
+            port=int(conn.port or 3306),
+            user=conn.login or "root",
+            password=conn.password or "",
+            socket=extra.get("unix_socket") or extra.get("socket") or None,
+            datadir=extra.get("datadir") or None,
+            config_dir=extra.get("config_dir") or None,
+            service_start=extra.get("service_start") or DEFAULT_SERVICE_START,
+            service_stop=extra.get("service_stop") or DEFAULT_SERVICE_STOP,
+            ssh_conn_id=extra.get("ssh_conn_id") or None,
+            protected=as_bool(extra.get("protected", False)),
+            ssl=_ssl_extra(extra.get("ssl")),
+            ssl_mode=str(extra["ssl_mode"]).upper() if extra.get("ssl_mode") else None,
+            charset=str(extra.get("charset") or "utf8mb4"),
+        )
+
+    def require_datadir(self) -> str:
+        """The datadir extra, or a clear error saying how to set it."""
+        if not self.datadir:
+            raise ConfigError(
+                f"connection {self.conn_id!r} has no 'datadir' extra; physical operations need the "
+                "server's data directory: add it to the connection's extras."
+            )
+        return self.datadir
+
+    def runner(self) -> Host:
+        """The Host where this server's commands and file operations (service control, datadir, drop-ins,
+        free space, markers) run: here, or its ssh_conn_id's host."""
+        if not self.ssh_conn_id:
+            return LOCAL
+        if self.remote is None:
+            raise ConfigError(
+                f"{self.describe()} runs its commands over ssh_conn_id {self.ssh_conn_id!r}, but was built without "
+                "that host: build it with lastline.connections.server()."
+            )
+        return self.remote
+
+    def answers(self) -> bool:
+        """Whether the server accepts a connection right now."""
+        try:
+            self.connect(connect_timeout=2).close()
+            return True
+        except ServerError:
+            return False
+
+    def stop_service(self, timeout: float = 120) -> float:
+        """Run service_stop and wait until the server no longer answers; returns seconds."""
+        t0 = time.monotonic()
+        self.runner().shell(self.service_stop, timeout=timeout)
+        while self.answers():
+            if time.monotonic() - t0 > timeout:
+                raise ServerError(f"{self.describe()} still answers {timeout:.0f} s after `{self.service_stop}`.")
+            time.sleep(0.5)
+        return time.monotonic() - t0
+
+    def start_service(self, timeout: float = 180) -> float:
+        """Run service_start and wait until the server answers; returns seconds."""
+        t0 = time.monotonic()
+        self.runner().shell(self.service_start, timeout=timeout)
+        while not self.answers():
+            if time.monotonic() - t0 > timeout:
+                raise ServerError(f"{self.describe()} does not answer {timeout:.0f} s after `{self.service_start}`.")
+            time.sleep(0.5)
+        return time.monotonic() - t0
+
+    def refuse_if_protected(self, action: str = "restores into it") -> None:
+        """ProtectedTargetError if the connection marks the server as production (every path that writes
+        to a server or restarts it calls this first)."""
+        if self.protected:
+            raise ProtectedTargetError(
+                f"target {self.describe()} is marked protected (production): lastline never {action}. "
+                "Pick a non-production target, or remove 'protected' from its connection if this is wrong."
+            )
+
+    def describe(self) -> str:
+        """A short human name, free of secrets."""
+        where = self.socket or f"{self.host}:{self.port}"
+        return f"{self.conn_id} ({self.user}@{where})"
+
+    def connect(self, database: str | None = None, **kwargs: Any) -> Any:
+        """Open a MySQLdb connection; the password goes through the driver, never argv.
+
+        One statement per call (no multi-statements) and no `LOAD DATA LOCAL` unless asked for with
+        `local_infile=1` (only the loader's connections do): nothing a backup holds can chain a second
+        statement or make the server read a worker's file."""
+        import MySQLdb
+
+        args: dict[str, Any] = {
+            "user": self.user, "passwd": self.password, "charset": self.charset, "multi_statements": False, "local_infile": 0,
+        }
+        if self.socket and not self.ssh_conn_id:
+            args["unix_socket"] = self.socket
+        else:
+            args["host"], args["port"] = self.host, self.port
+        if database:
+            args["database"] = database
+        if self.ssl:
+            args["ssl"] = self.ssl
+        if self.ssl_mode:
+            args["ssl_mode"] = self.ssl_mode
+        args.update(kwargs)
+        try:
+            return MySQLdb.connect(**args)
+        except MySQLdb.OperationalError as exc:
+            raise self.connect_error(exc.args[0] if exc.args else None, str(exc.args[-1])) from exc
+
+    def connect_error(self, code: int | None, message: str, via: str = "") -> ServerError:
+        """The error for a refused connection (from the driver or a dump worker): AccessDenied (fails at
+        once) for bad credentials, a ServerError (retried) for a server that does not answer."""
+        hint = {
+            1045: "wrong user or password: fix the connection's login/password",
+            2002: "nothing listens there: is the server running?",
+            2003: "nothing listens there: is the server running and the port right?",
+        }.get(code, "check the connection and that the server runs")
+        error = AccessDenied if code in (1045, 1698) else ServerError
+        return error(f"cannot connect to {self.describe()}{via}: {message} ({hint}).")
+
+    def identity(self) -> str:
+        """This server's identity (see server_identity), over a connection of its own."""
+        conn = self.connect()
+        try:
+            return server_identity(conn.cursor())
+        finally:
+            conn.close()
+
+    def query(self, sql: str, args: Any = None) -> list[tuple]:
+        """Run one statement and return all rows."""
+        conn = self.connect()
+        try:
+            cur = conn.cursor()
+            cur.execute(sql, args)
+            return list(cur.fetchall())
+        finally:
+            conn.close()
+
+    def variables(self, *names: str) -> dict[str, str]:
+        """Global variables by name (lower-case keys)."""
+        conn = self.connect()
+        try:
+            return global_variables(conn.cursor(), names)
+        finally:
+            conn.close()
+
+
+def refuse_restore_into_source(target: Server, identity: str, source_identity: str | None, source_conn_id: str,
+                               allowed: str | None) -> None:
+    """A restore into the very server the backup was taken from overwrites production with its own past:
+    refused unless the `restore_into_source` Param names the target connection."""
+    if source_identity and identity == source_identity and allowed != target.conn_id:
+        raise ProtectedTargetError(
+            f"target {target.describe()} is the server this backup was taken from ({source_conn_id}, {identity}): "
+            f"restoring into it replaces its data with the backup's. If that is what you want, set the Param "
+            f"restore_into_source to {target.conn_id!r}."
+        )
+
+
+def _ssl_extra(value: Any) -> dict | None:
+    """The `ssl` extra as the mysql provider takes it: a dict, or its JSON text."""
+    if not value:
+        return None
+    if isinstance(value, str):
+        import json
+
+        value = json.loads(value)
+    return {str(k): str(v) for k, v in dict(value).items()}
+
+
+def _escape_option(value: str) -> str:
+    """Quote a value for a MySQL option file (handles #, quotes, backslashes, spaces)."""
+    return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def option_file_text(server: Server, sections: tuple[str, ...] = ("client",), on_host: bool = False) -> str:
+    """The text of an option file that carries the server's address and credentials (`on_host`: for a
+    command run on the server's own SSH host, where its socket is)."""
+    body = [f"user={_escape_option(server.user)}", f"password={_escape_option(server.password)}"]
+    if server.socket and (on_host or not server.ssh_conn_id):
+        body.append(f"socket={_escape_option(server.socket)}")
+    else:
+        body += [f"host={server.host}", f"port={server.port}", "protocol=TCP"]
+    ssl = server.ssl or {}
+    for key in ("ca", "cert", "key", "capath", "cipher"):
+        if ssl.get(key):
+            body.append(f"ssl-{key}={_escape_option(ssl[key])}")
+    if ssl or server.ssl_mode:
+        body.append("ssl")
+    if server.ssl_mode in ("VERIFY_CA", "VERIFY_IDENTITY"):
+        body.append("ssl-verify-server-cert")
+    return "".join(f"[{section}]\n" + "\n".join(body) + "\n" for section in sections)
+
+
+@contextlib.contextmanager
+def option_file(server: Server, sections: tuple[str, ...] = ("client",), on_host: bool = False) -> Iterator[str]:
+    """Yield the path of a 0600 option file with the server's credentials; remove it afterwards.
+
+    `on_host=True` writes it on the server's own host (over SSH for connections with ssh_conn_id), for
+    commands that run there (mariabackup). Pass it as the FIRST argument: ``--defaults-extra-file=PATH``.
+    mariabackup needs its own ``mariabackup`` group too, or it would take the host's ``[mysqld]``
+    settings for the server.
+    """
+    host = server.runner() if on_host else LOCAL
+    with host.private_file(option_file_text(server, sections, on_host)) as path:
+        yield path

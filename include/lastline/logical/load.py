@@ -1,0 +1,279 @@
+"""Load a work unit's chunks exactly once: LOAD DATA from a FIFO, one transaction per chunk with its ledger row.
+
+Each chunk is streamed from the backup (file or S3), its sha256 checked, decompressed on the fly and
+fed through a named pipe to `LOAD DATA LOCAL INFILE` (no temporary copy, memory bounded whatever the
+table size). The chunk's ledger row (`_lastline.ledger`) is inserted first, in the same transaction
+as the rows: a retried task, a re-triggered run, a killed loader or a crashed server either finds
+the row (the chunk is in, skip it) or finds neither the row nor the data (load it again). A second
+loader racing on the same chunk waits on the ledger row's lock, then skips it.
+
+Non-transactional tables (MyISAM, Aria) cannot share a transaction with the ledger: they are loaded
+whole by one unit, and reloaded from scratch (TRUNCATE) unless every chunk of theirs is recorded.
+
+At most `parallel` units load at once on a target, whatever Airflow runs: each unit first takes one
+of `parallel` named locks (`GET_LOCK`) on the target, and waits for a free one.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import tempfile
+import threading
+import time
+from typing import Any
+
+from lastline.core import stopping
+from lastline.core.errors import IntegrityError, LastlineError, ServerError
+from lastline.core.progress import Progress
+from lastline.core.servers import Server
+from lastline.core.sql import META_DB
+from lastline.logical import dialect
+from lastline.logical.chunk_files import read_chunk
+from lastline.logical.snapshot import LOST_CONNECTION, sql_error
+from lastline.logical.work_units import WorkUnit
+from lastline.manifest import ChunkInfo, LogicalManifest, LogicalTable
+from lastline.storage import Storage
+
+log = logging.getLogger(__name__)
+
+NON_TRANSACTIONAL = {"myisam", "aria", "memory", "csv", "archive", "merge", "mrg_myisam"}
+
+
+def ensure_ledger(cur: Any) -> None:
+    """The ledger and restore-state tables on the target (idempotent)."""
+    cur.execute("SET SESSION sql_log_bin = 0")
+    cur.execute(f"CREATE DATABASE IF NOT EXISTS {META_DB}")
+    cur.execute(
+        f"CREATE TABLE IF NOT EXISTS {META_DB}.ledger (backup_id VARBINARY(64) NOT NULL, file VARBINARY(700) NOT NULL, "
+        "rows_loaded BIGINT NOT NULL, loaded_at TIMESTAMP(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6), "
+        "PRIMARY KEY (backup_id, file)) ENGINE=InnoDB"
+    )
+
+
+def loaded_files(cur: Any, backup_id: str) -> set[str]:
+    """Chunk files of `backup_id` the ledger says are in."""
+    cur.execute(f"SELECT file FROM {META_DB}.ledger WHERE backup_id = %s", (backup_id,))
+    return {(f.decode() if isinstance(f, bytes) else f) for (f,) in cur.fetchall()}
+
+
+class Lane:
+    """One of `parallel` named locks on the target, held while a unit loads."""
+
+    def __init__(self, server: Server, parallel: int, label: str) -> None:
+        self.server, self.parallel, self.label = server, parallel, label
+        self.conn: Any = None
+        self.name: str | None = None
+
+    def __enter__(self) -> Lane:
+        self.conn = self.server.connect()
+        cur = self.conn.cursor()
+        waited, t0 = False, time.monotonic()
+        while True:
+            for i in range(self.parallel):
+                name = f"lastline-load-lane-{i}"
+                cur.execute("SELECT GET_LOCK(%s, 0)", (name,))
+                if cur.fetchone()[0] == 1:
+                    self.name = name
+                    if waited:
+                        log.info("%s: got lane %d after %.0f s", self.label, i, time.monotonic() - t0)
+                    return self
+            if not waited:
+                log.info("%s: all %d lanes busy on the target; waiting for one", self.label, self.parallel)
+                waited = True
+            time.sleep(0.2)
+
+    def __exit__(self, *exc: Any) -> None:
+        if self.conn is not None:
+            try:
+                self.conn.close()  # releases the lock
+            except Exception:  # noqa: BLE001
+                pass
+
+
+def _unblock(fifo: str) -> None:
+    """Open and close the FIFO's read end so a writer blocked in open() or write() gives up."""
+    try:
+        fd = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)
+        os.close(fd)
+    except OSError:
+        pass
+
+
+class LoadProgress(Progress):
+    """`load <unit>: chunks, rows, MB / total MB, MB/s, ETA` (runner.Progress plus chunk and row counts)."""
+
+    def __init__(self, label: str, chunks: int, total_bytes: int) -> None:
+        super().__init__(f"load {label}", total_bytes)
+        self.chunks = chunks
+        self.done_chunks = self.rows = 0
+
+    def line(self, now: float | None = None) -> str:
+        label, _, rest = super().line(now).partition(": ")
+        return f"{label}: {self.done_chunks}/{self.chunks} chunks, {self.rows:,} rows, {rest}"
+
+
+class Loader:
+    """Loads chunks into one target connection (see the module doc)."""
+
+    def __init__(self, server: Server, storage: Storage, manifest: LogicalManifest, progress: LoadProgress) -> None:
+        self.server, self.storage, self.manifest, self.progress = server, storage, manifest, progress
+        self.conn = server.connect(local_infile=1)
+        self._stop = stopping.add(f"{progress.label}: KILL QUERY on the loader's connection",
+                                  stopping.kill_query(server, self.conn.thread_id()))
+        self.cur = self.conn.cursor()
+        self.cur.execute(dialect.LOAD_SESSION)
+        self.cur.execute("SET SESSION sql_log_bin = 0, innodb_lock_wait_timeout = 3600, autocommit = 0")
+
+    def close(self) -> None:
+        stopping.remove(self._stop)
+        try:
+            self.conn.close()
+        except Exception:  # noqa: BLE001
+            pass
+
+    def _stream_into(self, t: LogicalTable, c: ChunkInfo) -> int:
+        """LOAD DATA one chunk through a FIFO (inside the caller's transaction); returns rows loaded."""
+        key = f"{self.manifest.backup_id}/{c.file}"
+        what = f"{t.schema}.{t.name}"
+        sql = dialect.load_sql(t.schema, t.name, [dialect.Column(**col) for col in t.columns])
+        with tempfile.TemporaryDirectory(prefix="lastline-load-") as d:
+            fifo = os.path.join(d, "chunk.tsv")
+            os.mkfifo(fifo, 0o600)
+            errors: list[BaseException] = []
+
+            def pump() -> None:
+                try:
+                    with open(fifo, "wb") as fh:
+                        for data in read_chunk(self.storage, key, self.manifest.compression, c.sha256, what):
+                            fh.write(data)
+                            self.progress.add(len(data))
+                except BaseException as exc:  # noqa: BLE001 - re-raised by the caller
+                    errors.append(exc)
+
+            th = threading.Thread(target=pump, name=f"pump-{c.file}", daemon=True)
+            th.start()
+            try:
+                self.cur.execute(sql, (fifo,))
+                rows = self.cur.rowcount
+            except BaseException:
+                _unblock(fifo)
+                th.join()
+                raise
+            th.join()
+        if errors and not isinstance(errors[0], BrokenPipeError):
+            raise errors[0]
+        if errors:
+            raise ServerError(f"chunk {self.storage.location(key)} ({what}): the server stopped reading it (did it go away?); the task retries.")
+        if self.conn.warning_count():
+            self.cur.execute("SHOW WARNINGS LIMIT 3")
+            shown = "; ".join(f"{w[2]}" for w in self.cur.fetchall())
+            raise IntegrityError(f"chunk {self.storage.location(key)} ({what}) loaded with warnings: {shown}; nothing of it was kept.")
+        if rows != c.rows:
+            raise IntegrityError(
+                f"chunk {self.storage.location(key)} ({what}) loaded {rows} rows, the manifest says {c.rows}; nothing of it was kept."
+            )
+        return rows
+
+    def load_chunk(self, t: LogicalTable, c: ChunkInfo) -> bool:
+        """Load one chunk of a transactional table exactly once; False if the ledger already had it."""
+        try:
+            self.cur.execute(
+                f"INSERT INTO {META_DB}.ledger (backup_id, file, rows_loaded) VALUES (%s, %s, %s)",
+                (self.manifest.backup_id, c.file, c.rows),
+            )
+        except Exception as exc:
+            self.conn.rollback()
+            if sql_error(exc)[0] == 1062:  # another loader got it in first
+                return False
+            raise
+        try:
+            self._stream_into(t, c)
+            self.conn.commit()
+        except BaseException:
+            self._rollback()
+            raise
+        self.progress.done_chunks += 1
+        self.progress.rows += c.rows
+        return True
+
+    def load_whole(self, t: LogicalTable) -> None:
+        """Reload a non-transactional table from scratch, then record all its chunks."""
+        self.cur.execute(f"TRUNCATE TABLE {dialect.qualified(t.schema, t.name)}")
+        for c in t.chunks:
+            self._stream_into(t, c)
+            self.progress.done_chunks += 1
+            self.progress.rows += c.rows
+        self.cur.executemany(
+            f"INSERT INTO {META_DB}.ledger (backup_id, file, rows_loaded) VALUES (%s, %s, %s)",
+            [(self.manifest.backup_id, c.file, c.rows) for c in t.chunks],
+        )
+        self.conn.commit()
+
+    def _rollback(self) -> None:
+        try:
+            self.conn.rollback()
+        except Exception:  # noqa: BLE001 - the connection may be gone; the server rolls back then
+            pass
+
+
+def load_unit(server: Server, storage: Storage, manifest: LogicalManifest, unit: WorkUnit, parallel: int) -> dict:
+    """Load every chunk of `unit` not yet in the ledger; returns per-table rows, bytes and seconds."""
+    tables = {(t.schema, t.name): t for t in manifest.tables}
+    total_chunks = sum(p.last - p.first + 1 for p in unit.parts)
+    progress = LoadProgress(unit.name, total_chunks, unit.bytes)
+    stats: dict[str, dict] = {}
+    started_at = time.time()
+    with Lane(server, parallel, unit.name):
+        loader = Loader(server, storage, manifest, progress)
+        try:
+            done = loaded_files(loader.cur, manifest.backup_id)
+            loader.conn.commit()
+            for part in unit.parts:
+                t = tables[(part.schema, part.table)]
+                chunks = t.chunks[part.first: part.last + 1]
+                t0 = time.monotonic()
+                loaded_rows = loaded_bytes = skipped = 0
+                if t.engine.lower() in NON_TRANSACTIONAL:
+                    if all(c.file in done for c in chunks):
+                        skipped = len(chunks)
+                    else:
+                        loader.load_whole(t)
+                        loaded_rows, loaded_bytes = t.rows, t.raw_bytes
+                else:
+                    for c in chunks:
+                        if c.file in done or not loader.load_chunk(t, c):
+                            skipped += 1
+                            progress.done_chunks += 1
+                            progress.add(c.raw_bytes)
+                            continue
+                        loaded_rows += c.rows
+                        loaded_bytes += c.raw_bytes
+                seconds = time.monotonic() - t0
+                stats[f"{t.schema}.{t.name}"] = {
+                    "rows": loaded_rows, "bytes": loaded_bytes, "seconds": round(seconds, 3), "chunks": len(chunks),
+                    "skipped": skipped,
+                }
+                if skipped:
+                    log.info("%s.%s: %d chunk(s) already in the ledger, skipped", t.schema, t.name, skipped)
+        except Exception as exc:
+            code, msg = sql_error(exc)
+            if code in LOST_CONNECTION:
+                raise ServerError(
+                    f"lost the connection to the target while loading {unit.name}: {msg}. Chunks committed so far are "
+                    "in the ledger; a retry (or a new run for the same backup) resumes after them."
+                ) from exc
+            if isinstance(exc, LastlineError):
+                raise
+            if code in (1114, 1021):  # the table is full / disk full: the datadir's filesystem ran out
+                raise ServerError(
+                    f"loading {unit.name} failed: {msg}: the target's datadir filesystem is full. Free space there, "
+                    "then re-run: chunks committed so far are in the ledger and the re-run resumes after them."
+                ) from exc
+            raise LastlineError(f"loading {unit.name} failed: {exc}") from exc
+        finally:
+            loader.close()
+    log.info("%s", progress.line())
+    return {
+        "unit": unit.name, "tables": stats, "seconds": round(time.monotonic() - progress.start, 3),
+        "started_at": started_at, "finished_at": time.time(),
+    }

@@ -1,0 +1,294 @@
+"""The dump worker: one snapshot connection in its own process, escaping rows into chunk files in C.
+
+`lastline-tsvdump` (native/tsvdump.c, built by `make setup`) connects to the source with a 0600 option
+file, opens its transaction when the coordinator says so, and streams each chunk query's rows, escaped
+in one linear pass, into a pipe whose write end the coordinator hands over (SCM_RIGHTS) for each part.
+The coordinator (Python) only moves compressed bytes to storage; each worker has its own core and no
+interpreter lock. See the C file for the message protocol.
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+from lastline.core import stopping
+from lastline.core.compression import codec
+from lastline.core.errors import ConfigError, PipelineError, ServerError
+from lastline.core.pipeline import widen_pipe
+from lastline.core.servers import Server, option_file
+from lastline.storage import Storage
+
+BINARY = "lastline-tsvdump"
+# compressions the worker does itself (libzstd level 1 with a content checksum, as `zstd -1` writes):
+# the raw lines then never cross a pipe (`make bench-logical ARGS=--design` times both ways)
+IN_WORKER = {"zstd"}
+SOURCE = Path(__file__).resolve().parent / "native" / "tsvdump.c"
+READ_BLOCK = 1 << 20
+
+
+def binary() -> str:
+    """Path of the built worker: $LASTLINE_TSVDUMP, the venv's bin, or PATH."""
+    for candidate in (os.environ.get("LASTLINE_TSVDUMP"), str(Path(sys.prefix) / "bin" / BINARY), shutil.which(BINARY)):
+        if candidate and os.access(candidate, os.X_OK):
+            return candidate
+    raise ConfigError(
+        f"{BINARY} is not built: run `make setup` (it compiles {SOURCE.name} with gcc and libmariadb-dev), or set "
+        "LASTLINE_TSVDUMP to its path."
+    )
+
+
+class WorkerError(Exception):
+    """An error the worker reported from the server: (code, message) like a MySQLdb error's args."""
+
+
+class WorkerWarning(WorkerError):
+    """The server warned on a dump query (a value may have been cut or replaced): (0, the warnings)."""
+
+
+@dataclass
+class PartResult:
+    """One part file written: rows, uncompressed bytes, the sum of the rows' hashes, what the file holds."""
+
+    key: str
+    rows: int
+    raw_bytes: int
+    checksum: int
+    bytes: int
+    sha256: str
+
+
+@dataclass
+class DumpResult:
+    """A whole chunk query: its rows, the sum of their hashes, and its part files."""
+
+    rows: int
+    checksum: int
+    parts: list[PartResult]
+
+
+class PartWriter:
+    """A pipe whose read end is compressed (or not) into `key` of storage; committed only by commit().
+
+    The write end goes to the worker; the file is written through `<key>.partial` by the storage
+    writer, and discarded by abort() (a part is never taken for complete unless the worker said so)."""
+
+    def __init__(self, storage: Storage, key: str, compression: str) -> None:
+        self.storage, self.key = storage, key
+        self.read_fd, self.write_fd = os.pipe()
+        widen_pipe(self.write_fd)
+        c = codec(compression)
+        self.proc: subprocess.Popen | None = None
+        source = self.read_fd
+        if c.tool is not None and compression not in IN_WORKER:
+            self.proc = subprocess.Popen(
+                c.compress_argv(1, fast=True), stdin=self.read_fd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            )
+            os.close(self.read_fd)
+            self.read_fd = -1
+            source = self.proc.stdout.fileno()
+            widen_pipe(source)
+        self.source = source
+        self.decided = threading.Event()
+        self.commit_ok = False
+        self.bytes = 0
+        self.sha256 = ""
+        self.error: BaseException | None = None
+        self.thread = threading.Thread(target=self._drain, name=f"part-{key}", daemon=True)
+        self.thread.start()
+
+    def _drain(self) -> None:
+        digest, n = hashlib.sha256(), 0
+        try:
+            with self.storage.writer(self.key) as writer:
+                while data := os.read(self.source, READ_BLOCK):
+                    digest.update(data)
+                    writer.write(data)
+                    n += len(data)
+                self.decided.wait()
+                if not self.commit_ok:
+                    raise PipelineError("part aborted")  # the writer discards what it wrote
+                self.bytes, self.sha256 = n, digest.hexdigest()
+        except BaseException as exc:  # noqa: BLE001 - reported by commit()
+            self.error = exc
+
+    def handed_over(self) -> None:
+        """The worker has its own copy of the write end: close ours, so its close is the end of file."""
+        if self.write_fd >= 0:
+            os.close(self.write_fd)
+            self.write_fd = -1
+
+    def complete(self) -> None:
+        """Wait for the end of file and check the compressor (the file stays uncommitted)."""
+        self.handed_over()
+        code = self.proc.wait() if self.proc else 0
+        if code != 0:
+            tail = self.proc.stderr.read().decode(errors="replace").strip()[-500:]
+            self.abort()
+            raise PipelineError(f"compressing {self.key} failed ({self.proc.args[0]} exit {code}: {tail})")
+
+    def commit(self) -> tuple[int, str]:
+        """Commit the file (after complete()); returns (bytes, sha256)."""
+        self.commit_ok = True
+        self.decided.set()
+        self.thread.join()
+        self._close()
+        if self.error is not None:
+            raise self.error
+        return self.bytes, self.sha256
+
+    def abort(self) -> None:
+        """Stop the compressor and discard the file."""
+        self.handed_over()
+        if self.proc and self.proc.poll() is None:
+            self.proc.kill()
+        self.commit_ok = False
+        self.decided.set()
+        self.thread.join(timeout=60)
+        if self.proc:
+            self.proc.wait()
+        self._close()
+
+    def _close(self) -> None:
+        if self.read_fd >= 0:
+            os.close(self.read_fd)
+            self.read_fd = -1
+        if self.proc:
+            for f in (self.proc.stdout, self.proc.stderr):
+                if f:
+                    f.close()
+
+
+class DumpWorker:
+    """One `lastline-tsvdump` process with its own connection to `server` (see the module doc)."""
+
+    def __init__(self, server: Server, name: str = "dump") -> None:
+        self.server, self.name = server, name
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        self.sock = ours
+        with option_file(server) as opt:
+            try:
+                self.proc = subprocess.Popen(
+                    [binary(), opt, str(theirs.fileno())], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                    stderr=subprocess.PIPE, pass_fds=(theirs.fileno(),),
+                )
+            finally:
+                theirs.close()
+            first = self._recv()
+        if not first.startswith("READY"):
+            self.close()
+            raise server.connect_error(*_error(first), via=f" from {BINARY}")
+        _, conn_id, self.version = first.split(" ", 2)
+        self.connection_id = int(conn_id)
+        self._stop = [
+            stopping.add(f"{name}: killed its process", stopping.kill_process(self.proc)),
+            stopping.add(f"{name}: KILL QUERY {conn_id} on {server.describe()}", stopping.kill_query(server, self.connection_id)),
+        ]
+
+    def _recv(self) -> str:
+        try:
+            data = self.sock.recv(1 << 16)
+        except OSError as exc:
+            data = b""
+            reason = str(exc)
+        else:
+            reason = "it exited"
+        if not data:
+            code = self.proc.poll() if hasattr(self, "proc") else None
+            err = self.proc.stderr.read().decode(errors="replace")[-500:] if code is not None else ""
+            raise ServerError(f"the dump worker {self.name} stopped ({reason}, exit {code}) {err}".strip())
+        return data.decode("utf-8", errors="replace")
+
+    def execute(self, sql: str) -> None:
+        """Run one statement on the worker's connection."""
+        self.sock.send(b"E" + sql.encode())
+        answer = self._recv()
+        if answer != "OK":
+            raise WorkerError(*_error(answer))
+
+    def dump(self, sql: str, part_rows: int, new_part: Callable[[int], tuple[str, PartWriter]], compression: str = "none") -> DumpResult:
+        """Stream `sql` (its last column the row hash) into parts of at most `part_rows` rows;
+        `new_part(index)` gives each part's storage key and writer (made for the same `compression`).
+        Raises WorkerError on a server error and on any warning (nothing of the query is then taken as
+        complete)."""
+        mode = b"z" if compression in IN_WORKER else b"n"
+        self.sock.send(b"D" + f"{part_rows:020d}".encode() + mode + sql.encode())
+        parts: list[PartResult] = []
+        current: tuple[str, PartWriter] | None = None
+        # the last finished part stays uncommitted until the query ends without an error or a warning
+        # (the server reports warnings only then); earlier parts of a long query are committed as they end
+        pending: tuple[str, PartWriter, int, int, int] | None = None
+
+        def commit_pending() -> None:
+            nonlocal pending
+            if pending is not None:
+                key, writer, rows, raw, checksum = pending
+                pending = None
+                nbytes, sha = writer.commit()
+                parts.append(PartResult(key, rows, raw, checksum, nbytes, sha))
+
+        try:
+            while True:
+                answer = self._recv()
+                verb, _, rest = answer.partition(" ")
+                if verb == "NEED":
+                    current = new_part(len(parts) + (pending is not None))
+                    socket.send_fds(self.sock, [b"O"], [current[1].write_fd])
+                    current[1].handed_over()
+                elif verb == "PART":
+                    rows, raw, checksum = (int(x) for x in rest.split())
+                    key, writer = current  # type: ignore[misc]
+                    current = None
+                    writer.complete()
+                    commit_pending()
+                    pending = (key, writer, rows, raw, checksum)
+                elif verb == "DONE":
+                    rows, checksum = (int(x) for x in rest.split())
+                    commit_pending()
+                    return DumpResult(rows, checksum, parts)
+                elif verb == "WARN":
+                    count, _, text = rest.partition(" ")
+                    raise WorkerWarning(0, f"{count} warning(s): {text}")
+                else:
+                    raise WorkerError(*_error(answer))
+        except BaseException:
+            for item in (current, pending):
+                if item is not None:
+                    item[1].abort()
+            raise
+
+    def close(self) -> None:
+        """End the worker: closing the socket ends its loop; a stuck one is killed."""
+        for token in getattr(self, "_stop", []):
+            stopping.remove(token)
+        try:
+            self.sock.close()
+        except OSError:
+            pass
+        try:
+            self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        if self.proc.stderr:
+            self.proc.stderr.close()
+
+    def kill(self) -> None:
+        """Stop the worker at once (its connection closes; the server ends its query). Safe from any
+        thread: the thread driving the worker then gets a clear error from its next read."""
+        if self.proc.poll() is None:
+            self.proc.kill()
+
+
+def _error(answer: str) -> tuple[int, str]:
+    """(code, message) of an `ERR <code> <message>` answer."""
+    _, _, rest = answer.partition(" ")
+    code, _, msg = rest.partition(" ")
+    return (int(code) if code.isdigit() else 0), msg or answer

@@ -1,0 +1,227 @@
+"""The physical restore's stages: preflight, stop, extract, prepare, start, verify, report.
+
+The target's datadir may be on this machine or on the host of its connection's ssh_conn_id: every
+file operation and command on it goes through that host (see :mod:`lastline.datadir`).
+
+Safety rules:
+- the target is never started while `<datadir>/.lastline-restore-in-progress` exists (a restore that
+  did not finish leaves it, so half-restored data never serves);
+- with `force`, what the datadir held is moved aside to `<datadir>.lastline-aside-<time>` and
+  deleted only once the restored server has been verified;
+- a retry finds its own marker and starts the extraction again on a clean datadir.
+"""
+from __future__ import annotations
+
+import logging
+import time
+
+from lastline import connections
+from lastline.core import datadir as dd
+from lastline.core import stopping
+from lastline.core.datadir import MARKER
+from lastline.core.errors import IntegrityError, PipelineError, PreflightError
+from lastline.core.pipeline import run_logged, run_pipeline
+from lastline.core.servers import Server, refuse_restore_into_source
+from lastline.core.sql import qualified
+from lastline.manifest import PhysicalManifest, read_manifest, resolve_backup
+from lastline.physical import tools as physical
+from lastline.storage import Storage
+
+log = logging.getLogger(__name__)
+
+def _target(plan: dict) -> Server:
+    return connections.server(plan["target_conn_id"])
+
+
+def _manifest(plan: dict) -> tuple[Storage, PhysicalManifest]:
+    storage, backup_id = resolve_backup(plan["backup"], plan.get("aws_conn_id"))
+    return storage, read_manifest(storage, backup_id)
+
+
+def check_datadir(server: Server, need: int, force: bool) -> str:
+    """Refuse a non-empty datadir without `force`, and too little room; return the datadir's state."""
+    datadir, host = server.require_datadir(), server.runner()
+    state = dd.state(host, datadir)
+    if state == "data" and not force:
+        raise PreflightError(
+            f"target datadir {datadir} on {host.name} is not empty: set force=true to move its contents aside "
+            f"(to {datadir}.lastline-aside-<time>, deleted only after a verified restore), or empty it yourself."
+        )
+    dd.require_room(host, datadir, need, "the unpacked backup")
+    return state
+
+
+def preflight(conf: dict) -> dict:
+    """Read-only checks: target not protected, manifest present, artifact whole, datadir, disk, tools."""
+    server = connections.server(conf["target_conn_id"])
+    server.refuse_if_protected()
+    datadir = server.require_datadir()
+    host = server.runner()
+    storage, backup_id = resolve_backup(conf["backup"], conf.get("aws_conn_id"))
+    manifest = read_manifest(storage, backup_id)
+    if server.answers():  # a stopped target cannot be the running source
+        refuse_restore_into_source(server, server.identity(), manifest.source_identity, manifest.source_conn_id,
+                                   conf.get("restore_into_source"))
+    key = f"{backup_id}/{manifest.artifact}"
+    size = storage.size_if_exists(key)
+    if size is None:
+        raise IntegrityError(f"{storage.location(key)} is missing although the manifest lists it: choose another backup.")
+    if size != manifest.bytes:
+        raise IntegrityError(
+            f"{storage.location(key)} is {size} bytes, the manifest says {manifest.bytes}: the artifact is "
+            "truncated or was replaced. Choose another backup; the target was not touched."
+        )
+    c = physical.codec(manifest.compression)
+    physical.require_tools("mariabackup", "mbstream", c.tool, host=host)
+    physical.check_versions(physical.tool_version(host), manifest.server_version)
+    force = bool(conf.get("force"))
+    state = check_datadir(server, int(manifest.datadir_bytes * 1.1), force)
+    plan = {
+        "target_conn_id": server.conn_id,
+        "backup": f"{storage.url}/{backup_id}",
+        "backup_id": backup_id,
+        "aws_conn_id": conf.get("aws_conn_id"),
+        "parallel": int(conf.get("parallel") or 2),
+        "use_memory": int(conf.get("use_memory") or physical.default_use_memory(host)),
+        "force": force,
+        "datadir": datadir,
+        "datadir_state": state,
+        "bytes": manifest.bytes,
+    }
+    log.info("preflight ok: restore %s into %s (datadir %s: %s)", plan["backup"], server.describe(), datadir, state)
+    return plan
+
+
+def stop_target(plan: dict, timeout: float = 120) -> dict:
+    """Stop the target with its service_stop command and wait until it no longer answers."""
+    server = _target(plan)
+    seconds = server.stop_service(timeout)
+    log.info("target %s stopped in %.1f s", server.describe(), seconds)
+    return {"seconds": round(seconds, 3)}
+
+
+@stopping.stops_cleanly
+def extract(plan: dict) -> dict:
+    """fetch | decompress | mbstream -x into the datadir (on the target's host), checking sha256 and size
+    while reading."""
+    datadir = plan["datadir"]
+    host = _target(plan).runner()
+    storage, manifest = _manifest(plan)
+    aside = dd.prepare_for_restore(host, datadir, plan["force"], manifest.backup_id)
+    key = f"{manifest.backup_id}/{manifest.artifact}"
+    stages = physical.restore_stages(datadir, plan["parallel"], manifest.compression, host=host)
+    log.info("extract: %s | %s (on %s)", storage.location(key), " | ".join(s.display() for s in stages), host.name)
+    try:
+        result = run_pipeline(
+            stages, source=storage.reader(key), label="restore stream", expected_bytes=manifest.bytes
+        )
+    except PipelineError as exc:  # a cut stream or a full disk may pass: retried (a bad artifact fails its size check first)
+        raise PipelineError(
+            f"extracting {storage.location(key)} failed: the artifact is corrupt or truncated, the stream was "
+            f"cut, or the datadir filesystem is full.\n{exc}\nThe target was not started; its datadir holds "
+            f"partial data marked by {MARKER}" + (f"; the previous contents are in {aside}." if aside else ".")
+            + " A retry starts the extraction again."
+        ) from exc
+    if result.bytes_in != manifest.bytes or result.sha256_in != manifest.sha256:
+        raise IntegrityError(
+            f"{storage.location(key)}: read {result.bytes_in} bytes with sha256 {result.sha256_in}, the manifest "
+            f"says {manifest.bytes} bytes, {manifest.sha256}: the artifact is corrupt. Restore another backup; "
+            "the target was not started."
+        )
+    log.info("extract ok: %.1f MB, sha256 verified, %.1f s (%.1f MB/s)", result.bytes_in / 1e6, result.seconds, result.mb_per_s)
+    return {"bytes": result.bytes_in, "seconds": round(result.seconds, 3), "mb_per_s": round(result.mb_per_s, 2), "aside": aside}
+
+
+def prepare_datadir(server: Server, datadir: str, use_memory: int) -> float:
+    """mariabackup --prepare on the server's host, then the datadir's owner on every file; clears the
+    in-progress marker. Returns seconds."""
+    host = server.runner()
+    if dd.state(host, datadir) != "partial":
+        raise PreflightError(f"{datadir} holds no extracted backup ({MARKER} missing): run the extract step first.")
+    t0 = time.monotonic()
+    run_logged(physical.prepare_argv(datadir, use_memory), "prepare", host=host)
+    dd.own_like_folder(host, datadir)
+    dd.remove_marker(host, datadir)
+    return time.monotonic() - t0
+
+
+@stopping.stops_cleanly
+def prepare(plan: dict) -> dict:
+    """mariabackup --prepare, then give the files the datadir's owner; clears the in-progress marker."""
+    seconds = prepare_datadir(_target(plan), plan["datadir"], plan["use_memory"])
+    log.info("prepare ok in %.1f s (use_memory %d MiB); ownership set", seconds, plan["use_memory"] >> 20)
+    return {"seconds": round(seconds, 3)}
+
+
+def start_server(server: Server, timeout: float = 180) -> float:
+    """Start a server (never on a half-restored datadir) and wait until it answers; returns seconds."""
+    datadir = server.require_datadir()
+    if dd.state(server.runner(), datadir) == "partial":
+        raise IntegrityError(f"{datadir} holds an unfinished restore ({MARKER}): refusing to start {server.describe()}.")
+    return server.start_service(timeout)
+
+
+def start_target(plan: dict, timeout: float = 180) -> dict:
+    """Start the target (never on a half-restored datadir) and wait until it answers."""
+    server = _target(plan)
+    seconds = start_server(server, timeout)
+    log.info("target %s started in %.1f s", server.describe(), seconds)
+    return {"seconds": round(seconds, 3)}
+
+
+def plausible(actual: int, estimate: int) -> bool:
+    """Whether an exact row count fits InnoDB's estimate (estimates can be off by tens of percent)."""
+    return abs(actual - estimate) <= max(1000, estimate * 0.6)
+
+
+def verify(plan: dict, extracted: dict | None = None) -> dict:
+    """The server answers and every table of the manifest is there with a plausible row count.
+
+    Once it passes, the old datadir contents that extract moved aside (`extracted["aside"]`) are deleted.
+    """
+    aside = (extracted or {}).get("aside")
+    server = _target(plan)
+    _storage, manifest = _manifest(plan)
+    t0 = time.monotonic()
+    version = server.variables("version")["version"]
+    if physical.base_version(version)[:2] != physical.base_version(manifest.server_version)[:2]:
+        raise IntegrityError(f"target runs {version}, the backup is of {manifest.server_version}.")
+    conn = server.connect()
+    problems, counts = [], {}
+    try:
+        cur = conn.cursor()
+        for t in manifest.tables:
+            name = qualified(t.schema, t.name)
+            try:
+                cur.execute(f"SELECT COUNT(*) FROM {name}")
+                n = int(cur.fetchone()[0])
+            except Exception as exc:  # noqa: BLE001 - collected and reported together
+                problems.append(f"{name}: {exc}")
+                continue
+            counts[f"{t.schema}.{t.name}"] = n
+            if not plausible(n, t.rows):
+                problems.append(f"{name}: {n} rows, the backup estimated {t.rows}")
+    finally:
+        conn.close()
+    if problems:
+        raise IntegrityError("restored server fails verification:\n  " + "\n  ".join(problems))
+    if aside:
+        dd.remove(server.runner(), aside)
+        log.info("restore verified: removed the old datadir contents at %s", aside)
+    log.info("verify ok: %d tables, %d rows, server %s", len(counts), sum(counts.values()), version)
+    return {"tables": len(counts), "rows": sum(counts.values()), "seconds": round(time.monotonic() - t0, 3)}
+
+
+def report(plan: dict, stop: dict, extract: dict, prepare: dict, start: dict, verify: dict) -> dict:
+    """Log bytes, seconds and MB/s per step and in total; return the same as a dict."""
+    steps = {"stop": stop, "extract": extract, "prepare": prepare, "start": start, "verify": verify}
+    total = sum(s.get("seconds", 0) for s in steps.values())
+    lines = [f"restore of {plan['backup']} into {plan['target_conn_id']}:"]
+    for name, s in steps.items():
+        mb = s.get("bytes", 0) / 1e6
+        rate = f", {mb / s['seconds']:.1f} MB/s" if mb and s.get("seconds") else ""
+        lines.append(f"  {name:<12} {s.get('seconds', 0):8.1f} s{f', {mb:,.1f} MB' if mb else ''}{rate}")
+    lines.append(f"  {'total':<12} {total:8.1f} s, {plan['bytes'] / 1e6:,.1f} MB compressed, "
+                 f"{plan['bytes'] / 1e6 / max(total, 1e-6):.1f} MB/s")
+    log.info("\n".join(lines))
+    return {"backup": plan["backup"], "target": plan["target_conn_id"], "seconds": round(total, 3), "steps": steps}

@@ -1,0 +1,129 @@
+"""mariabackup command builders and the facts read from its output.
+
+The backup stream is ``mariabackup --backup --stream=xbstream --parallel=N | compressor``; the restore
+stream is ``decompressor | mbstream -x --parallel=N -C datadir``; then ``mariabackup --prepare``.
+"""
+from __future__ import annotations
+
+import re
+import shutil
+
+from lastline.core.compression import CODECS, DEFAULT_COMPRESSION, Codec, codec  # noqa: F401 - re-exported
+from lastline.core.errors import PreflightError
+from lastline.core.hosts import LOCAL, Host, Stage
+
+ARTIFACT_BASE = "backup.xbstream"
+
+
+def artifact_name(compression: str) -> str:
+    """The artifact's file name inside the backup folder."""
+    return ARTIFACT_BASE + codec(compression).suffix
+
+
+def backup_stages(optfile: str, datadir: str, parallel: int, compression: str, tmpdir: str = "/tmp",
+                  host: Host | None = None) -> list[Stage]:
+    """The backup stream's stages, on the source's `host`: mariabackup, then the compressor (if any)."""
+    stages = [
+        Stage(
+            "mariabackup",
+            [
+                "mariabackup", f"--defaults-extra-file={optfile}", "--backup", "--stream=xbstream",
+                f"--parallel={parallel}", f"--datadir={datadir}", f"--target-dir={tmpdir}",
+            ],
+            keep_stderr=True,
+            host=host,
+        )
+    ]
+    c = codec(compression)
+    if c.compress:
+        stages.append(Stage("compress", c.compress_argv(parallel), host=host))
+    return stages
+
+
+def restore_stages(datadir: str, parallel: int, compression: str, host: Host | None = None) -> list[Stage]:
+    """The restore stream's stages, on the target's `host`: decompressor (if any), then mbstream into
+    the datadir."""
+    c = codec(compression)
+    stages = [Stage("decompress", c.decompress_argv(parallel), host=host)] if c.decompress else []
+    stages.append(Stage("mbstream", ["mbstream", "-x", f"--parallel={parallel}", "-C", datadir], host=host))
+    return stages
+
+
+def prepare_argv(datadir: str, use_memory: int) -> list[str]:
+    """mariabackup --prepare on an extracted datadir."""
+    return ["mariabackup", "--prepare", f"--target-dir={datadir}", f"--use-memory={use_memory}"]
+
+
+def default_use_memory(host: Host = LOCAL) -> int:
+    """Memory for --prepare on `host` (where it runs): a quarter of what is available there, at least
+    256 MiB, at most 8 GiB."""
+    out = host.sh("awk '/^MemAvailable:/ {print $2}' /proc/meminfo", check=False).strip()
+    avail = int(out) * 1024 if out.isdigit() else 1 << 30
+    return int(min(max(avail // 4, 256 << 20), 8 << 30))
+
+
+_BINLOG_RE = re.compile(
+    r"MySQL binlog position: filename '(?P<file>[^']*)', position '(?P<pos>\d+)'"
+    r"(?:, GTID of the last change '(?P<gtid>[^']*)')?"
+)
+_VERSION_RE = re.compile(r"Using server version (\S+)")
+
+
+def parse_backup_log(stderr: str) -> dict:
+    """Binlog file/position, GTID and server version from mariabackup's stderr."""
+    out: dict = {"binlog_file": None, "binlog_position": None, "gtid": None, "server_version": None}
+    if m := _BINLOG_RE.search(stderr):
+        out.update(binlog_file=m["file"], binlog_position=int(m["pos"]), gtid=m["gtid"] or None)
+    if m := _VERSION_RE.search(stderr):
+        out["server_version"] = m[1]
+    return out
+
+
+def backup_completed(stderr: str) -> bool:
+    """mariabackup prints `completed OK!` only when the backup is whole."""
+    return "completed OK!" in stderr
+
+
+def tool_version(host: Host = LOCAL) -> str:
+    """The server version the mariabackup on `host` was built from (`mariabackup --version`)."""
+    out = host.run(["mariabackup", "--version"])
+    text = (out.stdout + out.stderr).decode()
+    m = re.search(r"server (\S+)", text)
+    if not m:
+        raise PreflightError(f"cannot read mariabackup's version on {host.name} from: {text.strip()[:200]}")
+    return m[1]
+
+
+def base_version(version: str) -> tuple[int, int, int]:
+    """`10.11.19-MariaDB-0+deb12u1-log` -> (10, 11, 19)."""
+    m = re.match(r"(\d+)\.(\d+)\.(\d+)", version or "")
+    if not m:
+        raise PreflightError(f"cannot read a version number from {version!r}")
+    return int(m[1]), int(m[2]), int(m[3])
+
+
+def check_versions(tool_version: str, server_version: str) -> None:
+    """mariabackup must be of the server's major.minor series (it cannot read other InnoDB formats)."""
+    tool, server = base_version(tool_version), base_version(server_version)
+    if tool[:2] != server[:2]:
+        raise PreflightError(
+            f"mariabackup {'.'.join(map(str, tool))} cannot back up or prepare MariaDB "
+            f"{'.'.join(map(str, server))}: install the mariadb-backup package of the server's "
+            f"{server[0]}.{server[1]} series."
+        )
+
+
+def require_tools(*tools: str | None, host: Host = LOCAL) -> None:
+    """Raise a PreflightError naming every command missing on `host`."""
+    wanted = [t for t in tools if t]
+    if host is LOCAL:
+        missing = [t for t in wanted if shutil.which(t) is None]
+    else:
+        out = host.sh('for t in "$@"; do command -v "$t" >/dev/null 2>&1 || echo "$t"; done', *wanted)
+        missing = out.split()
+    if missing:
+        where = "" if host is LOCAL else f" on {host.name}"
+        raise PreflightError(
+            f"missing commands{where}: {', '.join(missing)}; run `make setup` or "
+            "`apt-get install mariadb-backup pigz zstd`" + (" there." if where else ".")
+        )

@@ -1,0 +1,268 @@
+"""Rebuild a replica from its source in one stream, node to node, then attach and verify it.
+
+    mariabackup --backup --stream | compress [| pv -L rate] | tap   (on the source's host)
+      | ssh target "tap | decompress | mbstream -x --parallel -C datadir"
+
+No file is written anywhere but the target's datadir. The two taps count and checksum (CRC-32) the
+compressed bytes as they leave the source and as they reach the target; both must agree. The target's datadir is
+marked in progress until prepare succeeds, so a cut stream never leaves a server running on partial
+data, and a retry starts again from an empty datadir. Each function is one Airflow task.
+"""
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+
+from lastline import connections
+from lastline.core import datadir as dd
+from lastline.core import stopping
+from lastline.core.datadir import MARKER
+from lastline.core.errors import IntegrityError, PipelineError, PreflightError, ReplicationError, ServerError
+from lastline.core.hosts import Stage
+from lastline.core.pipeline import run_pipeline, tap_result, tap_stage
+from lastline.core.servers import Server, option_file
+from lastline.physical import tools as physical
+from lastline.physical.restore import check_datadir, prepare_datadir, start_server
+from lastline.replication import flavour as replication
+
+log = logging.getLogger(__name__)
+
+MARKER_TABLE = "_lastline.replica_marker"
+STREAM_COMPRESSION = "zstd-fast"  # nothing is kept: the fast level (`make bench-rebuild` times -1 against -3)
+
+
+def _servers(plan: dict) -> tuple[Server, Server]:
+    return connections.server(plan["source_conn_id"]), connections.server(plan["target_conn_id"])
+
+
+def check_replication_user(repl: Server) -> None:
+    """The replication user logs in to the source and holds REPLICATION SLAVE (checked from here; if the
+    source is only reachable from the replica's network, a warning and the attach step tell)."""
+    try:
+        grants = [g[0] for g in repl.query("SHOW GRANTS")]
+    except ServerError as exc:
+        if "wrong user or password" in str(exc):
+            raise PreflightError(f"replication connection {repl.conn_id!r}: {exc}") from exc
+        log.warning("could not check the replication user from this worker: %s", exc)
+        return
+    if not any(w in g.upper() for g in grants for w in ("REPLICATION SLAVE", "REPLICATION REPLICA", "ALL PRIVILEGES")):
+        raise PreflightError(
+            f"replication user {repl.user!r} lacks REPLICATION SLAVE on the source: "
+            f"GRANT REPLICATION SLAVE ON *.* TO {repl.user!r}@'<replica host>'."
+        )
+
+
+def preflight(conf: dict) -> dict:
+    """Read-only checks on both nodes: target not protected; source has a binlog and a server_id; the
+    versions fit; tools on both hosts; the target's datadir and room; the replication user."""
+    source, target = connections.server(conf["source_conn_id"]), connections.server(conf["target_conn_id"])
+    repl = connections.server(conf["replication_conn_id"])
+    target.refuse_if_protected("rebuilds it")
+    src_dir, tgt_dir = source.require_datadir(), target.require_datadir()
+    src_host, tgt_host = source.runner(), target.runner()
+    facts = source.variables("log_bin", "server_id", "version", "gtid_binlog_pos")
+    if facts.get("log_bin", "OFF").upper() != "ON":
+        raise PreflightError(f"source {source.describe()} has no binary log (log_bin=OFF): set log-bin and restart it.")
+    if int(facts.get("server_id", 0)) == 0:
+        raise PreflightError(f"source {source.describe()} has server_id=0: a source needs a unique non-zero server_id.")
+    version = facts["version"]
+    compression = conf.get("compression") or STREAM_COMPRESSION
+    c = physical.codec(compression)
+    limit = float(conf.get("max_mb_per_s") or 0)
+    physical.require_tools("mariabackup", c.tool, "pv" if limit else None, host=src_host)
+    physical.require_tools("mariabackup", "mbstream", c.tool, host=tgt_host)
+    physical.check_versions(physical.tool_version(src_host), version)
+    physical.check_versions(physical.tool_version(tgt_host), version)
+    if target.answers():
+        tv = target.variables("version", "server_id")
+        if physical.base_version(tv["version"])[:2] != physical.base_version(version)[:2]:
+            raise PreflightError(f"target runs {tv['version']}, the source {version}: a physical copy needs one series.")
+        if tv["server_id"] == facts["server_id"]:
+            raise PreflightError(
+                f"target {target.describe()} has the source's server_id {tv['server_id']}: give it its own in its "
+                "option files, or its events would be dropped as its own."
+            )
+    else:
+        log.info("target %s does not answer: rebuilding a stopped replica", target.describe())
+    force = bool(conf.get("force"))
+    need = int(dd.used_bytes(src_host, src_dir) * 1.1)
+    state = check_datadir(target, need, force)
+    check_replication_user(repl)
+    plan = {
+        "source_conn_id": source.conn_id,
+        "target_conn_id": target.conn_id,
+        "replication_conn_id": repl.conn_id,
+        "compression": compression,
+        "parallel": int(conf.get("parallel") or 2),
+        "use_memory": int(conf.get("use_memory") or physical.default_use_memory(tgt_host)),
+        "force": force,
+        "source_datadir": src_dir,
+        "datadir": tgt_dir,
+        "datadir_state": state,
+        "source_version": version,
+        "catch_up_timeout": float(conf.get("catch_up_timeout") or 3600),
+        "gtid": bool(facts.get("gtid_binlog_pos")),
+        "max_mb_per_s": limit,
+    }
+    log.info("preflight ok: rebuild %s (%s on %s) from %s (%s on %s), %s, datadir %s",
+             target.describe(), tgt_dir, tgt_host.name, source.describe(), src_dir, src_host.name, compression, state)
+    return plan
+
+
+def stop_target(plan: dict, timeout: float = 120) -> dict:
+    """Stop the target with its service_stop command (also when it already is down)."""
+    _source, target = _servers(plan)
+    seconds = target.stop_service(timeout)
+    log.info("target %s stopped in %.1f s", target.describe(), seconds)
+    return {"seconds": round(seconds, 3)}
+
+
+def stream_stages(source: Server, target: Server, optfile: str, plan: dict) -> list:
+    """The one pipeline, stage by stage, each on its node."""
+    src_host, tgt_host = source.runner(), target.runner()
+    limit = float(plan.get("max_mb_per_s") or 0)
+    throttle = [Stage("throttle", ["pv", "-q", "-L", f"{int(limit * 1e6)}"], host=src_host)] if limit else []
+    return (
+        physical.backup_stages(optfile, plan["source_datadir"], plan["parallel"], plan["compression"], host=src_host)
+        + throttle
+        + [tap_stage("sent", host=src_host), tap_stage("received", host=tgt_host)]
+        + physical.restore_stages(plan["datadir"], plan["parallel"], plan["compression"], host=tgt_host)
+    )
+
+
+@stopping.stops_cleanly
+def stream(plan: dict) -> dict:
+    """Source to target in ONE pipeline; byte counts and checksums compared at both ends; returns the
+    backup's binlog/GTID coordinates."""
+    source, target = _servers(plan)
+    if target.answers():
+        raise PreflightError(f"target {target.describe()} is running: stop it before streaming into its datadir.")
+    tgt_host = target.runner()
+    aside = dd.prepare_for_restore(tgt_host, plan["datadir"], plan["force"], f"rebuild from {source.conn_id}")
+    with option_file(source, ("client", "mariabackup"), on_host=True) as opt:
+        stages = stream_stages(source, target, opt, plan)
+        log.info("stream: %s", " | ".join(f"[{(s.host.name if s.host else 'local')}] {s.name}" for s in stages))
+        try:
+            result = run_pipeline(stages, label="rebuild stream")
+        except PipelineError as exc:
+            raise IntegrityError(
+                f"the rebuild stream failed: {exc}\nThe target was not started: its datadir {plan['datadir']} holds "
+                f"partial data marked by {MARKER}" + (f" (its old contents are in {aside})" if aside else "")
+                + ". A retry of this task starts again on an empty datadir."
+            ) from exc
+    mb_log = result.stderr["mariabackup"]
+    if not physical.backup_completed(mb_log):
+        raise IntegrityError("mariabackup exited 0 without `completed OK!`: the stream is not trusted; retry.")
+    sent, received = tap_result(result, "sent"), tap_result(result, "received")
+    if sent != received:
+        raise IntegrityError(
+            f"the source sent {sent[0]} bytes (CRC-32 {sent[1]}), the target received {received[0]} bytes "
+            f"(CRC-32 {received[1]}): the stream was damaged in transit. The target was not started; retry."
+        )
+    facts = physical.parse_backup_log(mb_log)
+    if not facts["binlog_file"]:
+        raise IntegrityError("mariabackup did not report the binlog position: cannot attach the replica; retry.")
+    mb_s = sent[0] / 1e6 / max(result.seconds, 1e-6)
+    log.info("rebuild stream ok: %.1f MB compressed in %.1f s (%.1f MB/s), byte count and CRC-32 %s equal at "
+             "both ends; binlog %s:%s, gtid %s", sent[0] / 1e6, result.seconds, mb_s, sent[1],
+             facts["binlog_file"], facts["binlog_position"], facts["gtid"])
+    return {"bytes": sent[0], "crc32": sent[1], "seconds": round(result.seconds, 3), "mb_per_s": round(mb_s, 2),
+            "aside": aside, **{k: facts[k] for k in ("binlog_file", "binlog_position", "gtid")}}
+
+
+def prepare(plan: dict) -> dict:
+    """mariabackup --prepare on the target's host, ownership, then the in-progress marker goes."""
+    _source, target = _servers(plan)
+    seconds = prepare_datadir(target, plan["datadir"], plan["use_memory"])
+    log.info("prepare ok on %s in %.1f s", target.runner().name, seconds)
+    return {"seconds": round(seconds, 3)}
+
+
+def start_target(plan: dict, timeout: float = 180) -> dict:
+    """Start the rebuilt target (never on partial data) and check it is not the source's twin."""
+    source, target = _servers(plan)
+    seconds = start_server(target, timeout)
+    if target.variables("server_id")["server_id"] == source.variables("server_id")["server_id"]:
+        raise ReplicationError(
+            f"{target.describe()} started with the source's server_id: give it its own before attaching."
+        )
+    log.info("target %s started in %.1f s", target.describe(), seconds)
+    return {"seconds": round(seconds, 3)}
+
+
+def attach(plan: dict, streamed: dict) -> dict:
+    """CHANGE MASTER from the backup's own coordinates (GTID when the source has one), START SLAVE."""
+    _source, target = _servers(plan)
+    repl = connections.server(plan["replication_conn_id"])
+    use_gtid = bool(streamed.get("gtid")) and plan.get("gtid", True)
+    t0 = time.monotonic()
+    replication.attach(target, repl, streamed, use_gtid)
+    return {"seconds": round(time.monotonic() - t0, 3), "gtid": use_gtid,
+            "from": streamed["gtid"] if use_gtid else f"{streamed['binlog_file']}:{streamed['binlog_position']}"}
+
+
+def catch_up(plan: dict) -> dict:
+    """Wait (up to catch_up_timeout) until the replica has applied what the source has written so far."""
+    source, target = _servers(plan)
+    t0 = time.monotonic()
+    coords = replication.wait_for(source, target, plan["catch_up_timeout"])
+    seconds = time.monotonic() - t0
+    log.info("replica caught up with %s in %.1f s", coords.get("gtid") or coords["binlog_file"], seconds)
+    return {"seconds": round(seconds, 3)}
+
+
+def verify(plan: dict, timeout: float = 120) -> dict:
+    """Write a marker row on the source now; it must arrive on the replica, and both threads must run."""
+    source, target = _servers(plan)
+    token = uuid.uuid4().hex
+    conn = source.connect()
+    try:
+        cur = conn.cursor()
+        cur.execute("CREATE DATABASE IF NOT EXISTS _lastline")
+        cur.execute(f"CREATE TABLE IF NOT EXISTS {MARKER_TABLE} (token CHAR(32) PRIMARY KEY, "
+                    "replica VARCHAR(255) NOT NULL, written_at DATETIME(6) NOT NULL) ENGINE=InnoDB")
+        cur.execute(f"INSERT INTO {MARKER_TABLE} VALUES (%s, %s, UTC_TIMESTAMP(6))", (token, target.conn_id))
+        conn.commit()
+    finally:
+        conn.close()
+    t0 = time.monotonic()
+    replication.wait_for(source, target, timeout)
+    found = target.query(f"SELECT COUNT(*) FROM {MARKER_TABLE} WHERE token = %s", (token,))[0][0]
+    if not found:
+        raise ReplicationError(f"the marker row {token} written on {source.describe()} did not reach {target.describe()}.")
+    conn = target.connect()
+    try:
+        statuses = replication.replica_status(conn.cursor())
+    finally:
+        conn.close()
+    problems = [p for p in map(replication.broken, statuses) if p]
+    if problems:
+        raise ReplicationError(f"{target.describe()}: " + "; ".join(problems))
+    seconds = time.monotonic() - t0
+    log.info("verify ok: marker %s replicated in %.2f s; %s", token, seconds,
+             "; ".join(map(replication.describe_status, statuses)))
+    return {"marker": token, "seconds": round(seconds, 3)}
+
+
+def finish(plan: dict, streamed: dict, verified: dict) -> None:
+    """After a verified rebuild, delete the old datadir contents that the stream moved aside."""
+    _source, target = _servers(plan)
+    if streamed.get("aside"):
+        dd.remove(target.runner(), streamed["aside"])
+        log.info("removed the old datadir contents at %s (marker %s arrived)", streamed["aside"], verified["marker"])
+
+
+def report(plan: dict, stop: dict, stream: dict, prepare: dict, start: dict, attach: dict, catch_up: dict,
+           verify: dict) -> dict:
+    """Log seconds per step and the stream's size and rate; return the same."""
+    steps = {"stop": stop, "stream": stream, "prepare": prepare, "start": start, "attach": attach,
+             "catch_up": catch_up, "verify": verify}
+    total = sum(s.get("seconds", 0) for s in steps.values())
+    lines = [f"rebuild of {plan['target_conn_id']} from {plan['source_conn_id']}:"]
+    for name, s in steps.items():
+        extra = f", {s['bytes'] / 1e6:,.1f} MB, {s['mb_per_s']:.1f} MB/s" if s.get("bytes") else ""
+        lines.append(f"  {name:<12} {s.get('seconds', 0):8.1f} s{extra}")
+    lines.append(f"  {'total':<12} {total:8.1f} s")
+    log.info("\n".join(lines))
+    return {"seconds": round(total, 3), "steps": steps}
