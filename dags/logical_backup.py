@@ -21,9 +21,10 @@ Schedule: `LASTLINE_LOGICAL_BACKUP_SCHEDULE` (cron, default 03:00 UTC daily); ca
 """
 from __future__ import annotations
 
-from airflow.sdk import Param, dag, task
+from airflow.sdk import dag, task
 
-from lastline.airflow.defaults import DESTINATION, SOURCE_CONN_ID, dag_args, env
+from lastline.airflow.defaults import dag_args, env
+from lastline.airflow.params import params
 from lastline.logical import backup as lb
 
 
@@ -32,19 +33,11 @@ from lastline.logical import backup as lb
     **dag_args(schedule=env("LOGICAL_BACKUP_SCHEDULE", "0 3 * * *")),
     doc_md=__doc__,
     tags=["lastline", "logical", "backup"],
-    params={
-        "source_conn_id": Param(SOURCE_CONN_ID, type="string", description="mysql connection of the source"),
-        "destination": Param(DESTINATION, type="string", description="file:///dir or s3://bucket/prefix"),
-        "databases": Param([], type="array", items={"type": "string"}, description="empty: every non-system database"),
-        "chunk_rows": Param(lb.DEFAULT_CHUNK_ROWS, type="integer", minimum=1000, description="rows per chunk file"),
-        "compression": Param("zstd", enum=["zstd", "pigz", "none"], description="per chunk file"),
-        "parallel": Param(2, type="integer", minimum=1, description="snapshot connections dumping at once"),
-        "include_grants": Param(False, type="boolean", description="also back up users and grants"),
-        "lock_nontransactional": Param(True, type="boolean", description="dump MyISAM/Aria tables under the lock"),
-        "aws_conn_id": Param(None, type=["null", "string"], description="AWS connection for s3:// (endpoint, keys)"),
-        "keep": Param(7, type="integer", minimum=1, description="complete logical backups to keep"),
-        "incomplete_grace_hours": Param(24, type="number", minimum=0, description="age before an incomplete backup is removed"),
-    },
+    params=params(
+        "source_conn_id", "destination", "databases", "chunk_rows", "compression", "parallel", "include_grants",
+        "lock_nontransactional", "aws_conn_id", "keep", "incomplete_grace_hours",
+        compression="per chunk file", parallel="snapshot connections dumping at once", keep="complete logical backups to keep",
+    ),
 )
 def logical_backup():
     @task

@@ -14,9 +14,10 @@ Schedule: `LASTLINE_PHYSICAL_BACKUP_SCHEDULE` (cron, default 02:00 UTC daily); c
 """
 from __future__ import annotations
 
-from airflow.sdk import Param, dag, task
+from airflow.sdk import dag, task
 
-from lastline.airflow.defaults import DESTINATION, SOURCE_CONN_ID, dag_args, env
+from lastline.airflow.defaults import dag_args, env
+from lastline.airflow.params import Override, params
 from lastline.physical import backup as pb
 from lastline.physical.tools import CODECS, DEFAULT_COMPRESSION
 
@@ -26,15 +27,10 @@ from lastline.physical.tools import CODECS, DEFAULT_COMPRESSION
     **dag_args(schedule=env("PHYSICAL_BACKUP_SCHEDULE", "0 2 * * *")),
     doc_md=__doc__,
     tags=["lastline", "physical", "backup"],
-    params={
-        "source_conn_id": Param(SOURCE_CONN_ID, type="string", description="mysql connection of the source"),
-        "destination": Param(DESTINATION, type="string", description="file:///dir or s3://bucket/prefix"),
-        "compression": Param(DEFAULT_COMPRESSION, enum=list(CODECS), description="zstd is fastest here"),
-        "parallel": Param(2, type="integer", minimum=1, description="mariabackup and compressor threads"),
-        "aws_conn_id": Param(None, type=["null", "string"], description="AWS connection for s3:// (endpoint, keys)"),
-        "keep": Param(7, type="integer", minimum=1, description="complete backups to keep"),
-        "incomplete_grace_hours": Param(24, type="number", minimum=0, description="age before an incomplete backup is removed"),
-    },
+    params=params(
+        "source_conn_id", "destination", "compression", "parallel", "aws_conn_id", "keep", "incomplete_grace_hours",
+        compression=Override(DEFAULT_COMPRESSION, enum=list(CODECS)), parallel="mariabackup and compressor threads",
+    ),
 )
 def physical_backup():
     @task

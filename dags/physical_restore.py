@@ -14,9 +14,10 @@ only once the restored server is verified. `backup` is `<destination>/<backup_id
 """
 from __future__ import annotations
 
-from airflow.sdk import Param, chain, dag, task
+from airflow.sdk import chain, dag, task
 
-from lastline.airflow.defaults import DESTINATION, TARGET_CONN_ID, dag_args
+from lastline.airflow.defaults import dag_args
+from lastline.airflow.params import params
 from lastline.physical import restore as pr
 
 
@@ -25,15 +26,10 @@ from lastline.physical import restore as pr
     **dag_args(schedule=None),
     doc_md=__doc__,
     tags=["lastline", "physical", "restore"],
-    params={
-        "target_conn_id": Param(TARGET_CONN_ID, type="string", description="mysql connection of the target"),
-        "backup": Param(f"{DESTINATION}/latest", type="string", description="<destination>/<backup_id> or <destination>/latest"),
-        "parallel": Param(2, type="integer", minimum=1, description="decompress and mbstream threads"),
-        "use_memory": Param(None, type=["null", "integer"], description="bytes for --prepare (default: a quarter of free RAM, max 8 GiB)"),
-        "force": Param(False, type="boolean", description="move a non-empty target datadir aside"),
-        "restore_into_source": Param("", type="string", description="the target's connection id, to allow restoring into the server the backup came from"),
-        "aws_conn_id": Param(None, type=["null", "string"], description="AWS connection for s3:// backups"),
-    },
+    params=params(
+        "target_conn_id", "backup", "parallel", "use_memory", "force", "restore_into_source", "aws_conn_id",
+        parallel="decompress and mbstream threads", force="move a non-empty target datadir aside (deleted after verify)",
+    ),
 )
 def physical_restore():
     @task

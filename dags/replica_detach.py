@@ -15,9 +15,10 @@ check (read-only) → detach → verify → open_for_writes.
 """
 from __future__ import annotations
 
-from airflow.sdk import Param, dag
+from airflow.sdk import dag
 
-from lastline.airflow.defaults import TARGET_CONN_ID, dag_args
+from lastline.airflow.defaults import dag_args
+from lastline.airflow.params import params
 from lastline.airflow.task_groups import detach_replication
 
 
@@ -26,11 +27,7 @@ from lastline.airflow.task_groups import detach_replication
     **dag_args(schedule=None),
     doc_md=__doc__,
     tags=["lastline", "replication"],
-    params={
-        "target_conn_id": Param(TARGET_CONN_ID, type="string", description="mysql connection of the server to detach"),
-        "restart": Param(True, type="boolean", description="restart the server to prove the detach holds"),
-        "read_only_off": Param(False, type="boolean", description="SET GLOBAL read_only=OFF at the very end"),
-    },
+    params=params("target_conn_id", "restart", "read_only_off", target_conn_id="mysql connection of the server to detach"),
 )
 def replica_detach():
     detach_replication("{{ params.target_conn_id }}", "{{ params.restart }}", "{{ params.read_only_off }}")

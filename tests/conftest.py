@@ -19,7 +19,6 @@ _HOME = tempfile.mkdtemp(prefix="lastline-airflow-")
 os.environ.update(
     AIRFLOW_HOME=_HOME,
     AIRFLOW__CORE__DAGS_FOLDER=str(ROOT / "dags"),
-    AIRFLOW__CORE__PLUGINS_FOLDER=str(ROOT / "plugins"),
     AIRFLOW__CORE__LOAD_EXAMPLES="False",
     AIRFLOW__CORE__UNIT_TEST_MODE="False",
     LASTLINE_RETRIES="0",

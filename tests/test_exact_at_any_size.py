@@ -182,7 +182,7 @@ def test_a_warning_on_a_dump_query_fails_the_chunk_naming_table_range_and_column
     col.encoding = "bit"  # CAST(`escapes` AS UNSIGNED): 'a\nb...' warns 1292 (truncated incorrect INTEGER value)
     storage = open_storage(f"file://{tmp_path}")
     state = lb.TableState(plan)
-    dumper = lb.Dumper(server, storage, {"backup_id": "x", "compression": "zstd", "chunk_rows": 1000}, [state], 4)
+    dumper = lb.Dumper(server, storage, "x", "zstd", 1000, [state], 4)
     dumper.put("chunk", state, ["2"], None)
     worker = DumpWorker(server)
     try:

@@ -29,18 +29,11 @@ from typing import Any, Iterator
 
 from lastline.core.errors import AccessDenied, ConfigError, ProtectedTargetError, ServerError
 from lastline.core.hosts import LOCAL, Host
+from lastline.core.plans import as_bool
 from lastline.core.sql import global_variables, server_identity
 
 DEFAULT_SERVICE_START = "systemctl start mariadb"
 DEFAULT_SERVICE_STOP = "systemctl stop mariadb"
-_TRUE = {"1", "true", "yes", "on"}
-
-
-def as_bool(value: Any) -> bool:
-    """Read a connection extra as a boolean (JSON true, "true", "yes", 1...)."""
-    if isinstance(value, bool):
-        return value
-    return str(value).strip().lower() in _TRUE
 
 
 @dataclass(frozen=True)

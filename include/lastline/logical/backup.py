@@ -27,8 +27,10 @@ from lastline import connections
 from lastline.core import stopping
 from lastline.core.compression import DEFAULT_COMPRESSION, codec
 from lastline.core.errors import IntegrityError, LastlineError, PipelineError, PreflightError, Refusal, ServerError
+from lastline.core.plans import Conf
 from lastline.core.servers import Server
 from lastline.logical import chunking, dialect
+from lastline.logical.plans import BackupPlan
 from lastline.logical.schema import auto_increment, read_schema, render_sql, resolve_databases
 from lastline.logical.snapshot import LOST_CONNECTION, SESSION, SnapshotPool, sql_error
 from lastline.logical.worker import DumpWorker, PartWriter, WorkerWarning
@@ -54,53 +56,46 @@ SCHEMA_FILE = "schema.json"
 SCHEMA_SQL = "schema.sql"
 
 
-def databases_of(conf: dict) -> list[str] | None:
-    """The `databases` conf key as a list (accepts a list or a comma-separated string; empty: all)."""
-    value = conf.get("databases")
-    if isinstance(value, str):
-        value = [d.strip() for d in value.split(",")]
-    return [d for d in (value or []) if d] or None
-
-
 def preflight(conf: dict) -> dict:
     """Check credentials, databases, privileges, tools and destination; choose the backup id. Changes nothing."""
-    server = connections.server(conf["source_conn_id"])
-    compression = conf.get("compression") or DEFAULT_COMPRESSION
+    params = Conf(conf)
+    server = connections.server(params.required("source_conn_id"))
+    compression = params.text("compression", DEFAULT_COMPRESSION)
     require_tools(codec(compression).tool)
-    chunk_rows = int(conf.get("chunk_rows") or DEFAULT_CHUNK_ROWS)
+    chunk_rows = params.integer("chunk_rows", DEFAULT_CHUNK_ROWS)
     if chunk_rows < 1000:
         raise PreflightError(f"chunk_rows={chunk_rows}: use at least 1000 (100k-1M is the useful range).")
     conn = server.connect()
     try:
         cur = conn.cursor()
-        databases = resolve_databases(cur, databases_of(conf))
+        databases = resolve_databases(cur, params.names("databases") or None)
         cur.execute("SELECT @@version")
         version = cur.fetchone()[0]
         plans = chunking.table_plans(cur, databases)
     finally:
         conn.close()
-    storage = open_storage(conf["destination"], conf.get("aws_conn_id"))
+    storage = open_storage(params.required("destination"), params.text("aws_conn_id"))
     storage.check_writable()
     est = sum(p.est_bytes for p in plans)
     storage.require_free(est // 4, f"compressed chunks of {est / 1e9:.2f} GB of data")  # TSV + zstd: ~1/4 of InnoDB
-    plan = {
-        "backup_id": new_backup_id(taken=storage.list_backups()),
-        "source_conn_id": server.conn_id,
-        "destination": storage.url,
-        "aws_conn_id": conf.get("aws_conn_id"),
-        "databases": databases,
-        "compression": compression,
-        "chunk_rows": chunk_rows,
-        "parallel": max(1, int(conf.get("parallel") or 2)),
-        "include_grants": bool(conf.get("include_grants")),
-        "lock_nontransactional": conf.get("lock_nontransactional", True) is not False,
-        "server_version": version,
-    }
+    plan = BackupPlan(
+        backup_id=new_backup_id(taken=storage.list_backups()),
+        source_conn_id=server.conn_id,
+        destination=storage.url,
+        aws_conn_id=params.text("aws_conn_id"),
+        databases=databases,
+        compression=compression,
+        chunk_rows=chunk_rows,
+        parallel=params.integer("parallel", 2, minimum=1),
+        include_grants=params.flag("include_grants"),
+        lock_nontransactional=params.flag("lock_nontransactional", True),
+        server_version=version,
+    )
     log.info(
         "preflight ok: %s, %d databases, %d tables (~%.1f MB) -> %s/%s",
-        server.describe(), len(databases), len(plans), est / 1e6, storage.url, plan["backup_id"],
+        server.describe(), len(databases), len(plans), est / 1e6, storage.url, plan.backup_id,
     )
-    return plan
+    return plan.to_dict()
 
 
 @dataclass
@@ -179,10 +174,12 @@ class Dumper:
     """Runs a dump's jobs: one splitter thread (its own connection; cut points need no snapshot) and one
     thread per snapshot worker process; a failure kills the other workers, so every thread stops at once."""
 
-    def __init__(self, server: Server, storage: Storage, plan: dict, states: list[TableState], est_rows: int) -> None:
-        self.server, self.storage, self.plan = server, storage, plan
-        self.suffix = codec(plan["compression"]).suffix
-        self.chunk_rows = int(plan["chunk_rows"])
+    def __init__(self, server: Server, storage: Storage, backup_id: str, compression: str, chunk_rows: int,
+                 states: list[TableState], est_rows: int) -> None:
+        self.server, self.storage = server, storage
+        self.backup_id, self.compression = backup_id, compression
+        self.suffix = codec(compression).suffix
+        self.chunk_rows = chunk_rows
         self.cv = threading.Condition()
         self.splits: list[Job] = []
         self.heap: list[Job] = []
@@ -346,11 +343,11 @@ class Dumper:
         limit = self.chunk_rows * 2 if plan.key else self.chunk_rows
 
         def new_part(part: int) -> tuple[str, PartWriter]:
-            key = chunk_key(self.plan["backup_id"], plan, job.seq, part, self.suffix)
-            return key, PartWriter(self.storage, key, self.plan["compression"])
+            key = chunk_key(self.backup_id, plan, job.seq, part, self.suffix)
+            return key, PartWriter(self.storage, key, self.compression)
 
         result = worker.dump(dialect.select_sql(plan.schema, plan.name, plan.columns, where), limit, new_part,
-                             self.plan["compression"])
+                             self.compression)
         with self.cv:
             for p in result.parts:
                 state.chunks.append(ChunkInfo(
@@ -380,28 +377,29 @@ class Dumper:
 
 
 @stopping.stops_cleanly
-def dump(plan: dict) -> dict:
+def dump(plan: BackupPlan | dict) -> dict:
     """Open one snapshot on `parallel` connections and dump schema and data; write the manifest last."""
-    server = connections.server(plan["source_conn_id"])
-    storage = open_storage(plan["destination"], plan.get("aws_conn_id"))
-    backup_id = plan["backup_id"]
+    plan = BackupPlan.of(plan)
+    server = connections.server(plan.source_conn_id)
+    storage = open_storage(plan.destination, plan.aws_conn_id)
+    backup_id = plan.backup_id
     if storage.exists(f"{backup_id}/{MANIFEST}"):
         raise Refusal(f"{storage.location(backup_id)} is already complete; trigger a new run for a new backup.")
     storage.delete_backup(backup_id)  # what an earlier, failed attempt of this task left
     started_at = datetime.now(timezone.utc)
     t0 = time.monotonic()
-    with SnapshotPool(server, plan["parallel"]) as pool:
+    with SnapshotPool(server, plan.parallel) as pool:
         probe = server.connect()
         try:
-            plans = chunking.table_plans(probe.cursor(), plan["databases"])
+            plans = chunking.table_plans(probe.cursor(), plan.databases)
         finally:
             probe.close()
         states = [TableState(p) for p in plans]
-        dumper = Dumper(server, storage, plan, states, sum(p.est_rows for p in plans))
+        dumper = Dumper(server, storage, plan.backup_id, plan.compression, plan.chunk_rows, states, sum(p.est_rows for p in plans))
         coords = pool.open()
-        _check_tables_unchanged(pool.control.cursor(), plan["databases"], plans)
+        _check_tables_unchanged(pool.control.cursor(), plan.databases, plans)
         locked = [s for s in states if not s.plan.transactional]
-        if locked and plan.get("lock_nontransactional", True):
+        if locked and plan.lock_nontransactional:
             log.info("dumping %d non-transactional tables under the lock: %s", len(locked), ", ".join(s.plan.full_name for s in locked))
             dumper.queue_tables(locked)
             dumper.run(pool.workers)
@@ -409,7 +407,7 @@ def dump(plan: dict) -> dict:
             for s in locked:
                 s.consistent = False
         pool.release()
-        dumper.queue_tables([s for s in states if s.plan.transactional or not plan.get("lock_nontransactional", True)])
+        dumper.queue_tables([s for s in states if s.plan.transactional or not plan.lock_nontransactional])
         schema_holder: dict[str, Any] = {}
         reader = threading.Thread(target=_read_schema_into, args=(pool.control, plan, schema_holder), daemon=True)
         reader.start()
@@ -434,9 +432,9 @@ def dump(plan: dict) -> dict:
     return {"manifest": where, "tables": len(manifest.tables), "rows": manifest.rows, "bytes": manifest.bytes, "seconds": round(seconds, 3)}
 
 
-def _read_schema_into(conn: Any, plan: dict, holder: dict) -> None:
+def _read_schema_into(conn: Any, plan: BackupPlan, holder: dict) -> None:
     try:
-        holder["schema"] = read_schema(conn.cursor(), plan["databases"], plan.get("include_grants", False))
+        holder["schema"] = read_schema(conn.cursor(), plan.databases, plan.include_grants)
     except BaseException as exc:  # noqa: BLE001 - re-raised by dump()
         holder["error"] = exc
 
@@ -451,10 +449,11 @@ def _check_tables_unchanged(cur: Any, databases: list[str], plans: list[chunking
 
 
 def build_manifest(
-    plan: dict, coords: Any, states: list[TableState], schema: dict, schema_files: list[FileInfo],
+    plan: BackupPlan | dict, coords: Any, states: list[TableState], schema: dict, schema_files: list[FileInfo],
     started_at: datetime, seconds: float, lock_seconds: float,
 ) -> LogicalManifest:
     """The manifest of a finished dump: every table with its chunks, every file with its sha256."""
+    plan = BackupPlan.of(plan)
     creates = {(t["schema"], t["name"]): t["create"] for t in schema["tables"]}
     tables = [
         LogicalTable(
@@ -472,21 +471,22 @@ def build_manifest(
         (FileInfo(c.file, c.bytes, c.sha256) for t in tables for c in t.chunks), key=lambda f: f.name
     )
     return LogicalManifest(
-        backup_id=plan["backup_id"], source_conn_id=plan["source_conn_id"], server_version=coords.server_version,
-        sql_mode=coords.sql_mode, time_zone="+00:00", dialect=dialect.DIALECT, compression=plan["compression"],
-        chunk_rows=plan["chunk_rows"], parallel=plan["parallel"],
+        backup_id=plan.backup_id, source_conn_id=plan.source_conn_id, server_version=coords.server_version,
+        sql_mode=coords.sql_mode, time_zone="+00:00", dialect=dialect.DIALECT, compression=plan.compression,
+        chunk_rows=plan.chunk_rows, parallel=plan.parallel,
         databases=[{k: d[k] for k in ("name", "charset", "collation")} for d in schema["databases"]],
         schema_file=SCHEMA_FILE, schema_sha256=schema_files[0].sha256, files=files, checksum=dialect.CHECKSUM, started_at=started_at.isoformat(),
         finished_at=datetime.now(timezone.utc).isoformat(), seconds=round(seconds, 3), lock_seconds=round(lock_seconds, 3),
         rows=sum(t.rows for t in tables), bytes=sum(t.bytes for t in tables), raw_bytes=raw,
         mb_per_s=round(raw / 1e6 / max(seconds, 1e-6), 2), binlog_file=coords.binlog_file,
-        binlog_position=coords.binlog_position, gtid=coords.gtid, source_identity=coords.identity, include_grants=plan.get("include_grants", False),
+        binlog_position=coords.binlog_position, gtid=coords.gtid, source_identity=coords.identity, include_grants=plan.include_grants,
         tables=tables,
     )
 
 
 def prune(conf: dict) -> list[str]:
     """Delete complete logical backups beyond `keep` and incomplete ones older than the grace period."""
-    storage = open_storage(conf["destination"], conf.get("aws_conn_id"))
-    grace = timedelta(hours=float(conf.get("incomplete_grace_hours", 24)))
-    return prune_backups(storage, "logical", int(conf.get("keep", 7)), grace)
+    params = Conf(conf)
+    storage = open_storage(params.required("destination"), params.text("aws_conn_id"))
+    grace = timedelta(hours=params.number("incomplete_grace_hours", 24))
+    return prune_backups(storage, "logical", int(params.number("keep", 7)), grace)

@@ -7,6 +7,8 @@ import logging
 import os
 from pathlib import Path
 
+from lastline.logical.plans import RestorePlan
+
 log = logging.getLogger(__name__)
 
 
@@ -31,8 +33,10 @@ def table_rows(loads: list[dict]) -> list[dict]:
     return sorted(out.values(), key=lambda t: t["seconds"], reverse=True)
 
 
-def build(plan: dict, steps: dict[str, dict], loads: list[dict]) -> dict:
+def build(plan: RestorePlan | dict, steps: dict[str, dict], loads: list[dict] | list[list[dict]]) -> dict:
     """The report: stages' seconds, the load's wall time and MB/s, per-table figures."""
+    plan = RestorePlan.of(plan)
+    loads = [u for lane in loads for u in (lane if isinstance(lane, list) else [lane])]  # per lane, or per unit
     tables = table_rows(loads)
     load_wall = (max(u["finished_at"] for u in loads) - min(u["started_at"] for u in loads)) if loads else 0.0
     loaded = sum(t["bytes"] for t in tables)
@@ -41,10 +45,10 @@ def build(plan: dict, steps: dict[str, dict], loads: list[dict]) -> dict:
     order = ("tune", "create_schema", "load", "finalize", "revert", "verify")  # as they run
     stages = {k: seconds[k] for k in order if k in seconds} | {k: v for k, v in seconds.items() if k not in order}
     return {
-        "backup": f"{plan['destination']}/{plan['backup_id']}",
-        "target_conn_id": plan["target_conn_id"],
-        "databases": plan["databases"],
-        "parallel": plan["parallel"],
+        "backup": f"{plan.destination}/{plan.backup_id}",
+        "target_conn_id": plan.target_conn_id,
+        "databases": plan.databases,
+        "parallel": plan.parallel,
         "units": len(loads),
         "rows": sum(t["rows"] for t in tables),
         "bytes": loaded,
@@ -79,8 +83,9 @@ def chart(report: dict, path: Path) -> None:
     plt.close(fig)
 
 
-def write(plan: dict, steps: dict[str, dict], loads: list[dict], run_id: str) -> dict:
+def write(plan: RestorePlan | dict, steps: dict[str, dict], loads: list[dict], run_id: str) -> dict:
     """Build, log and save the report (JSON + PNG); returns the report with the paths."""
+    plan = RestorePlan.of(plan)
     report = build(plan, steps, loads)
     folder = report_dir(run_id)
     folder.mkdir(parents=True, exist_ok=True)

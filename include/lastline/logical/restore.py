@@ -13,10 +13,13 @@ from lastline import connections
 from lastline.core import datadir as dd
 from lastline.core import stopping
 from lastline.core.errors import IntegrityError, LastlineError, PreflightError
+from lastline.core.plans import Conf
 from lastline.core.servers import Server, refuse_restore_into_source
 from lastline.core.sql import ASIDE_PREFIX, SYSTEM_SCHEMAS, server_identity, table_exists
 from lastline.logical import dialect, tuning
 from lastline.logical.load import ensure_ledger, load_unit
+from lastline.logical.load import load_lane as lane_loader
+from lastline.logical.plans import RestorePlan
 from lastline.logical.schema import checked_create, checked_grants, database_create, session_name, split_deferred, validate_schema
 from lastline.logical.work_units import WorkUnit, plan_units
 from lastline.manifest import LogicalManifest, read_manifest, resolve_backup
@@ -29,12 +32,12 @@ DEFAULT_REDO_BYTES = 1 << 30
 STATE = f"{tuning.META_DB}.restore_state"
 
 
-def _target(plan: dict) -> Server:
-    return connections.server(plan["target_conn_id"])
+def _target(plan: RestorePlan) -> Server:
+    return connections.server(plan.target_conn_id)
 
 
-def _manifest(plan: dict) -> tuple[Storage, LogicalManifest]:
-    storage, backup_id = resolve_backup(f"{plan['destination']}/{plan['backup_id']}", plan.get("aws_conn_id"), "logical")
+def _manifest(plan: RestorePlan) -> tuple[Storage, LogicalManifest]:
+    storage, backup_id = resolve_backup(f"{plan.destination}/{plan.backup_id}", plan.aws_conn_id, "logical")
     return storage, read_manifest(storage, backup_id, "logical")
 
 
@@ -197,15 +200,14 @@ def _require_chunk_files(storage: Storage, manifest: LogicalManifest, databases:
 def preflight(conf: dict) -> dict:
     """Target not protected; manifest present; databases absent or empty (unless force or resuming);
     local_infile usable; room on disk; a server version that reads the backup. Changes nothing."""
-    server = connections.server(conf["target_conn_id"])
+    params = Conf(conf)
+    server = connections.server(params.required("target_conn_id"))
     server.refuse_if_protected()
-    storage, backup_id = resolve_backup(conf["backup"], conf.get("aws_conn_id"), "logical")
+    storage, backup_id = resolve_backup(params.required("backup"), params.text("aws_conn_id"), "logical")
     manifest = read_manifest(storage, backup_id, "logical")
     schema = _schema(storage, manifest)  # checked against the manifest before anything is touched
     in_backup = [d["name"] for d in manifest.databases]
-    named = conf.get("databases") or []
-    if isinstance(named, str):
-        named = [d.strip() for d in named.split(",") if d.strip()]
+    named = params.names("databases")
     # lastline's own schema is never restored (it holds this restore's state); system schemas only by name
     wanted = named or [d for d in in_backup if d not in SYSTEM_SCHEMAS and d != tuning.META_DB]
     if tuning.META_DB in wanted or tuning.META_DB in [t.schema for t in _selected(manifest, wanted)]:
@@ -216,7 +218,7 @@ def preflight(conf: dict) -> dict:
     missing = [d for d in wanted if d not in in_backup]
     if missing:
         raise PreflightError(f"database(s) {', '.join(missing)} are not in backup {backup_id}; it holds: {', '.join(in_backup)}.")
-    restore_grants = bool(conf.get("restore_grants"))
+    restore_grants = params.flag("restore_grants")
     if restore_grants and not manifest.include_grants:
         raise PreflightError(f"restore_grants: backup {backup_id} was taken without include_grants; it holds no accounts.")
     validate_schema(schema, wanted, restore_grants)  # every statement the restore would run is the CREATE it claims to be
@@ -227,7 +229,7 @@ def preflight(conf: dict) -> dict:
         cur.execute("SELECT @@version, @@local_infile, @@datadir")
         version, local_infile, datadir = cur.fetchone()
         refuse_restore_into_source(server, server_identity(cur), manifest.source_identity, manifest.source_conn_id,
-                                   conf.get("restore_into_source"))
+                                   params.text("restore_into_source"))
         if not int(local_infile):
             raise PreflightError(
                 f"local_infile is OFF on {server.describe()}: set local_infile=ON (SET GLOBAL or my.cnf); "
@@ -247,7 +249,7 @@ def preflight(conf: dict) -> dict:
             if count:
                 nonempty.append(db)
                 kept_bytes += int(size)  # force keeps them until verify: both must fit
-        if nonempty and not (conf.get("force") or resume):
+        if nonempty and not (params.flag("force") or resume):
             raise PreflightError(
                 f"database(s) {', '.join(nonempty)} already exist on {server.describe()} and are not empty: set force "
                 "to replace them, or choose other databases."
@@ -261,39 +263,41 @@ def preflight(conf: dict) -> dict:
                         f"loading {dd.size_text(need)} of rows with their indexes" + (
                             f" (the {dd.size_text(kept_bytes)} that force replaces stay on disk until the restore is verified)"
                             if kept_bytes else ""))
-    plan = {
-        "target_conn_id": server.conn_id,
-        "destination": storage.url,
-        "backup_id": backup_id,
-        "aws_conn_id": conf.get("aws_conn_id"),
-        "databases": wanted,
-        "parallel": max(1, int(conf.get("parallel") or 2)),
-        "tune": conf.get("tune", True) is not False,
-        "restart_allowed": bool(conf.get("restart_allowed")),
-        "defer_indexes": conf.get("defer_indexes", True) is not False,
-        "force": bool(conf.get("force")),
-        "restore_grants": restore_grants,
-        "resume": resume,
-        "redo_log_bytes": int(conf.get("redo_log_bytes") or DEFAULT_REDO_BYTES),
-        "buffer_pool_bytes": int(conf.get("buffer_pool_bytes") or 0) or None,
-        "bytes": need,
-    }
+    plan = RestorePlan(
+        target_conn_id=server.conn_id,
+        destination=storage.url,
+        backup_id=backup_id,
+        aws_conn_id=params.text("aws_conn_id"),
+        databases=wanted,
+        parallel=params.integer("parallel", 2, minimum=1),
+        tune=params.flag("tune", True),
+        restart_allowed=params.flag("restart_allowed"),
+        defer_indexes=params.flag("defer_indexes", True),
+        force=params.flag("force"),
+        restore_grants=restore_grants,
+        resume=resume,
+        redo_log_bytes=params.integer("redo_log_bytes", DEFAULT_REDO_BYTES),
+        buffer_pool_bytes=params.optional_integer("buffer_pool_bytes"),
+        bytes=need,
+    )
     log.info(
         "preflight ok: %s/%s (%d tables, %.1f MB) into %s%s", storage.url, backup_id, len(_selected(manifest, wanted)),
         need / 1e6, server.describe(), " - resuming an unfinished restore of this backup" if resume else "",
     )
-    return plan
+    return plan.to_dict()
 
 
-def snapshot_config(plan: dict, run_id: str = "") -> dict:
+def snapshot_config(plan: RestorePlan | dict, run_id: str = "") -> dict:
     """The setup: record the production values durably on the target (changes no setting)."""
+    plan = RestorePlan.of(plan)
     snap = tuning.take_snapshot(_target(plan), run_id, datetime.now(timezone.utc).isoformat())
     return snap.to_dict()
 
 
-def tune(plan: dict) -> dict:
+def tune(plan: RestorePlan | dict) -> dict:
     """Apply the restore profile (see tuning), or nothing when tune is off."""
-    if not plan["tune"]:
+    plan = RestorePlan.of(plan)
+    if not plan.tune:
         log.info("tune: off for this run; loading on the target's own settings")
         return {"applied": {}, "restarted": False}
     server = _target(plan)
@@ -301,14 +305,15 @@ def tune(plan: dict) -> dict:
     if snap is None:
         raise LastlineError("tune: no config snapshot on the target; snapshot_config must run first.")
     return tuning.apply(
-        server, snap, restart_allowed=plan["restart_allowed"], redo_bytes=plan["redo_log_bytes"],
-        buffer_pool_bytes=plan["buffer_pool_bytes"],
+        server, snap, restart_allowed=plan.restart_allowed, redo_bytes=plan.redo_log_bytes,
+        buffer_pool_bytes=plan.buffer_pool_bytes,
     )
 
 
 @stopping.stops_cleanly
-def create_schema(plan: dict) -> dict:
+def create_schema(plan: RestorePlan | dict) -> dict:
     """Databases and tables (secondary indexes and foreign keys held back when defer_indexes)."""
+    plan = RestorePlan.of(plan)
     storage, manifest = _manifest(plan)
     schema = _schema(storage, manifest)
     server = _target(plan)
@@ -319,26 +324,26 @@ def create_schema(plan: dict) -> dict:
         cur = conn.cursor()
         ensure_ledger(cur)
         _ensure_state(cur)
-        resume = _resuming(cur, plan["backup_id"], plan["databases"])
+        resume = _resuming(cur, plan.backup_id, plan.databases)
         cur.execute(dialect.LOAD_SESSION)
         if not resume:
-            for db in plan["databases"]:
+            for db in plan.databases:
                 _set_aside(cur, db)  # force: the old tables stay until verify has passed
-            _clear_state(cur, manifest, plan["databases"])
+            _clear_state(cur, manifest, plan.databases)
             cur.execute(
                 f"INSERT INTO {STATE} VALUES (%s, %s, %s, CURRENT_TIMESTAMP(6), NULL)",
-                (plan["backup_id"], _dbs_key(plan["databases"]), json.dumps(sorted(plan["databases"]))),
+                (plan.backup_id, _dbs_key(plan.databases), json.dumps(sorted(plan.databases))),
             )
             conn.commit()
         for d in schema["databases"]:
-            if d["name"] in plan["databases"]:
+            if d["name"] in plan.databases:
                 cur.execute(database_create(d))
         for kind in ("tables", "sequences"):
             for t in schema[kind]:
-                if t["schema"] not in plan["databases"]:
+                if t["schema"] not in plan.databases:
                     continue
                 create = checked_create(kind, t)
-                if plan["defer_indexes"] and kind == "tables":
+                if plan.defer_indexes and kind == "tables":
                     create = split_deferred(create)[0]
                 cur.execute(f"USE {dialect.quote_ident(t['schema'])}")
                 if kind == "sequences":
@@ -355,25 +360,44 @@ def create_schema(plan: dict) -> dict:
         cur.execute("FLUSH ENGINE LOGS")
     finally:
         conn.close()
-    log.info("create_schema: %d tables and sequences in %s (%.1f s)%s", created, ", ".join(plan["databases"]),
-             time.monotonic() - t0, "; secondary indexes and foreign keys deferred" if plan["defer_indexes"] else "")
+    log.info("create_schema: %d tables and sequences in %s (%.1f s)%s", created, ", ".join(plan.databases),
+             time.monotonic() - t0, "; secondary indexes and foreign keys deferred" if plan.defer_indexes else "")
     return {"tables": created, "seconds": round(time.monotonic() - t0, 3)}
 
 
-def plan_load(plan: dict) -> list[dict]:
+def plan_load(plan: RestorePlan | dict) -> list[dict]:
     """The work units (small dicts: they travel through XCom)."""
+    plan = RestorePlan.of(plan)
     _storage, manifest = _manifest(plan)
-    units = plan_units(manifest, _selected(manifest, plan["databases"]), plan["parallel"])
-    log.info("plan: %d work units for %d lanes: %s", len(units), plan["parallel"],
+    units = plan_units(manifest, _selected(manifest, plan.databases), plan.parallel)
+    log.info("plan: %d work units for %d lanes: %s", len(units), plan.parallel,
              "; ".join(f"{u.name} ({u.bytes / 1e6:.1f} MB)" for u in units))
     return [u.to_dict() for u in units]
 
 
+def plan_lanes(plan: RestorePlan | dict) -> list[str]:
+    """The `parallel` lanes that load the work units (logged here; each lane derives the same units from the
+    checked manifest, see plan_load)."""
+    plan = RestorePlan.of(plan)
+    plan_load(plan)
+    return [f"lane {i + 1} of {plan.parallel}" for i in range(plan.parallel)]
+
+
 @stopping.stops_cleanly
-def load(plan: dict, unit: dict) -> dict:
-    """Load one work unit (see logical_load)."""
+def load_lane(plan: RestorePlan | dict, lane: str) -> list[dict]:
+    """One of `parallel` lanes: load the units no other lane holds, in plan order (see logical.load)."""
+    plan = RestorePlan.of(plan)
     storage, manifest = _manifest(plan)
-    return load_unit(_target(plan), storage, manifest, WorkUnit.from_dict(unit), plan["parallel"])
+    units = plan_units(manifest, _selected(manifest, plan.databases), plan.parallel)
+    return lane_loader(_target(plan), storage, manifest, units, lane, plan.parallel)
+
+
+@stopping.stops_cleanly
+def load(plan: RestorePlan | dict, unit: dict) -> dict:
+    """Load one work unit (see logical_load)."""
+    plan = RestorePlan.of(plan)
+    storage, manifest = _manifest(plan)
+    return load_unit(_target(plan), storage, manifest, WorkUnit.from_dict(unit), plan.parallel)
 
 
 def _execute_in_context(server: Server, obj: dict, statement: str) -> None:
@@ -396,20 +420,21 @@ def _execute_in_context(server: Server, obj: dict, statement: str) -> None:
 
 
 @stopping.stops_cleanly
-def finalize(plan: dict) -> dict:
+def finalize(plan: RestorePlan | dict) -> dict:
     """Deferred indexes and foreign keys, AUTO_INCREMENT counters, then triggers (after the data),
     views in dependency order, routines, events, sequence states, ANALYZE TABLE; drop the ledger."""
+    plan = RestorePlan.of(plan)
     storage, manifest = _manifest(plan)
     schema = _schema(storage, manifest)
     server = _target(plan)
-    dbs = plan["databases"]
+    dbs = plan.databases
     t0 = time.monotonic()
     steps: dict[str, float] = {}
     s = time.monotonic()
-    if plan["defer_indexes"]:  # index builds: one table per connection, `parallel` at once; then the foreign keys
+    if plan.defer_indexes:  # index builds: one table per connection, `parallel` at once; then the foreign keys
         in_scope = [t for t in schema["tables"] if t["schema"] in dbs]
         session = (dialect.LOAD_SESSION, "SET SESSION sql_log_bin = 0")
-        _in_parallel(server, plan["parallel"], in_scope, _add_indexes, setup=session)
+        _in_parallel(server, plan.parallel, in_scope, _add_indexes, setup=session)
         _in_parallel(server, 1, in_scope, _add_foreign_keys, setup=session)
     steps["indexes"] = time.monotonic() - s
     s = time.monotonic()
@@ -433,7 +458,7 @@ def finalize(plan: dict) -> dict:
             _execute_in_context(server, {"schema": obj["schema"]}, f"DROP {what} IF EXISTS {dialect.qualified(obj['schema'], obj['name'])}")
             _execute_in_context(server, obj, create)
     steps["objects"] = time.monotonic() - s
-    if plan.get("restore_grants"):
+    if plan.restore_grants:
         s = time.monotonic()
         _restore_grants(server, schema)
         steps["grants"] = time.monotonic() - s
@@ -564,14 +589,16 @@ def _add_foreign_keys(cur: Any, t: dict) -> None:
         cur.execute(f"ALTER TABLE {dialect.qualified(t['schema'], t['name'])} " + ", ".join(f"ADD {d}" for d in missing))
 
 
-def revert(plan: dict) -> dict:
+def revert(plan: RestorePlan | dict) -> dict:
     """The teardown: put the production configuration back and read it back (fails loudly on a difference)."""
+    plan = RestorePlan.of(plan)
     return tuning.revert(_target(plan))
 
 
 @stopping.stops_cleanly
-def verify(plan: dict, snapshot: dict) -> dict:
+def verify(plan: RestorePlan | dict, snapshot: dict) -> dict:
     """Per table rows and checksum equal to the manifest; every object present; configuration back."""
+    plan = RestorePlan.of(plan)
     storage, manifest = _manifest(plan)
     schema = _schema(storage, manifest)
     server = _target(plan)
@@ -593,8 +620,8 @@ def verify(plan: dict, snapshot: dict) -> dict:
             return f"{t.schema}.{t.name}: {rows} rows, checksum {checksum}; backup: {t.rows} rows, checksum {t.checksum}"
         return None
 
-    tables = sorted(_selected(manifest, plan["databases"]), key=lambda t: -t.raw_bytes)
-    bad += [r for r in _in_parallel(server, plan["parallel"], tables, check, setup=("SET SESSION time_zone = '+00:00'",)) if r]
+    tables = sorted(_selected(manifest, plan.databases), key=lambda t: -t.raw_bytes)
+    bad += [r for r in _in_parallel(server, plan.parallel, tables, check, setup=("SET SESSION time_zone = '+00:00'",)) if r]
     conn = server.connect()
     try:
         cur = conn.cursor()
@@ -606,7 +633,7 @@ def verify(plan: dict, snapshot: dict) -> dict:
             ("sequences", "SELECT COUNT(*) FROM information_schema.TABLES WHERE TABLE_SCHEMA = %s AND TABLE_NAME = %s AND TABLE_TYPE = 'SEQUENCE'"),
         ):
             for obj in schema[kind]:
-                if obj["schema"] in plan["databases"]:
+                if obj["schema"] in plan.databases:
                     cur.execute(sql, (obj["schema"], obj["name"]))
                     if not cur.fetchone()[0]:
                         bad.append(f"{kind[:-1]} {obj['schema']}.{obj['name']} is missing")
@@ -615,10 +642,10 @@ def verify(plan: dict, snapshot: dict) -> dict:
     differ = tuning.config_differs(server, snapshot.get("variables", {})) if snapshot else {}
     bad += [f"configuration: {k} is {a!r}, was {b!r} before the restore" for k, (a, b) in sorted(differ.items())]
     if bad:
-        kept = [f"{db} in {aside_name(db)}" for db in plan["databases"]]
+        kept = [f"{db} in {aside_name(db)}" for db in plan.databases]
         raise IntegrityError("verify failed:\n  " + "\n  ".join(bad) + "\nThe old tables that force replaced, if any, are "
                              "kept (" + ", ".join(kept) + "); a re-run that verifies drops them.")
-    dropped = _drop_aside(server, plan["databases"])
+    dropped = _drop_aside(server, plan.databases)
     if dropped:
         log.info("verify: dropped the old tables force had kept: %s", ", ".join(dropped))
     log.info("verify ok: %d tables with rows and checksums equal to the backup's, every object present, configuration back (%.1f s)",

@@ -10,10 +10,12 @@ from lastline.core import datadir as datadir_ops
 from lastline.core import stopping
 from lastline.core.errors import PipelineError, StorageError
 from lastline.core.pipeline import run_pipeline
+from lastline.core.plans import Conf
 from lastline.core.servers import Server, option_file
 from lastline.core.sql import SYSTEM_SCHEMAS
 from lastline.manifest import PhysicalManifest, TableInfo, new_backup_id, prune_backups, write_manifest
 from lastline.physical import tools as physical
+from lastline.physical.plans import BackupPlan
 from lastline.storage import open_storage
 
 log = logging.getLogger(__name__)
@@ -33,49 +35,51 @@ def table_estimates(server: Server) -> list[TableInfo]:
 
 def preflight(conf: dict) -> dict:
     """Check tools, credentials, versions and the destination; choose the backup id. Changes nothing."""
-    server = connections.server(conf["source_conn_id"])
+    params = Conf(conf)
+    server = connections.server(params.required("source_conn_id"))
     server.require_datadir()
     host = server.runner()
-    compression = conf.get("compression") or physical.DEFAULT_COMPRESSION
+    compression = params.text("compression", physical.DEFAULT_COMPRESSION)
     c = physical.codec(compression)
     physical.require_tools("mariabackup", c.tool, host=host)
     version, identity = server.variables("version")["version"], server.identity()
     tool = physical.tool_version(host)
     physical.check_versions(tool, version)
-    storage = open_storage(conf["destination"], conf.get("aws_conn_id"))
+    storage = open_storage(params.required("destination"), params.text("aws_conn_id"))
     storage.check_writable()
     data_bytes = sum(t.bytes for t in table_estimates(server))
     # compressed InnoDB backups are typically 25-50% of the data; demand the conservative half
     storage.require_free(data_bytes // 2, f"the backup of {data_bytes / 1e9:.2f} GB of data")
-    plan = {
-        "backup_id": new_backup_id(taken=storage.list_backups()),
-        "source_identity": identity,
-        "source_conn_id": server.conn_id,
-        "destination": storage.url,
-        "aws_conn_id": conf.get("aws_conn_id"),
-        "compression": compression,
-        "parallel": int(conf.get("parallel") or 2),
-        "artifact": physical.artifact_name(compression),
-        "server_version": version,
-        "tool_version": tool,
-    }
-    log.info("preflight ok: %s -> %s/%s/%s", server.describe(), storage.url, plan["backup_id"], plan["artifact"])
-    return plan
+    plan = BackupPlan(
+        backup_id=new_backup_id(taken=storage.list_backups()),
+        source_identity=identity,
+        source_conn_id=server.conn_id,
+        destination=storage.url,
+        aws_conn_id=params.text("aws_conn_id"),
+        compression=compression,
+        parallel=params.integer("parallel", 2, minimum=1),
+        artifact=physical.artifact_name(compression),
+        server_version=version,
+        tool_version=tool,
+    )
+    log.info("preflight ok: %s -> %s/%s/%s", server.describe(), storage.url, plan.backup_id, plan.artifact)
+    return plan.to_dict()
 
 
 @stopping.stops_cleanly
-def stream(plan: dict) -> dict:
+def stream(plan: BackupPlan | dict) -> dict:
     """Run `mariabackup --stream | compressor` (on the source's host) into the destination; sha256 and
     bytes counted in-stream."""
-    server = connections.server(plan["source_conn_id"])
+    plan = BackupPlan.of(plan)
+    server = connections.server(plan.source_conn_id)
     datadir = server.require_datadir()
     host = server.runner()
-    storage = open_storage(plan["destination"], plan.get("aws_conn_id"))
+    storage = open_storage(plan.destination, plan.aws_conn_id)
     tables = table_estimates(server)
     started = datetime.now(timezone.utc)
-    key = f"{plan['backup_id']}/{plan['artifact']}"
+    key = f"{plan.backup_id}/{plan.artifact}"
     with option_file(server, ("client", "mariabackup"), on_host=True) as opt, storage.writer(key) as writer:
-        stages = physical.backup_stages(opt, datadir, plan["parallel"], plan["compression"], host=host)
+        stages = physical.backup_stages(opt, datadir, plan.parallel, plan.compression, host=host)
         log.info("stream: %s", " | ".join(s.display() for s in stages))
         try:
             result = run_pipeline(stages, sink=writer.write, label="backup stream")
@@ -97,7 +101,7 @@ def stream(plan: dict) -> dict:
         "binlog_file": facts["binlog_file"],
         "binlog_position": facts["binlog_position"],
         "gtid": facts["gtid"],
-        "server_version": facts["server_version"] or plan["server_version"],
+        "server_version": facts["server_version"] or plan.server_version,
         "tables": [asdict(t) for t in tables],
     }
     log.info(
@@ -107,21 +111,22 @@ def stream(plan: dict) -> dict:
     return stats
 
 
-def finish(plan: dict, stats: dict) -> str:
+def finish(plan: BackupPlan | dict, stats: dict) -> str:
     """Check the artifact is whole, then write manifest.json: the commit marker of a complete backup."""
-    storage = open_storage(plan["destination"], plan.get("aws_conn_id"))
-    key = f"{plan['backup_id']}/{plan['artifact']}"
+    plan = BackupPlan.of(plan)
+    storage = open_storage(plan.destination, plan.aws_conn_id)
+    key = f"{plan.backup_id}/{plan.artifact}"
     size = storage.size(key)
     if size != stats["bytes"]:
         raise StorageError(f"{storage.location(key)} holds {size} bytes, the stream wrote {stats['bytes']}: re-run the backup.")
     manifest = PhysicalManifest(
-        backup_id=plan["backup_id"],
-        source_conn_id=plan["source_conn_id"],
-        tool_version=plan["tool_version"],
-        artifact=plan["artifact"],
-        compression=plan["compression"],
-        parallel=plan["parallel"],
-        source_identity=plan.get("source_identity"),
+        backup_id=plan.backup_id,
+        source_conn_id=plan.source_conn_id,
+        tool_version=plan.tool_version,
+        artifact=plan.artifact,
+        compression=plan.compression,
+        parallel=plan.parallel,
+        source_identity=plan.source_identity,
         tables=[TableInfo(**t) for t in stats["tables"]],
         **{k: v for k, v in stats.items() if k != "tables"},
     )
@@ -132,7 +137,8 @@ def finish(plan: dict, stats: dict) -> str:
 
 def prune(conf: dict, keep: int | None = None, grace_hours: float | None = None) -> list[str]:
     """Delete complete backups beyond the `keep` newest and incomplete ones older than the grace period."""
-    storage = open_storage(conf["destination"], conf.get("aws_conn_id"))
-    keep = int(keep if keep is not None else conf.get("keep", 7))
-    grace = timedelta(hours=float(grace_hours if grace_hours is not None else conf.get("incomplete_grace_hours", 24)))
+    params = Conf(conf)
+    storage = open_storage(params.required("destination"), params.text("aws_conn_id"))
+    keep = int(keep if keep is not None else params.number("keep", 7))
+    grace = timedelta(hours=grace_hours if grace_hours is not None else params.number("incomplete_grace_hours", 24))
     return prune_backups(storage, "physical", keep, grace)

@@ -21,20 +21,22 @@ from lastline.core import stopping
 from lastline.core.datadir import MARKER
 from lastline.core.errors import IntegrityError, PipelineError, PreflightError
 from lastline.core.pipeline import run_logged, run_pipeline
+from lastline.core.plans import Conf
 from lastline.core.servers import Server, refuse_restore_into_source
 from lastline.core.sql import qualified
 from lastline.manifest import PhysicalManifest, read_manifest, resolve_backup
 from lastline.physical import tools as physical
+from lastline.physical.plans import RestorePlan
 from lastline.storage import Storage
 
 log = logging.getLogger(__name__)
 
-def _target(plan: dict) -> Server:
-    return connections.server(plan["target_conn_id"])
+def _target(plan: RestorePlan) -> Server:
+    return connections.server(plan.target_conn_id)
 
 
-def _manifest(plan: dict) -> tuple[Storage, PhysicalManifest]:
-    storage, backup_id = resolve_backup(plan["backup"], plan.get("aws_conn_id"))
+def _manifest(plan: RestorePlan) -> tuple[Storage, PhysicalManifest]:
+    storage, backup_id = resolve_backup(plan.backup, plan.aws_conn_id)
     return storage, read_manifest(storage, backup_id)
 
 
@@ -53,15 +55,16 @@ def check_datadir(server: Server, need: int, force: bool) -> str:
 
 def preflight(conf: dict) -> dict:
     """Read-only checks: target not protected, manifest present, artifact whole, datadir, disk, tools."""
-    server = connections.server(conf["target_conn_id"])
+    params = Conf(conf)
+    server = connections.server(params.required("target_conn_id"))
     server.refuse_if_protected()
     datadir = server.require_datadir()
     host = server.runner()
-    storage, backup_id = resolve_backup(conf["backup"], conf.get("aws_conn_id"))
+    storage, backup_id = resolve_backup(params.required("backup"), params.text("aws_conn_id"))
     manifest = read_manifest(storage, backup_id)
     if server.answers():  # a stopped target cannot be the running source
         refuse_restore_into_source(server, server.identity(), manifest.source_identity, manifest.source_conn_id,
-                                   conf.get("restore_into_source"))
+                                   params.text("restore_into_source"))
     key = f"{backup_id}/{manifest.artifact}"
     size = storage.size_if_exists(key)
     if size is None:
@@ -74,26 +77,27 @@ def preflight(conf: dict) -> dict:
     c = physical.codec(manifest.compression)
     physical.require_tools("mariabackup", "mbstream", c.tool, host=host)
     physical.check_versions(physical.tool_version(host), manifest.server_version)
-    force = bool(conf.get("force"))
+    force = params.flag("force")
     state = check_datadir(server, int(manifest.datadir_bytes * 1.1), force)
-    plan = {
-        "target_conn_id": server.conn_id,
-        "backup": f"{storage.url}/{backup_id}",
-        "backup_id": backup_id,
-        "aws_conn_id": conf.get("aws_conn_id"),
-        "parallel": int(conf.get("parallel") or 2),
-        "use_memory": int(conf.get("use_memory") or physical.default_use_memory(host)),
-        "force": force,
-        "datadir": datadir,
-        "datadir_state": state,
-        "bytes": manifest.bytes,
-    }
-    log.info("preflight ok: restore %s into %s (datadir %s: %s)", plan["backup"], server.describe(), datadir, state)
-    return plan
+    plan = RestorePlan(
+        target_conn_id=server.conn_id,
+        backup=f"{storage.url}/{backup_id}",
+        backup_id=backup_id,
+        aws_conn_id=params.text("aws_conn_id"),
+        parallel=params.integer("parallel", 2, minimum=1),
+        use_memory=params.integer("use_memory", 0) or physical.default_use_memory(host),
+        force=force,
+        datadir=datadir,
+        datadir_state=state,
+        bytes=manifest.bytes,
+    )
+    log.info("preflight ok: restore %s into %s (datadir %s: %s)", plan.backup, server.describe(), datadir, state)
+    return plan.to_dict()
 
 
-def stop_target(plan: dict, timeout: float = 120) -> dict:
+def stop_target(plan: RestorePlan | dict, timeout: float = 120) -> dict:
     """Stop the target with its service_stop command and wait until it no longer answers."""
+    plan = RestorePlan.of(plan)
     server = _target(plan)
     seconds = server.stop_service(timeout)
     log.info("target %s stopped in %.1f s", server.describe(), seconds)
@@ -101,15 +105,16 @@ def stop_target(plan: dict, timeout: float = 120) -> dict:
 
 
 @stopping.stops_cleanly
-def extract(plan: dict) -> dict:
+def extract(plan: RestorePlan | dict) -> dict:
     """fetch | decompress | mbstream -x into the datadir (on the target's host), checking sha256 and size
     while reading."""
-    datadir = plan["datadir"]
+    plan = RestorePlan.of(plan)
+    datadir = plan.datadir
     host = _target(plan).runner()
     storage, manifest = _manifest(plan)
-    aside = dd.prepare_for_restore(host, datadir, plan["force"], manifest.backup_id)
+    aside = dd.prepare_for_restore(host, datadir, plan.force, manifest.backup_id)
     key = f"{manifest.backup_id}/{manifest.artifact}"
-    stages = physical.restore_stages(datadir, plan["parallel"], manifest.compression, host=host)
+    stages = physical.restore_stages(datadir, plan.parallel, manifest.compression, host=host)
     log.info("extract: %s | %s (on %s)", storage.location(key), " | ".join(s.display() for s in stages), host.name)
     try:
         result = run_pipeline(
@@ -146,10 +151,11 @@ def prepare_datadir(server: Server, datadir: str, use_memory: int) -> float:
 
 
 @stopping.stops_cleanly
-def prepare(plan: dict) -> dict:
+def prepare(plan: RestorePlan | dict) -> dict:
     """mariabackup --prepare, then give the files the datadir's owner; clears the in-progress marker."""
-    seconds = prepare_datadir(_target(plan), plan["datadir"], plan["use_memory"])
-    log.info("prepare ok in %.1f s (use_memory %d MiB); ownership set", seconds, plan["use_memory"] >> 20)
+    plan = RestorePlan.of(plan)
+    seconds = prepare_datadir(_target(plan), plan.datadir, plan.use_memory)
+    log.info("prepare ok in %.1f s (use_memory %d MiB); ownership set", seconds, plan.use_memory >> 20)
     return {"seconds": round(seconds, 3)}
 
 
@@ -161,8 +167,9 @@ def start_server(server: Server, timeout: float = 180) -> float:
     return server.start_service(timeout)
 
 
-def start_target(plan: dict, timeout: float = 180) -> dict:
+def start_target(plan: RestorePlan | dict, timeout: float = 180) -> dict:
     """Start the target (never on a half-restored datadir) and wait until it answers."""
+    plan = RestorePlan.of(plan)
     server = _target(plan)
     seconds = start_server(server, timeout)
     log.info("target %s started in %.1f s", server.describe(), seconds)
@@ -174,11 +181,12 @@ def plausible(actual: int, estimate: int) -> bool:
     return abs(actual - estimate) <= max(1000, estimate * 0.6)
 
 
-def verify(plan: dict, extracted: dict | None = None) -> dict:
+def verify(plan: RestorePlan | dict, extracted: dict | None = None) -> dict:
     """The server answers and every table of the manifest is there with a plausible row count.
 
     Once it passes, the old datadir contents that extract moved aside (`extracted["aside"]`) are deleted.
     """
+    plan = RestorePlan.of(plan)
     aside = (extracted or {}).get("aside")
     server = _target(plan)
     _storage, manifest = _manifest(plan)
@@ -212,16 +220,17 @@ def verify(plan: dict, extracted: dict | None = None) -> dict:
     return {"tables": len(counts), "rows": sum(counts.values()), "seconds": round(time.monotonic() - t0, 3)}
 
 
-def report(plan: dict, stop: dict, extract: dict, prepare: dict, start: dict, verify: dict) -> dict:
+def report(plan: RestorePlan | dict, stop: dict, extract: dict, prepare: dict, start: dict, verify: dict) -> dict:
     """Log bytes, seconds and MB/s per step and in total; return the same as a dict."""
+    plan = RestorePlan.of(plan)
     steps = {"stop": stop, "extract": extract, "prepare": prepare, "start": start, "verify": verify}
     total = sum(s.get("seconds", 0) for s in steps.values())
-    lines = [f"restore of {plan['backup']} into {plan['target_conn_id']}:"]
+    lines = [f"restore of {plan.backup} into {plan.target_conn_id}:"]
     for name, s in steps.items():
         mb = s.get("bytes", 0) / 1e6
         rate = f", {mb / s['seconds']:.1f} MB/s" if mb and s.get("seconds") else ""
         lines.append(f"  {name:<12} {s.get('seconds', 0):8.1f} s{f', {mb:,.1f} MB' if mb else ''}{rate}")
-    lines.append(f"  {'total':<12} {total:8.1f} s, {plan['bytes'] / 1e6:,.1f} MB compressed, "
-                 f"{plan['bytes'] / 1e6 / max(total, 1e-6):.1f} MB/s")
+    lines.append(f"  {'total':<12} {total:8.1f} s, {plan.bytes / 1e6:,.1f} MB compressed, "
+                 f"{plan.bytes / 1e6 / max(total, 1e-6):.1f} MB/s")
     log.info("\n".join(lines))
-    return {"backup": plan["backup"], "target": plan["target_conn_id"], "seconds": round(total, 3), "steps": steps}
+    return {"backup": plan.backup, "target": plan.target_conn_id, "seconds": round(total, 3), "steps": steps}

@@ -10,6 +10,7 @@ from lastline.core.errors import ReplicationError
 from lastline.core.option_files import Setting
 from lastline.core.servers import Server, as_bool
 from lastline.replication import flavour as replication
+from lastline.replication.plans import DetachPlan
 
 log = logging.getLogger(__name__)
 
@@ -38,22 +39,23 @@ def check(target_conn_id: str, restart: object = True, read_only_off: object = F
     finally:
         conn.close()
     names = [str(s.get("Connection_name") or "") for s in statuses]
-    plan = {
-        "target_conn_id": server.conn_id,
-        "flavour": fl.describe(),
-        "connections": [replication.describe_status(s) for s in statuses],
-        "statements": replication.detach_statements(fl, names),
-        "restart": as_bool(restart),
-        "read_only_off": as_bool(read_only_off),
-    }
-    log.info("%s (%s): %d replication connection(s)%s; will run: %s", server.describe(), plan["flavour"],
-             len(statuses), "".join(f"\n  {c}" for c in plan["connections"]), "; ".join(plan["statements"]))
-    return plan
+    plan = DetachPlan(
+        target_conn_id=server.conn_id,
+        flavour=fl.describe(),
+        connections=[replication.describe_status(s) for s in statuses],
+        statements=replication.detach_statements(fl, names),
+        restart=as_bool(restart),
+        read_only_off=as_bool(read_only_off),
+    )
+    log.info("%s (%s): %d replication connection(s)%s; will run: %s", server.describe(), plan.flavour,
+             len(statuses), "".join(f"\n  {c}" for c in plan.connections), "; ".join(plan.statements))
+    return plan.to_dict()
 
 
-def detach(plan: dict) -> dict:
+def detach(plan: DetachPlan | dict) -> dict:
     """Stop and reset every replication connection (version-aware), clear gtid_slave_pos."""
-    server = connections.server(plan["target_conn_id"])
+    plan = DetachPlan.of(plan)
+    server = connections.server(plan.target_conn_id)
     statements = replication.detach(server)
     return {"statements": statements}
 
@@ -64,12 +66,13 @@ def _require_clean(server: Server, when: str) -> None:
         raise ReplicationError(f"{server.describe()} is not detached {when}: " + "; ".join(left))
 
 
-def verify(plan: dict, detached: dict | None = None) -> dict:
+def verify(plan: DetachPlan | dict, detached: dict | None = None) -> dict:
     """No replication connection and an empty gtid_slave_pos, now and (with `restart`) after a restart."""
-    server = connections.server(plan["target_conn_id"])
+    plan = DetachPlan.of(plan)
+    server = connections.server(plan.target_conn_id)
     _require_clean(server, "after the detach")
     seconds = 0.0
-    if plan["restart"]:
+    if plan.restart:
         t0 = time.monotonic()
         server.stop_service()
         server.start_service()
@@ -77,13 +80,14 @@ def verify(plan: dict, detached: dict | None = None) -> dict:
         _require_clean(server, "after a restart")
         log.info("restarted %s in %.1f s: still detached", server.describe(), seconds)
     log.info("verify ok: %s has no replication connection and an empty gtid_slave_pos", server.describe())
-    return {"restarted": plan["restart"], "restart_seconds": round(seconds, 3)}
+    return {"restarted": plan.restart, "restart_seconds": round(seconds, 3)}
 
 
-def open_for_writes(plan: dict, verified: dict | None = None) -> dict:
+def open_for_writes(plan: DetachPlan | dict, verified: dict | None = None) -> dict:
     """With read_only_off: SET GLOBAL read_only=OFF, last; warns about option files that set it back."""
-    server = connections.server(plan["target_conn_id"])
-    if not plan["read_only_off"]:
+    plan = DetachPlan.of(plan)
+    server = connections.server(plan.target_conn_id)
+    if not plan.read_only_off:
         current = server.variables("read_only")["read_only"]
         log.info("read_only_off not asked: %s keeps read_only=%s", server.describe(), current)
         return {"read_only": current}

@@ -197,26 +197,22 @@ def attach(target: Server, replication: Server, coords: dict[str, Any], use_gtid
              replication.port, replication.user, how)
 
 
-def wait_for(source: Server, target: Server, timeout: float, every: float = 10.0) -> dict[str, Any]:
-    """Wait until `target` has applied everything `source` had written when this was called.
-
-    Uses MASTER_GTID_WAIT (or MASTER_POS_WAIT without GTIDs) in short slices, logging the lag, and
-    fails at once if a replication thread stops with an error. Returns the coordinates waited for.
-    """
+def applied(source: Server, target: Server, within: float) -> tuple[bool, dict[str, Any], list[dict[str, Any]]]:
+    """Whether `target` applies, within `within` seconds, everything `source` has written now (MASTER_GTID_WAIT,
+    or MASTER_POS_WAIT without GTIDs); fails at once if a replication thread stopped with an error.
+    Returns (done, the coordinates waited for, the replica's status rows)."""
     s = source.connect()
     try:
         coords = source_coordinates(s.cursor())
     finally:
         s.close()
     conn = target.connect()
-    t0 = time.monotonic()
-    last_log = 0.0
     try:
         cur = conn.cursor()
-        use_gtid = bool(coords["gtid"])
+        deadline = time.monotonic() + within
         while True:
-            slice_s = 2
-            if use_gtid:
+            slice_s = max(1, min(2, int(deadline - time.monotonic())))
+            if coords["gtid"]:
                 cur.execute("SELECT MASTER_GTID_WAIT(%s, %s)", (coords["gtid"], slice_s))
             else:
                 cur.execute("SELECT MASTER_POS_WAIT(%s, %s, %s)", (coords["binlog_file"], coords["binlog_position"], slice_s))
@@ -225,21 +221,31 @@ def wait_for(source: Server, target: Server, timeout: float, every: float = 10.0
             if not statuses:
                 raise ReplicationError(f"{target.describe()} has no replication configured.")
             if done is not None and int(done) >= 0:  # -1: this slice timed out; NULL: not replicating
-                return coords
+                return True, coords, statuses
             problem = next((p for p in map(broken, statuses) if p), None)
             if problem:
                 raise ReplicationError(f"{target.describe()}: {problem}")
-            elapsed = time.monotonic() - t0
-            if elapsed > timeout:
-                raise ReplicationError(
-                    f"{target.describe()} did not catch up with {source.describe()} within {timeout:.0f} s "
-                    f"({'; '.join(map(describe_status, statuses))}); raise catch_up_timeout or check the link."
-                )
-            if elapsed - last_log >= every:
-                last_log = elapsed
-                log.info("catching up: %s [%.0f s]", "; ".join(map(describe_status, statuses)), elapsed)
+            if time.monotonic() >= deadline:
+                return False, coords, statuses
     finally:
         conn.close()
+
+
+def wait_for(source: Server, target: Server, timeout: float, every: float = 10.0) -> dict[str, Any]:
+    """Wait (holding this process) until `target` has applied what `source` had written when this was called,
+    logging the lag every `every` seconds (the catch_up sensor polls `applied` instead, between reschedules)."""
+    t0 = time.monotonic()
+    while True:
+        done, coords, statuses = applied(source, target, min(every, max(timeout - (time.monotonic() - t0), 1)))
+        if done:
+            return coords
+        elapsed = time.monotonic() - t0
+        if elapsed > timeout:
+            raise ReplicationError(
+                f"{target.describe()} did not catch up with {source.describe()} within {timeout:.0f} s "
+                f"({'; '.join(map(describe_status, statuses))}); raise catch_up_timeout or check the link."
+            )
+        log.info("catching up: %s [%.0f s]", "; ".join(map(describe_status, statuses)), elapsed)
 
 
 def detach(server: Server) -> list[str]:

@@ -21,10 +21,12 @@ from lastline.core.datadir import MARKER
 from lastline.core.errors import IntegrityError, PipelineError, PreflightError, ReplicationError, ServerError
 from lastline.core.hosts import Stage
 from lastline.core.pipeline import run_pipeline, tap_result, tap_stage
+from lastline.core.plans import Conf
 from lastline.core.servers import Server, option_file
 from lastline.physical import tools as physical
 from lastline.physical.restore import check_datadir, prepare_datadir, start_server
 from lastline.replication import flavour as replication
+from lastline.replication.plans import RebuildPlan
 
 log = logging.getLogger(__name__)
 
@@ -32,8 +34,8 @@ MARKER_TABLE = "_lastline.replica_marker"
 STREAM_COMPRESSION = "zstd-fast"  # nothing is kept: the fast level (`make bench-rebuild` times -1 against -3)
 
 
-def _servers(plan: dict) -> tuple[Server, Server]:
-    return connections.server(plan["source_conn_id"]), connections.server(plan["target_conn_id"])
+def _servers(plan: RebuildPlan) -> tuple[Server, Server]:
+    return connections.server(plan.source_conn_id), connections.server(plan.target_conn_id)
 
 
 def check_replication_user(repl: Server) -> None:
@@ -56,8 +58,9 @@ def check_replication_user(repl: Server) -> None:
 def preflight(conf: dict) -> dict:
     """Read-only checks on both nodes: target not protected; source has a binlog and a server_id; the
     versions fit; tools on both hosts; the target's datadir and room; the replication user."""
-    source, target = connections.server(conf["source_conn_id"]), connections.server(conf["target_conn_id"])
-    repl = connections.server(conf["replication_conn_id"])
+    params = Conf(conf)
+    source, target = connections.server(params.required("source_conn_id")), connections.server(params.required("target_conn_id"))
+    repl = connections.server(params.required("replication_conn_id"))
     target.refuse_if_protected("rebuilds it")
     src_dir, tgt_dir = source.require_datadir(), target.require_datadir()
     src_host, tgt_host = source.runner(), target.runner()
@@ -67,9 +70,9 @@ def preflight(conf: dict) -> dict:
     if int(facts.get("server_id", 0)) == 0:
         raise PreflightError(f"source {source.describe()} has server_id=0: a source needs a unique non-zero server_id.")
     version = facts["version"]
-    compression = conf.get("compression") or STREAM_COMPRESSION
+    compression = params.text("compression", STREAM_COMPRESSION)
     c = physical.codec(compression)
-    limit = float(conf.get("max_mb_per_s") or 0)
+    limit = params.number("max_mb_per_s", 0)
     physical.require_tools("mariabackup", c.tool, "pv" if limit else None, host=src_host)
     physical.require_tools("mariabackup", "mbstream", c.tool, host=tgt_host)
     physical.check_versions(physical.tool_version(src_host), version)
@@ -85,61 +88,64 @@ def preflight(conf: dict) -> dict:
             )
     else:
         log.info("target %s does not answer: rebuilding a stopped replica", target.describe())
-    force = bool(conf.get("force"))
+    force = params.flag("force")
     need = int(dd.used_bytes(src_host, src_dir) * 1.1)
     state = check_datadir(target, need, force)
     check_replication_user(repl)
-    plan = {
-        "source_conn_id": source.conn_id,
-        "target_conn_id": target.conn_id,
-        "replication_conn_id": repl.conn_id,
-        "compression": compression,
-        "parallel": int(conf.get("parallel") or 2),
-        "use_memory": int(conf.get("use_memory") or physical.default_use_memory(tgt_host)),
-        "force": force,
-        "source_datadir": src_dir,
-        "datadir": tgt_dir,
-        "datadir_state": state,
-        "source_version": version,
-        "catch_up_timeout": float(conf.get("catch_up_timeout") or 3600),
-        "gtid": bool(facts.get("gtid_binlog_pos")),
-        "max_mb_per_s": limit,
-    }
+    plan = RebuildPlan(
+        source_conn_id=source.conn_id,
+        target_conn_id=target.conn_id,
+        replication_conn_id=repl.conn_id,
+        compression=compression,
+        parallel=params.integer("parallel", 2, minimum=1),
+        use_memory=params.integer("use_memory", 0) or physical.default_use_memory(tgt_host),
+        force=force,
+        source_datadir=src_dir,
+        datadir=tgt_dir,
+        datadir_state=state,
+        source_version=version,
+        catch_up_timeout=params.number("catch_up_timeout", 3600),
+        gtid=bool(facts.get("gtid_binlog_pos")),
+        max_mb_per_s=limit,
+    )
     log.info("preflight ok: rebuild %s (%s on %s) from %s (%s on %s), %s, datadir %s",
              target.describe(), tgt_dir, tgt_host.name, source.describe(), src_dir, src_host.name, compression, state)
-    return plan
+    return plan.to_dict()
 
 
-def stop_target(plan: dict, timeout: float = 120) -> dict:
+def stop_target(plan: RebuildPlan | dict, timeout: float = 120) -> dict:
     """Stop the target with its service_stop command (also when it already is down)."""
+    plan = RebuildPlan.of(plan)
     _source, target = _servers(plan)
     seconds = target.stop_service(timeout)
     log.info("target %s stopped in %.1f s", target.describe(), seconds)
     return {"seconds": round(seconds, 3)}
 
 
-def stream_stages(source: Server, target: Server, optfile: str, plan: dict) -> list:
+def stream_stages(source: Server, target: Server, optfile: str, plan: RebuildPlan | dict) -> list:
     """The one pipeline, stage by stage, each on its node."""
+    plan = RebuildPlan.of(plan)
     src_host, tgt_host = source.runner(), target.runner()
-    limit = float(plan.get("max_mb_per_s") or 0)
+    limit = float(plan.max_mb_per_s or 0)
     throttle = [Stage("throttle", ["pv", "-q", "-L", f"{int(limit * 1e6)}"], host=src_host)] if limit else []
     return (
-        physical.backup_stages(optfile, plan["source_datadir"], plan["parallel"], plan["compression"], host=src_host)
+        physical.backup_stages(optfile, plan.source_datadir, plan.parallel, plan.compression, host=src_host)
         + throttle
         + [tap_stage("sent", host=src_host), tap_stage("received", host=tgt_host)]
-        + physical.restore_stages(plan["datadir"], plan["parallel"], plan["compression"], host=tgt_host)
+        + physical.restore_stages(plan.datadir, plan.parallel, plan.compression, host=tgt_host)
     )
 
 
 @stopping.stops_cleanly
-def stream(plan: dict) -> dict:
+def stream(plan: RebuildPlan | dict) -> dict:
     """Source to target in ONE pipeline; byte counts and checksums compared at both ends; returns the
     backup's binlog/GTID coordinates."""
+    plan = RebuildPlan.of(plan)
     source, target = _servers(plan)
     if target.answers():
         raise PreflightError(f"target {target.describe()} is running: stop it before streaming into its datadir.")
     tgt_host = target.runner()
-    aside = dd.prepare_for_restore(tgt_host, plan["datadir"], plan["force"], f"rebuild from {source.conn_id}")
+    aside = dd.prepare_for_restore(tgt_host, plan.datadir, plan.force, f"rebuild from {source.conn_id}")
     with option_file(source, ("client", "mariabackup"), on_host=True) as opt:
         stages = stream_stages(source, target, opt, plan)
         log.info("stream: %s", " | ".join(f"[{(s.host.name if s.host else 'local')}] {s.name}" for s in stages))
@@ -147,7 +153,7 @@ def stream(plan: dict) -> dict:
             result = run_pipeline(stages, label="rebuild stream")
         except PipelineError as exc:
             raise IntegrityError(
-                f"the rebuild stream failed: {exc}\nThe target was not started: its datadir {plan['datadir']} holds "
+                f"the rebuild stream failed: {exc}\nThe target was not started: its datadir {plan.datadir} holds "
                 f"partial data marked by {MARKER}" + (f" (its old contents are in {aside})" if aside else "")
                 + ". A retry of this task starts again on an empty datadir."
             ) from exc
@@ -171,16 +177,18 @@ def stream(plan: dict) -> dict:
             "aside": aside, **{k: facts[k] for k in ("binlog_file", "binlog_position", "gtid")}}
 
 
-def prepare(plan: dict) -> dict:
+def prepare(plan: RebuildPlan | dict) -> dict:
     """mariabackup --prepare on the target's host, ownership, then the in-progress marker goes."""
+    plan = RebuildPlan.of(plan)
     _source, target = _servers(plan)
-    seconds = prepare_datadir(target, plan["datadir"], plan["use_memory"])
+    seconds = prepare_datadir(target, plan.datadir, plan.use_memory)
     log.info("prepare ok on %s in %.1f s", target.runner().name, seconds)
     return {"seconds": round(seconds, 3)}
 
 
-def start_target(plan: dict, timeout: float = 180) -> dict:
+def start_target(plan: RebuildPlan | dict, timeout: float = 180) -> dict:
     """Start the rebuilt target (never on partial data) and check it is not the source's twin."""
+    plan = RebuildPlan.of(plan)
     source, target = _servers(plan)
     seconds = start_server(target, timeout)
     if target.variables("server_id")["server_id"] == source.variables("server_id")["server_id"]:
@@ -191,29 +199,43 @@ def start_target(plan: dict, timeout: float = 180) -> dict:
     return {"seconds": round(seconds, 3)}
 
 
-def attach(plan: dict, streamed: dict) -> dict:
+def attach(plan: RebuildPlan | dict, streamed: dict) -> dict:
     """CHANGE MASTER from the backup's own coordinates (GTID when the source has one), START SLAVE."""
+    plan = RebuildPlan.of(plan)
     _source, target = _servers(plan)
-    repl = connections.server(plan["replication_conn_id"])
-    use_gtid = bool(streamed.get("gtid")) and plan.get("gtid", True)
+    repl = connections.server(plan.replication_conn_id)
+    use_gtid = bool(streamed.get("gtid")) and plan.gtid
     t0 = time.monotonic()
     replication.attach(target, repl, streamed, use_gtid)
-    return {"seconds": round(time.monotonic() - t0, 3), "gtid": use_gtid,
+    return {"seconds": round(time.monotonic() - t0, 3), "gtid": use_gtid, "attached_at": time.time(),
             "from": streamed["gtid"] if use_gtid else f"{streamed['binlog_file']}:{streamed['binlog_position']}"}
 
 
-def catch_up(plan: dict) -> dict:
-    """Wait (up to catch_up_timeout) until the replica has applied what the source has written so far."""
+def caught_up(plan: RebuildPlan | dict, attached: dict, within: float = 20.0) -> dict | None:
+    """One poke of the catch_up sensor (reschedule mode: no worker slot is held between pokes): True once the
+    replica applies, within `within` s, what the source has written by now; a ReplicationError when a
+    replication thread stopped with an error, or when catch_up_timeout has passed since attach. Returns
+    {"seconds": waited since attach} once caught up, else None."""
+    plan = RebuildPlan.of(plan)
     source, target = _servers(plan)
-    t0 = time.monotonic()
-    coords = replication.wait_for(source, target, plan["catch_up_timeout"])
-    seconds = time.monotonic() - t0
-    log.info("replica caught up with %s in %.1f s", coords.get("gtid") or coords["binlog_file"], seconds)
-    return {"seconds": round(seconds, 3)}
+    done, coords, statuses = replication.applied(source, target, within)
+    waited = time.time() - float(attached["attached_at"])
+    if done:
+        log.info("replica caught up with %s, %.1f s after attach", coords.get("gtid") or coords["binlog_file"], waited)
+        return {"seconds": round(waited, 3)}
+    if waited > plan.catch_up_timeout:
+        raise ReplicationError(
+            f"{target.describe()} did not catch up with {source.describe()} within catch_up_timeout "
+            f"({plan.catch_up_timeout:.0f} s) after attach ({'; '.join(map(replication.describe_status, statuses))}); "
+            "raise catch_up_timeout or check the link."
+        )
+    log.info("catching up [%.0f s after attach]: %s", waited, "; ".join(map(replication.describe_status, statuses)))
+    return None
 
 
-def verify(plan: dict, timeout: float = 120) -> dict:
+def verify(plan: RebuildPlan | dict, timeout: float = 120) -> dict:
     """Write a marker row on the source now; it must arrive on the replica, and both threads must run."""
+    plan = RebuildPlan.of(plan)
     source, target = _servers(plan)
     token = uuid.uuid4().hex
     conn = source.connect()
@@ -245,21 +267,23 @@ def verify(plan: dict, timeout: float = 120) -> dict:
     return {"marker": token, "seconds": round(seconds, 3)}
 
 
-def finish(plan: dict, streamed: dict, verified: dict) -> None:
+def finish(plan: RebuildPlan | dict, streamed: dict, verified: dict) -> None:
     """After a verified rebuild, delete the old datadir contents that the stream moved aside."""
+    plan = RebuildPlan.of(plan)
     _source, target = _servers(plan)
     if streamed.get("aside"):
         dd.remove(target.runner(), streamed["aside"])
         log.info("removed the old datadir contents at %s (marker %s arrived)", streamed["aside"], verified["marker"])
 
 
-def report(plan: dict, stop: dict, stream: dict, prepare: dict, start: dict, attach: dict, catch_up: dict,
+def report(plan: RebuildPlan | dict, stop: dict, stream: dict, prepare: dict, start: dict, attach: dict, catch_up: dict,
            verify: dict) -> dict:
     """Log seconds per step and the stream's size and rate; return the same."""
+    plan = RebuildPlan.of(plan)
     steps = {"stop": stop, "stream": stream, "prepare": prepare, "start": start, "attach": attach,
              "catch_up": catch_up, "verify": verify}
     total = sum(s.get("seconds", 0) for s in steps.values())
-    lines = [f"rebuild of {plan['target_conn_id']} from {plan['source_conn_id']}:"]
+    lines = [f"rebuild of {plan.target_conn_id} from {plan.source_conn_id}:"]
     for name, s in steps.items():
         extra = f", {s['bytes'] / 1e6:,.1f} MB, {s['mb_per_s']:.1f} MB/s" if s.get("bytes") else ""
         lines.append(f"  {name:<12} {s.get('seconds', 0):8.1f} s{extra}")

@@ -1,0 +1,106 @@
+"""Every Param of lastline's DAGs, defined once: type, bounds, a title, a description and a section, so
+the trigger forms read alike across DAGs. A DAG file picks its Params by name and says, where it must,
+what one means there: `params("source_conn_id", "parallel", parallel="snapshot connections dumping at
+once")`; or changes a default: `params(compression=Override("zstd-fast", enum=[...]))`.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from airflow.sdk import Param
+
+from lastline.airflow.defaults import DESTINATION, SOURCE_CONN_ID, TARGET_CONN_ID, env
+
+SERVERS, BACKUP, SAFETY, SPEED, KEEPING = "Servers", "Backup", "Safety", "Performance", "Retention"
+
+
+@dataclass(frozen=True)
+class Spec:
+    """One Param's definition."""
+
+    default: Any
+    title: str
+    description: str
+    section: str
+    schema: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Override:
+    """What one DAG changes of a shared Param: its default, its enum, its description."""
+
+    default: Any = None
+    enum: list[str] | None = None
+    description: str | None = None
+
+
+def _string(default: Any, title: str, description: str, section: str) -> Spec:
+    return Spec(default, title, description, section, {"type": "string"})
+
+
+def _flag(default: bool, title: str, description: str, section: str) -> Spec:
+    return Spec(default, title, description, section, {"type": "boolean"})
+
+
+SPECS: dict[str, Spec] = {
+    "source_conn_id": _string(SOURCE_CONN_ID, "Source connection", "mysql connection of the source server", SERVERS),
+    "target_conn_id": _string(TARGET_CONN_ID, "Target connection",
+                              "mysql connection of the target server (its extras: datadir, ssh_conn_id, service commands)", SERVERS),
+    "replication_conn_id": _string(env("REPLICATION_CONN_ID", "lastline_replication"), "Replication connection",
+                                   "the source as the replica reaches it, and the replication user", SERVERS),
+    "destination": _string(DESTINATION, "Destination", "file:///dir, s3://bucket/prefix or ssh://<ssh_conn_id>/<path>", BACKUP),
+    "backup": _string(f"{DESTINATION}/latest", "Backup",
+                      "<destination>/<backup_id>, or <destination>/latest for the newest complete backup", BACKUP),
+    "aws_conn_id": Spec(None, "AWS connection", "for s3:// destinations (endpoint, region, keys, server-side encryption)",
+                        BACKUP, {"type": ["null", "string"]}),
+    "databases": Spec([], "Databases", "a subset by name; empty: every non-system database", BACKUP,
+                      {"type": "array", "items": {"type": "string"}}),
+    "compression": Spec("zstd", "Compression", "how the bytes are compressed (zstd is the fastest here)", BACKUP,
+                        {"enum": ["zstd", "pigz", "none"]}),
+    "chunk_rows": Spec(250_000, "Rows per chunk", "rows per chunk file (100k-1M is the useful range)", BACKUP,
+                       {"type": "integer", "minimum": 1000}),
+    "include_grants": _flag(False, "Include grants", "also back up users and grants", BACKUP),
+    "lock_nontransactional": _flag(True, "Lock non-transactional tables",
+                                   "dump MyISAM/Aria tables under the lock (consistent with the rest)", BACKUP),
+    "parallel": Spec(2, "Parallel", "how many work at once", SPEED, {"type": "integer", "minimum": 1}),
+    "tune": _flag(True, "Tune for the load", "apply the bulk-load profile while loading (always reverted)", SPEED),
+    "restart_allowed": _flag(False, "Restart allowed",
+                             "may restart the target for doublewrite, binlog and autoinc settings (reverted by a restart)", SPEED),
+    "defer_indexes": _flag(True, "Defer indexes", "build secondary indexes and foreign keys after the data", SPEED),
+    "redo_log_bytes": Spec(1 << 30, "Redo log while loading", "innodb_log_file_size while loading (bytes)", SPEED,
+                           {"type": "integer", "minimum": 0}),
+    "use_memory": Spec(None, "Memory for --prepare", "bytes for mariabackup --prepare (default: a quarter of free RAM, max 8 GiB)",
+                       SPEED, {"type": ["null", "integer"]}),
+    "max_mb_per_s": Spec(0, "Cap on the wire (MB/s)", "cap the stream on the wire (pv -L on the source); 0: no cap", SPEED,
+                         {"type": "number", "minimum": 0}),
+    "catch_up_timeout": Spec(3600, "Catch-up timeout (s)", "seconds to wait for the replica to catch up", SPEED,
+                             {"type": "number", "minimum": 1}),
+    "force": _flag(False, "Force", "replace what is on the target (kept aside until the restore is verified)", SAFETY),
+    "restore_grants": _flag(False, "Restore grants", "also recreate the accounts and grants of a backup taken with include_grants", SAFETY),
+    "restore_into_source": _string("", "Restore into the source",
+                                   "the target's connection id, to allow restoring into the server the backup came from", SAFETY),
+    "restart": _flag(True, "Restart to prove it", "restart the server to prove the detach holds", SAFETY),
+    "read_only_off": _flag(False, "Open for writes", "SET GLOBAL read_only=OFF at the very end", SAFETY),
+    "keep": Spec(7, "Keep", "complete backups to keep", KEEPING, {"type": "integer", "minimum": 1}),
+    "incomplete_grace_hours": Spec(24, "Grace for incomplete backups (h)", "age before an incomplete backup is removed", KEEPING,
+                                   {"type": "number", "minimum": 0}),
+}
+
+
+def params(*names: str, **changed: str | Override) -> dict[str, Param]:
+    """The Params `names` (and those in `changed`), in that order; a string in `changed` is what the Param
+    means in this DAG (its description), an Override also changes its default or enum."""
+    out: dict[str, Param] = {}
+    for name in [*names, *(n for n in changed if n not in names)]:
+        spec = SPECS[name]
+        change = changed.get(name)
+        if isinstance(change, str):
+            change = Override(description=change)
+        schema = dict(spec.schema)
+        if change and change.enum is not None:
+            schema = {**schema, "enum": change.enum}
+        default = change.default if change and change.default is not None else spec.default
+        description = change.description if change and change.description else spec.description
+        out[name] = Param(default, title=spec.title, description=description, section=spec.section, **schema)
+    return out

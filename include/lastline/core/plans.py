@@ -1,0 +1,108 @@
+"""Typed plans: what a preflight decides, built once from a run's Params and read as attributes after.
+
+A plan crosses task boundaries through XCom as its plain-dict form (`to_dict`); each task turns it back
+with `Plan.of`, so a task reads `plan.parallel`, never `conf.get("parallel")`. `Conf` reads the Params
+with one set of coercions (a trigger form, the CLI's `-c` JSON and the REST API send different types).
+"""
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from typing import Any, TypeVar
+
+from lastline.core.errors import ConfigError
+
+P = TypeVar("P", bound="Plan")
+_TRUE = {"1", "true", "yes", "on"}
+
+
+def as_bool(value: Any) -> bool:
+    """A Param or a connection extra as a boolean (JSON true, "true", "yes", 1...)."""
+    if isinstance(value, bool):
+        return value
+    return str(value).strip().lower() in _TRUE
+
+
+@dataclasses.dataclass(frozen=True)
+class Plan:
+    """Base of the typed plans (frozen dataclasses of JSON-able fields)."""
+
+    def to_dict(self) -> dict[str, Any]:
+        """The XCom form: a plain dict of the fields."""
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def of(cls: type[P], value: P | Mapping[str, Any]) -> P:
+        """The plan itself, or the plan of its dict form (from XCom); unknown or missing fields are named."""
+        if isinstance(value, cls):
+            return value
+        names = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(value) - names)
+        if unknown:
+            raise ConfigError(f"{cls.__name__}: unknown field(s) {', '.join(unknown)}: a plan from another lastline version? Re-run from preflight.")
+        try:
+            return cls(**value)
+        except TypeError as exc:
+            raise ConfigError(f"{cls.__name__}: {exc}; re-run from preflight.") from exc
+
+    def but(self: P, **changes: Any) -> P:
+        """A copy with some fields changed."""
+        return dataclasses.replace(self, **changes)
+
+
+class Conf:
+    """A run's Params, read with one set of coercions; a bad value is a ConfigError naming the Param."""
+
+    def __init__(self, params: Mapping[str, Any] | None) -> None:
+        self.raw = dict(params or {})
+
+    def text(self, name: str, default: str | None = None) -> str | None:
+        """A string Param; empty means the default."""
+        value = self.raw.get(name)
+        return str(value) if value not in (None, "") else default
+
+    def required(self, name: str) -> str:
+        """A string Param that must be set."""
+        value = self.text(name)
+        if not value:
+            raise ConfigError(f"the Param {name} is required.")
+        return value
+
+    def integer(self, name: str, default: int, minimum: int | None = None) -> int:
+        """An integer Param (0, None and "" mean the default)."""
+        value = self._number(name, default, int)
+        if minimum is not None and value < minimum:
+            raise ConfigError(f"the Param {name} is {value}; it must be at least {minimum}.")
+        return value
+
+    def number(self, name: str, default: float, minimum: float | None = None) -> float:
+        """A numeric Param (None and "" mean the default; 0 is a value: no cap, no grace)."""
+        out = self._number(name, default, float, zero_is_default=False)
+        if minimum is not None and out < minimum:
+            raise ConfigError(f"the Param {name} is {out}; it must be at least {minimum}.")
+        return out
+
+    def optional_integer(self, name: str) -> int | None:
+        """An integer Param that may be unset (None)."""
+        value = self.raw.get(name)
+        return None if value in (None, "", 0) else self._number(name, 0, int)
+
+    def flag(self, name: str, default: bool = False) -> bool:
+        """A boolean Param (unset: the default)."""
+        value = self.raw.get(name)
+        return default if value is None or value == "" else as_bool(value)
+
+    def names(self, name: str) -> list[str]:
+        """A list-of-names Param (a JSON list, or one comma-separated string), without blanks or repeats."""
+        value = self.raw.get(name) or []
+        items = value.split(",") if isinstance(value, str) else list(value)
+        return list(dict.fromkeys(str(v).strip() for v in items if str(v).strip()))
+
+    def _number(self, name: str, default: Any, kind: type, zero_is_default: bool = True) -> Any:
+        value = self.raw.get(name)
+        if value is None or value == "" or (value == 0 and zero_is_default):
+            return default
+        try:
+            return kind(value)
+        except (TypeError, ValueError) as exc:
+            raise ConfigError(f"the Param {name} is {value!r}, not a number.") from exc

@@ -1,0 +1,44 @@
+"""The logical pipelines' plans: what preflight decided, read by every later task (see core.plans)."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from lastline.core.plans import Plan
+
+
+@dataclass(frozen=True)
+class BackupPlan(Plan):
+    """One logical backup: source, destination, what and how to dump."""
+
+    backup_id: str
+    source_conn_id: str
+    destination: str
+    databases: list[str]
+    compression: str
+    chunk_rows: int
+    parallel: int
+    server_version: str
+    aws_conn_id: str | None = None
+    include_grants: bool = False
+    lock_nontransactional: bool = True
+
+
+@dataclass(frozen=True)
+class RestorePlan(Plan):
+    """One logical restore: the backup, the target, and how to load it."""
+
+    target_conn_id: str
+    destination: str
+    backup_id: str
+    databases: list[str] = field(default_factory=list)
+    parallel: int = 2
+    tune: bool = True
+    restart_allowed: bool = False
+    defer_indexes: bool = True
+    force: bool = False
+    restore_grants: bool = False
+    resume: bool = False
+    redo_log_bytes: int = 1 << 30
+    buffer_pool_bytes: int | None = None
+    bytes: int = 0
+    aws_conn_id: str | None = None

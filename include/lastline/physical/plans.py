@@ -1,0 +1,38 @@
+"""The physical pipelines' plans: what preflight decided, read by every later task (see core.plans)."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from lastline.core.plans import Plan
+
+
+@dataclass(frozen=True)
+class BackupPlan(Plan):
+    """One physical backup: source, destination, artifact."""
+
+    backup_id: str
+    source_conn_id: str
+    destination: str
+    compression: str
+    parallel: int
+    artifact: str
+    server_version: str
+    tool_version: str
+    source_identity: str | None = None
+    aws_conn_id: str | None = None
+
+
+@dataclass(frozen=True)
+class RestorePlan(Plan):
+    """One physical restore: the backup, the target's datadir and how to extract and prepare."""
+
+    target_conn_id: str
+    backup: str
+    backup_id: str = ""  # the id `backup` resolved to (`latest` named)
+    parallel: int = 2
+    use_memory: int = 0
+    datadir: str = ""
+    datadir_state: str = ""
+    force: bool = False
+    bytes: int = 0
+    aws_conn_id: str | None = None
