@@ -36,7 +36,7 @@ import shutil
 import subprocess
 import sys
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 from lastline.core.servers import option_file
@@ -340,7 +340,7 @@ def main() -> int:
     results["docs"] = big  # type: ignore[assignment]
     results["scaling"] = {k: round(v, 3) for k, v in scaling.items()}  # type: ignore[assignment]
     results["goals"] = {"mydumper_over_lastline_rows": round(ratio_rows, 2), "lastline_over_mariadb_dump_docs": round(ratio_docs, 2)}  # type: ignore[assignment]
-    record_path = work / f"logical-{datetime.now(timezone.utc):%Y%m%dT%H%M%SZ}.json"
+    record_path = work / f"logical-{datetime.now(UTC):%Y%m%dT%H%M%SZ}.json"
     record_path.write_text(json.dumps({"tables": args.tables, "rows": args.rows, "parallel": n, "chunk_rows": r, "results": results}, indent=1))
     print(f"\nrecorded in {record_path}")
     inst.stop()

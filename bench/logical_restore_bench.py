@@ -32,7 +32,7 @@ import sqlite3
 import subprocess
 import sys
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -117,7 +117,7 @@ def run_under_scheduler(af: Standalone, dag_id: str, conf: dict, timeout: float 
     af.airflow("dags", "unpause", dag_id)
     with sqlite3.connect(ROOT / ".airflow" / "airflow.db") as c:  # runs left queued by an interrupted bench
         c.execute("UPDATE dag_run SET state = 'failed' WHERE dag_id = ? AND state IN ('queued', 'running')", (dag_id,))
-    run_id = f"bench__{datetime.now(timezone.utc):%Y%m%dT%H%M%S%f}"
+    run_id = f"bench__{datetime.now(UTC):%Y%m%dT%H%M%S%f}"
     af.airflow("dags", "trigger", dag_id, "--run-id", run_id, "--conf", json.dumps(conf))
     db = ROOT / ".airflow" / "airflow.db"
     deadline = time.monotonic() + timeout
@@ -266,7 +266,7 @@ def main() -> int:
     for name, res in results.items():
         res["ratio_to_lastline"] = round(res["seconds"] / base, 2)
         print(f"  {name:<58} {res['ratio_to_lastline']:5.2f}x")
-    out = work / f"restore-{datetime.now(timezone.utc):%Y%m%dT%H%M%SZ}.json"
+    out = work / f"restore-{datetime.now(UTC):%Y%m%dT%H%M%SZ}.json"
     out.write_text(json.dumps({"tables": args.tables, "rows": args.rows, "big": args.big, "parallel": n,
                                "raw_mb": round(raw_mb, 1), "results": results}, indent=1))
     print(f"\nrecorded in {out}; the DAG's chart: {report.get('chart')}")

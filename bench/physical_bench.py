@@ -58,8 +58,8 @@ def dag(dag_id: str, conf: dict, env: dict, log: Path) -> tuple[float, float, fl
     if "state=success" not in text:
         sys.exit(f"{dag_id} failed: see {log}")
     lines = text.splitlines()
-    first = next(l for l in lines if "Task started" in l)
-    last = [l for l in lines if "[DAG TEST] end task" in l][-1]
+    first = next(line for line in lines if "Task started" in line)
+    last = [line for line in lines if "[DAG TEST] end task" in line][-1]
     return wall, float(re.findall(r"run_duration=([\d.]+)", text)[-1]), _ts(last) - _ts(first)
 
 

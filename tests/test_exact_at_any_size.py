@@ -16,6 +16,7 @@ from lastline.core.errors import IntegrityError
 from lastline.logical import backup as lb
 from lastline.logical import chunking, dialect
 from lastline.logical import restore as lr
+from lastline.logical.snapshot import SESSION
 from lastline.logical.worker import DumpWorker, PartWriter, WorkerWarning
 from lastline.manifest import LogicalManifest, read_manifest
 from lastline.storage import open_storage
@@ -186,7 +187,7 @@ def test_a_warning_on_a_dump_query_fails_the_chunk_naming_table_range_and_column
     dumper.put("chunk", state, ["2"], None)
     worker = DumpWorker(server)
     try:
-        worker.execute(lb.SESSION)
+        worker.execute(SESSION)
         dumper.run([worker])
     except IntegrityError as exc:
         text = str(exc)
@@ -236,7 +237,7 @@ def test_values_with_millions_of_escapes_dump_in_linear_time(huge, tmp_path):
             t0 = time.monotonic()
             for _ in range(3):
                 r = worker.dump(f"SELECT body, 0 FROM huge.lines WHERE id = {i}", 10,
-                                lambda p: (f"l{i}.tsv", PartWriter(storage, f"l{i}.tsv", "none")))
+                                lambda p, i=i: (f"l{i}.tsv", PartWriter(storage, f"l{i}.tsv", "none")))
             took.append((time.monotonic() - t0) / 3)
             assert r.parts[0].raw_bytes == i * 4_000_000 + 1
     finally:

@@ -128,7 +128,7 @@ def test_a_cut_stream_fails_clearly_never_starts_the_target_and_a_retry_succeeds
     assert not replica.server().answers(), "the replica was started on partial data"
     assert (replica.datadir / MARKER).exists()
     seen = next(line for line in logs.splitlines() if "ssh to t_ssh" in line)
-    from lastline.physical.restore import start_server
+    from lastline.physical.target import start_server
 
     with pytest.raises(IntegrityError, match="unfinished restore"):
         start_server(connections.server("t_replica"))

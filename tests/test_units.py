@@ -5,7 +5,7 @@ import hashlib
 import os
 import stat
 import subprocess
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
@@ -215,8 +215,8 @@ def test_manifest_round_trip_and_format_check():
 
 
 def test_backup_ids_sort_by_time():
-    a = new_backup_id(datetime(2026, 1, 2, 3, 4, 5, tzinfo=timezone.utc))
-    assert a.startswith("20260102T030405Z-") and backup_time(a) == datetime(2026, 1, 2, 3, 4, 5, tzinfo=timezone.utc)
+    a = new_backup_id(datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC))
+    assert a.startswith("20260102T030405Z-") and backup_time(a) == datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)
     assert backup_time("20260102T030405Z") == backup_time(a)  # ids of older backups have no suffix
     assert backup_time("lost+found") is None
     assert backup_time("20250101T000000Z-before-migration-DO-NOT-DELETE") is None  # not exactly an id
@@ -224,7 +224,7 @@ def test_backup_ids_sort_by_time():
 
 
 def test_prune_keeps_the_newest_and_young_incomplete_ones():
-    now = datetime(2026, 1, 10, tzinfo=timezone.utc)
+    now = datetime(2026, 1, 10, tzinfo=UTC)
     ids = [f"202601{d:02d}T000000Z" for d in range(1, 10)] + ["notes"]
     complete = ids[:8:2]  # 01, 03, 05, 07 complete; 02, 04, 06, 08, 09 incomplete
     doomed = plan_prune(ids, complete, keep=2, grace=timedelta(hours=36), now=now)

@@ -1,18 +1,23 @@
 """The manifest: what a backup holds, written LAST as the commit marker of a complete backup.
 
+(Over 300 lines on purpose: this file is the whole on-disk contract between a backup and its restore,
+both formats and the checks of what is read back, so one reading shows all a backup folder may hold.)
+
 A backup lives at `<destination>/<backup_id>/`; backup ids are UTC timestamps (`20261122T004500Z`),
 so they sort by time. A folder without `manifest.json` is an incomplete backup: never restored,
 pruned once older than a grace period.
 """
 from __future__ import annotations
 
+import builtins
 import json
 import logging
 import re
 import secrets
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
-from datetime import datetime, timedelta, timezone
-from typing import Any, Iterable
+from datetime import UTC, datetime, timedelta
+from typing import Any
 
 from lastline.core.errors import ConfigError, IntegrityError
 from lastline.storage import Storage, open_storage
@@ -37,7 +42,7 @@ ID_RE = re.compile(r"^\d{8}T\d{6}Z(?:-[0-9a-f]{6})?$")
 
 def new_backup_id(now: datetime | None = None, taken: Iterable[str] = ()) -> str:
     """A new backup id for `now` (UTC) that is none of `taken` (the destination's folders)."""
-    stamp, taken = (now or datetime.now(timezone.utc)).strftime(ID_FORMAT), set(taken)
+    stamp, taken = (now or datetime.now(UTC)).strftime(ID_FORMAT), set(taken)
     while True:
         backup_id = f"{stamp}-{secrets.token_hex(3)}"
         if backup_id not in taken:
@@ -48,7 +53,7 @@ def backup_time(backup_id: str) -> datetime | None:
     """When a backup id was made, or None for a folder whose name is not exactly a backup id."""
     if not ID_RE.match(backup_id):
         return None
-    return datetime.strptime(backup_id[:16], ID_FORMAT).replace(tzinfo=timezone.utc)
+    return datetime.strptime(backup_id[:16], ID_FORMAT).replace(tzinfo=UTC)
 
 
 def _to_json(manifest: Any) -> str:
@@ -106,7 +111,7 @@ class PhysicalManifest:
         return _to_json(self)
 
     @classmethod
-    def from_json(cls, text: str | bytes) -> PhysicalManifest:
+    def from_json(cls, text: str | builtins.bytes) -> PhysicalManifest:
         """Parse and check the format."""
         data = _parsed(text, FORMAT)
         data["tables"] = [TableInfo(**t) for t in data.get("tables", [])]
@@ -200,7 +205,7 @@ class LogicalManifest:
         return _to_json(self)
 
     @classmethod
-    def from_json(cls, text: str | bytes) -> LogicalManifest:
+    def from_json(cls, text: str | builtins.bytes) -> LogicalManifest:
         """Parse and check the format."""
         data = _parsed(text, *LOGICAL_FORMATS)
         data["tables"] = [LogicalTable(**{**t, "chunks": [ChunkInfo(**c) for c in t["chunks"]]}) for t in data["tables"]]
@@ -219,7 +224,7 @@ class LogicalManifest:
         return next((f for f in self.files if f.name == name), None)
 
 
-MANIFEST_CLASSES = {"physical": PhysicalManifest, "logical": LogicalManifest}
+MANIFEST_CLASSES: dict[str, Any] = {"physical": PhysicalManifest, "logical": LogicalManifest}
 
 
 def write_manifest(storage: Storage, manifest: PhysicalManifest | LogicalManifest) -> str:
@@ -310,7 +315,7 @@ def plan_prune(
 ) -> list[str]:
     """Which backups to delete: complete ones beyond the `keep` newest (never the newest one),
     and incomplete ones older than `grace`. Folders whose names are not backup ids are never touched."""
-    now = now or datetime.now(timezone.utc)
+    now = now or datetime.now(UTC)
     complete = sorted(complete_ids)
     doomed = complete[: max(0, len(complete) - max(1, keep))]
     for b in all_ids:

@@ -19,16 +19,12 @@ def user_tables(server: Server) -> list[tuple[str, str]]:
 
 def table_checksums(server: Server) -> dict[str, int | None]:
     """`schema.table` -> CHECKSUM TABLE value, for every user table."""
-    conn = server.connect()
-    try:
-        cur = conn.cursor()
+    with server.session() as cur:
         out: dict[str, int | None] = {}
         for schema, table in user_tables(server):
             cur.execute(f"CHECKSUM TABLE {qualified(schema, table)}")
             out[f"{schema}.{table}"] = cur.fetchone()[1]
         return out
-    finally:
-        conn.close()
 
 
 def compare(source: Server, target: Server) -> list[str]:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import logging
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 from lastline.core.errors import PreflightError
 from lastline.core.hosts import Host
@@ -66,7 +66,7 @@ def clear(host: Host, path: str) -> None:
 
 def move_aside(host: Host, path: str) -> str:
     """Move the datadir's contents into a sibling folder; return its path."""
-    aside = f"{path.rstrip('/')}.lastline-aside-{datetime.now(timezone.utc).strftime('%Y%m%dT%H%M%SZ')}"
+    aside = f"{path.rstrip('/')}.lastline-aside-{datetime.now(UTC).strftime('%Y%m%dT%H%M%SZ')}"
     host.sh(_ASIDE, path, aside)
     log.info("moved the old datadir contents aside to %s on %s (deleted once the restore is verified)", aside, host.name)
     return aside

@@ -14,8 +14,8 @@ import shlex
 import subprocess
 import tempfile
 import threading
+from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Iterator
 
 from lastline.core.errors import LastlineError, PipelineError
 

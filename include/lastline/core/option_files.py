@@ -97,7 +97,7 @@ def starting_files(argv: list[str]) -> tuple[list[str], str]:
     return files, opts.get("--defaults-group-suffix", "")
 
 
-def read_settings(host: Host, files: list[str], extra_dirs: list[str] = (), suffix: str = "") -> list[Setting]:
+def read_settings(host: Host, files: list[str], extra_dirs: list[str] | tuple[str, ...] = (), suffix: str = "") -> list[Setting]:
     """Every setting in the server's groups of `files` and `extra_dirs`, following includes (each file
     read once)."""
     requested: set[str] = set()

@@ -1,5 +1,8 @@
 """Run commands and OS pipelines: every stage's exit status, byte counts, sha256, progress, stderr tails.
 
+(Over 300 lines on purpose: run_pipeline is one algorithm, start, feed, drain, reap and blame, whose
+failure paths must be read together; the hosts and progress lines it uses live in hosts.py and progress.py.)
+
 A pipeline is a list of :class:`Stage` connected stdout->stdin by the OS (no Python copy in between).
 Python only touches the two ends: it may feed the first stage from a byte source and drain the last
 stage into a sink, hashing and counting what passes. Server-side commands go through a
@@ -23,8 +26,9 @@ import subprocess
 import tempfile
 import threading
 import time
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import Callable, Iterable, Iterator
+from typing import Any
 
 from lastline.core import stopping
 from lastline.core.errors import LastlineError, PipelineError
@@ -165,7 +169,7 @@ def run_pipeline(
     progress = Progress(label, expected_bytes, progress_every or float("inf"))
     watch_stop = threading.Event()
     try:
-        prev_stdout = subprocess.PIPE if source is not None else subprocess.DEVNULL
+        prev_stdout: Any = subprocess.PIPE if source is not None else subprocess.DEVNULL
         for i, (where, group) in enumerate(groups):
             fd, errpath = tempfile.mkstemp(prefix=f"lastline-{group[0].name}-", suffix=".err")
             errfiles.append(errpath)
@@ -194,6 +198,7 @@ def run_pipeline(
         try:
             if sink is not None:
                 out = procs[-1].stdout
+                assert out is not None  # a PIPE: sink is set
                 while True:
                     chunk = out.read(CHUNK)
                     if not chunk:
@@ -284,6 +289,7 @@ def tap_result(result: PipelineResult, name: str) -> tuple[int, str]:
 def _feed(source: Iterable[bytes], proc: subprocess.Popen, digest, counters, errors, progress, count) -> None:
     """Write every chunk of `source` to the first stage's stdin, hashing it; record failures."""
     stdin = proc.stdin
+    assert stdin is not None  # a PIPE: source is set
     try:
         for chunk in source:
             if digest is not None:
@@ -312,6 +318,31 @@ def _kill(procs: list[subprocess.Popen]) -> None:
             p.wait(timeout=10)
         except subprocess.TimeoutExpired:
             pass
+
+
+def filtered(argv: list[str], source: Iterable[bytes], name: str) -> Iterator[bytes]:
+    """The output of one local command fed `source` on a thread, as a generator (a pipeline pulled from its
+    end: memory stays bounded by the pipes). Errors of `source` rise as they are; a non-zero exit is a
+    PipelineError with the command's stderr tail."""
+    proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    errors: list[BaseException] = []
+    feeder = threading.Thread(target=_feed, args=(source, proc, None, {"in": 0}, errors, Progress(name, every=float("inf")), False),
+                              name=f"{name}-feed", daemon=True)
+    feeder.start()
+    try:
+        assert proc.stdout is not None and proc.stderr is not None
+        while data := proc.stdout.read(CHUNK):
+            yield data
+        code = proc.wait()
+        feeder.join()
+        if errors:
+            raise errors[0]
+        if code != 0:
+            tail = proc.stderr.read().decode(errors="replace").strip()[-500:]
+            raise PipelineError(f"{name}: `{shlex.join(argv)}` exited with status {code}: {tail}")
+    finally:
+        _kill([proc])
+        feeder.join(timeout=10)
 
 
 def iter_file(path: str, chunk: int = CHUNK) -> Iterator[bytes]:

@@ -36,6 +36,7 @@ class Plan:
         """The plan itself, or the plan of its dict form (from XCom); unknown or missing fields are named."""
         if isinstance(value, cls):
             return value
+        assert isinstance(value, Mapping), f"{cls.__name__}.of takes a plan or its dict form"
         names = {f.name for f in dataclasses.fields(cls)}
         unknown = sorted(set(value) - names)
         if unknown:

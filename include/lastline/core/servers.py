@@ -23,10 +23,14 @@ Credentials never reach a command line: :func:`option_file` writes them to a 060
 from __future__ import annotations
 
 import contextlib
+import threading
 import time
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any, Iterator
+from typing import Any
 
+from lastline.core import stopping
 from lastline.core.errors import AccessDenied, ConfigError, ProtectedTargetError, ServerError
 from lastline.core.hosts import LOCAL, Host
 from lastline.core.plans import as_bool
@@ -169,6 +173,16 @@ class Server:
         except MySQLdb.OperationalError as exc:
             raise self.connect_error(exc.args[0] if exc.args else None, str(exc.args[-1])) from exc
 
+    @contextlib.contextmanager
+    def session(self, database: str | None = None, **kwargs: Any) -> Iterator[Any]:
+        """A cursor on a connection of its own, closed after the block (uncommitted work is rolled back):
+        lastline's one "connect, run, close"."""
+        conn = self.connect(database, **kwargs)
+        try:
+            yield conn.cursor()
+        finally:
+            conn.close()
+
     def connect_error(self, code: int | None, message: str, via: str = "") -> ServerError:
         """The error for a refused connection (from the driver or a dump worker): AccessDenied (fails at
         once) for bad credentials, a ServerError (retried) for a server that does not answer."""
@@ -176,34 +190,56 @@ class Server:
             1045: "wrong user or password: fix the connection's login/password",
             2002: "nothing listens there: is the server running?",
             2003: "nothing listens there: is the server running and the port right?",
-        }.get(code, "check the connection and that the server runs")
+        }.get(code or 0, "check the connection and that the server runs")
         error = AccessDenied if code in (1045, 1698) else ServerError
         return error(f"cannot connect to {self.describe()}{via}: {message} ({hint}).")
 
     def identity(self) -> str:
         """This server's identity (see server_identity), over a connection of its own."""
-        conn = self.connect()
-        try:
-            return server_identity(conn.cursor())
-        finally:
-            conn.close()
+        with self.session() as cur:
+            return server_identity(cur)
 
     def query(self, sql: str, args: Any = None) -> list[tuple]:
         """Run one statement and return all rows."""
-        conn = self.connect()
-        try:
-            cur = conn.cursor()
+        with self.session() as cur:
             cur.execute(sql, args)
             return list(cur.fetchall())
-        finally:
-            conn.close()
 
     def variables(self, *names: str) -> dict[str, str]:
         """Global variables by name (lower-case keys)."""
-        conn = self.connect()
-        try:
-            return global_variables(conn.cursor(), names)
-        finally:
+        with self.session() as cur:
+            return global_variables(cur, names)
+
+
+def over_connections(server: Server, n: int, items: list, work: Callable[[Any, Any], Any],
+                     setup: tuple[str, ...] = ()) -> list:
+    """`work(cursor, item)` for every item, on up to `n` connections of their own at once (a thread pool;
+    each connection runs `setup` first and is KILLed on SIGTERM); results in item order, the first error raised."""
+    local, opened, lock = threading.local(), [], threading.Lock()
+
+    def cursor() -> Any:
+        if not hasattr(local, "cur"):
+            conn = server.connect()
+            with lock:
+                opened.append((conn, stopping.add("KILL QUERY on a finalize/verify connection",
+                                                  stopping.kill_query(server, conn.thread_id()))))
+            local.cur = conn.cursor()
+            for sql in setup:
+                local.cur.execute(sql)
+        return local.cur
+
+    try:
+        with ThreadPoolExecutor(max_workers=max(1, min(n, len(items))), thread_name_prefix="lastline-sql") as pool:
+            futures = [pool.submit(lambda item: work(cursor(), item), item) for item in items]
+            try:
+                return [f.result() for f in futures]
+            except BaseException:
+                for f in futures:
+                    f.cancel()
+                raise
+    finally:
+        for conn, token in opened:
+            stopping.remove(token)
             conn.close()
 
 

@@ -2,11 +2,14 @@
 schema names, and the few information_schema reads that take an open cursor."""
 from __future__ import annotations
 
-from typing import Any, Sized
+from collections.abc import Sized
+from typing import Any
 
 SYSTEM_SCHEMAS = ("mysql", "information_schema", "performance_schema", "sys")
 META_DB = "_lastline"  # lastline's own bookkeeping on a restore target (config snapshot, ledger)
 ASIDE_PREFIX = "lastline_aside_"  # where a forced restore keeps the old tables until it is verified
+# engines whose rows cannot share a transaction with the load ledger: loaded whole, never split
+NON_TRANSACTIONAL = frozenset({"myisam", "aria", "memory", "csv", "archive", "merge", "mrg_myisam"})
 
 
 def quote_ident(name: str) -> str:

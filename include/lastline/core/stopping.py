@@ -21,7 +21,8 @@ import select
 import signal
 import subprocess
 import threading
-from typing import Any, Callable, Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
 from lastline.core.errors import LastlineError
 

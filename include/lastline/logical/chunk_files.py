@@ -1,14 +1,12 @@
 """Chunk files: read one back, checked against its sha256 and decompressed (they are written by tsvdump)."""
 from __future__ import annotations
 
-import contextlib
 import hashlib
-import subprocess
-import threading
-from typing import Iterator
+from collections.abc import Iterator
 
 from lastline.core.compression import codec
-from lastline.core.errors import IntegrityError
+from lastline.core.errors import IntegrityError, PipelineError
+from lastline.core.pipeline import filtered
 from lastline.storage import Storage
 
 
@@ -37,37 +35,14 @@ def read_chunk(storage: Storage, key: str, compression: str, sha256: str, what: 
             yield data
         check()
         return
-    proc = subprocess.Popen(c.decompress_argv(1), stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    errors: list[BaseException] = []
 
-    def feed() -> None:
-        try:
-            for data in storage.reader(key):
-                digest.update(data)
-                proc.stdin.write(data)
-        except BrokenPipeError:
-            pass  # the decompressor stopped: its exit status says why
-        except BaseException as exc:  # noqa: BLE001 - re-raised below
-            errors.append(exc)
-        finally:
-            with contextlib.suppress(BrokenPipeError):
-                proc.stdin.close()
-
-    feeder = threading.Thread(target=feed, name=f"read-{key}", daemon=True)
-    feeder.start()
-    try:
-        while data := proc.stdout.read(1 << 20):
+    def hashed() -> Iterator[bytes]:
+        for data in storage.reader(key):
+            digest.update(data)
             yield data
-        code = proc.wait()
-        feeder.join()
-        if errors:
-            raise errors[0]
-        if code != 0:
-            tail = proc.stderr.read().decode(errors="replace").strip()[-500:]
-            raise IntegrityError(f"chunk {where} cannot be decompressed ({c.name} exit {code}: {tail}); nothing of it was loaded.")
-        check()
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-        feeder.join(timeout=10)
+
+    try:
+        yield from filtered(c.decompress_argv(1), hashed(), f"decompress {key}")
+    except PipelineError as exc:
+        raise IntegrityError(f"chunk {where} cannot be decompressed ({exc}); nothing of it was loaded.") from exc
+    check()

@@ -12,11 +12,12 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any, Iterator
+from typing import Any
 
 from lastline.core.errors import PipelineError
-from lastline.core.sql import qualified, quote_ident
+from lastline.core.sql import placeholders, qualified, quote_ident
 from lastline.logical.dialect import Column
 
 INTEGER_TYPES = {"tinyint", "smallint", "mediumint", "int", "bigint"}
@@ -80,17 +81,13 @@ class TablePlan:
         return "no usable key: one stream split by row count"
 
 
-def _ph(items: list) -> str:
-    return ", ".join(["%s"] * len(items))
-
-
 def base_tables(cur: Any, databases: list[str]) -> list[tuple[str, str]]:
     """(schema, table) of every base table of `databases` (a light query: it runs under the lock)."""
     if not databases:
         return []
     cur.execute(
         f"SELECT TABLE_SCHEMA, TABLE_NAME FROM information_schema.TABLES WHERE TABLE_TYPE = 'BASE TABLE' "
-        f"AND TABLE_SCHEMA IN ({_ph(databases)}) ORDER BY 1, 2",
+        f"AND TABLE_SCHEMA IN ({placeholders(databases)}) ORDER BY 1, 2",
         databases,
     )
     return [(s, n) for s, n in cur.fetchall()]
@@ -106,7 +103,7 @@ def table_plans(cur: Any, databases: list[str]) -> list[TablePlan]:
     charset_of = dict(cur.fetchall())
     cur.execute(
         "SELECT TABLE_SCHEMA, TABLE_NAME, ENGINE, COALESCE(TABLE_ROWS, 0), COALESCE(DATA_LENGTH, 0), TABLE_COLLATION "
-        f"FROM information_schema.TABLES WHERE TABLE_TYPE = 'BASE TABLE' AND TABLE_SCHEMA IN ({_ph(databases)}) "
+        f"FROM information_schema.TABLES WHERE TABLE_TYPE = 'BASE TABLE' AND TABLE_SCHEMA IN ({placeholders(databases)}) "
         "ORDER BY 1, 2",
         databases,
     )
@@ -117,7 +114,7 @@ def table_plans(cur: Any, databases: list[str]) -> list[TablePlan]:
     }
     cur.execute(
         "SELECT TABLE_SCHEMA, TABLE_NAME, COLUMN_NAME, DATA_TYPE, COLUMN_TYPE, IS_NULLABLE, CHARACTER_SET_NAME, "
-        f"COLLATION_NAME, IS_GENERATED FROM information_schema.COLUMNS WHERE TABLE_SCHEMA IN ({_ph(databases)}) "
+        f"COLLATION_NAME, IS_GENERATED FROM information_schema.COLUMNS WHERE TABLE_SCHEMA IN ({placeholders(databases)}) "
         "ORDER BY TABLE_SCHEMA, TABLE_NAME, ORDINAL_POSITION",
         databases,
     )
@@ -128,7 +125,7 @@ def table_plans(cur: Any, databases: list[str]) -> list[TablePlan]:
             plans[(s, t)].columns.append(Column.from_row(col, dtype, ctype, nullable, charset))
     cur.execute(
         "SELECT TABLE_SCHEMA, TABLE_NAME, INDEX_NAME, NON_UNIQUE, COLUMN_NAME, NULLABLE, SUB_PART "
-        f"FROM information_schema.STATISTICS WHERE TABLE_SCHEMA IN ({_ph(databases)}) "
+        f"FROM information_schema.STATISTICS WHERE TABLE_SCHEMA IN ({placeholders(databases)}) "
         "ORDER BY TABLE_SCHEMA, TABLE_NAME, INDEX_NAME, SEQ_IN_INDEX",
         databases,
     )

@@ -24,13 +24,14 @@ import os
 import tempfile
 import threading
 import time
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 from lastline.core import stopping
 from lastline.core.errors import IntegrityError, LastlineError, ServerError
 from lastline.core.progress import Progress
 from lastline.core.servers import Server
-from lastline.core.sql import META_DB
+from lastline.core.sql import META_DB, NON_TRANSACTIONAL
 from lastline.logical import dialect
 from lastline.logical.chunk_files import read_chunk
 from lastline.logical.snapshot import LOST_CONNECTION, sql_error
@@ -40,7 +41,6 @@ from lastline.storage import Storage
 
 log = logging.getLogger(__name__)
 
-NON_TRANSACTIONAL = {"myisam", "aria", "memory", "csv", "archive", "merge", "mrg_myisam"}
 
 
 def ensure_ledger(cur: Any) -> None:
@@ -97,13 +97,9 @@ class Lane:
 @contextlib.contextmanager
 def claimed(server: Server, backup_id: str, unit: WorkUnit) -> Iterator[bool]:
     """Hold the unit's named lock for the block (yields False if another lane holds it)."""
-    conn = server.connect()
-    try:
-        cur = conn.cursor()
+    with server.session() as cur:
         cur.execute("SELECT GET_LOCK(%s, 0)", (f"lastline-unit-{backup_id}-{unit.index}",))
         yield cur.fetchone()[0] == 1
-    finally:
-        conn.close()  # releases the lock
 
 
 def unit_files(manifest: LogicalManifest, unit: WorkUnit) -> list[str]:
@@ -121,11 +117,8 @@ def load_lane(server: Server, storage: Storage, manifest: LogicalManifest, units
         with claimed(server, manifest.backup_id, unit) as mine:
             if not mine:
                 continue
-            conn = server.connect()
-            try:
-                done = loaded_files(conn.cursor(), manifest.backup_id)
-            finally:
-                conn.close()
+            with server.session() as cur:
+                done = loaded_files(cur, manifest.backup_id)
             if all(f in done for f in unit_files(manifest, unit)):
                 continue
             log.info("%s: loading %s", label, unit.name)
@@ -143,23 +136,10 @@ def _unblock(fifo: str) -> None:
         pass
 
 
-class LoadProgress(Progress):
-    """`load <unit>: chunks, rows, MB / total MB, MB/s, ETA` (runner.Progress plus chunk and row counts)."""
-
-    def __init__(self, label: str, chunks: int, total_bytes: int) -> None:
-        super().__init__(f"load {label}", total_bytes)
-        self.chunks = chunks
-        self.done_chunks = self.rows = 0
-
-    def line(self, now: float | None = None) -> str:
-        label, _, rest = super().line(now).partition(": ")
-        return f"{label}: {self.done_chunks}/{self.chunks} chunks, {self.rows:,} rows, {rest}"
-
-
 class Loader:
     """Loads chunks into one target connection (see the module doc)."""
 
-    def __init__(self, server: Server, storage: Storage, manifest: LogicalManifest, progress: LoadProgress) -> None:
+    def __init__(self, server: Server, storage: Storage, manifest: LogicalManifest, progress: Progress) -> None:
         self.server, self.storage, self.manifest, self.progress = server, storage, manifest, progress
         self.conn = server.connect(local_infile=1)
         self._stop = stopping.add(f"{progress.label}: KILL QUERY on the loader's connection",
@@ -236,8 +216,7 @@ class Loader:
         except BaseException:
             self._rollback()
             raise
-        self.progress.done_chunks += 1
-        self.progress.rows += c.rows
+        self.progress.count(chunks=1, rows=c.rows)
         return True
 
     def load_whole(self, t: LogicalTable) -> None:
@@ -245,8 +224,7 @@ class Loader:
         self.cur.execute(f"TRUNCATE TABLE {dialect.qualified(t.schema, t.name)}")
         for c in t.chunks:
             self._stream_into(t, c)
-            self.progress.done_chunks += 1
-            self.progress.rows += c.rows
+            self.progress.count(chunks=1, rows=c.rows)
         self.cur.executemany(
             f"INSERT INTO {META_DB}.ledger (backup_id, file, rows_loaded) VALUES (%s, %s, %s)",
             [(self.manifest.backup_id, c.file, c.rows) for c in t.chunks],
@@ -264,7 +242,7 @@ def load_unit(server: Server, storage: Storage, manifest: LogicalManifest, unit:
     """Load every chunk of `unit` not yet in the ledger; returns per-table rows, bytes and seconds."""
     tables = {(t.schema, t.name): t for t in manifest.tables}
     total_chunks = sum(p.last - p.first + 1 for p in unit.parts)
-    progress = LoadProgress(unit.name, total_chunks, unit.bytes)
+    progress = Progress(f"load {unit.name}", unit.bytes, counts={"chunks": total_chunks, "rows": None})
     stats: dict[str, dict] = {}
     started_at = time.time()
     with Lane(server, parallel, unit.name):
@@ -287,7 +265,7 @@ def load_unit(server: Server, storage: Storage, manifest: LogicalManifest, unit:
                     for c in chunks:
                         if c.file in done or not loader.load_chunk(t, c):
                             skipped += 1
-                            progress.done_chunks += 1
+                            progress.count(chunks=1)
                             progress.add(c.raw_bytes)
                             continue
                         loaded_rows += c.rows

@@ -100,9 +100,7 @@ def _drop_in_exists(server: Server, path: str | None) -> bool:
 
 def take_snapshot(server: Server, run_id: str, taken_at: str) -> ConfigSnapshot:
     """Record the production values on the target, or keep the record a crashed run left. No setting changes."""
-    conn = server.connect()
-    try:
-        cur = conn.cursor()
+    with server.session() as cur:
         _meta(cur)
         cur.execute(f"SELECT taken_at, run_id, restart_profile, variables FROM {META_DB}.config_snapshot WHERE id = 1")
         row = cur.fetchone()
@@ -126,25 +124,19 @@ def take_snapshot(server: Server, run_id: str, taken_at: str) -> ConfigSnapshot:
             f"INSERT INTO {META_DB}.config_snapshot VALUES (1, %s, %s, %s, %s)",
             (snap.taken_at, snap.run_id, int(snap.restart_profile), json.dumps(snap.variables)),
         )
-        conn.commit()
+        cur.connection.commit()
         log.info("config snapshot recorded in %s.config_snapshot: %s", META_DB, snap.variables)
         return snap
-    finally:
-        conn.close()
 
 
 def read_snapshot(server: Server) -> ConfigSnapshot | None:
     """The durable snapshot on the target, if any."""
-    conn = server.connect()
-    try:
-        cur = conn.cursor()
+    with server.session() as cur:
         if not table_exists(cur, META_DB, "config_snapshot"):
             return None
         cur.execute(f"SELECT taken_at, run_id, restart_profile, variables FROM {META_DB}.config_snapshot WHERE id = 1")
         row = cur.fetchone()
         return ConfigSnapshot(json.loads(row[3]), bool(row[2]), row[0], row[1]) if row else None
-    finally:
-        conn.close()
 
 
 def apply(server: Server, snap: ConfigSnapshot, *, restart_allowed: bool, redo_bytes: int,
@@ -160,9 +152,7 @@ def apply(server: Server, snap: ConfigSnapshot, *, restart_allowed: bool, redo_b
             f"{k}\n" if v is None else f"{k}={v}\n" for k, v in RESTART_SETTINGS.items())
         server.runner().sh('cat > "$1.tmp" && mv "$1.tmp" "$1"', path, input=text.encode())  # on the server's host
         restarted = _restart(server, f"tune: restart profile {RESTART_SETTINGS} -> {path}")
-    conn = server.connect()
-    try:
-        cur = conn.cursor()
+    with server.session() as cur:
         current = global_variables(cur, TUNED_VARIABLES)
         want = dynamic_profile(current, redo_bytes, buffer_pool_bytes)
         for name in TUNED_VARIABLES:
@@ -170,8 +160,6 @@ def apply(server: Server, snap: ConfigSnapshot, *, restart_allowed: bool, redo_b
                 _set_global(cur, name, want[name])
                 applied[name] = want[name]
         _probe_write(cur)
-    finally:
-        conn.close()
     log.info("tune: set %s%s", applied, " (after a restart with the drop-in)" if restarted else "")
     return {"applied": applied, "restarted": restarted}
 
@@ -218,9 +206,7 @@ def revert(server: Server) -> dict:
     if _drop_in_exists(server, path):
         server.runner().run(["rm", "-f", path])
         restarted = _restart(server, f"revert: removed {path}")
-    conn = server.connect()
-    try:
-        cur = conn.cursor()
+    with server.session() as cur:
         reverted = {}
         current = global_variables(cur, TUNED_VARIABLES)
         for name in reversed(TUNED_VARIABLES):  # io_capacity before io_capacity_max on the way back
@@ -238,18 +224,13 @@ def revert(server: Server) -> dict:
             )
         cur.execute("SET SESSION sql_log_bin = 0")
         cur.execute(f"DELETE FROM {META_DB}.config_snapshot WHERE id = 1")
-        conn.commit()
-    finally:
-        conn.close()
+        cur.connection.commit()
     log.info("revert: restored %s%s; every value read back equal to the snapshot", reverted, " after a restart" if restarted else "")
     return {"reverted": reverted, "restarted": restarted, "snapshot": snap.variables}
 
 
 def config_differs(server: Server, snapshot: dict[str, str]) -> dict[str, tuple[str | None, str]]:
     """Variables whose live value differs from `snapshot` (empty: all back)."""
-    conn = server.connect()
-    try:
-        now = global_variables(conn.cursor(), tuple(snapshot))
-    finally:
-        conn.close()
+    with server.session() as cur:
+        now = global_variables(cur, tuple(snapshot))
     return {k: (now.get(k), v) for k, v in snapshot.items() if _normal(now.get(k)) != _normal(v)}

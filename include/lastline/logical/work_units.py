@@ -20,6 +20,7 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass, field
 
+from lastline.core.sql import NON_TRANSACTIONAL
 from lastline.manifest import LogicalManifest, LogicalTable
 
 MIN_UNIT_BYTES = 64 << 20
@@ -83,7 +84,7 @@ def plan_units(
         if n == 0:
             small.append(Part(t.schema, t.name, 0, -1, 0, True))
             continue
-        transactional = t.engine.lower() not in ("myisam", "aria", "memory", "csv", "archive", "merge", "mrg_myisam")
+        transactional = t.engine.lower() not in NON_TRANSACTIONAL
         if _size(t) <= target or n == 1 or not transactional:
             part = Part(t.schema, t.name, 0, n - 1, _size(t), True)
             (groups.append([part]) if _size(t) > target / 2 else small.append(part))

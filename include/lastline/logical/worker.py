@@ -15,9 +15,9 @@ import socket
 import subprocess
 import sys
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 from lastline.core import stopping
 from lastline.core.compression import codec

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import asdict
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 from lastline import connections
 from lastline.core import datadir as datadir_ops
@@ -76,7 +76,7 @@ def stream(plan: BackupPlan | dict) -> dict:
     host = server.runner()
     storage = open_storage(plan.destination, plan.aws_conn_id)
     tables = table_estimates(server)
-    started = datetime.now(timezone.utc)
+    started = datetime.now(UTC)
     key = f"{plan.backup_id}/{plan.artifact}"
     with option_file(server, ("client", "mariabackup"), on_host=True) as opt, storage.writer(key) as writer:
         stages = physical.backup_stages(opt, datadir, plan.parallel, plan.compression, host=host)
@@ -88,7 +88,7 @@ def stream(plan: BackupPlan | dict) -> dict:
         mb_log = result.stderr["mariabackup"]
         if not physical.backup_completed(mb_log):
             raise PipelineError("mariabackup exited 0 without `completed OK!`; the stream is not trusted.")
-    finished = datetime.now(timezone.utc)
+    finished = datetime.now(UTC)
     facts = physical.parse_backup_log(mb_log)
     stats = {
         "bytes": result.bytes_out,

@@ -19,14 +19,16 @@ from lastline import connections
 from lastline.core import datadir as dd
 from lastline.core import stopping
 from lastline.core.datadir import MARKER
-from lastline.core.errors import IntegrityError, PipelineError, PreflightError
-from lastline.core.pipeline import run_logged, run_pipeline
+from lastline.core.errors import IntegrityError, PipelineError
+from lastline.core.pipeline import run_pipeline
 from lastline.core.plans import Conf
+from lastline.core.progress import step_report
 from lastline.core.servers import Server, refuse_restore_into_source
 from lastline.core.sql import qualified
 from lastline.manifest import PhysicalManifest, read_manifest, resolve_backup
 from lastline.physical import tools as physical
 from lastline.physical.plans import RestorePlan
+from lastline.physical.target import check_datadir, prepare_datadir, start_server
 from lastline.storage import Storage
 
 log = logging.getLogger(__name__)
@@ -38,19 +40,6 @@ def _target(plan: RestorePlan) -> Server:
 def _manifest(plan: RestorePlan) -> tuple[Storage, PhysicalManifest]:
     storage, backup_id = resolve_backup(plan.backup, plan.aws_conn_id)
     return storage, read_manifest(storage, backup_id)
-
-
-def check_datadir(server: Server, need: int, force: bool) -> str:
-    """Refuse a non-empty datadir without `force`, and too little room; return the datadir's state."""
-    datadir, host = server.require_datadir(), server.runner()
-    state = dd.state(host, datadir)
-    if state == "data" and not force:
-        raise PreflightError(
-            f"target datadir {datadir} on {host.name} is not empty: set force=true to move its contents aside "
-            f"(to {datadir}.lastline-aside-<time>, deleted only after a verified restore), or empty it yourself."
-        )
-    dd.require_room(host, datadir, need, "the unpacked backup")
-    return state
 
 
 def preflight(conf: dict) -> dict:
@@ -137,19 +126,6 @@ def extract(plan: RestorePlan | dict) -> dict:
     return {"bytes": result.bytes_in, "seconds": round(result.seconds, 3), "mb_per_s": round(result.mb_per_s, 2), "aside": aside}
 
 
-def prepare_datadir(server: Server, datadir: str, use_memory: int) -> float:
-    """mariabackup --prepare on the server's host, then the datadir's owner on every file; clears the
-    in-progress marker. Returns seconds."""
-    host = server.runner()
-    if dd.state(host, datadir) != "partial":
-        raise PreflightError(f"{datadir} holds no extracted backup ({MARKER} missing): run the extract step first.")
-    t0 = time.monotonic()
-    run_logged(physical.prepare_argv(datadir, use_memory), "prepare", host=host)
-    dd.own_like_folder(host, datadir)
-    dd.remove_marker(host, datadir)
-    return time.monotonic() - t0
-
-
 @stopping.stops_cleanly
 def prepare(plan: RestorePlan | dict) -> dict:
     """mariabackup --prepare, then give the files the datadir's owner; clears the in-progress marker."""
@@ -157,14 +133,6 @@ def prepare(plan: RestorePlan | dict) -> dict:
     seconds = prepare_datadir(_target(plan), plan.datadir, plan.use_memory)
     log.info("prepare ok in %.1f s (use_memory %d MiB); ownership set", seconds, plan.use_memory >> 20)
     return {"seconds": round(seconds, 3)}
-
-
-def start_server(server: Server, timeout: float = 180) -> float:
-    """Start a server (never on a half-restored datadir) and wait until it answers; returns seconds."""
-    datadir = server.require_datadir()
-    if dd.state(server.runner(), datadir) == "partial":
-        raise IntegrityError(f"{datadir} holds an unfinished restore ({MARKER}): refusing to start {server.describe()}.")
-    return server.start_service(timeout)
 
 
 def start_target(plan: RestorePlan | dict, timeout: float = 180) -> dict:
@@ -194,10 +162,8 @@ def verify(plan: RestorePlan | dict, extracted: dict | None = None) -> dict:
     version = server.variables("version")["version"]
     if physical.base_version(version)[:2] != physical.base_version(manifest.server_version)[:2]:
         raise IntegrityError(f"target runs {version}, the backup is of {manifest.server_version}.")
-    conn = server.connect()
     problems, counts = [], {}
-    try:
-        cur = conn.cursor()
+    with server.session() as cur:
         for t in manifest.tables:
             name = qualified(t.schema, t.name)
             try:
@@ -209,8 +175,6 @@ def verify(plan: RestorePlan | dict, extracted: dict | None = None) -> dict:
             counts[f"{t.schema}.{t.name}"] = n
             if not plausible(n, t.rows):
                 problems.append(f"{name}: {n} rows, the backup estimated {t.rows}")
-    finally:
-        conn.close()
     if problems:
         raise IntegrityError("restored server fails verification:\n  " + "\n  ".join(problems))
     if aside:
@@ -224,13 +188,6 @@ def report(plan: RestorePlan | dict, stop: dict, extract: dict, prepare: dict, s
     """Log bytes, seconds and MB/s per step and in total; return the same as a dict."""
     plan = RestorePlan.of(plan)
     steps = {"stop": stop, "extract": extract, "prepare": prepare, "start": start, "verify": verify}
-    total = sum(s.get("seconds", 0) for s in steps.values())
-    lines = [f"restore of {plan.backup} into {plan.target_conn_id}:"]
-    for name, s in steps.items():
-        mb = s.get("bytes", 0) / 1e6
-        rate = f", {mb / s['seconds']:.1f} MB/s" if mb and s.get("seconds") else ""
-        lines.append(f"  {name:<12} {s.get('seconds', 0):8.1f} s{f', {mb:,.1f} MB' if mb else ''}{rate}")
-    lines.append(f"  {'total':<12} {total:8.1f} s, {plan.bytes / 1e6:,.1f} MB compressed, "
-                 f"{plan.bytes / 1e6 / max(total, 1e-6):.1f} MB/s")
-    log.info("\n".join(lines))
+    text, total = step_report(f"restore of {plan.backup} into {plan.target_conn_id}:", steps, plan.bytes)
+    log.info("%s", text)
     return {"backup": plan.backup, "target": plan.target_conn_id, "seconds": round(total, 3), "steps": steps}

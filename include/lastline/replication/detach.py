@@ -31,13 +31,9 @@ def check(target_conn_id: str, restart: object = True, read_only_off: object = F
             "at the next restart:\n  " + "\n  ".join(map(_shown, stale))
             + "\nRemove these lines, then run the detach again. Nothing was changed."
         )
-    conn = server.connect()
-    try:
-        cur = conn.cursor()
+    with server.session() as cur:
         fl = replication.flavour(cur)
         statuses = replication.replica_status(cur, fl)
-    finally:
-        conn.close()
     names = [str(s.get("Connection_name") or "") for s in statuses]
     plan = DetachPlan(
         target_conn_id=server.conn_id,

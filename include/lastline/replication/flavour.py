@@ -166,9 +166,7 @@ def change_master_sql(use_gtid: bool) -> str:
 def attach(target: Server, replication: Server, coords: dict[str, Any], use_gtid: bool) -> None:
     """Point `target` at the source described by the `replication` connection (its host/port as the
     replica sees it, and the replication user's credentials), from the backup's own coordinates."""
-    conn = target.connect()
-    try:
-        cur = conn.cursor()
+    with target.session() as cur:
         fl = flavour(cur)
         if not fl.mariadb:
             raise ReplicationError(f"{target.describe()} runs {fl.describe()}: replica rebuild supports MariaDB only.")
@@ -189,8 +187,6 @@ def attach(target: Server, replication: Server, coords: dict[str, Any], use_gtid
             args += [coords["binlog_file"], int(coords["binlog_position"])]
         cur.execute(change_master_sql(use_gtid), args)
         cur.execute("START SLAVE")
-    finally:
-        conn.close()
     how = f"GTID {coords['gtid']} (MASTER_USE_GTID=slave_pos)" if use_gtid else \
         f"{coords['binlog_file']}:{coords['binlog_position']}"
     log.info("attached %s to %s:%s as %s from %s; replication started", target.describe(), replication.host,
@@ -201,14 +197,9 @@ def applied(source: Server, target: Server, within: float) -> tuple[bool, dict[s
     """Whether `target` applies, within `within` seconds, everything `source` has written now (MASTER_GTID_WAIT,
     or MASTER_POS_WAIT without GTIDs); fails at once if a replication thread stopped with an error.
     Returns (done, the coordinates waited for, the replica's status rows)."""
-    s = source.connect()
-    try:
-        coords = source_coordinates(s.cursor())
-    finally:
-        s.close()
-    conn = target.connect()
-    try:
-        cur = conn.cursor()
+    with source.session() as cur:
+        coords = source_coordinates(cur)
+    with target.session() as cur:
         deadline = time.monotonic() + within
         while True:
             slice_s = max(1, min(2, int(deadline - time.monotonic())))
@@ -227,8 +218,6 @@ def applied(source: Server, target: Server, within: float) -> tuple[bool, dict[s
                 raise ReplicationError(f"{target.describe()}: {problem}")
             if time.monotonic() >= deadline:
                 return False, coords, statuses
-    finally:
-        conn.close()
 
 
 def wait_for(source: Server, target: Server, timeout: float, every: float = 10.0) -> dict[str, Any]:
@@ -250,9 +239,7 @@ def wait_for(source: Server, target: Server, timeout: float, every: float = 10.0
 
 def detach(server: Server) -> list[str]:
     """Stop and forget every replication connection of `server`; returns the statements run."""
-    conn = server.connect()
-    try:
-        cur = conn.cursor()
+    with server.session() as cur:
         fl = flavour(cur)
         names = [str(s.get("Connection_name") or "") for s in replica_status(cur, fl)]
         statements = detach_statements(fl, names)
@@ -260,15 +247,11 @@ def detach(server: Server) -> list[str]:
             log.info("detach %s: %s", server.describe(), sql)
             cur.execute(sql)
         return statements
-    finally:
-        conn.close()
 
 
 def leftovers(server: Server) -> list[str]:
     """What is left of replication on `server`: connections still listed, a non-empty gtid_slave_pos."""
-    conn = server.connect()
-    try:
-        cur = conn.cursor()
+    with server.session() as cur:
         fl = flavour(cur)
         found = [describe_status(s) for s in replica_status(cur, fl)]
         if fl.mariadb and fl.version >= (10, 0, 2):
@@ -277,5 +260,3 @@ def leftovers(server: Server) -> list[str]:
             if pos:
                 found.append(f"gtid_slave_pos is {pos!r}")
         return found
-    finally:
-        conn.close()

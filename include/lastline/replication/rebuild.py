@@ -22,9 +22,10 @@ from lastline.core.errors import IntegrityError, PipelineError, PreflightError, 
 from lastline.core.hosts import Stage
 from lastline.core.pipeline import run_pipeline, tap_result, tap_stage
 from lastline.core.plans import Conf
+from lastline.core.progress import step_report
 from lastline.core.servers import Server, option_file
 from lastline.physical import tools as physical
-from lastline.physical.restore import check_datadir, prepare_datadir, start_server
+from lastline.physical.target import check_datadir, prepare_datadir, start_server
 from lastline.replication import flavour as replication
 from lastline.replication.plans import RebuildPlan
 
@@ -238,26 +239,19 @@ def verify(plan: RebuildPlan | dict, timeout: float = 120) -> dict:
     plan = RebuildPlan.of(plan)
     source, target = _servers(plan)
     token = uuid.uuid4().hex
-    conn = source.connect()
-    try:
-        cur = conn.cursor()
+    with source.session() as cur:
         cur.execute("CREATE DATABASE IF NOT EXISTS _lastline")
         cur.execute(f"CREATE TABLE IF NOT EXISTS {MARKER_TABLE} (token CHAR(32) PRIMARY KEY, "
                     "replica VARCHAR(255) NOT NULL, written_at DATETIME(6) NOT NULL) ENGINE=InnoDB")
         cur.execute(f"INSERT INTO {MARKER_TABLE} VALUES (%s, %s, UTC_TIMESTAMP(6))", (token, target.conn_id))
-        conn.commit()
-    finally:
-        conn.close()
+        cur.connection.commit()
     t0 = time.monotonic()
     replication.wait_for(source, target, timeout)
     found = target.query(f"SELECT COUNT(*) FROM {MARKER_TABLE} WHERE token = %s", (token,))[0][0]
     if not found:
         raise ReplicationError(f"the marker row {token} written on {source.describe()} did not reach {target.describe()}.")
-    conn = target.connect()
-    try:
-        statuses = replication.replica_status(conn.cursor())
-    finally:
-        conn.close()
+    with target.session() as cur:
+        statuses = replication.replica_status(cur)
     problems = [p for p in map(replication.broken, statuses) if p]
     if problems:
         raise ReplicationError(f"{target.describe()}: " + "; ".join(problems))
@@ -282,11 +276,6 @@ def report(plan: RebuildPlan | dict, stop: dict, stream: dict, prepare: dict, st
     plan = RebuildPlan.of(plan)
     steps = {"stop": stop, "stream": stream, "prepare": prepare, "start": start, "attach": attach,
              "catch_up": catch_up, "verify": verify}
-    total = sum(s.get("seconds", 0) for s in steps.values())
-    lines = [f"rebuild of {plan.target_conn_id} from {plan.source_conn_id}:"]
-    for name, s in steps.items():
-        extra = f", {s['bytes'] / 1e6:,.1f} MB, {s['mb_per_s']:.1f} MB/s" if s.get("bytes") else ""
-        lines.append(f"  {name:<12} {s.get('seconds', 0):8.1f} s{extra}")
-    lines.append(f"  {'total':<12} {total:8.1f} s")
-    log.info("\n".join(lines))
+    text, total = step_report(f"rebuild of {plan.target_conn_id} from {plan.source_conn_id}:", steps)
+    log.info("%s", text)
     return {"seconds": round(total, 3), "steps": steps}

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import abc
-from typing import Iterator
+from collections.abc import Iterator
 
 from lastline.core.errors import IntegrityError, StorageError
 

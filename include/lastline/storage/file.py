@@ -4,7 +4,7 @@ from __future__ import annotations
 import errno
 import os
 import shutil
-from typing import Iterator
+from collections.abc import Iterator
 
 from lastline.core.errors import StorageError
 from lastline.storage.base import Storage, Writer, checked_key

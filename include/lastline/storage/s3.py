@@ -11,7 +11,8 @@ from __future__ import annotations
 import logging
 import queue
 import threading
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 from lastline import connections
 from lastline.core.errors import StorageError

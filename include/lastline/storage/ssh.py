@@ -7,7 +7,7 @@ writer is one `cat > <key>.partial` on the remote host, fsynced and renamed on c
 from __future__ import annotations
 
 import subprocess
-from typing import Iterator
+from collections.abc import Iterator
 
 from lastline import connections
 from lastline.core.datadir import free_bytes
@@ -46,12 +46,14 @@ class SshWriter(Writer):
 
     def write(self, data: bytes) -> None:
         try:
+            assert self.proc.stdin is not None
             self.proc.stdin.write(data)
         except (BrokenPipeError, OSError) as exc:
             raise self._failed("write") from exc
 
     def commit(self) -> None:
         try:
+            assert self.proc.stdin is not None
             self.proc.stdin.close()
         except (BrokenPipeError, OSError) as exc:
             raise self._failed("finish") from exc
@@ -87,6 +89,7 @@ class SshStorage(Storage):
     def reader(self, key: str, chunk: int = 1 << 20) -> Iterator[bytes]:
         proc = self.host.popen_script('exec cat "$1"', self._path(key))
         try:
+            assert proc.stdout is not None
             while data := proc.stdout.read(chunk):
                 yield data
             if proc.wait() != 0:

@@ -1,0 +1,59 @@
+"""A logical backup opened for restore: its manifest, schema.json checked against it, the tables a
+restore selects, and every chunk file present with its size before anything is touched.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import time
+
+from lastline import connections
+from lastline.core.errors import IntegrityError
+from lastline.core.servers import Server
+from lastline.logical.plans import RestorePlan
+from lastline.manifest import LogicalManifest, read_manifest, resolve_backup
+from lastline.storage import Storage
+
+log = logging.getLogger(__name__)
+
+
+def target_server(plan: RestorePlan) -> Server:
+    return connections.server(plan.target_conn_id)
+
+def open_backup(plan: RestorePlan) -> tuple[Storage, LogicalManifest]:
+    storage, backup_id = resolve_backup(f"{plan.destination}/{plan.backup_id}", plan.aws_conn_id, "logical")
+    return storage, read_manifest(storage, backup_id, "logical")
+
+def checked_schema(storage: Storage, manifest: LogicalManifest) -> dict:
+    """schema.json, used only if its sha256 is the manifest's (a backup folder is untrusted input)."""
+    data = storage.read_bytes(f"{manifest.backup_id}/{manifest.schema_file}")
+    sha = hashlib.sha256(data).hexdigest()
+    if sha != manifest.schema_sha256:
+        raise IntegrityError(
+            f"{storage.location(manifest.backup_id + '/' + manifest.schema_file)} has sha256 {sha}, the manifest says "
+            f"{manifest.schema_sha256}: the file was changed after the backup. Nothing was restored from it; "
+            "restore another backup."
+        )
+    return json.loads(data)
+
+def selected(manifest: LogicalManifest, databases: list[str]) -> list:
+    return [t for t in manifest.tables if t.schema in databases]
+
+def require_chunk_files(storage: Storage, manifest: LogicalManifest, databases: list[str]) -> None:
+    """Every chunk file the restore will load exists with the size the manifest gives (before anything is
+    touched: a truncated or missing chunk found mid-load would leave a half-restored target)."""
+    t0, bad, n = time.monotonic(), [], 0
+    for t in selected(manifest, databases):
+        for c in t.chunks:
+            key, n = f"{manifest.backup_id}/{c.file}", n + 1
+            size = storage.size_if_exists(key)
+            if size != c.bytes:
+                bad.append(f"{storage.location(key)} ({t.schema}.{t.name}): "
+                           + ("missing" if size is None else f"{size} bytes, the manifest says {c.bytes}"))
+    if bad:
+        raise IntegrityError(
+            f"{len(bad)} chunk file(s) of backup {manifest.backup_id} are missing or truncated:\n  " + "\n  ".join(bad[:20])
+            + "\nNothing was touched on the target; restore another backup."
+        )
+    log.info("preflight: %d chunk files present with their sizes (%.1f s)", n, time.monotonic() - t0)

@@ -1,0 +1,280 @@
+"""The dump's engine: one splitter thread cuts each table into key ranges of chunk_rows, and one thread per
+snapshot worker process runs those chunk jobs (big tables first), streaming each part to storage.
+
+(Over 300 lines on purpose: one class whose threads share one condition variable and its state; split,
+the locking would spread over files.)"""
+from __future__ import annotations
+
+import heapq
+import itertools
+import logging
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import quote
+
+from lastline.core.compression import codec
+from lastline.core.errors import IntegrityError, LastlineError, PipelineError, PreflightError, ServerError
+from lastline.core.progress import Progress
+from lastline.core.servers import Server
+from lastline.logical import chunking, dialect
+from lastline.logical.snapshot import LOST_CONNECTION, SESSION, sql_error
+from lastline.logical.worker import DumpWorker, PartWriter, WorkerWarning
+from lastline.manifest import (
+    ChunkInfo,
+)
+from lastline.storage import Storage
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class TableState:
+    """A table being dumped: what its chunks added up to so far (guarded by the Dumper's lock)."""
+
+    plan: chunking.TablePlan
+    consistent: bool = True
+    rows: int = 0
+    checksum: int = 0
+    bytes: int = 0
+    raw_bytes: int = 0
+    seconds: float = 0.0
+    pending: int = 0
+    chunks: list[ChunkInfo] = field(default_factory=list)
+    next_seq: int = 0
+
+
+@dataclass(order=True)
+class Job:
+    """A unit of work: split a table into ranges (the splitter), or dump one range (a snapshot worker)."""
+
+    priority: tuple
+    kind: str = field(compare=False)  # split | chunk
+    table: TableState = field(compare=False)
+    seq: int = field(default=0, compare=False)
+    lower: list[str] | None = field(default=None, compare=False)
+    upper: list[str] | None = field(default=None, compare=False)
+
+    def describe(self) -> str:
+        """`db.table` and the key range, for errors."""
+        plan = self.table.plan
+        if self.kind == "split":
+            return f"{plan.full_name} (splitting)"
+        if not plan.key:
+            return f"{plan.full_name} (the whole table, no usable key)"
+        key = ", ".join(k.name for k in plan.key)
+        lo = "the start" if self.lower is None else f"({', '.join(self.lower)})"
+        hi = "the end" if self.upper is None else f"({', '.join(self.upper)})"
+        return f"{plan.full_name} (chunk {self.seq}: ({key}) from {lo} to {hi})"
+
+
+def chunk_key(backup_id: str, plan: chunking.TablePlan, seq: int, part: int, suffix: str) -> str:
+    """Storage key of a chunk file (names percent-encoded, dots too: any identifier is a safe path segment,
+    never `.` or `..`)."""
+    db, table = (quote(n, safe="").replace(".", "%2E") for n in (plan.schema, plan.name))
+    return f"{backup_id}/data/{db}/{table}/{seq:05d}-{part:03d}.tsv{suffix}"
+
+
+class Dumper:
+    """Runs a dump's jobs: one splitter thread (its own connection; cut points need no snapshot) and one
+    thread per snapshot worker process; a failure kills the other workers, so every thread stops at once."""
+
+    def __init__(self, server: Server, storage: Storage, backup_id: str, compression: str, chunk_rows: int,
+                 states: list[TableState], est_rows: int) -> None:
+        self.server, self.storage = server, storage
+        self.backup_id, self.compression = backup_id, compression
+        self.suffix = codec(compression).suffix
+        self.chunk_rows = chunk_rows
+        self.cv = threading.Condition()
+        self.splits: list[Job] = []
+        self.heap: list[Job] = []
+        self.active = 0
+        self.failure: BaseException | None = None
+        self.counter = itertools.count()
+        self.progress = Progress("dump", counts={"tables": len(states), "chunks": None, "rows": est_rows, "written_bytes": None},
+                                 eta_by="rows")
+        self.workers: list[DumpWorker] = []
+
+    # --- the queues ------------------------------------------------------------------------
+    def put(self, kind: str, state: TableState, lower=None, upper=None) -> None:
+        """Queue a job; chunk jobs of bigger tables first, splits of bigger tables first."""
+        with self.cv:
+            seq = 0
+            if kind == "chunk":
+                seq, state.next_seq = state.next_seq, state.next_seq + 1
+                per_chunk = state.plan.est_bytes / max(1, chunking.chunk_count(state.plan.est_rows, self.chunk_rows))
+                prio = (1, -per_chunk, next(self.counter))
+            else:
+                prio = (0, -state.plan.est_bytes, next(self.counter))
+            state.pending += 1
+            heapq.heappush(self.splits if kind == "split" else self.heap, Job(prio, kind, state, seq, lower, upper))
+            self.cv.notify_all()
+
+    def _get(self, kind: str) -> Job | None:
+        queue = self.splits if kind == "split" else self.heap
+        with self.cv:
+            while True:
+                if self.failure is not None:
+                    return None
+                if queue:
+                    self.active += 1
+                    return heapq.heappop(queue)
+                if self.active == 0 and not self.splits and not self.heap:
+                    return None
+                self.cv.wait()
+
+    def _done(self, job: Job) -> None:
+        with self.cv:
+            self.active -= 1
+            job.table.pending -= 1
+            if job.table.pending == 0:
+                self.progress.count(tables=1)
+            self.cv.notify_all()
+
+    def _fail(self, exc: BaseException) -> None:
+        with self.cv:
+            first = self.failure is None
+            self.failure = self.failure or exc
+            self.cv.notify_all()
+        if first:  # the dump is lost: stop the other workers' queries now rather than after their chunks
+            for worker in self.workers:
+                worker.kill()
+
+    # --- running ---------------------------------------------------------------------------
+    def run(self, workers: list[DumpWorker]) -> None:
+        """Drain the queues (one thread per worker, one splitter); re-raise the first failure."""
+        self.workers = workers
+        threads = [threading.Thread(target=self._split_loop, name="dump-split", daemon=True)]
+        threads += [
+            threading.Thread(target=self._work, args=(w,), name=f"dump-{i}", daemon=True) for i, w in enumerate(workers)
+        ]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        if self.failure is not None:
+            raise self.failure
+
+    def _split_loop(self) -> None:
+        conn = None
+        try:
+            while (job := self._get("split")) is not None:
+                try:
+                    if conn is None:
+                        conn = self.server.connect()
+                        conn.cursor().execute(SESSION)
+                    self._split(conn, job.table)
+                except BaseException as exc:  # noqa: BLE001 - handed to run()
+                    self._fail(self._explain(exc, job))
+                    return
+                finally:
+                    self._done(job)
+        finally:
+            if conn is not None:
+                conn.close()
+
+    def _work(self, worker: DumpWorker) -> None:
+        while (job := self._get("chunk")) is not None:
+            try:
+                self._chunk(worker, job)
+            except BaseException as exc:  # noqa: BLE001 - handed to run()
+                self._fail(self._explain(exc, job))
+                return
+            finally:
+                self._done(job)
+
+    def _explain(self, exc: BaseException, job: Job) -> BaseException:
+        if isinstance(exc, LastlineError):
+            return exc
+        code, msg = sql_error(exc)
+        what = job.describe()
+        if isinstance(exc, WorkerWarning):
+            column = self._warning_column(job)
+            return IntegrityError(
+                f"dumping {what}: the server warned ({msg}){f' on column {column}' if column else ''}. A warning "
+                "on a dump query can mean a value was cut or replaced, so this backup is not complete (no "
+                "manifest is written); fix the cause (the warning says what) and run the backup again."
+            )
+        if code in LOST_CONNECTION:
+            return ServerError(
+                f"lost the connection to the source while dumping {what}: {msg}. The backup is incomplete (no "
+                "manifest is written) and the task retries from scratch."
+            )
+        if code in (1142, 1143, 1227):
+            return PreflightError(f"dumping {what}: {msg}; grant the backup user SELECT on it.")
+        if code == 1412:
+            return ServerError(f"{what} was altered (DDL) during the dump: {msg}. The task retries with a new snapshot.")
+        return PipelineError(f"dumping {what} failed: {exc}")
+
+    def _warning_column(self, job: Job) -> str | None:
+        """Which column's expressions warn on this range (asked again outside the snapshot; None if none does now)."""
+        plan = job.table.plan
+        where = chunking.range_where(plan.key, job.lower, job.upper) if plan.key else None
+        try:
+            conn = self.server.connect()
+        except LastlineError:
+            return None
+        try:
+            cur = conn.cursor()
+            cur.execute(SESSION)
+            for col in plan.columns:
+                sql = f"SELECT COUNT({dialect.field_sql(col)}), COUNT({dialect.hash_token_sql(col)}) FROM {dialect.qualified(plan.schema, plan.name)}"
+                cur.execute(f"{sql} WHERE {where}" if where else sql)
+                cur.fetchall()
+                if conn.warning_count():
+                    return dialect.quote_ident(col.name)
+        except Exception:  # noqa: BLE001 - a diagnosis only; the warning itself is the error
+            return None
+        finally:
+            conn.close()
+        return None
+
+    def _split(self, conn: Any, state: TableState) -> None:
+        plan = state.plan
+        cur = conn.cursor()
+        if len(plan.key) == 1 and plan.key[0].data_type in chunking.INTEGER_TYPES:
+            for lower, upper in chunking.integer_ranges(cur, plan, self.chunk_rows):
+                self.put("chunk", state, lower, upper)
+            return
+        lower = None
+        for bound in chunking.walk_bounds(cur, plan, self.chunk_rows):
+            self.put("chunk", state, lower, bound)
+            lower = bound
+        self.put("chunk", state, lower, None)
+
+    def _chunk(self, worker: DumpWorker, job: Job) -> None:
+        state, plan = job.table, job.table.plan
+        started = time.monotonic()
+        where = chunking.range_where(plan.key, job.lower, job.upper) if plan.key else None
+        limit = self.chunk_rows * 2 if plan.key else self.chunk_rows
+
+        def new_part(part: int) -> tuple[str, PartWriter]:
+            key = chunk_key(self.backup_id, plan, job.seq, part, self.suffix)
+            return key, PartWriter(self.storage, key, self.compression)
+
+        result = worker.dump(dialect.select_sql(plan.schema, plan.name, plan.columns, where), limit, new_part,
+                             self.compression)
+        with self.cv:
+            for p in result.parts:
+                state.chunks.append(ChunkInfo(
+                    file=p.key.split("/", 1)[1], rows=p.rows, bytes=p.bytes, raw_bytes=p.raw_bytes, sha256=p.sha256,
+                    lower=job.lower, upper=job.upper, checksum=str(p.checksum),
+                ))
+                state.bytes += p.bytes
+                state.raw_bytes += p.raw_bytes
+                self.progress.count(chunks=1, rows=p.rows, written_bytes=p.bytes)
+                self.progress.add(p.raw_bytes)
+            state.rows += result.rows
+            state.checksum += result.checksum
+            state.seconds += time.monotonic() - started
+
+    def queue_tables(self, states: list[TableState]) -> None:
+        """The first jobs of each table: a split job, or one chunk for a small or keyless table."""
+        for state in states:
+            plan = state.plan
+            integer_key = len(plan.key) == 1 and plan.key[0].data_type in chunking.INTEGER_TYPES
+            if plan.key and (integer_key or chunking.chunk_count(plan.est_rows, self.chunk_rows) > 1):
+                self.put("split", state)
+            else:
+                self.put("chunk", state)

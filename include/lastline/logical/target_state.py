@@ -1,0 +1,127 @@
+"""What a logical restore keeps on its target between runs: the restore state (a resume must restore the
+same backup into the same databases) and the databases `force` sets aside until the restore is verified.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+from typing import Any
+
+from lastline.core.servers import Server
+from lastline.core.sql import ASIDE_PREFIX, table_exists
+from lastline.logical import dialect, tuning
+from lastline.logical.backup_files import selected
+from lastline.manifest import LogicalManifest
+
+log = logging.getLogger(__name__)
+
+
+STATE = f"{tuning.META_DB}.restore_state"
+
+def dbs_key(databases: list[str]) -> str:
+    """The restore's databases as one key (a resume must restore the very same set)."""
+    return hashlib.sha256(json.dumps(sorted(databases)).encode()).hexdigest()
+
+def state_current(cur: Any) -> bool:
+    """Whether the restore-state table exists in its current shape (keyed on backup and databases)."""
+    cur.execute(
+        "SELECT COUNT(*) FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = %s AND TABLE_NAME = 'restore_state' "
+        "AND COLUMN_NAME = 'dbs_key'", (tuning.META_DB,),
+    )
+    return bool(cur.fetchone()[0])
+
+def resuming(cur: Any, backup_id: str, databases: list[str]) -> bool:
+    """Whether an unfinished restore of this backup into these same databases left its state on this
+    target (a new run then resumes it; any other run follows the force rule)."""
+    if not state_current(cur):
+        return False
+    cur.execute(f"SELECT COUNT(*) FROM {STATE} WHERE backup_id = %s AND dbs_key = %s AND finished_at IS NULL",
+                (backup_id, dbs_key(databases)))
+    return bool(cur.fetchone()[0])
+
+def ensure_state(cur: Any) -> None:
+    """The restore-state table; one of an older shape (keyed on the backup alone) is replaced."""
+    if table_exists(cur, tuning.META_DB, "restore_state") and not state_current(cur):
+        log.warning("%s has an older shape (keyed on the backup alone): replaced; an unfinished restore started by "
+                    "an older lastline starts afresh", STATE)
+        cur.execute(f"DROP TABLE {STATE}")
+    cur.execute(
+        f"CREATE TABLE IF NOT EXISTS {STATE} (backup_id VARBINARY(64) NOT NULL, dbs_key CHAR(64) NOT NULL, "
+        "dbs TEXT NOT NULL, started_at TIMESTAMP(6) NULL, finished_at TIMESTAMP(6) NULL, "
+        "PRIMARY KEY (backup_id, dbs_key)) ENGINE=InnoDB"
+    )
+
+def clear_state(cur: Any, manifest: LogicalManifest, databases: list[str]) -> None:
+    """Forget every restore state and ledger row that concerns these databases (any backup): they are being
+    replaced, or were just restored."""
+    cur.execute(f"SELECT backup_id, dbs_key, dbs FROM {STATE}")
+    for backup_id, key, dbs in cur.fetchall():
+        if set(json.loads(dbs)) & set(databases):
+            cur.execute(f"DELETE FROM {STATE} WHERE backup_id = %s AND dbs_key = %s", (backup_id, key))
+    folders = {c.file.split("/")[1] for t in selected(manifest, databases) for c in t.chunks}
+    for folder in sorted(folders):
+        prefix = f"data/{folder}/"
+        cur.execute(f"DELETE FROM {tuning.META_DB}.ledger WHERE LEFT(file, %s) = %s", (len(prefix), prefix))
+
+def aside_name(db: str) -> str:
+    """Where `force` keeps a database's old tables until the restore that replaces them is verified."""
+    return ASIDE_PREFIX + hashlib.sha1(db.encode()).hexdigest()[:16]
+
+def schema_exists(cur: Any, db: str) -> bool:
+    cur.execute("SELECT COUNT(*) FROM information_schema.SCHEMATA WHERE SCHEMA_NAME = %s", (db,))
+    return bool(cur.fetchone()[0])
+
+def set_aside(cur: Any, db: str) -> None:
+    """Move `db`'s tables (and the text of its triggers, views, routines and events) into aside_name(db),
+    then drop `db`: nothing of the old data is dropped before the new data is verified. If an earlier
+    run already set the original aside, what `db` holds now is that run's partial restore: dropped."""
+    if not schema_exists(cur, db):
+        return
+    aside, q = aside_name(db), dialect.quote_ident
+    if schema_exists(cur, aside):
+        log.warning("force: %s already holds the old tables of %s (set aside by an earlier run); dropping the "
+                    "partial restore in %s", aside, db, db)
+        cur.execute(f"DROP DATABASE {q(db)}")
+        return
+    cur.execute("SELECT TABLE_NAME FROM information_schema.TABLES WHERE TABLE_SCHEMA = %s "
+                "AND TABLE_TYPE IN ('BASE TABLE', 'SEQUENCE') ORDER BY 1", (db,))
+    tables = [r[0] for r in cur.fetchall()]
+    if not tables:
+        cur.execute(f"DROP DATABASE {q(db)}")
+        return
+    cur.execute(f"CREATE DATABASE {q(aside)}")
+    cur.execute(f"CREATE TABLE {q(aside)}.`__lastline_objects` (kind VARCHAR(16) NOT NULL, name VARCHAR(64) NOT NULL, "
+                "definition LONGTEXT NOT NULL) ENGINE=InnoDB")
+    saved = 0
+    for kind, sql in (
+        ("TRIGGER", "SELECT TRIGGER_NAME FROM information_schema.TRIGGERS WHERE TRIGGER_SCHEMA = %s"),
+        ("VIEW", "SELECT TABLE_NAME FROM information_schema.VIEWS WHERE TABLE_SCHEMA = %s"),
+        ("PROCEDURE", "SELECT ROUTINE_NAME FROM information_schema.ROUTINES WHERE ROUTINE_SCHEMA = %s AND ROUTINE_TYPE = 'PROCEDURE'"),
+        ("FUNCTION", "SELECT ROUTINE_NAME FROM information_schema.ROUTINES WHERE ROUTINE_SCHEMA = %s AND ROUTINE_TYPE = 'FUNCTION'"),
+        ("EVENT", "SELECT EVENT_NAME FROM information_schema.EVENTS WHERE EVENT_SCHEMA = %s"),
+    ):
+        cur.execute(sql, (db,))
+        for (name,) in cur.fetchall():
+            cur.execute(f"SHOW CREATE {kind} {dialect.qualified(db, name)}")
+            row = cur.fetchone()
+            definition = row[2] if kind in ("TRIGGER", "PROCEDURE", "FUNCTION") else row[3] if kind == "EVENT" else row[1]
+            cur.execute(f"INSERT INTO {q(aside)}.`__lastline_objects` VALUES (%s, %s, %s)", (kind, name, definition))
+            saved += 1
+            if kind == "TRIGGER":  # a table moves to another database only without its triggers
+                cur.execute(f"DROP TRIGGER {dialect.qualified(db, name)}")
+    cur.execute("RENAME TABLE " + ", ".join(f"{dialect.qualified(db, t)} TO {dialect.qualified(aside, t)}" for t in tables))
+    cur.execute(f"DROP DATABASE {q(db)}")
+    log.warning("force: the %d old table(s) of %s are kept in %s (and the text of %d trigger(s), view(s), routine(s) "
+                "and event(s) in its __lastline_objects) until the restore is verified", len(tables), db, aside, saved)
+
+def drop_aside(server: Server, databases: list[str]) -> list[str]:
+    """After a verified restore: the old tables that force set aside are dropped."""
+    dropped = []
+    with server.session() as cur:
+        cur.execute("SET SESSION sql_log_bin = 0")
+        for db in databases:
+            if schema_exists(cur, aside_name(db)):
+                cur.execute(f"DROP DATABASE {dialect.quote_ident(aside_name(db))}")
+                dropped.append(aside_name(db))
+    return dropped

@@ -1,0 +1,130 @@
+"""The package's structure holds (ARCHITECTURE.md): layers import downwards only, no import cycles, no dev
+tool and no Airflow import below the Airflow layer, no module over ~300 lines without a reason at its top."""
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+import venv
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGE = ROOT / "include" / "lastline"
+# lower number = lower layer; a module may import its own layer (not in a cycle) and the layers below
+LAYERS = {
+    "lastline.core": 0, "lastline.connections": 1, "lastline.storage": 2, "lastline.manifest": 3,
+    "lastline.physical": 4, "lastline.logical": 4, "lastline.replication": 4, "lastline.airflow": 5,
+}
+AIRFLOW_ALLOWED = ("lastline.airflow", "lastline.connections", "lastline.storage.s3", "lastline.core.errors")
+ACROSS_STAGES = {("lastline.replication.rebuild", "lastline.physical.tools"),  # rebuild streams and prepares a datadir
+                 ("lastline.replication.rebuild", "lastline.physical.target"),
+                 ("lastline.logical.backup", "lastline.physical.tools"),  # require_tools
+                 ("lastline.logical.restore", "lastline.physical.tools")}  # base_version
+
+
+def _modules() -> dict[str, Path]:
+    out = {}
+    for path in PACKAGE.rglob("*.py"):
+        rel = path.relative_to(PACKAGE.parent).with_suffix("")
+        name = ".".join(rel.parts[:-1] if rel.name == "__init__" else rel.parts)
+        out[name] = path
+    return out
+
+
+def _imports(path: Path, modules: dict[str, Path] | None = None) -> set[str]:
+    """What a file imports: modules, and for `from package import module` the module, not the package."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            subs = {f"{node.module}.{a.name}" for a in node.names}
+            found.update(subs)
+            if not modules or not subs & set(modules):
+                found.add(node.module)
+        elif isinstance(node, ast.Import):
+            found.update(a.name for a in node.names)
+    return found
+
+
+def _layer(module: str) -> tuple[str, int] | None:
+    for prefix, level in LAYERS.items():
+        if module == prefix or module.startswith(prefix + "."):
+            return prefix, level
+    return None
+
+
+def _graph() -> dict[str, set[str]]:
+    modules = _modules()
+    return {m: {i for i in _imports(p, modules) if i in modules and i != m} for m, p in modules.items()}
+
+
+def test_layers_import_downwards_only():
+    wrong = []
+    for module, deps in _graph().items():
+        mine = _layer(module)
+        for dep in deps:
+            theirs = _layer(dep)
+            if not mine or not theirs or dep.endswith("__init__"):
+                continue
+            if theirs[1] > mine[1] or (theirs[1] == mine[1] == 4 and theirs[0] != mine[0]
+                                         and (module, dep) not in ACROSS_STAGES):
+                wrong.append(f"{module} -> {dep}")
+    assert not wrong, "imports against the layers (see ARCHITECTURE.md):\n" + "\n".join(wrong)
+
+
+def test_no_import_cycles():
+    graph = _graph()
+    state: dict[str, int] = {}
+    cycles = []
+
+    def visit(node: str, trail: list[str]) -> None:
+        state[node] = 1
+        for dep in sorted(graph.get(node, ())):
+            if state.get(dep) == 1:
+                cycles.append(" -> ".join(trail[trail.index(dep):] + [node, dep]) if dep in trail else f"{node} -> {dep}")
+            elif not state.get(dep):
+                visit(dep, trail + [node])
+        state[node] = 2
+
+    for module in sorted(graph):
+        if not state.get(module):
+            visit(module, [])
+    assert not cycles, "import cycles:\n" + "\n".join(cycles)
+
+
+def test_airflow_and_dev_tools_stay_out_of_the_lower_layers():
+    wrong = []
+    for module, path in _modules().items():
+        for imported in _imports(path):
+            if imported.split(".")[0] == "airflow" and not module.startswith(AIRFLOW_ALLOWED):
+                wrong.append(f"{module} imports {imported}")
+            if imported.split(".")[0] == "lastline_dev":
+                wrong.append(f"{module} imports the dev tool {imported}")
+    assert not wrong, "\n".join(wrong)
+
+
+def test_no_module_over_300_lines_without_a_reason_at_its_top():
+    long = []
+    for module, path in _modules().items():
+        lines = path.read_text().splitlines()
+        if len(lines) > 320 and "over 300 lines" not in "\n".join(lines[:15]).lower():
+            long.append(f"{module}: {len(lines)} lines")
+    assert not long, "split these, or say at their top why they stay whole:\n" + "\n".join(long)
+
+
+def test_the_package_installs_alone_into_a_fresh_venv(tmp_path):
+    """`pip install .` into a fresh venv (no dependencies: Airflow's install is what setup pins) and
+    `import lastline` work, and the dev tools are not part of it."""
+    env_dir = tmp_path / "venv"
+    venv.EnvBuilder(with_pip=True).create(env_dir)
+    py = env_dir / "bin" / "python"
+    build = subprocess.run([str(py), "-m", "pip", "install", "-q", "--no-deps", str(ROOT)], capture_output=True, text=True)
+    if build.returncode != 0 and "setuptools" in build.stderr:
+        pytest.skip(f"no build backend reachable here: {build.stderr[-300:]}")
+    assert build.returncode == 0, build.stderr[-2000:]
+    out = subprocess.run([str(py), "-c", "import lastline, lastline.core.pipeline, lastline.manifest; import importlib.util as u; "
+                          "print(u.find_spec('lastline_dev') is None)"], capture_output=True, text=True, cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "True"  # the dev tools are never installed with the product
+    assert sys.prefix != str(env_dir)
