@@ -182,6 +182,8 @@ def main() -> int:
     p.add_argument("--big", type=int, default=4, help="the extra table is this many times bigger")
     p.add_argument("--parallel", type=int, default=2)
     p.add_argument("--reuse", action="store_true", help="keep the generated source dataset from an earlier run")
+    p.add_argument("--index-builds", default="after_all,per_table",
+                   help="lastline's index_build settings to run, in order (comma list); the first is the ratios' base")
     p.add_argument("--methods", default="hand,myloader,sql,lastline", help="which to run (comma list); ratios need lastline")
     p.add_argument("--work", default=str(ROOT / "bench" / "results" / "restore"))
     args = p.parse_args()
@@ -246,24 +248,35 @@ def main() -> int:
         # warm-up: the first task after `standalone` starts pays ~10 s of imports in the worker, once per
         # deployment; a run refused at preflight (no such backup) pays it before the measured run
         run_under_scheduler(af, "logical_restore", {**conf, "backup": f"file://{dumps}/no-such-backup"})
-        run = run_under_scheduler(af, "logical_restore", conf)
-    if run["state"] != "success":
-        raise SystemExit(f"logical_restore {run['run_id']} failed: see {work / 'standalone.log'} and .airflow/logs")
-    report = json.loads(next((work / "reports").glob(f"*{run['run_id'].split('__')[1]}*/logical_restore.json")).read_text())
-    record(f"lastline logical_restore DAG, scheduler, {n} lanes (whole run)", run["seconds"])
-    results["lastline load step alone"] = {"seconds": report["load_seconds"], "mb_per_s": report["load_mb_per_s"],
-                                           "stages": report["stages"]}
-    print(f"  {'  of which: load step (units in parallel)':<58} {report['load_seconds']:7.1f} s", flush=True)
-    print(f"  {'  stages':<58} " + ", ".join(f"{k} {v:.1f} s" for k, v in report["stages"].items()), flush=True)
-    timeline = task_timeline("logical_restore", run["run_id"])
-    results["lastline task timeline"] = timeline
-    print("  task timeline (seconds from the run's first task start: start, duration):", flush=True)
-    for t in timeline:
-        print(f"    {t['task']:<48} {t['start']:6.1f} {t['seconds']:6.1f}", flush=True)
+        runs = []
+        for build in args.index_builds.split(","):
+            drop(tgt)
+            run = run_under_scheduler(af, "logical_restore", {**conf, "index_build": build})
+            if run["state"] == "success" and rows_on(tgt) != expected:
+                raise SystemExit(f"index_build={build}: sbtest1 + sbtest_big hold {rows_on(tgt)} rows, expected {expected}")
+            runs.append((build, run))
+    timelines = {}
+    for build, run in runs:
+        if run["state"] != "success":
+            raise SystemExit(f"logical_restore {run['run_id']} failed: see {work / 'standalone.log'} and .airflow/logs")
+        report = json.loads(next((work / "reports").glob(f"*{run['run_id'].split('__')[1]}*/logical_restore.json")).read_text())
+        name = f"lastline logical_restore DAG, {n} lanes, index_build={build} (whole run)"
+        record(name, run["seconds"], check=False)  # rows checked right after the run
+        results[name]["load_step"] = {"seconds": report["load_seconds"], "mb_per_s": report["load_mb_per_s"],
+                                      "stages": report["stages"]}
+        print(f"  {'  of which: load step (lanes, in-lane index builds included)':<58} {report['load_seconds']:7.1f} s", flush=True)
+        print(f"  {'  stages':<58} " + ", ".join(f"{k} {v:.1f} s" for k, v in report["stages"].items()), flush=True)
+        timelines[build] = task_timeline("logical_restore", run["run_id"])
+        print("  task timeline (seconds from the run's first task start: start, duration):", flush=True)
+        for t in timelines[build]:
+            print(f"    {t['task']:<48} {t['start']:6.1f} {t['seconds']:6.1f}", flush=True)
+    results["lastline task timelines"] = timelines
 
-    base = results[f"lastline logical_restore DAG, scheduler, {n} lanes (whole run)"]["seconds"]
+    base = results[f"lastline logical_restore DAG, {n} lanes, index_build={runs[0][0]} (whole run)"]["seconds"]
     print("\ntime over lastline's whole DAG run; above 1.00 means lastline is faster:")
     for name, res in results.items():
+        if "seconds" not in res:
+            continue
         res["ratio_to_lastline"] = round(res["seconds"] / base, 2)
         print(f"  {name:<58} {res['ratio_to_lastline']:5.2f}x")
     out = work / f"restore-{datetime.now(UTC):%Y%m%dT%H%M%SZ}.json"

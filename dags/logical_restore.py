@@ -2,8 +2,8 @@
 ### logical_restore: tune → parallel chunked load with per-table fan-out → revert → verify
 
 preflight → **snapshot_config** (setup, read-only: records the production values durably on the
-target) → tune → create_schema → plan → **load** (`parallel` mapped lanes) → finalize →
-**revert** (teardown: runs after a failure too) → verify → report.
+target) → prepare (tune, create_schema, plan: short steps, one task) → **load** (`parallel` mapped
+lanes) → finalize → **revert** (teardown: runs after a failure too) → verify (then the report).
 
 - **tune**: `SET GLOBAL` for the dynamic settings (`innodb_flush_log_at_trx_commit=0`, no adaptive
   hash index, io capacity, `max_allowed_packet`, a bigger redo log online); with `restart_allowed`, a
@@ -21,11 +21,12 @@ target) → tune → create_schema → plan → **load** (`parallel` mapped lane
   views in dependency order, routines, events, sequences, ANALYZE; the ledger is dropped.
 - **revert** restores every recorded value, removes the drop-in (restart) and reads them all back,
   failing loudly on any difference. **verify** recomputes each table's rows and checksum and checks
-  every object and the configuration; **report** writes per-table figures and a PNG chart.
+  every object and the configuration, then writes the report: per-table figures and an SVG chart.
 """
 from __future__ import annotations
 
 from airflow.sdk import dag, get_current_context, task
+from airflow.sdk.definitions.xcom_arg import XComArg
 
 from lastline.airflow.defaults import dag_args
 from lastline.airflow.params import params
@@ -39,7 +40,7 @@ from lastline.logical import restore as lr
     doc_md=__doc__,
     tags=["lastline", "logical", "restore"],
     params=params(
-        "target_conn_id", "backup", "databases", "parallel", "tune", "restart_allowed", "defer_indexes", "force",
+        "target_conn_id", "backup", "databases", "parallel", "tune", "restart_allowed", "defer_indexes", "index_build", "force",
         "restore_grants", "restore_into_source", "redo_log_bytes", "aws_conn_id",
         databases="a subset; empty: every database in the backup", parallel="work units loading at once on the target",
         force="replace databases that already exist on the target (set aside until the restore is verified)",
@@ -60,27 +61,32 @@ def logical_restore():
         return lr.load_lane(plan, lane)
 
     @task
+    def prepare(plan: dict) -> list[str]:
+        steps, lanes = lr.prepare(plan)
+        get_current_context()["ti"].xcom_push(key="steps", value=steps)
+        return lanes
+
+    @task
     def revert(plan: dict) -> dict:
         return lr.revert(plan)
 
     @task
-    def report(plan: dict, tuned: dict, schema: dict, loads: list, finalized: dict, reverted: dict, verified: dict) -> dict:
-        steps = {"tune": tuned, "create_schema": schema, "finalize": finalized, "revert": reverted, "verify": verified}
-        return restore_report.write(plan, steps, list(loads), get_current_context()["run_id"])
+    def verify(plan: dict, snap: dict, prepared: dict, loads: list, finalized: dict, reverted: dict) -> dict:
+        verified = lr.verify(plan, snap)
+        steps = {**prepared, "finalize": finalized, "revert": reverted, "verify": verified}
+        restore_report.write(plan, steps, list(loads), get_current_context()["run_id"])
+        return verified
 
     plan = preflight()
     snap = snapshot_config(plan)
-    tuned = task(lr.tune)(plan)
-    schema = task(lr.create_schema)(plan)
-    lanes = task(lr.plan_lanes, task_id="plan")(plan)
+    lanes = prepare(plan)
     loads = load.partial(plan=plan).expand(lane=lanes)
     finalized = task(lr.finalize)(plan)
     reverted = revert(plan).as_teardown(setups=snap, on_failure_fail_dagrun=True)
-    verified = task(lr.verify)(plan, snap)
-    snap >> tuned >> schema >> lanes
+    verified = verify(plan, snap, XComArg(lanes.operator, key="steps"), loads, finalized, reverted)
+    snap >> lanes
     loads >> finalized >> reverted >> verified
     finalized >> verified  # a failed load or finalize is never verified, though revert runs
-    report(plan, tuned, schema, loads, finalized, reverted, verified)
 
 
 logical_restore()

@@ -41,7 +41,7 @@ if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
   .venv/bin/pip install -q -r requirements.txt 2>&1 | grep -v "is ignored" || true
   # the package itself, editable (no PYTHONPATH anywhere), and the dev tools beside it
   .venv/bin/pip install -q --no-deps -e . -e tools 2>&1 | grep -v "is ignored" || true
-  .venv/bin/python -c "import airflow.sdk, MySQLdb, boto3, moto, paramiko, matplotlib, lastline.core, lastline_dev" # fail here if the install did not
+  .venv/bin/python -c "import airflow.sdk, MySQLdb, boto3, moto, paramiko, lastline.core, lastline_dev" # fail here if the install did not
   echo "$want" > "$stamp"
 fi
 

@@ -3,6 +3,7 @@ tool and no Airflow import below the Airflow layer, no module over ~300 lines wi
 from __future__ import annotations
 
 import ast
+import shutil
 import subprocess
 import sys
 import venv
@@ -119,7 +120,12 @@ def test_the_package_installs_alone_into_a_fresh_venv(tmp_path):
     env_dir = tmp_path / "venv"
     venv.EnvBuilder(with_pip=True).create(env_dir)
     py = env_dir / "bin" / "python"
-    build = subprocess.run([str(py), "-m", "pip", "install", "-q", "--no-deps", str(ROOT)], capture_output=True, text=True)
+    src = tmp_path / "src"  # a copy: building in the checkout would leave build/ and egg-info there
+    src.mkdir()
+    shutil.copy(ROOT / "pyproject.toml", src)
+    shutil.copy(ROOT / "README.md", src)
+    shutil.copytree(ROOT / "include", src / "include", ignore=shutil.ignore_patterns("*.egg-info", "__pycache__"))
+    build = subprocess.run([str(py), "-m", "pip", "install", "-q", "--no-deps", str(src)], capture_output=True, text=True)
     if build.returncode != 0 and "setuptools" in build.stderr:
         pytest.skip(f"no build backend reachable here: {build.stderr[-300:]}")
     assert build.returncode == 0, build.stderr[-2000:]

@@ -48,7 +48,7 @@ def finalize(plan: RestorePlan | dict) -> dict:
     if plan.defer_indexes:  # index builds: one table per connection, `parallel` at once; then the foreign keys
         in_scope = [t for t in schema["tables"] if t["schema"] in dbs]
         session = (dialect.LOAD_SESSION, "SET SESSION sql_log_bin = 0")
-        over_connections(server, plan.parallel, in_scope, _add_indexes, setup=session)
+        over_connections(server, plan.parallel, in_scope, add_indexes, setup=session)
         over_connections(server, 1, in_scope, _add_foreign_keys, setup=session)
     steps["indexes"] = time.monotonic() - s
     s = time.monotonic()
@@ -120,7 +120,7 @@ def _name_of(definition: str) -> str:
     """The backquoted name in `KEY `name` (...)` / `CONSTRAINT `name` ...`."""
     return definition.split("`")[1].replace("``", "`") if "`" in definition else ""
 
-def _add_indexes(cur: Any, t: dict) -> None:
+def add_indexes(cur: Any, t: dict) -> None:
     """Add the table's held-back indexes that are not there yet (idempotent: finalize can be re-run)."""
     indexes = split_deferred(t["create"])[1]
     if not indexes:

@@ -10,21 +10,16 @@ loader racing on the same chunk waits on the ledger row's lock, then skips it.
 Non-transactional tables (MyISAM, Aria) cannot share a transaction with the ledger: they are loaded
 whole by one unit, and reloaded from scratch (TRUNCATE) unless every chunk of theirs is recorded.
 
-`parallel` is the one knob of load concurrency: the DAG runs `parallel` lane tasks (`load_lane`), each
-taking the plan's units in order, every unit that no other lane holds (a named lock per unit) and that
-the ledger does not already hold whole, until none is left: a lane that ends early steals the rest, a
-retried lane resumes. Each unit also takes one of `parallel` named locks on the target, so two runs on
-one target never load more than `parallel` units at once between them.
+Each unit takes one of `parallel` named locks on the target, so two runs on one target never load more
+than `parallel` units at once between them; which lane loads which unit is logical.lanes'.
 """
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
 import tempfile
 import threading
 import time
-from collections.abc import Iterator
 from typing import Any
 
 from lastline.core import stopping
@@ -92,39 +87,6 @@ class Lane:
                 self.conn.close()  # releases the lock
             except Exception:  # noqa: BLE001
                 pass
-
-
-@contextlib.contextmanager
-def claimed(server: Server, backup_id: str, unit: WorkUnit) -> Iterator[bool]:
-    """Hold the unit's named lock for the block (yields False if another lane holds it)."""
-    with server.session() as cur:
-        cur.execute("SELECT GET_LOCK(%s, 0)", (f"lastline-unit-{backup_id}-{unit.index}",))
-        yield cur.fetchone()[0] == 1
-
-
-def unit_files(manifest: LogicalManifest, unit: WorkUnit) -> list[str]:
-    """The chunk files a unit loads."""
-    tables = {(t.schema, t.name): t for t in manifest.tables}
-    return [c.file for p in unit.parts for c in tables[(p.schema, p.table)].chunks[p.first: p.last + 1]]
-
-
-def load_lane(server: Server, storage: Storage, manifest: LogicalManifest, units: list[WorkUnit], label: str,
-              parallel: int) -> list[dict]:
-    """One lane: every unit, in plan order, that no other lane holds and that is not yet in whole; returns
-    the results of the units this lane loaded."""
-    results = []
-    for unit in units:
-        with claimed(server, manifest.backup_id, unit) as mine:
-            if not mine:
-                continue
-            with server.session() as cur:
-                done = loaded_files(cur, manifest.backup_id)
-            if all(f in done for f in unit_files(manifest, unit)):
-                continue
-            log.info("%s: loading %s", label, unit.name)
-            results.append(load_unit(server, storage, manifest, unit, parallel))
-    log.info("%s: done, %d unit(s) loaded here", label, len(results))
-    return results
 
 
 def _unblock(fifo: str) -> None:

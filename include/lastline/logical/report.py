@@ -1,11 +1,12 @@
 """What a logical restore did and where its time went: per-table rows, bytes, seconds and MB/s,
-totals, and a PNG chart saved beside the run's JSON report."""
+totals, and an SVG chart saved beside the run's JSON report."""
 from __future__ import annotations
 
 import json
 import logging
 import os
 from pathlib import Path
+from xml.sax.saxutils import escape
 
 from lastline.logical.plans import RestorePlan
 
@@ -60,38 +61,48 @@ def build(plan: RestorePlan | dict, steps: dict[str, dict], loads: list[dict] | 
     }
 
 
+def _bars(rows: list[tuple[str, float]], top: int, title: str, unit: str, color: str) -> tuple[list[str], int]:
+    """SVG elements of one horizontal bar chart starting at y=top; returns them and the next free y."""
+    out = [f'<text x="10" y="{top + 14}" font-weight="bold">{escape(title)}</text>']
+    peak = max((v for _, v in rows), default=0.0) or 1.0
+    y = top + 24
+    for label, value in rows:
+        width = max(1.0, 520 * value / peak)
+        out.append(f'<text x="290" y="{y + 12}" text-anchor="end">{escape(label[:48])}</text>')
+        out.append(f'<rect x="300" y="{y + 2}" width="{width:.1f}" height="13" fill="{color}"/>')
+        out.append(f'<text x="{305 + width:.1f}" y="{y + 12}">{value:,.1f} {unit}</text>')
+        y += 18
+    return out, y + 10
+
+
 def chart(report: dict, path: Path) -> None:
-    """A PNG: seconds per stage (finalize split into its steps), and the slowest tables' load seconds."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    stages = [(k, v) for k, v in report["stages"].items() if k != "finalize"]
-    stages += [(f"finalize: {k}", v) for k, v in report["finalize_steps"].items()]
-    tables = report["tables"][:15]
-    fig, (a, b) = plt.subplots(2, 1, figsize=(9, 3 + 0.3 * (len(stages) + len(tables))))
-    a.barh([k for k, _ in stages][::-1], [v for _, v in stages][::-1], color="#4477aa")
-    a.set_xlabel("seconds")
-    a.set_title(f"logical restore: {report['rows']:,} rows, {report['bytes'] / 1e6:,.0f} MB, "
-                f"load {report['load_seconds']:.1f} s ({report['load_mb_per_s']:.1f} MB/s), {report['parallel']} lanes")
-    b.barh([t["table"] for t in tables][::-1], [t["seconds"] for t in tables][::-1], color="#cc6677")
-    b.set_xlabel("load seconds (summed over chunks)")
-    b.set_title("slowest tables")
-    fig.tight_layout()
-    fig.savefig(path, dpi=90)
-    plt.close(fig)
+    """An SVG: seconds per stage (finalize split into its steps), and the slowest tables' load seconds.
+    Written as text (no plotting library: the report never delays the end of a restore)."""
+    stages = [(k, float(v)) for k, v in report["stages"].items() if k != "finalize"]
+    stages += [(f"finalize: {k}", float(v)) for k, v in report["finalize_steps"].items()]
+    tables = [(t["table"], float(t["seconds"])) for t in report["tables"][:15]]
+    head = (f"logical restore: {report['rows']:,} rows, {report['bytes'] / 1e6:,.0f} MB, load "
+            f"{report['load_seconds']:.1f} s ({report['load_mb_per_s']:.1f} MB/s), {report['parallel']} lanes")
+    body = [f'<text x="10" y="20" font-size="14">{escape(head)}</text>']
+    part, y = _bars(stages, 30, "seconds per stage", "s", "#4477aa")
+    body += part
+    part, y = _bars(tables, y, "slowest tables (load seconds, summed over chunks)", "s", "#cc6677")
+    body += part
+    path.write_text(
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="960" height="{y}" font-family="sans-serif" font-size="12">\n'
+        f'<rect width="100%" height="100%" fill="white"/>\n' + "\n".join(body) + "\n</svg>\n"
+    )
 
 
 def write(plan: RestorePlan | dict, steps: dict[str, dict], loads: list[dict], run_id: str) -> dict:
-    """Build, log and save the report (JSON + PNG); returns the report with the paths."""
+    """Build, log and save the report (JSON + SVG chart); returns the report with the paths."""
     plan = RestorePlan.of(plan)
     report = build(plan, steps, loads)
     folder = report_dir(run_id)
     folder.mkdir(parents=True, exist_ok=True)
-    png = folder / "logical_restore.png"
-    chart(report, png)
-    report["chart"] = str(png)
+    svg = folder / "logical_restore.svg"
+    chart(report, svg)
+    report["chart"] = str(svg)
     (folder / "logical_restore.json").write_text(json.dumps(report, indent=1))
     report["report"] = str(folder / "logical_restore.json")
     log.info("report: %d tables, %s rows, %.1f MB loaded in %.1f s (%.1f MB/s) by %d units on %d lanes",

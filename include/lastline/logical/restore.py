@@ -16,9 +16,12 @@ from lastline.core.servers import refuse_restore_into_source
 from lastline.core.sql import SYSTEM_SCHEMAS, server_identity
 from lastline.logical import dialect, tuning
 from lastline.logical.backup_files import checked_schema, open_backup, require_chunk_files, selected, target_server
-from lastline.logical.finalize import finalize  # noqa: F401 - the DAG's stages, in order, are this module's
+from lastline.logical.finalize import (
+    add_indexes,
+    finalize,  # noqa: F401 - the DAG's stages, in order, are this module's
+)
+from lastline.logical.lanes import load_lane as lane_loader
 from lastline.logical.load import ensure_ledger, load_unit
-from lastline.logical.load import load_lane as lane_loader
 from lastline.logical.plans import RestorePlan
 from lastline.logical.schema import split_deferred
 from lastline.logical.schema_checks import checked_create, database_create, validate_schema
@@ -105,6 +108,7 @@ def preflight(conf: dict) -> dict:
         tune=params.flag("tune", True),
         restart_allowed=params.flag("restart_allowed"),
         defer_indexes=params.flag("defer_indexes", True),
+        index_build=params.text("index_build", "after_all"),
         force=params.flag("force"),
         restore_grants=restore_grants,
         resume=resume,
@@ -198,6 +202,12 @@ def plan_load(plan: RestorePlan | dict) -> list[dict]:
              "; ".join(f"{u.name} ({u.bytes / 1e6:.1f} MB)" for u in units))
     return [u.to_dict() for u in units]
 
+def prepare(plan: RestorePlan | dict) -> tuple[dict, list[str]]:
+    """tune, create_schema and plan as one task (each takes well under a second; a task costs Airflow about
+    that much again): their results, and the lanes the load runs on."""
+    return {"tune": tune(plan), "create_schema": create_schema(plan)}, plan_lanes(plan)
+
+
 def plan_lanes(plan: RestorePlan | dict) -> list[str]:
     """The `parallel` lanes that load the work units (logged here; each lane derives the same units from the
     checked manifest, see plan_load)."""
@@ -211,7 +221,20 @@ def load_lane(plan: RestorePlan | dict, lane: str) -> list[dict]:
     plan = RestorePlan.of(plan)
     storage, manifest = open_backup(plan)
     units = plan_units(manifest, selected(manifest, plan.databases), plan.parallel)
-    return lane_loader(target_server(plan), storage, manifest, units, lane, plan.parallel)
+    server = target_server(plan)
+    built = None
+    if plan.defer_indexes and plan.index_build == "per_table":
+        tables = {(t["schema"], t["name"]): t for t in checked_schema(storage, manifest)["tables"]}
+
+        def built(schema: str, name: str) -> None:  # in this lane's slot, while the other lanes load
+            t0 = time.monotonic()
+            with server.session() as cur:
+                cur.execute(dialect.LOAD_SESSION)
+                cur.execute("SET SESSION sql_log_bin = 0")
+                add_indexes(cur, tables[(schema, name)])
+            log.info("%s: indexes of %s.%s built in %.1f s", lane, schema, name, time.monotonic() - t0)
+
+    return lane_loader(server, storage, manifest, units, lane, plan.parallel, on_table_done=built)
 
 @stopping.stops_cleanly
 def load(plan: RestorePlan | dict, unit: dict) -> dict:

@@ -1,0 +1,105 @@
+"""The shape of a load's transactions on MariaDB: per-chunk commits (what lastline's ledger does) against
+one transaction per table (MariaDB 10.6+ takes its bulk-insert path into an empty table: no undo log,
+indexes built by sort), with the secondary index held back and added after, or created with the table.
+
+    .venv/bin/python bench/load_shape_bench.py [--rows-per-chunk 250000] [--chunks 4] [--repeat 2]
+
+One sandbox (its own folder and port; stopped at the end) tuned as a restore target (buffer pool 2G,
+redo 1G, flush_log_at_trx_commit=0, doublewrite off, no binlog); a sysbench-shaped table loaded from
+TSV chunk files with LOAD DATA LOCAL INFILE, unique and foreign-key checks off, each chunk with its
+ledger row as lastline writes it. Modes run interleaved (A B C D, then D C B A); prints each mode's
+times, its best, and MB/s over the raw TSV bytes.
+"""
+from __future__ import annotations
+
+import argparse
+import random
+import string
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+from lastline_dev.sandbox import Instance  # noqa: E402
+
+MODES = ["per-chunk, index after", "one trx, index after", "per-chunk, index during", "one trx, index during"]
+TUNED = ("[mysqld]\ninnodb-buffer-pool-size=2G\ninnodb-log-file-size=1G\ninnodb-flush-log-at-trx-commit=0\n"
+         "innodb-doublewrite=0\nskip-log-bin\ninnodb-autoinc-lock-mode=2\ninnodb-adaptive-hash-index=0\n")
+
+
+def chunks(folder: Path, rows: int, n: int) -> list[Path]:
+    """n TSV files of `rows` sysbench-shaped rows each (kept for the next run)."""
+    files = []
+    for f in range(n):
+        path = folder / f"chunk-{rows}-{f}.tsv"
+        files.append(path)
+        if path.exists():
+            continue
+        rnd = random.Random(f)
+        with open(path, "w") as fh:
+            for i in range(f * rows + 1, (f + 1) * rows + 1):
+                c = "-".join("".join(rnd.choices(string.digits, k=11)) for _ in range(10))
+                pad = "-".join("".join(rnd.choices(string.digits, k=11)) for _ in range(5))
+                fh.write(f"{i}\t{rnd.randint(1, 1_000_000)}\t{c}\t{pad}\n")
+    return files
+
+
+def run(server, files: list[Path], mode: str) -> float:
+    """Load every file into a fresh table as `mode` says; seconds from the first LOAD to the index built."""
+    conn = server.connect(local_infile=1)
+    try:
+        cur = conn.cursor()
+        cur.execute("DROP DATABASE IF EXISTS shape")
+        cur.execute("CREATE DATABASE shape")
+        cur.execute("CREATE TABLE shape.t (id INT NOT NULL PRIMARY KEY, k INT NOT NULL DEFAULT 0, c CHAR(120) NOT NULL, "
+                    "pad CHAR(60) NOT NULL" + (", KEY k (k)" if "during" in mode else "") + ") ENGINE=InnoDB")
+        cur.execute("CREATE TABLE shape.ledger (file VARCHAR(200) PRIMARY KEY) ENGINE=InnoDB")
+        cur.execute("SET SESSION foreign_key_checks = 0, unique_checks = 0, autocommit = 0, sql_log_bin = 0")
+        t0 = time.monotonic()
+        for path in files:
+            cur.execute("INSERT INTO shape.ledger VALUES (%s)", (path.name,))
+            cur.execute(f"LOAD DATA LOCAL INFILE '{path}' INTO TABLE shape.t CHARACTER SET binary")
+            if mode.startswith("per-chunk"):
+                conn.commit()
+        conn.commit()
+        if "after" in mode:
+            cur.execute("ALTER TABLE shape.t ADD KEY k (k)")
+        return time.monotonic() - t0
+    finally:
+        conn.close()
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--rows-per-chunk", type=int, default=250_000)
+    p.add_argument("--chunks", type=int, default=4)
+    p.add_argument("--repeat", type=int, default=2)
+    p.add_argument("--work", default=str(ROOT / "bench" / "results" / "load-shape"))
+    args = p.parse_args()
+    work = Path(args.work)
+    work.mkdir(parents=True, exist_ok=True)
+    inst = Instance(work / "sandbox", "target")
+    if not inst.exists():
+        inst.create()
+        (inst.conf_d / "tuned.cnf").write_text(TUNED)
+        inst.stop()
+    inst.start()
+    try:
+        files = chunks(work, args.rows_per_chunk, args.chunks)
+        raw_mb = sum(f.stat().st_size for f in files) / 1e6
+        times: dict[str, list[float]] = {m: [] for m in MODES}
+        for rep in range(args.repeat):
+            for mode in MODES if rep % 2 == 0 else MODES[::-1]:
+                times[mode].append(run(inst.server(), files, mode))
+        print(f"{args.chunks} chunks x {args.rows_per_chunk:,} rows, {raw_mb:.0f} MB of TSV:")
+        for mode, seconds in times.items():
+            print(f"  {mode:<26} " + ", ".join(f"{s:6.2f}" for s in seconds)
+                  + f"   best {min(seconds):6.2f} s, {raw_mb / min(seconds):5.1f} MB/s")
+    finally:
+        inst.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,71 @@
+"""Lanes: `parallel` is the one knob of load concurrency. The DAG runs `parallel` lane tasks, each taking
+the plan's units in order, every unit that no other lane holds (a named lock per unit) and that the
+ledger does not already hold whole, until none is left: a lane that ends early takes the rest, a retried
+lane resumes. With index_build=per_table, the lane that commits a table's last chunk builds the table's
+held-back indexes at once, in its own slot, while the other lanes load."""
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import logging
+from collections.abc import Callable, Iterator
+
+from lastline.core.servers import Server
+from lastline.logical.load import load_unit, loaded_files
+from lastline.logical.work_units import WorkUnit
+from lastline.manifest import LogicalManifest, LogicalTable
+from lastline.storage import Storage
+
+log = logging.getLogger(__name__)
+
+
+@contextlib.contextmanager
+def claimed(server: Server, backup_id: str, unit: WorkUnit) -> Iterator[bool]:
+    """Hold the unit's named lock for the block (yields False if another lane holds it)."""
+    with server.session() as cur:
+        cur.execute("SELECT GET_LOCK(%s, 0)", (f"lastline-unit-{backup_id}-{unit.index}",))
+        yield cur.fetchone()[0] == 1
+
+
+def unit_files(manifest: LogicalManifest, unit: WorkUnit) -> list[str]:
+    """The chunk files a unit loads."""
+    tables = {(t.schema, t.name): t for t in manifest.tables}
+    return [c.file for p in unit.parts for c in tables[(p.schema, p.table)].chunks[p.first: p.last + 1]]
+
+
+def load_lane(server: Server, storage: Storage, manifest: LogicalManifest, units: list[WorkUnit], label: str,
+              parallel: int, on_table_done: Callable[[str, str], None] | None = None) -> list[dict]:
+    """One lane: every unit, in plan order, that no other lane holds and that is not yet in whole; returns
+    the results of the units this lane loaded. `on_table_done(schema, table)` runs in this lane once a
+    table it loaded has every chunk in the ledger (once: the lane that finished the table's last unit)."""
+    results = []
+    tables = {(t.schema, t.name): t for t in manifest.tables}
+    for unit in units:
+        with claimed(server, manifest.backup_id, unit) as mine:
+            if not mine:
+                continue
+            with server.session() as cur:
+                done = loaded_files(cur, manifest.backup_id)
+            if all(f in done for f in unit_files(manifest, unit)):
+                continue
+            log.info("%s: loading %s", label, unit.name)
+            results.append(load_unit(server, storage, manifest, unit, parallel))
+        if on_table_done is not None:
+            for schema, name in dict.fromkeys((p.schema, p.table) for p in unit.parts):
+                _when_complete(server, manifest, tables[(schema, name)], lambda s=schema, n=name: on_table_done(s, n))
+    log.info("%s: done, %d unit(s) loaded here", label, len(results))
+    return results
+
+
+def _when_complete(server: Server, manifest: LogicalManifest, table: LogicalTable, work: Callable[[], None]) -> None:
+    """Run `work` if every chunk of `table` is in the ledger, under the table's named lock: of two lanes that
+    finish its units at once, one does it and the other goes on loading (finalize does whatever a failed
+    lane left undone: the work is idempotent)."""
+    name = "lastline-table-" + hashlib.sha1(f"{manifest.backup_id}/{table.schema}/{table.name}".encode()).hexdigest()[:40]
+    with server.session() as cur:
+        cur.execute("SELECT GET_LOCK(%s, 0)", (name,))
+        if cur.fetchone()[0] != 1:
+            return
+        done = loaded_files(cur, manifest.backup_id)
+        if all(c.file in done for c in table.chunks):
+            work()
