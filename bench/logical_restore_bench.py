@@ -13,7 +13,10 @@ no adaptive hash index, max_allowed_packet 1G, io_capacity 2000), the same for e
   `airflow standalone` (LocalExecutor, SQLite) with `parallel` lanes; timed from the run's start to
   its end as the metadata DB records them (scheduling, task start-up, finalize's index builds,
   verify's checksums and the report included), and its load step alone;
-- `myloader -t N` of a `mydumper --rows 250000` dump;
+- `myloader -t N` of a `mydumper --rows 250000` dump (Debian's 0.10);
+- with `--myloader1 DIR` (or LASTLINE_MYDUMPER1_DIR): myloader 1.0 in its fastest setting
+  (`--optimize-keys=AFTER_IMPORT_ALL_TABLES`) of a `mydumper 1.0 --format=LOAD_DATA` dump; the bench
+  does not build it: build mydumper 1.0 from its source beside the project and point it there;
 - `mariadb < dump.sql` of a `mariadb-dump` (one thread: what most restores still are);
 - by hand: `zstd -dc <chunks> | mariadb -e "LOAD DATA LOCAL INFILE '/dev/stdin' ..."`, one table per
   loader, N loaders, tables created with their indexes (the practical limit of a client-side load).
@@ -38,7 +41,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from logical_bench import dataset, sh  # noqa: E402
 
-from lastline.core.servers import option_file  # noqa: E402
+from lastline.core.servers import option_file, option_file_text  # noqa: E402
 from lastline.logical import backup as lb  # noqa: E402
 from lastline.manifest import read_manifest  # noqa: E402
 from lastline.storage import open_storage  # noqa: E402
@@ -181,9 +184,13 @@ def main() -> int:
     p.add_argument("--rows", type=int, default=1_000_000)
     p.add_argument("--big", type=int, default=4, help="the extra table is this many times bigger")
     p.add_argument("--parallel", type=int, default=2)
+    p.add_argument("--myloader1", default=os.environ.get("LASTLINE_MYDUMPER1_DIR", ""),
+                   help="a folder with mydumper and myloader 1.0 built from their source (github.com/mydumper/mydumper, "
+                        "tag v1.0.1-3; not in Debian): runs myloader 1.0 in its fastest setting too")
     p.add_argument("--reuse", action="store_true", help="keep the generated source dataset from an earlier run")
-    p.add_argument("--index-builds", default="after_all,per_table",
-                   help="lastline's index_build settings to run, in order (comma list); the first is the ratios' base")
+    p.add_argument("--index-builds", default="after_all,per_table,per_table,after_all",
+                   help="lastline's index_build settings to run, in order (comma list; ABBA by default, since the run "
+                        "in second place is faster by itself); the first setting's mean is the ratios' base")
     p.add_argument("--methods", default="hand,myloader,sql,lastline", help="which to run (comma list); ratios need lastline")
     p.add_argument("--work", default=str(ROOT / "bench" / "results" / "restore"))
     args = p.parse_args()
@@ -229,6 +236,23 @@ def main() -> int:
             drop(tgt)
             record(f"myloader -t {n} (mydumper --rows 250000)",
                    sh(f"myloader --defaults-file={topt} -t {n} -d {dumps / 'mydumper'}"))
+        if "myloader1" in methods or ("myloader" in methods and args.myloader1):
+            one = Path(args.myloader1)
+            if not (one / "myloader").exists():
+                print("  myloader 1.0: not run (no --myloader1 folder with mydumper and myloader 1.0 built from "
+                      "github.com/mydumper/mydumper, tag v1.0.1-3)", flush=True)
+            else:  # 1.0 refuses the `protocol` line of the shared option files: files of their own, without it
+                s1, t1 = work / "mydumper1-source.cnf", work / "mydumper1-target.cnf"
+                for path, server, group in ((s1, src.server(), "mydumper"), (t1, tgt.server(), "myloader")):
+                    path.write_text("".join(line + "\n" for line in option_file_text(server, (group,)).splitlines()
+                                            if not line.startswith("protocol=")))
+                    path.chmod(0o600)
+                sh(f"{one / 'mydumper'} --defaults-file={s1} -B sbtest -t {n} --rows 250000 --format=LOAD_DATA "
+                   f"-o {dumps / 'mydumper1'}")
+                drop(tgt)
+                record(f"myloader 1.0 -t {n} --optimize-keys=AFTER_IMPORT_ALL_TABLES (mydumper 1.0 --format=LOAD_DATA)",
+                       sh(f"{one / 'myloader'} --defaults-file={t1} -t {n} --optimize-keys=AFTER_IMPORT_ALL_TABLES "
+                          f"-d {dumps / 'mydumper1'}"))
         if "sql" in methods:
             drop(tgt)
             record("mariadb < dump.sql (mariadb-dump)", sh(f"mariadb --defaults-extra-file={topt} < {dumps / 'dump.sql'}"))
@@ -256,24 +280,31 @@ def main() -> int:
                 raise SystemExit(f"index_build={build}: sbtest1 + sbtest_big hold {rows_on(tgt)} rows, expected {expected}")
             runs.append((build, run))
     timelines = {}
-    for build, run in runs:
+    by_build: dict[str, list[float]] = {}
+    for position, (build, run) in enumerate(runs, 1):
         if run["state"] != "success":
             raise SystemExit(f"logical_restore {run['run_id']} failed: see {work / 'standalone.log'} and .airflow/logs")
         report = json.loads(next((work / "reports").glob(f"*{run['run_id'].split('__')[1]}*/logical_restore.json")).read_text())
-        name = f"lastline logical_restore DAG, {n} lanes, index_build={build} (whole run)"
+        name = f"lastline DAG, {n} lanes, index_build={build}, run {position} (whole run)"
+        by_build.setdefault(build, []).append(run["seconds"])
         record(name, run["seconds"], check=False)  # rows checked right after the run
         results[name]["load_step"] = {"seconds": report["load_seconds"], "mb_per_s": report["load_mb_per_s"],
                                       "stages": report["stages"]}
         print(f"  {'  of which: load step (lanes, in-lane index builds included)':<58} {report['load_seconds']:7.1f} s", flush=True)
         print(f"  {'  stages':<58} " + ", ".join(f"{k} {v:.1f} s" for k, v in report["stages"].items()), flush=True)
-        timelines[build] = task_timeline("logical_restore", run["run_id"])
+        timelines[name] = timeline = task_timeline("logical_restore", run["run_id"])
         print("  task timeline (seconds from the run's first task start: start, duration):", flush=True)
-        for t in timelines[build]:
+        for t in timeline:
             print(f"    {t['task']:<48} {t['start']:6.1f} {t['seconds']:6.1f}", flush=True)
     results["lastline task timelines"] = timelines
 
-    base = results[f"lastline logical_restore DAG, {n} lanes, index_build={runs[0][0]} (whole run)"]["seconds"]
-    print("\ntime over lastline's whole DAG run; above 1.00 means lastline is faster:")
+    for build, seconds in by_build.items():
+        mean = sum(seconds) / len(seconds)
+        results[f"lastline DAG, {n} lanes, index_build={build}: mean of {len(seconds)} runs"] = {
+            "seconds": round(mean, 1), "mb_per_s": round(raw_mb / mean, 1)}
+        print(f"  {f'lastline, index_build={build}: mean of ' + str(len(seconds)) + ' runs':<58} {mean:7.1f} s", flush=True)
+    base = results[f"lastline DAG, {n} lanes, index_build={runs[0][0]}: mean of {len(by_build[runs[0][0]])} runs"]["seconds"]
+    print(f"\ntime over lastline's whole DAG run (index_build={runs[0][0]}, mean); above 1.00 means lastline is faster:")
     for name, res in results.items():
         if "seconds" not in res:
             continue

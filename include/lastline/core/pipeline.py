@@ -345,13 +345,6 @@ def filtered(argv: list[str], source: Iterable[bytes], name: str) -> Iterator[by
         feeder.join(timeout=10)
 
 
-def iter_file(path: str, chunk: int = CHUNK) -> Iterator[bytes]:
-    """Read a local file in chunks."""
-    with open(path, "rb") as fh:
-        while data := fh.read(chunk):
-            yield data
-
-
 def run_logged(argv: list[str], label: str, *, every: float = 0.0, host: Host = LOCAL) -> str:
     """Run a long command on `host`, logging its output lines live (at most one per `every` s); return
     the output."""

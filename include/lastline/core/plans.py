@@ -46,10 +46,6 @@ class Plan:
         except TypeError as exc:
             raise ConfigError(f"{cls.__name__}: {exc}; re-run from preflight.") from exc
 
-    def but(self: P, **changes: Any) -> P:
-        """A copy with some fields changed."""
-        return dataclasses.replace(self, **changes)
-
 
 class Conf:
     """A run's Params, read with one set of coercions; a bad value is a ConfigError naming the Param."""
@@ -67,6 +63,13 @@ class Conf:
         value = self.text(name)
         if not value:
             raise ConfigError(f"the Param {name} is required.")
+        return value
+
+    def choice(self, name: str, choices: tuple[str, ...], default: str) -> str:
+        """A Param that is one of `choices`."""
+        value = self.text(name, default) or default
+        if value not in choices:
+            raise ConfigError(f"the Param {name} is {value!r}; it must be one of {', '.join(choices)}.")
         return value
 
     def integer(self, name: str, default: int, minimum: int | None = None) -> int:
