@@ -11,6 +11,8 @@ from typing import Any
 from airflow.sdk import Param
 
 from lastline.airflow.defaults import DESTINATION, SOURCE_CONN_ID, TARGET_CONN_ID, env
+from lastline.logical.backup import DEFAULT_CHUNK_ROWS
+from lastline.logical.restore import DEFAULT_REDO_BYTES
 
 SERVERS, BACKUP, SAFETY, SPEED, KEEPING = "Servers", "Backup", "Safety", "Performance", "Retention"
 
@@ -58,7 +60,7 @@ SPECS: dict[str, Spec] = {
                       {"type": "array", "items": {"type": "string"}}),
     "compression": Spec("zstd", "Compression", "how the bytes are compressed (zstd is the fastest here)", BACKUP,
                         {"enum": ["zstd", "pigz", "none"]}),
-    "chunk_rows": Spec(250_000, "Rows per chunk", "rows per chunk file (100k-1M is the useful range)", BACKUP,
+    "chunk_rows": Spec(DEFAULT_CHUNK_ROWS, "Rows per chunk", "rows per chunk file (100k-1M is the useful range)", BACKUP,
                        {"type": "integer", "minimum": 1000}),
     "include_grants": _flag(False, "Include grants", "also back up users and grants", BACKUP),
     "lock_nontransactional": _flag(True, "Lock non-transactional tables",
@@ -71,7 +73,7 @@ SPECS: dict[str, Spec] = {
     "index_build": Spec("after_all", "Index builds", "with defer_indexes: after_all (finalize builds every table's indexes "
                         "once all rows are in) or per_table (a lane builds a table's indexes as soon as its last chunk is in, "
                         "while the other lanes load)", SPEED, {"enum": ["after_all", "per_table"]}),
-    "redo_log_bytes": Spec(1 << 30, "Redo log while loading", "innodb_log_file_size while loading (bytes)", SPEED,
+    "redo_log_bytes": Spec(DEFAULT_REDO_BYTES, "Redo log while loading", "innodb_log_file_size while loading (bytes)", SPEED,
                            {"type": "integer", "minimum": 0}),
     "use_memory": Spec(None, "Memory for --prepare", "bytes for mariabackup --prepare (default: a quarter of free RAM, max 8 GiB)",
                        SPEED, {"type": ["null", "integer"]}),
