@@ -19,9 +19,7 @@ LAYERS = {
 }
 AIRFLOW_ALLOWED = ("lastline.airflow", "lastline.connections", "lastline.storage.s3", "lastline.core.errors")
 ACROSS_STAGES = {("lastline.replication.rebuild", "lastline.physical.tools"),  # rebuild streams and prepares a datadir
-                 ("lastline.replication.rebuild", "lastline.physical.target"),
-                 ("lastline.logical.backup", "lastline.physical.tools"),  # require_tools
-                 ("lastline.logical.restore", "lastline.physical.tools")}  # base_version
+                 ("lastline.replication.rebuild", "lastline.physical.target")}
 
 
 def _modules() -> dict[str, Path]:

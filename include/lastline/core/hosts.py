@@ -11,13 +11,14 @@ import contextlib
 import os
 import re
 import shlex
+import shutil
 import subprocess
 import tempfile
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-from lastline.core.errors import LastlineError, PipelineError
+from lastline.core.errors import LastlineError, PipelineError, PreflightError
 
 
 @dataclass(frozen=True)
@@ -249,3 +250,17 @@ class SshHost(LocalHost):
     private_file = Host.private_file  # on the remote host, not here
 
 
+def require_tools(*tools: str | None, host: Host = LOCAL) -> None:
+    """Raise a PreflightError naming every command missing on `host`."""
+    wanted = [t for t in tools if t]
+    if host is LOCAL:
+        missing = [t for t in wanted if shutil.which(t) is None]
+    else:
+        out = host.sh('for t in "$@"; do command -v "$t" >/dev/null 2>&1 || echo "$t"; done', *wanted)
+        missing = out.split()
+    if missing:
+        where = "" if host is LOCAL else f" on {host.name}"
+        raise PreflightError(
+            f"missing commands{where}: {', '.join(missing)}; run `make setup` or "
+            "`apt-get install mariadb-backup pigz zstd`" + (" there." if where else ".")
+        )

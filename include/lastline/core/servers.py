@@ -23,6 +23,7 @@ Credentials never reach a command line: :func:`option_file` writes them to a 060
 from __future__ import annotations
 
 import contextlib
+import re
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -31,7 +32,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from lastline.core import stopping
-from lastline.core.errors import AccessDenied, ConfigError, ProtectedTargetError, ServerError
+from lastline.core.errors import AccessDenied, ConfigError, PreflightError, ProtectedTargetError, ServerError
 from lastline.core.hosts import LOCAL, Host
 from lastline.core.plans import as_bool
 from lastline.core.sql import global_variables, server_identity
@@ -241,6 +242,14 @@ def over_connections(server: Server, n: int, items: list, work: Callable[[Any, A
         for conn, token in opened:
             stopping.remove(token)
             conn.close()
+
+
+def base_version(version: str) -> tuple[int, int, int]:
+    """`10.11.19-MariaDB-0+deb12u1-log` -> (10, 11, 19)."""
+    m = re.match(r"(\d+)\.(\d+)\.(\d+)", version or "")
+    if not m:
+        raise PreflightError(f"cannot read a version number from {version!r}")
+    return int(m[1]), int(m[2]), int(m[3])
 
 
 def refuse_restore_into_source(target: Server, identity: str, source_identity: str | None, source_conn_id: str,

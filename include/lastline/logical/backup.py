@@ -23,6 +23,7 @@ from lastline import connections
 from lastline.core import stopping
 from lastline.core.compression import DEFAULT_COMPRESSION, codec
 from lastline.core.errors import PreflightError, Refusal, ServerError
+from lastline.core.hosts import require_tools
 from lastline.core.plans import Conf
 from lastline.logical import chunking, dialect
 from lastline.logical.dumper import Dumper, TableState
@@ -38,7 +39,6 @@ from lastline.manifest import (
     prune_backups,
     write_manifest,
 )
-from lastline.physical.tools import require_tools
 from lastline.storage import open_storage
 
 log = logging.getLogger(__name__)

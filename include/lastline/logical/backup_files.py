@@ -21,9 +21,11 @@ log = logging.getLogger(__name__)
 def target_server(plan: RestorePlan) -> Server:
     return connections.server(plan.target_conn_id)
 
+
 def open_backup(plan: RestorePlan) -> tuple[Storage, LogicalManifest]:
     storage, backup_id = resolve_backup(f"{plan.destination}/{plan.backup_id}", plan.aws_conn_id, "logical")
     return storage, read_manifest(storage, backup_id, "logical")
+
 
 def checked_schema(storage: Storage, manifest: LogicalManifest) -> dict:
     """schema.json, used only if its sha256 is the manifest's (a backup folder is untrusted input)."""
@@ -37,8 +39,10 @@ def checked_schema(storage: Storage, manifest: LogicalManifest) -> dict:
         )
     return json.loads(data)
 
+
 def selected(manifest: LogicalManifest, databases: list[str]) -> list:
     return [t for t in manifest.tables if t.schema in databases]
+
 
 def require_chunk_files(storage: Storage, manifest: LogicalManifest, databases: list[str]) -> None:
     """Every chunk file the restore will load exists with the size the manifest gives (before anything is

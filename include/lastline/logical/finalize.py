@@ -33,6 +33,7 @@ def _execute_in_context(server: Server, obj: dict, statement: str) -> None:
             cur.execute("SET SESSION time_zone = %s", (obj["time_zone"],))
         cur.execute(statement)
 
+
 @stopping.stops_cleanly
 def finalize(plan: RestorePlan | dict) -> dict:
     """Deferred indexes and foreign keys, AUTO_INCREMENT counters, then triggers (after the data),
@@ -93,6 +94,7 @@ def finalize(plan: RestorePlan | dict) -> dict:
     log.info("finalize: %s in %.1f s; ledger dropped", ", ".join(f"{k} {v:.1f} s" for k, v in steps.items()), seconds)
     return {"seconds": round(seconds, 3), "steps": {k: round(v, 3) for k, v in steps.items()}}
 
+
 def _restore_grants(server: Server, schema: dict) -> None:
     """Accounts and their grants from the backup (asked for by restore_grants). An account that already
     exists on the target (its administrators, the restoring user) is left exactly as it is."""
@@ -112,13 +114,16 @@ def _restore_grants(server: Server, schema: dict) -> None:
     log.info("grants: created %d account(s) with their grants: %s; left alone (they exist on the target): %s",
              len(created), ", ".join(created) or "none", ", ".join(kept) or "none")
 
+
 def _names(cur: Any, sql: str, t: dict) -> set[str]:
     cur.execute(sql, (t["schema"], t["name"]))
     return {r[0] for r in cur.fetchall()}
 
+
 def _name_of(definition: str) -> str:
     """The backquoted name in `KEY `name` (...)` / `CONSTRAINT `name` ...`."""
     return definition.split("`")[1].replace("``", "`") if "`" in definition else ""
+
 
 def add_indexes(cur: Any, t: dict) -> None:
     """Add the table's held-back indexes that are not there yet (idempotent: finalize can be re-run)."""
@@ -133,6 +138,7 @@ def add_indexes(cur: Any, t: dict) -> None:
     for d in indexes:  # InnoDB builds one FULLTEXT index per statement
         if d.startswith("FULLTEXT") and _name_of(d) not in have:
             cur.execute(f"ALTER TABLE {table} ADD {d}")
+
 
 def _add_foreign_keys(cur: Any, t: dict) -> None:
     """Add the table's held-back foreign keys that are not there yet (no check: the data came consistent)."""

@@ -9,6 +9,7 @@ import contextlib
 import hashlib
 import logging
 from collections.abc import Callable, Iterator
+from typing import Any
 
 from lastline.core.servers import Server
 from lastline.logical.load import load_unit, loaded_files
@@ -20,17 +21,12 @@ log = logging.getLogger(__name__)
 
 
 @contextlib.contextmanager
-def claimed(server: Server, backup_id: str, unit: WorkUnit) -> Iterator[bool]:
-    """Hold the unit's named lock for the block (yields False if another lane holds it)."""
+def claimed(server: Server, backup_id: str, unit: WorkUnit) -> Iterator[Any]:
+    """Hold the unit's named lock for the block: yields the cursor of the connection holding it, or None if
+    another lane holds it."""
     with server.session() as cur:
         cur.execute("SELECT GET_LOCK(%s, 0)", (f"lastline-unit-{backup_id}-{unit.index}",))
-        yield cur.fetchone()[0] == 1
-
-
-def unit_files(manifest: LogicalManifest, unit: WorkUnit) -> list[str]:
-    """The chunk files a unit loads."""
-    tables = {(t.schema, t.name): t for t in manifest.tables}
-    return [c.file for p in unit.parts for c in tables[(p.schema, p.table)].chunks[p.first: p.last + 1]]
+        yield cur if cur.fetchone()[0] == 1 else None
 
 
 def load_lane(server: Server, storage: Storage, manifest: LogicalManifest, units: list[WorkUnit], label: str,
@@ -41,12 +37,11 @@ def load_lane(server: Server, storage: Storage, manifest: LogicalManifest, units
     results = []
     tables = {(t.schema, t.name): t for t in manifest.tables}
     for unit in units:
-        with claimed(server, manifest.backup_id, unit) as mine:
-            if not mine:
+        with claimed(server, manifest.backup_id, unit) as cur:
+            if cur is None:
                 continue
-            with server.session() as cur:
-                done = loaded_files(cur, manifest.backup_id)
-            if all(f in done for f in unit_files(manifest, unit)):
+            done = loaded_files(cur, manifest.backup_id)
+            if all(c.file in done for p in unit.parts for c in tables[(p.schema, p.table)].chunks[p.first: p.last + 1]):
                 continue
             log.info("%s: loading %s", label, unit.name)
             results.append(load_unit(server, storage, manifest, unit, parallel))

@@ -34,10 +34,11 @@ def table_rows(loads: list[dict]) -> list[dict]:
     return sorted(out.values(), key=lambda t: t["seconds"], reverse=True)
 
 
-def build(plan: RestorePlan | dict, steps: dict[str, dict], loads: list[dict] | list[list[dict]]) -> dict:
-    """The report: stages' seconds, the load's wall time and MB/s, per-table figures."""
+def build(plan: RestorePlan | dict, steps: dict[str, dict], lanes: list[list[dict]]) -> dict:
+    """The report: stages' seconds, the load's wall time and MB/s, per-table figures (`lanes`: each lane's
+    unit results)."""
     plan = RestorePlan.of(plan)
-    loads = [u for lane in loads for u in (lane if isinstance(lane, list) else [lane])]  # per lane, or per unit
+    loads = [u for lane in lanes for u in lane]
     tables = table_rows(loads)
     load_wall = (max(u["finished_at"] for u in loads) - min(u["started_at"] for u in loads)) if loads else 0.0
     loaded = sum(t["bytes"] for t in tables)
@@ -94,10 +95,10 @@ def chart(report: dict, path: Path) -> None:
     )
 
 
-def write(plan: RestorePlan | dict, steps: dict[str, dict], loads: list[dict], run_id: str) -> dict:
+def write(plan: RestorePlan | dict, steps: dict[str, dict], lanes: list[list[dict]], run_id: str) -> dict:
     """Build, log and save the report (JSON + SVG chart); returns the report with the paths."""
     plan = RestorePlan.of(plan)
-    report = build(plan, steps, loads)
+    report = build(plan, steps, lanes)
     folder = report_dir(run_id)
     folder.mkdir(parents=True, exist_ok=True)
     svg = folder / "logical_restore.svg"

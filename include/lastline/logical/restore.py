@@ -12,7 +12,7 @@ from lastline.core import datadir as dd
 from lastline.core import stopping
 from lastline.core.errors import LastlineError, PreflightError
 from lastline.core.plans import Conf
-from lastline.core.servers import refuse_restore_into_source
+from lastline.core.servers import base_version, refuse_restore_into_source
 from lastline.core.sql import SYSTEM_SCHEMAS, server_identity
 from lastline.logical import dialect, tuning
 from lastline.logical.backup_files import checked_schema, open_backup, require_chunk_files, selected, target_server
@@ -29,12 +29,12 @@ from lastline.logical.target_state import STATE, aside_name, clear_state, dbs_ke
 from lastline.logical.verify import verify  # noqa: F401
 from lastline.logical.work_units import WorkUnit, plan_units
 from lastline.manifest import read_manifest, resolve_backup
-from lastline.physical.tools import base_version
 
 log = logging.getLogger(__name__)
 
 
 DEFAULT_REDO_BYTES = 1 << 30
+
 
 def preflight(conf: dict) -> dict:
     """Target not protected; manifest present; databases absent or empty (unless force or resuming);
@@ -122,11 +122,13 @@ def preflight(conf: dict) -> dict:
     )
     return plan.to_dict()
 
+
 def snapshot_config(plan: RestorePlan | dict, run_id: str = "") -> dict:
     """The setup: record the production values durably on the target (changes no setting)."""
     plan = RestorePlan.of(plan)
     snap = tuning.take_snapshot(target_server(plan), run_id, datetime.now(UTC).isoformat())
     return snap.to_dict()
+
 
 def tune(plan: RestorePlan | dict) -> dict:
     """Apply the restore profile (see tuning), or nothing when tune is off."""
@@ -142,6 +144,7 @@ def tune(plan: RestorePlan | dict) -> dict:
         server, snap, restart_allowed=plan.restart_allowed, redo_bytes=plan.redo_log_bytes,
         buffer_pool_bytes=plan.buffer_pool_bytes,
     )
+
 
 @stopping.stops_cleanly
 def create_schema(plan: RestorePlan | dict) -> dict:
@@ -193,6 +196,7 @@ def create_schema(plan: RestorePlan | dict) -> dict:
              time.monotonic() - t0, "; secondary indexes and foreign keys deferred" if plan.defer_indexes else "")
     return {"tables": created, "seconds": round(time.monotonic() - t0, 3)}
 
+
 def plan_load(plan: RestorePlan | dict) -> list[dict]:
     """The work units (small dicts: they travel through XCom)."""
     plan = RestorePlan.of(plan)
@@ -201,6 +205,7 @@ def plan_load(plan: RestorePlan | dict) -> list[dict]:
     log.info("plan: %d work units for %d lanes: %s", len(units), plan.parallel,
              "; ".join(f"{u.name} ({u.bytes / 1e6:.1f} MB)" for u in units))
     return [u.to_dict() for u in units]
+
 
 def prepare(plan: RestorePlan | dict) -> tuple[dict, list[str]]:
     """tune, create_schema and plan as one task (each takes well under a second; a task costs Airflow about
@@ -214,6 +219,7 @@ def plan_lanes(plan: RestorePlan | dict) -> list[str]:
     plan = RestorePlan.of(plan)
     plan_load(plan)
     return [f"lane {i + 1} of {plan.parallel}" for i in range(plan.parallel)]
+
 
 @stopping.stops_cleanly
 def load_lane(plan: RestorePlan | dict, lane: str) -> list[dict]:
@@ -236,12 +242,14 @@ def load_lane(plan: RestorePlan | dict, lane: str) -> list[dict]:
 
     return lane_loader(server, storage, manifest, units, lane, plan.parallel, on_table_done=built)
 
+
 @stopping.stops_cleanly
 def load(plan: RestorePlan | dict, unit: dict) -> dict:
     """Load one work unit (see logical_load)."""
     plan = RestorePlan.of(plan)
     storage, manifest = open_backup(plan)
     return load_unit(target_server(plan), storage, manifest, WorkUnit.from_dict(unit), plan.parallel)
+
 
 def revert(plan: RestorePlan | dict) -> dict:
     """The teardown: put the production configuration back and read it back (fails loudly on a difference)."""

@@ -19,9 +19,11 @@ log = logging.getLogger(__name__)
 
 STATE = f"{tuning.META_DB}.restore_state"
 
+
 def dbs_key(databases: list[str]) -> str:
     """The restore's databases as one key (a resume must restore the very same set)."""
     return hashlib.sha256(json.dumps(sorted(databases)).encode()).hexdigest()
+
 
 def state_current(cur: Any) -> bool:
     """Whether the restore-state table exists in its current shape (keyed on backup and databases)."""
@@ -31,6 +33,7 @@ def state_current(cur: Any) -> bool:
     )
     return bool(cur.fetchone()[0])
 
+
 def resuming(cur: Any, backup_id: str, databases: list[str]) -> bool:
     """Whether an unfinished restore of this backup into these same databases left its state on this
     target (a new run then resumes it; any other run follows the force rule)."""
@@ -39,6 +42,7 @@ def resuming(cur: Any, backup_id: str, databases: list[str]) -> bool:
     cur.execute(f"SELECT COUNT(*) FROM {STATE} WHERE backup_id = %s AND dbs_key = %s AND finished_at IS NULL",
                 (backup_id, dbs_key(databases)))
     return bool(cur.fetchone()[0])
+
 
 def ensure_state(cur: Any) -> None:
     """The restore-state table; one of an older shape (keyed on the backup alone) is replaced."""
@@ -52,6 +56,7 @@ def ensure_state(cur: Any) -> None:
         "PRIMARY KEY (backup_id, dbs_key)) ENGINE=InnoDB"
     )
 
+
 def clear_state(cur: Any, manifest: LogicalManifest, databases: list[str]) -> None:
     """Forget every restore state and ledger row that concerns these databases (any backup): they are being
     replaced, or were just restored."""
@@ -64,13 +69,16 @@ def clear_state(cur: Any, manifest: LogicalManifest, databases: list[str]) -> No
         prefix = f"data/{folder}/"
         cur.execute(f"DELETE FROM {tuning.META_DB}.ledger WHERE LEFT(file, %s) = %s", (len(prefix), prefix))
 
+
 def aside_name(db: str) -> str:
     """Where `force` keeps a database's old tables until the restore that replaces them is verified."""
     return ASIDE_PREFIX + hashlib.sha1(db.encode()).hexdigest()[:16]
 
+
 def schema_exists(cur: Any, db: str) -> bool:
     cur.execute("SELECT COUNT(*) FROM information_schema.SCHEMATA WHERE SCHEMA_NAME = %s", (db,))
     return bool(cur.fetchone()[0])
+
 
 def set_aside(cur: Any, db: str) -> None:
     """Move `db`'s tables (and the text of its triggers, views, routines and events) into aside_name(db),
@@ -114,6 +122,7 @@ def set_aside(cur: Any, db: str) -> None:
     cur.execute(f"DROP DATABASE {q(db)}")
     log.warning("force: the %d old table(s) of %s are kept in %s (and the text of %d trigger(s), view(s), routine(s) "
                 "and event(s) in its __lastline_objects) until the restore is verified", len(tables), db, aside, saved)
+
 
 def drop_aside(server: Server, databases: list[str]) -> list[str]:
     """After a verified restore: the old tables that force set aside are dropped."""

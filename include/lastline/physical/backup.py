@@ -9,6 +9,7 @@ from lastline import connections
 from lastline.core import datadir as datadir_ops
 from lastline.core import stopping
 from lastline.core.errors import PipelineError, StorageError
+from lastline.core.hosts import require_tools
 from lastline.core.pipeline import run_pipeline
 from lastline.core.plans import Conf
 from lastline.core.servers import Server, option_file
@@ -41,7 +42,7 @@ def preflight(conf: dict) -> dict:
     host = server.runner()
     compression = params.text("compression", physical.DEFAULT_COMPRESSION)
     c = physical.codec(compression)
-    physical.require_tools("mariabackup", c.tool, host=host)
+    require_tools("mariabackup", c.tool, host=host)
     version, identity = server.variables("version")["version"], server.identity()
     tool = physical.tool_version(host)
     physical.check_versions(tool, version)

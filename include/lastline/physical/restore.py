@@ -20,10 +20,11 @@ from lastline.core import datadir as dd
 from lastline.core import stopping
 from lastline.core.datadir import MARKER
 from lastline.core.errors import IntegrityError, PipelineError
+from lastline.core.hosts import require_tools
 from lastline.core.pipeline import run_pipeline
 from lastline.core.plans import Conf
 from lastline.core.progress import step_report
-from lastline.core.servers import Server, refuse_restore_into_source
+from lastline.core.servers import Server, base_version, refuse_restore_into_source
 from lastline.core.sql import qualified
 from lastline.manifest import PhysicalManifest, read_manifest, resolve_backup
 from lastline.physical import tools as physical
@@ -32,6 +33,7 @@ from lastline.physical.target import check_datadir, prepare_datadir, start_serve
 from lastline.storage import Storage
 
 log = logging.getLogger(__name__)
+
 
 def _target(plan: RestorePlan) -> Server:
     return connections.server(plan.target_conn_id)
@@ -64,7 +66,7 @@ def preflight(conf: dict) -> dict:
             "truncated or was replaced. Choose another backup; the target was not touched."
         )
     c = physical.codec(manifest.compression)
-    physical.require_tools("mariabackup", "mbstream", c.tool, host=host)
+    require_tools("mariabackup", "mbstream", c.tool, host=host)
     physical.check_versions(physical.tool_version(host), manifest.server_version)
     force = params.flag("force")
     state = check_datadir(server, int(manifest.datadir_bytes * 1.1), force)
@@ -160,7 +162,7 @@ def verify(plan: RestorePlan | dict, extracted: dict | None = None) -> dict:
     _storage, manifest = _manifest(plan)
     t0 = time.monotonic()
     version = server.variables("version")["version"]
-    if physical.base_version(version)[:2] != physical.base_version(manifest.server_version)[:2]:
+    if base_version(version)[:2] != base_version(manifest.server_version)[:2]:
         raise IntegrityError(f"target runs {version}, the backup is of {manifest.server_version}.")
     problems, counts = [], {}
     with server.session() as cur:

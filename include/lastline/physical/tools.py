@@ -6,11 +6,11 @@ stream is ``decompressor | mbstream -x --parallel=N -C datadir``; then ``mariaba
 from __future__ import annotations
 
 import re
-import shutil
 
 from lastline.core.compression import CODECS, DEFAULT_COMPRESSION, Codec, codec  # noqa: F401 - re-exported
 from lastline.core.errors import PreflightError
 from lastline.core.hosts import LOCAL, Host, Stage
+from lastline.core.servers import base_version
 
 ARTIFACT_BASE = "backup.xbstream"
 
@@ -94,14 +94,6 @@ def tool_version(host: Host = LOCAL) -> str:
     return m[1]
 
 
-def base_version(version: str) -> tuple[int, int, int]:
-    """`10.11.19-MariaDB-0+deb12u1-log` -> (10, 11, 19)."""
-    m = re.match(r"(\d+)\.(\d+)\.(\d+)", version or "")
-    if not m:
-        raise PreflightError(f"cannot read a version number from {version!r}")
-    return int(m[1]), int(m[2]), int(m[3])
-
-
 def check_versions(tool_version: str, server_version: str) -> None:
     """mariabackup must be of the server's major.minor series (it cannot read other InnoDB formats)."""
     tool, server = base_version(tool_version), base_version(server_version)
@@ -110,20 +102,4 @@ def check_versions(tool_version: str, server_version: str) -> None:
             f"mariabackup {'.'.join(map(str, tool))} cannot back up or prepare MariaDB "
             f"{'.'.join(map(str, server))}: install the mariadb-backup package of the server's "
             f"{server[0]}.{server[1]} series."
-        )
-
-
-def require_tools(*tools: str | None, host: Host = LOCAL) -> None:
-    """Raise a PreflightError naming every command missing on `host`."""
-    wanted = [t for t in tools if t]
-    if host is LOCAL:
-        missing = [t for t in wanted if shutil.which(t) is None]
-    else:
-        out = host.sh('for t in "$@"; do command -v "$t" >/dev/null 2>&1 || echo "$t"; done', *wanted)
-        missing = out.split()
-    if missing:
-        where = "" if host is LOCAL else f" on {host.name}"
-        raise PreflightError(
-            f"missing commands{where}: {', '.join(missing)}; run `make setup` or "
-            "`apt-get install mariadb-backup pigz zstd`" + (" there." if where else ".")
         )

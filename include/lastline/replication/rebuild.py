@@ -19,11 +19,11 @@ from lastline.core import datadir as dd
 from lastline.core import stopping
 from lastline.core.datadir import MARKER
 from lastline.core.errors import IntegrityError, PipelineError, PreflightError, ReplicationError, ServerError
-from lastline.core.hosts import Stage
+from lastline.core.hosts import Stage, require_tools
 from lastline.core.pipeline import run_pipeline, tap_result, tap_stage
 from lastline.core.plans import Conf
 from lastline.core.progress import step_report
-from lastline.core.servers import Server, option_file
+from lastline.core.servers import Server, base_version, option_file
 from lastline.physical import tools as physical
 from lastline.physical.target import check_datadir, prepare_datadir, start_server
 from lastline.replication import flavour as replication
@@ -74,13 +74,13 @@ def preflight(conf: dict) -> dict:
     compression = params.text("compression", STREAM_COMPRESSION)
     c = physical.codec(compression)
     limit = params.number("max_mb_per_s", 0)
-    physical.require_tools("mariabackup", c.tool, "pv" if limit else None, host=src_host)
-    physical.require_tools("mariabackup", "mbstream", c.tool, host=tgt_host)
+    require_tools("mariabackup", c.tool, "pv" if limit else None, host=src_host)
+    require_tools("mariabackup", "mbstream", c.tool, host=tgt_host)
     physical.check_versions(physical.tool_version(src_host), version)
     physical.check_versions(physical.tool_version(tgt_host), version)
     if target.answers():
         tv = target.variables("version", "server_id")
-        if physical.base_version(tv["version"])[:2] != physical.base_version(version)[:2]:
+        if base_version(tv["version"])[:2] != base_version(version)[:2]:
             raise PreflightError(f"target runs {tv['version']}, the source {version}: a physical copy needs one series.")
         if tv["server_id"] == facts["server_id"]:
             raise PreflightError(
