@@ -1,8 +1,8 @@
 """Load a work unit's chunks exactly once: LOAD DATA from a FIFO, one transaction per chunk with its ledger row.
 
-Each chunk is streamed from the backup (file or S3), its sha256 checked, decompressed on the fly and
-fed through a named pipe to `LOAD DATA LOCAL INFILE` (no temporary copy, memory bounded whatever the
-table size). The chunk's ledger row (`_lastline.ledger`) is inserted first, in the same transaction
+Each chunk is streamed from the backup (file or S3), its sha256 checked, and decompressed on the fly by
+a decompressor that writes straight into a named pipe read by `LOAD DATA LOCAL INFILE` (no temporary
+copy, memory bounded whatever the table size). The chunk's ledger row (`_lastline.ledger`) is inserted first, in the same transaction
 as the rows: a retried task, a re-triggered run, a killed loader or a crashed server either finds
 the row (the chunk is in, skip it) or finds neither the row nor the data (load it again). A second
 loader racing on the same chunk waits on the ledger row's lock, then skips it.
@@ -28,7 +28,7 @@ from lastline.core.progress import Progress
 from lastline.core.servers import Server
 from lastline.core.sql import META_DB, NON_TRANSACTIONAL
 from lastline.logical import dialect
-from lastline.logical.chunk_files import read_chunk
+from lastline.logical.chunk_files import write_chunk
 from lastline.logical.snapshot import LOST_CONNECTION, sql_error
 from lastline.logical.work_units import WorkUnit
 from lastline.manifest import ChunkInfo, LogicalManifest, LogicalTable
@@ -129,10 +129,9 @@ class Loader:
 
             def pump() -> None:
                 try:
-                    with open(fifo, "wb") as fh:
-                        for data in read_chunk(self.storage, key, self.manifest.compression, c.sha256, what):
-                            fh.write(data)
-                            self.progress.add(len(data))
+                    with open(fifo, "wb") as fh:  # progress in raw bytes, estimated from the compressed ones
+                        write_chunk(self.storage, key, self.manifest.compression, c.sha256, fh, what,
+                                    lambda n: self.progress.add(n * c.raw_bytes // max(c.bytes, 1)))
                 except BaseException as exc:  # noqa: BLE001 - re-raised by the caller
                     errors.append(exc)
 
