@@ -35,11 +35,8 @@ import argparse
 import json
 import os
 import shutil
-import signal
 import sqlite3
-import subprocess
 import sys
-import time
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -51,6 +48,7 @@ from lastline.logical import backup as lb  # noqa: E402
 from lastline.manifest import read_manifest  # noqa: E402
 from lastline.storage import open_storage  # noqa: E402
 from lastline_dev.sandbox import Instance  # noqa: E402
+from lastline_dev.standalone import Standalone  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 TUNED = (
@@ -88,66 +86,6 @@ def drop(inst: Instance) -> None:
     inst.server().query("DROP DATABASE IF EXISTS sbtest")
 
 
-class Standalone:
-    """`bin/airflow standalone` in its own process group, stopped with the whole group."""
-
-    def __init__(self, env: dict, log: Path) -> None:
-        self.env, self.log = env, log
-        self.proc: subprocess.Popen | None = None
-
-    def __enter__(self) -> Standalone:
-        fh = open(self.log, "w")
-        self.proc = subprocess.Popen([str(ROOT / "bin/airflow"), "standalone"], env=self.env, stdout=fh,
-                                     stderr=subprocess.STDOUT, start_new_session=True, cwd=ROOT)
-        deadline = time.monotonic() + 180
-        while time.monotonic() < deadline:
-            if self.airflow("dags", "list", check=False).returncode == 0 and "logical_restore" in self.airflow(
-                    "dags", "list", check=False).stdout:
-                return self
-            time.sleep(3)
-        raise SystemExit(f"airflow standalone did not come up; see {self.log}")
-
-    def airflow(self, *args: str, check: bool = True) -> subprocess.CompletedProcess:
-        return subprocess.run([str(ROOT / "bin/airflow"), *args], env=self.env, capture_output=True, text=True,
-                              check=check, cwd=ROOT)
-
-    def __exit__(self, *exc) -> None:
-        """TERM the whole group, wait until every member (scheduler, workers) is gone, KILL after 60 s."""
-        if not self.proc:
-            return
-        os.killpg(self.proc.pid, signal.SIGTERM)
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            self.proc.poll()
-            try:
-                os.killpg(self.proc.pid, 0)
-            except ProcessLookupError:
-                return
-            time.sleep(0.5)
-        os.killpg(self.proc.pid, signal.SIGKILL)
-
-
-def run_under_scheduler(af: Standalone, dag_id: str, conf: dict, timeout: float = 3600) -> dict:
-    """Trigger a run and wait for it; returns its state and start/end as the metadata DB has them."""
-    af.airflow("dags", "unpause", dag_id)
-    with sqlite3.connect(ROOT / ".airflow" / "airflow.db") as c:  # runs left queued by an interrupted bench
-        c.execute("UPDATE dag_run SET state = 'failed' WHERE dag_id = ? AND state IN ('queued', 'running')", (dag_id,))
-    run_id = f"bench__{datetime.now(UTC):%Y%m%dT%H%M%S%f}"
-    af.airflow("dags", "trigger", dag_id, "--run-id", run_id, "--conf", json.dumps(conf))
-    db = ROOT / ".airflow" / "airflow.db"
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        with sqlite3.connect(db) as c:
-            row = c.execute("SELECT state, start_date, end_date FROM dag_run WHERE dag_id = ? AND run_id = ?",
-                            (dag_id, run_id)).fetchone()
-        if row and row[0] in ("success", "failed"):
-            state, start, end = row
-            seconds = (datetime.fromisoformat(end) - datetime.fromisoformat(start)).total_seconds()
-            return {"state": state, "seconds": seconds, "run_id": run_id}
-        time.sleep(1)
-    raise SystemExit(f"{dag_id} {run_id} did not finish in {timeout} s")
-
-
 def hand(src: Instance, tgt: Instance, manifest, dumps: Path, work: Path, topt: str, n: int, record) -> None:
     """By hand: each table's chunks in key order through one LOAD DATA, n tables at a time (full DDL)."""
     drop(tgt)
@@ -172,9 +110,9 @@ def hand(src: Instance, tgt: Instance, manifest, dumps: Path, work: Path, topt: 
 
 
 
-def task_timeline(dag_id: str, run_id: str) -> list[dict]:
+def task_timeline(db: Path, dag_id: str, run_id: str) -> list[dict]:
     """Each task instance's start (from the run's first task start) and duration, from the metadata DB."""
-    with sqlite3.connect(ROOT / ".airflow" / "airflow.db") as c:
+    with sqlite3.connect(db) as c:
         rows = c.execute(
             "SELECT task_id, map_index, rendered_map_index, start_date, end_date FROM task_instance "
             "WHERE dag_id = ? AND run_id = ? AND start_date IS NOT NULL ORDER BY start_date", (dag_id, run_id),
@@ -295,7 +233,7 @@ def main() -> int:
         runs = []
         for build in [builds[0], *builds]:
             drop(tgt)
-            run = run_under_scheduler(af, "logical_restore", {**conf, "index_build": build})
+            run = af.wait("logical_restore", af.trigger("logical_restore", {**conf, "index_build": build}))
             if run["state"] == "success" and rows_on(tgt) != expected:
                 raise SystemExit(f"index_build={build}: sbtest1 + sbtest_big hold {rows_on(tgt)} rows, expected {expected}")
             runs.append((build, run))
@@ -315,7 +253,7 @@ def main() -> int:
                                       "stages": report["stages"]}
         print(f"  {'  of which: load step (lanes, in-lane index builds included)':<58} {report['load_seconds']:7.1f} s", flush=True)
         print(f"  {'  stages':<58} " + ", ".join(f"{k} {v:.1f} s" for k, v in report["stages"].items()), flush=True)
-        timelines[name] = timeline = task_timeline("logical_restore", run["run_id"])
+        timelines[name] = timeline = task_timeline(af.db, "logical_restore", run["run_id"])
         print("  task timeline (seconds from the run's first task start: start, duration):", flush=True)
         for t in timeline:
             print(f"    {t['task']:<48} {t['start']:6.1f} {t['seconds']:6.1f}", flush=True)

@@ -1,7 +1,8 @@
 """
 ### logical_backup: nightly logical backup, one consistent snapshot, parallel chunked TSV
 
-preflight (credentials, databases, privileges, destination; read-only) → dump → prune.
+preflight (credentials, databases, privileges, destination; read-only) → dump → announce_backup (the
+Asset `lastline_logical_backup`: URL, id, binlog/GTID position; staging_refresh runs on it) → prune.
 
 **dump** holds `FLUSH TABLES WITH READ LOCK` only while `parallel` dump worker processes each open
 `START TRANSACTION WITH CONSISTENT SNAPSHOT` on their own connection and the binlog/GTID position is
@@ -23,6 +24,7 @@ from __future__ import annotations
 
 from airflow.sdk import dag, task
 
+from lastline.airflow.assets import LOGICAL_BACKUP, announce
 from lastline.airflow.defaults import dag_args, env
 from lastline.airflow.params import params
 from lastline.logical import backup as lb
@@ -48,7 +50,14 @@ def logical_backup():
     def prune(params=None) -> list[str]:
         return lb.prune(dict(params))
 
-    task(lb.dump)(preflight()) >> prune()
+    @task(outlets=[LOGICAL_BACKUP])
+    def announce_backup(plan: dict, written: str) -> dict:
+        """The Asset event: downstream DAGs (staging_refresh) run on it."""
+        return announce(LOGICAL_BACKUP, "logical", plan["destination"], plan["backup_id"], plan.get("aws_conn_id"))
+
+    plan = preflight()
+    written = task(lb.dump)(plan)
+    announce_backup(plan, written) >> prune()
 
 
 logical_backup()

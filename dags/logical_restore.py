@@ -25,13 +25,11 @@ lanes) → finalize → **revert** (teardown: runs after a failure too) → veri
 """
 from __future__ import annotations
 
-from airflow.sdk import dag, get_current_context, task
-from airflow.sdk.definitions.xcom_arg import XComArg
+from airflow.sdk import dag
 
 from lastline.airflow.defaults import dag_args
 from lastline.airflow.params import params
-from lastline.logical import report as restore_report
-from lastline.logical import restore as lr
+from lastline.airflow.task_groups import logical_restore_steps
 
 
 @dag(
@@ -47,46 +45,8 @@ from lastline.logical import restore as lr
     ),
 )
 def logical_restore():
-    @task
-    def preflight(params=None) -> dict:
-        return lr.preflight(dict(params))
-
-    @task
-    def snapshot_config(plan: dict) -> dict:
-        return lr.snapshot_config(plan, get_current_context()["run_id"])
-
-    @task(map_index_template="{{ unit_name }}")
-    def load(plan: dict, lane: str) -> list:
-        get_current_context()["unit_name"] = lane
-        return lr.load_lane(plan, lane)
-
-    @task
-    def prepare(plan: dict) -> list[str]:
-        steps, lanes = lr.prepare(plan)
-        get_current_context()["ti"].xcom_push(key="steps", value=steps)
-        return lanes
-
-    @task
-    def revert(plan: dict) -> dict:
-        return lr.revert(plan)
-
-    @task
-    def verify(plan: dict, snap: dict, prepared: dict, loads: list, finalized: dict, reverted: dict) -> dict:
-        verified = lr.verify(plan, snap)
-        steps = {**prepared, "finalize": finalized, "revert": reverted, "verify": verified}
-        restore_report.write(plan, steps, list(loads), get_current_context()["run_id"])
-        return verified
-
-    plan = preflight()
-    snap = snapshot_config(plan)
-    lanes = prepare(plan)
-    loads = load.partial(plan=plan).expand(lane=lanes)
-    finalized = task(lr.finalize)(plan)
-    reverted = revert(plan).as_teardown(setups=snap, on_failure_fail_dagrun=True)
-    verified = verify(plan, snap, XComArg(lanes.operator, key="steps"), loads, finalized, reverted)
-    snap >> lanes
-    loads >> finalized >> reverted >> verified
-    finalized >> verified  # a failed load or finalize is never verified, though revert runs
+    # the steps are a task group shared with staging_refresh; here their ids stay plain (preflight, load, ...)
+    logical_restore_steps.override(prefix_group_id=False)()
 
 
 logical_restore()

@@ -6,7 +6,8 @@ into the destination (`file:///dir` or `s3://bucket/prefix`), with no local temp
 byte count are computed in-stream. `manifest.json` is written **last**: a backup folder without it is
 incomplete and is never restored.
 
-preflight (tools, versions, credentials, destination; read-only) → stream → write_manifest → prune
+preflight (tools, versions, credentials, destination; read-only) → stream → write_manifest →
+announce_backup (the Asset `lastline_physical_backup`: URL, id, binlog/GTID position) → prune
 (keep the `keep` newest complete backups, never the newest; drop incomplete ones older than
 `incomplete_grace_hours`).
 
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 from airflow.sdk import dag, task
 
+from lastline.airflow.assets import PHYSICAL_BACKUP, announce
 from lastline.airflow.defaults import dag_args, env
 from lastline.airflow.params import Override, params
 from lastline.physical import backup as pb
@@ -43,7 +45,13 @@ def physical_backup():
 
     plan = preflight()
     stats = task(pb.stream)(plan)
-    task(pb.finish, task_id="write_manifest")(plan, stats) >> prune()
+    @task(outlets=[PHYSICAL_BACKUP])
+    def announce_backup(plan: dict, written: str) -> dict:
+        """The Asset event: downstream DAGs (a restore drill) run on it."""
+        return announce(PHYSICAL_BACKUP, "physical", plan["destination"], plan["backup_id"], plan.get("aws_conn_id"))
+
+    written = task(pb.finish, task_id="write_manifest")(plan, stats)
+    announce_backup(plan, written) >> prune()
 
 
 physical_backup()

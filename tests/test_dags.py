@@ -12,7 +12,8 @@ def test_physical_backup_shape(dagbag):
     assert type(dag.timetable).__name__ == "CronTriggerTimetable"  # nightly by default
     assert dag.timetable.expression == "0 2 * * *"
     assert set(dag.params.keys()) >= {"source_conn_id", "destination", "compression", "parallel", "aws_conn_id"}
-    assert [t.task_id for t in dag.topological_sort()] == ["preflight", "stream", "write_manifest", "prune"]
+    assert [t.task_id for t in dag.topological_sort()] == ["preflight", "stream", "write_manifest", "announce_backup", "prune"]
+    assert [a.name for a in dag.get_task("announce_backup").outlets] == ["lastline_physical_backup"]
     assert all(t.retries == 0 for t in dag.tasks)  # LASTLINE_RETRIES=0 in tests; default is 2
 
 
@@ -31,7 +32,8 @@ def test_logical_backup_shape(dagbag):
         "source_conn_id", "destination", "databases", "chunk_rows", "compression", "parallel", "aws_conn_id", "include_grants",
     }
     assert dag.params["chunk_rows"] == 250_000
-    assert [t.task_id for t in dag.topological_sort()] == ["preflight", "dump", "prune"]
+    assert [t.task_id for t in dag.topological_sort()] == ["preflight", "dump", "announce_backup", "prune"]
+    assert [a.name for a in dag.get_task("announce_backup").outlets] == ["lastline_logical_backup"]
     assert "one task" in dag.doc_md.lower()  # why the parallelism lives inside the dump task
 
 
@@ -68,3 +70,19 @@ def test_replica_detach_uses_the_reusable_task_group(dagbag):
         "detach_replication.check", "detach_replication.detach", "detach_replication.verify",
         "detach_replication.open_for_writes",
     ]
+
+
+def test_staging_refresh_shape(dagbag):
+    dag = dagbag.get_dag("staging_refresh")
+    assert type(dag.timetable).__name__ == "AssetTriggeredTimetable"  # runs when a logical backup completes
+    assert set(dag.params.keys()) >= {"target_conn_id", "backup", "databases", "masking_rules", "masking_key_conn_id",
+                                      "open_for_writes", "parallel", "force"}
+    assert dag.params["target_conn_id"] == "lastline_staging" and dag.params["force"] is True
+    order = [t.task_id for t in dag.topological_sort()]
+    restore = [t for t in order if t.startswith("restore.")]
+    assert restore == ["restore.preflight", "restore.snapshot_config", "restore.prepare", "restore.load", "restore.finalize",
+                       "restore.revert", "restore.verify"]  # the logical restore's own group
+    assert order.index("preflight") < order.index("restore.preflight")
+    assert order.index("restore.verify") < order.index("detach_replication.check")
+    assert order.index("detach_replication.open_for_writes") < order.index("mask") < order.index("verify_masking") \
+        < order.index("open") < order.index("report")

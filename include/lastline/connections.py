@@ -4,7 +4,9 @@
 - `ssh_host(conn_id)`: an ssh connection as an :class:`SshHost`: host, port, login and the provider's
   extras `key_file` or `private_key`, `host_key` (checked: lastline never turns host key checking off),
   and `compress` (off unless asked: compressing compressed backup streams only slows them);
-- `extras(conn_id)`: a connection's extras (the AWS connection's, for S3 settings).
+- `extras(conn_id)`: a connection's extras (the AWS connection's, for S3 settings);
+- `secret(conn_id)`: a connection's password, for keys (the masking key): read where it is used, never
+  passed through XCom or logged.
 
 The connections come from wherever Airflow keeps them (env `AIRFLOW_CONN_*`, a secrets backend, the
 metadata DB); the layers below take the objects and never look a connection up themselves.
@@ -111,3 +113,12 @@ def ssh_host(conn_id: str) -> SshHost:
     _HOSTS[conn_id] = SshHost(f"{conn_id} ({user}@{host}:{port})", host, port, user, key_file, known,
                               compress=as_bool(extra.get("compress", False)))
     return _HOSTS[conn_id]
+
+
+def secret(conn_id: str) -> str:
+    """The password of connection `conn_id` (a key kept as a connection), or a ConfigError saying how to set it."""
+    value = _connection(conn_id, "generic").password or ""
+    if not value:
+        raise ConfigError(f"connection {conn_id!r} has no password: put the secret in its password field "
+                          f"(e.g. AIRFLOW_CONN_{conn_id.upper()}='{{\"conn_type\": \"generic\", \"password\": \"...\"}}').")
+    return value

@@ -14,7 +14,7 @@ from lastline.airflow.defaults import DESTINATION, SOURCE_CONN_ID, TARGET_CONN_I
 from lastline.logical.backup import DEFAULT_CHUNK_ROWS
 from lastline.logical.restore import DEFAULT_REDO_BYTES
 
-SERVERS, BACKUP, SAFETY, SPEED, KEEPING = "Servers", "Backup", "Safety", "Performance", "Retention"
+SERVERS, BACKUP, SAFETY, SPEED, KEEPING, MASKING = "Servers", "Backup", "Safety", "Performance", "Retention", "Masking"
 
 
 @dataclass(frozen=True)
@@ -87,6 +87,12 @@ SPECS: dict[str, Spec] = {
                                    "the target's connection id, to allow restoring into the server the backup came from", SAFETY),
     "restart": _flag(True, "Restart to prove it", "restart the server to prove the detach holds", SAFETY),
     "read_only_off": _flag(False, "Open for writes", "SET GLOBAL read_only=OFF at the very end", SAFETY),
+    "masking_rules": Spec(None, "Masking rules", "a JSON object {\"<db>.<table>.<column>\": \"<strategy>\"} (email, name, "
+                          "first_name, last_name, phone, hash, null, fixed:<value>, keep); empty: the Airflow Variable "
+                          "lastline_masking_rules", MASKING, {"type": ["null", "object"]}),
+    "masking_key_conn_id": _string(env("MASKING_KEY_CONN_ID", "lastline_masking"), "Masking key connection",
+                                   "the connection whose password is the masking key (same key: same masked values)", MASKING),
+    "open_for_writes": _flag(True, "Open for writes", "read_only=OFF once the masking is verified (off: it stays read-only)", MASKING),
     "keep": Spec(7, "Keep", "complete backups to keep", KEEPING, {"type": "integer", "minimum": 1}),
     "incomplete_grace_hours": Spec(24, "Grace for incomplete backups (h)", "age before an incomplete backup is removed", KEEPING,
                                    {"type": "number", "minimum": 0}),

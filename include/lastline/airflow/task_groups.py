@@ -3,8 +3,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from airflow.sdk import task, task_group
+from airflow.sdk import get_current_context, task, task_group
+from airflow.sdk.definitions.xcom_arg import XComArg
 
+from lastline.logical import report as restore_report
+from lastline.logical import restore as lr
 from lastline.replication import detach as rd
 
 
@@ -18,3 +21,53 @@ def detach_replication(target_conn_id: Any, restart: Any = True, read_only_off: 
     detached = task(rd.detach, task_id="detach")(plan)
     verified = task(rd.verify, task_id="verify")(plan, detached)
     return task(rd.open_for_writes, task_id="open_for_writes")(plan, verified)
+
+
+@task_group(group_id="restore")
+def logical_restore_steps(conf: Any = None) -> Any:
+    """preflight → **snapshot_config** (setup, read-only) → prepare (tune, create_schema, plan) → **load**
+    (`parallel` mapped lanes) → finalize → **revert** (teardown: runs after a failure too) → verify (then
+    the report). `conf`: the restore's Params as a dict or an XComArg (None: the run's own Params).
+    Returns verify's result."""
+
+    @task
+    def preflight(conf: dict | None = None, params: Any = None) -> dict:
+        return lr.preflight(dict(conf if conf is not None else params))
+
+    @task
+    def snapshot_config(plan: dict) -> dict:
+        return lr.snapshot_config(plan, get_current_context()["run_id"])
+
+    @task
+    def prepare(plan: dict) -> list[str]:
+        steps, lanes = lr.prepare(plan)
+        get_current_context()["ti"].xcom_push(key="steps", value=steps)
+        return lanes
+
+    @task(map_index_template="{{ unit_name }}")
+    def load(plan: dict, lane: str) -> list:
+        get_current_context()["unit_name"] = lane
+        return lr.load_lane(plan, lane)
+
+    @task
+    def revert(plan: dict) -> dict:
+        return lr.revert(plan)
+
+    @task
+    def verify(plan: dict, snap: dict, prepared: dict, loads: list, finalized: dict, reverted: dict) -> dict:
+        verified = lr.verify(plan, snap)
+        steps = {**prepared, "finalize": finalized, "revert": reverted, "verify": verified}
+        restore_report.write(plan, steps, list(loads), get_current_context()["run_id"])
+        return verified
+
+    plan = preflight(conf)
+    snap = snapshot_config(plan)
+    lanes = prepare(plan)
+    loads = load.partial(plan=plan).expand(lane=lanes)
+    finalized = task(lr.finalize)(plan)
+    reverted = revert(plan).as_teardown(setups=snap, on_failure_fail_dagrun=True)
+    verified = verify(plan, snap, XComArg(lanes.operator, key="steps"), loads, finalized, reverted)
+    snap >> lanes
+    loads >> finalized >> reverted >> verified
+    finalized >> verified  # a failed load or finalize is never verified, though revert runs
+    return verified

@@ -13,6 +13,7 @@ connection that works for MySqlHook works for lastline. Extras read from the con
   instead of host/port (with ``ssh_conn_id``: the socket on that host, used by the commands run there);
 - ``charset``: the client character set (default ``utf8mb4``; names outside it cannot be restored);
 - ``protected``: ``true`` marks a production server that lastline never restores into;
+- ``role``: ``staging`` marks a server that staging refreshes may write into (they refuse any other);
 - ``ssl`` (a dict or its JSON: ``ca``, ``cert``, ``key``) and ``ssl_mode`` (``REQUIRED``, ``VERIFY_CA``,
   ``VERIFY_IDENTITY``), as the mysql provider reads them: every connection lastline opens then uses TLS,
   the dump workers' and the tools' (mariabackup, mariadb) through their option file.
@@ -57,6 +58,7 @@ class Server:
     service_stop: str = DEFAULT_SERVICE_STOP
     ssh_conn_id: str | None = None
     protected: bool = False
+    role: str | None = None  # "staging" marks a server that staging refreshes may write into
     ssl: dict | None = None
     ssl_mode: str | None = None
     charset: str = "utf8mb4"
@@ -79,6 +81,7 @@ class Server:
             service_stop=extra.get("service_stop") or DEFAULT_SERVICE_STOP,
             ssh_conn_id=extra.get("ssh_conn_id") or None,
             protected=as_bool(extra.get("protected", False)),
+            role=str(extra["role"]).strip().lower() if extra.get("role") else None,
             ssl=_ssl_extra(extra.get("ssl")),
             ssl_mode=str(extra["ssl_mode"]).upper() if extra.get("ssl_mode") else None,
             charset=str(extra.get("charset") or "utf8mb4"),

@@ -24,6 +24,8 @@ got wrong can then never verify.
 """
 from __future__ import annotations
 
+import re
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 
 from lastline.core.sql import qualified, quote_ident
@@ -155,3 +157,15 @@ def load_sql(schema: str, table: str, columns: list[Column], path: str = "%s") -
         f"({', '.join(targets)})"
     )
     return sql + (" SET " + ", ".join(sets) if sets else "")
+
+
+_UNESCAPE = {b"t": b"\t", b"n": b"\n", b"\\": b"\\", b"0": b"\0"}
+_ESCAPE_RE = re.compile(rb"\\(.)", re.S)
+
+
+def decode_rows(data: bytes) -> Iterator[list[bytes | None]]:
+    """The rows of complete lines of a chunk's text (its DIALECT), fields unescaped, NULL as None."""
+    for line in data.split(b"\n"):
+        if line:
+            yield [None if f == b"\\N" else _ESCAPE_RE.sub(lambda m: _UNESCAPE.get(m.group(1), m.group(1)), f)
+                   for f in line.split(b"\t")]

@@ -1,0 +1,75 @@
+"""
+### staging_refresh: yesterday's production in staging, with no one's personal data
+
+Runs when a logical backup completes (the Asset `lastline_logical_backup`: that backup is restored)
+and on demand (the Params form: `backup`, default the newest).
+
+preflight (**target guard**: the connection's extra `"role": "staging"`, not `protected`, not the
+server the backup came from; **rules**: each names a column of the backup and fits it; **PII guard**:
+every column whose name or sampled values look personal has a rule, else the run refuses with a rules
+snippet to paste; then read_only=ON) → **restore** (the logical restore's task group) →
+**detach_replication** → **mask** (one UPDATE per table, keyed HMAC in SQL: the same value masks alike
+in every table and every refresh with the same key) → **verify_masking** (no original value
+survives; joins between masked columns still match) → **open** (read_only=OFF if `open_for_writes`)
+→ **report** (the audit: column, strategy, values, rows changed).
+
+The key is the password of the `masking_key_conn_id` connection; it never reaches XCom or a log.
+"""
+from __future__ import annotations
+
+from airflow.sdk import Variable, dag, get_current_context, task
+
+from lastline.airflow.assets import LOGICAL_BACKUP, backup_from_event
+from lastline.airflow.defaults import dag_args, env
+from lastline.airflow.params import Override, params
+from lastline.airflow.task_groups import detach_replication, logical_restore_steps
+from lastline.staging import refresh as sr
+from lastline.staging import verify as sv
+
+
+@dag(
+    dag_id="staging_refresh",
+    **dag_args(schedule=[LOGICAL_BACKUP]),
+    doc_md=__doc__,
+    tags=["lastline", "logical", "staging", "masking"],
+    params=params(
+        "target_conn_id", "backup", "databases", "masking_rules", "masking_key_conn_id", "open_for_writes", "parallel",
+        "tune", "defer_indexes", "index_build", "force", "restart", "redo_log_bytes", "aws_conn_id",
+        target_conn_id=Override(env("STAGING_CONN_ID", "lastline_staging"),
+                                description="the staging server's mysql connection (its extra must say \"role\": \"staging\")"),
+        backup="<destination>/<backup_id> or <destination>/latest; a run started by a backup's Asset event restores that backup",
+        force=Override(True, description="replace the staging databases a previous refresh left"),
+        restart=Override(False, description="restart staging to prove the detach holds"),
+    ),
+)
+def staging_refresh():
+    @task(multiple_outputs=True)
+    def preflight(params=None) -> dict:
+        conf = {**params, "backup": backup_from_event(params["backup"])}
+        rules = params.get("masking_rules") or Variable.get("lastline_masking_rules", default="{}")
+        return sr.preflight(conf, rules)
+
+    @task
+    def mask(plan: dict) -> dict:
+        return sr.mask(plan, get_current_context()["run_id"])
+
+    @task
+    def verify_masking(plan: dict, masked: dict) -> dict:
+        return sv.verify_masking(plan, get_current_context()["run_id"])
+
+    @task
+    def report(plan: dict, verified: dict, masked: dict, opened: dict) -> dict:
+        return sr.report(plan, verified, masked, get_current_context()["run_id"])
+
+    plan = preflight()
+    restored = logical_restore_steps(plan["restore"])
+    detached = detach_replication(plan["target_conn_id"], "{{ params.restart }}", False)
+    masked = mask(plan)
+    verified = verify_masking(plan, masked)
+    opened = task(sr.open_target, task_id="open")(plan)
+    restored >> detached >> masked
+    verified >> opened
+    report(plan, verified, masked, opened)
+
+
+staging_refresh()

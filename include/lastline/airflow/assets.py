@@ -1,0 +1,34 @@
+"""The Assets lastline's backups update: a downstream DAG (staging_refresh, a drill) is scheduled on them.
+
+Each complete backup emits one event whose extra says which backup it was: its URL (<destination>/<id>),
+id, kind, and the binlog/GTID position it is consistent with, read back from the manifest just written.
+"""
+from __future__ import annotations
+
+from airflow.sdk import Asset, get_current_context
+
+from lastline.manifest import read_manifest
+from lastline.storage import open_storage
+
+LOGICAL_BACKUP = Asset(name="lastline_logical_backup", uri="lastline://backups/logical")
+PHYSICAL_BACKUP = Asset(name="lastline_physical_backup", uri="lastline://backups/physical")
+
+
+def announce(asset: Asset, kind: str, destination: str, backup_id: str, aws_conn_id: str | None = None) -> dict:
+    """Set the running task's event on `asset` to this backup (the task must list it in its outlets)."""
+    manifest = read_manifest(open_storage(destination, aws_conn_id), backup_id, kind)
+    extra = {"url": f"{destination.rstrip('/')}/{backup_id}", "backup_id": backup_id, "kind": kind,
+             "binlog_file": manifest.binlog_file, "binlog_position": manifest.binlog_position, "gtid": manifest.gtid}
+    get_current_context()["outlet_events"][asset].extra = extra
+    return extra
+
+
+def backup_from_event(default: str) -> str:
+    """The backup a run was triggered for (its asset event's URL), else `default` (the Param)."""
+    events = get_current_context().get("triggering_asset_events") or {}
+    for asset_events in events.values():
+        for event in reversed(list(asset_events)):
+            url = (event.extra or {}).get("url")
+            if url:
+                return str(url)
+    return default

@@ -1,0 +1,224 @@
+"""The staging refresh's own stages, around the logical restore and the detach (dags/staging_refresh.py):
+preflight (the target guard, the rules, the PII guard) -> [restore] -> [detach] -> mask -> verify_masking
+(staging.verify) -> open -> report.
+
+The masking key is the password of the `masking_key_conn_id` connection: each task that needs it reads it
+there; it never crosses XCom, a log line or a command line (it reaches the server as HMAC pads in session
+variables of one connection).
+"""
+from __future__ import annotations
+
+import json
+import logging
+import re
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from lastline import connections
+from lastline.core.errors import PreflightError, ProtectedTargetError
+from lastline.core.plans import Conf, Plan
+from lastline.core.sql import META_DB, SYSTEM_SCHEMAS, server_identity
+from lastline.logical import dialect
+from lastline.logical.backup_files import checked_schema
+from lastline.logical.report import report_dir
+from lastline.manifest import read_manifest, resolve_backup
+from lastline.staging import masking, pii
+from lastline.staging.rules import EMAIL_DOMAIN, HASHED, Rule, parse_rules
+
+log = logging.getLogger(__name__)
+
+# the logical restore's own knobs a staging refresh passes on
+RESTORE_KNOBS = ("parallel", "tune", "restart_allowed", "defer_indexes", "index_build", "redo_log_bytes", "aws_conn_id")
+
+
+@dataclass(frozen=True)
+class StagingPlan(Plan):
+    """One staging refresh: the backup, the staging target, the rules, and the restore it runs."""
+
+    target_conn_id: str
+    backup: str
+    backup_id: str
+    databases: list[str]
+    rules: list[dict]
+    masking_key_conn_id: str
+    open_for_writes: bool
+    restore: dict = field(default_factory=dict)
+    aws_conn_id: str | None = None
+
+    def rule_list(self) -> list[Rule]:
+        return [Rule(**r) for r in self.rules]
+
+
+def unique_columns(create: str) -> set[str]:
+    """The columns that are part of the PRIMARY KEY or a UNIQUE key in a CREATE TABLE statement."""
+    out: set[str] = set()
+    for m in re.finditer(r"^\s*(?:PRIMARY KEY|UNIQUE KEY(?: `(?:[^`]|``)*`)?)\s*\((.*)\)", create, re.M):
+        out |= {n.replace("``", "`") for n in re.findall(r"`((?:[^`]|``)*)`", m.group(1))}
+    return out
+
+
+def _rule_problem(r: Rule, col: dialect.Column, unique: bool) -> str | None:
+    """Why `r` cannot mask `col`, or None."""
+    text = col.charset is not None
+    length = re.search(r"\((\d+)\)", col.column_type)
+    chars = int(length.group(1)) if length and text else None
+    if r.strategy == "null" and not col.nullable:
+        return "null on a NOT NULL column: use fixed:<value> or another strategy"
+    if r.strategy == "fixed" and unique:
+        return "fixed on a UNIQUE column would repeat one value: use hash or email"
+    if r.strategy == "phone" and unique:
+        return "phone keeps the length and punctuation, which leaves too few numbers to keep a UNIQUE column unique: use hash"
+    if r.strategy in HASHED and r.strategy != "phone" and not text:
+        return f"{r.strategy} writes text, and this column is {col.column_type}: use null, fixed:<value> or keep"
+    if r.strategy == "email" and chars is not None and chars < len(EMAIL_DOMAIN) + 10:
+        return f"email needs {len(EMAIL_DOMAIN) + 10}+ characters, the column holds {chars}: use hash"
+    if r.strategy == "hash" and unique and chars is not None and chars < 16:
+        return f"hash cut to {chars} characters cannot keep a UNIQUE column unique: widen it or use null"
+    return None
+
+
+def preflight(conf: dict, rules: Any) -> dict:
+    """The target guard (role staging, not protected, not the backup's source), the rules (every one names a
+    column of the backup, fits it), the PII guard (every column that looks personal has a rule) and the
+    masking key's presence. Refusals change nothing; once all pass, the target is set read-only (writes
+    stay out until the masking is verified and `open` runs)."""
+    params = Conf(conf)
+    target_conn_id = params.required("target_conn_id")
+    server = connections.server(target_conn_id)
+    server.refuse_if_protected("refreshes staging into it")
+    if server.role != "staging":
+        raise ProtectedTargetError(
+            f"target {server.describe()} is not marked as a staging server (its connection's extra role is "
+            f"{server.role!r}): a staging refresh writes only into a connection whose extra has \"role\": \"staging\". "
+            "Nothing was touched."
+        )
+    aws = params.text("aws_conn_id")
+    storage, backup_id = resolve_backup(params.required("backup"), aws, "logical")
+    manifest = read_manifest(storage, backup_id, "logical")
+    schema = checked_schema(storage, manifest)
+    with server.session() as cur:
+        if manifest.source_identity and server_identity(cur) == manifest.source_identity:
+            raise ProtectedTargetError(
+                f"target {server.describe()} is the server backup {backup_id} was taken from ({manifest.source_conn_id}): "
+                "a staging refresh never writes into production. Nothing was touched."
+            )
+    in_backup = [d["name"] for d in manifest.databases]
+    databases = params.names("databases") or [d for d in in_backup if d not in SYSTEM_SCHEMAS and d != META_DB]
+    missing = [d for d in databases if d not in in_backup]
+    if missing:
+        raise PreflightError(f"database(s) {', '.join(missing)} are not in backup {backup_id}; it holds: {', '.join(in_backup)}.")
+
+    tables = {(t.schema, t.name): t for t in manifest.tables}
+    creates = {(t["schema"], t["name"]): t["create"] for t in schema["tables"]}
+    parsed = [r for r in parse_rules(rules) if r.schema in databases]
+    problems = []
+    for r in parsed:
+        t = tables.get((r.schema, r.table))
+        cols = {c["name"]: dialect.Column(**c) for c in t.columns} if t else {}
+        if r.column not in cols:
+            problems.append(f"{r.key}: no such column in backup {backup_id}")
+            continue
+        problem = _rule_problem(r, cols[r.column], r.column in unique_columns(creates.get((r.schema, r.table), "")))
+        if problem:
+            problems.append(f"{r.key}: {problem}")
+    if problems:
+        raise PreflightError("masking rules that cannot be applied:\n  " + "\n  ".join(problems) + "\nNothing was touched.")
+
+    covered = {r.key for r in parsed}
+    uncovered = [f for f in pii.scan(storage, manifest, databases) if f.key not in covered]
+    if uncovered:
+        snippet = {}
+        for f in uncovered:
+            col = next(dialect.Column(**c) for c in tables[(f.schema, f.table)].columns if c["name"] == f.column)
+            snippet[f.key] = f.suggestion(col.nullable, col.charset is not None)
+        raise PreflightError(
+            f"{len(uncovered)} column(s) look like personal data and have no masking rule:\n  "
+            + "\n  ".join(f"{f.key}: {'; '.join(f.why)}" for f in uncovered)
+            + "\nAdd a rule for each (\"keep\" to leave one as it is, on the record); to start from, merge into "
+            "masking_rules:\n" + json.dumps(snippet, indent=1) + "\nNothing was touched."
+        )
+    key_conn_id = params.text("masking_key_conn_id", "lastline_masking") or "lastline_masking"
+    connections.secret(key_conn_id)  # present; read again where it is used, never kept
+
+    restore = {k: conf[k] for k in RESTORE_KNOBS if k in conf and conf[k] is not None}
+    restore.update(target_conn_id=target_conn_id, backup=f"{_destination(params.required('backup'))}/{backup_id}",
+                   databases=databases, force=params.flag("force", True), restore_into_source="", restore_grants=False)
+    with server.session() as cur:  # everything checked: keep writes out until masking is verified
+        cur.execute("SET GLOBAL read_only = ON")
+    log.info("staging refresh of %s from backup %s: %d database(s), %d rule(s) (%d keep); every PII-looking column covered",
+             server.describe(), backup_id, len(databases), len(parsed), sum(r.strategy == "keep" for r in parsed))
+    return StagingPlan(
+        target_conn_id=target_conn_id, backup=restore["backup"], backup_id=backup_id, databases=databases,
+        rules=[r.to_dict() for r in parsed], masking_key_conn_id=key_conn_id,
+        open_for_writes=params.flag("open_for_writes", True), restore=restore, aws_conn_id=aws,
+    ).to_dict()
+
+
+def _destination(url: str) -> str:
+    return url.rstrip("/").rsplit("/", 1)[0]
+
+
+def mask(plan: StagingPlan | dict, run_key: str) -> dict:
+    """Mask every ruled table, one UPDATE per table, exactly once per run (see masking)."""
+    plan = StagingPlan.of(plan)
+    server = connections.server(plan.target_conn_id)
+    key = connections.secret(plan.masking_key_conn_id)
+    t0 = time.monotonic()
+    done, skipped = {}, []
+    conn = server.connect()
+    try:
+        cur = conn.cursor()
+        cur.execute("SET SESSION sql_log_bin = 0, foreign_key_checks = 0, autocommit = 0")
+        masking.ensure_tables(cur)
+        masking.set_key(cur, key)
+        for (schema, table), rules in masking.by_table(plan.rule_list()).items():
+            s = time.monotonic()
+            audit = masking.mask_table(conn, run_key, schema, table, rules, masking.column_infos(cur, schema, table))
+            name = f"{schema}.{table}"
+            if audit is None:
+                skipped.append(name)
+                continue
+            done[name] = audit
+            log.info("masked %s in %.1f s: %s", name, time.monotonic() - s,
+                     ", ".join(f"{c} ({a['strategy']}, {a['values']} values)" for c, a in audit.items()))
+    finally:
+        conn.close()
+    if skipped:
+        log.info("already masked by this run (a retry): %s", ", ".join(skipped))
+    return {"seconds": round(time.monotonic() - t0, 3), "tables": len(done), "skipped": skipped}
+
+
+def open_target(plan: StagingPlan | dict) -> dict:
+    """read_only=OFF if the run asked for it (open_for_writes), else the target stays read-only."""
+    plan = StagingPlan.of(plan)
+    server = connections.server(plan.target_conn_id)
+    with server.session() as cur:
+        if plan.open_for_writes:
+            cur.execute("SET GLOBAL read_only = OFF")
+        cur.execute(f"DELETE FROM {META_DB}.mask_originals")  # hashes of personal data: not kept past the check
+        cur.connection.commit()
+    log.info("%s: %s", server.describe(), "open for writes" if plan.open_for_writes else "left read-only (open_for_writes is off)")
+    return {"open_for_writes": plan.open_for_writes}
+
+
+def report(plan: StagingPlan | dict, verified: dict, masked: dict, run_id: str) -> dict:
+    """The refresh's record: backup, target, the audit (column, strategy, values, rows changed, survivors),
+    the joins kept, the columns kept on purpose; JSON and Markdown beside the restore's report."""
+    plan = StagingPlan.of(plan)
+    out = {"backup": plan.backup, "target_conn_id": plan.target_conn_id, "databases": plan.databases,
+           "mask_seconds": masked.get("seconds"), "columns": verified["columns"], "joins": verified["joins"],
+           "kept": [c["column"] for c in verified["columns"] if c["strategy"] == "keep"]}
+    folder = report_dir(run_id)
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "staging_refresh.json").write_text(json.dumps(out, indent=1))
+    lines = [f"# Staging refresh of {plan.target_conn_id} from {plan.backup}", "",
+             "| column | strategy | values | rows changed | survivors |", "|---|---|---|---|---|"]
+    lines += [f"| {c['column']} | {c['strategy']} | {c['values']} | {c['rows_changed']} | {c['survivors']} |" for c in verified["columns"]]
+    if verified["joins"]:
+        lines += ["", "| joined columns | strategy | values in common before | after |", "|---|---|---|---|"]
+        lines += [f"| {j['a']} = {j['b']} | {j['strategy']} | {j['before']} | {j['after']} |" for j in verified["joins"]]
+    (folder / "staging_refresh.md").write_text("\n".join(lines) + "\n")
+    log.info("staging report: %s", folder / "staging_refresh.md")
+    return {"report": str(folder / "staging_refresh.json")}
+

@@ -1,0 +1,100 @@
+"""Masking rules: `{"<db>.<table>.<column>": "<strategy>"}`, parsed and checked against the backup's schema.
+
+Names with dots or spaces are written in backquotes: `` "`my.db`.`t 1`.`e``mail`": "email" `` (a
+backquote inside is doubled, as in SQL). Strategies, each deterministic under the masking key (the same
+value masks to the same output in every table and every refresh with the same key):
+
+- ``email``: ``u<hex>@example.com`` (a reserved domain), 96 bits of the value's HMAC: unique stays unique;
+- ``name``, ``first_name``, ``last_name``: a made-up name from syllables (never a real person's);
+- ``phone``: the same length and punctuation, every digit replaced;
+- ``hash``: the hex of the value's keyed HMAC-SHA256 (cut to the column's length);
+- ``null``; ``fixed:<value>``; ``keep`` (an explicit, audited opt-out).
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from lastline.core.errors import ConfigError
+from lastline.core.sql import quote_ident
+
+STRATEGIES = ("email", "name", "first_name", "last_name", "phone", "hash", "null", "fixed:<value>", "keep")
+HASHED = ("email", "name", "first_name", "last_name", "phone", "hash")  # outputs derived from the keyed HMAC
+EMAIL_DOMAIN = "example.com"
+EMAIL_HEX = 24  # 96 bits: no two values of a UNIQUE column collide in practice
+
+
+@dataclass(frozen=True)
+class Rule:
+    """One column's masking: where, and how."""
+
+    schema: str
+    table: str
+    column: str
+    strategy: str  # one of STRATEGIES' names; "fixed" with `value`
+    value: str | None = None
+
+    @property
+    def key(self) -> str:
+        """The rule's name as users write it (backquoted where a plain dotted name would be ambiguous)."""
+        return column_key(self.schema, self.table, self.column)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"schema": self.schema, "table": self.table, "column": self.column, "strategy": self.strategy, "value": self.value}
+
+
+def column_key(schema: str, table: str, column: str) -> str:
+    """`db.table.column`, with each part backquoted if it holds a dot, a backquote or a space."""
+    parts = [p if re.fullmatch(r"[^.` ]+", p) else quote_ident(p) for p in (schema, table, column)]
+    return ".".join(parts)
+
+
+def split_key(key: str) -> tuple[str, str, str]:
+    """`db.table.column` (parts optionally backquoted) as its three names."""
+    parts, i = [], 0
+    while i <= len(key):
+        if key[i:i + 1] == "`":
+            m = re.match(r"`((?:[^`]|``)*)`", key[i:])
+            if not m:
+                raise ConfigError(f"masking rule {key!r}: an unclosed backquote.")
+            parts.append(m.group(1).replace("``", "`"))
+            i += m.end()
+        else:
+            j = key.find(".", i)
+            j = len(key) if j < 0 else j
+            parts.append(key[i:j])
+            i = j
+        if i < len(key) and key[i] != ".":
+            raise ConfigError(f"masking rule {key!r}: expected a dot after {parts[-1]!r}.")
+        i += 1
+    if len(parts) != 3 or not all(parts):
+        raise ConfigError(f"masking rule {key!r}: write it as <database>.<table>.<column> (backquote names with dots).")
+    return parts[0], parts[1], parts[2]
+
+
+def parse_rules(rules: Any) -> list[Rule]:
+    """The rules of a JSON object (or its text); an unknown strategy or a malformed name is a ConfigError."""
+    if isinstance(rules, str):
+        import json
+
+        try:
+            rules = json.loads(rules) if rules.strip() else {}
+        except ValueError as exc:
+            raise ConfigError(f"masking_rules is not valid JSON ({exc}).") from exc
+    if rules is None:
+        rules = {}
+    if not isinstance(rules, dict):
+        raise ConfigError("masking_rules must be a JSON object {\"<db>.<table>.<column>\": \"<strategy>\"}.")
+    out = []
+    for key, strategy in rules.items():
+        schema, table, column = split_key(str(key))
+        text = str(strategy).strip()
+        name, _, value = text.partition(":")
+        if name == "fixed" and _:
+            out.append(Rule(schema, table, column, "fixed", value))
+        elif text in STRATEGIES and text != "fixed:<value>":
+            out.append(Rule(schema, table, column, text))
+        else:
+            raise ConfigError(f"masking rule {key!r}: unknown strategy {text!r}; choose one of {', '.join(STRATEGIES)}.")
+    return out
