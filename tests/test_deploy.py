@@ -16,8 +16,11 @@ def test_compose_has_the_distributed_stack():
     env = services["airflow-worker"]["environment"]
     assert env["AIRFLOW__CORE__EXECUTOR"] == "CeleryExecutor"
     assert "PYTHONPATH" not in env  # the image installs the package (pip install .)
-    for name in ("AIRFLOW_CONN_LASTLINE_SOURCE", "AIRFLOW_CONN_LASTLINE_TARGET", "AIRFLOW_CONN_LASTLINE_S3"):
+    for name in ("AIRFLOW_CONN_LASTLINE_SOURCE", "AIRFLOW_CONN_LASTLINE_TARGET", "AIRFLOW_CONN_LASTLINE_S3",
+                 "AIRFLOW_CONN_LASTLINE_STAGING"):
         assert yaml.safe_load(env[name])["conn_type"] in ("mysql", "aws")
+    assert yaml.safe_load(env["AIRFLOW_CONN_LASTLINE_STAGING"])["extra"]["role"] == "staging"
+    assert env["AIRFLOW_CONN_LASTLINE_MASKING"].startswith("${")  # the masking key comes from outside the file
 
 
 def test_requirements_are_pinned():

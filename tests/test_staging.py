@@ -191,7 +191,9 @@ def test_wrong_targets_and_unlisted_pii_are_refused_with_nothing_written(crm, lo
 
     for rules, match in (({**RULES, "crm.customers.nope": "hash"}, "no such column"),
                          ({**RULES, "crm.customers.email": "fixed:x"}, "fixed on a UNIQUE column"),
-                         ({**RULES, "crm.customers.email": "null"}, "null on a NOT NULL column")):
+                         ({**RULES, "crm.customers.email": "null"}, "null on a NOT NULL column"),
+                         ({**RULES, "crm.orders.customer_email": "hash"},
+                          r"foreign key fk_customer joins crm.orders.customer_email \(hash\) to crm.customers.email \(email\)")):
         with pytest.raises(PreflightError, match=match):
             sr.preflight(_conf(backup), rules)
     with pytest.raises(PreflightError, match=r"database\(s\) nope are not in backup"):

@@ -9,6 +9,7 @@ import signal
 import sqlite3
 import subprocess
 import time
+import urllib.request
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -35,13 +36,22 @@ class Standalone:
                 if self.proc.poll() is not None:
                     raise RuntimeError(f"airflow standalone exited with status {self.proc.returncode}; see {self.log}")
                 listed = self.airflow("dags", "list", check=False)
-                if listed.returncode == 0 and self.wait_for_dag in listed.stdout:
+                if listed.returncode == 0 and self.wait_for_dag in listed.stdout and self._api_up():
                     return self
                 time.sleep(3)
             raise RuntimeError(f"airflow standalone did not come up in 240 s; see {self.log}")
         except BaseException:
             self.__exit__()
             raise
+
+    def _api_up(self) -> bool:
+        """The api-server answers (its workers run tasks through it: a task started before it is up fails)."""
+        port = self.env.get("AIRFLOW__API__PORT", "8080")
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/api/v2/monitor/health", timeout=5) as r:
+                return r.status == 200
+        except OSError:
+            return False
 
     def airflow(self, *args: str, check: bool = True) -> subprocess.CompletedProcess:
         return subprocess.run([str(ROOT / "bin/airflow"), *args], env=self.env, capture_output=True, text=True,

@@ -22,6 +22,7 @@ from lastline.core.sql import META_DB, SYSTEM_SCHEMAS, server_identity
 from lastline.logical import dialect
 from lastline.logical.backup_files import checked_schema
 from lastline.logical.report import report_dir
+from lastline.logical.schema import split_deferred
 from lastline.manifest import read_manifest, resolve_backup
 from lastline.staging import masking, pii
 from lastline.staging.rules import EMAIL_DOMAIN, HASHED, Rule, parse_rules
@@ -55,6 +56,26 @@ def unique_columns(create: str) -> set[str]:
     out: set[str] = set()
     for m in re.finditer(r"^\s*(?:PRIMARY KEY|UNIQUE KEY(?: `(?:[^`]|``)*`)?)\s*\((.*)\)", create, re.M):
         out |= {n.replace("``", "`") for n in re.findall(r"`((?:[^`]|``)*)`", m.group(1))}
+    return out
+
+
+_NAME = r"`((?:[^`]|``)*)`"
+
+
+def foreign_keys(schema: str, create: str) -> list[tuple[str, list[tuple[str, str, str]], list[tuple[str, str, str]]]]:
+    """A CREATE TABLE's foreign keys: (name, child columns, parent columns), columns as (db, table, column)."""
+    table = re.match(r"CREATE TABLE " + _NAME, create)
+    out = []
+    for line in split_deferred(create)[2]:
+        m = re.search(r"CONSTRAINT " + _NAME + r" FOREIGN KEY \((.*?)\) REFERENCES (?:" + _NAME + r"\.)?" + _NAME + r" \((.*?)\)", line)
+        if not m or not table:
+            continue
+        name, child, parent_db, parent, parents = m.groups()
+        names = [n.replace("``", "`") for n in re.findall(_NAME, child)]
+        refs = [n.replace("``", "`") for n in re.findall(_NAME, parents)]
+        pdb = (parent_db or schema).replace("``", "`")
+        out.append((name.replace("``", "`"), [(schema, table.group(1).replace("``", "`"), n) for n in names],
+                    [(pdb, parent.replace("``", "`"), n) for n in refs]))
     return out
 
 
@@ -122,6 +143,16 @@ def preflight(conf: dict, rules: Any) -> dict:
         problem = _rule_problem(r, cols[r.column], r.column in unique_columns(creates.get((r.schema, r.table), "")))
         if problem:
             problems.append(f"{r.key}: {problem}")
+    strategy_of = {(r.schema, r.table, r.column): r.strategy for r in parsed}
+    for (db, _), create in creates.items():
+        if db not in databases:
+            continue
+        for name, child, parent in foreign_keys(db, create):
+            for c, p in zip(child, parent):
+                a, b = strategy_of.get(c, "keep"), strategy_of.get(p, "keep")
+                if a != b and not (a == "null" and b != "null"):
+                    problems.append(f"foreign key {name} joins {'.'.join(c)} ({a}) to {'.'.join(p)} ({b}): "
+                                    "mask both with the same strategy, or the rows no longer join")
     if problems:
         raise PreflightError("masking rules that cannot be applied:\n  " + "\n  ".join(problems) + "\nNothing was touched.")
 
