@@ -376,7 +376,8 @@ def test_per_table_index_builds_run_in_the_lanes_and_two_lanes_split_the_units(b
     import threading
 
     caplog.set_level(logging.INFO)
-    plan = lr.preflight(_conf(backups, force=True, databases=["sakila", "big"], index_build="per_table"))
+    dbs = ("sakila", "big")
+    plan = lr.preflight(_conf(backups, force=True, databases=list(dbs), index_build="per_table"))
     snap = lr.snapshot_config(plan)
     lr.prepare(plan)
     lanes = lr.plan_lanes(plan)
@@ -393,9 +394,21 @@ def test_per_table_index_builds_run_in_the_lanes_and_two_lanes_split_the_units(b
     indexes = target.query("SELECT COUNT(DISTINCT INDEX_NAME) FROM information_schema.STATISTICS WHERE TABLE_SCHEMA = 'sakila' "
                            "AND TABLE_NAME = 'rental' AND INDEX_NAME <> 'PRIMARY'")[0][0]
     assert indexes >= 3  # built in a lane, before finalize
-    assert "indexes of sakila.rental built" in caplog.text
+    assert "sakila.rental: indexes built in" in caplog.text
+    # and each table's checksum, taken in the lane while its pages were in memory, is what verify compares
+    checked = dict(((s, t), (r, c)) for s, t, r, c in target.query(
+        "SELECT schema_name, table_name, rows_seen, checksum_seen FROM _lastline.table_checks"))
+    manifest = {(t.schema, t.name): (t.rows, t.checksum) for t in lr.open_backup(lr.RestorePlan.of(plan))[1].tables
+                if t.schema in dbs}
+    assert {(_s(k[0]), _s(k[1])): (int(v[0]), _s(v[1])) for k, v in checked.items()} == manifest
     lr.finalize(plan)
     lr.revert(plan)
+    caplog.clear()
     assert lr.verify(plan, snap)
-    dbs = ("sakila", "big")
+    assert f"({len(manifest)} computed by the lanes as each table completed)" in caplog.text
+    assert target.query("SELECT COUNT(*) FROM _lastline.table_checks")[0][0] == 0  # forgotten once verified
     assert _diff(_objects(logical_source.server(), dbs), _objects(target, dbs)) == []
+
+
+def _s(v) -> str:
+    return v.decode() if isinstance(v, bytes) else str(v)

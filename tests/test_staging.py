@@ -255,3 +255,11 @@ def test_a_completed_logical_backup_refreshes_staging_under_the_scheduler(crm, l
     assert len(emails) == N_CUSTOMERS and all(e.endswith("@example.com") for e in emails)
     report = json.loads(next((tmp_path / "reports").glob("*/staging_refresh.json")).read_text())
     assert report["backup"] == extra["url"]  # the backup the event named was the one restored
+
+
+def test_keys_are_read_from_create_statements_whatever_the_names():
+    create = ("CREATE TABLE `or``ders` (\n  `id` int(11) NOT NULL,\n  `cu``st` varchar(9) DEFAULT NULL,\n"
+              "  PRIMARY KEY (`id`),\n  UNIQUE KEY `u 1` (`a``b`,`c`),\n  KEY `k` (`cu``st`),\n"
+              "  CONSTRAINT `fk``x` FOREIGN KEY (`cu``st`) REFERENCES `other db`.`cust.omers` (`em``ail`)\n) ENGINE=InnoDB")
+    assert sr.unique_columns(create) == {"id", "a`b", "c"}
+    assert sr.foreign_keys("my db", create) == [("fk`x", [("my db", "or`ders", "cu`st")], [("other db", "cust.omers", "em`ail")])]

@@ -26,7 +26,7 @@ from lastline.logical.plans import RestorePlan
 from lastline.logical.schema import split_deferred
 from lastline.logical.schema_checks import checked_create, database_create, validate_schema
 from lastline.logical.target_state import STATE, aside_name, clear_state, dbs_key, ensure_state, resuming, set_aside  # noqa: F401
-from lastline.logical.verify import verify  # noqa: F401
+from lastline.logical.verify import forget_checks, record_check, verify  # noqa: F401
 from lastline.logical.work_units import WorkUnit, plan_units
 from lastline.manifest import read_manifest, resolve_backup
 
@@ -164,6 +164,7 @@ def create_schema(plan: RestorePlan | dict) -> dict:
             for db in plan.databases:
                 set_aside(cur, db)  # force: the old tables stay until verify has passed
             clear_state(cur, manifest, plan.databases)
+            forget_checks(cur, plan.backup_id)  # every table is loaded anew: checksums of an earlier run do not count
             cur.execute(
                 f"INSERT INTO {STATE} VALUES (%s, %s, %s, CURRENT_TIMESTAMP(6), NULL)",
                 (plan.backup_id, dbs_key(plan.databases), json.dumps(sorted(plan.databases))),
@@ -232,13 +233,18 @@ def load_lane(plan: RestorePlan | dict, lane: str) -> list[dict]:
     if plan.defer_indexes and plan.index_build == "per_table":
         tables = {(t["schema"], t["name"]): t for t in checked_schema(storage, manifest)["tables"]}
 
+        in_manifest = {(t.schema, t.name): t for t in manifest.tables}
+
         def built(schema: str, name: str) -> None:  # in this lane's slot, while the other lanes load
             t0 = time.monotonic()
             with server.session() as cur:
                 cur.execute(dialect.LOAD_SESSION)
                 cur.execute("SET SESSION sql_log_bin = 0")
                 add_indexes(cur, tables[(schema, name)])
-            log.info("%s: indexes of %s.%s built in %.1f s", lane, schema, name, time.monotonic() - t0)
+                t1 = time.monotonic()
+                record_check(cur, manifest, in_manifest[(schema, name)])  # pages still in the buffer pool
+            log.info("%s: %s.%s: indexes built in %.1f s, checksum for verify in %.1f s", lane, schema, name,
+                     t1 - t0, time.monotonic() - t1)
 
     return lane_loader(server, storage, manifest, units, lane, plan.parallel, on_table_done=built)
 

@@ -51,15 +51,19 @@ class StagingPlan(Plan):
         return [Rule(**r) for r in self.rules]
 
 
+_NAME = r"`((?:[^`]|``)*)`"  # a backquoted name as SHOW CREATE TABLE prints it (group 1: its text, `` doubled)
+
+
+def _names(text: str) -> list[str]:
+    return [n.replace("``", "`") for n in re.findall(_NAME, text)]
+
+
 def unique_columns(create: str) -> set[str]:
     """The columns that are part of the PRIMARY KEY or a UNIQUE key in a CREATE TABLE statement."""
     out: set[str] = set()
     for m in re.finditer(r"^\s*(?:PRIMARY KEY|UNIQUE KEY(?: `(?:[^`]|``)*`)?)\s*\((.*)\)", create, re.M):
-        out |= {n.replace("``", "`") for n in re.findall(r"`((?:[^`]|``)*)`", m.group(1))}
+        out |= set(_names(m.group(1)))
     return out
-
-
-_NAME = r"`((?:[^`]|``)*)`"
 
 
 def foreign_keys(schema: str, create: str) -> list[tuple[str, list[tuple[str, str, str]], list[tuple[str, str, str]]]]:
@@ -71,11 +75,9 @@ def foreign_keys(schema: str, create: str) -> list[tuple[str, list[tuple[str, st
         if not m or not table:
             continue
         name, child, parent_db, parent, parents = m.groups()
-        names = [n.replace("``", "`") for n in re.findall(_NAME, child)]
-        refs = [n.replace("``", "`") for n in re.findall(_NAME, parents)]
-        pdb = (parent_db or schema).replace("``", "`")
-        out.append((name.replace("``", "`"), [(schema, table.group(1).replace("``", "`"), n) for n in names],
-                    [(pdb, parent.replace("``", "`"), n) for n in refs]))
+        unquote = lambda n: n.replace("``", "`")  # noqa: E731
+        out.append((unquote(name), [(schema, unquote(table.group(1)), n) for n in _names(child)],
+                    [(unquote(parent_db) if parent_db else schema, unquote(parent), n) for n in _names(parents)]))
     return out
 
 
