@@ -1,5 +1,5 @@
 # lastline: `make demo` and `make test` work on a fresh Debian machine (as root); both run `make setup` first.
-.PHONY: setup demo test test-fast faults bench bench-physical bench-logical bench-restore bench-rebuild lint clean
+.PHONY: setup demo ui test test-fast test-distributed faults bench bench-physical bench-logical bench-restore bench-rebuild lint clean
 
 setup:
 	@scripts/setup.sh
@@ -7,11 +7,17 @@ setup:
 demo: setup
 	@.venv/bin/python -m lastline_dev.demo
 
+ui: setup  # Airflow's UI on the demo's servers (after `make demo`): http://127.0.0.1:8080
+	@.venv/bin/python -m lastline_dev.ui
+
 test: setup
 	@.venv/bin/python -m pytest -q tests
 
 faults: setup  # the fault matrix: each fault's error and the proof nothing was lost (also part of `make test`)
 	@.venv/bin/python -m pytest -q -m faults tests
+
+test-distributed: setup  # Celery on Postgres + Redis, two workers, REST-driven (also part of `make test` where they answer)
+	@.venv/bin/python -m pytest -q -m distributed tests
 
 test-fast: setup
 	@.venv/bin/python -m pytest -q tests -m "not e2e"
@@ -37,7 +43,7 @@ bench-rebuild: setup
 	@.venv/bin/python bench/rebuild_bench.py $(ARGS)
 
 lint: setup  # ruff on everything, mypy on the layers below the stages (settings in pyproject.toml)
-	@.venv/bin/ruff check dags include tests bench tools
+	@.venv/bin/ruff check dags plugins include tests bench tools
 	@.venv/bin/mypy
 
 clean:

@@ -18,21 +18,23 @@ per-table row counts and checksums of a row hash the source computes from its st
 recomputes it on the target), and the binlog/GTID coordinates.
 A folder without a manifest is incomplete and is never restored.
 
-Schedule: `LASTLINE_LOGICAL_BACKUP_SCHEDULE` (cron, default 03:00 UTC daily); catchup off.
+Schedule: `LASTLINE_LOGICAL_BACKUP_SCHEDULE` (cron, or `none` for manual runs only; default 03:00 UTC daily); catchup off.
 """
 from __future__ import annotations
 
 from airflow.sdk import dag, task
 
+from lastline.airflow.alerts import backup_deadline
 from lastline.airflow.assets import LOGICAL_BACKUP, announce
-from lastline.airflow.defaults import dag_args, env
+from lastline.airflow.defaults import dag_args, schedule
 from lastline.airflow.params import params
+from lastline.airflow.routing import on_server
 from lastline.logical import backup as lb
 
 
 @dag(
     dag_id="logical_backup",
-    **dag_args(schedule=env("LOGICAL_BACKUP_SCHEDULE", "0 3 * * *")),
+    **dag_args(schedule=schedule("LOGICAL_BACKUP_SCHEDULE", "0 3 * * *"), deadline=backup_deadline()),
     doc_md=__doc__,
     tags=["lastline", "logical", "backup"],
     params=params(
@@ -56,7 +58,7 @@ def logical_backup():
         return announce(LOGICAL_BACKUP, "logical", plan["destination"], plan["backup_id"], plan.get("aws_conn_id"))
 
     plan = preflight()
-    written = task(lb.dump)(plan)
+    written = task(lb.dump, **on_server("source_conn_id"))(plan)
     announce_backup(plan, written) >> prune()
 
 

@@ -28,7 +28,7 @@ from __future__ import annotations
 from airflow.sdk import dag
 
 from lastline.airflow.defaults import dag_args
-from lastline.airflow.params import params
+from lastline.airflow.params import params, recent_backups
 from lastline.airflow.task_groups import logical_restore_steps
 
 
@@ -38,10 +38,11 @@ from lastline.airflow.task_groups import logical_restore_steps
     doc_md=__doc__,
     tags=["lastline", "logical", "restore"],
     params=params(
-        "target_conn_id", "backup", "databases", "parallel", "tune", "restart_allowed", "defer_indexes", "index_build", "force",
+        "target_conn_id", "backup", "databases", "parallel", "tune", "restart_allowed", "defer_indexes", "index_build", "force", "approval",
         "restore_grants", "restore_into_source", "redo_log_bytes", "aws_conn_id",
         databases="a subset; empty: every database in the backup", parallel="work units loading at once on the target",
         force="replace databases that already exist on the target (set aside until the restore is verified)",
+        backup=recent_backups("logical"),
     ),
 )
 def logical_restore():

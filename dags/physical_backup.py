@@ -11,22 +11,24 @@ announce_backup (the Asset `lastline_physical_backup`: URL, id, binlog/GTID posi
 (keep the `keep` newest complete backups, never the newest; drop incomplete ones older than
 `incomplete_grace_hours`).
 
-Schedule: `LASTLINE_PHYSICAL_BACKUP_SCHEDULE` (cron, default 02:00 UTC daily); catchup off.
+Schedule: `LASTLINE_PHYSICAL_BACKUP_SCHEDULE` (cron, or `none` for manual runs only; default 02:00 UTC daily); catchup off.
 """
 from __future__ import annotations
 
 from airflow.sdk import dag, task
 
+from lastline.airflow.alerts import backup_deadline
 from lastline.airflow.assets import PHYSICAL_BACKUP, announce
-from lastline.airflow.defaults import dag_args, env
+from lastline.airflow.defaults import dag_args, schedule
 from lastline.airflow.params import Override, params
+from lastline.airflow.routing import on_server
 from lastline.physical import backup as pb
 from lastline.physical.tools import CODECS, DEFAULT_COMPRESSION
 
 
 @dag(
     dag_id="physical_backup",
-    **dag_args(schedule=env("PHYSICAL_BACKUP_SCHEDULE", "0 2 * * *")),
+    **dag_args(schedule=schedule("PHYSICAL_BACKUP_SCHEDULE", "0 2 * * *"), deadline=backup_deadline()),
     doc_md=__doc__,
     tags=["lastline", "physical", "backup"],
     params=params(
@@ -35,7 +37,7 @@ from lastline.physical.tools import CODECS, DEFAULT_COMPRESSION
     ),
 )
 def physical_backup():
-    @task
+    @task(**on_server("source_conn_id", long=False))
     def preflight(params=None) -> dict:
         return pb.preflight(dict(params))
 
@@ -44,7 +46,7 @@ def physical_backup():
         return pb.prune(dict(params))
 
     plan = preflight()
-    stats = task(pb.stream)(plan)
+    stats = task(pb.stream, **on_server("source_conn_id"))(plan)
     @task(outlets=[PHYSICAL_BACKUP])
     def announce_backup(plan: dict, written: str) -> dict:
         """The Asset event: downstream DAGs (a restore drill) run on it."""

@@ -22,6 +22,7 @@ from airflow.sdk import PokeReturnValue, chain, dag, task
 
 from lastline.airflow.defaults import dag_args
 from lastline.airflow.params import Override, params
+from lastline.airflow.routing import on_server
 from lastline.physical.tools import CODECS
 from lastline.replication import rebuild as rr
 
@@ -50,7 +51,8 @@ def replica_rebuild():
         return PokeReturnValue(is_done=waited is not None, xcom_value=waited)
 
     plan = preflight()
-    stopped, streamed, prepared, started = (task(f)(plan) for f in (rr.stop_target, rr.stream, rr.prepare, rr.start_target))
+    stopped, prepared, started = (task(f, **on_server("target_conn_id"))(plan) for f in (rr.stop_target, rr.prepare, rr.start_target))
+    streamed = task(rr.stream, **on_server("source_conn_id"))(plan)  # source | ssh target: runs where mariabackup does
     attached = task(rr.attach)(plan, streamed)
     caught_up = catch_up(plan, attached)
     verified = task(rr.verify)(plan)

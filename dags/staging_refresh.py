@@ -21,7 +21,7 @@ from airflow.sdk import Variable, dag, get_current_context, task
 
 from lastline.airflow.assets import LOGICAL_BACKUP, backup_from_event
 from lastline.airflow.defaults import dag_args, env
-from lastline.airflow.params import Override, params
+from lastline.airflow.params import Override, params, recent_backups
 from lastline.airflow.task_groups import detach_replication, logical_restore_steps
 from lastline.staging import refresh as sr
 from lastline.staging import verify as sv
@@ -37,7 +37,7 @@ from lastline.staging import verify as sv
         "tune", "defer_indexes", "index_build", "force", "restart", "redo_log_bytes", "aws_conn_id",
         target_conn_id=Override(env("STAGING_CONN_ID", "lastline_staging"),
                                 description="the staging server's mysql connection (its extra must say \"role\": \"staging\")"),
-        backup="<destination>/<backup_id> or <destination>/latest; a run started by a backup's Asset event restores that backup",
+        backup=recent_backups("logical", "<destination>/<backup_id> or <destination>/latest; a run started by a backup's Asset event restores that backup"),
         force=Override(True, description="replace the staging databases a previous refresh left"),
         restart=Override(False, description="restart staging to prove the detach holds"),
     ),
@@ -59,7 +59,8 @@ def staging_refresh():
 
     @task
     def report(plan: dict, verified: dict, masked: dict, opened: dict) -> dict:
-        return sr.report(plan, verified, masked, get_current_context()["run_id"])
+        context = get_current_context()
+        return sr.report(plan, verified, masked, context["dag"].dag_id, context["run_id"])
 
     plan = preflight()
     restored = logical_restore_steps(plan["restore"])

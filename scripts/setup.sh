@@ -5,7 +5,8 @@ set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
 
-PACKAGES=(mariadb-server mariadb-client mariadb-backup pigz zstd pkg-config libmariadb-dev libzstd-dev gcc procps openssh-server openssh-client pv)
+PACKAGES=(mariadb-server mariadb-client mariadb-backup pigz zstd pkg-config libmariadb-dev libzstd-dev gcc procps openssh-server openssh-client pv
+          chromium)  # chromium: the browser test drives Debian's build through Playwright (no browser download)
 # benchmarks compare against these; tests and the demo do not need them
 [ "${LASTLINE_BENCH:-0}" = 1 ] && PACKAGES+=(mydumper)
 missing=()

@@ -14,6 +14,8 @@ def test_physical_backup_shape(dagbag):
     assert set(dag.params.keys()) >= {"source_conn_id", "destination", "compression", "parallel", "aws_conn_id"}
     assert [t.task_id for t in dag.topological_sort()] == ["preflight", "stream", "write_manifest", "announce_backup", "prune"]
     assert [a.name for a in dag.get_task("announce_backup").outlets] == ["lastline_physical_backup"]
+    assert dag.get_task("stream").executor_config == {"lastline_server_param": "source_conn_id"}  # near the source
+    assert dag.on_failure_callback  # a failed run alerts (a late one too: see test_backup_deadline)
     assert all(t.retries == 0 for t in dag.tasks)  # LASTLINE_RETRIES=0 in tests; default is 2
 
 
@@ -22,7 +24,11 @@ def test_physical_restore_shape(dagbag):
     assert type(dag.timetable).__name__ == "NullTimetable"  # manual only
     assert set(dag.params.keys()) >= {"target_conn_id", "backup", "parallel", "use_memory", "force", "restore_into_source"}
     order = [t.task_id for t in dag.topological_sort()]
-    assert order == ["preflight", "stop_target", "extract", "prepare", "start_target", "verify", "report"]
+    assert order == ["preflight", "approve", "stop_target", "extract", "prepare", "start_target", "verify", "report"]
+    assert dag.params["approval"] is False  # LASTLINE_APPROVAL=false in tests; true by default
+    for step in ("stop_target", "extract", "prepare", "start_target", "verify"):  # on the target's queue and pool
+        task = dag.get_task(step)
+        assert task.executor_config == {"lastline_server_param": "target_conn_id"} and task.execution_timeout, step
 
 
 def test_logical_backup_shape(dagbag):
@@ -45,7 +51,9 @@ def test_logical_restore_shape(dagbag):
         "restore_into_source",
     }
     order = [t.task_id for t in dag.topological_sort()]
-    assert order == ["preflight", "snapshot_config", "prepare", "load", "finalize", "revert", "verify"]  # short steps folded
+    assert order == ["preflight", "approve", "snapshot_config", "prepare", "load", "finalize", "revert", "verify"]  # short steps folded
+    assert type(dag.get_task("approve")).__name__ == "ApproveReplacement"
+    assert dag.get_task("load").executor_config == {"lastline_server_param": "target_conn_id"}
     revert, snap = dag.get_task("revert"), dag.get_task("snapshot_config")
     assert revert.is_teardown and snap.is_setup and revert.on_failure_fail_dagrun
     assert dag.get_task("verify").upstream_task_ids >= {"finalize", "revert"}  # never verifies a failed load
@@ -80,9 +88,21 @@ def test_staging_refresh_shape(dagbag):
     assert dag.params["target_conn_id"] == "lastline_staging" and dag.params["force"] is True
     order = [t.task_id for t in dag.topological_sort()]
     restore = [t for t in order if t.startswith("restore.")]
-    assert restore == ["restore.preflight", "restore.snapshot_config", "restore.prepare", "restore.load", "restore.finalize",
+    assert restore == ["restore.preflight", "restore.approve", "restore.snapshot_config", "restore.prepare", "restore.load", "restore.finalize",
                        "restore.revert", "restore.verify"]  # the logical restore's own group
     assert order.index("preflight") < order.index("restore.preflight")
     assert order.index("restore.verify") < order.index("detach_replication.check")
     assert order.index("detach_replication.open_for_writes") < order.index("mask") < order.index("verify_masking") \
         < order.index("open") < order.index("report")
+
+
+def test_backup_deadline(monkeypatch):
+    from lastline.airflow.alerts import Alert, backup_deadline
+
+    monkeypatch.setenv("LASTLINE_BACKUP_DEADLINE_MINUTES", "90")
+    alert = backup_deadline()
+    assert alert.interval.total_seconds() == 5400 and type(alert.reference).__name__ == "DagRunQueuedAtDeadline"
+    assert alert.callback.path.endswith("alerts.Alert") and alert.callback.kwargs["event"] == "deadline_missed"
+    monkeypatch.setenv("LASTLINE_BACKUP_DEADLINE_MINUTES", "0")
+    assert backup_deadline() is None  # off (and under `bin/airflow dags test`)
+    assert Alert("failed")._text({"dag_id": "d", "run_id": "r", "task_id": "t"}).startswith("lastline: d run r failed (task t)")

@@ -1,26 +1,79 @@
-"""The deployment files stay valid and consistent (no Docker engine here: checked by reading)."""
+"""The deployment files stay valid and consistent with what the distributed suite runs (no Docker engine
+here: docker-compose.yaml is checked by reading it as compose would)."""
 from __future__ import annotations
 
+import json
+import re
 from pathlib import Path
 
 import yaml
 
+from lastline_dev.deployment import SHARED_SETTINGS
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def test_compose_has_the_distributed_stack():
-    compose = yaml.safe_load((ROOT / "docker-compose.yaml").read_text())
-    services = compose["services"]
-    assert {"postgres", "redis", "s3", "mariadb-source", "mariadb-target", "airflow-apiserver",
-            "airflow-scheduler", "airflow-dag-processor", "airflow-worker"} <= set(services)
-    env = services["airflow-worker"]["environment"]
-    assert env["AIRFLOW__CORE__EXECUTOR"] == "CeleryExecutor"
-    assert "PYTHONPATH" not in env  # the image installs the package (pip install .)
-    for name in ("AIRFLOW_CONN_LASTLINE_SOURCE", "AIRFLOW_CONN_LASTLINE_TARGET", "AIRFLOW_CONN_LASTLINE_S3",
-                 "AIRFLOW_CONN_LASTLINE_STAGING"):
-        assert yaml.safe_load(env[name])["conn_type"] in ("mysql", "aws")
-    assert yaml.safe_load(env["AIRFLOW_CONN_LASTLINE_STAGING"])["extra"]["role"] == "staging"
+def _compose() -> dict:
+    return yaml.safe_load((ROOT / "docker-compose.yaml").read_text())
+
+
+def test_compose_file_is_well_formed():
+    """What `docker compose config` would reject or silently misread: unknown services in depends_on,
+    undeclared named volumes, a volume line that is not `source:target`."""
+    compose = _compose()
+    services, volumes = compose["services"], set(compose.get("volumes") or {})
+    for name, svc in services.items():
+        assert set(svc.get("depends_on") or {}) <= set(services), name
+        for line in svc.get("volumes") or []:
+            assert re.fullmatch(r"[^\s:]+:[^\s:]+(:ro)?", line), f"{name}: volume line {line!r}"
+            src = line.split(":")[0]
+            assert src.startswith(".") or src in volumes, f"{name}: volume {src} is not declared"
+            if src.startswith("."):
+                assert (ROOT / src).is_dir(), f"{name}: {src} does not exist"
+        env = svc.get("environment") or {}
+        for key, value in env.items():
+            if key.startswith("AIRFLOW_CONN_") and not str(value).startswith("${"):
+                json.loads(value)  # a connection's JSON parses
+
+
+def test_compose_runs_what_the_distributed_suite_proves():
+    services = _compose()["services"]
+    assert {"postgres", "redis", "s3", "mariadb-source", "mariadb-target", "airflow-apiserver", "airflow-scheduler",
+            "airflow-dag-processor", "airflow-triggerer", "airflow-worker-source", "airflow-worker-target"} <= set(services)
+    airflow = {n: s for n, s in services.items() if "build" in s}
+    for name, svc in airflow.items():
+        env = svc["environment"]
+        for key, value in SHARED_SETTINGS.items():  # the same executor and settings as the suite's processes
+            assert env[key] == value, (name, key)
+        assert env["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"].startswith("postgresql+psycopg2://")
+        assert env["AIRFLOW__CELERY__RESULT_BACKEND"].startswith("db+postgresql+psycopg2://")
+        assert env["AIRFLOW__CELERY__BROKER_URL"].startswith("redis://")
+        assert "./plugins:/opt/lastline/plugins" in svc["volumes"]  # the routing policy and the reports plugin
+        assert "PYTHONPATH" not in env  # the image installs the package (pip install .)
+        assert env["AIRFLOW__API_AUTH__JWT_SECRET"].startswith("${")  # no shared secret in the file
+    env = airflow["airflow-worker-source"]["environment"]
+    conns = {k: json.loads(v) for k, v in env.items() if k.startswith("AIRFLOW_CONN_") and not v.startswith("${")}
+    assert conns["AIRFLOW_CONN_LASTLINE_STAGING"]["extra"]["role"] == "staging"
     assert env["AIRFLOW_CONN_LASTLINE_MASKING"].startswith("${")  # the masking key comes from outside the file
+    # each server's queue is served by a worker that has that server's datadir
+    workers = {n: s for n, s in airflow.items() if "worker" in s["command"]}
+    for conn in conns.values():
+        extra = conn.get("extra") or {}
+        if "queue" not in extra:
+            continue
+        serving = [s for s in workers.values() if extra["queue"] in s["command"][s["command"].index("--queues") + 1].split(",")]
+        assert serving, f"no worker serves queue {extra['queue']}"
+        if "datadir" in extra:
+            assert all(any(v.endswith(":" + extra["datadir"]) for v in s["volumes"]) for s in serving), extra
+        assert extra["pool"] in services["airflow-init"]["command"][-1]  # the pool exists from the start
+
+
+def test_image_installs_the_pins_the_suite_runs():
+    dockerfile = (ROOT / "docker" / "Dockerfile").read_text()
+    assert "pip install --no-cache-dir -r /opt/lastline/requirements.txt" in dockerfile
+    requirements = (ROOT / "requirements.txt").read_text()
+    assert "-c constraints.txt" in requirements
+    assert re.search(r"^apache-airflow-providers-celery==", requirements, re.M)
 
 
 def test_requirements_are_pinned():

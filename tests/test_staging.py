@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import random
+from pathlib import Path
 
 import pytest
 
@@ -152,10 +153,10 @@ def test_a_refresh_masks_every_pii_column_keeps_joins_and_is_deterministic_under
 
 
 def _reports():
-    from lastline.logical.report import report_dir
+    from lastline import reports
 
-    base = report_dir("x").parent
-    return sorted(base.glob("*/staging_refresh.json"), key=lambda p: p.stat().st_mtime, reverse=True)
+    base = Path(reports.url().removeprefix("file://"))
+    return sorted(base.glob("staging_refresh/*/staging_refresh.json"), key=lambda p: p.stat().st_mtime, reverse=True)
 
 
 def _untouched(server, before: dict) -> None:
@@ -253,7 +254,7 @@ def test_a_completed_logical_backup_refreshes_staging_under_the_scheduler(crm, l
     assert extra["kind"] == "logical" and extra["url"] == f"file://{dest}/{extra['backup_id']}" and extra["gtid"]
     emails = _column(logical_target.server(), "SELECT email FROM crm.customers")
     assert len(emails) == N_CUSTOMERS and all(e.endswith("@example.com") for e in emails)
-    report = json.loads(next((tmp_path / "reports").glob("*/staging_refresh.json")).read_text())
+    report = json.loads(next((tmp_path / "reports").glob("staging_refresh/*/staging_refresh.json")).read_text())
     assert report["backup"] == extra["url"]  # the backup the event named was the one restored
 
 

@@ -56,6 +56,14 @@ def backup_time(backup_id: str) -> datetime | None:
     return datetime.strptime(backup_id[:16], ID_FORMAT).replace(tzinfo=UTC)
 
 
+def backup_age(backup_id: str, now: datetime | None = None) -> dict[str, Any]:
+    """A backup's id, when it was taken and its age in hours (for an operator deciding on a restore)."""
+    taken = backup_time(backup_id)
+    age = ((now or datetime.now(UTC)) - taken).total_seconds() / 3600 if taken else None
+    return {"backup_id": backup_id, "taken_at": taken.isoformat() if taken else None,
+            "age_hours": round(age, 1) if age is not None else None}
+
+
 def _to_json(manifest: Any) -> str:
     """A manifest dataclass as pretty JSON, stable key order."""
     return json.dumps(asdict(manifest), indent=1, sort_keys=True) + "\n"

@@ -13,7 +13,8 @@ import sys
 import time
 from pathlib import Path
 
-from lastline.manifest import PhysicalManifest
+from lastline.manifest import complete_backups, read_manifest
+from lastline.storage import open_storage
 from lastline_dev.compare import compare, table_checksums
 from lastline_dev.sandbox import Instance
 
@@ -51,6 +52,22 @@ def run_dag(dag_id: str, conf: dict, env: dict) -> float:
     return seconds
 
 
+def save_connections(source: Instance, target: Instance) -> Path:
+    """Put the demo servers' connections into the project's Airflow database (`bin/airflow connections
+    import`), where the UI (`make ui`) and every `bin/airflow` command find them."""
+    path = DEMO / "connections.json"
+    conns = {"lastline_source": source.connection("lastline_source"), "lastline_target": target.connection("lastline_target")}
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)  # passwords: readable by their owner only
+    with os.fdopen(fd, "w") as fh:
+        json.dump(conns, fh, indent=1)
+    proc = subprocess.run([str(ROOT / "bin/airflow"), "connections", "import", "--overwrite", str(path)],
+                          capture_output=True, text=True, cwd=ROOT)
+    if proc.returncode:
+        raise SystemExit(f"demo: could not store the connections in the Airflow database:\n{proc.stderr[-2000:]}")
+    path.unlink()
+    return path
+
+
 def main() -> int:
     """Run the demo end to end and print what it did."""
     bulk_mb = int(os.environ.get("LASTLINE_DEMO_BULK_MB", "50"))
@@ -70,16 +87,18 @@ def main() -> int:
     say(f"source on 127.0.0.1:{source.meta()['port']}, target on 127.0.0.1:{target.meta()['port']} "
         f"({time.monotonic() - t0:.1f} s)")
 
+    save_connections(source, target)
+    say("connections lastline_source and lastline_target are in the project's Airflow database (`make ui` shows them)")
     env = dict(os.environ)
-    env["AIRFLOW_CONN_LASTLINE_SOURCE"] = json.dumps(source.connection("lastline_source"))
-    env["AIRFLOW_CONN_LASTLINE_TARGET"] = json.dumps(target.connection("lastline_target"))
-    dest = f"file://{DEMO / 'backups'}"
+    dest = f"file://{DEMO / 'backups'}"  # both kinds of backup: `latest` picks the newest of the restore's kind
     b = run_dag("physical_backup", {"source_conn_id": "lastline_source", "destination": dest}, env)
-    backup_dir = sorted(p for p in (DEMO / "backups").iterdir() if (p / "manifest.json").exists())[-1]
-    m = PhysicalManifest.from_json((backup_dir / "manifest.json").read_text())
+    storage = open_storage(dest)
+    m = read_manifest(storage, complete_backups(storage, "physical")[-1])
     say(f"backup {m.backup_id}: {m.bytes / 1e6:.1f} MB ({m.compression}) of a {m.datadir_bytes / 1e6:.0f} MB datadir, "
         f"sha256 {m.sha256[:16]}..., binlog {m.binlog_file}:{m.binlog_position}, GTID {m.gtid}, {len(m.tables)} tables")
-    r = run_dag("physical_restore", {"target_conn_id": "lastline_target", "backup": f"{dest}/latest", "force": True}, env)
+    # the demo runs unattended: the approval a person gives in the UI before data is replaced is turned off
+    r = run_dag("physical_restore", {"target_conn_id": "lastline_target", "backup": f"{dest}/latest", "force": True,
+                                     "approval": False}, env)
 
     sums = table_checksums(source.server())
     diff = compare(source.server(), target.server())
@@ -89,16 +108,16 @@ def main() -> int:
             say(f"  {name:<16} {sums[name]}")
     say(f"physical: backup DAG {b:.1f} s, restore DAG {r:.1f} s (wall time of `airflow dags test`, start-up included)")
 
-    logical = f"file://{DEMO / 'logical'}"
-    lb = run_dag("logical_backup", {"source_conn_id": "lastline_source", "destination": logical}, env)
-    lr = run_dag("logical_restore", {"target_conn_id": "lastline_target", "backup": f"{logical}/latest", "force": True,
-                                     "redo_log_bytes": 256 << 20}, env)
+    lb = run_dag("logical_backup", {"source_conn_id": "lastline_source", "destination": dest}, env)
+    lr = run_dag("logical_restore", {"target_conn_id": "lastline_target", "backup": f"{dest}/latest", "force": True,
+                                     "approval": False, "redo_log_bytes": 256 << 20}, env)
     ldiff = compare(source.server(), target.server())
     say(f"after the logical restore, CHECKSUM TABLE on {len(sums)} tables: "
         + ("all equal on source and target" if not ldiff else f"DIFFER: {ldiff}"))
     say(f"logical: backup DAG {lb:.1f} s, restore DAG {lr:.1f} s; the restore's report and chart are named above")
     say("the sandboxes keep running: `.venv/bin/python -m lastline_dev.sandbox --root .demo/sandbox "
         "status`; `make clean` stops and removes them")
+    say("next: `make ui` opens Airflow's UI on these servers (http://127.0.0.1:8080): trigger a restore from its form")
     return 1 if diff or ldiff else 0
 
 

@@ -140,8 +140,10 @@ class Instance:
         )
 
     def _service(self, verb: str) -> str:
+        # run from a task, it inherits the task runner's deliberately unusable metadata DB URLs, which would
+        # stop `import airflow` (through lastline.core.errors) from starting: the command does without it
         return (
-            f"{shlex.quote(sys.executable)} -m lastline_dev.sandbox "
+            f"env -u AIRFLOW__DATABASE__SQL_ALCHEMY_CONN -u AIRFLOW__CORE__SQL_ALCHEMY_CONN {shlex.quote(sys.executable)} -m lastline_dev.sandbox "
             f"--root {shlex.quote(str(self.root))} {verb} {shlex.quote(self.name)}"
         )
 

@@ -6,12 +6,21 @@ from datetime import timedelta
 
 import pendulum
 
+from lastline.airflow.alerts import Alert
+
 START_DATE = pendulum.datetime(2026, 1, 1, tz="UTC")
 
 
 def env(name: str, default: str) -> str:
     """A setting from the environment (LASTLINE_<NAME>), else the default."""
     return os.environ.get(f"LASTLINE_{name}", default)
+
+
+def schedule(name: str, default: str) -> str | None:
+    """A DAG's cron schedule from LASTLINE_<NAME> (default `default`); "none" turns the schedule off (manual
+    runs only: no run is created for the last interval when the DAG is unpaused)."""
+    value = env(name, default).strip()
+    return None if value.lower() in ("", "none", "off") else value
 
 
 def default_args() -> dict:
@@ -24,8 +33,10 @@ def default_args() -> dict:
 
 
 def dag_args(**kw) -> dict:
-    """What every lastline DAG shares (start date, no catchup, one run at a time, retries) plus `kw`."""
-    return {"start_date": START_DATE, "catchup": False, "max_active_runs": 1, "default_args": default_args(), **kw}
+    """What every lastline DAG shares (start date, no catchup, one run at a time, retries, an alert when a run
+    fails: see lastline.airflow.alerts) plus `kw`."""
+    return {"start_date": START_DATE, "catchup": False, "max_active_runs": 1, "default_args": default_args(),
+            "on_failure_callback": Alert("failed"), **kw}
 
 
 DESTINATION = env("DESTINATION", "file:///var/backups/lastline")

@@ -2,6 +2,9 @@
 the trigger forms read alike across DAGs. A DAG file picks its Params by name and says, where it must,
 what one means there: `params("source_conn_id", "parallel", parallel="snapshot connections dumping at
 once")`; or changes a default: `params(compression=Override("zstd-fast", enum=[...]))`.
+
+In the trigger form only what must be named is required (the connections, the backup, the destination);
+every other field may be left empty, which means its default.
 """
 from __future__ import annotations
 
@@ -13,6 +16,7 @@ from airflow.sdk import Param
 from lastline.airflow.defaults import DESTINATION, SOURCE_CONN_ID, TARGET_CONN_ID, env
 from lastline.logical.backup import DEFAULT_CHUNK_ROWS
 from lastline.logical.restore import DEFAULT_REDO_BYTES
+from lastline.manifest import complete_backups
 
 SERVERS, BACKUP, SAFETY, SPEED, KEEPING, MASKING = "Servers", "Backup", "Safety", "Performance", "Retention", "Masking"
 
@@ -26,6 +30,7 @@ class Spec:
     description: str
     section: str
     schema: dict[str, Any] = field(default_factory=dict)
+    required: bool = False
 
 
 @dataclass(frozen=True)
@@ -35,10 +40,11 @@ class Override:
     default: Any = None
     enum: list[str] | None = None
     description: str | None = None
+    examples: list[str] | None = None
 
 
-def _string(default: Any, title: str, description: str, section: str) -> Spec:
-    return Spec(default, title, description, section, {"type": "string"})
+def _string(default: Any, title: str, description: str, section: str, required: bool = False) -> Spec:
+    return Spec(default, title, description, section, {"type": "string"}, required)
 
 
 def _flag(default: bool, title: str, description: str, section: str) -> Spec:
@@ -46,14 +52,14 @@ def _flag(default: bool, title: str, description: str, section: str) -> Spec:
 
 
 SPECS: dict[str, Spec] = {
-    "source_conn_id": _string(SOURCE_CONN_ID, "Source connection", "mysql connection of the source server", SERVERS),
+    "source_conn_id": _string(SOURCE_CONN_ID, "Source connection", "mysql connection of the source server", SERVERS, required=True),
     "target_conn_id": _string(TARGET_CONN_ID, "Target connection",
-                              "mysql connection of the target server (its extras: datadir, ssh_conn_id, service commands)", SERVERS),
+                              "mysql connection of the target server (its extras: datadir, ssh_conn_id, service commands)", SERVERS, required=True),
     "replication_conn_id": _string(env("REPLICATION_CONN_ID", "lastline_replication"), "Replication connection",
-                                   "the source as the replica reaches it, and the replication user", SERVERS),
-    "destination": _string(DESTINATION, "Destination", "file:///dir, s3://bucket/prefix or ssh://<ssh_conn_id>/<path>", BACKUP),
+                                   "the source as the replica reaches it, and the replication user", SERVERS, required=True),
+    "destination": _string(DESTINATION, "Destination", "file:///dir, s3://bucket/prefix or ssh://<ssh_conn_id>/<path>", BACKUP, required=True),
     "backup": _string(f"{DESTINATION}/latest", "Backup",
-                      "<destination>/<backup_id>, or <destination>/latest for the newest complete backup", BACKUP),
+                      "<destination>/<backup_id>, or <destination>/latest for the newest complete backup", BACKUP, required=True),
     "aws_conn_id": Spec(None, "AWS connection", "for s3:// destinations (endpoint, region, keys, server-side encryption)",
                         BACKUP, {"type": ["null", "string"]}),
     "databases": Spec([], "Databases", "a subset by name; empty: every non-system database", BACKUP,
@@ -82,6 +88,9 @@ SPECS: dict[str, Spec] = {
     "catch_up_timeout": Spec(3600, "Catch-up timeout (s)", "seconds to wait for the replica to catch up", SPEED,
                              {"type": "number", "minimum": 1}),
     "force": _flag(False, "Force", "replace what is on the target (kept aside until the restore is verified)", SAFETY),
+    "approval": _flag(env("APPROVAL", "true").lower() not in ("0", "false", "no", "off"), "Ask before replacing data",
+                      "when the restore would replace data on the target, wait for a person to approve it, shown what would be "
+                      "replaced (tables, rows, last writes) and the backup's age; turn off for automation", SAFETY),
     "restore_grants": _flag(False, "Restore grants", "also recreate the accounts and grants of a backup taken with include_grants", SAFETY),
     "restore_into_source": _string("", "Restore into the source",
                                    "the target's connection id, to allow restoring into the server the backup came from", SAFETY),
@@ -91,7 +100,7 @@ SPECS: dict[str, Spec] = {
                           "first_name, last_name, phone, hash, null, fixed:<value>, keep); empty: the Airflow Variable "
                           "lastline_masking_rules", MASKING, {"type": ["null", "object"]}),
     "masking_key_conn_id": _string(env("MASKING_KEY_CONN_ID", "lastline_masking"), "Masking key connection",
-                                   "the connection whose password is the masking key (same key: same masked values)", MASKING),
+                                   "the connection whose password is the masking key (same key: same masked values)", MASKING, required=True),
     "open_for_writes": _flag(True, "Open for writes", "read_only=OFF once the masking is verified (off: it stays read-only)", MASKING),
     "keep": Spec(7, "Keep", "complete backups to keep", KEEPING, {"type": "integer", "minimum": 1}),
     "incomplete_grace_hours": Spec(24, "Grace for incomplete backups (h)", "age before an incomplete backup is removed", KEEPING,
@@ -111,7 +120,28 @@ def params(*names: str, **changed: str | Override) -> dict[str, Param]:
         schema = dict(spec.schema)
         if change and change.enum is not None:
             schema = {**schema, "enum": change.enum}
+        if change and change.examples:
+            schema = {**schema, "examples": change.examples}
+        kind = schema.get("type")
+        if not spec.required and kind and "enum" not in schema:  # may be left empty: its default applies
+            kinds = kind if isinstance(kind, list) else [kind]
+            schema["type"] = [k for k in kinds if k != "null"] + ["null"]
         default = change.default if change and change.default is not None else spec.default
         description = change.description if change and change.description else spec.description
         out[name] = Param(default, title=spec.title, description=description, section=spec.section, **schema)
     return out
+
+
+def recent_backups(kind: str, description: str | None = None, limit: int = 10) -> Override:
+    """The `backup` Param offering `<destination>/latest` and the newest complete backups of `kind`, when the
+    destination is a local folder (listing it costs nothing; an S3 or SSH listing at every parse would)."""
+    base = DESTINATION.rstrip("/")
+    offers = [f"{base}/latest"]
+    if base.startswith("file://"):
+        try:
+            from lastline.storage import open_storage
+
+            offers += [f"{base}/{b}" for b in reversed(complete_backups(open_storage(base), kind)[-limit:])]
+        except Exception:  # noqa: BLE001 - a missing or unreadable folder only means no suggestions
+            pass
+    return Override(examples=offers, description=description)

@@ -6,6 +6,8 @@ from typing import Any
 from airflow.sdk import get_current_context, task, task_group
 from airflow.sdk.definitions.xcom_arg import XComArg
 
+from lastline.airflow.approval import ApproveReplacement
+from lastline.airflow.routing import on_server
 from lastline.logical import report as restore_report
 from lastline.logical import restore as lr
 from lastline.replication import detach as rd
@@ -30,41 +32,46 @@ def logical_restore_steps(conf: Any = None) -> Any:
     the report). `conf`: the restore's Params as a dict or an XComArg (None: the run's own Params).
     Returns verify's result."""
 
-    @task
+    target = on_server("target_conn_id")  # every step works on the target: its queue, its pool
+
+    @task(**target)
     def preflight(conf: dict | None = None, params: Any = None) -> dict:
         return lr.preflight(dict(conf if conf is not None else params))
 
-    @task
+    @task(**target)
     def snapshot_config(plan: dict) -> dict:
         return lr.snapshot_config(plan, get_current_context()["run_id"])
 
-    @task
+    @task(**target)
     def prepare(plan: dict) -> list[str]:
         steps, lanes = lr.prepare(plan)
         get_current_context()["ti"].xcom_push(key="steps", value=steps)
         return lanes
 
-    @task(map_index_template="{{ unit_name }}")
+    @task(map_index_template="{{ unit_name }}", **target)
     def load(plan: dict, lane: str) -> list:
         get_current_context()["unit_name"] = lane
         return lr.load_lane(plan, lane)
 
-    @task
+    @task(**target)
     def revert(plan: dict) -> dict:
         return lr.revert(plan)
 
-    @task
+    @task(**target)
     def verify(plan: dict, snap: dict, prepared: dict, loads: list, finalized: dict, reverted: dict) -> dict:
         verified = lr.verify(plan, snap)
         steps = {**prepared, "finalize": finalized, "revert": reverted, "verify": verified}
-        restore_report.write(plan, steps, list(loads), get_current_context()["run_id"])
+        context = get_current_context()
+        restore_report.write(plan, steps, list(loads), context["dag"].dag_id, context["run_id"])
         return verified
 
     plan = preflight(conf)
+    approved = ApproveReplacement(task_id="approve", plan=plan)  # only when data would be replaced
     snap = snapshot_config(plan)
+    plan >> approved >> snap
     lanes = prepare(plan)
     loads = load.partial(plan=plan).expand(lane=lanes)
-    finalized = task(lr.finalize)(plan)
+    finalized = task(lr.finalize, **target)(plan)
     reverted = revert(plan).as_teardown(setups=snap, on_failure_fail_dagrun=True)
     verified = verify(plan, snap, XComArg(lanes.operator, key="steps"), loads, finalized, reverted)
     snap >> lanes

@@ -52,3 +52,33 @@ def table_exists(cur: Any, schema: str, table: str) -> bool:
     """Whether `schema`.`table` exists (through an open cursor)."""
     cur.execute("SELECT COUNT(*) FROM information_schema.TABLES WHERE TABLE_SCHEMA = %s AND TABLE_NAME = %s", (schema, table))
     return bool(cur.fetchone()[0])
+
+
+def tables_at_risk(cur: Any, databases: list[str] | None = None, limit: int = 200) -> dict[str, Any]:
+    """What a restore would replace, through an open cursor: every base table of `databases` (None: every
+    user database) with its estimated rows, bytes and last write, the largest first (at most `limit`
+    listed), and the totals. `updated` is None when the table was not written since the server started
+    (InnoDB keeps its write time in memory)."""
+    where, args = "TABLE_SCHEMA NOT IN (" + placeholders(SYSTEM_SCHEMAS) + ", %s) AND TABLE_SCHEMA NOT LIKE %s", [*SYSTEM_SCHEMAS, META_DB, ASIDE_PREFIX + "%"]
+    if databases is not None:
+        if not databases:
+            return {"databases": [], "tables": [], "table_count": 0, "rows": 0, "bytes": 0}
+        where, args = "TABLE_SCHEMA IN (" + placeholders(databases) + ")", list(databases)
+    cur.execute(
+        "SELECT TABLE_SCHEMA, TABLE_NAME, COALESCE(TABLE_ROWS, 0), COALESCE(DATA_LENGTH + INDEX_LENGTH, 0), "
+        f"DATE_FORMAT(UPDATE_TIME, '%%Y-%%m-%%d %%H:%%i:%%s') FROM information_schema.TABLES WHERE TABLE_TYPE = 'BASE TABLE' AND {where} "
+        "ORDER BY DATA_LENGTH + INDEX_LENGTH DESC, TABLE_SCHEMA, TABLE_NAME",
+        args,
+    )
+    rows = [(_text(s), _text(t), int(n), int(b), _text(u) if u else None) for s, t, n, b, u in cur.fetchall()]
+    return {
+        "databases": sorted({s for s, *_ in rows}),
+        "tables": [{"table": f"{s}.{t}", "rows": n, "bytes": b, "updated": u} for s, t, n, b, u in rows[:limit]],
+        "table_count": len(rows),
+        "rows": sum(n for _, _, n, _, _ in rows),
+        "bytes": sum(b for _, _, _, b, _ in rows),
+    }
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)

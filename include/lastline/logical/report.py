@@ -1,23 +1,15 @@
 """What a logical restore did and where its time went: per-table rows, bytes, seconds and MB/s,
-totals, and an SVG chart saved beside the run's JSON report."""
+totals, and an SVG chart, saved with the JSON where the UI reads them (lastline.reports)."""
 from __future__ import annotations
 
 import json
 import logging
-import os
-from pathlib import Path
-from xml.sax.saxutils import escape
 
+from lastline import reports
+from lastline.core import svg
 from lastline.logical.plans import RestorePlan
 
 log = logging.getLogger(__name__)
-
-
-def report_dir(run_id: str) -> Path:
-    """Where a run's report goes: $LASTLINE_REPORT_DIR, else <AIRFLOW_HOME>/lastline-reports, per run."""
-    base = os.environ.get("LASTLINE_REPORT_DIR") or os.path.join(os.environ.get("AIRFLOW_HOME", "."), "lastline-reports")
-    safe = "".join(ch if ch.isalnum() or ch in "-_.+" else "_" for ch in run_id) or "run"
-    return Path(base) / safe
 
 
 def table_rows(loads: list[dict]) -> list[dict]:
@@ -62,50 +54,26 @@ def build(plan: RestorePlan | dict, steps: dict[str, dict], lanes: list[list[dic
     }
 
 
-def _bars(rows: list[tuple[str, float]], top: int, title: str, unit: str, color: str) -> tuple[list[str], int]:
-    """SVG elements of one horizontal bar chart starting at y=top; returns them and the next free y."""
-    out = [f'<text x="10" y="{top + 14}" font-weight="bold">{escape(title)}</text>']
-    peak = max((v for _, v in rows), default=0.0) or 1.0
-    y = top + 24
-    for label, value in rows:
-        width = max(1.0, 520 * value / peak)
-        out.append(f'<text x="290" y="{y + 12}" text-anchor="end">{escape(label[:48])}</text>')
-        out.append(f'<rect x="300" y="{y + 2}" width="{width:.1f}" height="13" fill="{color}"/>')
-        out.append(f'<text x="{305 + width:.1f}" y="{y + 12}">{value:,.1f} {unit}</text>')
-        y += 18
-    return out, y + 10
-
-
-def chart(report: dict, path: Path) -> None:
-    """An SVG: seconds per stage (finalize split into its steps), and the slowest tables' load seconds.
-    Written as text (no plotting library: the report never delays the end of a restore)."""
+def chart(report: dict) -> str:
+    """An SVG: seconds per stage (finalize split into its steps), and the slowest tables' load seconds."""
     stages = [(k, float(v)) for k, v in report["stages"].items() if k != "finalize"]
     stages += [(f"finalize: {k}", float(v)) for k, v in report["finalize_steps"].items()]
     tables = [(t["table"], float(t["seconds"])) for t in report["tables"][:15]]
+    rates = [(t["table"], float(t["mb_per_s"])) for t in report["tables"][:15]]
     head = (f"logical restore: {report['rows']:,} rows, {report['bytes'] / 1e6:,.0f} MB, load "
             f"{report['load_seconds']:.1f} s ({report['load_mb_per_s']:.1f} MB/s), {report['parallel']} lanes")
-    body = [f'<text x="10" y="20" font-size="14">{escape(head)}</text>']
-    part, y = _bars(stages, 30, "seconds per stage", "s", "#4477aa")
-    body += part
-    part, y = _bars(tables, y, "slowest tables (load seconds, summed over chunks)", "s", "#cc6677")
-    body += part
-    path.write_text(
-        f'<svg xmlns="http://www.w3.org/2000/svg" width="960" height="{y}" font-family="sans-serif" font-size="12">\n'
-        f'<rect width="100%" height="100%" fill="white"/>\n' + "\n".join(body) + "\n</svg>\n"
-    )
+    return svg.document(head, [(stages, "seconds per stage", "s", "#4477aa"),
+                               (tables, "slowest tables (load seconds, summed over chunks)", "s", "#cc6677"),
+                               (rates, "their load rate", "MB/s", "#228833")])
 
 
-def write(plan: RestorePlan | dict, steps: dict[str, dict], lanes: list[list[dict]], run_id: str) -> dict:
-    """Build, log and save the report (JSON + SVG chart); returns the report with the paths."""
+def write(plan: RestorePlan | dict, steps: dict[str, dict], lanes: list[list[dict]], dag_id: str, run_id: str) -> dict:
+    """Build, log and save the report (JSON + SVG chart) where the UI reads it (lastline.reports); returns
+    the report with the files' URLs."""
     plan = RestorePlan.of(plan)
     report = build(plan, steps, lanes)
-    folder = report_dir(run_id)
-    folder.mkdir(parents=True, exist_ok=True)
-    svg = folder / "logical_restore.svg"
-    chart(report, svg)
-    report["chart"] = str(svg)
-    (folder / "logical_restore.json").write_text(json.dumps(report, indent=1))
-    report["report"] = str(folder / "logical_restore.json")
+    where = reports.save(dag_id, run_id, {"logical_restore.svg": chart(report), "logical_restore.json": json.dumps(report, indent=1)})
+    report["chart"], report["report"] = f"{where}/logical_restore.svg", f"{where}/logical_restore.json"
     log.info("report: %d tables, %s rows, %.1f MB loaded in %.1f s (%.1f MB/s) by %d units on %d lanes",
              len(report["tables"]), f"{report['rows']:,}", report["bytes"] / 1e6, report["load_seconds"],
              report["load_mb_per_s"], report["units"], report["parallel"])

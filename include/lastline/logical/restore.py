@@ -13,7 +13,7 @@ from lastline.core import stopping
 from lastline.core.errors import LastlineError, PreflightError
 from lastline.core.plans import Conf
 from lastline.core.servers import base_version, refuse_restore_into_source
-from lastline.core.sql import SYSTEM_SCHEMAS, server_identity
+from lastline.core.sql import SYSTEM_SCHEMAS, server_identity, tables_at_risk
 from lastline.logical import dialect, tuning
 from lastline.logical.backup_files import checked_schema, open_backup, require_chunk_files, selected, target_server
 from lastline.logical.finalize import (
@@ -28,7 +28,7 @@ from lastline.logical.schema_checks import checked_create, database_create, vali
 from lastline.logical.target_state import STATE, aside_name, clear_state, dbs_key, ensure_state, resuming, set_aside  # noqa: F401
 from lastline.logical.verify import forget_checks, record_check, verify  # noqa: F401
 from lastline.logical.work_units import WorkUnit, plan_units
-from lastline.manifest import read_manifest, resolve_backup
+from lastline.manifest import backup_age, read_manifest, resolve_backup
 
 log = logging.getLogger(__name__)
 
@@ -91,6 +91,9 @@ def preflight(conf: dict) -> dict:
                 f"database(s) {', '.join(nonempty)} already exist on {server.describe()} and are not empty: set force "
                 "to replace them, or choose other databases."
             )
+        at_risk = None
+        if nonempty and not resume and params.flag("approval", True):  # a person approves the replacement first
+            at_risk = {**tables_at_risk(cur, nonempty), **backup_age(backup_id), "target": server.describe()}
     need = sum(t.raw_bytes for t in selected(manifest, wanted))
     where = server.datadir or datadir
     if where:  # looked at on the server's own host (local or over SSH); set-aside tables stay in place
@@ -115,6 +118,7 @@ def preflight(conf: dict) -> dict:
         redo_log_bytes=params.integer("redo_log_bytes", DEFAULT_REDO_BYTES),
         buffer_pool_bytes=params.optional_integer("buffer_pool_bytes"),
         bytes=need,
+        at_risk=at_risk,
     )
     log.info(
         "preflight ok: %s/%s (%d tables, %.1f MB) into %s%s", storage.url, backup_id, len(selected(manifest, wanted)),

@@ -36,3 +36,4 @@ class RestorePlan(Plan):
     force: bool = False
     bytes: int = 0
     aws_conn_id: str | None = None
+    at_risk: dict | None = None  # what the restore would replace, when it asks for approval first (core.sql.tables_at_risk)

@@ -12,12 +12,13 @@ Safety rules:
 """
 from __future__ import annotations
 
+import json
 import logging
 import time
 
-from lastline import connections
+from lastline import connections, reports
 from lastline.core import datadir as dd
-from lastline.core import stopping
+from lastline.core import stopping, svg
 from lastline.core.datadir import MARKER
 from lastline.core.errors import IntegrityError, PipelineError
 from lastline.core.hosts import require_tools
@@ -25,8 +26,8 @@ from lastline.core.pipeline import run_pipeline
 from lastline.core.plans import Conf
 from lastline.core.progress import step_report
 from lastline.core.servers import Server, base_version, refuse_restore_into_source
-from lastline.core.sql import qualified
-from lastline.manifest import PhysicalManifest, read_manifest, resolve_backup
+from lastline.core.sql import qualified, tables_at_risk
+from lastline.manifest import PhysicalManifest, backup_age, read_manifest, resolve_backup
 from lastline.physical import tools as physical
 from lastline.physical.plans import RestorePlan
 from lastline.physical.target import check_datadir, prepare_datadir, start_server
@@ -70,6 +71,14 @@ def preflight(conf: dict) -> dict:
     physical.check_versions(physical.tool_version(host), manifest.server_version)
     force = params.flag("force")
     state = check_datadir(server, int(manifest.datadir_bytes * 1.1), force)
+    at_risk = None
+    if state == "data" and params.flag("approval", True):  # the whole datadir is replaced: a person approves first
+        at_risk = {**backup_age(backup_id), "target": server.describe(), "datadir": datadir}
+        if server.answers():
+            with server.session() as cur:
+                at_risk.update(tables_at_risk(cur))
+        else:
+            at_risk["note"] = "the target server is not running: its tables could not be listed"
     plan = RestorePlan(
         target_conn_id=server.conn_id,
         backup=f"{storage.url}/{backup_id}",
@@ -81,6 +90,7 @@ def preflight(conf: dict) -> dict:
         datadir=datadir,
         datadir_state=state,
         bytes=manifest.bytes,
+        at_risk=at_risk,
     )
     log.info("preflight ok: restore %s into %s (datadir %s: %s)", plan.backup, server.describe(), datadir, state)
     return plan.to_dict()
@@ -186,10 +196,19 @@ def verify(plan: RestorePlan | dict, extracted: dict | None = None) -> dict:
     return {"tables": len(counts), "rows": sum(counts.values()), "seconds": round(time.monotonic() - t0, 3)}
 
 
-def report(plan: RestorePlan | dict, stop: dict, extract: dict, prepare: dict, start: dict, verify: dict) -> dict:
-    """Log bytes, seconds and MB/s per step and in total; return the same as a dict."""
+def report(plan: RestorePlan | dict, stop: dict, extract: dict, prepare: dict, start: dict, verify: dict,
+           dag_id: str = "physical_restore", run_id: str | None = None) -> dict:
+    """Log bytes, seconds and MB/s per step and in total; save them (JSON and an SVG chart) where the UI reads
+    them (lastline.reports); return the same as a dict."""
     plan = RestorePlan.of(plan)
     steps = {"stop": stop, "extract": extract, "prepare": prepare, "start": start, "verify": verify}
     text, total = step_report(f"restore of {plan.backup} into {plan.target_conn_id}:", steps, plan.bytes)
     log.info("%s", text)
-    return {"backup": plan.backup, "target": plan.target_conn_id, "seconds": round(total, 3), "steps": steps}
+    out = {"backup": plan.backup, "target": plan.target_conn_id, "seconds": round(total, 3), "steps": steps}
+    if run_id:
+        seconds = [(name, float(s.get("seconds", 0.0))) for name, s in steps.items()]
+        head = f"physical restore of {plan.backup_id} into {plan.target_conn_id}: {plan.bytes / 1e6:,.0f} MB in {total:.1f} s"
+        where = reports.save(dag_id, run_id, {"physical_restore.svg": svg.document(head, [(seconds, "seconds per step", "s", "#4477aa")]),
+                                              "physical_restore.json": json.dumps(out, indent=1, default=str)})
+        log.info("report: %s/physical_restore.svg", where)
+    return out

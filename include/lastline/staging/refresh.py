@@ -15,13 +15,12 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from lastline import connections
+from lastline import connections, reports
 from lastline.core.errors import PreflightError, ProtectedTargetError
 from lastline.core.plans import Conf, Plan
 from lastline.core.sql import META_DB, SYSTEM_SCHEMAS, server_identity
 from lastline.logical import dialect
 from lastline.logical.backup_files import checked_schema
-from lastline.logical.report import report_dir
 from lastline.logical.schema import split_deferred
 from lastline.manifest import read_manifest, resolve_backup
 from lastline.staging import masking, pii
@@ -176,7 +175,8 @@ def preflight(conf: dict, rules: Any) -> dict:
 
     restore = {k: conf[k] for k in RESTORE_KNOBS if k in conf and conf[k] is not None}
     restore.update(target_conn_id=target_conn_id, backup=f"{_destination(params.required('backup'))}/{backup_id}",
-                   databases=databases, force=params.flag("force", True), restore_into_source="", restore_grants=False)
+                   databases=databases, force=params.flag("force", True), restore_into_source="", restore_grants=False,
+                   approval=False)  # staging is replaced every morning by design: nobody is asked
     with server.session() as cur:  # everything checked: keep writes out until masking is verified
         cur.execute("SET GLOBAL read_only = ON")
     log.info("staging refresh of %s from backup %s: %d database(s), %d rule(s) (%d keep); every PII-looking column covered",
@@ -235,23 +235,21 @@ def open_target(plan: StagingPlan | dict) -> dict:
     return {"open_for_writes": plan.open_for_writes}
 
 
-def report(plan: StagingPlan | dict, verified: dict, masked: dict, run_id: str) -> dict:
+def report(plan: StagingPlan | dict, verified: dict, masked: dict, dag_id: str, run_id: str) -> dict:
     """The refresh's record: backup, target, the audit (column, strategy, values, rows changed, survivors),
-    the joins kept, the columns kept on purpose; JSON and Markdown beside the restore's report."""
+    the joins kept, the columns kept on purpose; JSON and Markdown beside the restore's report (lastline.reports)."""
     plan = StagingPlan.of(plan)
     out = {"backup": plan.backup, "target_conn_id": plan.target_conn_id, "databases": plan.databases,
            "mask_seconds": masked.get("seconds"), "columns": verified["columns"], "joins": verified["joins"],
            "kept": [c["column"] for c in verified["columns"] if c["strategy"] == "keep"]}
-    folder = report_dir(run_id)
-    folder.mkdir(parents=True, exist_ok=True)
-    (folder / "staging_refresh.json").write_text(json.dumps(out, indent=1))
     lines = [f"# Staging refresh of {plan.target_conn_id} from {plan.backup}", "",
              "| column | strategy | values | rows changed | survivors |", "|---|---|---|---|---|"]
     lines += [f"| {c['column']} | {c['strategy']} | {c['values']} | {c['rows_changed']} | {c['survivors']} |" for c in verified["columns"]]
     if verified["joins"]:
         lines += ["", "| joined columns | strategy | values in common before | after |", "|---|---|---|---|"]
         lines += [f"| {j['a']} = {j['b']} | {j['strategy']} | {j['before']} | {j['after']} |" for j in verified["joins"]]
-    (folder / "staging_refresh.md").write_text("\n".join(lines) + "\n")
-    log.info("staging report: %s", folder / "staging_refresh.md")
-    return {"report": str(folder / "staging_refresh.json")}
+    where = reports.save(dag_id, run_id, {"staging_refresh.json": json.dumps(out, indent=1),
+                                          "staging_refresh.md": "\n".join(lines) + "\n"})
+    log.info("staging report: %s/staging_refresh.md", where)
+    return {"report": f"{where}/staging_refresh.json"}
 

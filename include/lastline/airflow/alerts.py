@@ -1,0 +1,134 @@
+"""Alerts: a failed run, a backup not complete by its deadline, a restore drill over its RTO budget.
+
+One notifier, `Alert`, sends to where an Airflow connection says (LASTLINE_ALERT_CONN_ID, default
+`lastline_alerts`):
+
+- a webhook: a connection of type `http` (host `https://hooks.example.com/...`, or host + schema + port):
+  a JSON POST `{"text": ..., "event": ..., "dag_id": ..., "run_id": ...}` (Slack and Mattermost read "text");
+  an extra `headers` object is sent along (e.g. an authorization header);
+- mail: a connection of type `smtp` or `email` (host, port, login, password; extras `from`, `to` (a list
+  or a comma-separated string), `ssl` or `starttls`).
+
+No such connection: the alert is logged as a warning and nothing else happens (alerts are optional).
+The same class runs in the dag-processor (`on_failure_callback`) and, awaited, in the triggerer (a
+`DeadlineAlert`'s callback).
+"""
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import smtplib
+import ssl
+import urllib.request
+from datetime import timedelta
+from email.message import EmailMessage
+from typing import Any
+
+from airflow.sdk import BaseNotifier, Connection
+from airflow.sdk.definitions.callback import AsyncCallback
+from airflow.sdk.definitions.deadline import DeadlineAlert, DeadlineReference
+
+log = logging.getLogger(__name__)
+ALERT_CONN_ID = os.environ.get("LASTLINE_ALERT_CONN_ID", "lastline_alerts")  # (defaults imports this module)
+
+
+def _recipients(value: Any) -> list[str]:
+    if isinstance(value, str):
+        return [v.strip() for v in value.split(",") if v.strip()]
+    return [str(v) for v in value or []]
+
+
+def send(event: str, text: str, details: dict[str, Any], conn_id: str = ALERT_CONN_ID) -> str:
+    """Send one alert where `conn_id` says; returns where it went ("" when there is no such connection)."""
+    try:
+        conn = Connection.get(conn_id)
+    except Exception:  # noqa: BLE001 - the SDK raises several types for "not found"
+        log.warning("ALERT (%s; no connection %r to send it to): %s", event, conn_id, text)
+        return ""
+    extra = conn.extra_dejson
+    body = {"text": text, "event": event, **details}
+    if conn.conn_type in ("smtp", "email"):
+        msg = EmailMessage()
+        msg["Subject"] = f"[lastline] {text.splitlines()[0][:150]}"
+        msg["From"] = extra.get("from") or conn.login or "lastline@localhost"
+        to = _recipients(extra.get("to"))
+        if not to:
+            raise ValueError(f"connection {conn_id!r} (mail) has no 'to' in its extras")
+        msg["To"] = ", ".join(to)
+        msg.set_content(f"{text}\n\n{json.dumps(details, indent=2, default=str)}")
+        smtp_cls = smtplib.SMTP_SSL if extra.get("ssl") else smtplib.SMTP
+        with smtp_cls(conn.host, conn.port or (465 if extra.get("ssl") else 25), timeout=30) as smtp:
+            if extra.get("starttls"):
+                smtp.starttls(context=ssl.create_default_context())
+            if conn.login and conn.password:
+                smtp.login(conn.login, conn.password)
+            smtp.send_message(msg)
+        return f"mail to {', '.join(to)}"
+    host = conn.host or ""
+    url = host if "://" in host else f"{conn.schema or 'http'}://{host}{f':{conn.port}' if conn.port else ''}"
+    headers = {"Content-Type": "application/json", **(extra.get("headers") or {})}
+    req = urllib.request.Request(url, data=json.dumps(body, default=str).encode(), headers=headers, method="POST")
+    with urllib.request.urlopen(req, timeout=30) as resp:
+        resp.read()
+    return f"webhook {url.split('?')[0]}"
+
+
+class Alert(BaseNotifier):
+    """A notifier for lastline's DAGs: `on_failure_callback=Alert("failed")`, or a DeadlineAlert's callback."""
+
+    template_fields = ("message",)
+
+    def __init__(self, event: str = "failed", message: str = "", conn_id: str = ALERT_CONN_ID, **details: Any) -> None:
+        super().__init__()
+        self.event, self.message, self.conn_id, self.details = event, message, conn_id, details
+
+    def _details(self, context: Any) -> dict[str, Any]:
+        context = context or {}
+        run = context.get("dag_run")
+        out = dict(self.details)
+        if run is not None:
+            out.update(dag_id=getattr(run, "dag_id", None), run_id=getattr(run, "run_id", None),
+                       state=str(getattr(run, "state", "")))
+        ti = context.get("ti") or context.get("task_instance")
+        if ti is not None:
+            out["task_id"] = getattr(ti, "task_id", None)
+        reason = context.get("reason")
+        if reason:
+            out["reason"] = str(reason)
+        return out
+
+    def _text(self, details: dict[str, Any]) -> str:
+        if self.message:
+            return self.message
+        what = f"{details.get('dag_id', '?')} run {details.get('run_id', '?')}"
+        if self.event == "failed":
+            task = f" (task {details['task_id']})" if details.get("task_id") else ""
+            return f"lastline: {what} failed{task}: open its log in Airflow; each step is safe to re-run"
+        return f"lastline: {what}: {self.event}"
+
+    def notify(self, context: Any) -> None:
+        details = self._details(context)
+        where = send(self.event, self._text(details), details, self.conn_id)
+        if where:
+            log.info("alert %s sent: %s", self.event, where)
+
+    async def async_notify(self, context: Any) -> None:
+        await asyncio.to_thread(self.notify, context)
+
+
+def backup_deadline() -> DeadlineAlert | None:
+    """The nightly backups' deadline: a run not complete LASTLINE_BACKUP_DEADLINE_MINUTES (default 240)
+    after it was queued alerts (0 turns it off)."""
+    minutes = float(os.environ.get("LASTLINE_BACKUP_DEADLINE_MINUTES", "240"))
+    if minutes <= 0:
+        return None
+    return DeadlineAlert(
+        reference=DeadlineReference.DAGRUN_QUEUED_AT,
+        interval=timedelta(minutes=minutes),
+        callback=AsyncCallback(Alert, kwargs={"event": "deadline_missed",
+                                              "message": f"lastline: a backup was not complete {minutes:g} minutes after it "
+                                                         "was queued; look at its run in Airflow",
+                                              "deadline_minutes": minutes}),
+    )

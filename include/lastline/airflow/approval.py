@@ -1,0 +1,89 @@
+"""A person approves a restore that would replace data, before anything is touched.
+
+`approve` follows a restore's preflight: when the plan carries `at_risk` (force on a non-empty target, and
+the `approval` Param on), the run waits on Airflow's human-in-the-loop approval showing the blast radius:
+the databases and tables to be replaced with their rows, size and last write, and the backup's id and age.
+Approve: the restore goes on. Reject: the run fails at once, nothing touched. Nothing at risk (an empty
+target, a resumed restore, `approval` off for automation): the task passes straight through.
+"""
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+from airflow.providers.standard.exceptions import HITLTimeoutError, HITLTriggerEventError
+from airflow.providers.standard.operators.hitl import ApprovalOperator, HITLOperator
+
+from lastline.airflow.alerts import Alert
+from lastline.core.errors import Refusal
+
+LISTED = 40
+
+
+def _size(n: int) -> str:
+    return f"{n / 1e9:,.1f} GB" if n >= 1e9 else f"{n / 1e6:,.1f} MB"
+
+
+def subject(plan: dict) -> str:
+    risk = plan["at_risk"]
+    return (f"Replace {risk.get('table_count', 0)} table(s) in {len(risk.get('databases', []))} database(s) on "
+            f"{risk['target']} with backup {risk['backup_id']}?")
+
+
+def body(plan: dict) -> str:
+    """The blast radius as Markdown."""
+    risk = plan["at_risk"]
+    age = f"{risk['age_hours']:,.1f} hours old" if risk.get("age_hours") is not None else "age unknown"
+    lines = [
+        f"**Backup** `{risk['backup_id']}` (taken {risk.get('taken_at') or '?'}, {age}) will replace, on **{risk['target']}**:",
+        "",
+        f"- databases: {', '.join(f'`{d}`' for d in risk.get('databases', [])) or '(none listed)'}",
+        f"- {risk.get('table_count', 0):,} table(s), about {risk.get('rows', 0):,} rows, {_size(risk.get('bytes', 0))}",
+    ]
+    if risk.get("datadir"):
+        lines.append(f"- the whole datadir `{risk['datadir']}` (moved aside, deleted once the restore is verified)")
+    if risk.get("note"):
+        lines.append(f"- {risk['note']}")
+    tables = risk.get("tables", [])
+    if tables:
+        lines += ["", "| table | rows (estimate) | size | last write |", "|---|---:|---:|---|"]
+        for t in tables[:LISTED]:
+            lines.append(f"| `{t['table']}` | {t['rows']:,} | {_size(t['bytes'])} | {t['updated'] or 'not since the server started'} |")
+        if risk.get("table_count", 0) > LISTED:
+            lines.append(f"| ... and {risk['table_count'] - LISTED:,} more | | | |")
+    lines += ["", "The replaced data is kept aside until the restore is verified. **Reject** ends the run with nothing touched."]
+    return "\n".join(lines)
+
+
+class ApproveReplacement(ApprovalOperator):
+    """Approval of a destructive restore (see the module); `plan` is the preflight's plan (an XComArg)."""
+
+    template_fields = (*HITLOperator.template_fields, "plan")
+
+    def __init__(self, *, plan: Any, **kwargs: Any) -> None:
+        self.hours = float(kwargs.pop("response_hours", 72))
+        super().__init__(subject="Approve a restore that replaces data", body="(filled in when the run gets here)",
+                         response_timeout=timedelta(hours=self.hours), **kwargs)
+        self.plan = plan
+
+    def execute(self, context: Any) -> Any:
+        plan = dict(self.plan or {})
+        if not plan.get("at_risk"):
+            self.log.info("no approval needed: nothing on the target is replaced (or the approval Param is off)")
+            return {"approved": "not needed"}
+        self.subject, self.body = subject(plan), body(plan)
+        self.notifiers = [Alert("approval_needed", message=f"lastline: approval needed: {self.subject}")]
+        self.log.info("waiting for approval: %s", self.subject)
+        return super().execute(context)
+
+    def execute_complete(self, context: Any, event: dict[str, Any]) -> Any:
+        try:
+            ret = HITLOperator.execute_complete(self, context, event)
+        except (HITLTimeoutError, HITLTriggerEventError) as exc:  # waiting again would not change the answer
+            raise Refusal(f"no approval within {self.hours:g} hours ({exc}): nothing on the target was touched; "
+                          "trigger the restore again when someone can approve it.") from exc
+        who = (ret.get("responded_by_user") or {}).get("name") or "someone"
+        if ret["chosen_options"][0] != self.APPROVE:
+            raise Refusal(f"the restore was rejected by {who}: nothing on the target was touched.")
+        self.log.info("approved by %s", who)
+        return ret

@@ -1,0 +1,112 @@
+"""Where a run's heavy tasks run: on the queue, and in the pool, of the server they work on.
+
+A task that works on a server (stream, extract, prepare, load, ...) is declared with `on_server(param)`,
+the Param that names that server's connection. When the scheduler creates the task's instance, the
+cluster policy below (Airflow's `task_instance_mutation_hook`, installed by `plugins/airflow_local_settings.py`)
+reads the run's value of that Param (its conf, else the DAG's default) and that connection's extras:
+
+- `"queue"`: the Celery queue of a worker next to that server (a physical backup's `mariabackup` and a
+  restore's `mbstream`/`--prepare` need the server's datadir on the machine they run on);
+- `"pool"`: the Airflow pool whose slots cap heavy work on that server across every DAG (two DAGs never
+  overload one server); without it, `lastline_<conn_id>` when a pool of that name exists.
+
+Without the policy, or without those extras, tasks keep the default queue and pool. The scheduler reads
+the connection from `AIRFLOW_CONN_*` or the metadata database (the policy may not open a session of its
+own: it reads through the scheduler's).
+"""
+from __future__ import annotations
+
+import json
+import logging
+import os
+import time
+from datetime import timedelta
+from typing import Any
+
+from lastline.airflow.defaults import env
+
+MARK = "lastline_server_param"
+log = logging.getLogger(__name__)
+_CACHE: dict[str, tuple[float, dict]] = {}
+_TTL = 30.0
+
+
+def on_server(param: str, long: bool = True) -> dict[str, Any]:
+    """Task arguments for a task that works on the server the Param `param` names: the policy routes it to
+    that server's queue and pool; a long task also gets an execution timeout (LASTLINE_TASK_TIMEOUT_HOURS,
+    default 24: a task stuck on a dead server fails, and alerts, instead of holding its slot forever)."""
+    out: dict[str, Any] = {"executor_config": {MARK: param}}
+    if long:
+        out["execution_timeout"] = timedelta(hours=float(env("TASK_TIMEOUT_HOURS", "24")))
+    return out
+
+
+def _param_value(task_instance: Any, dag_run: Any, name: str) -> str | None:
+    conf = getattr(dag_run, "conf", None) or {}
+    if conf.get(name):
+        return str(conf[name])
+    params = getattr(getattr(task_instance, "task", None), "params", None) or {}
+    try:
+        value = params[name]
+    except (KeyError, TypeError):
+        return None
+    value = getattr(value, "value", value)  # a Param, or its plain value
+    if isinstance(value, dict) and "value" in value:  # a serialized Param
+        value = value["value"]
+    return str(value) if value else None
+
+
+def _extras(conn_id: str, session: Any) -> dict:
+    """The connection's extras, from the environment or through the scheduler's session (cached 30 s)."""
+    hit = _CACHE.get(conn_id)
+    if hit and time.monotonic() - hit[0] < _TTL:
+        return hit[1]
+    from airflow.models.connection import Connection
+
+    extras: dict = {}
+    raw = os.environ.get(f"AIRFLOW_CONN_{conn_id.upper()}")
+    if raw:
+        conn = Connection.from_json(raw, conn_id=conn_id) if raw.lstrip().startswith("{") else Connection(conn_id=conn_id, uri=raw)
+        extras = conn.extra_dejson
+    elif session is not None:
+        from sqlalchemy import select
+
+        conn = session.scalar(select(Connection).where(Connection.conn_id == conn_id))
+        extras = conn.extra_dejson if conn else {}
+    _CACHE[conn_id] = (time.monotonic(), extras)
+    return extras
+
+
+def _pool_exists(name: str, session: Any) -> bool:
+    if session is None:
+        return False
+    from airflow.models.pool import Pool
+    from sqlalchemy import select
+
+    return session.scalar(select(Pool.pool).where(Pool.pool == name)) is not None
+
+
+def route(task_instance: Any, dag_run: Any) -> None:
+    """The cluster policy: the queue and pool of the server an `on_server` task works on."""
+    config = task_instance.executor_config or {}
+    param = config.get(MARK) if isinstance(config, dict) else None
+    if not param or dag_run is None:
+        return
+    conn_id = _param_value(task_instance, dag_run, param)
+    if not conn_id:
+        return
+    from sqlalchemy.orm import object_session
+
+    session = object_session(dag_run)
+    try:
+        extras = _extras(conn_id, session)
+    except (ValueError, json.JSONDecodeError) as exc:
+        log.warning("lastline routing: connection %s unreadable (%s); default queue and pool", conn_id, exc)
+        return
+    if extras.get("queue"):
+        task_instance.queue = str(extras["queue"])
+    pool = str(extras.get("pool") or f"lastline_{conn_id}")
+    if _pool_exists(pool, session):
+        task_instance.pool = pool
+    elif extras.get("pool"):
+        log.warning("lastline routing: pool %s (connection %s) does not exist; default pool", pool, conn_id)

@@ -1,0 +1,85 @@
+"""lastline's reports in the Airflow UI: a "Report" link on every run of lastline's DAGs, served by the
+api-server from where the tasks saved them (lastline.reports: LASTLINE_REPORTS), not from a worker's disk.
+
+    /lastline/reports/<dag_id>/<run_id>           the run's report: its charts, its figures, its files
+    /lastline/reports/<dag_id>/<run_id>/<name>    one file (SVG, JSON, Markdown)
+
+Access is Airflow's own: a user who may read the DAG may read its reports (the UI's session cookie or a
+bearer token).
+"""
+from __future__ import annotations
+
+import json
+from html import escape
+from urllib.parse import quote
+
+from airflow.api_fastapi.core_api.security import requires_access_dag
+from airflow.plugins_manager import AirflowPlugin
+from fastapi import Depends, FastAPI, HTTPException
+from fastapi.responses import HTMLResponse, Response
+
+from lastline import reports
+
+app = FastAPI(title="lastline reports", docs_url=None, redoc_url=None, openapi_url=None)
+READ = [Depends(requires_access_dag("GET"))]
+PAGE = """<!doctype html><html><head><meta charset="utf-8"><title>{title}</title><style>
+body {{ font-family: sans-serif; margin: 1.5em; color: #222; }} h1 {{ font-size: 1.3em; }} h2 {{ font-size: 1.05em; margin-top: 1.6em; }}
+table {{ border-collapse: collapse; margin: .5em 0; }} td, th {{ border: 1px solid #ccc; padding: 3px 8px; text-align: left; }}
+img {{ max-width: 100%; border: 1px solid #eee; }} pre {{ background: #f6f6f6; padding: .8em; overflow-x: auto; }}
+</style></head><body>{body}</body></html>"""
+
+
+def _summary(data: dict) -> str:
+    """The scalar figures of a JSON report as a table (lists and objects are in the file itself)."""
+    rows = [(k, v) for k, v in data.items() if isinstance(v, (str, int, float, bool)) or v is None]
+    return "<table>" + "".join(f"<tr><th>{escape(str(k))}</th><td>{escape(str(v))}</td></tr>" for k, v in rows) + "</table>"
+
+
+def _tables(data: dict) -> str:
+    """A report's per-table figures (the logical restore's), the slowest first."""
+    tables = data.get("tables")
+    if not isinstance(tables, list) or not tables or not isinstance(tables[0], dict):
+        return ""
+    cols = [c for c in ("table", "rows", "bytes", "seconds", "mb_per_s", "updated") if c in tables[0]]
+    head = "".join(f"<th>{c}</th>" for c in cols)
+    body = "".join("<tr>" + "".join(f"<td>{escape(str(t.get(c)))}</td>" for c in cols) + "</tr>" for t in tables[:50])
+    return f"<table><tr>{head}</tr>{body}</table>"
+
+
+@app.get("/reports/{dag_id}/{run_id}", dependencies=READ, response_class=HTMLResponse)
+def run_report(dag_id: str, run_id: str) -> HTMLResponse:
+    names = reports.names(dag_id, run_id)
+    title = f"{dag_id} · {run_id}"
+    if not names:
+        body = (f"<h1>{escape(title)}</h1><p>This run has saved no report (yet): a report is written when the run's "
+                "last step passes. Reports are read from <code>" + escape(reports.url()) + "</code>.</p>")
+        return HTMLResponse(PAGE.format(title=escape(title), body=body), status_code=404)
+    parts = [f"<h1>{escape(title)}</h1>"]
+    for name in names:
+        href = escape(f"./{quote(run_id, safe='')}/{quote(name, safe='')}")  # relative to this page
+        parts.append(f'<h2>{escape(name)} <small>(<a href="{href}">file</a>)</small></h2>')
+        if name.endswith(".svg"):
+            parts.append(f'<img alt="{escape(name)}" src="{href}">')
+        elif name.endswith(".json"):
+            data = json.loads(reports.read(dag_id, run_id, name))
+            parts.append(_summary(data) + _tables(data) if isinstance(data, dict) else "")
+        elif name.endswith(".md"):
+            parts.append(f"<pre>{escape(reports.read(dag_id, run_id, name).decode(errors='replace'))}</pre>")
+    return HTMLResponse(PAGE.format(title=escape(title), body="\n".join(parts)))
+
+
+@app.get("/reports/{dag_id}/{run_id}/{name}", dependencies=READ)
+def report_file(dag_id: str, run_id: str, name: str) -> Response:
+    try:
+        data = reports.read(dag_id, run_id, name)
+    except FileNotFoundError as exc:
+        raise HTTPException(404, str(exc)) from exc
+    kind = next((t for ext, t in reports.TYPES.items() if name.endswith(ext)), "application/octet-stream")
+    return Response(data, media_type=kind, headers={"Content-Security-Policy": "default-src 'none'; style-src 'unsafe-inline'"})
+
+
+class LastlineReports(AirflowPlugin):
+    name = "lastline_reports"
+    fastapi_apps = [{"app": app, "url_prefix": "/lastline", "name": "lastline reports"}]
+    external_views = [{"name": "Report", "href": "/lastline/reports/{DAG_ID}/{RUN_ID}", "destination": "dag_run",
+                       "url_route": "lastline_report"}]

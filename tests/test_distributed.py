@@ -1,0 +1,355 @@
+"""The distributed path for real: CeleryExecutor on Postgres and Redis, an api-server, a scheduler, a
+dag-processor, a triggerer and two Celery workers as separate processes, driven through the REST API.
+
+Skipped where PostgreSQL (127.0.0.1:5432) or Redis (127.0.0.1:6379) do not answer; `make test-distributed`
+runs this module alone. Worker w1 serves the queues default and near_source, w2 default and near_target:
+the source's and the target's connections name those queues, so their heavy tasks run next to them.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from urllib.parse import quote
+
+import pytest
+
+from lastline.airflow.params import SPECS
+from lastline.core.sql import META_DB
+from lastline_dev.compare import compare
+from lastline_dev.deployment import Deployment, services_available
+from lastline_dev.sandbox import Instance
+
+pytestmark = [pytest.mark.distributed, pytest.mark.e2e]
+
+ROOT = Path(__file__).resolve().parents[1]
+CHROMIUM = "/usr/bin/chromium"
+# headless, and none of the background traffic a closed network refuses
+CHROMIUM_ARGS = ["--headless=new", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                 "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+REQUIRED = {name for name, spec in SPECS.items() if spec.required}
+WORKERS = {"w1": ["default", "near_source"], "w2": ["default", "near_target"]}
+BIG = {"t1": 400_000, "t2": 400_000}  # ~140 MB of TSV: 3 work units (a unit is 64 MB at least) for 2 lanes
+CHUNK = 20_000
+
+
+class Webhook(ThreadingHTTPServer):
+    """A webhook on loopback that keeps every JSON body POSTed to it."""
+
+    def __init__(self) -> None:
+        self.received: list[dict] = []
+        outer = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:  # noqa: N802 - http.server's name
+                outer.received.append(json.loads(self.rfile.read(int(self.headers["Content-Length"]))))
+                self.send_response(204)
+                self.end_headers()
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        super().__init__(("127.0.0.1", 0), Handler)
+        threading.Thread(target=self.serve_forever, daemon=True).start()
+
+    def wait_for(self, event: str, timeout: float = 120, **fields: str) -> dict:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            for body in self.received:
+                if body.get("event") == event and all(body.get(k) == v for k, v in fields.items()):
+                    return body
+            time.sleep(0.5)
+        raise AssertionError(f"no {event!r} alert in {timeout} s; received: {self.received}")
+
+
+@pytest.fixture(scope="module")
+def servers(sandbox_root):
+    """A source (Sakila + two 400k-row tables), a physical target and a logical target of the suite's own."""
+    if missing := services_available():
+        pytest.skip(f"the distributed suite needs PostgreSQL and Redis: {missing}")
+    made = []
+    try:
+        for name in ("dsource", "dtarget", "dltarget"):
+            inst = Instance(sandbox_root, name)
+            inst.create()
+            made.append(inst)
+        made[0].load_sakila()
+        made[0].load_tables("dist_big", BIG)
+        yield dict(zip(("source", "target", "ltarget"), made))
+    finally:
+        for inst in made:
+            inst.destroy()
+
+
+@pytest.fixture(scope="module")
+def deployment(servers, tmp_path_factory):
+    home = tmp_path_factory.mktemp("deployment")
+    hook = Webhook()
+    env = {
+        "LASTLINE_RETRIES": "2", "LASTLINE_RETRY_DELAY_SECONDS": "2",
+        "AIRFLOW__SCHEDULER__TASK_INSTANCE_HEARTBEAT_TIMEOUT": "20",
+        "AIRFLOW__SCHEDULER__TASK_INSTANCE_HEARTBEAT_TIMEOUT_DETECTION_INTERVAL": "2",
+        "LASTLINE_BACKUP_DEADLINE_MINUTES": "0.02",  # 1.2 s: every backup here misses it, and alerts
+        "LASTLINE_REPORT_DIR": str(home / "reports"),
+        "LASTLINE_DESTINATION": f"file://{home / 'backups' / 'logical'}",  # the restore forms offer its backups
+        # manual runs only: unpausing a nightly DAG would also start its last scheduled interval
+        "LASTLINE_PHYSICAL_BACKUP_SCHEDULE": "none", "LASTLINE_LOGICAL_BACKUP_SCHEDULE": "none",
+    }
+    d = Deployment(home, WORKERS, env)
+    d.hook, d.dest = hook, home / "backups"
+    with d:
+        api = d.api
+        queues = {"source": "near_source", "target": "near_target", "ltarget": None}
+        for key, inst in servers.items():
+            conn = inst.connection()
+            if queues[key]:
+                conn["extra"]["queue"] = queues[key]
+            api.put_connection(f"d_{key}", conn)
+        api.put_connection("lastline_alerts", {"conn_type": "http", "host": f"http://127.0.0.1:{hook.server_port}/alerts"})
+        api.put_pool("lastline_d_ltarget", 2, "heavy work on the logical target: 2 at once, whatever the DAG")
+        yield d
+    hook.shutdown()
+
+
+def _hosts(api, run, task_id: str) -> dict[int, str]:
+    return {ti["map_index"]: ti["hostname"] for ti in api.task_instances(run) if ti["task_id"] == task_id}
+
+
+def test_physical_backup_and_restore_run_on_the_servers_queues_and_a_late_backup_alerts(deployment, servers):
+    api = deployment.api
+    backup = api.trigger("physical_backup", {"source_conn_id": "d_source", "destination": f"file://{deployment.dest}/physical"})
+    assert api.wait(backup, 300)["state"] == "success", deployment.logs()
+    restore = api.trigger("physical_restore", {"target_conn_id": "d_target", "backup": f"file://{deployment.dest}/physical/latest",
+                                               "force": True})
+    assert api.wait(restore, 300)["state"] == "success", deployment.logs()
+    assert compare(servers["source"].server(), servers["target"].server()) == []
+    # the heavy tasks ran on the worker next to their server (the connection's "queue")
+    assert _hosts(api, backup, "stream") == {-1: "w1"}
+    for step in ("stop_target", "extract", "prepare", "start_target", "verify"):
+        assert _hosts(api, restore, step) == {-1: "w2"}, step
+    late = deployment.hook.wait_for("deadline_missed")
+    assert late["deadline_minutes"] == 0.02 and "not complete" in late["text"]
+
+
+def test_logical_backup_and_restore_spread_lanes_over_both_workers(deployment, servers):
+    api = deployment.api
+    dest = f"file://{deployment.dest}/logical"
+    backup = api.trigger("logical_backup", {"source_conn_id": "d_source", "destination": dest, "chunk_rows": CHUNK,
+                                            "databases": ["sakila", "dist_big"]})
+    assert api.wait(backup, 300)["state"] == "success", deployment.logs()
+    restore = api.trigger("logical_restore", {"target_conn_id": "d_ltarget", "backup": f"{dest}/latest", "parallel": 2})
+    assert api.wait(restore, 300)["state"] == "success", deployment.logs()
+    assert compare(servers["source"].server(), servers["ltarget"].server()) == []
+    lanes = [ti for ti in api.task_instances(restore) if ti["task_id"] == "load"]
+    assert {ti["hostname"] for ti in lanes} == {"w1", "w2"}  # one lane on each worker
+    assert all(ti["rendered_map_index"] for ti in lanes)  # each lane named in the UI
+    loaded = [api.call("GET", f"/api/v2/dags/logical_restore/dagRuns/{restore[1]}/taskInstances/load/xcomEntries/return_value",
+                       params={"map_index": ti["map_index"], "deserialize": True}) for ti in lanes]
+    assert all(entry["value"] for entry in loaded), loaded  # and both loaded units: the work was shared
+    assert {ti["pool"] for ti in lanes} == {"lastline_d_ltarget"}  # the target's pool, found by the policy
+    assert {ti["queue"] for ti in lanes} == {"default"}  # this target's connection names no queue
+    # the run's report, served by the api-server's plugin from where verify saved it, behind Airflow's auth
+    plugins = api.call("GET", "/api/v2/plugins")["plugins"]
+    view = next(v for p in plugins if p["name"] == "lastline_reports" for v in p["external_views"])
+    assert view["destination"] == "dag_run" and view["href"] == "/lastline/reports/{DAG_ID}/{RUN_ID}"
+    page = api.call_raw("GET", f"/lastline/reports/logical_restore/{restore[1]}")
+    assert page.status_code == 200 and "logical_restore.svg" in page.text and "dist_big.t1" in page.text
+    chart = api.call_raw("GET", f"/lastline/reports/logical_restore/{restore[1]}/logical_restore.svg")
+    assert chart.headers["content-type"].startswith("image/svg+xml") and chart.text.startswith("<svg")
+    assert api.http.get(f"/lastline/reports/logical_restore/{restore[1]}").status_code in (401, 403)  # no token, no report
+
+
+def _awaiting_approval(api, run, deadline: float) -> dict:
+    """The run's approval request, once its `approve` task waits for a person."""
+    while True:
+        assert time.monotonic() < deadline, api.task_instances(run)
+        states = {ti["task_id"]: ti["state"] for ti in api.task_instances(run)}
+        assert states.get("snapshot_config") in (None, "scheduled", "queued"), states  # nothing touched before the answer
+        if states.get("approve") == "awaiting_input":
+            return api.call("GET", f"/api/v2/dags/{run[0]}/dagRuns/{run[1]}/taskInstances/approve/-1/hitlDetails")
+        time.sleep(0.5)
+
+
+def test_a_restore_that_replaces_data_waits_for_approval_and_a_rejection_touches_nothing(deployment, servers):
+    api = deployment.api
+    target = servers["ltarget"].server()
+    before = target.query("CHECKSUM TABLE dist_big.t1, sakila.film")
+    conf = {"target_conn_id": "d_ltarget", "backup": f"file://{deployment.dest}/logical/latest", "force": True, "approval": True}
+    rejected = api.trigger("logical_restore", conf)
+    ask = _awaiting_approval(api, rejected, time.monotonic() + 120)
+    # what the person is shown: the tables to be replaced with their rows and last write, the backup and its age
+    assert ask["subject"].startswith("Replace ") and "dist_big" not in ask["subject"]  # the counts; the tables are below
+    for text in ("`sakila.film`", "last write", "hours old", "Reject"):
+        assert text in ask["body"], (text, ask["body"])
+    rows = int(re.search(r"\| `dist_big.t1` \| ([\d,]+) \|", ask["body"]).group(1).replace(",", ""))
+    assert 300_000 < rows < 500_000  # InnoDB's estimate of its 400,000 rows
+    assert ask["options"] == ["Approve", "Reject"]
+    alert = deployment.hook.wait_for("approval_needed", run_id=rejected[1])
+    assert "approval needed" in alert["text"]
+    api.call("PATCH", f"/api/v2/dags/logical_restore/dagRuns/{rejected[1]}/taskInstances/approve/-1/hitlDetails",
+             json={"chosen_options": ["Reject"]})
+    assert api.wait(rejected, 120)["state"] == "failed"
+    states = {ti["task_id"]: ti["state"] for ti in api.task_instances(rejected)}
+    assert states["approve"] == "failed" and states["snapshot_config"] == "upstream_failed", states
+    assert [t["try_number"] for t in api.tries(rejected, "approve")] == [1]  # a refusal: no retry asks again
+    assert target.query("CHECKSUM TABLE dist_big.t1, sakila.film") == before  # nothing touched
+    assert not target.query("SHOW DATABASES LIKE 'lastline_aside%'")
+
+    approved = api.trigger("logical_restore", conf)
+    _awaiting_approval(api, approved, time.monotonic() + 120)
+    api.call("PATCH", f"/api/v2/dags/logical_restore/dagRuns/{approved[1]}/taskInstances/approve/-1/hitlDetails",
+             json={"chosen_options": ["Approve"]})
+    assert api.wait(approved, 300)["state"] == "success", deployment.logs()
+    assert compare(servers["source"].server(), target) == []
+
+
+def test_a_worker_killed_mid_load_leaves_a_run_that_completes_exactly(deployment, servers):
+    """SIGKILL of a worker (and the task it runs) while its lane is inside a unit: the scheduler sees the
+    heartbeat stop, the lane is retried on the other worker and resumes after the ledger."""
+    api = deployment.api
+    target = servers["ltarget"].server()
+    manifest = json.loads(next((deployment.dest / "logical").glob("*/manifest.json")).read_text())
+    restore = api.trigger("logical_restore", {"target_conn_id": "d_ltarget", "backup": f"file://{deployment.dest}/logical/latest",
+                                              "parallel": 2, "force": True})
+    deadline = time.monotonic() + 180
+    while not any(ti["task_id"] == "prepare" and ti["state"] == "success" for ti in api.task_instances(restore)):
+        assert time.monotonic() < deadline, deployment.logs()
+        time.sleep(0.2)
+    # The 8th and 18th chunk of each big table are taken in the ledger by an open transaction of ours: a
+    # lane that reaches one waits there on its row lock, inside its unit, with the chunks before committed.
+    held = [c["file"] for t in manifest["tables"] if t["schema"] == "dist_big" for c in t["chunks"][7::10]]
+    holder = target.connect()
+    cur = holder.cursor()
+    cur.executemany(f"INSERT INTO {META_DB}.ledger (backup_id, file, rows_loaded) VALUES (%s, %s, 0)",
+                    [(manifest["backup_id"], f) for f in held])
+    waiting: list = []
+    while len(waiting) < 2:  # both lanes stopped at a held chunk
+        assert time.monotonic() < deadline, deployment.logs()
+        waiting = target.query("SELECT ID FROM information_schema.PROCESSLIST WHERE INFO LIKE %s AND TIME >= 1",
+                               (f"INSERT INTO {META_DB}.ledger%",))
+        time.sleep(0.2)
+    committed = target.query(f"SELECT COUNT(*) FROM {META_DB}.ledger")[0][0]  # not ours: they are not committed
+    running = [ti for ti in api.task_instances(restore) if ti["task_id"] == "load" and ti["state"] == "running"]
+    victim = running[0]
+    killed = deployment.kill_worker(victim["hostname"])
+    holder.rollback()
+    holder.close()
+    try:
+        assert api.wait(restore, 400)["state"] == "success", deployment.logs()
+    finally:
+        deployment.start_worker(victim["hostname"])
+    assert len(killed) >= 2  # the worker and the task it was running
+    tries = [t for t in api.tries(restore, "load") if t["map_index"] == victim["map_index"]]
+    assert [t["try_number"] for t in tries] == [1, 2] and tries[-1]["state"] == "success", tries
+    assert tries[-1]["hostname"] != victim["hostname"]  # the retry ran on the worker that was left
+    assert 0 < committed < sum(BIG.values()) // CHUNK  # it was cut mid-load
+    assert compare(servers["source"].server(), target) == []  # exact: nothing lost, nothing twice
+
+
+def test_a_failed_run_alerts_through_the_alert_connection(deployment):
+    run = deployment.api.trigger("logical_restore", {"target_conn_id": "d_ltarget",
+                                                     "backup": f"file://{deployment.dest}/nothing-here/latest"})
+    assert deployment.api.wait(run, 120)["state"] == "failed"
+    alert = deployment.hook.wait_for("failed", dag_id="logical_restore", run_id=run[1])
+    assert "failed" in alert["text"] and alert["state"] == "failed"
+
+
+MANUAL = ("logical_restore", "physical_restore", "replica_rebuild", "replica_detach", "staging_refresh",
+          "logical_backup", "physical_backup")
+
+
+def test_the_ui_in_a_real_browser_forms_a_restore_from_the_form_and_its_report(deployment, servers):
+    """Debian's Chromium, driven by Playwright, against the api-server: every trigger form with its titled,
+    described fields (only what must be named marked required), a restore triggered from the form, and the
+    run's Report tab. Screenshots go to $LASTLINE_TEST_OUTPUT/ui (default .test-output/ui)."""
+    if not Path(CHROMIUM).exists():
+        pytest.skip(f"the browser test needs {CHROMIUM} (make setup installs Debian's chromium)")
+    from playwright.sync_api import sync_playwright
+
+    api = deployment.api
+    shots = Path(os.environ.get("LASTLINE_TEST_OUTPUT", ROOT / ".test-output")) / "ui"
+    shots.mkdir(parents=True, exist_ok=True)
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        try:
+            context = browser.new_context(viewport={"width": 1400, "height": 1000})
+            context.add_cookies([{"name": "_token", "value": api.token(), "url": api.base}])  # signed in as the operator
+            page = context.new_page()
+            for dag_id in MANUAL:
+                params = api.call("GET", f"/api/v2/dags/{dag_id}/details")["params"]
+                dialog = _trigger_form(page, api.base, dag_id)
+                for section in sorted({p["schema"].get("section") for p in params.values()} - {None}):
+                    dialog.get_by_role("button", name=section, exact=True).click()
+                    page.wait_for_timeout(300)
+                    dialog.screenshot(path=str(shots / f"{dag_id}-{section.lower()}.png"))
+                    for name, param in params.items():
+                        if param["schema"].get("section") != section:
+                            continue
+                        field = _field(dialog, name)
+                        label = field.locator("label").first
+                        assert label.inner_text().replace("*", "").strip() == param["schema"]["title"], (dag_id, name)
+                        assert param["description"] in field.inner_text(), (dag_id, name)  # the help under the field
+                        required = label.get_attribute("data-required") is not None
+                        assert required == (name in REQUIRED), (dag_id, name, required)
+                page.keyboard.press("Escape")
+
+            # a restore triggered from the form, as an operator would
+            dialog = _trigger_form(page, api.base, "logical_restore")
+            dialog.get_by_role("button", name="Servers", exact=True).click()
+            dialog.locator("#element_target_conn_id").fill("d_ltarget")
+            dialog.get_by_role("button", name="Backup", exact=True).click()
+            offered = dialog.locator("#list_backup option").evaluate_all("opts => opts.map(o => o.value)")
+            assert f"file://{deployment.dest}/logical/latest" in offered  # the form offers latest (and recent ids)
+            dialog.locator("#element_backup").fill(offered[0])
+            dialog.get_by_role("button", name="Safety", exact=True).click()
+            dialog.locator("[id='switch:element_force']").click()
+            dialog.screenshot(path=str(shots / "logical_restore-filled.png"))
+            before = {r["dag_run_id"] for r in _runs(api, "logical_restore")}
+            dialog.get_by_role("button", name="Trigger", exact=True).click()
+            deadline = time.monotonic() + 60
+            while not (new := [r for r in _runs(api, "logical_restore") if r["dag_run_id"] not in before]):
+                assert time.monotonic() < deadline, "the form's Trigger started no run"
+                time.sleep(0.5)
+            run = ("logical_restore", new[0]["dag_run_id"])
+            assert new[0]["conf"]["target_conn_id"] == "d_ltarget" and new[0]["conf"]["force"] is True
+            assert api.wait(run, 300)["state"] == "success", deployment.logs()
+
+            # its Report tab: the plugin's page inside the UI, charts and all
+            page.goto(f"{api.base}/dags/logical_restore/runs/{quote(run[1], safe='')}")
+            page.get_by_role("tab", name="Report").or_(page.get_by_role("link", name="Report")).first.click()
+            frame = page.frame_locator("iframe").first
+            frame.locator("img").first.wait_for(timeout=30000)
+            assert "logical_restore.svg" in frame.locator("body").inner_text()
+            assert frame.locator("img").first.evaluate("img => img.naturalWidth") > 0  # the chart loaded
+            page.screenshot(path=str(shots / "logical_restore-report.png"), full_page=True)
+        finally:
+            browser.close()
+    assert len(list(shots.glob("*.png"))) >= len(MANUAL) + 2
+
+
+def _field(dialog, name: str):
+    """A Param's field in the trigger form (its label, input and help), whatever kind of input it has."""
+    return dialog.locator(f"div[role='group']:has([id$='element_{name}'], [name='element_{name}'])").last
+
+
+def _trigger_form(page, base: str, dag_id: str):
+    page.goto(f"{base}/dags/{dag_id}")
+    page.get_by_role("button", name="Trigger").first.click()
+    dialog = page.get_by_role("dialog")
+    dialog.wait_for()
+    return dialog
+
+
+def _runs(api, dag_id: str) -> list[dict]:
+    return api.call("GET", f"/api/v2/dags/{dag_id}/dagRuns", params={"limit": 100})["dag_runs"]
+
+
+def test_clean_shutdown_stops_every_process_it_started(deployment):
+    pids = deployment.pids()
+    assert len(pids) >= 6  # api-server, scheduler, dag-processor, triggerer, two workers (and what they forked)
+    deployment.__exit__()
+    assert deployment.alive() == [], "processes left running"

@@ -1,0 +1,40 @@
+"""`make ui`: Airflow's UI on the demo's servers, so a newcomer can trigger a restore from its form.
+
+Needs `make demo` first (its sandboxes, its backups, its connections in the project's Airflow database).
+Runs `bin/airflow standalone` in the foreground on 127.0.0.1 (LASTLINE_UI_PORT, default 8080) with every
+visitor an admin (a local sandbox only: never expose it), the backups' folder as the default destination
+(the restore forms offer `latest` and the demo's backups) and the nightly schedules off. Ctrl-C stops it.
+"""
+from __future__ import annotations
+
+import os
+import sys
+
+from lastline_dev.demo import DEMO, ROOT, save_connections, say
+from lastline_dev.sandbox import Instance
+
+
+def main() -> int:
+    source, target = Instance(DEMO / "sandbox", "source"), Instance(DEMO / "sandbox", "target")
+    if not (source.exists() and target.exists()):
+        say("no demo servers yet: run `make demo` first (it creates them, backs up and restores once)")
+        return 1
+    source.start()
+    target.start()
+    save_connections(source, target)
+    port = os.environ.get("LASTLINE_UI_PORT", "8080")
+    env = {**os.environ,
+           "LASTLINE_DESTINATION": f"file://{DEMO / 'backups'}",
+           "LASTLINE_PHYSICAL_BACKUP_SCHEDULE": "none", "LASTLINE_LOGICAL_BACKUP_SCHEDULE": "none",
+           "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS": "True",  # loopback only, sandboxes only
+           "AIRFLOW__API__HOST": "127.0.0.1", "AIRFLOW__API__PORT": port,
+           "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"http://127.0.0.1:{port}/execution/",
+           "AIRFLOW__SCHEDULER__SCHEDULER_IDLE_SLEEP_TIME": "0.2"}
+    say(f"Airflow's UI on the demo servers: http://127.0.0.1:{port} (up in about 30 s; Ctrl-C stops it)")
+    say("  Dags > logical_restore > Trigger: the form offers the demo's backups; the target is the demo's")
+    say("  (a restore that replaces data waits for your approval under 'Required actions'); each run has a Report tab")
+    os.execve(str(ROOT / "bin/airflow"), [str(ROOT / "bin/airflow"), "standalone"], env)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
