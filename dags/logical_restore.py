@@ -1,8 +1,9 @@
 """
 ### logical_restore: tune → parallel chunked load with per-table fan-out → revert → verify
 
-preflight → **snapshot_config** (setup, read-only: records the production values durably on the
-target) → prepare (tune, create_schema, plan: short steps, one task) → **load** (`parallel` mapped
+preflight → approve (when `force` would replace data and `approval` is on: a person approves, shown the
+tables, rows and last writes at risk and the backup's age) → **snapshot_config** (setup, read-only: records
+the production values durably on the target) → prepare (tune, create_schema, plan: short steps, one task) → **load** (`parallel` mapped
 lanes) → finalize → **revert** (teardown: runs after a failure too) → verify (then the report).
 
 - **tune**: `SET GLOBAL` for the dynamic settings (`innodb_flush_log_at_trx_commit=0`, no adaptive

@@ -2,7 +2,8 @@
 ### physical_restore: restore a physical backup into a target server
 
 preflight (target not `protected`, manifest present, artifact whole, datadir empty unless `force`,
-free disk, tools; read-only) → stop_target → extract (**one pipeline**: fetch | decompress |
+free disk, tools; read-only) → approve (when data would be replaced and `approval` is on: a person approves,
+shown what would be replaced and the backup's age) → stop_target → extract (**one pipeline**: fetch | decompress |
 `mbstream -x --parallel`, sha256 checked while reading) → prepare (`mariabackup --prepare
 --use-memory`, ownership) → start_target → verify (every table of the manifest, plausible row counts)
 → report.
@@ -14,13 +15,11 @@ only once the restored server is verified. `backup` is `<destination>/<backup_id
 """
 from __future__ import annotations
 
-from airflow.sdk import chain, dag, task
+from airflow.sdk import dag
 
-from lastline.airflow.approval import ApproveReplacement
 from lastline.airflow.defaults import dag_args
 from lastline.airflow.params import params, recent_backups
-from lastline.airflow.routing import on_server
-from lastline.physical import restore as pr
+from lastline.airflow.task_groups import physical_restore_steps
 
 
 @dag(
@@ -35,16 +34,8 @@ from lastline.physical import restore as pr
     ),
 )
 def physical_restore():
-    @task(**on_server("target_conn_id", long=False))
-    def preflight(params=None) -> dict:
-        return pr.preflight(dict(params))
-
-    plan = preflight()
-    approved = ApproveReplacement(task_id="approve", plan=plan)  # only when data would be replaced
-    stop, ext, prep, start = (task(step, **on_server("target_conn_id"))(plan) for step in (pr.stop_target, pr.extract, pr.prepare, pr.start_target))
-    ver = task(pr.verify, **on_server("target_conn_id"))(plan, ext)
-    chain(plan, approved, stop, ext, prep, start, ver)
-    task(pr.report)(plan, stop=stop, extract=ext, prepare=prep, start=start, verify=ver, dag_id="{{ dag.dag_id }}")  # run_id: from the context
+    # the steps are a task group shared with restore_drill; here their ids stay plain (preflight, extract, ...)
+    physical_restore_steps.override(prefix_group_id=False)()
 
 
 physical_restore()

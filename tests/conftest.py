@@ -31,6 +31,7 @@ os.environ.update(
 )
 
 from lastline_dev.sandbox import Instance  # noqa: E402
+from lastline_dev.webhook import Webhook  # noqa: E402
 
 # The fault matrix (`make faults`): each row is recorded by the end-to-end test that proves it, at its
 # end, so a row shows only when its test passed: the error the operator saw, and the proof that nothing
@@ -214,3 +215,13 @@ def sshd(tmp_path_factory):
     os.environ["AIRFLOW_CONN_T_SSH"] = json.dumps(server.connection())
     yield server
     server.stop()
+
+
+@pytest.fixture
+def webhook():
+    """A webhook on loopback as the Airflow connection `lastline_alerts` (where lastline's alerts go)."""
+    hook = Webhook()
+    os.environ["AIRFLOW_CONN_LASTLINE_ALERTS"] = json.dumps({"conn_type": "http", "host": f"http://127.0.0.1:{hook.server_port}/alerts"})
+    yield hook
+    os.environ.pop("AIRFLOW_CONN_LASTLINE_ALERTS", None)
+    hook.shutdown()

@@ -91,7 +91,8 @@ def test_staging_refresh_shape(dagbag):
     assert restore == ["restore.preflight", "restore.approve", "restore.snapshot_config", "restore.prepare", "restore.load", "restore.finalize",
                        "restore.revert", "restore.verify"]  # the logical restore's own group
     assert order.index("preflight") < order.index("restore.preflight")
-    assert order.index("restore.verify") < order.index("detach_replication.check")
+    assert "restore.verify" in dag.get_task("detach_replication.check").upstream_task_ids  # detached once restored
+    assert "detach_replication.open_for_writes" in dag.get_task("mask").upstream_task_ids
     assert order.index("detach_replication.open_for_writes") < order.index("mask") < order.index("verify_masking") \
         < order.index("open") < order.index("report")
 

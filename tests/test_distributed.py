@@ -10,9 +10,7 @@ from __future__ import annotations
 import json
 import os
 import re
-import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from urllib.parse import quote
 
@@ -23,6 +21,7 @@ from lastline.core.sql import META_DB
 from lastline_dev.compare import compare
 from lastline_dev.deployment import Deployment, services_available
 from lastline_dev.sandbox import Instance
+from lastline_dev.webhook import Webhook
 
 pytestmark = [pytest.mark.distributed, pytest.mark.e2e]
 
@@ -37,35 +36,6 @@ BIG = {"t1": 400_000, "t2": 400_000}  # ~140 MB of TSV: 3 work units (a unit is 
 CHUNK = 20_000
 
 
-class Webhook(ThreadingHTTPServer):
-    """A webhook on loopback that keeps every JSON body POSTed to it."""
-
-    def __init__(self) -> None:
-        self.received: list[dict] = []
-        outer = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:  # noqa: N802 - http.server's name
-                outer.received.append(json.loads(self.rfile.read(int(self.headers["Content-Length"]))))
-                self.send_response(204)
-                self.end_headers()
-
-            def log_message(self, *args: object) -> None:
-                pass
-
-        super().__init__(("127.0.0.1", 0), Handler)
-        threading.Thread(target=self.serve_forever, daemon=True).start()
-
-    def wait_for(self, event: str, timeout: float = 120, **fields: str) -> dict:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            for body in self.received:
-                if body.get("event") == event and all(body.get(k) == v for k, v in fields.items()):
-                    return body
-            time.sleep(0.5)
-        raise AssertionError(f"no {event!r} alert in {timeout} s; received: {self.received}")
-
-
 @pytest.fixture(scope="module")
 def servers(sandbox_root):
     """A source (Sakila + two 400k-row tables), a physical target and a logical target of the suite's own."""
@@ -73,13 +43,13 @@ def servers(sandbox_root):
         pytest.skip(f"the distributed suite needs PostgreSQL and Redis: {missing}")
     made = []
     try:
-        for name in ("dsource", "dtarget", "dltarget"):
+        for name in ("dsource", "dtarget", "dltarget", "ddrill"):
             inst = Instance(sandbox_root, name)
             inst.create()
             made.append(inst)
         made[0].load_sakila()
         made[0].load_tables("dist_big", BIG)
-        yield dict(zip(("source", "target", "ltarget"), made))
+        yield dict(zip(("source", "target", "ltarget", "drill"), made))
     finally:
         for inst in made:
             inst.destroy()
@@ -96,6 +66,7 @@ def deployment(servers, tmp_path_factory):
         "LASTLINE_BACKUP_DEADLINE_MINUTES": "0.02",  # 1.2 s: every backup here misses it, and alerts
         "LASTLINE_REPORT_DIR": str(home / "reports"),
         "LASTLINE_DESTINATION": f"file://{home / 'backups' / 'logical'}",  # the restore forms offer its backups
+        "LASTLINE_DRILL_CONN_ID": "d_drill",
         # manual runs only: unpausing a nightly DAG would also start its last scheduled interval
         "LASTLINE_PHYSICAL_BACKUP_SCHEDULE": "none", "LASTLINE_LOGICAL_BACKUP_SCHEDULE": "none",
     }
@@ -103,11 +74,13 @@ def deployment(servers, tmp_path_factory):
     d.hook, d.dest = hook, home / "backups"
     with d:
         api = d.api
-        queues = {"source": "near_source", "target": "near_target", "ltarget": None}
+        queues = {"source": "near_source", "target": "near_target"}
         for key, inst in servers.items():
             conn = inst.connection()
-            if queues[key]:
+            if key in queues:
                 conn["extra"]["queue"] = queues[key]
+            if key == "drill":
+                conn["extra"]["role"] = "drill"  # a scratch server: restore_drill replaces its data every time
             api.put_connection(f"d_{key}", conn)
         api.put_connection("lastline_alerts", {"conn_type": "http", "host": f"http://127.0.0.1:{hook.server_port}/alerts"})
         api.put_pool("lastline_d_ltarget", 2, "heavy work on the logical target: 2 at once, whatever the DAG")
@@ -258,7 +231,31 @@ def test_a_failed_run_alerts_through_the_alert_connection(deployment):
     assert "failed" in alert["text"] and alert["state"] == "failed"
 
 
-MANUAL = ("logical_restore", "physical_restore", "replica_rebuild", "replica_detach", "staging_refresh",
+def test_a_completed_backup_is_drilled_under_the_scheduler(deployment, servers):
+    """restore_drill runs on the backup's Asset event: the new backup restored into the drill server,
+    verified, and its RTO recorded in the history its Report charts."""
+    api = deployment.api
+    api.call("PATCH", "/api/v2/dags/restore_drill", json={"is_paused": False})
+    backup = api.trigger("logical_backup", {"source_conn_id": "d_source", "destination": f"file://{deployment.dest}/drill",
+                                            "databases": ["sakila"]})
+    assert api.wait(backup, 300)["state"] == "success", deployment.logs()
+    deadline = time.monotonic() + 120
+    while not (runs := [r for r in _runs(api, "restore_drill") if r["run_type"] == "asset_triggered"]):
+        assert time.monotonic() < deadline, "no restore_drill run after the backup's Asset event"
+        time.sleep(1)
+    drill = ("restore_drill", runs[0]["dag_run_id"])
+    assert api.wait(drill, 300)["state"] == "success", deployment.logs()
+    states = {ti["task_id"]: ti["state"] for ti in api.task_instances(drill)}
+    assert states["logical.verify"] == "success" and states["physical.preflight"] == "skipped", states
+    page = api.call_raw("GET", f"/lastline/reports/restore_drill/{drill[1]}")
+    assert page.status_code == 200 and "time to restore" not in page.text  # the chart is an image on the page
+    entry = json.loads(api.call_raw("GET", f"/lastline/reports/restore_drill/{drill[1]}/restore_drill.json").text)
+    assert entry["ok"] and entry["kind"] == "logical" and entry["rto_seconds"] > 0 and entry["backup_id"] in entry["backup"]
+    sakila = "CHECKSUM TABLE sakila.film, sakila.payment, sakila.rental"
+    assert servers["drill"].server().query(sakila) == servers["source"].server().query(sakila)
+
+
+MANUAL = ("logical_restore", "physical_restore", "replica_rebuild", "replica_detach", "staging_refresh", "restore_drill",
           "logical_backup", "physical_backup")
 
 

@@ -17,6 +17,7 @@ from lastline.core.errors import StorageError
 from lastline.storage import Storage, open_storage
 
 INDEX = "index.json"
+HISTORY = "_history.json"  # a history of one kind of run (restore drills), beside that DAG's run folders
 TYPES = {".svg": "image/svg+xml", ".json": "application/json", ".md": "text/markdown; charset=utf-8",
          ".html": "text/html; charset=utf-8"}
 
@@ -77,3 +78,19 @@ def read(dag_id: str, run_id: str, name: str) -> bytes:
     if name not in names(dag_id, run_id, store):
         raise FileNotFoundError(f"{name} is not in the report of {dag_id} run {run_id}")
     return store.read_bytes(f"{folder(dag_id, run_id)}/{name}")
+
+
+def history(name: str, store: Storage | None = None) -> list[dict]:
+    """A history's entries, oldest first (e.g. every restore drill's RTO)."""
+    store = store or storage()
+    key = f"{_safe(name)}/{HISTORY}"
+    return list(json.loads(store.read_bytes(key))) if store.exists(key) else []
+
+
+def append_history(name: str, entry: dict, keep: int = 500) -> list[dict]:
+    """Add an entry to the history `name` (the newest `keep` are kept); returns the history. Its writers run
+    one at a time (a DAG with max_active_runs=1)."""
+    store = storage()
+    entries = (history(name, store) + [entry])[-keep:]
+    store.write_bytes(f"{_safe(name)}/{HISTORY}", json.dumps(entries, indent=1).encode())
+    return entries

@@ -23,12 +23,18 @@ def announce(asset: Asset, kind: str, destination: str, backup_id: str, aws_conn
     return extra
 
 
-def backup_from_event(default: str) -> str:
-    """The backup a run was triggered for (its asset event's URL), else `default` (the Param)."""
+def triggering_backup() -> dict | None:
+    """The backup a run was started for: its asset event's extra (url, backup_id, kind, ...), the newest if
+    several; None for a run not started by a backup's event."""
     events = get_current_context().get("triggering_asset_events") or {}
     for asset_events in events.values():
         for event in reversed(list(asset_events)):
-            url = (event.extra or {}).get("url")
-            if url:
-                return str(url)
-    return default
+            if (event.extra or {}).get("url"):
+                return dict(event.extra)
+    return None
+
+
+def backup_from_event(default: str) -> str:
+    """The backup a run was triggered for (its asset event's URL), else `default` (the Param)."""
+    found = triggering_backup()
+    return str(found["url"]) if found else default

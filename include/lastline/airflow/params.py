@@ -55,6 +55,9 @@ SPECS: dict[str, Spec] = {
     "source_conn_id": _string(SOURCE_CONN_ID, "Source connection", "mysql connection of the source server", SERVERS, required=True),
     "target_conn_id": _string(TARGET_CONN_ID, "Target connection",
                               "mysql connection of the target server (its extras: datadir, ssh_conn_id, service commands)", SERVERS, required=True),
+    "drill_conn_id": _string(env("DRILL_CONN_ID", "lastline_drill"), "Drill server connection",
+                             "a scratch server's mysql connection (its extra must say \"role\": \"drill\"): its data is replaced "
+                             "at every drill", SERVERS, required=True),
     "replication_conn_id": _string(env("REPLICATION_CONN_ID", "lastline_replication"), "Replication connection",
                                    "the source as the replica reaches it, and the replication user", SERVERS, required=True),
     "destination": _string(DESTINATION, "Destination", "file:///dir, s3://bucket/prefix or ssh://<ssh_conn_id>/<path>", BACKUP, required=True),
@@ -64,6 +67,10 @@ SPECS: dict[str, Spec] = {
                         BACKUP, {"type": ["null", "string"]}),
     "databases": Spec([], "Databases", "a subset by name; empty: every non-system database", BACKUP,
                       {"type": "array", "items": {"type": "string"}}),
+    "kind": Spec("logical", "Kind of backup", "logical or physical: which backup a manual run drills (a run started by a "
+                 "backup's Asset event drills that backup)", BACKUP, {"enum": ["logical", "physical"]}),
+    "rto_budget_minutes": Spec(60, "RTO budget (minutes)", "a drill that takes longer to restore and verify alerts (0: no budget)",
+                               SAFETY, {"type": "number", "minimum": 0}),
     "compression": Spec("zstd", "Compression", "how the bytes are compressed (zstd is the fastest here)", BACKUP,
                         {"enum": ["zstd", "pigz", "none"]}),
     "chunk_rows": Spec(DEFAULT_CHUNK_ROWS, "Rows per chunk", "rows per chunk file (100k-1M is the useful range)", BACKUP,
@@ -132,8 +139,8 @@ def params(*names: str, **changed: str | Override) -> dict[str, Param]:
     return out
 
 
-def recent_backups(kind: str, description: str | None = None, limit: int = 10) -> Override:
-    """The `backup` Param offering `<destination>/latest` and the newest complete backups of `kind`, when the
+def recent_backups(kind: str | None, description: str | None = None, limit: int = 10) -> Override:
+    """The `backup` Param offering `<destination>/latest` and the newest complete backups of `kind` (None: any), when the
     destination is a local folder (listing it costs nothing; an S3 or SSH listing at every parse would)."""
     base = DESTINATION.rstrip("/")
     offers = [f"{base}/latest"]

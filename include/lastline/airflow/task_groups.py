@@ -3,36 +3,38 @@ from __future__ import annotations
 
 from typing import Any
 
-from airflow.sdk import get_current_context, task, task_group
+from airflow.sdk import chain, get_current_context, task, task_group
 from airflow.sdk.definitions.xcom_arg import XComArg
 
 from lastline.airflow.approval import ApproveReplacement
 from lastline.airflow.routing import on_server
 from lastline.logical import report as restore_report
 from lastline.logical import restore as lr
+from lastline.physical import restore as pr
 from lastline.replication import detach as rd
 
 
 @task_group(group_id="detach_replication")
-def detach_replication(target_conn_id: Any, restart: Any = True, read_only_off: Any = False) -> Any:
+def detach_replication(target_conn_id: Any, restart: Any = True, read_only_off: Any = False) -> None:
     """check (read-only: flavour, connections, no master-* option lines) → detach (version-aware STOP/RESET
     ... ALL, every named connection, gtid_slave_pos cleared) → verify (nothing left, also after a
     restart) → open_for_writes (read_only=OFF, only if asked). Arguments may be values, XComArgs or
-    templates such as "{{ params.target_conn_id }}"."""
+    templates such as "{{ params.target_conn_id }}". The call gives the group (`a >> group >> b`)."""
     plan = task(rd.check, task_id="check")(target_conn_id, restart, read_only_off)
     detached = task(rd.detach, task_id="detach")(plan)
     verified = task(rd.verify, task_id="verify")(plan, detached)
-    return task(rd.open_for_writes, task_id="open_for_writes")(plan, verified)
+    task(rd.open_for_writes, task_id="open_for_writes")(plan, verified)
 
 
 @task_group(group_id="restore")
-def logical_restore_steps(conf: Any = None) -> Any:
+def logical_restore_steps(conf: Any = None, server_param: str = "target_conn_id") -> None:
     """preflight → **snapshot_config** (setup, read-only) → prepare (tune, create_schema, plan) → **load**
     (`parallel` mapped lanes) → finalize → **revert** (teardown: runs after a failure too) → verify (then
-    the report). `conf`: the restore's Params as a dict or an XComArg (None: the run's own Params).
-    Returns verify's result."""
+    the report). `conf`: the restore's Params as a dict or an XComArg (None: the run's own Params);
+    `server_param`: the Param naming the server restored into (its queue and pool). The call gives the group:
+    `group >> x` runs x after verify."""
 
-    target = on_server("target_conn_id")  # every step works on the target: its queue, its pool
+    target = on_server(server_param)  # every step works on the target: its queue, its pool
 
     @task(**target)
     def preflight(conf: dict | None = None, params: Any = None) -> dict:
@@ -77,4 +79,23 @@ def logical_restore_steps(conf: Any = None) -> Any:
     snap >> lanes
     loads >> finalized >> reverted >> verified
     finalized >> verified  # a failed load or finalize is never verified, though revert runs
-    return verified
+
+
+@task_group(group_id="restore")
+def physical_restore_steps(conf: Any = None, server_param: str = "target_conn_id") -> None:
+    """preflight (read-only) → approve (only when data would be replaced) → stop_target → extract → prepare
+    → start_target → verify → report. `conf`: the restore's Params as a dict or an XComArg (None: the run's own
+    Params); `server_param`: the Param naming the server restored into (its queue and pool). The call gives the group:
+    `group >> x` runs x after verify."""
+    target = on_server(server_param)
+
+    @task(**on_server(server_param, long=False))
+    def preflight(conf: dict | None = None, params: Any = None) -> dict:
+        return pr.preflight(dict(conf if conf is not None else params))
+
+    plan = preflight(conf)
+    approved = ApproveReplacement(task_id="approve", plan=plan)
+    stop, ext, prep, start = (task(step, **target)(plan) for step in (pr.stop_target, pr.extract, pr.prepare, pr.start_target))
+    verified = task(pr.verify, **target)(plan, ext)
+    chain(plan, approved, stop, ext, prep, start, verified)
+    task(pr.report)(plan, stop=stop, extract=ext, prepare=prep, start=start, verify=verified, dag_id="{{ dag.dag_id }}")

@@ -51,7 +51,26 @@ def build(plan: RestorePlan | dict, steps: dict[str, dict], lanes: list[list[dic
         "stages": stages,
         "finalize_steps": steps.get("finalize", {}).get("steps", {}),
         "tables": tables,
+        "timeline": timeline(stages, lanes),
     }
+
+
+def timeline(stages: dict[str, float], lanes: list[list[dict]]) -> list[dict]:
+    """Where the time went, in order: the stages one after another (the scheduler's gaps left out), and
+    within the load each lane's units at the times they ran."""
+    out, at = [], 0.0
+    loads = [u for lane in lanes for u in lane]
+    first = min((u["started_at"] for u in loads), default=0.0)
+    for name, seconds in stages.items():
+        if name == "load":
+            for n, lane in enumerate(lanes, 1):
+                for u in lane:
+                    out.append({"label": f"lane {n}: {u['unit']}", "start": round(at + u["started_at"] - first, 3),
+                                "seconds": round(u["finished_at"] - u["started_at"], 3), "kind": "unit"})
+        else:
+            out.append({"label": name, "start": round(at, 3), "seconds": seconds, "kind": "stage"})
+        at += seconds
+    return out
 
 
 def chart(report: dict) -> str:
@@ -62,7 +81,10 @@ def chart(report: dict) -> str:
     rates = [(t["table"], float(t["mb_per_s"])) for t in report["tables"][:15]]
     head = (f"logical restore: {report['rows']:,} rows, {report['bytes'] / 1e6:,.0f} MB, load "
             f"{report['load_seconds']:.1f} s ({report['load_mb_per_s']:.1f} MB/s), {report['parallel']} lanes")
-    return svg.document(head, [(stages, "seconds per stage", "s", "#4477aa"),
+    steps = [(t["label"], t["start"], t["seconds"], "#4477aa" if t["kind"] == "stage" else "#ee7733")
+             for t in report["timeline"][:40]]
+    return svg.document(head, [(steps, "timeline: the stages in order, each lane's units as they loaded"),
+                               (stages, "seconds per stage", "s", "#4477aa"),
                                (tables, "slowest tables (load seconds, summed over chunks)", "s", "#cc6677"),
                                (rates, "their load rate", "MB/s", "#228833")])
 

@@ -206,9 +206,12 @@ def report(plan: RestorePlan | dict, stop: dict, extract: dict, prepare: dict, s
     log.info("%s", text)
     out = {"backup": plan.backup, "target": plan.target_conn_id, "seconds": round(total, 3), "steps": steps}
     if run_id:
-        seconds = [(name, float(s.get("seconds", 0.0))) for name, s in steps.items()]
+        at, timeline = 0.0, []
+        for name, s in steps.items():  # one after another
+            timeline.append((name, at, float(s.get("seconds", 0.0)), "#4477aa"))
+            at += float(s.get("seconds", 0.0))
         head = f"physical restore of {plan.backup_id} into {plan.target_conn_id}: {plan.bytes / 1e6:,.0f} MB in {total:.1f} s"
-        where = reports.save(dag_id, run_id, {"physical_restore.svg": svg.document(head, [(seconds, "seconds per step", "s", "#4477aa")]),
+        where = reports.save(dag_id, run_id, {"physical_restore.svg": svg.document(head, [(timeline, "timeline of the steps")]),
                                               "physical_restore.json": json.dumps(out, indent=1, default=str)})
         log.info("report: %s/physical_restore.svg", where)
     return out

@@ -1,0 +1,64 @@
+"""
+### restore_drill: a backup is only good once a drill restored it
+
+Runs when a backup completes (the Assets `lastline_logical_backup` and `lastline_physical_backup`) and on
+demand: restores that backup (a manual run: `backup`, default `<destination>/latest`, of `kind`) into a
+scratch server whose connection says `"role": "drill"` (its data is replaced every time; no other server is
+accepted), verifies it as every restore does, and records the time to restore (RTO) and the MB/s per backup
+in a history the run's **Report** charts. A failed drill, or one over `rto_budget_minutes`, alerts (the
+connection `lastline_alerts`).
+
+preflight (guard, backup, kind) → which → logical.* (the logical restore's steps) or physical.* (the physical
+restore's) → record (always: history, report, alert; fails the run when the drill failed).
+"""
+from __future__ import annotations
+
+from airflow.sdk import dag, get_current_context, task
+
+from lastline import drill as rd
+from lastline.airflow.alerts import send
+from lastline.airflow.assets import LOGICAL_BACKUP, PHYSICAL_BACKUP, triggering_backup
+from lastline.airflow.defaults import dag_args
+from lastline.airflow.params import params, recent_backups
+from lastline.airflow.task_groups import logical_restore_steps, physical_restore_steps
+
+
+@dag(
+    dag_id="restore_drill",
+    **dag_args(schedule=(LOGICAL_BACKUP | PHYSICAL_BACKUP)),
+    doc_md=__doc__,
+    tags=["lastline", "restore", "drill"],
+    params=params("drill_conn_id", "backup", "kind", "rto_budget_minutes", "parallel", "aws_conn_id",
+                  backup=recent_backups(None, "for a manual run: the backup to drill (of `kind`); a run started by a "
+                                                   "backup's Asset event drills that backup")),
+)
+def restore_drill():
+    @task(multiple_outputs=True)
+    def preflight(params=None) -> dict:
+        event = triggering_backup()  # a backup that just completed; else the Params (a manual run)
+        return rd.preflight({**params, "kind": event["kind"], "backup": event["url"]} if event else dict(params))
+
+    @task.branch
+    def which(kind: str) -> str:
+        return f"{kind}.preflight"
+
+    @task(trigger_rule="all_done")
+    def record(plan: dict) -> dict:
+        context = get_current_context()
+        verified = context["ti"].xcom_pull(task_ids=f"{plan['kind']}.verify")
+        entry = rd.record(plan, verified, context["dag"].dag_id, context["run_id"])
+        problem = rd.verdict(entry)
+        if problem:
+            send("drill_failed" if not entry["ok"] else "rto_exceeded", f"lastline: {problem}",
+                 {"dag_id": context["dag"].dag_id, "run_id": context["run_id"], **entry})
+        rd.fail_if_bad(entry)
+        return entry
+
+    plan = preflight()
+    logical = logical_restore_steps.override(group_id="logical")(plan["restore"], server_param="drill_conn_id")
+    physical = physical_restore_steps.override(group_id="physical")(plan["restore"], server_param="drill_conn_id")
+    which(plan["kind"]) >> [logical, physical]
+    [logical, physical] >> record(plan)
+
+
+restore_drill()

@@ -1,0 +1,94 @@
+"""Restore drills: a backup is only "good" once a drill restored it.
+
+`restore_drill` restores the newest backup (the one a backup's Asset event names, or `<destination>/latest`)
+into a scratch server whose connection says `"role": "drill"` (its data is replaced at every drill, so no
+other server is accepted), verifies it as every restore does, and records the time to restore (RTO: from
+the drill's preflight to its verified end) and the MB/s, per backup, in a history kept beside the reports
+(lastline.reports). The drill's report charts that history; an RTO over the budget, or a drill that
+failed, alerts.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import time
+from typing import Any
+
+from lastline import connections, reports
+from lastline.core import svg
+from lastline.core.errors import IntegrityError, ProtectedTargetError
+from lastline.core.plans import Conf
+from lastline.manifest import read_manifest, resolve_backup
+
+log = logging.getLogger(__name__)
+HISTORY = "restore_drill"  # the history's name in the reports' storage
+KINDS = ("logical", "physical")
+
+
+def preflight(conf: dict) -> dict:
+    """The drill server's guard (role drill, not protected), the backup and its kind; the restore's conf."""
+    params = Conf(conf)
+    drill_conn_id = params.required("drill_conn_id")
+    server = connections.server(drill_conn_id)
+    server.refuse_if_protected("restores drills into it")
+    if server.role != "drill":
+        raise ProtectedTargetError(
+            f"{server.describe()} is not marked as a drill server (its connection's extra role is {server.role!r}): a "
+            "restore drill replaces the data of its server every time, so it writes only into a connection whose "
+            "extra has \"role\": \"drill\". Nothing was touched."
+        )
+    kind = params.choice("kind", KINDS, "logical")
+    aws = params.text("aws_conn_id")
+    storage, backup_id = resolve_backup(params.required("backup"), aws, kind)
+    manifest = read_manifest(storage, backup_id, kind)
+    url = f"{storage.url}/{backup_id}"
+    restore: dict[str, Any] = {"target_conn_id": drill_conn_id, "backup": url, "force": True, "approval": False,
+                               "parallel": params.integer("parallel", 2, minimum=1), "aws_conn_id": aws,
+                               "restore_into_source": ""}
+    budget = params.number("rto_budget_minutes", 60.0, minimum=0) * 60
+    log.info("drill: %s backup %s into %s (RTO budget %.0f s)", kind, url, server.describe(), budget)
+    return {"kind": kind, "backup": url, "backup_id": backup_id, "bytes": int(manifest.bytes), "drill_conn_id": drill_conn_id,
+            "rto_budget_seconds": budget, "started": time.time(), "restore": restore}
+
+
+def record(plan: dict, verified: dict | None, dag_id: str, run_id: str) -> dict:
+    """Append this drill to the history (ok or not, RTO, MB/s), save its report (the history charted), and
+    return the entry; the caller alerts and fails the run when the drill failed or broke its budget."""
+    seconds = max(0.001, time.time() - plan["started"])
+    entry = {"backup_id": plan["backup_id"], "kind": plan["kind"], "backup": plan["backup"], "run_id": run_id,
+             "finished": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "ok": verified is not None,
+             "rto_seconds": round(seconds, 1), "mb_per_s": round(plan["bytes"] / 1e6 / seconds, 2) if verified is not None else 0.0,
+             "rto_budget_seconds": plan["rto_budget_seconds"]}
+    entry["within_budget"] = entry["ok"] and (not plan["rto_budget_seconds"] or seconds <= plan["rto_budget_seconds"])
+    history = reports.append_history(HISTORY, entry)
+    recent = history[-20:]
+    label = [f"{h['backup_id']} ({h['kind'][0]})" + ("" if h["ok"] else " FAILED") for h in recent]
+    head = (f"restore drills: {plan['kind']} backup {plan['backup_id']} "
+            + (f"restored and verified in {seconds:,.1f} s ({entry['mb_per_s']:,.1f} MB/s)" if entry["ok"] else "FAILED")
+            + (f"; RTO budget {plan['rto_budget_seconds']:,.0f} s" if plan["rto_budget_seconds"] else ""))
+    chart = svg.document(head, [
+        (list(zip(label, (float(h["rto_seconds"]) for h in recent))), "time to restore per backup (last 20 drills)", "s", "#4477aa"),
+        (list(zip(label, (float(h["mb_per_s"]) for h in recent))), "restore rate (the backup's MB per second)", "MB/s", "#228833"),
+    ])
+    where = reports.save(dag_id, run_id, {"restore_drill.svg": chart,
+                                          "restore_drill.json": json.dumps({**entry, "history": recent}, indent=1)})
+    log.info("drill %s: %s in %.1f s (%.1f MB/s); report %s/restore_drill.svg", plan["backup_id"],
+             "verified" if entry["ok"] else "FAILED", seconds, entry["mb_per_s"], where)
+    return entry
+
+
+def verdict(entry: dict) -> str | None:
+    """What to alert about this drill (None: a good drill)."""
+    if not entry["ok"]:
+        return (f"restore drill of {entry['kind']} backup {entry['backup_id']} FAILED after {entry['rto_seconds']:,.0f} s: "
+                "that backup is not known to restore; see the drill run's log")
+    if not entry["within_budget"]:
+        return (f"restore drill of {entry['kind']} backup {entry['backup_id']} took {entry['rto_seconds']:,.0f} s, over the "
+                f"RTO budget of {entry['rto_budget_seconds']:,.0f} s")
+    return None
+
+
+def fail_if_bad(entry: dict) -> None:
+    """A failed drill fails its run (after it was recorded and alerted)."""
+    if not entry["ok"]:
+        raise IntegrityError(verdict(entry) or "drill failed")

@@ -1,0 +1,98 @@
+"""restore_drill: a backup of each kind restored into a scratch server, verified, its RTO and MB/s in a
+history the report charts; a failed drill or one over its budget alerts; only a drill server is accepted."""
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from lastline import reports
+from lastline.core.errors import ProtectedTargetError
+from lastline_dev.compare import compare
+from lastline_dev.sandbox import Instance
+
+pytestmark = pytest.mark.e2e
+
+
+@pytest.fixture(scope="module")
+def drill_server(sandbox_root):
+    """A scratch server marked as a drill server (`t_drill`), and the same server unmarked (`t_nodrill`)."""
+    from conftest import set_conn
+
+    inst = Instance(sandbox_root, "drill")
+    inst.create()
+    set_conn("t_drill", inst, role="drill")
+    set_conn("t_nodrill", inst)
+    yield inst
+    inst.destroy()
+
+
+@pytest.fixture(scope="module")
+def both_backups(source, tmp_path_factory) -> Path:
+    """A physical and a logical backup of the source, side by side in one destination."""
+    from lastline.logical import backup as lb
+    from lastline.physical import backup as pb
+
+    dest = tmp_path_factory.mktemp("drills")
+    plan = pb.preflight({"source_conn_id": "t_source", "destination": f"file://{dest}"})
+    pb.finish(plan, pb.stream(plan))
+    lb.dump(lb.preflight({"source_conn_id": "t_source", "destination": f"file://{dest}", "databases": ["sakila", "bulk"]}))
+    return dest
+
+
+def _conf(dest: Path, kind: str, **kw) -> dict:
+    return {"drill_conn_id": "t_drill", "backup": f"file://{dest}/latest", "kind": kind, "rto_budget_minutes": 60,
+            "parallel": 2, "aws_conn_id": None, **kw}
+
+
+def _history() -> list[dict]:
+    return reports.history("restore_drill")
+
+
+def test_a_drill_of_each_kind_restores_verifies_and_records_its_rto(run_dag, both_backups, drill_server, source, webhook):
+    before = len(_history())
+    for kind in ("logical", "physical"):
+        state, tis, logs = run_dag("restore_drill", _conf(both_backups, kind))
+        assert state == "success", (kind, tis, logs[-3000:])
+        skipped = "physical" if kind == "logical" else "logical"
+        assert tis[f"{kind}.verify"] == "success" and tis[f"{skipped}.preflight"] == "skipped", tis
+        if kind == "physical":  # the whole datadir: every table equal
+            assert compare(source.server(), drill_server.server()) == []
+        else:
+            assert "verify ok" in logs
+    history = _history()[before:]
+    assert [(h["kind"], h["ok"], h["within_budget"]) for h in history] == [("logical", True, True), ("physical", True, True)]
+    assert all(h["rto_seconds"] > 0 and h["mb_per_s"] > 0 for h in history)
+    run = history[-1]["run_id"]
+    chart = reports.read("restore_drill", run, "restore_drill.svg").decode()
+    assert chart.startswith("<svg") and "time to restore per backup" in chart and history[0]["backup_id"] in chart
+    assert json.loads(reports.read("restore_drill", run, "restore_drill.json"))["history"][-2:] == history
+    assert not webhook.received  # good drills within budget: no alert
+
+
+def test_a_drill_over_its_budget_alerts_and_a_failed_drill_fails_and_alerts(run_dag, both_backups, drill_server, webhook, tmp_path):
+    state, tis, _ = run_dag("restore_drill", _conf(both_backups, "logical", rto_budget_minutes=0.001))
+    assert state == "success"  # restored and verified: a good backup, but slow
+    assert "over the RTO budget" in webhook.wait_for("rto_exceeded", timeout=5)["text"]
+
+    broken = tmp_path / "broken"
+    shutil.copytree(both_backups, broken)
+    (backup,) = [p for p in broken.iterdir() if (p / "schema.json").exists()]
+    chunk = next((backup / "data").rglob("*.tsv.zst"))
+    chunk.write_bytes(chunk.read_bytes()[:-5])  # truncated: the manifest's size and sha256 no longer fit
+    state, tis, logs = run_dag("restore_drill", _conf(broken, "logical"))
+    assert state == "failed" and tis["record"] == "failed", tis
+    alert = webhook.wait_for("drill_failed", timeout=5)
+    assert backup.name in alert["text"] and alert["ok"] is False
+    assert _history()[-1]["backup_id"] == backup.name and _history()[-1]["ok"] is False
+
+
+def test_only_a_drill_server_is_accepted(run_dag, both_backups, drill_server):
+    from lastline import drill
+
+    with pytest.raises(ProtectedTargetError, match=r"not marked as a drill server .*\"role\": \"drill\""):
+        drill.preflight(_conf(both_backups, "logical", drill_conn_id="t_nodrill"))
+    state, tis, _ = run_dag("restore_drill", _conf(both_backups, "logical", drill_conn_id="t_nodrill"))
+    assert state == "failed" and tis["preflight"] == "failed" and tis["logical.preflight"] != "success"
