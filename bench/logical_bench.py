@@ -39,7 +39,7 @@ import time
 from datetime import UTC, datetime
 from pathlib import Path
 
-from lastline.core.servers import option_file
+from lastline.core.option_files import option_file
 from lastline.logical import backup as lb
 from lastline.logical.worker import DumpWorker, PartWriter
 from lastline.storage import open_storage

@@ -43,7 +43,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from logical_bench import dataset, sh  # noqa: E402
 
-from lastline.core.servers import option_file, option_file_text  # noqa: E402
+from lastline.core.option_files import option_file, option_file_text  # noqa: E402
 from lastline.logical import backup as lb  # noqa: E402
 from lastline.manifest import read_manifest  # noqa: E402
 from lastline.storage import open_storage  # noqa: E402

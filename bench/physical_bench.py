@@ -25,7 +25,7 @@ import time
 from datetime import datetime
 from pathlib import Path
 
-from lastline.core.servers import option_file
+from lastline.core.option_files import option_file
 from lastline_dev.compare import compare
 from lastline_dev.sandbox import Instance
 

@@ -32,7 +32,7 @@ os.environ.setdefault("AIRFLOW_HOME", tempfile.mkdtemp(prefix="lastline-bench-ai
 
 from lastline.connections import host_for
 from lastline.core.hosts import CIPHERS  # noqa: E402
-from lastline.core.servers import option_file  # noqa: E402
+from lastline.core.option_files import option_file  # noqa: E402
 from lastline.physical.tools import codec, default_use_memory  # noqa: E402
 from lastline.replication import rebuild as rr  # noqa: E402
 from lastline_dev import sshd_sandbox  # noqa: E402

@@ -107,3 +107,30 @@ def test_backup_deadline(monkeypatch):
     monkeypatch.setenv("LASTLINE_BACKUP_DEADLINE_MINUTES", "0")
     assert backup_deadline() is None  # off (and under `bin/airflow dags test`)
     assert Alert("failed")._text({"dag_id": "d", "run_id": "r", "task_id": "t"}).startswith("lastline: d run r failed (task t)")
+
+
+def test_routing_puts_a_servers_tasks_on_its_queue_from_the_runs_conf_or_the_dags_default(dagbag, monkeypatch):
+    """The cluster policy as the scheduler calls it: on the serialized task (its executor_config marker and
+    Params), the run's conf first, else the DAG's default; the connection's queue extra; other tasks alone."""
+    import json
+    from types import SimpleNamespace
+
+    from airflow.models.dagrun import DagRun
+    from airflow.serialization.serialized_objects import DagSerialization
+
+    from lastline.airflow import routing
+
+    dag = DagSerialization.from_dict(DagSerialization.to_dict(dagbag.get_dag("logical_restore")))
+    for conn_id, queue in (("r_named", "near_named"), ("lastline_target", "near_default")):
+        monkeypatch.setenv(f"AIRFLOW_CONN_{conn_id.upper()}", json.dumps({"conn_type": "mysql", "host": "db", "extra": {"queue": queue}}))
+    routing._CACHE.clear()
+
+    def routed(task_id: str, conf: dict) -> str:
+        task = dag.get_task(task_id)
+        ti = SimpleNamespace(task=task, executor_config=task.executor_config, queue="default", pool="default_pool")
+        routing.route(ti, DagRun(dag_id=dag.dag_id, run_id="r", conf=conf))  # a transient run: no session, no pool
+        return ti.queue
+
+    assert routed("load", {"target_conn_id": "r_named"}) == "near_named"  # the run names the server
+    assert dag.params["target_conn_id"] == "lastline_target" and routed("finalize", {}) == "near_default"  # its default
+    assert routed("approve", {"target_conn_id": "r_named"}) == "default"  # a task that does not work on the server

@@ -12,8 +12,9 @@ import pytest
 from lastline import connections
 from lastline.core.errors import IntegrityError, PipelineError, PreflightError
 from lastline.core.hosts import Stage
+from lastline.core.option_files import option_file, option_file_text
 from lastline.core.pipeline import run_pipeline
-from lastline.core.servers import Server, option_file, option_file_text
+from lastline.core.servers import Server
 from lastline.manifest import PhysicalManifest, TableInfo, backup_time, new_backup_id, plan_prune, split_backup_url
 from lastline.physical import tools as physical
 from lastline.storage import open_storage

@@ -16,7 +16,7 @@ from typing import Any
 
 from lastline import connections, reports
 from lastline.core import svg
-from lastline.core.errors import IntegrityError, ProtectedTargetError
+from lastline.core.errors import IntegrityError
 from lastline.core.plans import Conf
 from lastline.manifest import read_manifest, resolve_backup
 
@@ -30,13 +30,7 @@ def preflight(conf: dict) -> dict:
     params = Conf(conf)
     drill_conn_id = params.required("drill_conn_id")
     server = connections.server(drill_conn_id)
-    server.refuse_if_protected("restores drills into it")
-    if server.role != "drill":
-        raise ProtectedTargetError(
-            f"{server.describe()} is not marked as a drill server (its connection's extra role is {server.role!r}): a "
-            "restore drill replaces the data of its server every time, so it writes only into a connection whose "
-            "extra has \"role\": \"drill\". Nothing was touched."
-        )
+    server.require_role("drill", "restores drills into it", "a restore drill replaces its data every time")
     kind = params.choice("kind", KINDS, "logical")
     aws = params.text("aws_conn_id")
     storage, backup_id = resolve_backup(params.required("backup"), aws, kind)

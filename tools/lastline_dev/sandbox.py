@@ -26,7 +26,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from lastline.core.errors import ServerError
-from lastline.core.servers import Server, option_file
+from lastline.core.option_files import option_file
+from lastline.core.servers import Server
 
 SAKILA_DIR = Path(__file__).resolve().parents[3] / "shared" / "datasets" / "sakila"
 USER = "lastline"

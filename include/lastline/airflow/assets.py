@@ -24,14 +24,12 @@ def announce(asset: Asset, kind: str, destination: str, backup_id: str, aws_conn
 
 
 def triggering_backup() -> dict | None:
-    """The backup a run was started for: its asset event's extra (url, backup_id, kind, ...), the newest if
-    several; None for a run not started by a backup's event."""
+    """The backup a run was started for: its asset event's extra (url, backup_id, kind, ...), the newest over
+    every asset if several (a DAG on both backups' Assets can be started by events of both); None for a run
+    not started by a backup's event."""
     events = get_current_context().get("triggering_asset_events") or {}
-    for asset_events in events.values():
-        for event in reversed(list(asset_events)):
-            if (event.extra or {}).get("url"):
-                return dict(event.extra)
-    return None
+    found = [e for asset_events in events.values() for e in asset_events if (e.extra or {}).get("url")]
+    return dict(max(found, key=lambda e: e.timestamp).extra) if found else None
 
 
 def backup_from_event(default: str) -> str:

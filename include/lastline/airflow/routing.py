@@ -42,17 +42,13 @@ def on_server(param: str, long: bool = True) -> dict[str, Any]:
 
 
 def _param_value(task_instance: Any, dag_run: Any, name: str) -> str | None:
+    """The run's value of the Param `name`: its conf (a manual or API run), else the DAG's default (the
+    scheduler's serialized task gives the plain value)."""
     conf = getattr(dag_run, "conf", None) or {}
     if conf.get(name):
         return str(conf[name])
-    params = getattr(getattr(task_instance, "task", None), "params", None) or {}
-    try:
-        value = params[name]
-    except (KeyError, TypeError):
-        return None
-    value = getattr(value, "value", value)  # a Param, or its plain value
-    if isinstance(value, dict) and "value" in value:  # a serialized Param
-        value = value["value"]
+    params = getattr(task_instance.task, "params", None) or {}
+    value = params[name] if name in params else None
     return str(value) if value else None
 
 

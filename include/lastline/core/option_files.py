@@ -1,4 +1,6 @@
-"""The option files a running server reads, and the settings in them, on whichever host it runs.
+"""Option files: the client ones lastline writes for its tools (a server's address and credentials, 0600,
+never on a command line), and the ones a running server reads, with the settings in them, on whichever
+host it runs.
 
 Which files: the `--defaults-file` of the server's command line (read from /proc through its pid
 file), else the compiled-in list (/etc/my.cnf, /etc/mysql/my.cnf, /etc/mysql/mariadb.cnf) plus any
@@ -8,11 +10,14 @@ file), else the compiled-in list (/etc/my.cnf, /etc/mysql/my.cnf, /etc/mysql/mar
 """
 from __future__ import annotations
 
+import contextlib
 import posixpath
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass
 
-from lastline.core.hosts import Host
+from lastline.core.hosts import LOCAL, Host
+from lastline.core.servers import Server
 
 DEFAULT_FILES = ["/etc/my.cnf", "/etc/mysql/my.cnf", "/etc/mysql/mariadb.cnf"]
 SERVER_GROUPS = ("mysqld", "server", "mariadb", "mariadbd", "galera", "client-server")
@@ -119,3 +124,41 @@ def read_settings(host: Host, files: list[str], extra_dirs: list[str] | tuple[st
                 full = base if base.startswith("/") else posixpath.join(posixpath.dirname(path), base)
                 pending.append(("dir:" if inc.startswith("dir:") else "") + full)
     return settings
+
+
+def _escape_option(value: str) -> str:
+    """Quote a value for a MySQL option file (handles #, quotes, backslashes, spaces)."""
+    return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def option_file_text(server: Server, sections: tuple[str, ...] = ("client",), on_host: bool = False) -> str:
+    """The text of an option file that carries the server's address and credentials (`on_host`: for a
+    command run on the server's own SSH host, where its socket is)."""
+    body = [f"user={_escape_option(server.user)}", f"password={_escape_option(server.password)}"]
+    if server.socket and (on_host or not server.ssh_conn_id):
+        body.append(f"socket={_escape_option(server.socket)}")
+    else:
+        body += [f"host={server.host}", f"port={server.port}", "protocol=TCP"]
+    ssl = server.ssl or {}
+    for key in ("ca", "cert", "key", "capath", "cipher"):
+        if ssl.get(key):
+            body.append(f"ssl-{key}={_escape_option(ssl[key])}")
+    if ssl or server.ssl_mode:
+        body.append("ssl")
+    if server.ssl_mode in ("VERIFY_CA", "VERIFY_IDENTITY"):
+        body.append("ssl-verify-server-cert")
+    return "".join(f"[{section}]\n" + "\n".join(body) + "\n" for section in sections)
+
+
+@contextlib.contextmanager
+def option_file(server: Server, sections: tuple[str, ...] = ("client",), on_host: bool = False) -> Iterator[str]:
+    """Yield the path of a 0600 option file with the server's credentials; remove it afterwards.
+
+    `on_host=True` writes it on the server's own host (over SSH for connections with ssh_conn_id), for
+    commands that run there (mariabackup). Pass it as the FIRST argument: ``--defaults-extra-file=PATH``.
+    mariabackup needs its own ``mariabackup`` group too, or it would take the host's ``[mysqld]``
+    settings for the server.
+    """
+    host = server.runner() if on_host else LOCAL
+    with host.private_file(option_file_text(server, sections, on_host)) as path:
+        yield path

@@ -13,7 +13,8 @@ connection that works for MySqlHook works for lastline. Extras read from the con
   instead of host/port (with ``ssh_conn_id``: the socket on that host, used by the commands run there);
 - ``charset``: the client character set (default ``utf8mb4``; names outside it cannot be restored);
 - ``protected``: ``true`` marks a production server that lastline never restores into;
-- ``role``: ``staging`` marks a server that staging refreshes may write into (they refuse any other);
+- ``role``: ``staging`` marks a server that staging refreshes may write into, ``drill`` a scratch server
+  restore drills may replace (each refuses any other);
 - ``ssl`` (a dict or its JSON: ``ca``, ``cert``, ``key``) and ``ssl_mode`` (``REQUIRED``, ``VERIFY_CA``,
   ``VERIFY_IDENTITY``), as the mysql provider reads them: every connection lastline opens then uses TLS,
   the dump workers' and the tools' (mariabackup, mariadb) through their option file.
@@ -58,7 +59,7 @@ class Server:
     service_stop: str = DEFAULT_SERVICE_STOP
     ssh_conn_id: str | None = None
     protected: bool = False
-    role: str | None = None  # "staging" marks a server that staging refreshes may write into
+    role: str | None = None  # "staging" / "drill": a server staging refreshes / restore drills may write into
     ssl: dict | None = None
     ssl_mode: str | None = None
     charset: str = "utf8mb4"
@@ -143,6 +144,17 @@ class Server:
             raise ProtectedTargetError(
                 f"target {self.describe()} is marked protected (production): lastline never {action}. "
                 "Pick a non-production target, or remove 'protected' from its connection if this is wrong."
+            )
+
+    def require_role(self, role: str, action: str, why: str) -> None:
+        """Refuse (nothing touched) unless the connection gives this server `role` and does not mark it
+        protected: the paths that replace a whole server's data on a schedule write only where a role says so."""
+        self.refuse_if_protected(action)
+        if self.role != role:
+            raise ProtectedTargetError(
+                f"target {self.describe()} is not marked as a {role} server (its connection's extra role is "
+                f"{self.role!r}): {why}, so it writes only into a connection whose extra has \"role\": \"{role}\". "
+                "Nothing was touched."
             )
 
     def describe(self) -> str:
@@ -276,41 +288,3 @@ def _ssl_extra(value: Any) -> dict | None:
 
         value = json.loads(value)
     return {str(k): str(v) for k, v in dict(value).items()}
-
-
-def _escape_option(value: str) -> str:
-    """Quote a value for a MySQL option file (handles #, quotes, backslashes, spaces)."""
-    return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
-
-
-def option_file_text(server: Server, sections: tuple[str, ...] = ("client",), on_host: bool = False) -> str:
-    """The text of an option file that carries the server's address and credentials (`on_host`: for a
-    command run on the server's own SSH host, where its socket is)."""
-    body = [f"user={_escape_option(server.user)}", f"password={_escape_option(server.password)}"]
-    if server.socket and (on_host or not server.ssh_conn_id):
-        body.append(f"socket={_escape_option(server.socket)}")
-    else:
-        body += [f"host={server.host}", f"port={server.port}", "protocol=TCP"]
-    ssl = server.ssl or {}
-    for key in ("ca", "cert", "key", "capath", "cipher"):
-        if ssl.get(key):
-            body.append(f"ssl-{key}={_escape_option(ssl[key])}")
-    if ssl or server.ssl_mode:
-        body.append("ssl")
-    if server.ssl_mode in ("VERIFY_CA", "VERIFY_IDENTITY"):
-        body.append("ssl-verify-server-cert")
-    return "".join(f"[{section}]\n" + "\n".join(body) + "\n" for section in sections)
-
-
-@contextlib.contextmanager
-def option_file(server: Server, sections: tuple[str, ...] = ("client",), on_host: bool = False) -> Iterator[str]:
-    """Yield the path of a 0600 option file with the server's credentials; remove it afterwards.
-
-    `on_host=True` writes it on the server's own host (over SSH for connections with ssh_conn_id), for
-    commands that run there (mariabackup). Pass it as the FIRST argument: ``--defaults-extra-file=PATH``.
-    mariabackup needs its own ``mariabackup`` group too, or it would take the host's ``[mysqld]``
-    settings for the server.
-    """
-    host = server.runner() if on_host else LOCAL
-    with host.private_file(option_file_text(server, sections, on_host)) as path:
-        yield path

@@ -22,8 +22,9 @@ from pathlib import Path
 from lastline.core import stopping
 from lastline.core.compression import codec
 from lastline.core.errors import ConfigError, PipelineError, ServerError
+from lastline.core.option_files import option_file
 from lastline.core.pipeline import widen_pipe
-from lastline.core.servers import Server, option_file
+from lastline.core.servers import Server
 from lastline.storage import Storage
 
 BINARY = "lastline-tsvdump"

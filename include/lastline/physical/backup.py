@@ -10,9 +10,10 @@ from lastline.core import datadir as datadir_ops
 from lastline.core import stopping
 from lastline.core.errors import PipelineError, StorageError
 from lastline.core.hosts import require_tools
+from lastline.core.option_files import option_file
 from lastline.core.pipeline import run_pipeline
 from lastline.core.plans import Conf
-from lastline.core.servers import Server, option_file
+from lastline.core.servers import Server
 from lastline.core.sql import SYSTEM_SCHEMAS
 from lastline.manifest import PhysicalManifest, TableInfo, new_backup_id, prune_backups, write_manifest
 from lastline.physical import tools as physical

@@ -20,10 +20,11 @@ from lastline.core import stopping
 from lastline.core.datadir import MARKER
 from lastline.core.errors import IntegrityError, PipelineError, PreflightError, ReplicationError, ServerError
 from lastline.core.hosts import Stage, require_tools
+from lastline.core.option_files import option_file
 from lastline.core.pipeline import run_pipeline, tap_result, tap_stage
 from lastline.core.plans import Conf
 from lastline.core.progress import step_report
-from lastline.core.servers import Server, base_version, option_file
+from lastline.core.servers import Server, base_version
 from lastline.physical import tools as physical
 from lastline.physical.target import check_datadir, prepare_datadir, start_server
 from lastline.replication import flavour as replication

@@ -108,13 +108,7 @@ def preflight(conf: dict, rules: Any) -> dict:
     params = Conf(conf)
     target_conn_id = params.required("target_conn_id")
     server = connections.server(target_conn_id)
-    server.refuse_if_protected("refreshes staging into it")
-    if server.role != "staging":
-        raise ProtectedTargetError(
-            f"target {server.describe()} is not marked as a staging server (its connection's extra role is "
-            f"{server.role!r}): a staging refresh writes only into a connection whose extra has \"role\": \"staging\". "
-            "Nothing was touched."
-        )
+    server.require_role("staging", "refreshes staging into it", "a staging refresh replaces its databases every time")
     aws = params.text("aws_conn_id")
     storage, backup_id = resolve_backup(params.required("backup"), aws, "logical")
     manifest = read_manifest(storage, backup_id, "logical")
