@@ -18,8 +18,8 @@ from lastline.storage import Storage, open_storage
 
 INDEX = "index.json"
 HISTORY = "_history.json"  # a history of one kind of run (restore drills), beside that DAG's run folders
-TYPES = {".svg": "image/svg+xml", ".json": "application/json", ".md": "text/markdown; charset=utf-8",
-         ".html": "text/html; charset=utf-8"}
+# what a report may hold (no HTML: the UI's plugin serves these files under Airflow's own origin)
+TYPES = {".svg": "image/svg+xml", ".json": "application/json", ".md": "text/markdown; charset=utf-8"}
 
 
 def url() -> str:
