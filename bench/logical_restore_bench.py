@@ -18,8 +18,9 @@ no adaptive hash index, max_allowed_packet 1G, io_capacity 2000), the same for e
   (`--optimize-keys=AFTER_IMPORT_ALL_TABLES`) of a `mydumper 1.0 --format=LOAD_DATA` dump; the bench
   does not build it: build mydumper 1.0 from its source beside the project and point it there;
 - `mariadb < dump.sql` of a `mariadb-dump` (one thread: what most restores still are);
-- by hand: `zstd -dc <chunks> | mariadb -e "LOAD DATA LOCAL INFILE '/dev/stdin' ..."`, one table per
-  loader, N loaders, tables created with their indexes (the practical limit of a client-side load).
+- by hand: tables created with their primary key only, `zstd -dc <chunks> | mariadb -e "LOAD DATA LOCAL
+  INFILE '/dev/stdin' ..."`, one table per loader, N loaders, then each table's secondary indexes in one
+  ALTER, N at a time (the practical limit of a client-side load: no checksum, no ledger, no scheduler).
 
 `--memory quarter` runs every method against a target whose buffer pool is a quarter of the data and
 whose redo log is small (128 MB; lastline is told not to grow it): the regime of production restores.
@@ -45,6 +46,7 @@ from logical_bench import dataset, sh  # noqa: E402
 
 from lastline.core.option_files import option_file, option_file_text  # noqa: E402
 from lastline.logical import backup as lb  # noqa: E402
+from lastline.logical.schema import split_deferred  # noqa: E402
 from lastline.manifest import read_manifest  # noqa: E402
 from lastline.storage import open_storage  # noqa: E402
 from lastline_dev.sandbox import Instance  # noqa: E402
@@ -59,6 +61,15 @@ TUNED = (
 
 
 SMALL_REDO = 128 << 20
+# --index-builds settings: how the secondary indexes come (held back and built after all rows, held back and
+# built by the lane that completes a table, or created with the table and kept up by the load) and where
+# verify's checksums are taken (by verify, or by the lane right after a table's last chunk)
+BUILDS = {
+    "after_all": {"defer_indexes": True, "index_build": "after_all"},
+    "per_table": {"defer_indexes": True, "index_build": "per_table"},
+    "with_data": {"defer_indexes": False, "index_build": "after_all"},
+    "with_data_checks": {"defer_indexes": False, "index_build": "per_table"},
+}
 
 
 def target(work: Path, buffer_pool: int | None) -> Instance:
@@ -87,27 +98,35 @@ def drop(inst: Instance) -> None:
 
 
 def hand(src: Instance, tgt: Instance, manifest, dumps: Path, work: Path, topt: str, n: int, record) -> None:
-    """By hand: each table's chunks in key order through one LOAD DATA, n tables at a time (full DDL)."""
+    """By hand, the practical limit: tables created with their primary key only, each table's chunks in key
+    order through one LOAD DATA, n tables at a time, then each table's secondary indexes in one ALTER, n at a
+    time (no checksum, no ledger, no task)."""
     drop(tgt)
     ddl = src.server().query("SHOW CREATE DATABASE sbtest")[0][1]
     tgt.server().query(ddl)
+    indexes = {}
     for t in manifest.tables:
-        tgt.server().query(src.server().query(f"SHOW CREATE TABLE sbtest.`{t.name}`")[0][1].replace(
-            "CREATE TABLE `", "CREATE TABLE sbtest.`", 1))
+        create, indexes[t.name], _fks = split_deferred(src.server().query(f"SHOW CREATE TABLE sbtest.`{t.name}`")[0][1])
+        tgt.server().query(create.replace("CREATE TABLE `", "CREATE TABLE sbtest.`", 1))
     jobs = work / "hand-jobs"
     shutil.rmtree(jobs, ignore_errors=True)
-    jobs.mkdir()
+    (jobs / "load").mkdir(parents=True)
+    (jobs / "index").mkdir()
     for i, t in enumerate(sorted(manifest.tables, key=lambda t: -t.raw_bytes)):
         files = " ".join(str(dumps / "lastline" / manifest.backup_id / c.file) for c in t.chunks)
-        (jobs / f"{i:03d}.sh").write_text(
+        (jobs / "load" / f"{i:03d}.sh").write_text(
             f"zstd -q -dc {files} | mariadb --defaults-extra-file={topt} --local-infile=1 -e \"SET SESSION "
             "sql_log_bin=0, unique_checks=0, foreign_key_checks=0; LOAD DATA LOCAL INFILE '/dev/stdin' INTO TABLE "
             f"sbtest.{t.name} CHARACTER SET binary FIELDS TERMINATED BY '\\t' ESCAPED BY '\\\\\\\\' "
             "LINES TERMINATED BY '\\n'\"\n"
         )
-    record(f"by hand: zstd -dc | LOAD DATA per table, {n} at a time",
-           sh(f"ls {jobs}/*.sh | xargs -P {n} -n 1 bash -o pipefail"))
-
+        if indexes[t.name]:
+            (jobs / "index" / f"{i:03d}.sh").write_text(
+                f"mariadb --defaults-extra-file={topt} -e \"SET SESSION sql_log_bin=0; ALTER TABLE sbtest.{t.name} "
+                + ", ".join(f"ADD {d}" for d in indexes[t.name]).replace("`", "\\`") + '"\n')
+    record(f"by hand: zstd -dc | LOAD DATA per table, {n} at a time, then the indexes",
+           sh(f"ls {jobs}/load/*.sh | xargs -P {n} -n 1 bash -o pipefail && "
+              f"ls {jobs}/index/*.sh | xargs -r -P {n} -n 1 bash -o pipefail"))
 
 
 def task_timeline(db: Path, dag_id: str, run_id: str) -> list[dict]:
@@ -139,8 +158,8 @@ def main() -> int:
                         "tag v1.0.1-3; not in Debian): runs myloader 1.0 in its fastest setting too")
     p.add_argument("--reuse", action="store_true", help="keep the generated source dataset from an earlier run")
     p.add_argument("--index-builds", default="after_all,per_table,per_table,after_all",
-                   help="lastline's index_build settings to run, in order (comma list; ABBA by default, since the run "
-                        "in second place is faster by itself); the first setting's mean is the ratios' base")
+                   help="lastline's index settings to run, in order (comma list of " + ", ".join(BUILDS) + "; ABBA by "
+                        "default, since the run in second place is faster by itself); the first setting's mean is the ratios' base")
     p.add_argument("--methods", default="hand,myloader,sql,lastline", help="which to run (comma list); ratios need lastline")
     p.add_argument("--memory", choices=("in", "quarter"), default="in",
                    help="in: the data fits the target's buffer pool (6G); quarter: the buffer pool is a quarter of the "
@@ -233,7 +252,7 @@ def main() -> int:
         runs = []
         for build in [builds[0], *builds]:
             drop(tgt)
-            run = af.wait("logical_restore", af.trigger("logical_restore", {**conf, "index_build": build}))
+            run = af.wait("logical_restore", af.trigger("logical_restore", {**conf, **BUILDS[build]}))
             if run["state"] == "success" and rows_on(tgt) != expected:
                 raise SystemExit(f"index_build={build}: sbtest1 + sbtest_big hold {rows_on(tgt)} rows, expected {expected}")
             runs.append((build, run))
@@ -242,7 +261,7 @@ def main() -> int:
     for position, (build, run) in enumerate(runs):
         if run["state"] != "success":
             raise SystemExit(f"logical_restore {run['run_id']} failed: see {work / 'standalone.log'} and .airflow/logs")
-        report = json.loads(next((work / "reports").glob(f"*{run['run_id'].split('__')[1]}*/logical_restore.json")).read_text())
+        report = json.loads((work / "reports" / "logical_restore" / run["run_id"] / "logical_restore.json").read_text())
         if position == 0:
             name = f"lastline DAG, {n} lanes, index_build={build}, cold: first run after the scheduler started"
         else:

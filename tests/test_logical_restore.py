@@ -18,6 +18,7 @@ from lastline.core.sql import global_variables, table_exists
 from lastline.logical import backup as lb
 from lastline.logical import dialect, tuning
 from lastline.logical import restore as lr
+from lastline.logical.verify import recorded_checks
 from lastline.manifest import LogicalManifest
 from lastline_dev.sandbox import alive
 
@@ -405,10 +406,38 @@ def test_per_table_index_builds_run_in_the_lanes_and_two_lanes_split_the_units(b
     lr.revert(plan)
     caplog.clear()
     assert lr.verify(plan, snap)
-    assert f"({len(manifest)} computed by the lanes as each table completed)" in caplog.text
+    assert f"({len(manifest)} taken as each table completed)" in caplog.text
     assert target.query("SELECT COUNT(*) FROM _lastline.table_checks")[0][0] == 0  # forgotten once verified
     assert _diff(_objects(logical_source.server(), dbs), _objects(target, dbs)) == []
 
+
+
+def test_after_all_finalize_takes_each_checksum_right_after_the_tables_indexes(backups, logical_source, logical_target, caplog):
+    """index_build=after_all: finalize builds a table's held-back indexes and takes its checksum on the same
+    connection while its pages are in memory; verify compares those (it reads no table again) and forgets them."""
+    import logging
+
+    caplog.set_level(logging.INFO)
+    dbs = ("sakila",)
+    plan = lr.preflight(_conf(backups, force=True, databases=list(dbs), index_build="after_all"))
+    snap = lr.snapshot_config(plan)
+    lr.prepare(plan)
+    for lane in lr.plan_lanes(plan):
+        lr.load_lane(plan, lane)
+    target = logical_target.server()
+    assert recorded_checks(target, lr.RestorePlan.of(plan).backup_id) == {}  # no lane took one
+    lr.finalize(plan)
+    checked = dict(((s, t), (r, c)) for s, t, r, c in target.query(
+        "SELECT schema_name, table_name, rows_seen, checksum_seen FROM _lastline.table_checks"))
+    manifest = {(t.schema, t.name): (t.rows, t.checksum) for t in lr.open_backup(lr.RestorePlan.of(plan))[1].tables
+                if t.schema in dbs}
+    assert {(_s(k[0]), _s(k[1])): (int(v[0]), _s(v[1])) for k, v in checked.items()} == manifest
+    lr.revert(plan)
+    caplog.clear()
+    assert lr.verify(plan, snap)
+    assert f"({len(manifest)} taken as each table completed)" in caplog.text
+    assert target.query("SELECT COUNT(*) FROM _lastline.table_checks")[0][0] == 0
+    assert _diff(_objects(logical_source.server(), dbs), _objects(target, dbs)) == []
 
 def _s(v) -> str:
     return v.decode() if isinstance(v, bytes) else str(v)

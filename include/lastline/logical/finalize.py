@@ -15,6 +15,7 @@ from lastline.logical.plans import RestorePlan
 from lastline.logical.schema import split_deferred
 from lastline.logical.schema_checks import checked_create, checked_grants, session_name
 from lastline.logical.target_state import clear_state
+from lastline.logical.verify import record_check, recorded_checks
 
 log = logging.getLogger(__name__)
 
@@ -47,9 +48,19 @@ def finalize(plan: RestorePlan | dict) -> dict:
     steps: dict[str, float] = {}
     s = time.monotonic()
     if plan.defer_indexes:  # index builds: one table per connection, `parallel` at once; then the foreign keys
-        in_scope = [t for t in schema["tables"] if t["schema"] in dbs]
+        in_manifest = {(t.schema, t.name): t for t in manifest.tables}
+        in_scope = sorted((t for t in schema["tables"] if t["schema"] in dbs),  # the biggest first: the shortest tail
+                          key=lambda t: -in_manifest[(t["schema"], t["name"])].raw_bytes if (t["schema"], t["name"]) in in_manifest else 0)
+        checked = recorded_checks(server, manifest.backup_id)
+
+        def build(cur: Any, t: dict) -> None:  # then the table's checksum for verify, while its pages are in memory
+            add_indexes(cur, t)
+            key = (t["schema"], t["name"])
+            if key in in_manifest and key not in checked:
+                record_check(cur, manifest, in_manifest[key])
+
         session = (dialect.LOAD_SESSION, "SET SESSION sql_log_bin = 0")
-        over_connections(server, plan.parallel, in_scope, add_indexes, setup=session)
+        over_connections(server, plan.parallel, in_scope, build, setup=session)
         over_connections(server, 1, in_scope, _add_foreign_keys, setup=session)
     steps["indexes"] = time.monotonic() - s
     s = time.monotonic()

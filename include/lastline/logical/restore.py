@@ -234,7 +234,7 @@ def load_lane(plan: RestorePlan | dict, lane: str) -> list[dict]:
     units = plan_units(manifest, selected(manifest, plan.databases), plan.parallel)
     server = target_server(plan)
     built = None
-    if plan.defer_indexes and plan.index_build == "per_table":
+    if plan.index_build == "per_table":  # without defer_indexes the indexes are there: only the checksum
         tables = {(t["schema"], t["name"]): t for t in checked_schema(storage, manifest)["tables"]}
 
         in_manifest = {(t.schema, t.name): t for t in manifest.tables}

@@ -1,9 +1,10 @@
 """The restore's verify step: per table, rows and the row-hash checksum recomputed on the target equal
 the manifest's; every object present; the configuration back as the snapshot recorded it.
 
-With index_build=per_table, the lane that completes a table also computes its checksum right after its
-indexes, while its pages are still in the buffer pool (`record_check`, kept in `_lastline.table_checks`):
-verify compares those to the manifest instead of reading the table again. A table's data does not change
+A table's checksum is taken right after its held-back indexes are built, while its pages are still in the
+buffer pool (`record_check`, kept in `_lastline.table_checks`): by the lane that completes the table with
+index_build=per_table, by finalize with after_all. Verify compares those to the manifest instead of reading
+the table again, and computes the others. A table's data does not change
 between the two (its chunks are all in; read_only keeps applications out).
 """
 from __future__ import annotations
@@ -54,7 +55,8 @@ def forget_checks(cur: Any, backup_id: str) -> None:
         cur.connection.commit()
 
 
-def _recorded(server: Server, backup_id: str) -> dict[tuple[str, str], tuple[int, str]]:
+def recorded_checks(server: Server, backup_id: str) -> dict[tuple[str, str], tuple[int, str]]:
+    """The checksums kept for a backup's tables, by (schema, table)."""
     with server.session() as cur:
         if not table_exists(cur, META_DB, "table_checks"):
             return {}
@@ -82,7 +84,7 @@ def verify(plan: RestorePlan | dict, snapshot: dict) -> dict:
             "verify: backup %s predates row-hash checksums (%s): its checksums are over the dump's own text and "
             "cannot catch a value the dump got wrong; take a new backup", manifest.backup_id, manifest.format,
         )
-    recorded = _recorded(server, manifest.backup_id)
+    recorded = recorded_checks(server, manifest.backup_id)
 
     def check(cur: Any, t: Any) -> str | None:
         rows, checksum = recorded.get((t.schema, t.name)) or table_checksum(cur, manifest, t)
@@ -117,6 +119,6 @@ def verify(plan: RestorePlan | dict, snapshot: dict) -> dict:
     if dropped:
         log.info("verify: dropped the old tables force had kept: %s", ", ".join(dropped))
     in_lanes = sum((t.schema, t.name) in recorded for t in tables)
-    log.info("verify ok: %d tables with rows and checksums equal to the backup's (%d computed by the lanes as each table "
+    log.info("verify ok: %d tables with rows and checksums equal to the backup's (%d taken as each table "
              "completed), every object present, configuration back (%.1f s)", len(tables), in_lanes, time.monotonic() - t0)
     return {"tables": len(tables), "seconds": round(time.monotonic() - t0, 3)}
