@@ -88,6 +88,18 @@ def target(work: Path, buffer_pool: int | None) -> Instance:
     return inst
 
 
+def cpu_seconds(pid: int | None) -> tuple[float, float]:
+    """CPU seconds the machine has spent busy (all but idle and iowait) and those the process `pid` used."""
+    tick = os.sysconf("SC_CLK_TCK")
+    fields = [int(x) for x in Path("/proc/stat").read_text().split("\n")[0].split()[1:]]
+    busy = sum(fields) - fields[3] - fields[4]
+    own = 0
+    if pid:
+        stat = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        own = int(stat[11]) + int(stat[12])  # utime, stime
+    return busy / tick, own / tick
+
+
 def rows_on(inst: Instance) -> int:
     return int(inst.server().query("SELECT SUM(c) FROM (SELECT COUNT(*) c FROM sbtest.sbtest1 UNION ALL "
                                    "SELECT COUNT(*) FROM sbtest.sbtest_big) x")[0][0] or 0)
@@ -195,11 +207,21 @@ def main() -> int:
     print(f"restoring {raw_mb:,.0f} MB of rows ({manifest.rows:,} rows, {len(manifest.tables)} tables), {n} threads; "
           f"target: {memory}", flush=True)
 
-    def record(name: str, seconds: float, check: bool = True) -> None:
+    marks: list[tuple[float, float]] = []
+
+    def mark() -> None:  # where the next method's CPU count starts
+        marks[:] = [cpu_seconds(tgt.pid())]
+
+    def record(name: str, seconds: float, check: bool = True, cpu: tuple[float, float] | None = None) -> None:
+        busy, server = cpu or tuple(b - a for a, b in zip(marks[0], cpu_seconds(tgt.pid())))
         if check and rows_on(tgt) != expected:
             raise SystemExit(f"{name}: sbtest1 + sbtest_big hold {rows_on(tgt)} rows, expected {expected}")
-        results[name] = {"seconds": round(seconds, 1), "mb_per_s": round(raw_mb / seconds, 1)}
-        print(f"  {name:<58} {seconds:7.1f} s  {raw_mb / seconds:6.1f} MB/s", flush=True)
+        # where the 2 cores went: the target server, and everything else (the client or lastline with its
+        # scheduler, api-server and task processes); what neither used was idle or waiting on the disk
+        results[name] = {"seconds": round(seconds, 1), "mb_per_s": round(raw_mb / seconds, 1),
+                         "cpu_server_s": round(server, 1), "cpu_rest_s": round(busy - server, 1)}
+        print(f"  {name:<58} {seconds:7.1f} s  {raw_mb / seconds:6.1f} MB/s  CPU s: server {server:5.1f}, "
+              f"rest {busy - server:5.1f}", flush=True)
 
     methods = set(args.methods.split(","))
     with option_file(src.server(), ("client", "mydumper", "mariadb-dump")) as sopt, \
@@ -208,9 +230,11 @@ def main() -> int:
             sh(f"mydumper --defaults-file={sopt} -B sbtest -t {n} --rows 250000 -o {dumps / 'mydumper'}")
             sh(f"mariadb-dump --defaults-extra-file={sopt} --single-transaction --databases sbtest > {dumps / 'dump.sql'}")
         if "hand" in methods:
+            mark()
             hand(src, tgt, manifest, dumps, work, topt, n, record)
         if "myloader" in methods:
             drop(tgt)
+            mark()
             record(f"myloader -t {n} (mydumper --rows 250000)",
                    sh(f"myloader --defaults-file={topt} -t {n} -d {dumps / 'mydumper'}"))
         if "myloader1" in methods or ("myloader" in methods and args.myloader1):
@@ -227,11 +251,13 @@ def main() -> int:
                 sh(f"{one / 'mydumper'} --defaults-file={s1} -B sbtest -t {n} --rows 250000 --format=LOAD_DATA "
                    f"-o {dumps / 'mydumper1'}")
                 drop(tgt)
+                mark()
                 record(f"myloader 1.0 -t {n} --optimize-keys=AFTER_IMPORT_ALL_TABLES (mydumper 1.0 --format=LOAD_DATA)",
                        sh(f"{one / 'myloader'} --defaults-file={t1} -t {n} --optimize-keys=AFTER_IMPORT_ALL_TABLES "
                           f"-d {dumps / 'mydumper1'}"))
         if "sql" in methods:
             drop(tgt)
+            mark()
             record("mariadb < dump.sql (mariadb-dump)", sh(f"mariadb --defaults-extra-file={topt} < {dumps / 'dump.sql'}"))
     if "lastline" not in methods:
         return 0
@@ -252,7 +278,9 @@ def main() -> int:
         runs = []
         for build in [builds[0], *builds]:
             drop(tgt)
+            mark()
             run = af.wait("logical_restore", af.trigger("logical_restore", {**conf, **BUILDS[build]}))
+            run["cpu"] = tuple(b - a for a, b in zip(marks[0], cpu_seconds(tgt.pid())))
             if run["state"] == "success" and rows_on(tgt) != expected:
                 raise SystemExit(f"index_build={build}: sbtest1 + sbtest_big hold {rows_on(tgt)} rows, expected {expected}")
             runs.append((build, run))
@@ -267,7 +295,7 @@ def main() -> int:
         else:
             name = f"lastline DAG, {n} lanes, index_build={build}, warm run {position} (whole run)"
             by_build.setdefault(build, []).append(run["seconds"])
-        record(name, run["seconds"], check=False)  # rows checked right after the run
+        record(name, run["seconds"], check=False, cpu=run["cpu"])  # rows checked right after the run
         results[name]["load_step"] = {"seconds": report["load_seconds"], "mb_per_s": report["load_mb_per_s"],
                                       "stages": report["stages"]}
         print(f"  {'  of which: load step (lanes, in-lane index builds included)':<58} {report['load_seconds']:7.1f} s", flush=True)
@@ -293,7 +321,7 @@ def main() -> int:
     out = work / f"restore-{datetime.now(UTC):%Y%m%dT%H%M%SZ}.json"
     out.write_text(json.dumps({"tables": args.tables, "rows": args.rows, "big": args.big, "parallel": n,
                                "memory": memory, "raw_mb": round(raw_mb, 1), "results": results}, indent=1))
-    print(f"\nrecorded in {out}; the DAG's chart: {report.get('chart')}")
+    print(f"\nrecorded in {out}; the DAG runs' reports and charts: {work / 'reports' / 'logical_restore'}")
     src.stop()
     tgt.stop()
     return 0
