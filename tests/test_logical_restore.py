@@ -397,17 +397,14 @@ def test_per_table_index_builds_run_in_the_lanes_and_two_lanes_split_the_units(b
     assert indexes >= 3  # built in a lane, before finalize
     assert "sakila.rental: indexes built in" in caplog.text
     # and each table's checksum, taken in the lane while its pages were in memory, is what verify compares
-    checked = dict(((s, t), (r, c)) for s, t, r, c in target.query(
-        "SELECT schema_name, table_name, rows_seen, checksum_seen FROM _lastline.table_checks"))
-    manifest = {(t.schema, t.name): (t.rows, t.checksum) for t in lr.open_backup(lr.RestorePlan.of(plan))[1].tables
-                if t.schema in dbs}
-    assert {(_s(k[0]), _s(k[1])): (int(v[0]), _s(v[1])) for k, v in checked.items()} == manifest
+    manifest = _backup_checks(plan, dbs)
+    assert recorded_checks(target, lr.RestorePlan.of(plan).backup_id) == manifest
     lr.finalize(plan)
     lr.revert(plan)
     caplog.clear()
     assert lr.verify(plan, snap)
     assert f"({len(manifest)} taken as each table completed)" in caplog.text
-    assert target.query("SELECT COUNT(*) FROM _lastline.table_checks")[0][0] == 0  # forgotten once verified
+    assert recorded_checks(target, lr.RestorePlan.of(plan).backup_id) == {}  # forgotten once verified
     assert _diff(_objects(logical_source.server(), dbs), _objects(target, dbs)) == []
 
 
@@ -427,17 +424,17 @@ def test_after_all_finalize_takes_each_checksum_right_after_the_tables_indexes(b
     target = logical_target.server()
     assert recorded_checks(target, lr.RestorePlan.of(plan).backup_id) == {}  # no lane took one
     lr.finalize(plan)
-    checked = dict(((s, t), (r, c)) for s, t, r, c in target.query(
-        "SELECT schema_name, table_name, rows_seen, checksum_seen FROM _lastline.table_checks"))
-    manifest = {(t.schema, t.name): (t.rows, t.checksum) for t in lr.open_backup(lr.RestorePlan.of(plan))[1].tables
-                if t.schema in dbs}
-    assert {(_s(k[0]), _s(k[1])): (int(v[0]), _s(v[1])) for k, v in checked.items()} == manifest
+    manifest = _backup_checks(plan, dbs)
+    assert recorded_checks(target, lr.RestorePlan.of(plan).backup_id) == manifest
     lr.revert(plan)
     caplog.clear()
     assert lr.verify(plan, snap)
     assert f"({len(manifest)} taken as each table completed)" in caplog.text
-    assert target.query("SELECT COUNT(*) FROM _lastline.table_checks")[0][0] == 0
+    assert recorded_checks(target, lr.RestorePlan.of(plan).backup_id) == {}  # forgotten once verified
     assert _diff(_objects(logical_source.server(), dbs), _objects(target, dbs)) == []
 
-def _s(v) -> str:
-    return v.decode() if isinstance(v, bytes) else str(v)
+
+def _backup_checks(plan: dict, dbs: tuple[str, ...]) -> dict:
+    """Rows and checksum of each table of `dbs` as the backup's manifest gives them, by (schema, table)."""
+    return {(t.schema, t.name): (t.rows, t.checksum) for t in lr.open_backup(lr.RestorePlan.of(plan))[1].tables
+            if t.schema in dbs}

@@ -1,0 +1,138 @@
+"""Where a logical restore's CPU goes on one machine: the target server, a lane's own process and its
+decompressors, and Airflow's processes around the run.
+
+    .venv/bin/python bench/restore_cpu_bench.py [--airflow-env KEY=VALUE ...]
+
+Run it after `make bench-restore`: it restores that bench's newest lastline backup into that bench's target
+sandbox (its buffer pool and redo log as the last bench run left them), twice:
+
+1. one lane alone, in this process (lastline.logical.restore's preflight, snapshot_config, prepare, then
+   `load_lane` for lane 1, which takes every unit when it is alone): CPU seconds of this process, of its
+   children (the decompressors) and of the server;
+2. the whole `logical_restore` DAG under `airflow standalone` (one warm-up run first, then the timed run),
+   every process's CPU sampled twice a second and summed by command: the server, the scheduler, the
+   dag-processor, the workers, the api-server, ... `--airflow-env` adds settings to the standalone (e.g.
+   `AIRFLOW__DAG_PROCESSOR__MIN_FILE_PROCESS_INTERVAL=600`), to see what they change in time and CPU.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import threading
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "bench"))
+from logical_restore_bench import cpu_seconds  # noqa: E402
+
+from lastline.logical import restore as lr  # noqa: E402
+from lastline_dev.sandbox import Instance  # noqa: E402
+from lastline_dev.standalone import Standalone  # noqa: E402
+
+WORK = ROOT / "bench" / "results" / "restore"
+
+
+def process_cpu() -> dict[str, tuple[str, float]]:
+    """Every process's command line and CPU seconds so far, by pid."""
+    tick = os.sysconf("SC_CLK_TCK")
+    out = {}
+    for p in Path("/proc").iterdir():
+        if p.name.isdigit():
+            try:
+                stat = (p / "stat").read_text().rsplit(")", 1)[1].split()
+                cmd = (p / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
+            except OSError:
+                continue
+            out[p.name] = (cmd, (int(stat[11]) + int(stat[12])) / tick)
+    return out
+
+
+class Sampler:
+    """Samples every process twice a second while running: a process that ends loses at most half a second."""
+
+    def __init__(self) -> None:
+        self.first = process_cpu()
+        self.last: dict[str, tuple[str, float]] = dict(self.first)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop.wait(0.5):
+            self.last.update(process_cpu())
+
+    def __enter__(self) -> Sampler:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+        self.last.update(process_cpu())
+
+    def by_command(self) -> list[tuple[float, str]]:
+        """CPU seconds used during the sampling, summed by command (its first 70 characters)."""
+        sums: dict[str, float] = {}
+        for pid, (cmd, cpu) in self.last.items():
+            used = cpu - (self.first[pid][1] if pid in self.first and self.first[pid][0] == cmd else 0.0)
+            key = cmd.split(" -- ")[0][:70] or "(kernel threads and unnamed)"
+            sums[key] = sums.get(key, 0.0) + used
+        return sorted(((v, k) for k, v in sums.items() if v >= 0.1), reverse=True)
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--airflow-env", nargs="*", default=[], metavar="KEY=VALUE")
+    p.add_argument("--top", type=int, default=12)
+    args = p.parse_args()
+    backups = sorted((WORK / "dumps" / "lastline").glob("2*"))
+    tgt = Instance(WORK / "sandbox", "rtgt")
+    if not backups or not tgt.exists():
+        raise SystemExit(f"no bench-restore backup or target under {WORK}: run `make bench-restore` first")
+    tgt.start()
+    try:
+        os.environ["AIRFLOW_CONN_BENCH_RTGT"] = json.dumps(tgt.connection("bench_rtgt"))
+        redo = int(tgt.server().query("SELECT @@innodb_log_file_size")[0][0])  # as the bench set it: not grown
+        conf = {"target_conn_id": "bench_rtgt", "backup": f"file://{backups[-1]}", "parallel": 2, "force": True,
+                "redo_log_bytes": redo, "databases": [], "tune": True, "restart_allowed": False,
+                "defer_indexes": True, "index_build": "after_all", "approval": False, "aws_conn_id": None}
+
+        tgt.server().query("DROP DATABASE IF EXISTS sbtest")
+        plan = lr.preflight(conf)
+        lr.snapshot_config(plan)
+        lr.prepare(plan)
+        before, t0, wall = cpu_seconds(tgt.pid()), os.times(), time.monotonic()
+        lr.load_lane(plan, "lane 1 of 2")
+        after, t1 = cpu_seconds(tgt.pid()), os.times()
+        lr.revert(plan)
+        print(f"one lane alone loads every unit: {time.monotonic() - wall:.1f} s; CPU s: the lane's process "
+              f"{t1.user - t0.user + t1.system - t0.system:.1f}, its decompressors "
+              f"{t1.children_user - t0.children_user + t1.children_system - t0.children_system:.1f}, "
+              f"the server {after[1] - before[1]:.1f}", flush=True)
+
+        extra = dict(a.split("=", 1) for a in args.airflow_env)
+        env = dict(os.environ, AIRFLOW__API__HOST="127.0.0.1", AIRFLOW__CORE__LOAD_EXAMPLES="False", LASTLINE_RETRIES="0",
+                   AIRFLOW__SCHEDULER__SCHEDULER_IDLE_SLEEP_TIME="0.2", LASTLINE_REPORT_DIR=str(WORK / "reports"), **extra)
+        (ROOT / ".airflow").mkdir(exist_ok=True)
+        with Standalone(env, WORK / "cpu-standalone.log") as af:
+            tgt.server().query("DROP DATABASE IF EXISTS sbtest")
+            af.wait("logical_restore", af.trigger("logical_restore", conf))  # warm-up: the workers' first imports
+            tgt.server().query("DROP DATABASE IF EXISTS sbtest")
+            run_id = af.trigger("logical_restore", conf)  # the trigger command's own CPU stays out of the count
+            with Sampler() as sampler:
+                run = af.wait("logical_restore", run_id)
+        if run["state"] != "success":
+            raise SystemExit(f"logical_restore {run['run_id']} failed: see {WORK / 'cpu-standalone.log'}")
+        print(f"the DAG under airflow standalone{' with ' + ', '.join(args.airflow_env) if args.airflow_env else ''}: "
+              f"{run['seconds']:.1f} s; CPU s by process during the run:")
+        for cpu, cmd in sampler.by_command()[: args.top]:
+            print(f"  {cpu:7.1f}  {cmd}")
+    finally:
+        tgt.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
