@@ -17,7 +17,7 @@ from lastline.core.sql import SYSTEM_SCHEMAS, server_identity, tables_at_risk
 from lastline.logical import dialect, tuning
 from lastline.logical.backup_files import checked_schema, open_backup, require_chunk_files, selected, target_server
 from lastline.logical.finalize import (
-    add_indexes,
+    complete_table,
     finalize,  # noqa: F401 - the DAG's stages, in order, are this module's
 )
 from lastline.logical.lanes import load_lane as lane_loader
@@ -26,7 +26,7 @@ from lastline.logical.plans import RestorePlan
 from lastline.logical.schema import split_deferred
 from lastline.logical.schema_checks import checked_create, database_create, validate_schema
 from lastline.logical.target_state import STATE, aside_name, clear_state, dbs_key, ensure_state, resuming, set_aside  # noqa: F401
-from lastline.logical.verify import forget_checks, record_check, verify  # noqa: F401
+from lastline.logical.verify import forget_checks, verify  # noqa: F401
 from lastline.logical.work_units import WorkUnit, plan_units
 from lastline.manifest import backup_age, read_manifest, resolve_backup
 
@@ -236,19 +236,14 @@ def load_lane(plan: RestorePlan | dict, lane: str) -> list[dict]:
     built = None
     if plan.index_build == "per_table":  # without defer_indexes the indexes are there: only the checksum
         tables = {(t["schema"], t["name"]): t for t in checked_schema(storage, manifest)["tables"]}
-
         in_manifest = {(t.schema, t.name): t for t in manifest.tables}
 
         def built(schema: str, name: str) -> None:  # in this lane's slot, while the other lanes load
-            t0 = time.monotonic()
             with server.session() as cur:
                 cur.execute(dialect.LOAD_SESSION)
                 cur.execute("SET SESSION sql_log_bin = 0")
-                add_indexes(cur, tables[(schema, name)])
-                t1 = time.monotonic()
-                record_check(cur, manifest, in_manifest[(schema, name)])  # pages still in the buffer pool
-            log.info("%s: %s.%s: indexes built in %.1f s, checksum for verify in %.1f s", lane, schema, name,
-                     t1 - t0, time.monotonic() - t1)
+                indexes, check = complete_table(cur, manifest, tables[(schema, name)], in_manifest[(schema, name)])
+            log.info("%s: %s.%s: indexes built in %.1f s, checksum for verify in %.1f s", lane, schema, name, indexes, check)
 
     return lane_loader(server, storage, manifest, units, lane, plan.parallel, on_table_done=built)
 

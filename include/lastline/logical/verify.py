@@ -4,8 +4,8 @@ the manifest's; every object present; the configuration back as the snapshot rec
 A table's checksum is taken right after its held-back indexes are built, while its pages are still in the
 buffer pool (`record_check`, kept in `_lastline.table_checks`): by the lane that completes the table with
 index_build=per_table, by finalize with after_all. Verify compares those to the manifest instead of reading
-the table again, and computes the others. A table's data does not change
-between the two (its chunks are all in; read_only keeps applications out).
+the table again, and computes the others. A table's data does not change between the two (its chunks are
+all in; read_only keeps applications out).
 """
 from __future__ import annotations
 
