@@ -397,16 +397,9 @@ def test_per_table_index_builds_run_in_the_lanes_and_two_lanes_split_the_units(b
     assert indexes >= 3  # built in a lane, before finalize
     assert "sakila.rental: indexes built in" in caplog.text
     # and each table's checksum, taken in the lane while its pages were in memory, is what verify compares
-    manifest = _backup_checks(plan, dbs)
-    assert recorded_checks(target, lr.RestorePlan.of(plan).backup_id) == manifest
+    assert recorded_checks(target, lr.RestorePlan.of(plan).backup_id) == _backup_checks(plan, dbs)
     lr.finalize(plan)
-    lr.revert(plan)
-    caplog.clear()
-    assert lr.verify(plan, snap)
-    assert f"({len(manifest)} taken as each table completed)" in caplog.text
-    assert recorded_checks(target, lr.RestorePlan.of(plan).backup_id) == {}  # forgotten once verified
-    assert _diff(_objects(logical_source.server(), dbs), _objects(target, dbs)) == []
-
+    _verify_compares_the_kept_checks(plan, snap, logical_source.server(), target, dbs, caplog)
 
 
 def test_after_all_finalize_takes_each_checksum_right_after_the_tables_indexes(backups, logical_source, logical_target, caplog):
@@ -424,14 +417,21 @@ def test_after_all_finalize_takes_each_checksum_right_after_the_tables_indexes(b
     target = logical_target.server()
     assert recorded_checks(target, lr.RestorePlan.of(plan).backup_id) == {}  # no lane took one
     lr.finalize(plan)
+    _verify_compares_the_kept_checks(plan, snap, logical_source.server(), target, dbs, caplog)
+
+
+def _verify_compares_the_kept_checks(plan: dict, snap: dict, source, target, dbs: tuple[str, ...], caplog) -> None:
+    """After finalize: every table's kept check is the manifest's; revert, then verify passes comparing them
+    (it says so), forgets them, and the data equals the source's."""
     manifest = _backup_checks(plan, dbs)
-    assert recorded_checks(target, lr.RestorePlan.of(plan).backup_id) == manifest
+    backup_id = lr.RestorePlan.of(plan).backup_id
+    assert recorded_checks(target, backup_id) == manifest
     lr.revert(plan)
     caplog.clear()
     assert lr.verify(plan, snap)
     assert f"({len(manifest)} taken as each table completed)" in caplog.text
-    assert recorded_checks(target, lr.RestorePlan.of(plan).backup_id) == {}  # forgotten once verified
-    assert _diff(_objects(logical_source.server(), dbs), _objects(target, dbs)) == []
+    assert recorded_checks(target, backup_id) == {}  # forgotten once verified
+    assert _diff(_objects(source, dbs), _objects(target, dbs)) == []
 
 
 def _backup_checks(plan: dict, dbs: tuple[str, ...]) -> dict:
