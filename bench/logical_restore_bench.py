@@ -61,9 +61,10 @@ TUNED = (
 
 
 SMALL_REDO = 128 << 20
-# --index-builds settings: how the secondary indexes come (held back and built after all rows, held back and
-# built by the lane that completes a table, or created with the table and kept up by the load) and where
-# verify's checksums are taken (by verify, or by the lane right after a table's last chunk)
+# --index-builds settings: how the secondary indexes come (held back and built by finalize after all rows,
+# held back and built by the lane that completes a table, or created with the table and kept up by the load)
+# and where verify's checksums are taken (right after a table's index build, by finalize or the lane; with
+# with_data by verify, with with_data_checks by the lane right after a table's last chunk)
 BUILDS = {
     "after_all": {"defer_indexes": True, "index_build": "after_all"},
     "per_table": {"defer_indexes": True, "index_build": "per_table"},
@@ -88,16 +89,22 @@ def target(work: Path, buffer_pool: int | None) -> Instance:
     return inst
 
 
+def process_seconds(pid: int | str) -> float:
+    """CPU seconds (user + system) the process `pid` has used so far."""
+    stat = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(stat[11]) + int(stat[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def cpu_seconds(pid: int | None) -> tuple[float, float]:
     """CPU seconds the machine has spent busy (all but idle and iowait) and those the process `pid` used."""
-    tick = os.sysconf("SC_CLK_TCK")
     fields = [int(x) for x in Path("/proc/stat").read_text().split("\n")[0].split()[1:]]
-    busy = sum(fields) - fields[3] - fields[4]
-    own = 0
-    if pid:
-        stat = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        own = int(stat[11]) + int(stat[12])  # utime, stime
-    return busy / tick, own / tick
+    return (sum(fields) - fields[3] - fields[4]) / os.sysconf("SC_CLK_TCK"), process_seconds(pid) if pid else 0.0
+
+
+def cpu_since(start: tuple[float, float], pid: int | None) -> tuple[float, float]:
+    """cpu_seconds now minus `start`."""
+    now = cpu_seconds(pid)
+    return now[0] - start[0], now[1] - start[1]
 
 
 def rows_on(inst: Instance) -> int:
@@ -109,7 +116,7 @@ def drop(inst: Instance) -> None:
     inst.server().query("DROP DATABASE IF EXISTS sbtest")
 
 
-def hand(src: Instance, tgt: Instance, manifest, dumps: Path, work: Path, topt: str, n: int, record) -> None:
+def hand(src: Instance, tgt: Instance, manifest, dumps: Path, work: Path, topt: str, n: int, record, timed) -> None:
     """By hand, the practical limit: tables created with their primary key only, each table's chunks in key
     order through one LOAD DATA, n tables at a time, then each table's secondary indexes in one ALTER, n at a
     time (no checksum, no ledger, no task)."""
@@ -137,8 +144,8 @@ def hand(src: Instance, tgt: Instance, manifest, dumps: Path, work: Path, topt: 
                 f"mariadb --defaults-extra-file={topt} -e \"SET SESSION sql_log_bin=0; ALTER TABLE sbtest.{t.name} "
                 + ", ".join(f"ADD {d}" for d in indexes[t.name]).replace("`", "\\`") + '"\n')
     record(f"by hand: zstd -dc | LOAD DATA per table, {n} at a time, then the indexes",
-           sh(f"ls {jobs}/load/*.sh | xargs -P {n} -n 1 bash -o pipefail && "
-              f"ls {jobs}/index/*.sh | xargs -r -P {n} -n 1 bash -o pipefail"))
+           timed(f"ls {jobs}/load/*.sh | xargs -P {n} -n 1 bash -o pipefail && "
+                 f"ls {jobs}/index/*.sh | xargs -r -P {n} -n 1 bash -o pipefail"))
 
 
 def task_timeline(db: Path, dag_id: str, run_id: str) -> list[dict]:
@@ -207,13 +214,17 @@ def main() -> int:
     print(f"restoring {raw_mb:,.0f} MB of rows ({manifest.rows:,} rows, {len(manifest.tables)} tables), {n} threads; "
           f"target: {memory}", flush=True)
 
-    marks: list[tuple[float, float]] = []
+    last_cpu: list[tuple[float, float]] = [(0.0, 0.0)]
 
-    def mark() -> None:  # where the next method's CPU count starts
-        marks[:] = [cpu_seconds(tgt.pid())]
+    def timed(cmd: str) -> float:
+        """sh(cmd)'s seconds; the CPU it took (machine busy, target server) kept for record()."""
+        start = cpu_seconds(tgt.pid())
+        seconds = sh(cmd)
+        last_cpu[0] = cpu_since(start, tgt.pid())
+        return seconds
 
     def record(name: str, seconds: float, check: bool = True, cpu: tuple[float, float] | None = None) -> None:
-        busy, server = cpu or tuple(b - a for a, b in zip(marks[0], cpu_seconds(tgt.pid())))
+        busy, server = cpu or last_cpu[0]
         if check and rows_on(tgt) != expected:
             raise SystemExit(f"{name}: sbtest1 + sbtest_big hold {rows_on(tgt)} rows, expected {expected}")
         # where the 2 cores went: the target server, and everything else (the client or lastline with its
@@ -230,13 +241,11 @@ def main() -> int:
             sh(f"mydumper --defaults-file={sopt} -B sbtest -t {n} --rows 250000 -o {dumps / 'mydumper'}")
             sh(f"mariadb-dump --defaults-extra-file={sopt} --single-transaction --databases sbtest > {dumps / 'dump.sql'}")
         if "hand" in methods:
-            mark()
-            hand(src, tgt, manifest, dumps, work, topt, n, record)
+            hand(src, tgt, manifest, dumps, work, topt, n, record, timed)
         if "myloader" in methods:
             drop(tgt)
-            mark()
             record(f"myloader -t {n} (mydumper --rows 250000)",
-                   sh(f"myloader --defaults-file={topt} -t {n} -d {dumps / 'mydumper'}"))
+                   timed(f"myloader --defaults-file={topt} -t {n} -d {dumps / 'mydumper'}"))
         if "myloader1" in methods or ("myloader" in methods and args.myloader1):
             one = Path(args.myloader1)
             if not (one / "myloader").exists():
@@ -251,15 +260,15 @@ def main() -> int:
                 sh(f"{one / 'mydumper'} --defaults-file={s1} -B sbtest -t {n} --rows 250000 --format=LOAD_DATA "
                    f"-o {dumps / 'mydumper1'}")
                 drop(tgt)
-                mark()
                 record(f"myloader 1.0 -t {n} --optimize-keys=AFTER_IMPORT_ALL_TABLES (mydumper 1.0 --format=LOAD_DATA)",
-                       sh(f"{one / 'myloader'} --defaults-file={t1} -t {n} --optimize-keys=AFTER_IMPORT_ALL_TABLES "
+                       timed(f"{one / 'myloader'} --defaults-file={t1} -t {n} --optimize-keys=AFTER_IMPORT_ALL_TABLES "
                           f"-d {dumps / 'mydumper1'}"))
         if "sql" in methods:
             drop(tgt)
-            mark()
-            record("mariadb < dump.sql (mariadb-dump)", sh(f"mariadb --defaults-extra-file={topt} < {dumps / 'dump.sql'}"))
+            record("mariadb < dump.sql (mariadb-dump)", timed(f"mariadb --defaults-extra-file={topt} < {dumps / 'dump.sql'}"))
     if "lastline" not in methods:
+        src.stop()
+        tgt.stop()
         return 0
 
     drop(tgt)
@@ -278,9 +287,9 @@ def main() -> int:
         runs = []
         for build in [builds[0], *builds]:
             drop(tgt)
-            mark()
+            start = cpu_seconds(tgt.pid())  # the trigger command's own CPU is counted (README says so)
             run = af.wait("logical_restore", af.trigger("logical_restore", {**conf, **BUILDS[build]}))
-            run["cpu"] = tuple(b - a for a, b in zip(marks[0], cpu_seconds(tgt.pid())))
+            run["cpu"] = cpu_since(start, tgt.pid())
             if run["state"] == "success" and rows_on(tgt) != expected:
                 raise SystemExit(f"index_build={build}: sbtest1 + sbtest_big hold {rows_on(tgt)} rows, expected {expected}")
             runs.append((build, run))

@@ -26,7 +26,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "bench"))
-from logical_restore_bench import cpu_seconds  # noqa: E402
+from logical_restore_bench import cpu_seconds, process_seconds  # noqa: E402
 
 from lastline.logical import restore as lr  # noqa: E402
 from lastline_dev.sandbox import Instance  # noqa: E402
@@ -37,16 +37,14 @@ WORK = ROOT / "bench" / "results" / "restore"
 
 def process_cpu() -> dict[str, tuple[str, float]]:
     """Every process's command line and CPU seconds so far, by pid."""
-    tick = os.sysconf("SC_CLK_TCK")
     out = {}
     for p in Path("/proc").iterdir():
         if p.name.isdigit():
             try:
-                stat = (p / "stat").read_text().rsplit(")", 1)[1].split()
                 cmd = (p / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
+                out[p.name] = (cmd, process_seconds(p.name))
             except OSError:
                 continue
-            out[p.name] = (cmd, (int(stat[11]) + int(stat[12])) / tick)
     return out
 
 
