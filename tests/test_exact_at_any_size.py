@@ -138,9 +138,10 @@ def _tampered_copy(src: Path, dst: Path) -> tuple[Path, LogicalManifest]:
     return folder, LogicalManifest.from_json((folder / "manifest.json").read_text())
 
 
-def test_a_wrong_value_in_a_chunk_file_fails_verify_naming_the_table(run_dag, huge_backup, logical_target, tmp_path):
+def test_a_wrong_value_in_a_chunk_file_is_refused_by_the_load_naming_chunk_and_table(run_dag, huge_backup, logical_target, tmp_path):
     """A chunk whose text was changed, its sha256 and size updated to match (as a dump bug would write
-    them), loads cleanly; verify recomputes the row hash from the target's values and names the table."""
+    them), passes its sha256; the load recomputes the row hash from the target's values inside the chunk's
+    transaction, refuses it at once (no retry) naming chunk and table, and keeps nothing of it."""
     folder, m = _tampered_copy(huge_backup, tmp_path / "copy")
     chunk = m.tables[0].chunks[0]
     path = folder / chunk.file
@@ -155,8 +156,24 @@ def test_a_wrong_value_in_a_chunk_file_fails_verify_naming_the_table(run_dag, hu
     entry.sha256, entry.bytes = chunk.sha256, chunk.bytes
     (folder / "manifest.json").write_text(m.to_json())
     state, tis, logs = run_dag("logical_restore", _conf(tmp_path / "copy"))
+    assert state == "failed" and tis["load"] == "failed", tis
+    assert f"{chunk.file} (huge.docs) loaded as 4 rows with checksum" in logs and "nothing of it was kept" in logs
+    assert logs.count("loaded as 4 rows with checksum") <= 2, "a refusal is not retried"
+    server = logical_target.server()
+    assert server.query("SELECT COUNT(*) FROM huge.docs") == [(0,)]
+    assert server.query("SELECT COUNT(*) FROM _lastline.ledger WHERE backup_id = %s", (m.backup_id,)) == [(0,)]
+    server.query("DROP DATABASE huge")
+
+
+def test_a_table_checksum_that_its_chunks_do_not_add_up_to_fails_verify_naming_the_table(run_dag, huge_backup, logical_target, tmp_path):
+    """Verify compares each table's kept check (the sum of its chunks' checks) with the manifest's own
+    table checksum: a manifest whose table checksum was changed loads, then fails verify naming the table."""
+    folder, m = _tampered_copy(huge_backup, tmp_path / "copy")
+    m.tables[0].checksum = str(int(m.tables[0].checksum) + 1)
+    (folder / "manifest.json").write_text(m.to_json())
+    state, tis, logs = run_dag("logical_restore", _conf(tmp_path / "copy"))
     assert state == "failed" and tis["verify"] == "failed", tis
-    assert "verify failed" in logs and "huge.docs: 4 rows, checksum" in logs
+    assert "verify failed" in logs and f"huge.docs: 4 rows, checksum {int(m.tables[0].checksum) - 1}" in logs
     logical_target.server().query("DROP DATABASE huge")
 
 

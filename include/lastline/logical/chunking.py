@@ -16,9 +16,10 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from lastline.core.errors import PipelineError
+from lastline.core.errors import IntegrityError, PipelineError
 from lastline.core.sql import placeholders, qualified, quote_ident
 from lastline.logical.dialect import Column
+from lastline.manifest import LogicalTable
 
 INTEGER_TYPES = {"tinyint", "smallint", "mediumint", "int", "bigint"}
 STRING_TYPES = {"char", "varchar", "tinytext", "text", "mediumtext", "longtext"}
@@ -26,6 +27,8 @@ BINARY_TYPES = {"binary", "varbinary"}
 # key column types whose comparison with a literal follows index order (not ENUM, SET, FLOAT, BIT...)
 ORDERED_TYPES = INTEGER_TYPES | STRING_TYPES | BINARY_TYPES | {"decimal", "date", "time", "datetime", "timestamp", "year"}
 PLAIN_LITERAL = re.compile(rb"^[0-9 :.+\-eE]*$")
+# the shapes KeyColumn.literal and integer_ranges write; a manifest's boundary is used in a WHERE only if it is one of them
+MANIFEST_LITERAL = re.compile(r"-?[0-9]+|'[0-9 :.+\-eE]*'|X'[0-9a-f]*'|_[a-z0-9]+ X'[0-9a-f]*' COLLATE [a-z0-9_]+")
 # a table this much over chunk_rows is still dumped as one chunk (no split scan for small tables)
 SPLIT_SLACK = 1.5
 
@@ -172,6 +175,31 @@ def range_where(key: list[KeyColumn], lower: list[str] | None, upper: list[str] 
     if upper is not None:
         parts.append(_compare(key, upper, "<", False))
     return " AND ".join(parts) or None
+
+
+def chunk_ranges(t: LogicalTable) -> list[str | None] | None:
+    """Each chunk's WHERE on the target (None: the whole table), when the chunks' key ranges cut the table in
+    disjoint pieces that cover it and the primary key (created with the table) can read each piece alone:
+    one chunk, or primary key ranges, one file per range, each range starting where the one before ended.
+    None otherwise (keyless or unique-key tables, ranges dumped in several parts). A boundary that is not a
+    literal this module writes is refused: the manifest was altered."""
+    if len(t.chunks) <= 1:
+        return [None] * len(t.chunks)
+    if t.chunking != "primary key ranges" or not t.key:
+        return None
+    edges = [(c.lower, c.upper) for c in t.chunks]
+    if edges[0][0] is not None or edges[-1][1] is not None or len(set(map(repr, edges))) != len(edges):
+        return None
+    if any(a[1] is None or a[1] != b[0] for a, b in zip(edges, edges[1:])):
+        return None
+    key = [KeyColumn(name, "", None, None) for name in t.key]
+    for c in t.chunks:
+        for bound in (c.lower, c.upper):
+            if bound is not None and (len(bound) != len(key) or not all(
+                    isinstance(v, str) and MANIFEST_LITERAL.fullmatch(v) for v in bound)):
+                raise IntegrityError(f"the manifest's key range of chunk {c.file} ({t.schema}.{t.name}) is not one "
+                                     f"lastline writes: {bound!r}; the manifest was altered. Restore from another backup.")
+    return [range_where(key, c.lower, c.upper) for c in t.chunks]
 
 
 def chunk_count(est_rows: int, chunk_rows: int) -> int:

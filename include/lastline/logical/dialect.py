@@ -118,9 +118,10 @@ def select_sql(schema: str, table: str, columns: list[Column], where: str | None
     return f"{sql} WHERE {where}" if where else sql
 
 
-def checksum_sql(schema: str, table: str, columns: list[Column]) -> str:
-    """The query a target runs to recompute (rows, checksum) of a loaded table."""
-    return f"SELECT COUNT(*), COALESCE(SUM({row_hash_sql(columns)}), 0) FROM {qualified(schema, table)}"
+def checksum_sql(schema: str, table: str, columns: list[Column], where: str | None = None) -> str:
+    """The query a target runs to recompute (rows, checksum) of a loaded table, or of the rows `where` picks."""
+    sql = f"SELECT COUNT(*), COALESCE(SUM({row_hash_sql(columns)}), 0) FROM {qualified(schema, table)}"
+    return f"{sql} WHERE {where}" if where else sql
 
 
 def legacy_checksum_sql(schema: str, table: str, columns: list[Column]) -> str:

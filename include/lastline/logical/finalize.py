@@ -15,7 +15,7 @@ from lastline.logical.plans import RestorePlan
 from lastline.logical.schema import split_deferred
 from lastline.logical.schema_checks import checked_create, checked_grants, session_name
 from lastline.logical.target_state import clear_state
-from lastline.logical.verify import record_check, recorded_checks
+from lastline.logical.verify import keep_chunk_sums, record_check, recorded_checks
 from lastline.manifest import LogicalManifest, LogicalTable
 
 log = logging.getLogger(__name__)
@@ -52,7 +52,9 @@ def finalize(plan: RestorePlan | dict) -> dict:
         in_manifest = {(t.schema, t.name): t for t in manifest.tables}
         in_scope = sorted((t for t in schema["tables"] if t["schema"] in dbs),  # the biggest first: the shortest tail
                           key=lambda t: -in_manifest[(t["schema"], t["name"])].raw_bytes)
-        checked = recorded_checks(server, manifest.backup_id)  # by the lanes (per_table) or an earlier try
+        with server.session() as cur:  # the tables whose chunks were checked as they loaded
+            keep_chunk_sums(cur, manifest, [in_manifest[(t["schema"], t["name"])] for t in in_scope])
+        checked = recorded_checks(server, manifest.backup_id)  # those, by the lanes (per_table) or an earlier try
         session = (dialect.LOAD_SESSION, "SET SESSION sql_log_bin = 0")
         over_connections(server, plan.parallel, in_scope, lambda cur, t: complete_table(
             cur, manifest, t, None if (t["schema"], t["name"]) in checked else in_manifest[(t["schema"], t["name"])]),

@@ -5,7 +5,8 @@ a decompressor that writes straight into a named pipe read by `LOAD DATA LOCAL I
 copy, memory bounded whatever the table size). The chunk's ledger row (`_lastline.ledger`) is inserted first, in the same transaction
 as the rows: a retried task, a re-triggered run, a killed loader or a crashed server either finds
 the row (the chunk is in, skip it) or finds neither the row nor the data (load it again). A second
-loader racing on the same chunk waits on the ledger row's lock, then skips it.
+loader racing on the same chunk waits on the ledger row's lock, then skips it. Where a table's chunks are
+key ranges, each chunk's rows are checked against the manifest before its commit (logical.verify).
 
 Non-transactional tables (MyISAM, Aria) cannot share a transaction with the ledger: they are loaded
 whole by one unit, and reloaded from scratch (TRUNCATE) unless every chunk of theirs is recorded.
@@ -30,6 +31,7 @@ from lastline.core.sql import META_DB, NON_TRANSACTIONAL
 from lastline.logical import dialect
 from lastline.logical.chunk_files import write_chunk
 from lastline.logical.snapshot import LOST_CONNECTION, sql_error
+from lastline.logical.verify import chunk_check, chunk_checks
 from lastline.logical.work_units import WorkUnit
 from lastline.manifest import ChunkInfo, LogicalManifest, LogicalTable
 from lastline.storage import Storage
@@ -45,8 +47,9 @@ def ensure_ledger(cur: Any) -> None:
     cur.execute(
         f"CREATE TABLE IF NOT EXISTS {META_DB}.ledger (backup_id VARBINARY(64) NOT NULL, file VARBINARY(700) NOT NULL, "
         "rows_loaded BIGINT NOT NULL, loaded_at TIMESTAMP(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6), "
-        "PRIMARY KEY (backup_id, file)) ENGINE=InnoDB"
-    )
+        "checksum_seen VARBINARY(64) NULL, PRIMARY KEY (backup_id, file)) ENGINE=InnoDB"
+    )  # checksum_seen: the chunk's check as it loaded (logical.verify); a ledger of an earlier version gains it
+    cur.execute(f"ALTER TABLE {META_DB}.ledger ADD COLUMN IF NOT EXISTS checksum_seen VARBINARY(64) NULL")
 
 
 def loaded_files(cur: Any, backup_id: str) -> set[str]:
@@ -159,8 +162,10 @@ class Loader:
             )
         return rows
 
-    def load_chunk(self, t: LogicalTable, c: ChunkInfo) -> bool:
-        """Load one chunk of a transactional table exactly once; False if the ledger already had it."""
+    def load_chunk(self, t: LogicalTable, c: ChunkInfo, checked: bool = False, where: str | None = None) -> bool:
+        """Load one chunk of a transactional table exactly once; False if the ledger already had it. `checked`:
+        before the commit, the chunk's rows (those `where` picks; None: the whole table) must have the
+        manifest's count and checksum, kept on its ledger row (logical.verify)."""
         try:
             self.cur.execute(
                 f"INSERT INTO {META_DB}.ledger (backup_id, file, rows_loaded) VALUES (%s, %s, %s)",
@@ -173,12 +178,26 @@ class Loader:
             raise
         try:
             self._stream_into(t, c)
+            if checked:
+                self._check(t, c, where)
             self.conn.commit()
         except BaseException:
             self._rollback()
             raise
         self.progress.count(chunks=1, rows=c.rows)
         return True
+
+    def _check(self, t: LogicalTable, c: ChunkInfo, where: str | None) -> None:
+        """The chunk's rows as the target stores them, read while they are in the buffer pool (see load_chunk)."""
+        rows, checksum = chunk_check(self.cur, t, where)
+        if (rows, checksum) != (c.rows, c.checksum):
+            raise IntegrityError(
+                f"chunk {self.storage.location(f'{self.manifest.backup_id}/{c.file}')} ({t.schema}.{t.name}) loaded as "
+                f"{rows} rows with checksum {checksum} in its key range; the manifest says {c.rows} rows, checksum "
+                f"{c.checksum}; nothing of it was kept. The backup does not match its manifest: restore another one."
+            )
+        self.cur.execute(f"UPDATE {META_DB}.ledger SET checksum_seen = %s WHERE backup_id = %s AND file = %s",
+                         (checksum, self.manifest.backup_id, c.file))
 
     def load_whole(self, t: LogicalTable) -> None:
         """Reload a non-transactional table from scratch, then record all its chunks."""
@@ -223,8 +242,9 @@ def load_unit(server: Server, storage: Storage, manifest: LogicalManifest, unit:
                         loader.load_whole(t)
                         loaded_rows, loaded_bytes = t.rows, t.raw_bytes
                 else:
-                    for c in chunks:
-                        if c.file in done or not loader.load_chunk(t, c):
+                    wheres = chunk_checks(manifest, t)
+                    for i, c in enumerate(chunks, part.first):
+                        if c.file in done or not loader.load_chunk(t, c, wheres is not None, wheres[i] if wheres else None):
                             skipped += 1
                             progress.count(chunks=1)
                             progress.add(c.raw_bytes)

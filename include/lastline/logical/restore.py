@@ -26,7 +26,7 @@ from lastline.logical.plans import RestorePlan
 from lastline.logical.schema import split_deferred
 from lastline.logical.schema_checks import checked_create, database_create, validate_schema
 from lastline.logical.target_state import STATE, aside_name, clear_state, dbs_key, ensure_state, resuming, set_aside  # noqa: F401
-from lastline.logical.verify import forget_checks, verify  # noqa: F401
+from lastline.logical.verify import forget_checks, keep_chunk_sums, verify  # noqa: F401
 from lastline.logical.work_units import WorkUnit, plan_units
 from lastline.manifest import backup_age, read_manifest, resolve_backup
 
@@ -242,7 +242,8 @@ def load_lane(plan: RestorePlan | dict, lane: str) -> list[dict]:
             with server.session() as cur:
                 cur.execute(dialect.LOAD_SESSION)
                 cur.execute("SET SESSION sql_log_bin = 0")
-                indexes, check = complete_table(cur, manifest, tables[(schema, name)], in_manifest[(schema, name)])
+                kept = keep_chunk_sums(cur, manifest, [in_manifest[(schema, name)]])
+                indexes, check = complete_table(cur, manifest, tables[(schema, name)], None if kept else in_manifest[(schema, name)])
             log.info("%s: %s.%s: indexes built in %.1f s, checksum for verify in %.1f s", lane, schema, name, indexes, check)
 
     return lane_loader(server, storage, manifest, units, lane, plan.parallel, on_table_done=built)

@@ -1,11 +1,16 @@
 """The restore's verify step: per table, rows and the row-hash checksum recomputed on the target equal
 the manifest's; every object present; the configuration back as the snapshot recorded it.
 
-A table's checksum is taken right after its held-back indexes are built, while its pages are still in the
-buffer pool (`record_check`, kept in `_lastline.table_checks`): by the lane that completes the table with
-index_build=per_table, by finalize with after_all. Verify compares those to the manifest instead of reading
-the table again, and computes the others. A table's data does not change between the two (its chunks are
-all in; read_only keeps applications out).
+Checksums are taken where the rows are still in the buffer pool, so no step reads the data back from disk:
+- per chunk (`chunk_checks`): when a table's chunks are primary-key ranges (or it has one chunk), the lane
+  computes each chunk's rows and checksum over its key range right after its LOAD DATA, inside the chunk's
+  transaction; a chunk that differs from the manifest is rolled back and refused. The result is kept on the
+  chunk's ledger row, and finalize sums a table's chunks into its check (`keep_chunk_sums`);
+- per table otherwise: right after the table's held-back indexes are built (`record_check`), by the lane
+  that completes it (index_build=per_table) or by finalize (after_all).
+Both are kept in `_lastline.table_checks`; verify compares them to the manifest instead of reading the table
+again, and computes the others. A table's data does not change between the two (its chunks are all in;
+read_only keeps applications out).
 """
 from __future__ import annotations
 
@@ -16,9 +21,10 @@ from typing import Any
 from lastline.core import stopping
 from lastline.core.errors import IntegrityError
 from lastline.core.servers import Server, over_connections
-from lastline.core.sql import META_DB, table_exists
+from lastline.core.sql import META_DB, NON_TRANSACTIONAL, table_exists
 from lastline.logical import dialect, tuning
 from lastline.logical.backup_files import checked_schema, open_backup, selected, target_server
+from lastline.logical.chunking import chunk_ranges
 from lastline.logical.plans import RestorePlan
 from lastline.logical.target_state import aside_name, drop_aside
 from lastline.manifest import LogicalManifest, LogicalTable
@@ -36,16 +42,54 @@ def table_checksum(cur: Any, manifest: LogicalManifest, t: LogicalTable) -> tupl
     return int(rows), str(checksum)
 
 
-def record_check(cur: Any, manifest: LogicalManifest, t: LogicalTable) -> tuple[int, str]:
-    """Compute a complete table's checksum now and keep it for verify (see the module doc)."""
+def chunk_checks(manifest: LogicalManifest, t: LogicalTable) -> list[str | None] | None:
+    """The WHERE of each chunk's own check (None: the whole table), or None if the table is checked whole
+    (see the module doc; also backups without per-chunk checksums, and tables the ledger cannot share a
+    transaction with)."""
+    if manifest.checksum != dialect.CHECKSUM or t.engine.lower() in NON_TRANSACTIONAL or any(c.checksum is None for c in t.chunks):
+        return None
+    return chunk_ranges(t)
+
+
+def chunk_check(cur: Any, t: LogicalTable, where: str | None) -> tuple[int, str]:
+    """Rows and checksum of the rows of `t` that `where` picks (the caller's session: time_zone +00:00)."""
+    cur.execute(dialect.checksum_sql(t.schema, t.name, [dialect.Column(**c) for c in t.columns], where))
+    rows, checksum = cur.fetchone()
+    return int(rows), str(checksum)
+
+
+def _keep(cur: Any, backup_id: str, t: LogicalTable, rows: int, checksum: str) -> None:
     cur.execute(f"CREATE TABLE IF NOT EXISTS {CHECKS} (backup_id VARBINARY(64) NOT NULL, schema_name VARBINARY(256) NOT NULL, "
                 "table_name VARBINARY(256) NOT NULL, rows_seen BIGINT NOT NULL, checksum_seen VARBINARY(64) NOT NULL, "
                 "PRIMARY KEY (backup_id, schema_name, table_name)) ENGINE=InnoDB")
+    cur.execute(f"REPLACE INTO {CHECKS} VALUES (%s, %s, %s, %s, %s)", (backup_id, t.schema, t.name, rows, checksum))
+
+
+def record_check(cur: Any, manifest: LogicalManifest, t: LogicalTable) -> tuple[int, str]:
+    """Compute a complete table's checksum now and keep it for verify (see the module doc)."""
     cur.execute("SET SESSION time_zone = '+00:00'")
     rows, checksum = table_checksum(cur, manifest, t)
-    cur.execute(f"REPLACE INTO {CHECKS} VALUES (%s, %s, %s, %s, %s)", (manifest.backup_id, t.schema, t.name, rows, checksum))
+    _keep(cur, manifest.backup_id, t, rows, checksum)
     cur.connection.commit()
     return rows, checksum
+
+
+def keep_chunk_sums(cur: Any, manifest: LogicalManifest, tables: list[LogicalTable]) -> set[tuple[str, str]]:
+    """Keep, for verify, the check of each of `tables` whose every chunk was checked as it loaded: the sums of
+    its chunks' rows and checksums on the ledger. Returns those tables' (schema, name)."""
+    if not table_exists(cur, META_DB, "ledger"):
+        return set()
+    cur.execute(f"SELECT file, rows_loaded, checksum_seen FROM {META_DB}.ledger WHERE backup_id = %s "
+                "AND checksum_seen IS NOT NULL", (manifest.backup_id,))
+    seen = {_text(f): (int(r), int(_text(c))) for f, r, c in cur.fetchall()}
+    kept = set()
+    for t in tables:
+        if chunk_checks(manifest, t) is None or not all(c.file in seen for c in t.chunks):
+            continue
+        _keep(cur, manifest.backup_id, t, sum(seen[c.file][0] for c in t.chunks), str(sum(seen[c.file][1] for c in t.chunks)))
+        kept.add((t.schema, t.name))
+    cur.connection.commit()
+    return kept
 
 
 def forget_checks(cur: Any, backup_id: str) -> None:
