@@ -18,7 +18,7 @@ from lastline.core.sql import global_variables, table_exists
 from lastline.logical import backup as lb
 from lastline.logical import dialect, tuning
 from lastline.logical import restore as lr
-from lastline.logical.verify import recorded_checks
+from lastline.logical.verify import chunk_checks, recorded_checks
 from lastline.manifest import LogicalManifest
 from lastline_dev.sandbox import alive
 
@@ -403,12 +403,13 @@ def test_per_table_index_builds_run_in_the_lanes_and_two_lanes_split_the_units(b
 
 
 def test_after_all_finalize_takes_each_checksum_right_after_the_tables_indexes(backups, logical_source, logical_target, caplog):
-    """index_build=after_all: finalize builds a table's held-back indexes and takes its checksum on the same
-    connection while its pages are in memory; verify compares those (it reads no table again) and forgets them."""
+    """index_build=after_all: each chunk of a table cut in primary-key ranges (or of one chunk) is checked in its
+    own transaction as it loads, and finalize keeps the sum of a table's chunk checks; the other tables'
+    checksums are taken right after their indexes. Verify compares those (it reads no table again) and forgets them."""
     import logging
 
     caplog.set_level(logging.INFO)
-    dbs = ("sakila",)
+    dbs = ("sakila", "big")
     plan = lr.preflight(_conf(backups, force=True, databases=list(dbs), index_build="after_all"))
     snap = lr.snapshot_config(plan)
     lr.prepare(plan)
@@ -416,7 +417,14 @@ def test_after_all_finalize_takes_each_checksum_right_after_the_tables_indexes(b
         lr.load_lane(plan, lane)
     target = logical_target.server()
     assert recorded_checks(target, lr.RestorePlan.of(plan).backup_id) == {}  # no lane took one
+    # each chunk of a table cut in primary-key ranges (or of one chunk) was checked in its transaction
+    manifest = lr.open_backup(lr.RestorePlan.of(plan))[1]
+    ranged = [t for t in manifest.tables if t.schema in dbs and chunk_checks(manifest, t) is not None]
+    assert any(len(t.chunks) > 1 for t in ranged)  # big.t: several key ranges
+    assert sum(len(t.chunks) for t in ranged) == target.query(
+        "SELECT COUNT(*) FROM _lastline.ledger WHERE backup_id = %s AND checksum_seen IS NOT NULL", (manifest.backup_id,))[0][0]
     lr.finalize(plan)
+    assert f"finalize: {len(ranged)} of " in caplog.text
     _verify_compares_the_kept_checks(plan, snap, logical_source.server(), target, dbs, caplog)
 
 

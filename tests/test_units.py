@@ -259,6 +259,33 @@ def test_range_predicates_are_open_at_both_ends_and_lexicographic():
     assert range_where(key[:1], None, ["'5'"]) == "((`a` < '5'))"
 
 
+def test_chunk_checks_need_contiguous_single_part_primary_key_ranges_and_refuse_altered_bounds():
+    """A chunk is checked over its key range only where the ranges cut the table into disjoint pieces that
+    cover it; the bounds come from an untrusted manifest, so anything but the literals lastline writes is refused."""
+    from lastline.logical.chunking import chunk_ranges
+    from lastline.manifest import ChunkInfo, LogicalTable
+
+    def table(bounds, chunking="primary key ranges", key=("id",)):
+        chunks = [ChunkInfo(f"data/db/t/{i:05d}-000.tsv.zst", 1, 1, 1, "0" * 64, lo, hi, "1") for i, (lo, hi) in enumerate(bounds)]
+        return LogicalTable("db", "t", "InnoDB", None, None, True, chunking, list(key), [], len(chunks), "1", 1, 1, 0.0, chunks=chunks)
+
+    ok = [(None, ["100"]), (["100"], ["'2020-01-01 00:00:00.5'"]), (["'2020-01-01 00:00:00.5'"], None)]
+    assert chunk_ranges(table(ok)) == ["((`id` < 100))",
+                                       "((`id` >= 100)) AND ((`id` < '2020-01-01 00:00:00.5'))",
+                                       "((`id` >= '2020-01-01 00:00:00.5'))"]
+    assert chunk_ranges(table([(None, None)])) == [None]  # one chunk: the whole table
+    assert chunk_ranges(table([])) == []
+    assert chunk_ranges(table([(None, ["5"]), (["5"], None), (["5"], None)])) is None  # a range in two parts
+    assert chunk_ranges(table([(None, ["5"]), (["6"], None)])) is None  # a gap
+    assert chunk_ranges(table([(None, None), (None, None)], "no usable key: one stream split by row count", ())) is None
+    assert chunk_ranges(table(ok, "unique key u ranges")) is None  # that index is built after the load
+    text = ["_utf8mb4 X'41' COLLATE utf8mb4_general_ci", "X'00ff'"]
+    assert chunk_ranges(table([(None, text), (text, None)], key=("a", "b")))[1].startswith("((`a` > _utf8mb4 X'41'")
+    for bad in (["1 OR 1=1"], ["'1' OR '1'='1'"], ["X'00' OR 1"], ["1", "2"], [1]):
+        with pytest.raises(IntegrityError, match="the manifest was altered"):
+            chunk_ranges(table([(None, bad), (bad, None)]))
+
+
 def test_key_literals_follow_the_column_type():
     from lastline.logical.chunking import KeyColumn
 

@@ -39,6 +39,8 @@ SHARED_SETTINGS = {
     "AIRFLOW__CORE__EXECUTOR": "CeleryExecutor",
     "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
     "AIRFLOW__SCHEDULER__SCHEDULER_IDLE_SLEEP_TIME": "0.2",
+    # DAG files change with a deploy, not every 30 s: parsing them less often leaves the cores to the restores
+    "AIRFLOW__DAG_PROCESSOR__MIN_FILE_PROCESS_INTERVAL": "300",
     "AIRFLOW__CELERY__WORKER_PREFETCH_MULTIPLIER": "1",
 }
 

@@ -29,7 +29,7 @@ def main() -> int:
            "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS": "True",  # loopback only, sandboxes only
            "AIRFLOW__API__HOST": "127.0.0.1", "AIRFLOW__API__PORT": port,
            "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"http://127.0.0.1:{port}/execution/",
-           "AIRFLOW__SCHEDULER__SCHEDULER_IDLE_SLEEP_TIME": "0.2"}
+           "AIRFLOW__SCHEDULER__SCHEDULER_IDLE_SLEEP_TIME": "0.2", "AIRFLOW__DAG_PROCESSOR__MIN_FILE_PROCESS_INTERVAL": "300"}
     say(f"Airflow's UI on the demo servers: http://127.0.0.1:{port} (up in about 30 s; Ctrl-C stops it)")
     say("  Dags > logical_restore > Trigger: the form offers the demo's backups; the target is the demo's")
     say("  (a restore that replaces data waits for your approval under 'Required actions'); each run has a Report tab")

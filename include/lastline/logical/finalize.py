@@ -53,7 +53,9 @@ def finalize(plan: RestorePlan | dict) -> dict:
         in_scope = sorted((t for t in schema["tables"] if t["schema"] in dbs),  # the biggest first: the shortest tail
                           key=lambda t: -in_manifest[(t["schema"], t["name"])].raw_bytes)
         with server.session() as cur:  # the tables whose chunks were checked as they loaded
-            keep_chunk_sums(cur, manifest, [in_manifest[(t["schema"], t["name"])] for t in in_scope])
+            by_chunks = keep_chunk_sums(cur, manifest, [in_manifest[(t["schema"], t["name"])] for t in in_scope])
+        log.info("finalize: %d of %d tables were checked chunk by chunk as they loaded; the others are checked "
+                 "right after their indexes", len(by_chunks), len(in_scope))
         checked = recorded_checks(server, manifest.backup_id)  # those, by the lanes (per_table) or an earlier try
         session = (dialect.LOAD_SESSION, "SET SESSION sql_log_bin = 0")
         over_connections(server, plan.parallel, in_scope, lambda cur, t: complete_table(

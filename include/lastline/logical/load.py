@@ -110,6 +110,7 @@ class Loader:
         self._stop = stopping.add(f"{progress.label}: KILL QUERY on the loader's connection",
                                   stopping.kill_query(server, self.conn.thread_id()))
         self.cur = self.conn.cursor()
+        self.check_seconds = 0.0  # spent reading chunks back for their checks
         self.cur.execute(dialect.LOAD_SESSION)
         self.cur.execute("SET SESSION sql_log_bin = 0, innodb_lock_wait_timeout = 3600, autocommit = 0")
 
@@ -189,7 +190,9 @@ class Loader:
 
     def _check(self, t: LogicalTable, c: ChunkInfo, where: str | None) -> None:
         """The chunk's rows as the target stores them, read while they are in the buffer pool (see load_chunk)."""
+        t0 = time.monotonic()
         rows, checksum = chunk_check(self.cur, t, where)
+        self.check_seconds += time.monotonic() - t0
         if (rows, checksum) != (c.rows, c.checksum):
             raise IntegrityError(
                 f"chunk {self.storage.location(f'{self.manifest.backup_id}/{c.file}')} ({t.schema}.{t.name}) loaded as "
@@ -233,7 +236,7 @@ def load_unit(server: Server, storage: Storage, manifest: LogicalManifest, unit:
             for part in unit.parts:
                 t = tables[(part.schema, part.table)]
                 chunks = t.chunks[part.first: part.last + 1]
-                t0 = time.monotonic()
+                t0, checks0 = time.monotonic(), loader.check_seconds
                 loaded_rows = loaded_bytes = skipped = 0
                 if t.engine.lower() in NON_TRANSACTIONAL:
                     if all(c.file in done for c in chunks):
@@ -254,7 +257,7 @@ def load_unit(server: Server, storage: Storage, manifest: LogicalManifest, unit:
                 seconds = time.monotonic() - t0
                 stats[f"{t.schema}.{t.name}"] = {
                     "rows": loaded_rows, "bytes": loaded_bytes, "seconds": round(seconds, 3), "chunks": len(chunks),
-                    "skipped": skipped,
+                    "skipped": skipped, "check_seconds": round(loader.check_seconds - checks0, 3),
                 }
                 if skipped:
                     log.info("%s.%s: %d chunk(s) already in the ledger, skipped", t.schema, t.name, skipped)
@@ -275,7 +278,7 @@ def load_unit(server: Server, storage: Storage, manifest: LogicalManifest, unit:
             raise LastlineError(f"loading {unit.name} failed: {exc}") from exc
         finally:
             loader.close()
-    log.info("%s", progress.line())
+    log.info("%s; of that, %.1f s reading chunks back for their checks", progress.line(), loader.check_seconds)
     return {
         "unit": unit.name, "tables": stats, "seconds": round(time.monotonic() - progress.start, 3),
         "started_at": started_at, "finished_at": time.time(),
