@@ -56,7 +56,7 @@ def pump(path: Path, fifo: str, mode: str) -> None:
 def lane(server, files: list[Path], mode: str) -> None:
     conn = server.connect(local_infile=1)
     cur = conn.cursor()
-    cur.execute("SET SESSION foreign_key_checks = 0, unique_checks = 0, autocommit = 0, sql_log_bin = 0")
+    cur.execute("SET SESSION foreign_key_checks = 0, autocommit = 0, sql_log_bin = 0")  # as lastline's loaders
     for path in files:
         with tempfile.TemporaryDirectory() as d:
             fifo = os.path.join(d, "chunk")

@@ -83,9 +83,9 @@ SPECS: dict[str, Spec] = {
     "restart_allowed": _flag(False, "Restart allowed",
                              "may restart the target for doublewrite, binlog and autoinc settings (reverted by a restart)", SPEED),
     "defer_indexes": _flag(True, "Defer indexes", "build secondary indexes and foreign keys after the data", SPEED),
-    "index_build": Spec("after_all", "Index builds", "with defer_indexes: after_all (finalize builds every table's indexes "
-                        "once all rows are in) or per_table (a lane builds a table's indexes and takes its checksum for verify as soon "
-                        "as its last chunk is in, while the other lanes load)", SPEED, {"enum": ["after_all", "per_table"]}),
+    "index_build": Spec("per_table", "Index builds", "with defer_indexes: per_table (the lane that loads a table's last "
+                        "chunk builds its indexes at once, while the other lanes load) or after_all (finalize builds every "
+                        "table's indexes once all rows are in)", SPEED, {"enum": ["per_table", "after_all"]}),
     "redo_log_bytes": Spec(DEFAULT_REDO_BYTES, "Redo log while loading", "innodb_log_file_size while loading (bytes)", SPEED,
                            {"type": "integer", "minimum": 0}),
     "use_memory": Spec(None, "Memory for --prepare", "bytes for mariabackup --prepare (default: a quarter of free RAM, max 8 GiB)",

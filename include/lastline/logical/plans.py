@@ -35,7 +35,7 @@ class RestorePlan(Plan):
     tune: bool = True
     restart_allowed: bool = False
     defer_indexes: bool = True
-    index_build: str = "after_all"  # or per_table: a lane builds a table's indexes once its rows are in
+    index_build: str = "per_table"  # a lane builds a table's indexes once its rows are in; or after_all: finalize
     force: bool = False
     restore_grants: bool = False
     resume: bool = False

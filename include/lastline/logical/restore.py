@@ -111,7 +111,7 @@ def preflight(conf: dict) -> dict:
         tune=params.flag("tune", True),
         restart_allowed=params.flag("restart_allowed"),
         defer_indexes=params.flag("defer_indexes", True),
-        index_build=params.choice("index_build", ("after_all", "per_table"), "after_all"),
+        index_build=params.choice("index_build", ("per_table", "after_all"), "per_table"),
         force=params.flag("force"),
         restore_grants=restore_grants,
         resume=resume,
