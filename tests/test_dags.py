@@ -1,6 +1,19 @@
 """Every DAG imports cleanly and has the shape and Params the README documents."""
 from __future__ import annotations
 
+from pathlib import Path
+
+import pytest
+
+
+@pytest.fixture(scope="module")
+def dagbag(airflow_db):
+    """The DAGs as their files define them: a DagBag of this module's own (the session's is shared with
+    `dag.test()` runs, which leave their conf in the Params' values)."""
+    from airflow.dag_processing.dagbag import DagBag
+
+    return DagBag(dag_folder=str(Path(__file__).resolve().parents[1] / "dags"))
+
 
 def test_no_import_errors(dagbag):
     assert dagbag.import_errors == {}

@@ -114,7 +114,21 @@ def test_logical_backup_and_restore_spread_lanes_over_both_workers(deployment, s
     backup = api.trigger("logical_backup", {"source_conn_id": "d_source", "destination": dest, "chunk_rows": CHUNK,
                                             "databases": ["sakila", "dist_big"]})
     assert api.wait(backup, 300)["state"] == "success", deployment.logs()
-    restore = api.trigger("logical_restore", {"target_conn_id": "d_ltarget", "backup": f"{dest}/latest", "parallel": 2})
+    # Both lane locks are held here until both lane tasks run: each claims a unit and waits for a lane, so the
+    # work is shared whichever worker starts first (a Celery worker can finish its previous task seconds late).
+    held = servers["ltarget"].server().connect()
+    try:
+        cur = held.cursor()
+        cur.execute("SELECT GET_LOCK('lastline-load-lane-0', 0), GET_LOCK('lastline-load-lane-1', 0)")
+        assert cur.fetchone() == (1, 1)
+        restore = api.trigger("logical_restore", {"target_conn_id": "d_ltarget", "backup": f"{dest}/latest", "parallel": 2})
+        deadline = time.monotonic() + 300
+        while sum(ti["task_id"] == "load" and ti["state"] == "running" for ti in api.task_instances(restore)) < 2:
+            assert time.monotonic() < deadline and api.run(restore)["state"] in ("queued", "running"), api.task_instances(restore)
+            time.sleep(0.5)
+        time.sleep(3)  # each lane claims its first unit, then waits for a lane lock
+    finally:
+        held.close()
     assert api.wait(restore, 300)["state"] == "success", deployment.logs()
     assert compare(servers["source"].server(), servers["ltarget"].server()) == []
     lanes = [ti for ti in api.task_instances(restore) if ti["task_id"] == "load"]

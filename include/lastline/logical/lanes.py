@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import logging
+import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -48,6 +49,7 @@ def load_lane(server: Server, storage: Storage, manifest: LogicalManifest, units
         if on_table_done is not None:
             for schema, name in dict.fromkeys((p.schema, p.table) for p in unit.parts):
                 _when_complete(server, manifest, tables[(schema, name)], lambda s=schema, n=name: on_table_done(s, n))
+            results[-1]["finished_at"] = time.time()  # the unit's span holds the index builds it led to
     log.info("%s: done, %d unit(s) loaded here", label, len(results))
     return results
 
