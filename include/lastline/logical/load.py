@@ -31,7 +31,7 @@ from lastline.core.sql import META_DB, NON_TRANSACTIONAL
 from lastline.logical import dialect
 from lastline.logical.chunk_files import write_chunk
 from lastline.logical.snapshot import LOST_CONNECTION, sql_error
-from lastline.logical.verify import chunk_check, chunk_checks
+from lastline.logical.verify import chunk_checks, table_checksum
 from lastline.logical.work_units import WorkUnit
 from lastline.manifest import ChunkInfo, LogicalManifest, LogicalTable
 from lastline.storage import Storage
@@ -191,7 +191,7 @@ class Loader:
     def _check(self, t: LogicalTable, c: ChunkInfo, where: str | None) -> None:
         """The chunk's rows as the target stores them, read while they are in the buffer pool (see load_chunk)."""
         t0 = time.monotonic()
-        rows, checksum = chunk_check(self.cur, t, where)
+        rows, checksum = table_checksum(self.cur, self.manifest, t, where)
         self.check_seconds += time.monotonic() - t0
         if (rows, checksum) != (c.rows, c.checksum):
             raise IntegrityError(

@@ -21,7 +21,7 @@ from typing import Any
 from lastline.core import stopping
 from lastline.core.errors import IntegrityError
 from lastline.core.servers import Server, over_connections
-from lastline.core.sql import META_DB, NON_TRANSACTIONAL, table_exists
+from lastline.core.sql import META_DB, NON_TRANSACTIONAL, placeholders, table_exists
 from lastline.logical import dialect, tuning
 from lastline.logical.backup_files import checked_schema, open_backup, selected, target_server
 from lastline.logical.chunking import chunk_ranges
@@ -33,11 +33,14 @@ log = logging.getLogger(__name__)
 CHECKS = f"{META_DB}.table_checks"
 
 
-def table_checksum(cur: Any, manifest: LogicalManifest, t: LogicalTable) -> tuple[int, str]:
-    """A table's rows and checksum as the manifest computes them (its session's time_zone at +00:00)."""
-    legacy = manifest.checksum != dialect.CHECKSUM
-    checksum_sql = dialect.legacy_checksum_sql if legacy else dialect.checksum_sql
-    cur.execute(checksum_sql(t.schema, t.name, [dialect.Column(**c) for c in t.columns]))
+def table_checksum(cur: Any, manifest: LogicalManifest, t: LogicalTable, where: str | None = None) -> tuple[int, str]:
+    """A table's rows and checksum as the manifest computes them (its session's time_zone at +00:00), or those
+    of the rows `where` picks (a chunk: backups with per-chunk checksums only)."""
+    columns = [dialect.Column(**c) for c in t.columns]
+    if manifest.checksum != dialect.CHECKSUM:
+        cur.execute(dialect.legacy_checksum_sql(t.schema, t.name, columns))
+    else:
+        cur.execute(dialect.checksum_sql(t.schema, t.name, columns, where))
     rows, checksum = cur.fetchone()
     return int(rows), str(checksum)
 
@@ -49,13 +52,6 @@ def chunk_checks(manifest: LogicalManifest, t: LogicalTable) -> list[str | None]
     if manifest.checksum != dialect.CHECKSUM or t.engine.lower() in NON_TRANSACTIONAL or any(c.checksum is None for c in t.chunks):
         return None
     return chunk_ranges(t)
-
-
-def chunk_check(cur: Any, t: LogicalTable, where: str | None) -> tuple[int, str]:
-    """Rows and checksum of the rows of `t` that `where` picks (the caller's session: time_zone +00:00)."""
-    cur.execute(dialect.checksum_sql(t.schema, t.name, [dialect.Column(**c) for c in t.columns], where))
-    rows, checksum = cur.fetchone()
-    return int(rows), str(checksum)
 
 
 def _keep(cur: Any, backup_id: str, t: LogicalTable, rows: int, checksum: str) -> None:
@@ -77,14 +73,19 @@ def record_check(cur: Any, manifest: LogicalManifest, t: LogicalTable) -> tuple[
 def keep_chunk_sums(cur: Any, manifest: LogicalManifest, tables: list[LogicalTable]) -> set[tuple[str, str]]:
     """Keep, for verify, the check of each of `tables` whose every chunk was checked as it loaded: the sums of
     its chunks' rows and checksums on the ledger. Returns those tables' (schema, name)."""
-    if not table_exists(cur, META_DB, "ledger"):
+    tables = [t for t in tables if chunk_checks(manifest, t) is not None]
+    if not tables or not table_exists(cur, META_DB, "ledger"):
         return set()
-    cur.execute(f"SELECT file, rows_loaded, checksum_seen FROM {META_DB}.ledger WHERE backup_id = %s "
-                "AND checksum_seen IS NOT NULL", (manifest.backup_id,))
-    seen = {_text(f): (int(r), int(_text(c))) for f, r, c in cur.fetchall()}
+    files = [c.file for t in tables for c in t.chunks]
+    seen: dict[str, tuple[int, int]] = {}
+    for i in range(0, len(files), 1000):  # these tables' rows only: a lane asks for one table at a time
+        batch = files[i:i + 1000]
+        cur.execute(f"SELECT file, rows_loaded, checksum_seen FROM {META_DB}.ledger WHERE backup_id = %s AND "
+                    f"checksum_seen IS NOT NULL AND file IN ({placeholders(batch)})", (manifest.backup_id, *batch))
+        seen |= {_text(f): (int(r), int(_text(c))) for f, r, c in cur.fetchall()}
     kept = set()
     for t in tables:
-        if chunk_checks(manifest, t) is None or not all(c.file in seen for c in t.chunks):
+        if not all(c.file in seen for c in t.chunks):
             continue
         _keep(cur, manifest.backup_id, t, sum(seen[c.file][0] for c in t.chunks), str(sum(seen[c.file][1] for c in t.chunks)))
         kept.add((t.schema, t.name))
