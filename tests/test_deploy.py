@@ -81,3 +81,26 @@ def test_requirements_are_pinned():
         line = line.split("#")[0].strip()
         if line and not line.startswith("-c"):
             assert "==" in line, f"unpinned requirement: {line}"
+
+
+def test_processes_that_start_tasks_hold_the_task_code_before_they_fork(tmp_path):
+    """An Airflow process started with the deployment's plugins folder (scheduler, Celery worker) has imported
+    the task code once, through the local settings, so each forked task does not import it again; the local
+    settings still give the routing policy."""
+    import os
+    import subprocess
+    import sys
+
+    probe = (
+        "import sys, airflow.settings as s\n"
+        "from lastline.airflow.preload import MODULES\n"
+        "missing = [m for m in MODULES if m not in sys.modules]\n"
+        "assert not missing, missing\n"
+        "from lastline.airflow.routing import route\n"
+        "assert sys.modules['airflow_local_settings'].task_instance_mutation_hook is route\n"
+        "print('ok')\n"
+    )
+    env = {**os.environ, "AIRFLOW_HOME": str(tmp_path), "AIRFLOW__CORE__PLUGINS_FOLDER": str(ROOT / "plugins"),
+           "AIRFLOW__CORE__LOAD_EXAMPLES": "False"}
+    out = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True, cwd=tmp_path, timeout=120)
+    assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr[-2000:]
