@@ -308,7 +308,7 @@ def main() -> int:
         runs = []
         for build in [builds[0], *builds]:
             drop(tgt)
-            start = cpu_seconds(tgt.pid())  # the trigger command's own CPU is counted (README says so)
+            start = cpu_seconds(tgt.pid())  # the trigger (two REST calls) is counted
             run = af.wait("logical_restore", af.trigger("logical_restore", {**conf, **BUILDS[build]}))
             run["cpu"] = cpu_since(start, tgt.pid())
             if run["state"] == "success" and rows_on(tgt) != expected:

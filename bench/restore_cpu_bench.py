@@ -118,7 +118,7 @@ def main() -> int:
             tgt.server().query("DROP DATABASE IF EXISTS sbtest")
             af.wait("logical_restore", af.trigger("logical_restore", conf))  # warm-up: the workers' first imports
             tgt.server().query("DROP DATABASE IF EXISTS sbtest")
-            run_id = af.trigger("logical_restore", conf)  # the trigger command's own CPU stays out of the count
+            run_id = af.trigger("logical_restore", conf)  # the trigger (REST calls) stays out of the count
             with Sampler() as sampler:
                 run = af.wait("logical_restore", run_id)
         if run["state"] != "success":
