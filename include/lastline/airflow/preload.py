@@ -4,8 +4,8 @@ Airflow 3 runs each task in a process forked from its executor's worker (the sch
 workers, a Celery worker's pool), which then parses the task's DAG file. Without this, each task imported
 lastline, the MySQL driver and the HITL operator anew: about 0.25 CPU s before its first line of work, on
 every short step of a restore's critical path. Imported here, from the deployment's local settings, they are
-in memory before the fork. The price: a new lastline version reaches tasks once the scheduler and the
-workers restart (the DAG processor reads DAG files as before).
+in memory before the fork. The price: a new lastline version reaches tasks and DAG parsing once Airflow's
+processes (scheduler, dag-processor, workers) restart.
 """
 from __future__ import annotations
 
