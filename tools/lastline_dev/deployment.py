@@ -195,10 +195,11 @@ class Api:
     def dag_ids(self) -> list[str]:
         return [d["dag_id"] for d in self.call("GET", "/api/v2/dags", params={"limit": 100})["dags"]]
 
-    def trigger(self, dag_id: str, conf: dict) -> tuple[str, str]:
-        """Unpause `dag_id` and trigger a run with `conf`: (dag_id, run_id)."""
+    def trigger(self, dag_id: str, conf: dict, run_id: str | None = None) -> tuple[str, str]:
+        """Unpause `dag_id` and trigger a run with `conf` (and `run_id`, else Airflow names it): (dag_id, run_id)."""
         self.call("PATCH", f"/api/v2/dags/{dag_id}", json={"is_paused": False})
-        run = self.call("POST", f"/api/v2/dags/{dag_id}/dagRuns", json={"logical_date": None, "conf": conf})
+        body = {"logical_date": None, "conf": conf} | ({"dag_run_id": run_id} if run_id else {})
+        run = self.call("POST", f"/api/v2/dags/{dag_id}/dagRuns", json=body)
         return dag_id, run["dag_run_id"]
 
     def run(self, run: tuple[str, str]) -> dict:

@@ -24,22 +24,20 @@ class Standalone:
     """`bin/airflow standalone` with `env` (LASTLINE_AIRFLOW_HOME picks its home), output to `log`."""
 
     def __init__(self, env: dict, log: Path, wait_for_dag: str = "logical_restore") -> None:
-        self.env, self.log, self.wait_for_dag = env, log, wait_for_dag
+        self.log, self.wait_for_dag = log, wait_for_dag
         self.home = Path(env.get("LASTLINE_AIRFLOW_HOME") or ROOT / ".airflow")
         self.db = self.home / "airflow.db"
         self.proc: subprocess.Popen | None = None
-        port = env.get("AIRFLOW__API__PORT", "8080")
-        user, password = "lastline", secrets.token_urlsafe(12)
-        self.env = {**env, "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": f"{user}:admin",
-                    "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE": str(self.home / "bench-passwords.json")}
-        self._password = password
-        self.api = Api(f"http://127.0.0.1:{port}", user, password)
+        self.port = env.get("AIRFLOW__API__PORT", "8080")
+        self.passwords = self.home / "lastline-api-passwords.json"  # the REST user's, for trigger()
+        self.env = {**env, "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": "lastline:admin",
+                    "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE": str(self.passwords)}
+        self.api = Api(f"http://127.0.0.1:{self.port}", "lastline", secrets.token_urlsafe(12))
 
     def __enter__(self) -> Standalone:
         self.home.mkdir(parents=True, exist_ok=True)
-        passwords = self.home / "bench-passwords.json"
-        passwords.write_text(json.dumps({self.api.user: self._password}))
-        passwords.chmod(0o600)
+        self.passwords.write_text(json.dumps({self.api.user: self.api.password}))
+        self.passwords.chmod(0o600)
         fh = open(self.log, "w")
         self.proc = subprocess.Popen([str(ROOT / "bin/airflow"), "standalone"], env=self.env, stdout=fh,
                                      stderr=subprocess.STDOUT, start_new_session=True, cwd=ROOT)
@@ -59,9 +57,8 @@ class Standalone:
 
     def _api_up(self) -> bool:
         """The api-server answers (its workers run tasks through it: a task started before it is up fails)."""
-        port = self.env.get("AIRFLOW__API__PORT", "8080")
         try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}/api/v2/monitor/health", timeout=5) as r:
+            with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/api/v2/monitor/health", timeout=5) as r:
                 return r.status == 200
         except OSError:
             return False
@@ -74,10 +71,7 @@ class Standalone:
         """Unpause `dag_id` and trigger a run with `conf` (REST API); returns its run id."""
         with sqlite3.connect(self.db) as c:  # runs left queued by an interrupted bench
             c.execute("UPDATE dag_run SET state = 'failed' WHERE dag_id = ? AND state IN ('queued', 'running')", (dag_id,))
-        run_id = f"manual__{datetime.now(UTC):%Y%m%dT%H%M%S%f}"
-        self.api.call("PATCH", f"/api/v2/dags/{dag_id}", json={"is_paused": False})
-        self.api.call("POST", f"/api/v2/dags/{dag_id}/dagRuns", json={"dag_run_id": run_id, "logical_date": None, "conf": conf})
-        return run_id
+        return self.api.trigger(dag_id, conf, run_id=f"manual__{datetime.now(UTC):%Y%m%dT%H%M%S%f}")[1]
 
     def wait(self, dag_id: str, run_id: str | None = None, run_type: str | None = None, timeout: float = 3600) -> dict:
         """The run (by id, or the newest of `run_type`) once it ended: state, seconds, run id."""
