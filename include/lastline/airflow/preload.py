@@ -14,7 +14,7 @@ import logging
 
 log = logging.getLogger(__name__)
 
-# what the DAG files import, and what their tasks import when they run
+# what the DAG files import (the stages come with them), and the driver their tasks import when they connect
 MODULES = (
     "MySQLdb",
     "airflow.providers.standard.operators.hitl",
@@ -23,9 +23,11 @@ MODULES = (
     "lastline.airflow.defaults",
     "lastline.airflow.assets",
     "lastline.airflow.alerts",
-    "lastline.logical.lanes",
-    "lastline.logical.finalize",
-    "lastline.logical.verify",
+    "lastline.physical.backup",
+    "lastline.replication.rebuild",
+    "lastline.staging.refresh",
+    "lastline.staging.verify",
+    "lastline.drill",
 )
 
 
