@@ -8,7 +8,8 @@ sandbox (its buffer pool and redo log as the last bench run left them), twice:
 
 1. one lane alone, in this process (lastline.logical.restore's preflight, snapshot_config, prepare, then
    `load_lane` for lane 1, which takes every unit when it is alone): CPU seconds of this process, of its
-   children (the decompressors) and of the server;
+   children (`zstd` processes, only where lastline's LOAD DATA handler is not built: with it, the chunks
+   are decompressed in this process) and of the server;
 2. the whole `logical_restore` DAG under `airflow standalone` (one warm-up run first, then the timed run),
    every process's CPU sampled twice a second and summed by command: the server, the scheduler, the
    dag-processor, the workers, the api-server, ... `--airflow-env` adds settings to the standalone (e.g.

@@ -46,17 +46,21 @@ if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
   echo "$want" > "$stamp"
 fi
 
-# the logical dump's worker (C, include/lastline/logical/native/tsvdump.c): rebuilt when its source changes
-src=include/lastline/logical/native/tsvdump.c
-bin=.venv/bin/lastline-tsvdump
-stamp=".venv/.tsvdump.sha256"
-want="$(sha256sum "$src" | cut -d' ' -f1)"
-if [ ! -x "$bin" ] || [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
-  echo "setup: building $bin"
-  gcc -O2 -Wall -Werror -o "$bin.tmp" "$src" $(pkg-config --cflags --libs libmariadb libzstd)
-  mv "$bin.tmp" "$bin"
-  echo "$want" > "$stamp"
-fi
+# the native parts (C, include/lastline/logical/native/), each rebuilt when its source changes: the logical
+# dump's worker, and the loader's LOAD DATA LOCAL handler (a library the loader loads into its process)
+build() {  # build SOURCE OUTPUT [gcc flags...]
+  local src="$1" out="$2" stamp=".venv/.$(basename "$1").sha256" want
+  shift 2
+  want="$(sha256sum "$src" | cut -d' ' -f1)"
+  if [ ! -e "$out" ] || [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
+    echo "setup: building $out"
+    gcc -O2 -Wall -Werror "$@" -o "$out.tmp" "$src" $(pkg-config --cflags --libs libmariadb libzstd)
+    mv "$out.tmp" "$out"
+    echo "$want" > "$stamp"
+  fi
+}
+build include/lastline/logical/native/tsvdump.c .venv/bin/lastline-tsvdump
+build include/lastline/logical/native/infile.c .venv/lib/liblastline-infile.so -shared -fPIC
 
 if [ ! -f .airflow/airflow.db ]; then
   echo "setup: migrating the project-local Airflow home (.airflow, SQLite)"

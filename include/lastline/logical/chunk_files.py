@@ -54,13 +54,15 @@ def _check(digest: Any, sha256: str, where: str) -> None:
 
 
 def write_chunk(storage: Storage, key: str, compression: str, sha256: str, out: BinaryIO, what: str = "",
-                on_bytes: Callable[[int], None] | None = None) -> None:
+                on_bytes: Callable[[int], None] | None = None, decompress: bool = True) -> None:
     """Write a chunk's uncompressed bytes into `out` (a FIFO's write end), with read_chunk's checks.
 
     The decompressor writes into `out` itself: Python passes on only the compressed bytes, hashing them on
     the way (`on_bytes` gets each piece's size), and never touches the several times larger output.
+    `decompress=False`: the compressed bytes go into `out` as they are (hashed the same way), for a reader
+    that decompresses them itself (logical.infile).
     """
-    c = codec(compression)
+    c = codec(compression if decompress else "none")
     where = f"{storage.location(key)}{f' ({what})' if what else ''}"
     digest = hashlib.sha256()
 

@@ -1,8 +1,9 @@
 """Load a work unit's chunks exactly once: LOAD DATA from a FIFO, one transaction per chunk with its ledger row.
 
-Each chunk is streamed from the backup (file or S3), its sha256 checked, and decompressed on the fly by
-a decompressor that writes straight into a named pipe read by `LOAD DATA LOCAL INFILE` (no temporary
-copy, memory bounded whatever the table size). The chunk's ledger row (`_lastline.ledger`) is inserted first, in the same transaction
+Each chunk is streamed from the backup (file or S3), its sha256 checked, into a named pipe read by
+`LOAD DATA LOCAL INFILE` (no temporary copy, memory bounded whatever the table size): zstd chunks go in
+compressed and lastline's handler decompresses them inside the client library (logical.infile); other
+codecs, or without the built handler, a decompressor process writes the raw bytes into the pipe. The chunk's ledger row (`_lastline.ledger`) is inserted first, in the same transaction
 as the rows: a retried task, a re-triggered run, a killed loader or a crashed server either finds
 the row (the chunk is in, skip it) or finds neither the row nor the data (load it again). A second
 loader racing on the same chunk waits on the ledger row's lock, then skips it. Where a table's chunks are
@@ -28,7 +29,7 @@ from lastline.core.errors import IntegrityError, LastlineError, ServerError
 from lastline.core.progress import Progress
 from lastline.core.servers import Server
 from lastline.core.sql import META_DB, NON_TRANSACTIONAL
-from lastline.logical import dialect
+from lastline.logical import dialect, infile
 from lastline.logical.chunk_files import write_chunk
 from lastline.logical.snapshot import LOST_CONNECTION, sql_error
 from lastline.logical.verify import chunk_checks, table_checksum
@@ -107,6 +108,7 @@ class Loader:
     def __init__(self, server: Server, storage: Storage, manifest: LogicalManifest, progress: Progress) -> None:
         self.server, self.storage, self.manifest, self.progress = server, storage, manifest, progress
         self.conn = server.connect(local_infile=1)
+        self.infile = infile.install(self.conn, manifest.compression)  # None: a decompressor process feeds the FIFO
         self._stop = stopping.add(f"{progress.label}: KILL QUERY on the loader's connection",
                                   stopping.kill_query(server, self.conn.thread_id()))
         self.cur = self.conn.cursor()
@@ -126,8 +128,9 @@ class Loader:
         key = f"{self.manifest.backup_id}/{c.file}"
         what = f"{t.schema}.{t.name}"
         sql = dialect.load_sql(t.schema, t.name, [dialect.Column(**col) for col in t.columns])
+        native = self.infile is not None
         with tempfile.TemporaryDirectory(prefix="lastline-load-") as d:
-            fifo = os.path.join(d, "chunk.tsv")
+            fifo = os.path.join(d, "chunk.tsv.zst" if native else "chunk.tsv")
             os.mkfifo(fifo, 0o600)
             errors: list[BaseException] = []
 
@@ -135,18 +138,24 @@ class Loader:
                 try:
                     with open(fifo, "wb") as fh:  # progress in raw bytes, estimated from the compressed ones
                         write_chunk(self.storage, key, self.manifest.compression, c.sha256, fh, what,
-                                    lambda n: self.progress.add(n * c.raw_bytes // max(c.bytes, 1)))
+                                    lambda n: self.progress.add(n * c.raw_bytes // max(c.bytes, 1)), decompress=not native)
                 except BaseException as exc:  # noqa: BLE001 - re-raised by the caller
                     errors.append(exc)
 
+            if self.infile is not None:
+                self.infile.offer(fifo)
             th = threading.Thread(target=pump, name=f"pump-{c.file}", daemon=True)
             th.start()
             try:
                 self.cur.execute(sql, (fifo,))
                 rows = self.cur.rowcount
-            except BaseException:
+            except BaseException as exc:
                 _unblock(fifo)
                 th.join()
+                message = sql_error(exc)[1]
+                if native and infile.ERROR_PREFIX in message:  # the handler's own error: what it found in the chunk
+                    raise IntegrityError(f"chunk {self.storage.location(key)} ({what}) {message.split(infile.ERROR_PREFIX, 1)[1]}; "
+                                         "nothing of it was loaded.") from exc
                 raise
             th.join()
         if errors and not isinstance(errors[0], BrokenPipeError):
