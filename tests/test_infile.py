@@ -11,6 +11,7 @@ import threading
 import pytest
 
 from lastline.logical import infile
+from lastline.logical.load import _unblock
 
 ROWS = b"".join(b"%d\tvalue \\\\ %d\\n\twith a tab\\t and \\N-like text\n" % (i, i * 7) for i in range(300_000))
 TABLE = "infile_t"
@@ -58,11 +59,7 @@ def load(conn, tmp_path, data: bytes, name: str = "chunk.tsv.zst", offer: str | 
         cur.execute(f"LOAD DATA LOCAL INFILE %s INTO TABLE infile_db.{TABLE} CHARACTER SET binary", (sql_path or fifo,))
         return cur.rowcount
     finally:
-        if th.is_alive():  # the handler never opened the FIFO: let the writer go
-            try:
-                os.close(os.open(fifo, os.O_RDONLY | os.O_NONBLOCK))
-            except OSError:
-                pass
+        _unblock(fifo)  # if the handler never opened the FIFO, the writer goes
         th.join(10)
 
 
@@ -113,7 +110,7 @@ def test_a_server_asking_for_another_file_gets_nothing(conn, tmp_path):
 
 
 def test_without_the_built_library_the_loader_keeps_the_decompressor_process(monkeypatch, conn):
-    monkeypatch.setattr(infile, "library_path", lambda: None)
+    monkeypatch.setenv("LASTLINE_INFILE_LIB", "off")  # as if it were not built
     infile._library.cache_clear()
     try:
         assert infile.install(conn, "zstd") is None

@@ -25,7 +25,10 @@ log = logging.getLogger(__name__)
 
 
 def library_path() -> str | None:
-    """The built handler: $LASTLINE_INFILE_LIB or the venv's lib folder; None if neither exists."""
+    """The built handler: $LASTLINE_INFILE_LIB or the venv's lib folder; None if neither exists, or if
+    LASTLINE_INFILE_LIB is `off` (the decompressor process then feeds the FIFO: to compare the two)."""
+    if os.environ.get("LASTLINE_INFILE_LIB") == "off":
+        return None
     for candidate in (os.environ.get("LASTLINE_INFILE_LIB"), str(Path(sys.prefix) / "lib" / LIBRARY)):
         if candidate and os.path.exists(candidate):
             return candidate
@@ -36,7 +39,8 @@ def library_path() -> str | None:
 def _library() -> Any:
     path = library_path()
     if path is None:
-        log.info("%s is not built (`make setup` builds it from %s): zstd chunks go through a zstd process", LIBRARY, SOURCE.name)
+        log.info("%s is not built (`make setup` builds it from %s) or is switched off: zstd chunks go through a zstd "
+                 "process", LIBRARY, SOURCE.name)
         return None
     lib = ctypes.CDLL(path)
     lib.lastline_infile_install.argtypes = [ctypes.c_void_p, ctypes.c_void_p]
