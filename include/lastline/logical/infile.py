@@ -47,16 +47,16 @@ def _library() -> Any:
     lib.lastline_infile_install.restype = None
     lib.lastline_infile_path_len.argtypes = []
     lib.lastline_infile_path_len.restype = ctypes.c_size_t
+    api = ctypes.pythonapi  # to read the MYSQL* out of mysqlclient's capsule
+    api.PyCapsule_GetName.restype, api.PyCapsule_GetName.argtypes = ctypes.c_char_p, [ctypes.py_object]
+    api.PyCapsule_GetPointer.restype, api.PyCapsule_GetPointer.argtypes = ctypes.c_void_p, [ctypes.py_object, ctypes.c_char_p]
     return lib
 
 
 def _native_pointer(conn: Any) -> int:
-    """The MYSQL* behind a MySQLdb connection (mysqlclient hands it out as a capsule)."""
+    """The MYSQL* behind a MySQLdb connection (mysqlclient hands it out as a capsule; see _library)."""
     capsule = conn._get_native_connection()
-    api = ctypes.pythonapi
-    api.PyCapsule_GetName.restype, api.PyCapsule_GetName.argtypes = ctypes.c_char_p, [ctypes.py_object]
-    api.PyCapsule_GetPointer.restype, api.PyCapsule_GetPointer.argtypes = ctypes.c_void_p, [ctypes.py_object, ctypes.c_char_p]
-    return int(api.PyCapsule_GetPointer(capsule, api.PyCapsule_GetName(capsule)))
+    return int(ctypes.pythonapi.PyCapsule_GetPointer(capsule, ctypes.pythonapi.PyCapsule_GetName(capsule)))
 
 
 class Handler:

@@ -9,8 +9,8 @@
  * in 256 KiB blocks and decompresses them with libzstd straight into libmariadb's send buffer: no
  * decompressor process, and the raw bytes never cross a pipe.
  *
- * Trust: it opens only the one path the caller offered for the next statement (lastline_infile_expect); a
- * server asking for any other file gets an error, not the file. Paths ending in ".zst" are decompressed
+ * Trust: it opens only the one path the caller offered for the next statement (the slot it fills before each
+ * statement: infile.Handler.offer); a server asking for any other file gets an error, not the file. Paths ending in ".zst" are decompressed
  * (the frame's content checksum is verified by libzstd); others are sent as they are. The caller hashes
  * the compressed bytes it writes into the FIFO (the manifest's sha256), so what is decompressed is what was
  * checked. A decompression error fails the statement with a message starting "lastline-infile: ".
