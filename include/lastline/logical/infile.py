@@ -18,7 +18,7 @@ from typing import Any
 
 LIBRARY = "liblastline-infile.so"
 SOURCE = Path(__file__).resolve().parent / "native" / "infile.c"
-COMPRESSIONS = {"zstd", "zstd-fast"}  # what the handler decompresses (a path ending in .zst)
+COMPRESSIONS = {"zstd", "zstd-fast"}  # what the handler decompresses (it reads zstd only)
 ERROR_PREFIX = "lastline-infile: "
 
 log = logging.getLogger(__name__)

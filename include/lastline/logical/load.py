@@ -128,7 +128,8 @@ class Loader:
         key = f"{self.manifest.backup_id}/{c.file}"
         what = f"{t.schema}.{t.name}"
         sql = dialect.load_sql(t.schema, t.name, [dialect.Column(**col) for col in t.columns])
-        native = self.infile is not None
+        handler = self.infile  # None: a decompressor process writes the raw bytes into the FIFO
+        native = handler is not None
         with tempfile.TemporaryDirectory(prefix="lastline-load-") as d:
             fifo = os.path.join(d, "chunk.tsv.zst" if native else "chunk.tsv")
             os.mkfifo(fifo, 0o600)
@@ -142,8 +143,8 @@ class Loader:
                 except BaseException as exc:  # noqa: BLE001 - re-raised by the caller
                     errors.append(exc)
 
-            if self.infile is not None:
-                self.infile.offer(fifo)
+            if handler is not None:
+                handler.offer(fifo)
             th = threading.Thread(target=pump, name=f"pump-{c.file}", daemon=True)
             th.start()
             try:

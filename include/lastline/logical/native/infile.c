@@ -5,13 +5,14 @@
  * Why: with libmariadb's own handler, a zstd chunk reaches the server as
  *   zstd process -> FIFO (raw bytes) -> libmariadb reading the FIFO 4 KiB at a time -> socket;
  * the reader is paced by the server, so every 4 KiB it frees wakes the decompressor again: on 2 cores that
- * ping-pong cost as much CPU as the decompression itself. This handler reads the FIFO's *compressed* bytes
+ * ping-pong cost about as much CPU as the decompression itself (bench/restore_cpu_bench.py, with and
+ * without LASTLINE_INFILE_LIB=off). This handler reads the FIFO's *compressed* bytes
  * in 256 KiB blocks and decompresses them with libzstd straight into libmariadb's send buffer: no
  * decompressor process, and the raw bytes never cross a pipe.
  *
  * Trust: it opens only the one path the caller offered for the next statement (the slot it fills before each
- * statement: infile.Handler.offer); a server asking for any other file gets an error, not the file. Paths ending in ".zst" are decompressed
- * (the frame's content checksum is verified by libzstd); others are sent as they are. The caller hashes
+ * statement: infile.Handler.offer); a server asking for any other file gets an error, not the file. What
+ * it reads is always zstd (the frames' content checksums are verified by libzstd). The caller hashes
  * the compressed bytes it writes into the FIFO (the manifest's sha256), so what is decompressed is what was
  * checked. A decompression error fails the statement with a message starting "lastline-infile: ".
  */
@@ -33,7 +34,7 @@ typedef struct {
 } infile_slot;
 
 typedef struct {
-    int fd, zstd, eof;
+    int fd, eof;
     size_t last; /* libzstd's last hint: 0 when a frame ended and everything was flushed */
     ZSTD_DCtx *dctx;
     ZSTD_inBuffer in;
@@ -56,11 +57,9 @@ static int li_init(void **ptr, const char *filename, void *userdata) {
         fail(r, "cannot be sent: the server asked for a file this connection did not offer", filename);
         return 1;
     }
-    size_t n = strlen(filename);
-    r->zstd = n > 4 && strcmp(filename + n - 4, ".zst") == 0;
     r->block = malloc(IN_BLOCK);
-    r->dctx = r->zstd ? ZSTD_createDCtx() : NULL;
-    if (!r->block || (r->zstd && !r->dctx)) {
+    r->dctx = ZSTD_createDCtx();
+    if (!r->block || !r->dctx) {
         fail(r, "cannot be sent: out of memory", NULL);
         return 1;
     }
@@ -72,16 +71,15 @@ static int li_init(void **ptr, const char *filename, void *userdata) {
     return 0;
 }
 
-static ssize_t read_block(reader *r, void *buf, size_t len) {
+static ssize_t read_block(reader *r) {
     ssize_t n;
-    do n = read(r->fd, buf, len); while (n < 0 && errno == EINTR);
+    do n = read(r->fd, r->block, IN_BLOCK); while (n < 0 && errno == EINTR);
     if (n < 0) return fail(r, "cannot be read: reading its pipe failed", strerror(errno));
     return n;
 }
 
 static int li_read(void *ptr, char *buf, unsigned int len) {
     reader *r = ptr;
-    if (!r->zstd) return (int)read_block(r, buf, len);
     ZSTD_outBuffer out = {buf, len, 0};
     while (out.pos < out.size) {
         size_t out_before = out.pos, in_before = r->in.pos;
@@ -92,7 +90,7 @@ static int li_read(void *ptr, char *buf, unsigned int len) {
             continue;
         }
         if (r->eof) break;
-        ssize_t n = read_block(r, r->block, IN_BLOCK);
+        ssize_t n = read_block(r);
         if (n < 0) return -1;
         if (n == 0) {
             r->eof = 1;
