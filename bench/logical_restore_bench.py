@@ -13,6 +13,9 @@ no adaptive hash index, max_allowed_packet 1G, io_capacity 2000), the same for e
   `airflow standalone` (LocalExecutor, SQLite) with `parallel` lanes; timed from the run's start to
   its end as the metadata DB records them (scheduling, task start-up, finalize's index builds,
   verify's checksums and the report included), and its load step alone;
+- direct: lastline without Airflow, the same steps with the same settings (the first of
+  `--index-builds`) called in order by this process, its lanes as N forked processes: lastline's own
+  work (checks, ledger, verify, report) apart from what the scheduler and task processes add;
 - `myloader -t N` of a `mydumper --rows 250000` dump (Debian's 0.10);
 - with `--myloader1 DIR` (or LASTLINE_MYDUMPER1_DIR): myloader 1.0 in its fastest setting
   (`--optimize-keys=AFTER_IMPORT_ALL_TABLES`) of a `mydumper 1.0 --format=LOAD_DATA` dump; the bench
@@ -27,19 +30,27 @@ whose redo log is small (128 MB; lastline is told not to grow it): the regime of
 The first lastline run after the scheduler came up is printed apart (cold: the workers' first imports);
 the runs that follow are warm and make the means.
 
-Each competitor runs twice, before lastline and after it (a fresh target's first restore pays for touching
-its buffer pool; the machine's speed drifts), and the ratios use the mean of the two. Every restore
+Each competitor, and lastline without Airflow (its log lines in `direct.log` beside the record), runs twice,
+before lastline's DAG and after it (a fresh target's first restore pays for touching its buffer pool; the
+machine's speed drifts), and the ratios use the mean of the two. Every restore
 starts from an empty database and is checked by row counts. Prints seconds, MB/s (raw TSV bytes) and
 each method's time over lastline's; writes a JSON record.
 """
 from __future__ import annotations
 
 import argparse
+import functools
 import json
+import logging
+import multiprocessing
 import os
 import shutil
 import sqlite3
 import sys
+import time
+from collections.abc import Iterator
+from concurrent.futures import ProcessPoolExecutor
+from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -48,6 +59,8 @@ from logical_bench import dataset, sh  # noqa: E402
 
 from lastline.core.option_files import option_file, option_file_text  # noqa: E402
 from lastline.logical import backup as lb  # noqa: E402
+from lastline.logical import report as restore_report  # noqa: E402
+from lastline.logical import restore as lr  # noqa: E402
 from lastline.logical.schema import split_deferred  # noqa: E402
 from lastline.manifest import read_manifest  # noqa: E402
 from lastline.storage import open_storage  # noqa: E402
@@ -152,6 +165,45 @@ def hand(src: Instance, tgt: Instance, manifest, dumps: Path, work: Path, topt: 
                  f"ls {jobs}/index/*.sh | xargs -r -P {n} -n 1 bash -o pipefail"))
 
 
+@contextmanager
+def logs_to(path: Path) -> Iterator[None]:
+    """lastline's log lines go to `path` (appended) instead of this bench's output, as a task's go to its log."""
+    logger = logging.getLogger("lastline")
+    handler = logging.FileHandler(path)
+    handler.setFormatter(logging.Formatter("%(asctime)s %(processName)s %(name)s %(levelname)s %(message)s"))
+    saved = logger.propagate, logger.level
+    logger.addHandler(handler)
+    logger.propagate, logger.level = False, logging.INFO
+    try:
+        yield
+    finally:
+        logger.removeHandler(handler)
+        handler.close()
+        logger.propagate, logger.level = saved
+
+
+def without_airflow(conf: dict, run_id: str) -> tuple[float, dict, float]:
+    """lastline's own work, without Airflow: the DAG's steps called in its order in this process (preflight,
+    snapshot_config, prepare, then its lanes as `parallel` forked processes, finalize, revert, verify and the
+    report), as task_groups.logical_restore_steps calls them. Its seconds, the report, and the lanes' seconds spent
+    reading chunks back for their checks."""
+    t0 = time.monotonic()
+    plan = lr.preflight(conf)
+    snap = lr.snapshot_config(plan, run_id)
+    try:
+        steps, lanes = lr.prepare(plan)
+        with ProcessPoolExecutor(len(lanes), mp_context=multiprocessing.get_context("fork")) as pool:
+            loads = list(pool.map(functools.partial(lr.load_lane, plan), lanes))
+        finalized = lr.finalize(plan)
+    finally:
+        reverted = lr.revert(plan)  # the DAG's teardown: after a failure too
+    verified = lr.verify(plan, snap)
+    report = restore_report.write(plan, {**steps, "finalize": finalized, "revert": reverted, "verify": verified}, loads,
+                                  "logical_restore_without_airflow", run_id)
+    checks = sum(t["check_seconds"] for lane in loads for unit in lane for t in unit["tables"].values())
+    return time.monotonic() - t0, report, checks
+
+
 def task_timeline(db: Path, dag_id: str, run_id: str) -> list[dict]:
     """Each task instance's start (from the run's first task start) and duration, from the metadata DB."""
     with sqlite3.connect(db) as c:
@@ -183,7 +235,7 @@ def main() -> int:
     p.add_argument("--index-builds", default="per_table,after_all,after_all,per_table",
                    help="lastline's index settings to run, in order (comma list of " + ", ".join(BUILDS) + "; ABBA by "
                         "default, since the run in second place is faster by itself); the first setting's mean is the ratios' base")
-    p.add_argument("--methods", default="hand,myloader,sql,lastline", help="which to run (comma list); ratios need lastline")
+    p.add_argument("--methods", default="hand,direct,myloader,sql,lastline", help="which to run (comma list); ratios need lastline")
     p.add_argument("--memory", choices=("in", "quarter"), default="in",
                    help="in: the data fits the target's buffer pool (6G); quarter: the buffer pool is a quarter of the "
                         "data and the redo log 128 MB, for every method")
@@ -254,11 +306,26 @@ def main() -> int:
         sh(f"{one / 'mydumper'} --defaults-file={s1} -B sbtest -t {n} --rows 250000 --format=LOAD_DATA "
            f"-o {dumps / 'mydumper1'}")
 
+    conf = {"target_conn_id": "bench_rtgt", "backup": f"file://{dumps / 'lastline'}/{manifest.backup_id}",
+            "parallel": n, "force": True, "redo_log_bytes": SMALL_REDO if buffer_pool else 1 << 30,
+            "databases": [], "tune": True, "restart_allowed": False, "defer_indexes": True, "aws_conn_id": None}
+    builds = args.index_builds.split(",")
+    os.environ["LASTLINE_REPORT_DIR"] = str(work / "reports")
+
     def anchors(suffix: str) -> None:
         """Every competitor in `methods` once, each into an empty database, its name ending in `suffix`."""
         with option_file(tgt.server(), ("client", "myloader", "mariadb")) as topt:
             if "hand" in methods:
                 hand(src, tgt, manifest, dumps, work, topt, n, lambda name, *a, **k: record(name + suffix, *a, **k), timed)
+            if "direct" in methods:
+                drop(tgt)
+                start = cpu_seconds(tgt.pid())
+                with logs_to(work / "direct.log"):
+                    seconds, report, checks = without_airflow({**conf, **BUILDS[builds[0]]}, f"direct{suffix.replace(' ', '')}")
+                record(f"lastline without Airflow: its steps called in order, {n} lanes as processes, "
+                       f"index_build={builds[0]}{suffix}", seconds, cpu=cpu_since(start, tgt.pid()))
+                print(f"  {'  of which: load step':<58} {report['load_seconds']:7.1f} s (lanes reading chunks back for "
+                      f"their checks: {checks:.1f} s)", flush=True)
             if "myloader" in methods:
                 drop(tgt)
                 record(f"myloader -t {n} (mydumper --rows 250000){suffix}",
@@ -299,12 +366,8 @@ def main() -> int:
                AIRFLOW__SCHEDULER__SCHEDULER_IDLE_SLEEP_TIME="0.2", AIRFLOW__DAG_PROCESSOR__MIN_FILE_PROCESS_INTERVAL="300")
     env.update(dict(a.split("=", 1) for a in args.airflow_env))
     with Standalone(env, work / "standalone.log") as af:
-        conf = {"target_conn_id": "bench_rtgt", "backup": f"file://{dumps / 'lastline'}/{manifest.backup_id}",
-                "parallel": n, "force": True, "redo_log_bytes": SMALL_REDO if buffer_pool else 1 << 30,
-                "databases": [], "tune": True, "restart_allowed": False, "defer_indexes": True, "aws_conn_id": None}
         # the first run after `standalone` starts pays the workers' first imports (once per deployment):
         # printed apart as the cold run; the runs after it are warm
-        builds = args.index_builds.split(",")
         runs = []
         for build in [builds[0], *builds]:
             drop(tgt)
