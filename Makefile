@@ -1,5 +1,7 @@
 # lastline: `make demo` and `make test` work on a fresh Debian machine (as root); both run `make setup` first.
 .PHONY: setup demo ui test test-fast test-distributed faults bench bench-physical bench-logical bench-restore bench-rebuild lint clean
+# the benchmarks' deployment settings: their runs keep backups under bench/results (or a --work elsewhere in /tmp), unattended
+BENCH_ENV = LASTLINE_BACKUP_ROOTS="file://$(CURDIR)/bench/results,file:///tmp,s3://,ssh://" LASTLINE_APPROVAL=false
 
 setup:
 	@scripts/setup.sh
@@ -29,18 +31,18 @@ bench:  # every benchmark with its defaults; ARGS go to one bench-* target alone
 	@$(MAKE) --no-print-directory bench-rebuild ARGS=
 
 bench-physical: setup
-	@.venv/bin/python bench/physical_bench.py $(ARGS)
+	@$(BENCH_ENV) .venv/bin/python bench/physical_bench.py $(ARGS)
 
 bench-logical:
 	@LASTLINE_BENCH=1 scripts/setup.sh
-	@.venv/bin/python bench/logical_bench.py $(ARGS)
+	@$(BENCH_ENV) .venv/bin/python bench/logical_bench.py $(ARGS)
 
 bench-restore:
 	@LASTLINE_BENCH=1 scripts/setup.sh
-	@.venv/bin/python bench/logical_restore_bench.py $(ARGS)
+	@$(BENCH_ENV) .venv/bin/python bench/logical_restore_bench.py $(ARGS)
 
 bench-rebuild: setup
-	@.venv/bin/python bench/rebuild_bench.py $(ARGS)
+	@$(BENCH_ENV) .venv/bin/python bench/rebuild_bench.py $(ARGS)
 
 lint: setup  # ruff on everything, mypy on the layers below the stages (settings in pyproject.toml)
 	@.venv/bin/ruff check dags plugins include tests bench tools

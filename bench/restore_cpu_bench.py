@@ -123,7 +123,7 @@ def main() -> int:
         redo = int(tgt.server().query("SELECT @@innodb_log_file_size")[0][0])  # as the bench set it: not grown
         conf = {"target_conn_id": "bench_rtgt", "backup": f"file://{backups[-1]}", "parallel": 2, "force": True,
                 "redo_log_bytes": redo, "databases": [], "tune": True, "restart_allowed": False,
-                "defer_indexes": True, "index_build": "after_all", "approval": False, "aws_conn_id": None}
+                "defer_indexes": True, "index_build": "after_all", "aws_conn_id": None}
 
         tgt.server().query("DROP DATABASE IF EXISTS sbtest")
         plan = lr.preflight(conf)

@@ -1,16 +1,21 @@
 """
 ### logical_restore: tune → parallel chunked load with per-table fan-out → revert → verify
 
-preflight → approve (when `force` would replace data and `approval` is on: a person approves, shown the
-tables, rows and last writes at risk and the backup's age) → **snapshot_config** (setup, read-only: records
-the production values durably on the target) → prepare (tune, create_schema, plan: short steps, one task) → **load** (`parallel` mapped
-lanes) → finalize → **revert** (teardown: runs after a failure too) → verify (then the report).
+preflight → approve (when `force` would replace data and the deployment or the target's connection asks:
+a person approves, shown the tables, rows and last writes at risk and the backup's age) →
+**snapshot_config** (setup, read-only: records the production values durably on the target) → prepare
+(tune, create_schema, plan: short steps, one task) → **load** (`parallel` mapped lanes) → finalize →
+**revert** (teardown: runs after a failure too) → verify (then the report).
+
+Everything the backup brings runs under this run's own account, which can touch the restored databases
+only (dropped by revert); triggers, views, routines and events are created by, and run as, a locked owner
+of those databases, never the backup's DEFINER; events come back disabled unless `enable_events`.
 
 - **tune**: `SET GLOBAL` for the dynamic settings (`innodb_flush_log_at_trx_commit=0`, no adaptive
   hash index, io capacity, `max_allowed_packet`, a bigger redo log online); with `restart_allowed`, a
   drop-in in the connection's `config_dir` (`innodb_doublewrite=0`, `skip-log-bin`,
   `innodb_autoinc_lock_mode=2`) and a restart. `read_only=ON` keeps application writes out until
-  revert (lastline's account needs READ_ONLY ADMIN or SUPER).
+  revert (lastline's accounts hold READ_ONLY ADMIN).
 - **plan**: bin-packs chunks into units of similar size: a table stays in one unit, in key order,
   unless it is bigger than a unit; small tables are batched.
 - **load**: each chunk streamed from the backup, sha256-checked, decompressed into a FIFO for
@@ -39,7 +44,7 @@ from lastline.airflow.task_groups import logical_restore_steps
     doc_md=__doc__,
     tags=["lastline", "logical", "restore"],
     params=params(
-        "target_conn_id", "backup", "databases", "parallel", "tune", "restart_allowed", "defer_indexes", "index_build", "force", "approval",
+        "target_conn_id", "backup", "databases", "parallel", "tune", "restart_allowed", "defer_indexes", "index_build", "force", "enable_events",
         "restore_grants", "restore_into_source", "redo_log_bytes", "aws_conn_id",
         databases="a subset; empty: every database in the backup", parallel="work units loading at once on the target",
         force="replace databases that already exist on the target (set aside until the restore is verified)",

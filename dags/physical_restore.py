@@ -2,7 +2,7 @@
 ### physical_restore: restore a physical backup into a target server
 
 preflight (target not `protected`, manifest present, artifact whole, datadir empty unless `force`,
-free disk, tools; read-only) → approve (when data would be replaced and `approval` is on: a person approves,
+free disk, tools; read-only) → approve (when data would be replaced and the deployment or the target connection asks: a person approves,
 shown what would be replaced and the backup's age) → stop_target → extract (**one pipeline**: fetch | decompress |
 `mbstream -x --parallel`, sha256 checked while reading) → prepare (`mariabackup --prepare
 --use-memory`, ownership) → start_target → verify (every table of the manifest, plausible row counts)
@@ -28,7 +28,7 @@ from lastline.airflow.task_groups import physical_restore_steps
     doc_md=__doc__,
     tags=["lastline", "physical", "restore"],
     params=params(
-        "target_conn_id", "backup", "parallel", "use_memory", "force", "approval", "restore_into_source", "aws_conn_id",
+        "target_conn_id", "backup", "parallel", "use_memory", "force", "restore_into_source", "aws_conn_id",
         parallel="decompress and mbstream threads", force="move a non-empty target datadir aside (deleted after verify)",
         backup=recent_backups("physical"),
     ),

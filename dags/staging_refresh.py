@@ -6,14 +6,19 @@ and on demand (the Params form: `backup`, default the newest).
 
 preflight (**target guard**: the connection's extra `"role": "staging"`, not `protected`, not the
 server the backup came from; **rules**: each names a column of the backup and fits it; **PII guard**:
-every column whose name or sampled values look personal has a rule, else the run refuses with a rules
-snippet to paste; then read_only=ON) → **restore** (the logical restore's task group) →
-**detach_replication** → **mask** (one UPDATE per table, keyed HMAC in SQL: the same value masks alike
-in every table and every refresh with the same key) → **verify_masking** (no original value
-survives; joins between masked columns still match) → **open** (read_only=OFF if `open_for_writes`)
-→ **report** (the audit: column, strategy, values, rows changed).
+every column, binary ones too, whose name or values (sampled across the whole table) look personal or
+cannot be read has a rule, and every object whose text (comments, defaults, views, triggers, routines,
+events) holds personal data is acknowledged, else the run refuses with a rules snippet to paste; then
+read_only=ON) → **lock** (setup: every other account that could read staging is
+locked, its sessions killed) → **restore** (the logical restore's task group) → **detach_replication** →
+**mask** (one UPDATE per table, keyed HMAC in SQL: the same value masks alike in every table and every
+refresh with the same key) → **verify_masking** (no original value survives; joins between masked
+columns still match) → **open** (read_only=OFF if `open_for_writes`) → **close** (teardown, runs
+whatever happened: unless the masking was verified, the restored databases are dropped; then the
+accounts are unlocked) → **report** (the audit: column, strategy, values, rows changed).
 
-The key is the password of the `masking_key_conn_id` connection; it never reaches XCom or a log.
+The key is the password of the `masking_key_conn_id` connection; it never reaches XCom, a log or a
+statement's text.
 """
 from __future__ import annotations
 
@@ -23,6 +28,7 @@ from lastline.airflow.assets import LOGICAL_BACKUP, backup_from_event
 from lastline.airflow.defaults import dag_args, env
 from lastline.airflow.params import Override, params, recent_backups
 from lastline.airflow.task_groups import detach_replication, logical_restore_steps
+from lastline.staging import quarantine
 from lastline.staging import refresh as sr
 from lastline.staging import verify as sv
 
@@ -50,6 +56,14 @@ def staging_refresh():
         return sr.preflight(conf, rules)
 
     @task
+    def lock(plan: dict) -> dict:
+        return quarantine.lock(plan["target_conn_id"], get_current_context()["run_id"])
+
+    @task
+    def close(plan: dict) -> dict:
+        return quarantine.close(plan["target_conn_id"], get_current_context()["run_id"], plan["databases"])
+
+    @task
     def mask(plan: dict) -> dict:
         return sr.mask(plan, get_current_context()["run_id"])
 
@@ -63,14 +77,16 @@ def staging_refresh():
         return sr.report(plan, verified, masked, context["dag"].dag_id, context["run_id"])
 
     plan = preflight()
+    locked = lock(plan)  # the setup: nobody but lastline reads staging until the masking is verified
     restored = logical_restore_steps(plan["restore"])
     detached = detach_replication(plan["target_conn_id"], "{{ params.restart }}", False)
     masked = mask(plan)
     verified = verify_masking(plan, masked)
     opened = task(sr.open_target, task_id="open")(plan)
-    restored >> detached >> masked
-    verified >> opened
-    report(plan, verified, masked, opened)
+    closed = close(plan).as_teardown(setups=locked, on_failure_fail_dagrun=True)  # unmasked data dropped, accounts unlocked
+    locked >> restored >> detached >> masked
+    verified >> opened >> closed
+    closed >> report(plan, verified, masked, opened)
 
 
 staging_refresh()

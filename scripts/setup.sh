@@ -5,7 +5,7 @@ set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
 
-PACKAGES=(mariadb-server mariadb-client mariadb-backup pigz zstd pkg-config libmariadb-dev libzstd-dev gcc procps openssh-server openssh-client pv
+PACKAGES=(mariadb-server mariadb-client mariadb-backup pigz zstd pkg-config libmariadb-dev libzstd-dev zlib1g-dev gcc procps openssh-server openssh-client pv
           chromium)  # chromium: the browser test drives Debian's build through Playwright (no browser download)
 # benchmarks compare against these; tests and the demo do not need them
 [ "${LASTLINE_BENCH:-0}" = 1 ] && PACKAGES+=(mydumper)
@@ -48,19 +48,20 @@ fi
 
 # the native parts (C, include/lastline/logical/native/), each rebuilt when its source changes: the logical
 # dump's worker, and the loader's LOAD DATA LOCAL handler (a library the loader loads into its process)
-build() {  # build SOURCE OUTPUT [gcc flags...]
-  local src="$1" out="$2" stamp=".venv/.$(basename "$1").sha256" want
-  shift 2
-  want="$(sha256sum "$src" | cut -d' ' -f1)"
+build() {  # build SOURCE OUTPUT "PKG-CONFIG MODULES" [gcc flags...]
+  local src="$1" out="$2" modules="$3" stamp=".venv/.$(basename "$1").sha256" want
+  shift 3
+  want="$(cat "$src" <(echo "$modules $*") | sha256sum | cut -d' ' -f1)"
   if [ ! -e "$out" ] || [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
     echo "setup: building $out"
-    gcc -O2 -Wall -Werror "$@" -o "$out.tmp" "$src" $(pkg-config --cflags --libs libmariadb libzstd)
+    gcc -O2 -Wall -Werror "$@" -o "$out.tmp" "$src" $(pkg-config --cflags --libs $modules)
     mv "$out.tmp" "$out"
     echo "$want" > "$stamp"
   fi
 }
-build include/lastline/logical/native/tsvdump.c .venv/bin/lastline-tsvdump
-build include/lastline/logical/native/infile.c .venv/lib/liblastline-infile.so -shared -fPIC
+build include/lastline/logical/native/tsvdump.c .venv/bin/lastline-tsvdump "libmariadb libzstd"
+# zlib: the handler inflates pigz's gzip chunks itself (no decompressor process, and no other handler)
+build include/lastline/logical/native/infile.c .venv/lib/liblastline-infile.so "libmariadb libzstd zlib" -shared -fPIC
 
 if [ ! -f .airflow/airflow.db ]; then
   echo "setup: migrating the project-local Airflow home (.airflow, SQLite)"

@@ -25,6 +25,8 @@ os.environ.update(
     # in-process runs (dag.test) have no person to approve a restore that replaces data; the distributed
     # suite, which has the REST API, approves and rejects for real
     LASTLINE_APPROVAL="false",
+    # where runs may read and write backups (a deployment setting): the tests' temporary folders, S3 and SSH
+    LASTLINE_BACKUP_ROOTS=f"file://{tempfile.gettempdir()},s3://,ssh://",
     # dag.test() of Airflow 3.3.2 fails at the end of a run whose DAG has a deadline (it looks the alert up
     # by a dict); the distributed suite proves the deadline under the real scheduler
     LASTLINE_BACKUP_DEADLINE_MINUTES="0",

@@ -38,7 +38,8 @@ def test_physical_restore_shape(dagbag):
     assert set(dag.params.keys()) >= {"target_conn_id", "backup", "parallel", "use_memory", "force", "restore_into_source"}
     order = [t.task_id for t in dag.topological_sort()]
     assert order == ["preflight", "approve", "stop_target", "extract", "prepare", "start_target", "verify", "report"]
-    assert dag.params["approval"] is False  # LASTLINE_APPROVAL=false in tests; true by default
+    # whether a person approves is the deployment's (LASTLINE_APPROVAL) or the connection's say, never a run's
+    assert "approval" not in dag.params and "approval" not in dagbag.get_dag("logical_restore").params
     for step in ("stop_target", "extract", "prepare", "start_target", "verify"):  # on the target's queue and pool
         task = dag.get_task(step)
         assert task.executor_config == {"lastline_server_param": "target_conn_id"} and task.execution_timeout, step

@@ -82,6 +82,8 @@ def deployment(servers, tmp_path_factory):
             if key == "drill":
                 conn["extra"]["role"] = "drill"  # a scratch server: restore_drill replaces its data every time
             api.put_connection(f"d_{key}", conn)
+            if key == "ltarget":  # the same server, under a connection that asks a person before data is replaced
+                api.put_connection("d_ltarget_ask", {**conn, "extra": {**conn["extra"], "approval": True}})
         api.put_connection("lastline_alerts", {"conn_type": "http", "host": f"http://127.0.0.1:{hook.server_port}/alerts"})
         api.put_pool("lastline_d_ltarget", 2, "heavy work on the logical target: 2 at once, whatever the DAG")
         yield d
@@ -165,7 +167,8 @@ def test_a_restore_that_replaces_data_waits_for_approval_and_a_rejection_touches
     api = deployment.api
     target = servers["ltarget"].server()
     before = target.query("CHECKSUM TABLE dist_big.t1, sakila.film")
-    conf = {"target_conn_id": "d_ltarget", "backup": f"file://{deployment.dest}/logical/latest", "force": True, "approval": True}
+    # the connection asks for approval; a run's conf could not skip it (`approval` there is not a Param any more)
+    conf = {"target_conn_id": "d_ltarget_ask", "backup": f"file://{deployment.dest}/logical/latest", "force": True, "approval": False}
     rejected = api.trigger("logical_restore", conf)
     ask = _awaiting_approval(api, rejected, time.monotonic() + 120)
     # what the person is shown: the tables to be replaced with their rows and last write, the backup and its age

@@ -1,7 +1,8 @@
-"""lastline's LOAD DATA LOCAL handler (logical.infile, native/infile.c) on a real server: zstd chunks
-decompressed inside the client library give the rows the decompressor process gives; a truncated or
-damaged chunk fails the statement with its fault named and nothing kept; a server that asks for any file
-but the offered one gets nothing."""
+"""lastline's LOAD DATA LOCAL handler (logical.infile, native/infile.c) on a real server: zstd, gzip (as pigz
+writes it) and uncompressed chunks give the rows of the raw file; a truncated or damaged chunk fails the
+statement with its fault named and nothing kept; a chunk giving more than its declared raw size fails; a
+server that asks for any file but the offered one gets nothing, whatever the codec; and without the built
+library the loader refuses to start."""
 from __future__ import annotations
 
 import os
@@ -10,17 +11,25 @@ import threading
 
 import pytest
 
+from lastline.core.errors import ConfigError, IntegrityError
+from lastline.core.sql import qualified
 from lastline.logical import infile
 from lastline.logical.load import _unblock
 
 ROWS = b"".join(b"%d\tvalue \\\\ %d\\n\twith a tab\\t and \\N-like text\n" % (i, i * 7) for i in range(300_000))
 TABLE = "infile_t"
-
-pytestmark = pytest.mark.skipif(infile.library_path() is None, reason="liblastline-infile.so is not built (make setup)")
+HALF = ROWS.index(b"\n", len(ROWS) // 2) + 1
 
 
 def zstd(data: bytes) -> bytes:
     return subprocess.run(["zstd", "-q", "-1", "-c"], input=data, capture_output=True, check=True).stdout
+
+
+def pigz(data: bytes) -> bytes:
+    return subprocess.run(["pigz", "--fast", "-c", "-p", "2"], input=data, capture_output=True, check=True).stdout
+
+
+PACK = {"zstd": zstd, "pigz": pigz, "none": lambda data: data}
 
 
 @pytest.fixture
@@ -37,13 +46,13 @@ def conn(target):
     c.close()
 
 
-def load(conn, tmp_path, data: bytes, name: str = "chunk.tsv.zst", offer: str | None = None, sql_path: str | None = None) -> int:
-    """LOAD DATA LOCAL of `data` written into a FIFO called `name` (the handler offered `offer`, default the FIFO)."""
-    handler = infile.install(conn, "zstd")
-    assert handler is not None
-    fifo = str(tmp_path / name)
+def load(conn, tmp_path, data: bytes, codec: str = "zstd", max_bytes: int = len(ROWS), offer: str | None = None,
+         sql_path: str | None = None, handler: infile.Handler | None = None) -> int:
+    """LOAD DATA LOCAL of `data` written into a FIFO (the handler offered `offer`, default the FIFO, as `codec`)."""
+    handler = handler or infile.install(conn)
+    fifo = str(tmp_path / "chunk")
     os.mkfifo(fifo)
-    handler.offer(offer or fifo)
+    handler.offer(offer or fifo, codec, max_bytes)
 
     def pump() -> None:
         try:
@@ -61,6 +70,7 @@ def load(conn, tmp_path, data: bytes, name: str = "chunk.tsv.zst", offer: str | 
     finally:
         _unblock(fifo)  # if the handler never opened the FIFO, the writer goes
         th.join(10)
+        os.unlink(fifo)
 
 
 def table_sum(conn) -> tuple:
@@ -69,51 +79,140 @@ def table_sum(conn) -> tuple:
     return cur.fetchone()
 
 
-def test_decompressed_in_the_client_the_rows_are_those_of_the_raw_file(conn, tmp_path):
+@pytest.fixture
+def expected(conn, tmp_path) -> tuple:
+    """The table's sum with ROWS loaded by the client library's own handler from a plain file (then rolled back)."""
     raw = tmp_path / "raw.tsv"
     raw.write_bytes(ROWS)
     cur = conn.cursor()
     cur.execute(f"LOAD DATA LOCAL INFILE %s INTO TABLE infile_db.{TABLE} CHARACTER SET binary", (str(raw),))
-    expected = table_sum(conn)
+    found = table_sum(conn)
     conn.rollback()
     assert table_sum(conn)[0] == 0
-    # two frames back to back, as zstd writes a file made of concatenated parts
-    half = ROWS.index(b"\n", len(ROWS) // 2) + 1
-    assert load(conn, tmp_path, zstd(ROWS[:half]) + zstd(ROWS[half:])) == 300_000
+    return found
+
+
+@pytest.mark.parametrize("codec", ["zstd", "pigz", "none"])
+def test_every_codec_gives_the_rows_of_the_raw_file(conn, tmp_path, expected, codec):
+    # two frames / gzip members back to back, as a file made of concatenated parts
+    packed = PACK[codec](ROWS[:HALF]) + PACK[codec](ROWS[HALF:])
+    assert load(conn, tmp_path, packed, codec) == 300_000
     assert table_sum(conn) == expected
 
 
+@pytest.mark.parametrize("codec", ["zstd", "pigz"])
 @pytest.mark.parametrize("damage", ["truncated", "flipped", "trailing garbage"])
-def test_a_damaged_chunk_fails_its_statement_with_the_fault_named(conn, tmp_path, damage):
-    packed = bytearray(zstd(ROWS))
+def test_a_damaged_chunk_fails_its_statement_with_the_fault_named(conn, tmp_path, damage, codec):
+    packed = bytearray(PACK[codec](ROWS))
     if damage == "truncated":
         packed = packed[: len(packed) * 2 // 3]
     elif damage == "flipped":
         packed[len(packed) // 2] ^= 0xFF
     else:
-        packed += b"not a zstd frame"
+        packed += b"not a compressed frame"
     with pytest.raises(Exception, match=r"lastline-infile: cannot be decompressed: ") as err:
-        load(conn, tmp_path, bytes(packed))
+        load(conn, tmp_path, bytes(packed), codec)
     if damage == "truncated":
-        assert "it ends inside a zstd frame" in str(err.value)
+        assert f"it ends inside a {'zstd frame' if codec == 'zstd' else 'gzip member'}" in str(err.value)
     conn.rollback()
     assert table_sum(conn)[0] == 0  # the caller's rollback keeps nothing of it
 
 
-def test_a_server_asking_for_another_file_gets_nothing(conn, tmp_path):
+@pytest.mark.parametrize("codec", ["zstd", "pigz", "none"])
+def test_a_chunk_giving_more_than_its_declared_size_fails(conn, tmp_path, codec):
+    packed = PACK[codec](ROWS)
+    with pytest.raises(Exception, match=rf"lastline-infile: decompresses to more than its declared {len(ROWS) - 1} bytes"):
+        load(conn, tmp_path, packed, codec, max_bytes=len(ROWS) - 1)
+    conn.rollback()
+    assert table_sum(conn)[0] == 0
+    assert load(conn, tmp_path, packed, codec, max_bytes=len(ROWS)) == 300_000  # exactly the declared size is fine
+
+
+@pytest.mark.parametrize("codec", ["zstd", "pigz", "none"])
+def test_a_server_asking_for_another_file_gets_nothing(conn, tmp_path, codec):
     secret = tmp_path / "secret.tsv"
     secret.write_bytes(b"1\tsecret\tvalue\n")
     with pytest.raises(Exception, match="did not offer"):
-        load(conn, tmp_path, zstd(ROWS), sql_path=str(secret))
+        load(conn, tmp_path, PACK[codec](ROWS), codec, sql_path=str(secret))
     conn.rollback()
     assert table_sum(conn)[0] == 0
 
 
-def test_without_the_built_library_the_loader_keeps_the_decompressor_process(monkeypatch, conn):
-    monkeypatch.setenv("LASTLINE_INFILE_LIB", "off")  # as if it were not built
+def test_an_offer_opens_its_file_once_and_never_through_a_link(conn, tmp_path):
+    handler = infile.install(conn)
+    plain = tmp_path / "plain.tsv"
+    plain.write_bytes(b"1\tone\tx\n")
+    handler.offer(str(plain), "none", 100)
+    cur = conn.cursor()
+    sql = f"LOAD DATA LOCAL INFILE %s INTO TABLE infile_db.{TABLE} CHARACTER SET binary"
+    cur.execute(sql, (str(plain),))
+    with pytest.raises(Exception, match="did not offer"):  # the same path again: the offer was used up
+        cur.execute(sql, (str(plain),))
+    link = tmp_path / "link.tsv"
+    link.symlink_to(plain)
+    handler.offer(str(link), "none", 100)
+    with pytest.raises(Exception, match="lastline-infile: cannot be read: opening it failed"):
+        cur.execute(sql, (str(link),))
+    conn.rollback()
+
+
+@pytest.mark.parametrize("codec", ["zstd", "pigz", "none"])
+def test_measure_reads_a_file_as_the_handler_would(tmp_path, codec):
+    path = tmp_path / "chunk"
+    path.write_bytes(PACK[codec](ROWS))
+    assert infile.measure(str(path), codec, len(ROWS), "db.t") == len(ROWS)
+    with pytest.raises(IntegrityError, match=rf"chunk db\.t decompresses to more than its declared {len(ROWS) - 1} bytes"):
+        infile.measure(str(path), codec, len(ROWS) - 1, "db.t")
+    if codec != "none":
+        path.write_bytes(path.read_bytes()[:-7])
+        with pytest.raises(IntegrityError, match=r"chunk db\.t cannot be decompressed"):
+            infile.measure(str(path), codec, len(ROWS), "db.t")
+
+
+def test_without_the_built_library_the_loader_refuses(monkeypatch, tmp_path):
+    monkeypatch.setenv("LASTLINE_INFILE_LIB", str(tmp_path / "missing.so"))
     infile._library.cache_clear()
     try:
-        assert infile.install(conn, "zstd") is None
+        with pytest.raises(ConfigError, match=r"not built .*missing\.so does not exist.*make setup"):
+            infile.require()
+        monkeypatch.setenv("LASTLINE_INFILE_LIB", "off")  # the decompressor process, read by the same handler
+        infile._library.cache_clear()
+        infile.require()
+        assert not infile.in_client()
     finally:
         infile._library.cache_clear()
-    assert infile.install(conn, "pigz") is None  # only zstd is decompressed in the client
+    with pytest.raises(ConfigError, match="reads none, zstd"):
+        infile.codec_of("bzip2")
+
+
+def _checksums(server, db: str) -> dict:
+    """CHECKSUM TABLE of every base table of `db` (names quoted: the corpus has `%`, quotes and backquotes)."""
+    conn = server.connect()
+    try:
+        cur = conn.cursor()
+        cur.execute("SELECT TABLE_NAME FROM information_schema.TABLES WHERE TABLE_SCHEMA = %s AND TABLE_TYPE = 'BASE TABLE'", (db,))
+        out = {}
+        for (name,) in cur.fetchall():
+            cur.execute(f"CHECKSUM TABLE {qualified(db, name)}")
+            out[name] = cur.fetchone()[1]
+        return out
+    finally:
+        conn.close()
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize("compression", ["pigz", "none"])
+def test_the_corpus_backed_up_with_pigz_or_none_restores_exactly(logical_source, logical_target, tmp_path, compression):
+    """Every chunk, InnoDB or MyISAM, gzip or uncompressed, goes through lastline's handler (never the client
+    library's), the corpus' names with `%`, quotes and backquotes included."""
+    from lastline.logical import backup as lb
+    from lastline.logical import restore as lr
+
+    lb.dump(lb.preflight({"source_conn_id": "t_lsource", "destination": f"file://{tmp_path}", "databases": ["edge"],
+                          "chunk_rows": 1000, "compression": compression}))
+    plan = lr.preflight({"target_conn_id": "t_ltarget", "backup": f"file://{tmp_path}/latest", "databases": ["edge"], "force": True})
+    lr.create_schema(plan)
+    for unit in lr.plan_load(plan):
+        lr.load(plan, unit)
+    src = _checksums(logical_source.server(), "edge")
+    assert "pct%s %d%%'\"`.é" in src and src == _checksums(logical_target.server(), "edge")

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from lastline.core.sql import string_literal
 from lastline.logical import backup as lb
 from lastline.logical import dialect
 from lastline.logical.chunk_files import read_chunk
@@ -166,7 +167,7 @@ def _load_into(target, dest: Path, m: LogicalManifest) -> None:
                     for data in read_chunk(storage, f"{m.backup_id}/{c.file}", m.compression, c.sha256):
                         fh.write(data)
                     fh.flush()
-                    cur.execute(dialect.load_sql(t.schema, t.name, cols), (fh.name,))
+                    cur.execute(dialect.load_sql(t.schema, t.name, cols, string_literal(fh.name)))  # no args: `%` in names
                     cur.execute("SHOW WARNINGS")
                     assert cur.fetchall() == (), f"{t.schema}.{t.name}: warnings on load"
         conn.commit()
@@ -276,6 +277,7 @@ def test_missing_reload_privilege_is_named_and_leaves_no_manifest(run_dag, logic
     weak.update(login="weak", password="weak-pw-1")
     os.environ["AIRFLOW_CONN_T_WEAK"] = json.dumps(weak)
     state, tis, logs = run_dag("logical_backup", {"source_conn_id": "t_weak", "destination": f"file://{tmp_path}", "databases": ["sakila"]})
+    logical_source.server().query("DROP USER 'weak'@'127.0.0.1'")  # other tests back up the source's accounts
     assert state == "failed" and tis["dump"] == "failed"
     assert "RELOAD" in logs
     assert not list(tmp_path.glob("*/manifest.json"))

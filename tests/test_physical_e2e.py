@@ -185,17 +185,30 @@ def test_wrong_password_is_named(source, tmp_path, fault):
 
 
 def test_full_destination_leaves_no_backup(source, tmp_path):
-    """A destination that runs out of space (writes go to /dev/full): clear error, nothing kept."""
-    from lastline.core.errors import StorageError
+    """A destination that runs out of space (a 2 MB tmpfs mounted once preflight has found room): clear error,
+    nothing kept. A `.partial` planted as a symlink (to /dev/full here) is refused, never written through."""
+    import subprocess
+
+    from lastline.core.errors import IntegrityError, StorageError
     from lastline.physical import backup as pb
 
-    plan = pb.preflight({"source_conn_id": "t_source", "destination": f"file://{tmp_path}"})
-    folder = tmp_path / plan["backup_id"]
+    dest = tmp_path / "dest"
+    dest.mkdir()
+    plan = pb.preflight({"source_conn_id": "t_source", "destination": f"file://{dest}"})
+    folder = dest / plan["backup_id"]
     folder.mkdir()
     (folder / (plan["artifact"] + ".partial")).symlink_to("/dev/full")
-    with pytest.raises(StorageError, match="destination is full"):
+    with pytest.raises(IntegrityError, match="is a symlink, and lastline never writes through one"):
         pb.stream(plan)
-    assert sorted(p.name for p in folder.iterdir()) == []
+    (folder / (plan["artifact"] + ".partial")).unlink()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(dest)], capture_output=True).returncode:
+        pytest.skip("cannot mount a small tmpfs here (needs root or CAP_SYS_ADMIN)")
+    try:
+        with pytest.raises(StorageError, match="destination is full"):
+            pb.stream(plan)
+        assert sorted(p.name for p in dest.rglob("*") if p.is_file()) == []
+    finally:
+        subprocess.run(["umount", str(dest)], check=True)
 
 
 def test_failed_prepare_keeps_the_target_down(good_backup, target, tmp_path):

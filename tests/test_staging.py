@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import re
 from pathlib import Path
 
 import pytest
@@ -264,3 +265,179 @@ def test_keys_are_read_from_create_statements_whatever_the_names():
               "  CONSTRAINT `fk``x` FOREIGN KEY (`cu``st`) REFERENCES `other db`.`cust.omers` (`em``ail`)\n) ENGINE=InnoDB")
     assert sr.unique_columns(create) == {"id", "a`b", "c"}
     assert sr.foreign_keys("my db", create) == [("fk`x", [("my db", "or`ders", "cu`st")], [("other db", "cust.omers", "em`ail")])]
+
+
+# --- the PII guard fails closed: a second database whose personal data hides where a head-of-table sample of
+# character columns never looks (binary columns, late rows, schema text) ------------------------------------
+LEAKY_RULES = {"leaky.people.email": "email", "leaky.people.full_name": "name"}
+N_PEOPLE, N_NOTES = 3000, 60_000
+LEAKED = ("4111 1111 1111 1111", "jane.doe@example.net", "+44 20 7946", "5555 5555 5555 4444", "ann.",
+          "ops.lead@example.org", "support.desk@example.com", "boss.person@example.com", "DE89370400440532013000")
+
+
+def _leaky(inst) -> None:
+    rnd = random.Random(11)
+    conn = inst.server().connect()
+    try:
+        cur = conn.cursor()
+        cur.execute("CREATE DATABASE leaky")
+        # doc: a BLOB with a card and an email in some rows; reach: phone numbers as bytes; thumb and sig: bytes
+        # that are not text (an image, a digest): nothing to read in them, so they need a rule of their own
+        cur.execute("CREATE TABLE leaky.people (id INT PRIMARY KEY, email VARCHAR(120) NOT NULL, full_name VARCHAR(100), "
+                    "doc BLOB, reach VARBINARY(40), thumb BLOB, sig BINARY(16) NOT NULL) DEFAULT CHARSET=utf8mb4")
+        cur.executemany("INSERT INTO leaky.people VALUES (%s, %s, %s, %s, %s, %s, %s)", [
+            (i, f"p{i}@example.com", f"Person {i}",
+             b"invoice: paid by card 4111 1111 1111 1111, receipt to jane.doe@example.net" if i % 50 == 0 else b"invoice: paid",
+             f"+44 20 7946 {i % 10000:04d}".encode(), rnd.randbytes(300), rnd.randbytes(16)) for i in range(1, N_PEOPLE + 1)])
+        # notes: an email only in every 1000th row (never in the first 500), a card only in the last 2 of 60 chunks
+        cur.execute("CREATE TABLE leaky.notes (id INT PRIMARY KEY, body TEXT, memo TEXT) DEFAULT CHARSET=utf8mb4")
+        cur.executemany("INSERT INTO leaky.notes VALUES (%s, %s, %s)", [
+            (i, f"note {i}: forward to ann.{i}@mail.example.net" if i % 1000 == 0 else f"note {i}: called back, all fine",
+             "refund to 5555 5555 5555 4444" if i > N_NOTES - 2000 and i % 7 == 0 else "ok") for i in range(1, N_NOTES + 1)])
+        # schema text: a table COMMENT, a column DEFAULT, a CHECK, a view, a trigger and a procedure that hold
+        # personal data; dates, an IP address, a definer and a big AUTO_INCREMENT that do not
+        cur.execute("CREATE TABLE leaky.settings (id INT PRIMARY KEY AUTO_INCREMENT, contact VARCHAR(100) DEFAULT "
+                    "'ops.lead@example.org', created DATETIME DEFAULT '2020-01-01 00:00:00', host VARCHAR(40) DEFAULT "
+                    "'192.168.100.200', CONSTRAINT chk_contact CHECK (contact <> 'DE89370400440532013000')) "
+                    "AUTO_INCREMENT=4111111111111111 COMMENT='owner: jane.doe@example.net'")
+        cur.executemany("INSERT INTO leaky.settings (id, contact, host) VALUES (%s, %s, %s)", [(1, "-", "db1"), (2, "n/a", "db2")])
+        cur.execute("CREATE VIEW leaky.v_support AS SELECT id, 'support.desk@example.com' AS contact FROM leaky.settings")
+        cur.execute("CREATE VIEW leaky.v_plain AS SELECT id, created FROM leaky.settings WHERE created > '2019-12-31 00:00:00'")
+        cur.execute("CREATE TRIGGER leaky.trg_notes BEFORE INSERT ON leaky.notes FOR EACH ROW "
+                    "SET NEW.memo = IFNULL(NEW.memo, 'call +44 20 7946 0958')")
+        cur.execute("CREATE PROCEDURE leaky.p_escalate() BEGIN /* escalate to boss.person@example.com */ SELECT 1; END")
+        conn.commit()
+    finally:
+        conn.close()
+
+
+@pytest.fixture(scope="module")
+def leaky(crm, tmp_path_factory, logical_target):
+    """Database `leaky` on the CRM source, backed up in chunks of 1000 rows (notes: 60 chunks)."""
+    source, _ = crm
+    _leaky(source)
+    dest = tmp_path_factory.mktemp("leaky-backups")
+    plan = lb.preflight({"source_conn_id": "t_crm", "destination": f"file://{dest}", "databases": ["leaky"], "parallel": 2,
+                         "chunk_rows": 1000})
+    lb.dump(plan)
+    yield f"file://{dest}/{plan['backup_id']}"
+    for sql in ("DROP DATABASE IF EXISTS leaky", "SET GLOBAL read_only = OFF"):
+        logical_target.server().query(sql)
+
+
+def _refusal(backup: str, rules: dict, logical_target) -> tuple[str, dict, dict, dict]:
+    """preflight refused with nothing touched: its text, its column lines, its object lines, its snippet."""
+    tgt = logical_target.server()
+    tgt.query("SET GLOBAL read_only = OFF")
+    before = {"read_only": 0, "databases": _column(tgt, "SHOW DATABASES")}
+    with pytest.raises(PreflightError) as err:
+        sr.preflight(_conf(backup, databases=["leaky"]), rules)
+    _untouched(tgt, before)
+    text = str(err.value)
+    columns = {m.group(1): m.group(2) for m in re.finditer(r"^  (leaky\.\S+\.\S+): (.*)$", text, re.M)}
+    objects = {m.group(1): (m.group(2), m.group(3)) for m in re.finditer(r"^  (leaky\.\S+) \((.*?)\): (.*)$", text, re.M)}
+    return text, columns, objects, json.loads(text[text.index("{"): text.rindex("}") + 1])
+
+
+def test_the_pii_guard_reads_every_column_over_the_whole_table(leaky, logical_target):
+    text, columns, _, snippet = _refusal(leaky, LEAKY_RULES, logical_target)
+    assert "look like email" in columns["leaky.people.doc"] and "look like bank/card" in columns["leaky.people.doc"]  # a BLOB
+    assert "look like phone" in columns["leaky.people.reach"]  # a VARBINARY
+    assert "look like email" in columns["leaky.notes.body"]  # every 1000th row only
+    assert "look like bank/card" in columns["leaky.notes.memo"]  # the last 2 of 60 chunks only
+    for unreadable in ("leaky.people.thumb", "leaky.people.sig"):  # random bytes: refused, never waved through
+        assert "are not text" in columns[unreadable] and "cannot be inspected" in columns[unreadable]
+    assert {"leaky.people.email", "leaky.people.full_name", "leaky.people.id", "leaky.notes.id"}.isdisjoint(columns)
+    assert snippet == {"leaky.people.doc": "null", "leaky.people.reach": "null", "leaky.people.thumb": "null",
+                       "leaky.people.sig": "fixed:", "leaky.notes.body": "email", "leaky.notes.memo": "hash",
+                       **{k: "keep" for k in snippet if k.count(".") == 1}}
+    assert "(e.g. **** **** **** 1111)" in columns["leaky.people.doc"] and "(e.g. j***@example.net)" in columns["leaky.people.doc"]
+    assert not [v for v in LEAKED if v in text]  # found values are named redacted, never in full
+
+
+def test_the_pii_guard_reads_the_schema_text_rules_cannot_mask(leaky, logical_target):
+    text, _, objects, snippet = _refusal(leaky, LEAKY_RULES, logical_target)
+    assert "4 schema object(s) hold text that looks like personal data" in text
+    assert set(objects) == {"leaky.settings", "leaky.v_support", "leaky.trg_notes", "leaky.p_escalate"}  # not v_plain
+    kind, found = objects["leaky.settings"]
+    assert kind == "table" and "email j***@example.net in the table COMMENT" in found
+    assert "email o***@example.org in the DEFAULT of column `contact`" in found
+    assert "bank/card DE****************3000 in a CHECK constraint" in found
+    assert "in a CHECK constraint" in found and "192" not in found and "2020" not in found and "****1111" not in found
+    assert objects["leaky.v_support"] == ("view", "email s***@example.com in a string in its text")
+    assert objects["leaky.trg_notes"][0] == "trigger on leaky.notes" and "phone +** ** **** **58" in objects["leaky.trg_notes"][1]
+    assert objects["leaky.p_escalate"] == ("procedure", "email b***@example.com in a comment in its text")
+    assert 'acknowledge it on the record with "<db>.<object>": "keep"' in text
+    assert {k: v for k, v in snippet.items() if k.count(".") == 1} == dict.fromkeys(objects, "keep")
+    assert not [v for v in LEAKED if v in text]
+
+    # acknowledging all but one leaves that one refused, alone
+    all_but_one = {k: v for k, v in {**snippet, **LEAKY_RULES}.items() if k != "leaky.v_support"}
+    _, columns, left, _ = _refusal(leaky, all_but_one, logical_target)
+    assert set(left) == {"leaky.v_support"} and not columns
+    with pytest.raises(Refusal, match=r"'leaky.v_support': a two-part name .* only strategy is \"keep\", not 'hash'"):
+        sr.preflight(_conf(leaky, databases=["leaky"]), {**snippet, **LEAKY_RULES, "leaky.v_support": "hash"})
+    with pytest.raises(PreflightError, match="leaky.nope: no table, view, trigger, routine or event of that name"):
+        sr.preflight(_conf(leaky, databases=["leaky"]), {**snippet, **LEAKY_RULES, "leaky.nope": "keep"})
+
+
+def test_the_snippet_merged_passes_the_pii_guard(leaky, logical_target):
+    _, _, _, snippet = _refusal(leaky, LEAKY_RULES, logical_target)
+    tgt = logical_target.server()
+    try:
+        plan = sr.preflight(_conf(leaky, databases=["leaky"]), {**LEAKY_RULES, **snippet})
+        assert plan["kept_objects"] == sorted(k for k in snippet if k.count(".") == 1)
+        assert {f"{r['schema']}.{r['table']}.{r['column']}" for r in plan["rules"]} == {
+            *LEAKY_RULES, *(k for k in snippet if k.count(".") == 2)}
+        assert tgt.query("SELECT @@global.read_only")[0][0] == 1  # passed: staging kept read-only until masked
+        saved = sr.report(plan, {"columns": [], "joins": []}, {}, "staging_refresh", "leaky_preflight_only")["report"]
+        assert json.loads(Path(saved.removeprefix("file://")).read_text())["kept"] == plan["kept_objects"]  # on the record
+    finally:
+        tgt.query("SET GLOBAL read_only = OFF")  # as the other tests expect the shared target
+
+
+def test_object_rules_take_only_keep():
+    from lastline.staging.rules import ObjectRule, parse_rule_set
+
+    columns, objects = parse_rule_set({"`my.db`.`v 1`": "keep", "crm.customers.email": "email"})
+    assert objects == [ObjectRule("my.db", "v 1")] and objects[0].key == "`my.db`.`v 1`" and len(columns) == 1
+    assert parse_rules({"crm.v": "keep", "crm.customers.email": "email"})[0].column == "email"
+    for strategy in ("hash", "null", "fixed:x"):
+        with pytest.raises(Refusal, match="only strategy is \"keep\""):
+            parse_rule_set({"crm.v": strategy})
+    with pytest.raises(Refusal, match="<database>.<table>.<column>"):
+        split_key("crm.v")  # a column key still has three parts
+
+
+def test_schema_text_is_read_as_sql_strings_and_comments_not_names():
+    from lastline.staging import pii_objects
+
+    sql = ("CREATE DEFINER=`root`@`localhost` PROCEDURE `p`() BEGIN -- ask it''s owner ann.lee@example.net\n"
+           "SELECT '2020-01-01 00:00:00', '10.0.0.12', 'max 100 000 000 rows', `x@y.example.com`, 4111111111111112, "
+           "x'6a6f6540782e6578616d706c652e6f7267', 'it''s DE89 3704 0044 0532 0130 00', \"tel (555) 010-7788\", "
+           "5555555555554444; END")
+    found = [(token, kind, pii.patterns.redact(kind, value)) for _, token, kind, value in pii_objects.find_in_sql(sql)]
+    assert found == [("comment", "email", "a***@example.net"), ("hex", "email", "j***@x.example.org"),
+                     ("string", "bank/card", "DE** **** **** **** **30 00"), ("string", "phone", "***) ***-**88"),
+                     ("number", "bank/card", "************4444")]
+
+
+def test_value_patterns_take_linear_time_and_a_sample_spreads_over_the_table():
+    import time
+
+    from lastline.manifest import ChunkInfo
+    from lastline.staging import sampling
+
+    for value in ("a" * 100_000, "1 " * 50_000, "@" * 100_000, "a@" * 50_000, "x@" + "a." * 50_000):
+        started = time.monotonic()
+        pii.kinds_by_values([value])
+        assert time.monotonic() - started < 1, value[:10]  # a pattern like [a-z]+@ takes minutes here
+    assert pii.kinds_by_values(["order 12 4111 1111 1111 1111 paid"]) == {"bank/card": 1}  # a card after another number
+    chunks = [ChunkInfo(file=f"data/d/t/{i:05d}-000.tsv.zst", rows=1000, bytes=1, raw_bytes=1, sha256="") for i in range(100)]
+    picked = [int(c.file[9:14]) for c in sampling.spread(list(reversed(chunks)))]
+    assert len(picked) == sampling.SAMPLE_CHUNKS and picked[0] == 0 and picked[-1] == 99 and picked == sorted(picked)
+    assert max(b - a for a, b in zip(picked, picked[1:])) <= 4  # even steps over the table
+    assert len(sampling.spread(chunks[:5])) == 5
+    rows = b"".join(b"%d\tx\n" % i for i in range(100_000, 200_000))  # 9 bytes a row: windows of whole rows, spread
+    got = list(sampling.windows((rows[i:i + 4096] for i in range(0, len(rows), 4096)), [0, len(rows) // 2, len(rows) - 90], 45))
+    assert got == [rows[:45], rows[len(rows) // 2: len(rows) // 2 + 45], rows[-90:-45]]

@@ -326,10 +326,22 @@ def test_grants_are_restored_when_asked_and_only_as_their_own_account(logical_so
     cur = conn.cursor()
     cur.execute("CREATE OR REPLACE USER 'reporter'@'127.0.0.1' IDENTIFIED BY 'rep-pw-1'")
     cur.execute("GRANT SELECT ON edge.* TO 'reporter'@'127.0.0.1'")
+    cur.execute("CREATE OR REPLACE USER 'wide'@'127.0.0.1' IDENTIFIED BY 'wide-pw-1'")
+    cur.execute("GRANT SELECT ON *.* TO 'wide'@'127.0.0.1'")
     conn.close()
+    dst.query("DROP USER IF EXISTS 'reporter'@'127.0.0.1'")
+    dst.query("DROP USER IF EXISTS 'wide'@'127.0.0.1'")
+    # an account whose grants reach beyond the restored databases is refused before anything is touched: a
+    # restore grants on those databases only (its GRANTs run under the run account, which could not grant more)
+    wide = tmp_path.parent / f"{tmp_path.name}-wide"  # beside tmp_path: the test copies tmp_path whole below
+    lb.dump(lb.preflight({"source_conn_id": "t_lsource", "destination": f"file://{wide}", "databases": ["edge"],
+                          "include_grants": True}))
+    with pytest.raises(PreflightError, match=r"wide@127.0.0.1: a grant that is global \(ON \*\.\*\)"):
+        lr.preflight({"target_conn_id": "t_ltarget", "backup": f"file://{wide}/latest", "databases": ["edge"], "force": True,
+                      "restore_grants": True})
+    src.query("DROP USER 'wide'@'127.0.0.1'")
     lb.dump(lb.preflight({"source_conn_id": "t_lsource", "destination": f"file://{tmp_path}", "databases": ["edge"],
                           "include_grants": True}))
-    dst.query("DROP USER IF EXISTS 'reporter'@'127.0.0.1'")
     conf = {"target_conn_id": "t_ltarget", "backup": f"file://{tmp_path}/latest", "databases": ["edge"], "force": True}
     plan = lr.preflight({**conf, "restore_grants": True})
     lr.create_schema(plan)

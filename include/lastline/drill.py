@@ -36,7 +36,7 @@ def preflight(conf: dict) -> dict:
     storage, backup_id = resolve_backup(params.required("backup"), aws, kind)
     manifest = read_manifest(storage, backup_id, kind)
     url = f"{storage.url}/{backup_id}"
-    restore: dict[str, Any] = {"target_conn_id": drill_conn_id, "backup": url, "force": True, "approval": False,
+    restore: dict[str, Any] = {"target_conn_id": drill_conn_id, "backup": url, "force": True,
                                "parallel": params.integer("parallel", 2, minimum=1), "aws_conn_id": aws,
                                "restore_into_source": ""}
     budget = params.number("rto_budget_minutes", 60.0, minimum=0) * 60

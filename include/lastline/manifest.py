@@ -20,7 +20,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from lastline.core.errors import ConfigError, IntegrityError
-from lastline.storage import Storage, open_storage
+from lastline.storage import Storage, open_storage, require_allowed
 
 log = logging.getLogger(__name__)
 
@@ -309,6 +309,7 @@ def split_backup_url(url: str) -> tuple[str, str]:
 def resolve_backup(url: str, aws_conn_id: str | None = None, kind: str = "physical") -> tuple[Storage, str]:
     """Open the storage of `url` and resolve `latest` to the newest complete backup of `kind`."""
     dest, backup_id = split_backup_url(url)
+    require_allowed(dest, "backup")  # a run's conf names backups only under the deployment's roots
     storage = open_storage(dest, aws_conn_id)
     if backup_id == "latest":
         done = complete_backups(storage, kind)

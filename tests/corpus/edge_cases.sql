@@ -107,6 +107,12 @@ CREATE TABLE empty_t (id INT PRIMARY KEY);
 -- identifiers that need quoting everywhere
 CREATE TABLE `we!rd tab``le/x` (`col with space` INT PRIMARY KEY, `select` VARCHAR(5), `ünï` INT);
 INSERT INTO `we!rd tab``le/x` VALUES (1, 'from', 2);
+-- names a format string takes for its own (%s, %d, %%: MySQLdb %-formats a statement run with args),
+-- with a quote, a double quote, a backquote, a dot, a space and non-ASCII; an index to rebuild, a MyISAM twin
+CREATE TABLE `pct%s %d%%'"``.é` (`c%s'"``.%d` INT PRIMARY KEY, `v%%` VARCHAR(10), `ü %s` INT, KEY `k%s` (`ü %s`));
+INSERT INTO `pct%s %d%%'"``.é` VALUES (1, '%s', 2), (2, '%%d', NULL), (3, NULL, 3);
+CREATE TABLE `pct%s myisam'` (`c%d` INT PRIMARY KEY, `v%s` VARCHAR(10)) ENGINE = MyISAM;
+INSERT INTO `pct%s myisam'` VALUES (1, '%s'), (2, '100%');
 
 -- sequences with their state
 CREATE SEQUENCE seq_orders START WITH 100 INCREMENT BY 5 CACHE 10;

@@ -89,16 +89,16 @@ def main() -> int:
 
     save_connections(source, target)
     say("connections lastline_source and lastline_target are in the project's Airflow database (`make ui` shows them)")
-    env = dict(os.environ)
     dest = f"file://{DEMO / 'backups'}"  # both kinds of backup: `latest` picks the newest of the restore's kind
+    # the demo's deployment settings: its folder is where runs may keep backups, and it runs unattended (the
+    # approval a person gives in the UI before data is replaced is a setting of the deployment, not of a run)
+    env = {**os.environ, "LASTLINE_DESTINATION": dest, "LASTLINE_APPROVAL": "false"}
     b = run_dag("physical_backup", {"source_conn_id": "lastline_source", "destination": dest}, env)
     storage = open_storage(dest)
     m = read_manifest(storage, complete_backups(storage, "physical")[-1])
     say(f"backup {m.backup_id}: {m.bytes / 1e6:.1f} MB ({m.compression}) of a {m.datadir_bytes / 1e6:.0f} MB datadir, "
         f"sha256 {m.sha256[:16]}..., binlog {m.binlog_file}:{m.binlog_position}, GTID {m.gtid}, {len(m.tables)} tables")
-    # the demo runs unattended: the approval a person gives in the UI before data is replaced is turned off
-    r = run_dag("physical_restore", {"target_conn_id": "lastline_target", "backup": f"{dest}/latest", "force": True,
-                                     "approval": False}, env)
+    r = run_dag("physical_restore", {"target_conn_id": "lastline_target", "backup": f"{dest}/latest", "force": True}, env)
 
     sums = table_checksums(source.server())
     diff = compare(source.server(), target.server())
@@ -110,7 +110,7 @@ def main() -> int:
 
     lb = run_dag("logical_backup", {"source_conn_id": "lastline_source", "destination": dest}, env)
     lr = run_dag("logical_restore", {"target_conn_id": "lastline_target", "backup": f"{dest}/latest", "force": True,
-                                     "approval": False, "redo_log_bytes": 256 << 20}, env)
+                                     "redo_log_bytes": 256 << 20}, env)
     ldiff = compare(source.server(), target.server())
     say(f"after the logical restore, CHECKSUM TABLE on {len(sums)} tables: "
         + ("all equal on source and target" if not ldiff else f"DIFFER: {ldiff}"))

@@ -167,6 +167,7 @@ class Instance:
         """Write the option file and initialise an empty datadir."""
         self.conf_d.mkdir(parents=True, exist_ok=True)
         self.datadir.mkdir(parents=True, exist_ok=True)
+        (self.dir / "tmp").mkdir(exist_ok=True)  # its own tmpdir: servers of other test runs never share its temp files
         port = port or free_port()
         password = self.shared_password()
         server_id = server_id or (port % 100000) + 1
@@ -174,7 +175,7 @@ class Instance:
             "[mysqld]\n"
             f"datadir={self.datadir}\nsocket={self.sock}\nport={port}\nbind-address=127.0.0.1\n"
             f"pid-file={self.pidfile}\nlog-error={self.errlog}\nuser={getpass.getuser()}\n"
-            "skip-name-resolve\nlocal-infile=1\n"
+            f"skip-name-resolve\nlocal-infile=1\ntmpdir={self.dir / 'tmp'}\n"
             f"server-id={server_id}\nlog-bin=mariadb-bin\nbinlog-format=ROW\n"
             "innodb-buffer-pool-size=256M\ninnodb-log-file-size=64M\n"
             "character-set-server=utf8mb4\ncollation-server=utf8mb4_general_ci\n"

@@ -95,9 +95,8 @@ SPECS: dict[str, Spec] = {
     "catch_up_timeout": Spec(3600, "Catch-up timeout (s)", "seconds to wait for the replica to catch up", SPEED,
                              {"type": "number", "minimum": 1}),
     "force": _flag(False, "Force", "replace what is on the target (kept aside until the restore is verified)", SAFETY),
-    "approval": _flag(env("APPROVAL", "true").lower() not in ("0", "false", "no", "off"), "Ask before replacing data",
-                      "when the restore would replace data on the target, wait for a person to approve it, shown what would be "
-                      "replaced (tables, rows, last writes) and the backup's age; turn off for automation", SAFETY),
+    "enable_events": _flag(False, "Enable events", "restored events come back enabled (off: disabled, to be turned on by "
+                           "hand once the data is checked)", SAFETY),
     "restore_grants": _flag(False, "Restore grants", "also recreate the accounts and grants of a backup taken with include_grants", SAFETY),
     "restore_into_source": _string("", "Restore into the source",
                                    "the target's connection id, to allow restoring into the server the backup came from", SAFETY),

@@ -15,6 +15,10 @@ connection that works for MySqlHook works for lastline. Extras read from the con
 - ``protected``: ``true`` marks a production server that lastline never restores into;
 - ``role``: ``staging`` marks a server that staging refreshes may write into, ``drill`` a scratch server
   restore drills may replace (each refuses any other);
+- ``approval``: whether a restore that replaces data on this server waits for a person (default: the
+  deployment's ``LASTLINE_APPROVAL``, on unless set off); a run's conf cannot skip it;
+- ``definer``: the DEFINER of restored triggers, views, routines and events (see lastline.core.accounts;
+  default: an account lastline keeps per set of restored databases; ``backup``: the backup's own);
 - ``ssl`` (a dict or its JSON: ``ca``, ``cert``, ``key``) and ``ssl_mode`` (``REQUIRED``, ``VERIFY_CA``,
   ``VERIFY_IDENTITY``), as the mysql provider reads them: every connection lastline opens then uses TLS,
   the dump workers' and the tools' (mariabackup, mariadb) through their option file.
@@ -25,6 +29,7 @@ Credentials never reach a command line: :func:`option_file` writes them to a 060
 from __future__ import annotations
 
 import contextlib
+import os
 import re
 import threading
 import time
@@ -63,6 +68,8 @@ class Server:
     ssl: dict | None = None
     ssl_mode: str | None = None
     charset: str = "utf8mb4"
+    approval: bool | None = None  # the connection's own say on approvals (None: the deployment's LASTLINE_APPROVAL)
+    definer: str | None = None  # who restored objects run as (None: lastline's objects owner; "backup": the backup's)
     remote: Host | None = field(default=None, compare=False, repr=False)  # the ssh_conn_id's host, once resolved
 
     @classmethod
@@ -86,6 +93,8 @@ class Server:
             ssl=_ssl_extra(extra.get("ssl")),
             ssl_mode=str(extra["ssl_mode"]).upper() if extra.get("ssl_mode") else None,
             charset=str(extra.get("charset") or "utf8mb4"),
+            approval=as_bool(extra["approval"]) if extra.get("approval") not in (None, "") else None,
+            definer=str(extra["definer"]).strip() or None if extra.get("definer") else None,
         )
 
     def require_datadir(self) -> str:
@@ -156,6 +165,16 @@ class Server:
                 f"{self.role!r}): {why}, so it writes only into a connection whose extra has \"role\": \"{role}\". "
                 "Nothing was touched."
             )
+
+    def asks_approval(self) -> bool:
+        """Whether a restore that replaces data here waits for a person first: never on a staging or drill server
+        (replaced by design), else the connection's extra `approval`, else the deployment's LASTLINE_APPROVAL
+        (on by default). Settings of the deployment, never of a run."""
+        if self.role in ("staging", "drill"):
+            return False
+        if self.approval is not None:
+            return self.approval
+        return as_bool(os.environ.get("LASTLINE_APPROVAL", "true"))
 
     def describe(self) -> str:
         """A short human name, free of secrets."""

@@ -22,6 +22,14 @@ def qualified(schema: str, table: str) -> str:
     return f"{quote_ident(schema)}.{quote_ident(table)}"
 
 
+def string_literal(text: str) -> str:
+    """A quoted SQL string for text lastline made itself (a temporary path), whatever the session's sql_mode:
+    quotes doubled; a backslash or NUL, whose meaning depends on NO_BACKSLASH_ESCAPES, is refused."""
+    if "\\" in text or "\x00" in text:
+        raise ValueError(f"refusing to quote {text!r}: it holds a backslash or NUL")
+    return "'" + text.replace("'", "''") + "'"
+
+
 def placeholders(items: Sized) -> str:
     """`%s, %s, ...`: one driver placeholder per item (for IN lists)."""
     return ", ".join(["%s"] * len(items))

@@ -39,7 +39,7 @@ from lastline.manifest import (
     prune_backups,
     write_manifest,
 )
-from lastline.storage import open_storage
+from lastline.storage import open_allowed, open_storage
 
 log = logging.getLogger(__name__)
 
@@ -64,7 +64,7 @@ def preflight(conf: dict) -> dict:
         cur.execute("SELECT @@version")
         version = cur.fetchone()[0]
         plans = chunking.table_plans(cur, databases)
-    storage = open_storage(params.required("destination"), params.text("aws_conn_id"))
+    storage = open_allowed(params.required("destination"), params.text("aws_conn_id"))
     storage.check_writable()
     est = sum(p.est_bytes for p in plans)
     storage.require_free(est // 4, f"compressed chunks of {est / 1e9:.2f} GB of data")  # TSV + zstd: ~1/4 of InnoDB
@@ -196,6 +196,6 @@ def build_manifest(
 def prune(conf: dict) -> list[str]:
     """Delete complete logical backups beyond `keep` and incomplete ones older than the grace period."""
     params = Conf(conf)
-    storage = open_storage(params.required("destination"), params.text("aws_conn_id"))
+    storage = open_allowed(params.required("destination"), params.text("aws_conn_id"))
     grace = timedelta(hours=params.number("incomplete_grace_hours", 24))
     return prune_backups(storage, "logical", int(params.number("keep", 7)), grace)

@@ -9,7 +9,8 @@ import logging
 import time
 
 from lastline import connections
-from lastline.core.errors import IntegrityError
+from lastline.core import accounts
+from lastline.core.errors import ConfigError, IntegrityError
 from lastline.core.servers import Server
 from lastline.logical.plans import RestorePlan
 from lastline.manifest import LogicalManifest, read_manifest, resolve_backup
@@ -19,7 +20,15 @@ log = logging.getLogger(__name__)
 
 
 def target_server(plan: RestorePlan) -> Server:
+    """The target as its connection's (admin) account: for lastline's own statements only."""
     return connections.server(plan.target_conn_id)
+
+
+def run_server(plan: RestorePlan) -> Server:
+    """The target as the run account (core.accounts): every statement from the backup runs on it."""
+    if not plan.restore_account:
+        raise ConfigError("this restore's plan names no run account (a plan from an older lastline?): re-run from preflight.")
+    return accounts.run_account(target_server(plan), plan.restore_account, plan.databases, grant_option=plan.restore_grants)
 
 
 def open_backup(plan: RestorePlan) -> tuple[Storage, LogicalManifest]:

@@ -1,7 +1,9 @@
-"""Chunk files: read one back, checked against its sha256 and decompressed (they are written by tsvdump)."""
+"""Chunk files: read one back, checked against its sha256 and decompressed (they are written by tsvdump);
+or copy one into a private file, checked, before anything reads it (spool_chunk)."""
 from __future__ import annotations
 
 import hashlib
+import os
 import signal
 import subprocess
 from collections.abc import Callable, Iterator
@@ -10,6 +12,8 @@ from typing import Any, BinaryIO
 from lastline.core.compression import codec
 from lastline.core.errors import IntegrityError, PipelineError
 from lastline.core.pipeline import filtered
+from lastline.logical import infile
+from lastline.manifest import ChunkInfo
 from lastline.storage import Storage
 
 
@@ -98,3 +102,39 @@ def write_chunk(storage: Storage, key: str, compression: str, sha256: str, out: 
             raise IntegrityError(f"chunk {where} cannot be decompressed ({c.tool} exited with status {code}: {tail}); "
                                  "nothing of it was loaded.")
     _check(digest, sha256, where)
+
+
+def spool_chunk(storage: Storage, key: str, size: int, sha256: str, path: str, what: str = "",
+                on_bytes: Callable[[int], None] | None = None) -> None:
+    """Copy a chunk's (compressed) bytes into a new file `path` (created 0600, never an existing file nor
+    through a link: put it in a private temporary folder) and check its size and sha256 against the manifest
+    before anyone reads it: for tables that keep the rows of a failed statement (MyISAM, Aria), whose
+    chunks must be proven before their first byte is loaded. Raises IntegrityError naming the file; the
+    caller removes `path` whatever happens."""
+    where = f"{storage.location(key)}{f' ({what})' if what else ''}"
+    digest, seen = hashlib.sha256(), 0
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    with os.fdopen(fd, "wb") as out:
+        for data in storage.reader(key):
+            seen += len(data)
+            if seen > size:  # no need to copy more of a file already too long
+                break
+            digest.update(data)
+            out.write(data)
+            if on_bytes is not None:
+                on_bytes(len(data))
+    if seen != size:
+        raise IntegrityError(
+            f"chunk {where} is {'more than ' if seen > size else ''}{seen} bytes, the manifest says {size}; nothing of it "
+            "was loaded. Restore from another backup or re-run the backup."
+        )
+    _check(digest, sha256, where)
+
+
+def prove_chunk(storage: Storage, key: str, c: ChunkInfo, compression: str, path: str, what: str = "",
+                on_bytes: Callable[[int], None] | None = None) -> None:
+    """A private copy of chunk `c` at `path` (spool_chunk: its size and sha256 the manifest's), proven to
+    decompress within its declared raw size by the LOAD DATA handler's own reader: for tables that keep the
+    rows of a failed statement (MyISAM, Aria), which must not see a byte of a chunk that will be refused."""
+    spool_chunk(storage, key, c.bytes, c.sha256, path, what, on_bytes)
+    infile.measure(path, compression, c.raw_bytes, f"{storage.location(key)}{f' ({what})' if what else ''}")

@@ -4,28 +4,40 @@ views, routines, events, grants, sequence states and ANALYZE, each re-runnable.
 from __future__ import annotations
 
 import logging
+import re
 import time
 from typing import Any
 
-from lastline.core import stopping
+from lastline.core import accounts, stopping
+from lastline.core.errors import IntegrityError
 from lastline.core.servers import Server, over_connections
+from lastline.core.sql import global_variables
 from lastline.logical import dialect, tuning
-from lastline.logical.backup_files import checked_schema, open_backup, target_server
+from lastline.logical.backup_files import checked_schema, open_backup, run_server, target_server
 from lastline.logical.plans import RestorePlan
 from lastline.logical.schema import split_deferred
-from lastline.logical.schema_checks import checked_create, checked_grants, session_name
+from lastline.logical.schema_checks import (
+    checked_create,
+    checked_grants,
+    definition_name,
+    disabled_event,
+    session_name,
+    with_definer,
+    without_definer,
+)
 from lastline.logical.target_state import clear_state
 from lastline.logical.verify import keep_chunk_sums, record_check, recorded_checks
 from lastline.manifest import LogicalManifest, LogicalTable
 
 log = logging.getLogger(__name__)
+USAGE_ONLY = re.compile(r"^GRANT USAGE ON \*\.\* TO ")
 
 
 def _execute_in_context(server: Server, obj: dict, statement: str) -> None:
     """Run a trigger/view/routine/event statement under the sql_mode and character set it was created with
     (values from schema.json go in as parameters or checked names, never as SQL text)."""
     with server.session(charset=session_name(obj.get("character_set_client"), "character_set_client") or "utf8mb4") as cur:
-        cur.execute("SET SESSION sql_log_bin = 0")
+        accounts.unlogged(cur)
         cur.execute(f"USE {dialect.quote_ident(obj['schema'])}")
         collation = session_name(obj.get("collation_connection"), "collation_connection")
         if collation:
@@ -39,53 +51,48 @@ def _execute_in_context(server: Server, obj: dict, statement: str) -> None:
 @stopping.stops_cleanly
 def finalize(plan: RestorePlan | dict) -> dict:
     """Deferred indexes and foreign keys, AUTO_INCREMENT counters, then triggers (after the data),
-    views in dependency order, routines, events, sequence states, ANALYZE TABLE; drop the ledger."""
+    views in dependency order, routines, events, sequence states, ANALYZE TABLE; drop the ledger. What comes
+    from the backup runs under the run account, the objects under their owner (see objects)."""
     plan = RestorePlan.of(plan)
     storage, manifest = open_backup(plan)
     schema = checked_schema(storage, manifest)
     server = target_server(plan)
+    run = run_server(plan)
     dbs = plan.databases
     t0 = time.monotonic()
     steps: dict[str, float] = {}
     s = time.monotonic()
+    session = (dialect.LOAD_SESSION, f"CALL {accounts.SESSION_PROCEDURE}()")
     if plan.defer_indexes:  # index builds: one table per connection, `parallel` at once; then the foreign keys
         in_manifest = {(t.schema, t.name): t for t in manifest.tables}
         in_scope = sorted((t for t in schema["tables"] if t["schema"] in dbs),  # the biggest first: the shortest tail
                           key=lambda t: -in_manifest[(t["schema"], t["name"])].raw_bytes)
-        with server.session() as cur:  # the tables whose chunks were checked as they loaded
+        with run.session() as cur:  # the tables whose chunks were checked as they loaded
             by_chunks = keep_chunk_sums(cur, manifest, [in_manifest[(t["schema"], t["name"])] for t in in_scope])
         log.info("finalize: %d of %d tables were checked chunk by chunk as they loaded; the others are checked "
                  "right after their indexes", len(by_chunks), len(in_scope))
         checked = recorded_checks(server, manifest.backup_id)  # those, by the lanes (per_table) or an earlier try
-        session = (dialect.LOAD_SESSION, "SET SESSION sql_log_bin = 0")
-        over_connections(server, plan.parallel, in_scope, lambda cur, t: complete_table(
+        over_connections(run, plan.parallel, in_scope, lambda cur, t: complete_table(
             cur, manifest, t, None if (t["schema"], t["name"]) in checked else in_manifest[(t["schema"], t["name"])]),
             setup=session)
-        over_connections(server, 1, in_scope, _add_foreign_keys, setup=session)
+        over_connections(run, 1, in_scope, _add_foreign_keys, setup=session)
     steps["indexes"] = time.monotonic() - s
     s = time.monotonic()
-    with server.session() as cur:
-        cur.execute("SET SESSION sql_log_bin = 0")
+    with run.session() as cur:
+        accounts.unlogged(cur)
         for t in manifest.tables:
             if t.schema in dbs and t.auto_increment:
                 cur.execute(f"ALTER TABLE {dialect.qualified(t.schema, t.name)} AUTO_INCREMENT = {int(t.auto_increment)}")
         steps["auto_increment"] = time.monotonic() - s
     s = time.monotonic()
-    for kind, drop in (("triggers", "TRIGGER"), ("views", "VIEW"), ("routines", None), ("events", "EVENT")):
-        for obj in schema[kind]:
-            if obj["schema"] not in dbs:
-                continue
-            create = checked_create(kind, obj)  # a routine's type is checked there too
-            what = drop or str(obj["type"]).upper()
-            _execute_in_context(server, {"schema": obj["schema"]}, f"DROP {what} IF EXISTS {dialect.qualified(obj['schema'], obj['name'])}")
-            _execute_in_context(server, obj, create)
+    objects(server, schema, dbs, plan.enable_events)
     steps["objects"] = time.monotonic() - s
     if plan.restore_grants:
         s = time.monotonic()
-        _restore_grants(server, schema)
+        _restore_grants(server, run, schema)
         steps["grants"] = time.monotonic() - s
-    with server.session() as cur:
-        cur.execute("SET SESSION sql_log_bin = 0")
+    with run.session() as cur:
+        accounts.unlogged(cur)
         for seq in schema["sequences"]:
             if seq["schema"] in dbs:
                 cur.execute(f"SELECT SETVAL({dialect.qualified(seq['schema'], seq['name'])}, {int(seq['next_value'])}, 0)")
@@ -96,6 +103,8 @@ def finalize(plan: RestorePlan | dict) -> dict:
                 cur.execute(f"ANALYZE TABLE {dialect.qualified(t.schema, t.name)}")
                 cur.fetchall()
         steps["analyze"] = time.monotonic() - s
+    with server.session() as cur:
+        cur.execute("SET SESSION sql_log_bin = 0")
         clear_state(cur, manifest, dbs)  # this run's state and ledger rows: the restore is complete
         cur.execute(f"SELECT COUNT(*) FROM {tuning.META_DB}.ledger")
         if not cur.fetchone()[0]:
@@ -106,22 +115,90 @@ def finalize(plan: RestorePlan | dict) -> dict:
     return {"seconds": round(seconds, 3), "steps": {k: round(v, 3) for k, v in steps.items()}}
 
 
-def _restore_grants(server: Server, schema: dict) -> None:
-    """Accounts and their grants from the backup (asked for by restore_grants). An account that already
-    exists on the target (its administrators, the restoring user) is left exactly as it is."""
-    created, kept = [], []
+def objects(server: Server, schema: dict, dbs: list[str], enable_events: bool = False) -> str:
+    """Triggers (after the data: they never fire on restored rows), views, routines and events of `dbs`, each
+    dropped and created anew (re-runnable). Who they run as, later, is their DEFINER, chosen by the target's
+    connection (extra `definer`), never by the backup:
+
+    - none (the default): lastline's objects owner of these databases (core.accounts), which creates them
+      itself (so nothing it runs can reach beyond these databases) and is locked again afterwards;
+    - `backup`: the backup's own DEFINERs, created by the admin account (it needs SET USER; the statement
+      checks are then the only guard: for backups whose storage is as trusted as the target);
+    - `user@host`: that account, created by the admin account (the same caveat).
+
+    Events come back DISABLED unless `enable_events`. Returns the definer used."""
+    definer = server.definer
+    owner = accounts.objects_owner(server, dbs) if definer is None else server
+    trusted = _trust_routine_creators(server) if definer is None else None
+    try:
+        for kind, drop in (("triggers", "TRIGGER"), ("views", "VIEW"), ("routines", None), ("events", "EVENT")):
+            for obj in schema[kind]:
+                if obj["schema"] not in dbs:
+                    continue
+                create = checked_create(kind, obj, dbs)  # a routine's type is checked there too
+                if definer is None:
+                    create = without_definer(kind, create)
+                elif definer != "backup":
+                    create = with_definer(kind, create, definer)
+                if kind == "events" and not enable_events:
+                    create = disabled_event(create)
+                what = drop or str(obj["type"]).upper()
+                _execute_in_context(owner, {"schema": obj["schema"]}, f"DROP {what} IF EXISTS {dialect.qualified(obj['schema'], obj['name'])}")
+                _execute_in_context(owner, obj, create)
+    finally:
+        if definer is None:
+            accounts.lock(server, owner.user)
+        if trusted is not None:
+            with server.session() as cur:
+                cur.execute(f"SET GLOBAL log_bin_trust_function_creators = {trusted}")
+    used = owner.user if definer is None else definer
+    log.info("objects: created with DEFINER %s%s", used, "" if enable_events else "; events disabled (enable_events to keep them on)")
+    return used
+
+
+def _trust_routine_creators(server: Server) -> str | None:
+    """A server writing a binary log lets an account without SUPER create triggers and functions only while it
+    trusts routine creators: on for the objects step if it is off (the restore's tune turns it on, recorded in
+    its config snapshot; a finalize run on its own does it here). Returns the value to put back, or None."""
     with server.session() as cur:
-        cur.execute("SET SESSION sql_log_bin = 0")
+        found = global_variables(cur, ("log_bin", "log_bin_trust_function_creators"))
+        if found.get("log_bin") != "ON" or found.get("log_bin_trust_function_creators") != "OFF":
+            return None
+        cur.execute("SET GLOBAL log_bin_trust_function_creators = ON")
+    return "OFF"
+
+
+def _restore_grants(server: Server, run: Server, schema: dict) -> None:
+    """Accounts and their grants from the backup (asked for by restore_grants). An account that already
+    exists on the target (its administrators, the restoring user) is left exactly as it is. The account is
+    created by the admin account (a checked CREATE USER of that very account); its GRANTs run under the run
+    account, which holds the grant option on the restored databases only: a grant that reaches further is
+    refused by the server."""
+    created, kept = [], []
+    with server.session() as admin, run.session() as cur:
+        admin.execute("SET SESSION sql_log_bin = 0")
+        accounts.unlogged(cur)
         for g in schema.get("grants", []):
             statements = checked_grants(g)
-            cur.execute("SELECT COUNT(*) FROM mysql.user WHERE User = %s AND Host = %s", (g["user"], g["host"]))
-            if cur.fetchone()[0]:
+            admin.execute("SELECT COUNT(*) FROM mysql.user WHERE User = %s AND Host = %s", (g["user"], g["host"]))
+            if admin.fetchone()[0]:
                 kept.append(f"{g['user']}@{g['host']}")
                 continue
-            for statement in statements:
-                cur.execute(statement)
+            admin.execute(statements[0])
+            for statement in statements[1:]:
+                if USAGE_ONLY.match(statement):  # the account's own line (its password): CREATE USER set it
+                    continue
+                try:
+                    cur.execute(statement)
+                except Exception as exc:
+                    if getattr(exc, "args", (None,))[0] in (1044, 1045, 1142, 1227, 1410):
+                        raise IntegrityError(
+                            f"restore_grants: {statement[:160]!r} reaches beyond the restored databases, which is all a "
+                            f"restore may grant ({exc}); the account {g['user']}@{g['host']} was created without it. "
+                            "Grant it by hand if it is meant.") from exc
+                    raise
             created.append(f"{g['user']}@{g['host']}")
-        cur.connection.commit()
+        admin.connection.commit()
     log.info("grants: created %d account(s) with their grants: %s; left alone (they exist on the target): %s",
              len(created), ", ".join(created) or "none", ", ".join(kept) or "none")
 
@@ -129,11 +206,6 @@ def _restore_grants(server: Server, schema: dict) -> None:
 def _names(cur: Any, sql: str, t: dict) -> set[str]:
     cur.execute(sql, (t["schema"], t["name"]))
     return {r[0] for r in cur.fetchall()}
-
-
-def _name_of(definition: str) -> str:
-    """The backquoted name in `KEY `name` (...)` / `CONSTRAINT `name` ...`."""
-    return definition.split("`")[1].replace("``", "`") if "`" in definition else ""
 
 
 def complete_table(cur: Any, manifest: LogicalManifest, t: dict, table: LogicalTable | None) -> tuple[float, float]:
@@ -155,11 +227,11 @@ def add_indexes(cur: Any, t: dict) -> None:
         return
     have = _names(cur, "SELECT DISTINCT INDEX_NAME FROM information_schema.STATISTICS WHERE TABLE_SCHEMA = %s AND TABLE_NAME = %s", t)
     table = dialect.qualified(t["schema"], t["name"])
-    plain = [d for d in indexes if _name_of(d) not in have and not d.startswith("FULLTEXT")]
+    plain = [d for d in indexes if definition_name(d) not in have and not d.startswith("FULLTEXT")]
     if plain:
         cur.execute(f"ALTER TABLE {table} " + ", ".join(f"ADD {d}" for d in plain))
     for d in indexes:  # InnoDB builds one FULLTEXT index per statement
-        if d.startswith("FULLTEXT") and _name_of(d) not in have:
+        if d.startswith("FULLTEXT") and definition_name(d) not in have:
             cur.execute(f"ALTER TABLE {table} ADD {d}")
 
 
@@ -170,6 +242,6 @@ def _add_foreign_keys(cur: Any, t: dict) -> None:
         return
     have = _names(cur, "SELECT CONSTRAINT_NAME FROM information_schema.TABLE_CONSTRAINTS WHERE TABLE_SCHEMA = %s "
                        "AND TABLE_NAME = %s AND CONSTRAINT_TYPE = 'FOREIGN KEY'", t)
-    missing = [d for d in fks if _name_of(d) not in have]
+    missing = [d for d in fks if definition_name(d) not in have]
     if missing:
         cur.execute(f"ALTER TABLE {dialect.qualified(t['schema'], t['name'])} " + ", ".join(f"ADD {d}" for d in missing))

@@ -1,52 +1,91 @@
 """lastline's `LOAD DATA LOCAL INFILE` handler on a loader's MySQLdb connection (native/infile.c).
 
-With it, a zstd chunk's *compressed* bytes go into the FIFO and libzstd decompresses them inside the client
-library, straight into what it sends: no decompressor process, and the raw bytes never cross a pipe that
-the server-paced client drains 4 KiB at a time (measured in bench/restore_cpu_bench.py). The connection
-then opens only the path offered for its next statement. Without the built library (`make setup` builds
-it) the loader keeps the decompressor process: same bytes, more CPU.
+Mandatory: every LOAD DATA LOCAL of the loader goes through it, whatever the backup's compression. Before each
+statement the loader offers the one file it may open, its codec and the most bytes it may give (the chunk's
+raw size in the manifest); a server asking for any other file gets an error, and a chunk that decompresses to
+more fails its statement. libmariadb's own handler would send any file the server names, so without the built
+library (`make setup`, or LASTLINE_INFILE_LIB naming it) the loader refuses to start.
+
+A chunk's *compressed* bytes go into the FIFO and the handler decompresses them inside the client library
+(zstd with libzstd, pigz's gzip with zlib, none copied), straight into what it sends: no decompressor process,
+and the raw bytes never cross a pipe that the server-paced client drains 4 KiB at a time (measured in
+bench/restore_cpu_bench.py). LASTLINE_INFILE_LIB=off keeps the library (found in the venv) but has a zstd or
+pigz process decompress into the FIFO, which the handler then reads as codec none: the benchmarks compare
+the two.
 """
 from __future__ import annotations
 
 import ctypes
 import functools
-import logging
 import os
 import sys
 from pathlib import Path
 from typing import Any
 
+from lastline.core.errors import ConfigError, IntegrityError
+
 LIBRARY = "liblastline-infile.so"
 SOURCE = Path(__file__).resolve().parent / "native" / "infile.c"
-COMPRESSIONS = {"zstd", "zstd-fast"}  # what the handler decompresses (it reads zstd only)
+# the manifest's compression -> the handler's codec (native/infile.c: CODEC_NONE, CODEC_ZSTD, CODEC_GZIP)
+CODECS = {"none": 0, "zstd": 1, "zstd-fast": 1, "pigz": 2, "pigz-fast": 2}
 ERROR_PREFIX = "lastline-infile: "
+PATH_LEN = 4096  # native/infile.c's PATH_LEN
 
-log = logging.getLogger(__name__)
+
+def in_client() -> bool:
+    """Whether chunks are decompressed inside the client library (False: LASTLINE_INFILE_LIB=off, a
+    decompressor process feeds the FIFO and the handler reads it as codec none)."""
+    return os.environ.get("LASTLINE_INFILE_LIB") != "off"
 
 
 def library_path() -> str | None:
-    """The built handler: $LASTLINE_INFILE_LIB or the venv's lib folder; None if neither exists, or if
-    LASTLINE_INFILE_LIB is `off` (the decompressor process then feeds the FIFO: to compare the two)."""
-    if os.environ.get("LASTLINE_INFILE_LIB") == "off":
-        return None
-    for candidate in (os.environ.get("LASTLINE_INFILE_LIB"), str(Path(sys.prefix) / "lib" / LIBRARY)):
-        if candidate and os.path.exists(candidate):
-            return candidate
-    return None
+    """The built handler: $LASTLINE_INFILE_LIB if it names a file, else the venv's lib folder; None if absent."""
+    named = os.environ.get("LASTLINE_INFILE_LIB")
+    if named and named != "off":
+        return named if os.path.exists(named) else None
+    default = Path(sys.prefix) / "lib" / LIBRARY
+    return str(default) if default.exists() else None
+
+
+def codec_of(compression: str) -> int:
+    """The handler's codec for a backup's compression (ConfigError for one it cannot read)."""
+    try:
+        return CODECS[compression]
+    except KeyError:
+        raise ConfigError(f"compression {compression!r}: lastline's LOAD DATA handler reads {', '.join(CODECS)} only.") from None
+
+
+class _Slot(ctypes.Structure):
+    """native/infile.c's infile_slot (its size is checked against the library's)."""
+
+    _fields_ = [("expected", ctypes.c_char * PATH_LEN), ("codec", ctypes.c_int), ("max_bytes", ctypes.c_ulonglong)]
 
 
 @functools.cache
 def _library() -> Any:
     path = library_path()
     if path is None:
-        log.info("%s is not built (`make setup` builds it from %s) or is switched off: zstd chunks go through a zstd "
-                 "process", LIBRARY, SOURCE.name)
-        return None
+        named = os.environ.get("LASTLINE_INFILE_LIB")
+        where = (f"LASTLINE_INFILE_LIB={named} does not exist" if named and named != "off"
+                 else f"{Path(sys.prefix) / 'lib' / LIBRARY} does not exist")
+        raise ConfigError(
+            f"lastline's LOAD DATA LOCAL handler is not built ({where}): run `make setup` (it builds {SOURCE.name}), or "
+            "set LASTLINE_INFILE_LIB to the built library. The loader never uses the client library's own handler, "
+            "which would send the server any file it asks for; nothing was loaded."
+        )
     lib = ctypes.CDLL(path)
     lib.lastline_infile_install.argtypes = [ctypes.c_void_p, ctypes.c_void_p]
     lib.lastline_infile_install.restype = None
     lib.lastline_infile_path_len.argtypes = []
     lib.lastline_infile_path_len.restype = ctypes.c_size_t
+    try:
+        lib.lastline_infile_slot_size.restype = ctypes.c_size_t
+        lib.lastline_infile_measure.restype = ctypes.c_longlong
+    except AttributeError as exc:  # a library built from an older infile.c
+        raise ConfigError(f"{path} is out of date (built from an older {SOURCE.name}): run `make setup` again.") from exc
+    lib.lastline_infile_measure.argtypes = [ctypes.c_char_p, ctypes.c_int, ctypes.c_ulonglong, ctypes.c_char_p, ctypes.c_size_t]
+    if lib.lastline_infile_slot_size() != ctypes.sizeof(_Slot) or lib.lastline_infile_path_len() != PATH_LEN:
+        raise ConfigError(f"{path} does not match {SOURCE.name} (its slot differs): run `make setup` again.")
     api = ctypes.pythonapi  # to read the MYSQL* out of mysqlclient's capsule
     api.PyCapsule_GetName.restype, api.PyCapsule_GetName.argtypes = ctypes.c_char_p, [ctypes.py_object]
     api.PyCapsule_GetPointer.restype, api.PyCapsule_GetPointer.argtypes = ctypes.c_void_p, [ctypes.py_object, ctypes.c_char_p]
@@ -60,21 +99,49 @@ def _native_pointer(conn: Any) -> int:
 
 
 class Handler:
-    """The handler installed on one connection; `offer(path)` names the one file its next statement may send."""
+    """The handler installed on one connection; `offer` names the one file its next statement may send."""
 
     def __init__(self, lib: Any, conn: Any) -> None:
         self.conn = conn  # the slot must live as long as the connection that points at it
-        self.slot = ctypes.create_string_buffer(lib.lastline_infile_path_len())
-        lib.lastline_infile_install(_native_pointer(conn), self.slot)
+        self.slot = _Slot()
+        lib.lastline_infile_install(_native_pointer(conn), ctypes.byref(self.slot))
 
-    def offer(self, path: str) -> None:
+    def offer(self, path: str, compression: str, max_bytes: int) -> None:
+        """Let the next LOAD DATA LOCAL open `path` (once), read it as `compression` (a manifest's name:
+        zstd, pigz, none...) and give at most `max_bytes` bytes (more fails the statement)."""
         raw = os.fsencode(path)
-        if len(raw) >= len(self.slot):
-            raise ValueError(f"path too long for the LOAD DATA handler: {path}")
-        self.slot.value = raw
+        if len(raw) >= PATH_LEN or b"\0" in raw:
+            raise ValueError(f"path unfit for the LOAD DATA handler: {path!r}")
+        self.slot.codec = codec_of(compression)
+        self.slot.max_bytes = max(0, int(max_bytes))
+        self.slot.expected = raw
 
 
-def install(conn: Any, compression: str) -> Handler | None:
-    """Install the handler on `conn` if it can decompress `compression` and is built; else None."""
-    lib = _library() if compression in COMPRESSIONS else None
-    return Handler(lib, conn) if lib is not None else None
+def install(conn: Any) -> Handler:
+    """Install lastline's handler on `conn` (ConfigError if the library is not built: see _library)."""
+    return Handler(_library(), conn)
+
+
+def refusal(exc: BaseException, where: str) -> IntegrityError | None:
+    """The handler's own error in a failed statement (what it found in the chunk `where` names), as an
+    IntegrityError; None for any other error."""
+    message = str(exc.args[1]) if len(getattr(exc, "args", ())) > 1 else str(exc)
+    if ERROR_PREFIX not in message:
+        return None
+    return IntegrityError(f"chunk {where} {message.split(ERROR_PREFIX, 1)[1]}; nothing of it was loaded.")
+
+
+def measure(path: str, compression: str, max_bytes: int, where: str) -> int:
+    """Decompress the file at `path` to nowhere with the handler's own reader: its raw size, or IntegrityError
+    naming `where` if it cannot be decompressed or gives more than `max_bytes`."""
+    msg = ctypes.create_string_buffer(512)
+    size = _library().lastline_infile_measure(os.fsencode(path), codec_of(compression), max(0, int(max_bytes)), msg, len(msg))
+    if size < 0:
+        detail = msg.value.decode(errors="replace").removeprefix(ERROR_PREFIX)
+        raise IntegrityError(f"chunk {where} {detail}; nothing of it was loaded. Restore another backup.")
+    return int(size)
+
+
+def require() -> None:
+    """ConfigError unless the handler is built (see _library): before a loader connects."""
+    _library()

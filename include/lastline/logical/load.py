@@ -1,16 +1,18 @@
 """Load a work unit's chunks exactly once: LOAD DATA from a FIFO, one transaction per chunk with its ledger row.
 
-Each chunk is streamed from the backup (file or S3), its sha256 checked, into a named pipe read by
-`LOAD DATA LOCAL INFILE` (no temporary copy, memory bounded whatever the table size): zstd chunks go in
-compressed and lastline's handler decompresses them inside the client library (logical.infile); other
-codecs, or without the built handler, a decompressor process writes the raw bytes into the pipe. The chunk's ledger row (`_lastline.ledger`) is inserted first, in the same transaction
+Each chunk is streamed from the backup (file, S3 or SSH), its sha256 checked, into a named pipe read by
+`LOAD DATA LOCAL INFILE` (no temporary copy, memory bounded whatever the table size): chunks go in compressed
+and lastline's handler (logical.infile; never the client library's own) decompresses them in the client,
+capped at the chunk's raw size. The statement passes no args (the pipe is a literal): a `%` in a name stays
+a `%`. The chunk's ledger row (`_lastline.ledger`) is inserted first, in the same transaction
 as the rows: a retried task, a re-triggered run, a killed loader or a crashed server either finds
 the row (the chunk is in, skip it) or finds neither the row nor the data (load it again). A second
 loader racing on the same chunk waits on the ledger row's lock, then skips it. Where a table's chunks are
 key ranges, each chunk's rows are checked against the manifest before its commit (logical.verify).
 
 Non-transactional tables (MyISAM, Aria) cannot share a transaction with the ledger: they are loaded
-whole by one unit, and reloaded from scratch (TRUNCATE) unless every chunk of theirs is recorded.
+whole by one unit, and reloaded from scratch (TRUNCATE) unless every chunk of theirs is recorded. They keep
+the rows of a failed statement, so each chunk of theirs is proven first in a private copy (chunk_files.prove_chunk).
 
 Each unit takes one of `parallel` named locks on the target, so two runs on one target never load more
 than `parallel` units at once between them; which lane loads which unit is logical.lanes'.
@@ -24,13 +26,13 @@ import threading
 import time
 from typing import Any
 
-from lastline.core import stopping
+from lastline.core import accounts, stopping
 from lastline.core.errors import IntegrityError, LastlineError, ServerError
 from lastline.core.progress import Progress
 from lastline.core.servers import Server
-from lastline.core.sql import META_DB, NON_TRANSACTIONAL
+from lastline.core.sql import META_DB, NON_TRANSACTIONAL, string_literal
 from lastline.logical import dialect, infile
-from lastline.logical.chunk_files import write_chunk
+from lastline.logical.chunk_files import prove_chunk, write_chunk
 from lastline.logical.snapshot import LOST_CONNECTION, sql_error
 from lastline.logical.verify import chunk_checks, table_checksum
 from lastline.logical.work_units import WorkUnit
@@ -107,14 +109,17 @@ class Loader:
 
     def __init__(self, server: Server, storage: Storage, manifest: LogicalManifest, progress: Progress) -> None:
         self.server, self.storage, self.manifest, self.progress = server, storage, manifest, progress
+        infile.require()  # before connecting: ConfigError unless lastline's handler is built (never the library's)
         self.conn = server.connect(local_infile=1)
-        self.infile = infile.install(self.conn, manifest.compression)  # None: a decompressor process feeds the FIFO
+        self.infile = infile.install(self.conn)
+        self.in_client = infile.in_client()  # False (LASTLINE_INFILE_LIB=off): a decompressor process feeds the FIFO
         self._stop = stopping.add(f"{progress.label}: KILL QUERY on the loader's connection",
                                   stopping.kill_query(server, self.conn.thread_id()))
         self.cur = self.conn.cursor()
         self.check_seconds = 0.0  # spent reading chunks back for their checks
         self.cur.execute(dialect.LOAD_SESSION)
-        self.cur.execute("SET SESSION sql_log_bin = 0, innodb_lock_wait_timeout = 3600, autocommit = 0")
+        accounts.unlogged(self.cur)  # the run account may not set sql_log_bin itself
+        self.cur.execute("SET SESSION innodb_lock_wait_timeout = 3600, autocommit = 0")
 
     def close(self) -> None:
         stopping.remove(self._stop)
@@ -124,14 +129,11 @@ class Loader:
             pass
 
     def _stream_into(self, t: LogicalTable, c: ChunkInfo) -> int:
-        """LOAD DATA one chunk through a FIFO (inside the caller's transaction); returns rows loaded."""
-        key = f"{self.manifest.backup_id}/{c.file}"
-        what = f"{t.schema}.{t.name}"
-        sql = dialect.load_sql(t.schema, t.name, [dialect.Column(**col) for col in t.columns])
-        handler = self.infile  # None: a decompressor process writes the raw bytes into the FIFO
-        native = handler is not None
+        """LOAD DATA one chunk through a FIFO inside the caller's transaction (its sha256 is known only at its
+        end: a refused chunk is rolled back with the transaction); returns rows loaded."""
+        key, what = f"{self.manifest.backup_id}/{c.file}", f"{t.schema}.{t.name}"
         with tempfile.TemporaryDirectory(prefix="lastline-load-") as d:
-            fifo = os.path.join(d, "chunk.tsv.zst" if native else "chunk.tsv")
+            fifo = os.path.join(d, "chunk")
             os.mkfifo(fifo, 0o600)
             errors: list[BaseException] = []
 
@@ -139,38 +141,57 @@ class Loader:
                 try:
                     with open(fifo, "wb") as fh:  # progress in raw bytes, estimated from the compressed ones
                         write_chunk(self.storage, key, self.manifest.compression, c.sha256, fh, what,
-                                    lambda n: self.progress.add(n * c.raw_bytes // max(c.bytes, 1)), decompress=not native)
+                                    lambda n: self.progress.add(n * c.raw_bytes // max(c.bytes, 1)), decompress=not self.in_client)
                 except BaseException as exc:  # noqa: BLE001 - re-raised by the caller
                     errors.append(exc)
 
-            if handler is not None:
-                handler.offer(fifo)
+            self.infile.offer(fifo, self.manifest.compression if self.in_client else "none", c.raw_bytes)
             th = threading.Thread(target=pump, name=f"pump-{c.file}", daemon=True)
             th.start()
             try:
-                self.cur.execute(sql, (fifo,))
-                rows = self.cur.rowcount
-            except BaseException as exc:
+                rows = self._load(t, c, fifo)
+            except BaseException:
                 _unblock(fifo)
                 th.join()
-                message = sql_error(exc)[1]
-                if native and infile.ERROR_PREFIX in message:  # the handler's own error: what it found in the chunk
-                    raise IntegrityError(f"chunk {self.storage.location(key)} ({what}) {message.split(infile.ERROR_PREFIX, 1)[1]}; "
-                                         "nothing of it was loaded.") from exc
                 raise
             th.join()
         if errors and not isinstance(errors[0], BrokenPipeError):
             raise errors[0]
         if errors:
             raise ServerError(f"chunk {self.storage.location(key)} ({what}): the server stopped reading it (did it go away?); the task retries.")
+        return self._loaded(t, c, rows)
+
+    def _load_proven(self, t: LogicalTable, c: ChunkInfo) -> int:
+        """LOAD DATA one chunk of a table that keeps the rows of a failed statement (MyISAM, Aria), from a private
+        copy proven first (chunk_files.prove_chunk): a refused chunk leaves not one row. Returns rows loaded."""
+        with tempfile.TemporaryDirectory(prefix="lastline-load-") as d:  # 0700, removed with the copy
+            path = os.path.join(d, "chunk")
+            prove_chunk(self.storage, f"{self.manifest.backup_id}/{c.file}", c, self.manifest.compression, path,
+                        f"{t.schema}.{t.name}", lambda n: self.progress.add(n * c.raw_bytes // max(c.bytes, 1)))
+            self.infile.offer(path, self.manifest.compression, c.raw_bytes)
+            return self._loaded(t, c, self._load(t, c, path))
+
+    def _load(self, t: LogicalTable, c: ChunkInfo, path: str) -> int:
+        """Run the chunk's LOAD DATA on the offered `path` (a literal: no args, so a `%` in a name stays a `%`);
+        the handler's own error (what it found in the chunk) becomes an IntegrityError naming the chunk."""
+        try:
+            self.cur.execute(dialect.load_sql(t.schema, t.name, [dialect.Column(**col) for col in t.columns], string_literal(path)))
+        except BaseException as exc:
+            refused = infile.refusal(exc, f"{self.storage.location(f'{self.manifest.backup_id}/{c.file}')} ({t.schema}.{t.name})")
+            if refused is not None:
+                raise refused from exc
+            raise
+        return self.cur.rowcount
+
+    def _loaded(self, t: LogicalTable, c: ChunkInfo, rows: int) -> int:
+        """`rows`, once the statement is known to have left no warning and loaded the manifest's row count."""
+        where = f"{self.storage.location(f'{self.manifest.backup_id}/{c.file}')} ({t.schema}.{t.name})"
         if self.conn.warning_count():
             self.cur.execute("SHOW WARNINGS LIMIT 3")
             shown = "; ".join(f"{w[2]}" for w in self.cur.fetchall())
-            raise IntegrityError(f"chunk {self.storage.location(key)} ({what}) loaded with warnings: {shown}; nothing of it was kept.")
+            raise IntegrityError(f"chunk {where} loaded with warnings: {shown}; nothing of it was kept.")
         if rows != c.rows:
-            raise IntegrityError(
-                f"chunk {self.storage.location(key)} ({what}) loaded {rows} rows, the manifest says {c.rows}; nothing of it was kept."
-            )
+            raise IntegrityError(f"chunk {where} loaded {rows} rows, the manifest says {c.rows}; nothing of it was kept.")
         return rows
 
     def load_chunk(self, t: LogicalTable, c: ChunkInfo, checked: bool = False, where: str | None = None) -> bool:
@@ -216,7 +237,7 @@ class Loader:
         """Reload a non-transactional table from scratch, then record all its chunks."""
         self.cur.execute(f"TRUNCATE TABLE {dialect.qualified(t.schema, t.name)}")
         for c in t.chunks:
-            self._stream_into(t, c)
+            self._load_proven(t, c)
             self.progress.count(chunks=1, rows=c.rows)
         self.cur.executemany(
             f"INSERT INTO {META_DB}.ledger (backup_id, file, rows_loaded) VALUES (%s, %s, %s)",

@@ -44,3 +44,5 @@ class RestorePlan(Plan):
     bytes: int = 0
     aws_conn_id: str | None = None
     at_risk: dict | None = None  # what the restore would replace, when it asks for approval first (core.sql.tables_at_risk)
+    restore_account: str = ""  # the run account every statement from the backup runs under (core.accounts)
+    enable_events: bool = False  # restored events come back disabled unless the run asks

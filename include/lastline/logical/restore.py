@@ -6,16 +6,17 @@ import json
 import logging
 import time
 from datetime import UTC, datetime
+from typing import Any
 
 from lastline import connections
+from lastline.core import accounts, stopping
 from lastline.core import datadir as dd
-from lastline.core import stopping
 from lastline.core.errors import LastlineError, PreflightError
 from lastline.core.plans import Conf
 from lastline.core.servers import base_version, refuse_restore_into_source
 from lastline.core.sql import SYSTEM_SCHEMAS, server_identity, tables_at_risk
 from lastline.logical import dialect, tuning
-from lastline.logical.backup_files import checked_schema, open_backup, require_chunk_files, selected, target_server
+from lastline.logical.backup_files import checked_schema, open_backup, require_chunk_files, run_server, selected, target_server
 from lastline.logical.finalize import (
     complete_table,
     finalize,  # noqa: F401 - the DAG's stages, in order, are this module's
@@ -24,9 +25,9 @@ from lastline.logical.lanes import load_lane as lane_loader
 from lastline.logical.load import ensure_ledger, load_unit
 from lastline.logical.plans import RestorePlan
 from lastline.logical.schema import split_deferred
-from lastline.logical.schema_checks import checked_create, database_create, validate_schema
+from lastline.logical.schema_checks import checked_create, database_create, grant_reach, validate_schema
 from lastline.logical.target_state import STATE, aside_name, clear_state, dbs_key, ensure_state, resuming, set_aside  # noqa: F401
-from lastline.logical.verify import forget_checks, keep_chunk_sums, verify  # noqa: F401
+from lastline.logical.verify import ensure_checks, forget_checks, keep_chunk_sums, verify  # noqa: F401
 from lastline.logical.work_units import WorkUnit, plan_units
 from lastline.manifest import backup_age, read_manifest, resolve_backup
 
@@ -77,6 +78,8 @@ def preflight(conf: dict) -> dict:
                 f"backup {backup_id} comes from {manifest.server_version}, newer than the target's {version}: its DDL may "
                 "not load there. Restore into a server of the same or a newer version."
             )
+        if restore_grants:
+            refuse_wide_grants(cur, schema, wanted)
         resume = resuming(cur, backup_id, wanted)
         nonempty, kept_bytes = [], 0
         for db in wanted:
@@ -92,7 +95,8 @@ def preflight(conf: dict) -> dict:
                 "to replace them, or choose other databases."
             )
         at_risk = None
-        if nonempty and not resume and params.flag("approval", True):  # a person approves the replacement first
+        # a person approves the replacement first (the deployment or the connection says so, never the run)
+        if nonempty and not resume and server.asks_approval():
             at_risk = {**tables_at_risk(cur, nonempty), **backup_age(backup_id), "target": server.describe()}
     need = sum(t.raw_bytes for t in selected(manifest, wanted))
     where = server.datadir or datadir
@@ -119,12 +123,32 @@ def preflight(conf: dict) -> dict:
         buffer_pool_bytes=params.optional_integer("buffer_pool_bytes"),
         bytes=need,
         at_risk=at_risk,
+        restore_account=accounts.run_account_name(),
+        enable_events=params.flag("enable_events"),
     )
     log.info(
         "preflight ok: %s/%s (%d tables, %.1f MB) into %s%s", storage.url, backup_id, len(selected(manifest, wanted)),
         need / 1e6, server.describe(), " - resuming an unfinished restore of this backup" if resume else "",
     )
     return plan.to_dict()
+
+
+def refuse_wide_grants(cur: Any, schema: dict, databases: list[str]) -> None:
+    """restore_grants recreates accounts with grants on the restored databases only (their GRANTs run under the
+    run account, which could not grant more): an account the target lacks whose grants reach further is refused
+    here, before anything is touched, rather than half-created at the end."""
+    wide = []
+    for g in schema.get("grants", []):
+        cur.execute("SELECT COUNT(*) FROM mysql.user WHERE User = %s AND Host = %s", (g["user"], g["host"]))
+        if cur.fetchone()[0]:
+            continue  # left alone: it exists on the target
+        wide += [f"{g['user']}@{g['host']}: a grant that {why}" for why in (grant_reach(x, databases) for x in g.get("grants", [])) if why]
+    if wide:
+        raise PreflightError(
+            "restore_grants recreates accounts with grants on the restored databases only; these reach further:\n  "
+            + "\n  ".join(wide[:20]) + "\nCreate those accounts by hand (or drop them from the source's backup), or restore "
+            "without restore_grants. Nothing was touched."
+        )
 
 
 def snapshot_config(plan: RestorePlan | dict, run_id: str = "") -> dict:
@@ -137,22 +161,23 @@ def snapshot_config(plan: RestorePlan | dict, run_id: str = "") -> dict:
 def tune(plan: RestorePlan | dict) -> dict:
     """Apply the restore profile (see tuning), or nothing when tune is off."""
     plan = RestorePlan.of(plan)
-    if not plan.tune:
-        log.info("tune: off for this run; loading on the target's own settings")
-        return {"applied": {}, "restarted": False}
     server = target_server(plan)
     snap = tuning.read_snapshot(server)
     if snap is None:
         raise LastlineError("tune: no config snapshot on the target; snapshot_config must run first.")
+    if not plan.tune:
+        log.info("tune: off for this run; loading on the target's own settings (but %s)", tuning.REQUIRED)
     return tuning.apply(
         server, snap, restart_allowed=plan.restart_allowed, redo_bytes=plan.redo_log_bytes,
-        buffer_pool_bytes=plan.buffer_pool_bytes,
+        buffer_pool_bytes=plan.buffer_pool_bytes, profile=plan.tune,
     )
 
 
 @stopping.stops_cleanly
 def create_schema(plan: RestorePlan | dict) -> dict:
-    """Databases and tables (secondary indexes and foreign keys held back when defer_indexes)."""
+    """Databases and tables (secondary indexes and foreign keys held back when defer_indexes). lastline's own
+    statements (its bookkeeping, the set-aside, the databases rebuilt from checked names) run on the admin
+    connection; the tables' and sequences' statements, which come from the backup, run under the run account."""
     plan = RestorePlan.of(plan)
     storage, manifest = open_backup(plan)
     schema = checked_schema(storage, manifest)
@@ -161,9 +186,9 @@ def create_schema(plan: RestorePlan | dict) -> dict:
     created = 0
     with server.session() as cur:
         ensure_ledger(cur)
+        ensure_checks(cur)
         ensure_state(cur)
         resume = resuming(cur, plan.backup_id, plan.databases)
-        cur.execute(dialect.LOAD_SESSION)
         if not resume:
             for db in plan.databases:
                 set_aside(cur, db)  # force: the old tables stay until verify has passed
@@ -177,11 +202,14 @@ def create_schema(plan: RestorePlan | dict) -> dict:
         for d in schema["databases"]:
             if d["name"] in plan.databases:
                 cur.execute(database_create(d))
+    with run_server(plan).session() as cur:
+        cur.execute(dialect.LOAD_SESSION)
+        accounts.unlogged(cur)
         for kind in ("tables", "sequences"):
             for t in schema[kind]:
                 if t["schema"] not in plan.databases:
                     continue
-                create = checked_create(kind, t)
+                create = checked_create(kind, t, plan.databases)
                 if plan.defer_indexes and kind == "tables":
                     create = split_deferred(create)[0]
                 cur.execute(f"USE {dialect.quote_ident(t['schema'])}")
@@ -194,11 +222,13 @@ def create_schema(plan: RestorePlan | dict) -> dict:
                     cur.execute(create.replace("CREATE TABLE", "CREATE TABLE IF NOT EXISTS", 1))
                 created += 1
         cur.connection.commit()
+    with server.session() as cur:
         # tune relaxed log flushing: make the schema and the restore's state durable before loading, so a
         # crash of the target during the load finds them on restart and a new run resumes
         cur.execute("FLUSH ENGINE LOGS")
-    log.info("create_schema: %d tables and sequences in %s (%.1f s)%s", created, ", ".join(plan.databases),
-             time.monotonic() - t0, "; secondary indexes and foreign keys deferred" if plan.defer_indexes else "")
+    log.info("create_schema: %d tables and sequences in %s (%.1f s), created by the run account %s%s", created,
+             ", ".join(plan.databases), time.monotonic() - t0, plan.restore_account,
+             "; secondary indexes and foreign keys deferred" if plan.defer_indexes else "")
     return {"tables": created, "seconds": round(time.monotonic() - t0, 3)}
 
 
@@ -232,7 +262,7 @@ def load_lane(plan: RestorePlan | dict, lane: str) -> list[dict]:
     plan = RestorePlan.of(plan)
     storage, manifest = open_backup(plan)
     units = plan_units(manifest, selected(manifest, plan.databases), plan.parallel)
-    server = target_server(plan)
+    server = run_server(plan)  # the chunks, the held-back indexes and the checks: all under the run account
     built = None
     if plan.index_build == "per_table":  # without defer_indexes the indexes are there: only the checksum
         tables = {(t["schema"], t["name"]): t for t in checked_schema(storage, manifest)["tables"]}
@@ -241,7 +271,7 @@ def load_lane(plan: RestorePlan | dict, lane: str) -> list[dict]:
         def built(schema: str, name: str) -> None:  # in this lane's slot, while the other lanes load
             with server.session() as cur:
                 cur.execute(dialect.LOAD_SESSION)
-                cur.execute("SET SESSION sql_log_bin = 0")
+                accounts.unlogged(cur)
                 kept = keep_chunk_sums(cur, manifest, [in_manifest[(schema, name)]])
                 indexes, check = complete_table(cur, manifest, tables[(schema, name)], None if kept else in_manifest[(schema, name)])
             log.info("%s: %s.%s: indexes built in %.1f s, checksum for verify in %.1f s", lane, schema, name, indexes, check)
@@ -254,10 +284,15 @@ def load(plan: RestorePlan | dict, unit: dict) -> dict:
     """Load one work unit (see logical_load)."""
     plan = RestorePlan.of(plan)
     storage, manifest = open_backup(plan)
-    return load_unit(target_server(plan), storage, manifest, WorkUnit.from_dict(unit), plan.parallel)
+    return load_unit(run_server(plan), storage, manifest, WorkUnit.from_dict(unit), plan.parallel)
 
 
 def revert(plan: RestorePlan | dict) -> dict:
-    """The teardown: put the production configuration back and read it back (fails loudly on a difference)."""
+    """The teardown: drop the run account and lock the objects owner (always first: nothing from the backup
+    runs after this), then put the production configuration back and read it back (fails loudly on a
+    difference)."""
     plan = RestorePlan.of(plan)
-    return tuning.revert(target_server(plan))
+    server = target_server(plan)
+    dropped = accounts.drop(server, plan.restore_account) if plan.restore_account else False
+    accounts.lock(server, accounts.owner_name(plan.databases))
+    return {**tuning.revert(server), "run_account_dropped": dropped}

@@ -218,24 +218,19 @@ def auto_increment(create: str) -> int | None:
 
 
 # --- what a restore accepts from schema.json (untrusted input: a backup folder is writable by many) ----
-DEFERRABLE = re.compile(r"^\s*(UNIQUE KEY|KEY|FULLTEXT KEY|SPATIAL KEY|CONSTRAINT\s+`(?:[^`]|``)*`\s+FOREIGN KEY)\b")
+DEFERRED_KINDS = ("index", "foreign_key")  # held back by split_deferred (the primary key stays: chunks load in its order)
 
 
 def split_deferred(create: str) -> tuple[str, list[str], list[str]]:
-    """CREATE TABLE without its secondary indexes and foreign keys (as SHOW CREATE TABLE prints them,
-    one definition per line), plus those definitions: (create, index definitions, foreign keys).
-    The primary key stays: chunks load in its order."""
-    lines = create.split("\n")
-    keep, indexes, fks = [], [], []
-    for line in lines:
-        m = DEFERRABLE.match(line)
-        if m:
-            (fks if "FOREIGN KEY" in m.group(1) else indexes).append(line.strip().rstrip(","))
-        else:
-            keep.append(line)
-    # the last kept definition before ") ENGINE=..." must not end with a comma
-    for i in range(len(keep) - 1, 0, -1):
-        if keep[i].startswith(")"):
-            keep[i - 1] = keep[i - 1].rstrip().rstrip(",")
-            break
-    return "\n".join(keep), indexes, fks
+    """CREATE TABLE without its secondary indexes and foreign keys, plus those definitions, each exactly one
+    `[UNIQUE|FULLTEXT|SPATIAL] KEY `name` (...)` or `CONSTRAINT `name` FOREIGN KEY ...` on one line:
+    (create, index definitions, foreign keys). Read on tokens as the server reads them, every definition
+    checked against its grammar (schema_checks.table_definitions): IntegrityError for anything else."""
+    from lastline.logical.schema_checks import table_definitions
+
+    body_start, definitions, _close = table_definitions(create)
+    kept = [d for d in definitions if d.kind not in DEFERRED_KINDS]
+    body = ",".join(create[d.lead:d.end] for d in kept)
+    indexes = [d.text for d in definitions if d.kind == "index"]
+    fks = [d.text for d in definitions if d.kind == "foreign_key"]
+    return create[:body_start] + body + create[definitions[-1].end:], indexes, fks

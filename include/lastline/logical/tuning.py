@@ -34,6 +34,11 @@ RESTART_VARIABLES = ("innodb_doublewrite", "log_bin", "innodb_autoinc_lock_mode"
 GIB = 1 << 30
 
 
+# what every restore sets, tuned or not: the run accounts create triggers and functions without SUPER, which a
+# server writing a binary log refuses unless it trusts routine creators (reverted with the rest)
+REQUIRED = {"log_bin_trust_function_creators": "ON"}
+
+
 def dynamic_profile(current: dict[str, str], redo_bytes: int, buffer_pool_bytes: int | None) -> dict[str, str]:
     """The SET GLOBAL values for a bulk load, given the current values (never shrinks anything)."""
     want = {
@@ -44,6 +49,7 @@ def dynamic_profile(current: dict[str, str], redo_bytes: int, buffer_pool_bytes:
         "innodb_io_capacity": str(max(int(current.get("innodb_io_capacity", 0)), 2000)),
         "max_allowed_packet": str(GIB),
         "sync_binlog": "0",
+        **REQUIRED,
     }
     if "innodb_log_file_size" in current:
         want["innodb_log_file_size"] = str(max(int(current["innodb_log_file_size"]), redo_bytes))
@@ -56,6 +62,7 @@ def dynamic_profile(current: dict[str, str], redo_bytes: int, buffer_pool_bytes:
 TUNED_VARIABLES = (
     "read_only", "innodb_flush_log_at_trx_commit", "innodb_adaptive_hash_index", "innodb_io_capacity_max",
     "innodb_io_capacity", "max_allowed_packet", "sync_binlog", "innodb_log_file_size", "innodb_buffer_pool_size",
+    "log_bin_trust_function_creators",
 )
 
 
@@ -140,11 +147,12 @@ def read_snapshot(server: Server) -> ConfigSnapshot | None:
 
 
 def apply(server: Server, snap: ConfigSnapshot, *, restart_allowed: bool, redo_bytes: int,
-          buffer_pool_bytes: int | None = None) -> dict:
-    """Tune the target for a bulk load; returns what was set (restart settings through the drop-in)."""
+          buffer_pool_bytes: int | None = None, profile: bool = True) -> dict:
+    """Tune the target for a bulk load; returns what was set (restart settings through the drop-in).
+    `profile=False` (tune off): only what every restore needs (REQUIRED)."""
     applied: dict[str, str] = {}
     restarted = False
-    if restart_allowed:
+    if restart_allowed and profile:
         path = drop_in_path(server)
         if not path:
             raise PreflightError(f"restart_allowed needs a config_dir extra on {server.conn_id!r} for the drop-in.")
@@ -154,7 +162,7 @@ def apply(server: Server, snap: ConfigSnapshot, *, restart_allowed: bool, redo_b
         restarted = _restart(server, f"tune: restart profile {RESTART_SETTINGS} -> {path}")
     with server.session() as cur:
         current = global_variables(cur, TUNED_VARIABLES)
-        want = dynamic_profile(current, redo_bytes, buffer_pool_bytes)
+        want = dynamic_profile(current, redo_bytes, buffer_pool_bytes) if profile else dict(REQUIRED)
         for name in TUNED_VARIABLES:
             if name in want and _normal(current.get(name)) != _normal(want[name]):
                 _set_global(cur, name, want[name])

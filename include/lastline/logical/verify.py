@@ -54,10 +54,14 @@ def chunk_checks(manifest: LogicalManifest, t: LogicalTable) -> list[str | None]
     return chunk_ranges(t)
 
 
-def _keep(cur: Any, backup_id: str, t: LogicalTable, rows: int, checksum: str) -> None:
+def ensure_checks(cur: Any) -> None:
+    """The table the checks are kept in (by the admin connection: the run account may only use its rows)."""
     cur.execute(f"CREATE TABLE IF NOT EXISTS {CHECKS} (backup_id VARBINARY(64) NOT NULL, schema_name VARBINARY(256) NOT NULL, "
                 "table_name VARBINARY(256) NOT NULL, rows_seen BIGINT NOT NULL, checksum_seen VARBINARY(64) NOT NULL, "
                 "PRIMARY KEY (backup_id, schema_name, table_name)) ENGINE=InnoDB")
+
+
+def _keep(cur: Any, backup_id: str, t: LogicalTable, rows: int, checksum: str) -> None:
     cur.execute(f"REPLACE INTO {CHECKS} VALUES (%s, %s, %s, %s, %s)", (backup_id, t.schema, t.name, rows, checksum))
 
 

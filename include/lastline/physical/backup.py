@@ -18,7 +18,7 @@ from lastline.core.sql import SYSTEM_SCHEMAS
 from lastline.manifest import PhysicalManifest, TableInfo, new_backup_id, prune_backups, write_manifest
 from lastline.physical import tools as physical
 from lastline.physical.plans import BackupPlan
-from lastline.storage import open_storage
+from lastline.storage import open_allowed, open_storage
 
 log = logging.getLogger(__name__)
 
@@ -47,7 +47,7 @@ def preflight(conf: dict) -> dict:
     version, identity = server.variables("version")["version"], server.identity()
     tool = physical.tool_version(host)
     physical.check_versions(tool, version)
-    storage = open_storage(params.required("destination"), params.text("aws_conn_id"))
+    storage = open_allowed(params.required("destination"), params.text("aws_conn_id"))
     storage.check_writable()
     data_bytes = sum(t.bytes for t in table_estimates(server))
     # compressed InnoDB backups are typically 25-50% of the data; demand the conservative half
@@ -140,7 +140,7 @@ def finish(plan: BackupPlan | dict, stats: dict) -> str:
 def prune(conf: dict, keep: int | None = None, grace_hours: float | None = None) -> list[str]:
     """Delete complete backups beyond the `keep` newest and incomplete ones older than the grace period."""
     params = Conf(conf)
-    storage = open_storage(params.required("destination"), params.text("aws_conn_id"))
+    storage = open_allowed(params.required("destination"), params.text("aws_conn_id"))
     keep = int(keep if keep is not None else params.number("keep", 7))
     grace = timedelta(hours=grace_hours if grace_hours is not None else params.number("incomplete_grace_hours", 24))
     return prune_backups(storage, "physical", keep, grace)

@@ -72,7 +72,7 @@ def preflight(conf: dict) -> dict:
     force = params.flag("force")
     state = check_datadir(server, int(manifest.datadir_bytes * 1.1), force)
     at_risk = None
-    if state == "data" and params.flag("approval", True):  # the whole datadir is replaced: a person approves first
+    if state == "data" and server.asks_approval():  # the whole datadir is replaced: a person approves first
         at_risk = {**backup_age(backup_id), "target": server.describe(), "datadir": datadir}
         if server.answers():
             with server.session() as cur:

@@ -10,16 +10,25 @@ Statements that name a table or column carry no client-side parameters (a `%` in
 for one): values reach them as session variables set by a statement of their own.
 
 Exactly once: a table's UPDATE commits with its row in `_lastline.masked` (keyed by the run), so a
-retried task never masks a masked value again. Before it, the same transaction records the SHA-256 of
-each masked column's original values (`_lastline.mask_originals`) for verify_masking.
+retried task never masks a masked value again. Before it, the same transaction records each masked
+column's original values under a key derived from the masking key and the run (HMAC, never a plain hash)
+in `_lastline.mask_originals`, for verify_masking; `open` deletes them.
+
+Key material reaches the server only as the contents of a LOAD DATA LOCAL stream (set_key), never in a
+statement's text, so no log of statements holds it.
 """
 from __future__ import annotations
 
 import hashlib
+import hmac
+import os
+import tempfile
+import threading
 from dataclasses import dataclass
 from typing import Any
 
-from lastline.core.sql import META_DB, qualified, quote_ident
+from lastline.core.sql import META_DB, qualified, quote_ident, string_literal
+from lastline.logical import infile
 from lastline.logical.snapshot import sql_error
 from lastline.staging.rules import EMAIL_DOMAIN, EMAIL_HEX, Rule
 
@@ -44,19 +53,63 @@ class ColumnInfo:
         return self.collation is not None
 
 
-def key_pads(key: str) -> tuple[str, str]:
-    """HMAC-SHA256's inner and outer pads of `key`, as hex (set as session variables, never logged)."""
-    k = key.encode()
+def key_pads(key: str | bytes) -> tuple[bytes, bytes]:
+    """HMAC-SHA256's inner and outer pads of `key`."""
+    k = key.encode() if isinstance(key, str) else key
     if len(k) > 64:
         k = hashlib.sha256(k).digest()
     k = k.ljust(64, b"\0")
-    return bytes(b ^ 0x36 for b in k).hex(), bytes(b ^ 0x5C for b in k).hex()
+    return bytes(b ^ 0x36 for b in k), bytes(b ^ 0x5C for b in k)
 
 
-def set_key(cur: Any, key: str) -> None:
-    """The session's masking key (its pads as user variables of this connection only)."""
+def originals_key(key: str, run_key: str) -> bytes:
+    """The key the originals' hashes are kept under: derived from the masking key and the run, so what
+    mask_originals holds is neither a plain hash of personal data nor comparable across runs."""
+    return hmac.new(key.encode(), b"lastline-originals/" + run_key.encode(), hashlib.sha256).digest()
+
+
+def set_key(conn: Any, key: str, run_key: str) -> None:
+    """This session's key material: the masking key's pads and the originals key's, as user variables of this
+    connection only. They reach the server as the contents of a LOAD DATA LOCAL stream (lastline's handler, a
+    FIFO), never in a statement's text: the general, slow and audit logs and performance_schema's statement
+    history record statements, and none of these holds a key. `conn` must allow LOCAL INFILE."""
     ipad, opad = key_pads(key)
-    cur.execute("SET @lastline_ipad = UNHEX(%s), @lastline_opad = UNHEX(%s)", (ipad, opad))
+    oipad, oopad = key_pads(originals_key(key, run_key))
+    data = b"".join(b"%s\t%s\n" % (name, value.hex().encode())
+                    for name, value in ((b"ipad", ipad), (b"opad", opad), (b"oipad", oipad), (b"oopad", oopad)))
+    handler = infile.install(conn)
+    cur = conn.cursor()
+    cur.execute(f"CREATE TEMPORARY TABLE {META_DB}.lastline_pads (name VARCHAR(8) NOT NULL PRIMARY KEY, v VARBINARY(128) NOT NULL) ENGINE=MEMORY")
+    with tempfile.TemporaryDirectory(prefix="lastline-key-") as d:
+        fifo = os.path.join(d, "pads")
+        os.mkfifo(fifo, 0o600)
+        failed: list[BaseException] = []
+
+        def pump() -> None:
+            try:
+                with open(fifo, "wb") as fh:
+                    fh.write(data)
+            except BaseException as exc:  # noqa: BLE001 - named below
+                failed.append(exc)
+
+        writer = threading.Thread(target=pump, name="lastline-key", daemon=True)
+        writer.start()
+        handler.offer(fifo, "none", len(data))
+        try:
+            cur.execute(f"LOAD DATA LOCAL INFILE {string_literal(fifo)} INTO TABLE {META_DB}.lastline_pads CHARACTER SET binary "
+                        "FIELDS TERMINATED BY '\\t' ESCAPED BY '' LINES TERMINATED BY '\\n' (name, @hex) SET v = UNHEX(@hex)")
+        finally:
+            if writer.is_alive():  # the statement failed before it read the FIFO: let the writer go
+                try:
+                    os.close(os.open(fifo, os.O_RDONLY | os.O_NONBLOCK))
+                except OSError:
+                    pass
+            writer.join()
+    if failed or cur.rowcount != 4:
+        raise RuntimeError(f"the masking key could not be set on the server ({failed[0] if failed else cur.rowcount}).")
+    for name in ("ipad", "opad", "oipad", "oopad"):
+        cur.execute(f"SELECT v INTO @lastline_{name} FROM {META_DB}.lastline_pads WHERE name = '{name}'")
+    cur.execute(f"DROP TEMPORARY TABLE {META_DB}.lastline_pads")
 
 
 def normalized(column: str, info: ColumnInfo, alias: str = "") -> str:
@@ -73,8 +126,10 @@ def normalized(column: str, info: ColumnInfo, alias: str = "") -> str:
 
 
 def original_hash(column: str, info: ColumnInfo, alias: str = "") -> str:
-    """The SHA-256 (binary) of a value as normalized: what mask_originals holds and verify compares."""
-    return f"UNHEX(SHA2({normalized(column, info, alias)}, 256))"
+    """A value as normalized, under the run's originals key (HMAC-SHA256, binary): what mask_originals holds
+    and verify compares (see set_key)."""
+    inner = f"UNHEX(SHA2(CONCAT(@lastline_oipad, {normalized(column, info, alias)}), 256))"
+    return f"UNHEX(SHA2(CONCAT(@lastline_oopad, {inner}), 256))"
 
 
 def _syllables(h: str, at: int, count: int) -> str:

@@ -1,10 +1,12 @@
-"""What looks like personal data in a backup: column names (email, phone, name, address, birth, national
-ids, bank and card numbers, IP addresses, passports...) and a sample of each text column's values (email
-addresses, phone numbers, card numbers that pass Luhn's check, IBANs that pass mod 97).
+"""Which columns of a backup look like personal data: by name (email, phone, name, address, birth, national
+ids, bank and card numbers, IP addresses, passports...) and by a sample of every column's values, binary
+ones too (email addresses, card numbers that pass Luhn's check, IBANs that pass mod 97, phone numbers),
+spread over the whole table and bounded in cost (staging.sampling).
 
-The scan reads the backup's manifest and the head of each table's first chunk (untrusted input: only
-decoded and matched, never executed). It errs on the side of flagging: a flagged column that holds no
-personal data gets an explicit `keep` rule, which the report lists.
+It fails closed: a binary column whose values are not text (images, compressed or encrypted bytes)
+cannot be inspected and is flagged too. A column that holds no personal data gets an explicit rule
+(`keep`, listed in the report; `null` or `fixed:<value>` for bytes nobody needs in staging). What the
+schema's own text holds (comments, defaults, views, triggers, routines, events) is pii_objects' part.
 """
 from __future__ import annotations
 
@@ -13,13 +15,14 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from lastline.logical import dialect
-from lastline.logical.chunk_files import read_chunk
 from lastline.manifest import LogicalManifest, LogicalTable
+from lastline.staging import patterns
+from lastline.staging.patterns import iban_ok, luhn  # noqa: F401 (part of this module's interface)
 from lastline.staging.rules import column_key
+from lastline.staging.sampling import ENOUGH, TableSample, category, sample
 from lastline.storage import Storage
 
-SAMPLE_BYTES = 256 << 10
-SAMPLE_ROWS = 500
+NOT_TEXT_SHARE = 10  # a binary column is unreadable when over 1 in NOT_TEXT_SHARE sampled values is not text
 
 # name tokens (a column name split at _, -, spaces, digits and camelCase) -> the kind of data
 TOKENS: dict[str, str] = {
@@ -41,11 +44,7 @@ INSIDE = {"email": "email", "phone": "phone", "mobile": "phone", "address": "add
 # kinds a number or date column may hold (an `address_id` integer is a key, not an address)
 NOT_TEXT_KINDS = {"phone", "birth", "national id", "bank/card", "ip"}
 SUGGEST = {"email": "email", "phone": "phone", "name": "name"}
-
-EMAIL = re.compile(r"[A-Za-z0-9._%+'-]+@[A-Za-z0-9-]+(\.[A-Za-z0-9-]+)*\.[A-Za-z]{2,}")
-PHONE = re.compile(r"\+?[0-9][0-9 ().-]{5,22}[0-9]")
-CARD = re.compile(r"(?<![0-9])[0-9](?:[ -]?[0-9]){12,18}(?![0-9])")
-IBAN = re.compile(r"\b[A-Z]{2}[0-9]{2}(?: ?[A-Z0-9]){11,30}\b")
+UNREADABLE = "unreadable binary"
 
 
 @dataclass
@@ -62,10 +61,20 @@ class Finding:
     def key(self) -> str:
         return column_key(self.schema, self.table, self.column)
 
-    def suggestion(self, nullable: bool, text: bool) -> str:
-        """A rule to paste: the strategy of its kind (a text column), else hash, null, or keep."""
-        if not text:
-            return "null" if nullable else "keep"
+    def add(self, kind: str, how_many: str, example: str | None) -> None:
+        """A kind found by value: `<how_many> look like <kind> (e.g. <example, redacted>)`."""
+        if kind not in self.kinds:
+            self.kinds.append(kind)
+        self.why.append(f"{how_many} look like {kind}" + (f" (e.g. {example})" if example else ""))
+
+    def suggestion(self, col: dialect.Column, unique: bool = False) -> str:
+        """A rule to paste: the strategy of its kind (a text column), else hash; bytes: null, an empty fixed
+        value (NOT NULL), keep (NOT NULL and UNIQUE: a key); numbers and dates: null, else keep."""
+        kind = category(col)
+        if kind == "binary":
+            return "null" if col.nullable else "keep" if unique else "fixed:"
+        if kind != "text":
+            return "null" if col.nullable else "keep"
         if "name" in self.kinds:
             words = tokens(self.column)
             return "last_name" if {"last", "lastname", "surname"} & set(words) else \
@@ -92,77 +101,50 @@ def kinds_by_name(name: str, column_type: str, text: bool) -> list[str]:
     return list(dict.fromkeys(found))
 
 
-def luhn(digits: str) -> bool:
-    total = 0
-    for i, ch in enumerate(reversed(digits)):
-        d = int(ch) * (2 if i % 2 else 1)
-        total += d - 9 if d > 9 else d
-    return total % 10 == 0
-
-
-def iban_ok(text: str) -> bool:
-    s = text.replace(" ", "")
-    moved = s[4:] + s[:4]
-    return int("".join(str(int(ch, 36)) for ch in moved)) % 97 == 1
-
-
 def kinds_by_values(values: Iterable[str]) -> dict[str, int]:
-    """How many sampled values hold an email address, a card number (Luhn), an IBAN (mod 97), or are a
-    phone number (a whole value of 7-15 digits with a + or separators)."""
+    """How many values hold an email address, a card number (Luhn) or an IBAN (mod 97), or are a phone
+    number (a whole value of 7-15 digits with a + or separators)."""
     counts = {"email": 0, "phone": 0, "bank/card": 0}
     for v in values:
-        if EMAIL.search(v):
-            counts["email"] += 1
-        if any(luhn(re.sub(r"[ -]", "", m.group())) for m in CARD.finditer(v)) or any(iban_ok(m.group()) for m in IBAN.finditer(v)):
-            counts["bank/card"] += 1
-        s = v.strip()
-        if PHONE.fullmatch(s) and 7 <= sum(ch.isdigit() for ch in s) <= 15 and (s.startswith("+") or re.search(r"[ ().-]", s)):
+        for kind in {kind for _, kind, _ in patterns.find(v)}:
+            counts[kind] += 1
+        if patterns.is_phone(v):
             counts["phone"] += 1
     return {k: n for k, n in counts.items() if n}
 
 
-def sample(storage: Storage, manifest: LogicalManifest, t: LogicalTable) -> list[list[bytes | None]]:
-    """Up to SAMPLE_ROWS rows from the head of the table's first chunk (whole lines only)."""
-    if not t.chunks:
-        return []
-    c = t.chunks[0]
-    data = bytearray()
-    reader = read_chunk(storage, f"{manifest.backup_id}/{c.file}", manifest.compression, c.sha256, f"{t.schema}.{t.name}")
-    try:
-        for piece in reader:
-            data += piece
-            if len(data) >= SAMPLE_BYTES:
-                break
-    finally:
-        reader.close()
-    complete = bytes(data[: data.rfind(b"\n") + 1]) if len(data) >= SAMPLE_BYTES else bytes(data)
-    return list(dialect.decode_rows(complete))[:SAMPLE_ROWS]
+def column_findings(t: LogicalTable, s: TableSample) -> list[Finding]:
+    """The columns of a sampled table that look like personal data, by name or by value, or cannot be read."""
+    found = []
+    for col, c in zip((dialect.Column(**c) for c in t.columns), s.columns):
+        kind = category(col)
+        f = Finding(t.schema, t.name, col.name)
+        for k in kinds_by_name(col.name, col.column_type, kind in ("text", "binary")):  # a VARBINARY email too
+            f.kinds.append(k)
+            f.why.append(f"its name suggests {k}")
+        for k in ("email", "bank/card"):
+            if c.rows.get(k):
+                n = len(c.rows[k])
+                f.add(k, f"{n}{'+' if n >= ENOUGH else ''} of {s.rows_read} values read", c.example.get(k))
+        if c.phones and c.phones * 2 >= c.values:  # a column of phone numbers, not one that happens to hold a few
+            f.add("phone", f"{c.phones} of {c.values} sampled values", c.example.get("phone"))
+        if kind == "number" and c.cards * 2 > c.values:  # a tenth of all long numbers pass Luhn: most must
+            f.add("bank/card", f"{c.cards} of {c.values} sampled values", c.example.get("bank/card"))
+        if kind == "binary" and (c.not_text * NOT_TEXT_SHARE > c.values or (t.rows and not s.rows_decoded)):
+            f.kinds.append(UNREADABLE)
+            f.why.append((f"{c.not_text} of {c.values} sampled values are not text" if s.rows_decoded else
+                          "no row of it could be read whole") + " (images, compressed or encrypted bytes?): it cannot "
+                         "be inspected; give it a rule (null, fixed:<value>, or keep on the record)")
+        if f.kinds:
+            found.append(f)
+    return found
 
 
 def scan(storage: Storage, manifest: LogicalManifest, databases: list[str]) -> list[Finding]:
-    """Every column of the databases in scope that looks like personal data, by name or by its values."""
+    """Every column of the databases in scope that looks like personal data, by name or by its values, or
+    whose values cannot be inspected."""
     found: list[Finding] = []
     for t in manifest.tables:
-        if t.schema not in databases:
-            continue
-        columns = [dialect.Column(**c) for c in t.columns]
-        rows = None
-        for i, col in enumerate(columns):
-            text = col.charset is not None
-            f = Finding(t.schema, t.name, col.name)
-            for kind in kinds_by_name(col.name, col.column_type, text):
-                f.kinds.append(kind)
-                f.why.append(f"its name suggests {kind}")
-            if text:
-                if rows is None:
-                    rows = sample(storage, manifest, t)
-                values = [r[i].decode("utf-8", "replace") for r in rows if len(r) == len(columns) and r[i]]
-                for kind, n in kinds_by_values(values).items():
-                    if kind == "phone" and n * 2 < len(values):
-                        continue  # a column of phone numbers, not one that happens to hold a few
-                    if kind not in f.kinds:
-                        f.kinds.append(kind)
-                    f.why.append(f"{n} of {len(values)} sampled values look like {kind}")
-            if f.kinds:
-                found.append(f)
+        if t.schema in databases:
+            found += column_findings(t, sample(storage, manifest, t))
     return found

@@ -23,8 +23,8 @@ from lastline.logical import dialect
 from lastline.logical.backup_files import checked_schema
 from lastline.logical.schema import split_deferred
 from lastline.manifest import read_manifest, resolve_backup
-from lastline.staging import masking, pii
-from lastline.staging.rules import EMAIL_DOMAIN, HASHED, Rule, parse_rules
+from lastline.staging import masking, pii, pii_objects
+from lastline.staging.rules import EMAIL_DOMAIN, HASHED, Rule, parse_rule_set
 
 log = logging.getLogger(__name__)
 
@@ -45,6 +45,7 @@ class StagingPlan(Plan):
     open_for_writes: bool
     restore: dict = field(default_factory=dict)
     aws_conn_id: str | None = None
+    kept_objects: list[str] = field(default_factory=list)  # "<db>.<object>": "keep" rules (schema text kept as is)
 
     def rule_list(self) -> list[Rule]:
         return [Rule(**r) for r in self.rules]
@@ -100,6 +101,30 @@ def _rule_problem(r: Rule, col: dialect.Column, unique: bool) -> str | None:
     return None
 
 
+def _pii_refusal(columns: list[pii.Finding], objects: list[pii_objects.ObjectFinding], tables: dict, creates: dict) -> str:
+    """The PII guard's refusal: each column without a rule and each object whose text looks personal, why
+    (values redacted), and a rules snippet to start from."""
+    parts, snippet = [], {}
+    if columns:
+        for f in columns:
+            col = next(dialect.Column(**c) for c in tables[(f.schema, f.table)].columns if c["name"] == f.column)
+            snippet[f.key] = f.suggestion(col, f.column in unique_columns(creates.get((f.schema, f.table), "")))
+        parts.append(f"{len(columns)} column(s) look like personal data and have no masking rule:\n  "
+                     + "\n  ".join(f"{f.key}: {'; '.join(f.why)}" for f in columns))
+    if objects:
+        snippet.update((f.key, "keep") for f in objects)
+        parts.append(f"{len(objects)} schema object(s) hold text that looks like personal data, which no masking rule can "
+                     "change (staging would get it as it is):\n  "
+                     + "\n  ".join(f"{f.key} ({f.kind}): {'; '.join(f.found)}" for f in objects))
+    todo = [("Add a rule for each" + (" column" if objects else "") + " (\"keep\" to leave one as it is, on the record)")
+            if columns else "",
+            "change each object at the source, or acknowledge it on the record with \"<db>.<object>\": \"keep\""
+            if objects else ""]
+    advice = "; ".join(t for t in todo if t)
+    return ("\n".join(parts) + "\n" + advice[:1].upper() + advice[1:] + "; to start from, merge into masking_rules:\n"
+            + json.dumps(snippet, indent=1) + "\nNothing was touched.")
+
+
 def preflight(conf: dict, rules: Any) -> dict:
     """The target guard (role staging, not protected, not the backup's source), the rules (every one names a
     column of the backup, fits it), the PII guard (every column that looks personal has a rule) and the
@@ -127,8 +152,12 @@ def preflight(conf: dict, rules: Any) -> dict:
 
     tables = {(t.schema, t.name): t for t in manifest.tables}
     creates = {(t["schema"], t["name"]): t["create"] for t in schema["tables"]}
-    parsed = [r for r in parse_rules(rules) if r.schema in databases]
-    problems = []
+    column_rules, object_rules = parse_rule_set(rules)
+    parsed = [r for r in column_rules if r.schema in databases]
+    acknowledged = [o for o in object_rules if o.schema in databases]
+    known_objects = pii_objects.object_names(schema, databases)
+    problems = [f"{o.key}: no table, view, trigger, routine or event of that name in backup {backup_id}"
+                for o in acknowledged if (o.schema, o.name) not in known_objects]
     for r in parsed:
         t = tables.get((r.schema, r.table))
         cols = {c["name"]: dialect.Column(**c) for c in t.columns} if t else {}
@@ -153,32 +182,27 @@ def preflight(conf: dict, rules: Any) -> dict:
 
     covered = {r.key for r in parsed}
     uncovered = [f for f in pii.scan(storage, manifest, databases) if f.key not in covered]
-    if uncovered:
-        snippet = {}
-        for f in uncovered:
-            col = next(dialect.Column(**c) for c in tables[(f.schema, f.table)].columns if c["name"] == f.column)
-            snippet[f.key] = f.suggestion(col.nullable, col.charset is not None)
-        raise PreflightError(
-            f"{len(uncovered)} column(s) look like personal data and have no masking rule:\n  "
-            + "\n  ".join(f"{f.key}: {'; '.join(f.why)}" for f in uncovered)
-            + "\nAdd a rule for each (\"keep\" to leave one as it is, on the record); to start from, merge into "
-            "masking_rules:\n" + json.dumps(snippet, indent=1) + "\nNothing was touched."
-        )
+    kept = {o.key for o in acknowledged}
+    unacknowledged = [f for f in pii_objects.scan_objects(schema, databases) if f.key not in kept]
+    if uncovered or unacknowledged:
+        raise PreflightError(_pii_refusal(uncovered, unacknowledged, tables, creates))
     key_conn_id = params.text("masking_key_conn_id", "lastline_masking") or "lastline_masking"
     connections.secret(key_conn_id)  # present; read again where it is used, never kept
 
     restore = {k: conf[k] for k in RESTORE_KNOBS if k in conf and conf[k] is not None}
     restore.update(target_conn_id=target_conn_id, backup=f"{_destination(params.required('backup'))}/{backup_id}",
-                   databases=databases, force=params.flag("force", True), restore_into_source="", restore_grants=False,
-                   approval=False)  # staging is replaced every morning by design: nobody is asked
+                   databases=databases, force=params.flag("force", True), restore_into_source="", restore_grants=False)
+    # (nobody is asked to approve: a staging server, whose connection says so, is replaced every morning by design)
     with server.session() as cur:  # everything checked: keep writes out until masking is verified
         cur.execute("SET GLOBAL read_only = ON")
-    log.info("staging refresh of %s from backup %s: %d database(s), %d rule(s) (%d keep); every PII-looking column covered",
-             server.describe(), backup_id, len(databases), len(parsed), sum(r.strategy == "keep" for r in parsed))
+    log.info("staging refresh of %s from backup %s: %d database(s), %d rule(s) (%d keep), %d schema object(s) kept; every "
+             "PII-looking column covered", server.describe(), backup_id, len(databases), len(parsed),
+             sum(r.strategy == "keep" for r in parsed), len(acknowledged))
     return StagingPlan(
         target_conn_id=target_conn_id, backup=restore["backup"], backup_id=backup_id, databases=databases,
         rules=[r.to_dict() for r in parsed], masking_key_conn_id=key_conn_id,
         open_for_writes=params.flag("open_for_writes", True), restore=restore, aws_conn_id=aws,
+        kept_objects=sorted({o.key for o in acknowledged}),
     ).to_dict()
 
 
@@ -193,12 +217,12 @@ def mask(plan: StagingPlan | dict, run_key: str) -> dict:
     key = connections.secret(plan.masking_key_conn_id)
     t0 = time.monotonic()
     done, skipped = {}, []
-    conn = server.connect()
+    conn = server.connect(local_infile=1)  # LOCAL INFILE for set_key's own statement only (lastline's handler)
     try:
         cur = conn.cursor()
         cur.execute("SET SESSION sql_log_bin = 0, foreign_key_checks = 0, autocommit = 0")
         masking.ensure_tables(cur)
-        masking.set_key(cur, key)
+        masking.set_key(conn, key, run_key)
         for (schema, table), rules in masking.by_table(plan.rule_list()).items():
             s = time.monotonic()
             audit = masking.mask_table(conn, run_key, schema, table, rules, masking.column_infos(cur, schema, table))
@@ -235,13 +259,15 @@ def report(plan: StagingPlan | dict, verified: dict, masked: dict, dag_id: str, 
     plan = StagingPlan.of(plan)
     out = {"backup": plan.backup, "target_conn_id": plan.target_conn_id, "databases": plan.databases,
            "mask_seconds": masked.get("seconds"), "columns": verified["columns"], "joins": verified["joins"],
-           "kept": [c["column"] for c in verified["columns"] if c["strategy"] == "keep"]}
+           "kept": [c["column"] for c in verified["columns"] if c["strategy"] == "keep"] + plan.kept_objects}
     lines = [f"# Staging refresh of {plan.target_conn_id} from {plan.backup}", "",
              "| column | strategy | values | rows changed | survivors |", "|---|---|---|---|---|"]
     lines += [f"| {c['column']} | {c['strategy']} | {c['values']} | {c['rows_changed']} | {c['survivors']} |" for c in verified["columns"]]
     if verified["joins"]:
         lines += ["", "| joined columns | strategy | values in common before | after |", "|---|---|---|---|"]
         lines += [f"| {j['a']} = {j['b']} | {j['strategy']} | {j['before']} | {j['after']} |" for j in verified["joins"]]
+    if plan.kept_objects:
+        lines += ["", "Schema objects kept as they are, on the record: " + ", ".join(plan.kept_objects)]
     where = reports.save(dag_id, run_id, {"staging_refresh.json": json.dumps(out, indent=1),
                                           "staging_refresh.md": "\n".join(lines) + "\n"})
     log.info("staging report: %s/staging_refresh.md", where)

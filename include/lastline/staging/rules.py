@@ -9,6 +9,10 @@ value masks to the same output in every table and every refresh with the same ke
 - ``phone``: the same length and punctuation, every digit replaced;
 - ``hash``: the hex of the value's keyed HMAC-SHA256 (cut to the column's length);
 - ``null``; ``fixed:<value>``; ``keep`` (an explicit, audited opt-out).
+
+A two-part key, `` "<db>.<object>": "keep" ``, acknowledges text that looks personal in a schema object's
+own text (a table's COMMENT or a column's DEFAULT, a view, trigger, routine or event: see pii_objects),
+which no rule can mask: `keep` is its only strategy, and the report lists it.
 """
 from __future__ import annotations
 
@@ -46,12 +50,20 @@ class Rule:
 
 def column_key(schema: str, table: str, column: str) -> str:
     """`db.table.column`, with each part backquoted if it holds a dot, a backquote or a space."""
-    parts = [p if re.fullmatch(r"[^.` ]+", p) else quote_ident(p) for p in (schema, table, column)]
-    return ".".join(parts)
+    return _dotted(schema, table, column)
 
 
-def split_key(key: str) -> tuple[str, str, str]:
-    """`db.table.column` (parts optionally backquoted) as its three names."""
+def object_key(schema: str, name: str) -> str:
+    """`db.object`, each part backquoted if it holds a dot, a backquote or a space."""
+    return _dotted(schema, name)
+
+
+def _dotted(*parts: str) -> str:
+    return ".".join(p if re.fullmatch(r"[^.` ]+", p) else quote_ident(p) for p in parts)
+
+
+def split_name(key: str) -> list[str]:
+    """A dotted name's parts (each optionally backquoted, a backquote inside doubled)."""
     parts, i = [], 0
     while i <= len(key):
         if key[i:i + 1] == "`":
@@ -68,13 +80,40 @@ def split_key(key: str) -> tuple[str, str, str]:
         if i < len(key) and key[i] != ".":
             raise ConfigError(f"masking rule {key!r}: expected a dot after {parts[-1]!r}.")
         i += 1
-    if len(parts) != 3 or not all(parts):
+    if len(parts) not in (2, 3) or not all(parts):
+        raise ConfigError(f"masking rule {key!r}: write it as <database>.<table>.<column>, or <database>.<object> with "
+                          "\"keep\" to acknowledge a schema object (backquote names with dots).")
+    return parts
+
+
+def split_key(key: str) -> tuple[str, str, str]:
+    """`db.table.column` (parts optionally backquoted) as its three names."""
+    parts = split_name(key)
+    if len(parts) != 3:
         raise ConfigError(f"masking rule {key!r}: write it as <database>.<table>.<column> (backquote names with dots).")
     return parts[0], parts[1], parts[2]
 
 
+@dataclass(frozen=True)
+class ObjectRule:
+    """A schema object whose own text is kept as it is, on the record (`"<db>.<object>": "keep"`)."""
+
+    schema: str
+    name: str
+
+    @property
+    def key(self) -> str:
+        return object_key(self.schema, self.name)
+
+
 def parse_rules(rules: Any) -> list[Rule]:
-    """The rules of a JSON object (or its text); an unknown strategy or a malformed name is a ConfigError."""
+    """The column rules of a JSON object (or its text); an unknown strategy or a malformed name is a
+    ConfigError (object keys are checked too: see parse_rule_set)."""
+    return parse_rule_set(rules)[0]
+
+
+def parse_rule_set(rules: Any) -> tuple[list[Rule], list[ObjectRule]]:
+    """The column rules and the object acknowledgements of a JSON object (or its text)."""
     if isinstance(rules, str):
         import json
 
@@ -86,10 +125,20 @@ def parse_rules(rules: Any) -> list[Rule]:
         rules = {}
     if not isinstance(rules, dict):
         raise ConfigError("masking_rules must be a JSON object {\"<db>.<table>.<column>\": \"<strategy>\"}.")
-    out = []
+    out, objects = [], []
     for key, strategy in rules.items():
-        schema, table, column = split_key(str(key))
+        parts = split_name(str(key))
         text = str(strategy).strip()
+        if len(parts) == 2:
+            if text != "keep":
+                raise ConfigError(
+                    f"masking rule {key!r}: a two-part name acknowledges a schema object (a table's COMMENT or DEFAULT, "
+                    f"a view, trigger, routine or event), whose text no rule can mask: its only strategy is \"keep\", "
+                    f"not {text!r}. Change the object at the source, or mask a column with <database>.<table>.<column>."
+                )
+            objects.append(ObjectRule(parts[0], parts[1]))
+            continue
+        schema, table, column = parts
         name, _, value = text.partition(":")
         if name == "fixed" and _:
             out.append(Rule(schema, table, column, "fixed", value))
@@ -97,4 +146,4 @@ def parse_rules(rules: Any) -> list[Rule]:
             out.append(Rule(schema, table, column, text))
         else:
             raise ConfigError(f"masking rule {key!r}: unknown strategy {text!r}; choose one of {', '.join(STRATEGIES)}.")
-    return out
+    return out, objects

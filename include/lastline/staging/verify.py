@@ -9,7 +9,7 @@ from lastline import connections
 from lastline.core.errors import IntegrityError
 from lastline.core.sql import META_DB, qualified
 from lastline.logical import dialect
-from lastline.staging import masking
+from lastline.staging import masking, quarantine
 from lastline.staging.refresh import StagingPlan
 from lastline.staging.rules import HASHED, Rule
 
@@ -18,16 +18,17 @@ log = logging.getLogger(__name__)
 
 def verify_masking(plan: StagingPlan | dict, run_key: str) -> dict:
     """No original value of a masked column survives (the target's values before masking, which the restore
-    verified equal to the backup's, as SHA-256 in mask_originals): in its own column for every hashed
-    strategy, in any masked column for email and hash; no row keeps its own phone number; null and fixed
-    columns hold nothing else; joins between masked columns of one strategy still match (as many distinct
-    values in common after as before). Returns the audit."""
+    verified equal to the backup's, kept in mask_originals under the run's originals key): in its own column
+    for every hashed strategy, in any masked column for email and hash; no row keeps its own phone number;
+    null and fixed columns hold nothing else; joins between masked columns of one strategy still match (as
+    many distinct values in common after as before). Marks the run verified (see quarantine). Returns the audit."""
     plan = StagingPlan.of(plan)
     server = connections.server(plan.target_conn_id)
     rules = plan.rule_list()
     bad: list[str] = []
     audit: list[dict] = []
-    with server.session() as cur:
+    with server.session(local_infile=1) as cur:  # LOCAL INFILE for set_key's own statement only
+        masking.set_key(cur.connection, connections.secret(plan.masking_key_conn_id), run_key)  # the originals' key
         cur.execute(f"SELECT schema_name, table_name, column_name, strategy, values_masked, left_equal, rows_changed "
                     f"FROM {META_DB}.mask_audit WHERE run_key = %s", (run_key,))
         recorded = {(_s(a), _s(b), _s(c)): (_s(st), int(v), int(le), int(rc)) for a, b, c, st, v, le, rc in cur.fetchall()}
@@ -68,6 +69,7 @@ def verify_masking(plan: StagingPlan | dict, run_key: str) -> dict:
     if bad:
         raise IntegrityError("masking verification failed:\n  " + "\n  ".join(bad)
                              + "\nThe target stays read-only; fix the rules and run the refresh again.")
+    quarantine.mark_verified(server, run_key)  # the teardown keeps the data now, and opens staging to its readers
     log.info("masking verified: %d column(s), no original value survives; %d join(s) between masked columns kept",
              len(audit), len(joins))
     return {"columns": audit, "joins": joins}

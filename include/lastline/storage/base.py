@@ -41,6 +41,15 @@ def checked_key(key: str, where: str) -> str:
     return key
 
 
+def refusal(location: str, what: str) -> IntegrityError:
+    """The refusal of a backup file that is not a regular file reached through plain folders (file and ssh
+    storage read none other: a link in a backup folder must not lead a restore to another file)."""
+    return IntegrityError(
+        f"{location}: {what}; backups are read without following links and only from regular files, so "
+        "nothing was loaded from it. Someone changed the backup folder: restore another backup."
+    )
+
+
 class Storage(abc.ABC):
     """A place that holds backups as `<backup_id>/<name>` objects."""
 

@@ -1,13 +1,24 @@
-"""A backup folder on a local (or mounted) filesystem."""
+"""A backup folder on a local (or mounted) filesystem.
+
+Everything read from a backup folder is untrusted input, and a symlink in it would take a restore to any
+file the worker can read (its environment, a key). So every read is made by descriptor: each folder on the
+way is opened relative to the one before it with O_NOFOLLOW, the file last, and only a regular file is read
+(`refusal` says why not). Only the destination root, which the deployment chose, is resolved (once).
+"""
 from __future__ import annotations
 
 import errno
 import os
 import shutil
+import stat
 from collections.abc import Iterator
 
-from lastline.core.errors import StorageError
-from lastline.storage.base import Storage, Writer, checked_key
+from lastline.core.errors import IntegrityError, StorageError
+from lastline.storage.base import Storage, Writer, checked_key, refusal
+
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+# O_NONBLOCK: a FIFO swapped in after the check must not hang the open (it is refused by fstat then)
+_FILE_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
 
 
 def private_dirs(path: str) -> None:
@@ -26,7 +37,7 @@ class FileWriter(Writer):
     def __init__(self, path: str) -> None:
         self.path, self.tmp = path, path + ".partial"
         private_dirs(os.path.dirname(path))
-        self.fh = os.fdopen(os.open(self.tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "wb")
+        self.fh = os.fdopen(os.open(self.tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600), "wb")
 
     def write(self, data: bytes) -> None:
         try:
@@ -54,42 +65,128 @@ class FileWriter(Writer):
             pass
 
 
+def _kind(mode: int) -> str:
+    return ("a symlink" if stat.S_ISLNK(mode) else "a folder" if stat.S_ISDIR(mode) else "a file" if stat.S_ISREG(mode) else "a FIFO" if stat.S_ISFIFO(mode)
+            else "a socket" if stat.S_ISSOCK(mode) else "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) else "not a regular file")
+
+
 class FileStorage(Storage):
     """Backups under a local directory."""
 
     def __init__(self, root: str) -> None:
         self.root = root.rstrip("/") or "/"
         self.url = f"file://{self.root}"
+        self.real_root = os.path.realpath(self.root)  # the deployment's choice: the one path ever resolved
 
     def _path(self, key: str) -> str:
         return os.path.join(self.root, checked_key(key, self.url))
+
+    def _folder(self, key: str) -> tuple[int, str] | None:
+        """(descriptor of the folder holding `key`, the file's name) with no symlink followed on the way;
+        None if a folder on the way does not exist. The caller closes the descriptor."""
+        parts = checked_key(key, self.url).split("/")
+        try:
+            fd = os.open(self.real_root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        except FileNotFoundError:
+            return None
+        for i, part in enumerate(parts[:-1]):
+            try:
+                nxt = os.open(part, _DIR_FLAGS, dir_fd=fd)
+            except OSError as exc:
+                mode = None
+                if exc.errno in (errno.ELOOP, errno.ENOTDIR):
+                    try:
+                        mode = os.stat(part, dir_fd=fd, follow_symlinks=False).st_mode
+                    except OSError:
+                        pass
+                os.close(fd)
+                if exc.errno == errno.ENOENT:
+                    return None
+                if mode is not None:
+                    raise refusal(self.location(key), f"its folder {'/'.join(parts[:i + 1])} is {_kind(mode)}") from exc
+                raise StorageError(f"cannot open {self.location(key)}: {exc.strerror}.") from exc
+            os.close(fd)
+            fd = nxt
+        return fd, parts[-1]
+
+    def _stat(self, key: str) -> os.stat_result | None:
+        """lstat of `key` (never following a link, nor one on its path); None if it does not exist; refused
+        unless it is a regular file."""
+        found = self._folder(key)
+        if found is None:
+            return None
+        fd, name = found
+        try:
+            st = os.stat(name, dir_fd=fd, follow_symlinks=False)
+        except FileNotFoundError:
+            return None
+        finally:
+            os.close(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise refusal(self.location(key), f"it is {_kind(st.st_mode)}")
+        return st
+
+    def open_file(self, key: str) -> int:
+        """A descriptor on the regular file `key`, opened by descriptor from the root with no symlink followed
+        (IntegrityError if anything on the way is not a plain folder or file; StorageError if it is missing)."""
+        found = self._folder(key)
+        if found is None:
+            raise StorageError(f"{self.location(key)} does not exist.")
+        dir_fd, name = found
+        try:
+            try:  # looked at first, so that a FIFO or a device is never even opened
+                st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+            except FileNotFoundError as exc:
+                raise StorageError(f"{self.location(key)} does not exist.") from exc
+            if not stat.S_ISREG(st.st_mode):
+                raise refusal(self.location(key), f"it is {_kind(st.st_mode)}")
+            try:
+                fd = os.open(name, _FILE_FLAGS, dir_fd=dir_fd)
+            except OSError as exc:
+                if exc.errno == errno.ELOOP:  # swapped for a link since the look
+                    raise refusal(self.location(key), "it is a symlink") from exc
+                raise StorageError(f"cannot open {self.location(key)}: {exc.strerror}.") from exc
+        finally:
+            os.close(dir_fd)
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):  # what was opened decides, not what was looked at
+            os.close(fd)
+            raise refusal(self.location(key), f"it is {_kind(st.st_mode)}")
+        os.set_blocking(fd, True)
+        return fd
 
     def writer(self, key: str) -> Writer:
         try:
             return FileWriter(self._path(key))
         except OSError as exc:
+            if exc.errno == errno.ELOOP:  # O_NOFOLLOW: a symlink where the file is written is never followed
+                raise IntegrityError(f"cannot write to {self.location(key)}: its .partial is a symlink, and lastline never "
+                                     "writes through one; remove it (someone put it there) and re-run.") from exc
             raise StorageError(f"cannot write to {self.location(key)}: {exc.strerror}.") from exc
 
     def reader(self, key: str, chunk: int = 1 << 20) -> Iterator[bytes]:
-        path = self._path(key)
-        try:
-            fh = open(path, "rb")
-        except FileNotFoundError as exc:
-            raise StorageError(f"{self.location(key)} does not exist.") from exc
-        with fh:
+        with os.fdopen(self.open_file(key), "rb", buffering=0) as fh:
             while data := fh.read(chunk):
                 yield data
 
     def exists(self, key: str) -> bool:
-        return os.path.exists(self._path(key))
+        return self._stat(key) is not None
 
     def size(self, key: str) -> int:
-        return os.path.getsize(self._path(key))
+        st = self._stat(key)
+        if st is None:
+            raise StorageError(f"{self.location(key)} does not exist.")
+        return st.st_size
+
+    def size_if_exists(self, key: str) -> int | None:
+        st = self._stat(key)
+        return None if st is None else st.st_size
 
     def list_backups(self) -> list[str]:
         if not os.path.isdir(self.root):
             return []
-        return sorted(e.name for e in os.scandir(self.root) if e.is_dir() and not e.name.startswith("."))
+        # a linked folder is no backup of this destination (and reading it would be refused)
+        return sorted(e.name for e in os.scandir(self.root) if e.is_dir(follow_symlinks=False) and not e.name.startswith("."))
 
     def delete_backup(self, backup_id: str) -> None:
         shutil.rmtree(self._path(backup_id), ignore_errors=True)

@@ -2,7 +2,12 @@
 
 Streams go through the SSH channel (the OpenSSH client of :class:`~lastline.runner.SshHost`): a
 writer is one `cat > <key>.partial` on the remote host, fsynced and renamed on commit; a reader is one
-`cat <key>`. Nothing is staged on this machine.
+`cat` of a descriptor the remote shell opened and checked (_READ). Nothing is staged on this machine.
+
+A backup folder is untrusted input: a symlink in it must not take a restore to another file of the
+remote host. The remote shell opens the file on a descriptor and reads it only if that descriptor is a
+regular file at exactly `<resolved root>/<key>` (`readlink /proc/$$/fd/3`): a link anywhere on the way
+resolves elsewhere and is refused. Sizes are answered the same way, never following a link.
 """
 from __future__ import annotations
 
@@ -13,9 +18,30 @@ from lastline import connections
 from lastline.core.datadir import free_bytes
 from lastline.core.errors import StorageError
 from lastline.core.hosts import SshHost
-from lastline.storage.base import Storage, Writer, checked_key
+from lastline.storage.base import Storage, Writer, checked_key, refusal
 
 _WRITE = 'umask 077 && mkdir -p "$(dirname "$1")" && cat > "$1.partial" && sync "$1.partial"'
+REFUSED = 65  # the exit status of _READ for a file it will not read (stderr says why)
+# $1: the destination root (resolved here: the deployment chose it), $2: the key (checked_key: no `.`, `..`, `//`).
+# A FIFO or device is never opened (looked at first); what is opened decides (the descriptor's path and type).
+_READ = """r=$(readlink -f -- "$1") || exit 1
+p="$r/$2"
+if [ -L "$p" ]; then echo "it is a symlink" >&2; exit 65; fi
+if [ -e "$p" ] && [ ! -f "$p" ]; then echo "it is not a regular file" >&2; exit 65; fi
+exec 3< "$p" || exit 1
+if [ "$(readlink "/proc/$$/fd/3")" != "$p" ]; then echo "a folder on its path is a symlink" >&2; exit 65; fi
+if [ ! -f "/proc/$$/fd/3" ]; then echo "it is not a regular file" >&2; exit 65; fi
+exec cat <&3
+"""
+# one line: `size N`, `missing`, or `refused <why>`
+_SIZE = """r=$(readlink -f -- "$1") || { echo missing; exit 0; }
+p="$r/$2"
+if [ -L "$p" ]; then echo "refused it is a symlink"; exit 0; fi
+if [ ! -e "$p" ]; then echo missing; exit 0; fi
+if [ "$(readlink -f -- "$p")" != "$p" ]; then echo "refused a folder on its path is a symlink"; exit 0; fi
+if [ ! -f "$p" ]; then echo "refused it is not a regular file"; exit 0; fi
+stat -c "size %s" -- "$p"
+"""
 
 
 def _stderr_tail(proc: subprocess.Popen) -> str:
@@ -87,12 +113,15 @@ class SshStorage(Storage):
         return SshWriter(self.host, self._path(key), self.location(key))
 
     def reader(self, key: str, chunk: int = 1 << 20) -> Iterator[bytes]:
-        proc = self.host.popen_script('exec cat "$1"', self._path(key))
+        proc = self.host.popen_script(_READ, self.root, checked_key(key, self.url))
         try:
             assert proc.stdout is not None
             while data := proc.stdout.read(chunk):
                 yield data
-            if proc.wait() != 0:
+            code = proc.wait()
+            if code == REFUSED:
+                raise refusal(self.location(key), _stderr_tail(proc))
+            if code != 0:
                 tail = _stderr_tail(proc)
                 raise StorageError(f"cannot read {self.location(key)}: {tail}{_hint(tail)}.")
         finally:
@@ -100,11 +129,24 @@ class SshStorage(Storage):
                 proc.kill()
                 proc.wait()
 
+    def size_if_exists(self, key: str) -> int | None:
+        answer = self.host.sh(_SIZE, self.root, checked_key(key, self.url)).strip()
+        if answer == "missing":
+            return None
+        if answer.startswith("refused "):
+            raise refusal(self.location(key), answer.removeprefix("refused "))
+        if not answer.startswith("size "):
+            raise StorageError(f"cannot look at {self.location(key)} on {self.host.name}: {answer or '(no answer)'}.")
+        return int(answer.removeprefix("size "))
+
     def exists(self, key: str) -> bool:
-        return self.host.run(["test", "-e", self._path(key)], check=False).returncode == 0
+        return self.size_if_exists(key) is not None
 
     def size(self, key: str) -> int:
-        return int(self.host.run(["stat", "-c", "%s", self._path(key)]).stdout)
+        size = self.size_if_exists(key)
+        if size is None:
+            raise StorageError(f"{self.location(key)} does not exist.")
+        return size
 
     def list_backups(self) -> list[str]:
         out = self.host.sh('[ -d "$1" ] || exit 0; find "$1" -mindepth 1 -maxdepth 1 -type d ! -name ".*" -printf "%f\\n"',
