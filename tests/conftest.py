@@ -5,8 +5,10 @@ imports airflow.
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -227,3 +229,21 @@ def webhook():
     yield hook
     os.environ.pop("AIRFLOW_CONN_LASTLINE_ALERTS", None)
     hook.shutdown()
+
+
+def tamper_schema(src: Path, dst: Path, change) -> Path:
+    """A copy of a backup whose schema.json was changed by `change(schema)`, with the manifest's sha256 and
+    file list updated to match (as someone who can write the backup folder would)."""
+    shutil.copytree(src, dst)
+    (folder,) = [p for p in dst.iterdir() if p.is_dir()]
+    schema = json.loads((folder / "schema.json").read_text())
+    change(schema)
+    data = json.dumps(schema).encode()
+    (folder / "schema.json").write_bytes(data)
+    manifest = json.loads((folder / "manifest.json").read_text())
+    manifest["schema_sha256"] = hashlib.sha256(data).hexdigest()
+    for f in manifest["files"]:
+        if f["name"] == "schema.json":
+            f.update(bytes=len(data), sha256=manifest["schema_sha256"])
+    (folder / "manifest.json").write_text(json.dumps(manifest))
+    return dst

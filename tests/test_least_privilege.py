@@ -7,15 +7,13 @@ The attacks here are written as someone who can write to backup storage would (e
 updated), and several run with the statement checks switched off, to prove the privilege line on its own."""
 from __future__ import annotations
 
-import hashlib
-import json
 import re
 import shutil
 from pathlib import Path
 
 import pytest
 
-from conftest import set_conn
+from conftest import set_conn, tamper_schema
 from lastline.core import accounts
 from lastline.core.errors import ConfigError
 from lastline.logical import backup as lb
@@ -68,23 +66,6 @@ def _commit(server, *statements: str) -> None:
 def _conf(dest: Path, **kw) -> dict:
     return {"target_conn_id": "t_ltarget", "backup": f"file://{dest}/latest", "databases": ["sakila", "edge", "lp_a_b"],
             "force": True, "parallel": 2, "tune": True, "redo_log_bytes": 128 << 20, **kw}
-
-
-def _tamper(src: Path, dst: Path, change) -> Path:
-    """A copy of a backup whose schema.json was changed by `change(schema)`, its hashes updated to match."""
-    shutil.copytree(src, dst)
-    (folder,) = [p for p in dst.iterdir() if p.is_dir()]
-    schema = json.loads((folder / "schema.json").read_text())
-    change(schema)
-    data = json.dumps(schema).encode()
-    (folder / "schema.json").write_bytes(data)
-    manifest = json.loads((folder / "manifest.json").read_text())
-    manifest["schema_sha256"] = hashlib.sha256(data).hexdigest()
-    for f in manifest["files"]:
-        if f["name"] == "schema.json":
-            f.update(bytes=len(data), sha256=manifest["schema_sha256"])
-    (folder / "manifest.json").write_text(json.dumps(manifest))
-    return dst
 
 
 def _grants(server, user: str) -> list[str]:
@@ -217,7 +198,7 @@ def test_with_the_statement_checks_off_privilege_alone_refuses_the_review_s_atta
                                     "SQL SECURITY DEFINER VIEW `loot` AS SELECT `User`, `Password` FROM `mysql`.`user`",
                                     "character_set_client": "utf8mb4", "collation_connection": "utf8mb4_general_ci"})
 
-    copy = _tamper(backup, tmp_path / "copy", change)
+    copy = tamper_schema(backup, tmp_path / "copy", change)
     _without_checks(monkeypatch)
     plan = lr.preflight(_conf(copy, databases=["lp_a_b"]))
     with pytest.raises(Exception) as err:
@@ -243,7 +224,7 @@ def test_a_backup_s_definer_is_never_used_and_events_come_back_disabled(backup, 
                                  "ENABLE DO DELETE FROM `lp_a_b`.`t`", "character_set_client": "utf8mb4",
                                  "collation_connection": "utf8mb4_general_ci", "database_collation": "utf8mb4_general_ci"})
 
-    copy = _tamper(backup, tmp_path / "copy", change)
+    copy = tamper_schema(backup, tmp_path / "copy", change)
     plan = lr.preflight(_conf(copy, databases=["lp_a_b"]))
     _restore(plan)
     target = victims

@@ -1,7 +1,6 @@
 """Trust boundaries: what a backup folder, a connection or a refusal can and cannot make lastline do."""
 from __future__ import annotations
 
-import hashlib
 import json
 import shutil
 import time
@@ -9,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from conftest import tamper_schema
 from lastline import connections
 from lastline.core.errors import ConfigError, IntegrityError, PipelineError, PreflightError, ProtectedTargetError, ServerError
 from lastline.logical import backup as lb
@@ -45,24 +45,6 @@ def _conf(dest: Path, **kw) -> dict:
     return {"target_conn_id": "t_ltarget", "backup": f"file://{dest}/latest", "databases": ["sakila"], "force": True, **kw}
 
 
-def _tamper_schema(src: Path, dst: Path, change) -> Path:
-    """A copy of a backup whose schema.json was changed by `change(schema)`, with the manifest's sha256 and
-    file list updated to match (as someone who can write the backup folder would)."""
-    shutil.copytree(src, dst)
-    (folder,) = [p for p in dst.iterdir() if p.is_dir()]
-    schema = json.loads((folder / "schema.json").read_text())
-    change(schema)
-    data = json.dumps(schema).encode()
-    (folder / "schema.json").write_bytes(data)
-    manifest = json.loads((folder / "manifest.json").read_text())
-    manifest["schema_sha256"] = hashlib.sha256(data).hexdigest()
-    for f in manifest["files"]:
-        if f["name"] == "schema.json":
-            f.update(bytes=len(data), sha256=manifest["schema_sha256"])
-    (folder / "manifest.json").write_text(json.dumps(manifest))
-    return dst
-
-
 def test_connections_run_one_statement_and_read_no_local_file(sentinel):
     conn = sentinel.connect()
     try:
@@ -94,7 +76,7 @@ def test_connections_run_one_statement_and_read_no_local_file(sentinel):
 ], ids=["load-data-local", "other-database", "second-statement", "create-select", "view", "trigger-table", "charset", "collation"])
 def test_a_schema_statement_that_is_not_its_own_create_is_refused_before_anything_is_touched(
         sakila_backup, sentinel, tmp_path, change, refusal):
-    copy = _tamper_schema(sakila_backup, tmp_path / "copy", change)
+    copy = tamper_schema(sakila_backup, tmp_path / "copy", change)
     t0 = time.monotonic()
     with pytest.raises(IntegrityError, match=refusal):
         lr.preflight(_conf(copy))
@@ -354,7 +336,7 @@ def test_grants_are_restored_when_asked_and_only_as_their_own_account(logical_so
     as_reporter = Server("r", host="127.0.0.1", port=dst.port, user="reporter", password="rep-pw-1")
     assert as_reporter.query("SELECT COUNT(*) FROM edge.null_like")[0][0] > 0
     # an entry that grants to another account than its own is refused before anything is touched
-    copy = _tamper_schema(tmp_path, tmp_path / "copy", lambda s: next(
+    copy = tamper_schema(tmp_path, tmp_path / "copy", lambda s: next(
         g for g in s["grants"] if g["user"] == "reporter")["grants"].append("GRANT ALL PRIVILEGES ON *.* TO `root`@`%`"))
     with pytest.raises(IntegrityError, match="is not a GRANT to that account"):
         lr.preflight({**conf, "backup": f"file://{copy}/latest", "restore_grants": True})

@@ -15,12 +15,16 @@ the two.
 """
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import functools
 import os
 import sys
+import tempfile
+import threading
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from lastline.core.errors import ConfigError, IntegrityError
 
@@ -145,3 +149,40 @@ def measure(path: str, compression: str, max_bytes: int, where: str) -> int:
 def require() -> None:
     """ConfigError unless the handler is built (see _library): before a loader connects."""
     _library()
+
+
+def unblock(fifo: str) -> None:
+    """Open and close the FIFO's read end so a writer blocked in open() or write() gives up."""
+    try:
+        os.close(os.open(fifo, os.O_RDONLY | os.O_NONBLOCK))
+    except OSError:
+        pass
+
+
+@contextlib.contextmanager
+def fed_fifo(write: Callable[[BinaryIO], None], label: str) -> Iterator[tuple[str, list[BaseException]]]:
+    """A FIFO in a private (0700) temporary folder, written by `write(fh)` in a thread of its own while the block
+    runs the LOAD DATA LOCAL that reads it: yields its path and the list that collects the writer's error (the
+    caller decides what it means). On the way out the writer is joined; if the block failed before the
+    statement read the FIFO, the writer is let go first."""
+    with tempfile.TemporaryDirectory(prefix="lastline-load-") as folder:
+        fifo = os.path.join(folder, "fifo")
+        os.mkfifo(fifo, 0o600)
+        errors: list[BaseException] = []
+
+        def pump() -> None:
+            try:
+                with open(fifo, "wb") as fh:
+                    write(fh)
+            except BaseException as exc:  # noqa: BLE001 - handed to the caller
+                errors.append(exc)
+
+        writer = threading.Thread(target=pump, name=label, daemon=True)
+        writer.start()
+        try:
+            yield fifo, errors
+        except BaseException:
+            unblock(fifo)
+            writer.join()
+            raise
+        writer.join()

@@ -22,7 +22,6 @@ from __future__ import annotations
 import logging
 import os
 import tempfile
-import threading
 import time
 from typing import Any
 
@@ -95,15 +94,6 @@ class Lane:
                 pass
 
 
-def _unblock(fifo: str) -> None:
-    """Open and close the FIFO's read end so a writer blocked in open() or write() gives up."""
-    try:
-        fd = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)
-        os.close(fd)
-    except OSError:
-        pass
-
-
 class Loader:
     """Loads chunks into one target connection (see the module doc)."""
 
@@ -132,29 +122,14 @@ class Loader:
         """LOAD DATA one chunk through a FIFO inside the caller's transaction (its sha256 is known only at its
         end: a refused chunk is rolled back with the transaction); returns rows loaded."""
         key, what = f"{self.manifest.backup_id}/{c.file}", f"{t.schema}.{t.name}"
-        with tempfile.TemporaryDirectory(prefix="lastline-load-") as d:
-            fifo = os.path.join(d, "chunk")
-            os.mkfifo(fifo, 0o600)
-            errors: list[BaseException] = []
 
-            def pump() -> None:
-                try:
-                    with open(fifo, "wb") as fh:  # progress in raw bytes, estimated from the compressed ones
-                        write_chunk(self.storage, key, self.manifest.compression, c.sha256, fh, what,
-                                    lambda n: self.progress.add(n * c.raw_bytes // max(c.bytes, 1)), decompress=not self.in_client)
-                except BaseException as exc:  # noqa: BLE001 - re-raised by the caller
-                    errors.append(exc)
+        def pump(fh: Any) -> None:  # progress in raw bytes, estimated from the compressed ones
+            write_chunk(self.storage, key, self.manifest.compression, c.sha256, fh, what,
+                        lambda n: self.progress.add(n * c.raw_bytes // max(c.bytes, 1)), decompress=not self.in_client)
 
+        with infile.fed_fifo(pump, f"pump-{c.file}") as (fifo, errors):
             self.infile.offer(fifo, self.manifest.compression if self.in_client else "none", c.raw_bytes)
-            th = threading.Thread(target=pump, name=f"pump-{c.file}", daemon=True)
-            th.start()
-            try:
-                rows = self._load(t, c, fifo)
-            except BaseException:
-                _unblock(fifo)
-                th.join()
-                raise
-            th.join()
+            rows = self._load(t, c, fifo)
         if errors and not isinstance(errors[0], BrokenPipeError):
             raise errors[0]
         if errors:

@@ -21,12 +21,10 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-import os
-import tempfile
-import threading
 from dataclasses import dataclass
 from typing import Any
 
+from lastline.core.errors import LastlineError
 from lastline.core.sql import META_DB, qualified, quote_ident, string_literal
 from lastline.logical import infile
 from lastline.logical.snapshot import sql_error
@@ -80,33 +78,12 @@ def set_key(conn: Any, key: str, run_key: str) -> None:
     handler = infile.install(conn)
     cur = conn.cursor()
     cur.execute(f"CREATE TEMPORARY TABLE {META_DB}.lastline_pads (name VARCHAR(8) NOT NULL PRIMARY KEY, v VARBINARY(128) NOT NULL) ENGINE=MEMORY")
-    with tempfile.TemporaryDirectory(prefix="lastline-key-") as d:
-        fifo = os.path.join(d, "pads")
-        os.mkfifo(fifo, 0o600)
-        failed: list[BaseException] = []
-
-        def pump() -> None:
-            try:
-                with open(fifo, "wb") as fh:
-                    fh.write(data)
-            except BaseException as exc:  # noqa: BLE001 - named below
-                failed.append(exc)
-
-        writer = threading.Thread(target=pump, name="lastline-key", daemon=True)
-        writer.start()
+    with infile.fed_fifo(lambda fh: fh.write(data), "lastline-key") as (fifo, failed):
         handler.offer(fifo, "none", len(data))
-        try:
-            cur.execute(f"LOAD DATA LOCAL INFILE {string_literal(fifo)} INTO TABLE {META_DB}.lastline_pads CHARACTER SET binary "
-                        "FIELDS TERMINATED BY '\\t' ESCAPED BY '' LINES TERMINATED BY '\\n' (name, @hex) SET v = UNHEX(@hex)")
-        finally:
-            if writer.is_alive():  # the statement failed before it read the FIFO: let the writer go
-                try:
-                    os.close(os.open(fifo, os.O_RDONLY | os.O_NONBLOCK))
-                except OSError:
-                    pass
-            writer.join()
+        cur.execute(f"LOAD DATA LOCAL INFILE {string_literal(fifo)} INTO TABLE {META_DB}.lastline_pads CHARACTER SET binary "
+                    "FIELDS TERMINATED BY '\\t' ESCAPED BY '' LINES TERMINATED BY '\\n' (name, @hex) SET v = UNHEX(@hex)")
     if failed or cur.rowcount != 4:
-        raise RuntimeError(f"the masking key could not be set on the server ({failed[0] if failed else cur.rowcount}).")
+        raise LastlineError(f"the masking key could not be set on the server ({failed[0] if failed else cur.rowcount}).")
     for name in ("ipad", "opad", "oipad", "oopad"):
         cur.execute(f"SELECT v INTO @lastline_{name} FROM {META_DB}.lastline_pads WHERE name = '{name}'")
     cur.execute(f"DROP TEMPORARY TABLE {META_DB}.lastline_pads")
