@@ -73,7 +73,18 @@ def test_connections_run_one_statement_and_read_no_local_file(sentinel):
     (lambda s: s["triggers"][0].update(table="film"), "is not a CREATE of that trigger"),
     (lambda s: s["databases"][0].update(charset="utf8mb4 COLLATE x; DROP DATABASE trust_sentinel; --"), "is not a name"),
     (lambda s: s["routines"][0].update(collation_connection="x'; DROP DATABASE trust_sentinel; --"), "is not a character set"),
-], ids=["load-data-local", "other-database", "second-statement", "create-select", "view", "trigger-table", "charset", "collation"])
+    # the review's: a quote inside a comment hid this SELECT from a pattern check; MERGE's UNION; DATA DIRECTORY
+    # (which MariaDB lets any account with CREATE set); a held-back index line carrying a second clause
+    (lambda s: s["tables"][0].update(create=s["tables"][0]["create"] + " /* ' */ SELECT * FROM mysql.user /* ' */"),
+     "reads other tables"),
+    (lambda s: s["tables"][0].update(create=s["tables"][0]["create"].replace("ENGINE=InnoDB", "ENGINE=MRG_MyISAM UNION=(`trust_sentinel`.`t`)")),
+     "reaches other tables"),
+    (lambda s: s["tables"][0].update(create=s["tables"][0]["create"] + " DATA DIRECTORY='/tmp'"), "places files outside the datadir"),
+    (lambda s: s["tables"][0].update(create=s["tables"][0]["create"].replace(
+        "PRIMARY KEY (`actor_id`),", "PRIMARY KEY (`actor_id`),\n  KEY `k` (`last_name`), RENAME TO `trust_sentinel`.`planted`,")),
+     "not a column, key or constraint"),
+], ids=["load-data-local", "other-database", "second-statement", "create-select", "view", "trigger-table", "charset", "collation",
+        "select-hidden-by-a-comment", "merge-union", "data-directory", "index-line-with-rename"])
 def test_a_schema_statement_that_is_not_its_own_create_is_refused_before_anything_is_touched(
         sakila_backup, sentinel, tmp_path, change, refusal):
     copy = tamper_schema(sakila_backup, tmp_path / "copy", change)
