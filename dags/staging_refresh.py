@@ -5,20 +5,22 @@ Runs when a logical backup completes (the Asset `lastline_logical_backup`: that 
 and on demand (the Params form: `backup`, default the newest).
 
 preflight (**target guard**: the connection's extra `"role": "staging"`, not `protected`, not the
-server the backup came from; **rules**: each names a column of the backup and fits it; **PII guard**:
-every column, binary ones too, whose name or values (sampled across the whole table) look personal or
-cannot be read has a rule, and every object whose text (comments, defaults, views, triggers, routines,
-events) holds personal data is acknowledged, else the run refuses with a rules snippet to paste; then
-read_only=ON) → **lock** (setup: every other account that could read staging is
-locked, its sessions killed) → **restore** (the logical restore's task group) → **detach_replication** →
-**mask** (one UPDATE per table, keyed HMAC in SQL: the same value masks alike in every table and every
-refresh with the same key) → **verify_masking** (no original value survives; joins between masked
-columns still match) → **open** (read_only=OFF if `open_for_writes`) → **close** (teardown, runs
-whatever happened: unless the masking was verified, the restored databases are dropped; then the
-accounts are unlocked) → **report** (the audit: column, strategy, values, rows changed).
+server the backup came from; **rules**: the deployment's (the Variable `lastline_masking_rules`), which a
+run's `masking_rules` may add to but never weaken (no `keep`), each naming a column of the backup and
+fitting it; **PII guard**: every column, binary ones too, whose name or values (sampled across the whole
+table) look personal or cannot be read has a rule, and every object whose text (comments, defaults,
+views, triggers, routines, events) holds personal data is acknowledged by the deployment, else the run
+refuses with a rules snippet; then read_only=ON) → **lock** (setup: every other account is locked and
+every other session killed) → **restore** (the logical restore's task group; triggers and events wait)
+→ **detach_replication** → **mask** (one UPDATE per table, keyed HMAC in SQL: the same value masks alike
+in every table and every refresh with the same key) → **verify_masking** (no original value survives;
+joins between masked columns still match) → **objects** (the triggers and events, now: none fired on the
+mask) → **open** (read_only=OFF if `open_for_writes`) → **close** (teardown, runs whatever happened:
+unless the masking was verified, the restored databases are dropped; then the accounts are unlocked) →
+**report** (the audit: column, strategy, values, rows changed).
 
-The key is the password of the `masking_key_conn_id` connection; it never reaches XCom, a log or a
-statement's text.
+The key is the password of the deployment's `LASTLINE_MASKING_KEY_CONN_ID` connection (type generic,
+default `lastline_masking`); it never reaches XCom, a log or a statement's text.
 """
 from __future__ import annotations
 
@@ -39,7 +41,7 @@ from lastline.staging import verify as sv
     doc_md=__doc__,
     tags=["lastline", "logical", "staging", "masking"],
     params=params(
-        "target_conn_id", "backup", "databases", "masking_rules", "masking_key_conn_id", "open_for_writes", "parallel",
+        "target_conn_id", "backup", "databases", "masking_rules", "open_for_writes", "parallel",
         "tune", "defer_indexes", "index_build", "force", "restart", "redo_log_bytes", "aws_conn_id",
         target_conn_id=Override(env("STAGING_CONN_ID", "lastline_staging"),
                                 description="the staging server's mysql connection (its extra must say \"role\": \"staging\")"),
@@ -52,8 +54,8 @@ def staging_refresh():
     @task(multiple_outputs=True)
     def preflight(params=None) -> dict:
         conf = {**params, "backup": backup_from_event(params["backup"])}
-        rules = params.get("masking_rules") or Variable.get("lastline_masking_rules", default="{}")
-        return sr.preflight(conf, rules)
+        # the deployment's rules; the run's masking_rules may only add to them (no "keep": see rules.run_rules)
+        return sr.preflight(conf, Variable.get("lastline_masking_rules", default="{}"))
 
     @task
     def lock(plan: dict) -> dict:
@@ -82,10 +84,11 @@ def staging_refresh():
     detached = detach_replication(plan["target_conn_id"], "{{ params.restart }}", False)
     masked = mask(plan)
     verified = verify_masking(plan, masked)
+    late = task(sr.late_objects, task_id="objects")(plan)  # triggers and events: none fired on the mask
     opened = task(sr.open_target, task_id="open")(plan)
     closed = close(plan).as_teardown(setups=locked, on_failure_fail_dagrun=True)  # unmasked data dropped, accounts unlocked
     locked >> restored >> detached >> masked
-    verified >> opened >> closed
+    verified >> late >> opened >> closed
     closed >> report(plan, verified, masked, opened)
 
 

@@ -149,10 +149,17 @@ def test_a_chunk_that_is_a_symlink_is_refused_and_nothing_of_it_is_loaded(
     target, marker = secret if link_to == "secret" else _environ()
     folder, manifest = _copy(chunk_backups["none"], tmp_path / "copy")
     key = _chunk(manifest, table)["file"]
-    plan = lr.preflight(_conf(tmp_path / "copy")) if when == "after preflight" else None  # swapped in later
-    (folder / key).unlink()
-    (folder / key).symlink_to(target)
-    _forge(folder, manifest, table, target.read_bytes())
+    plan = None
+    if when == "after preflight":  # the manifest vouches for a regular file; once preflight checked (and pinned) the
+        (folder / key).write_bytes(target.read_bytes())  # manifest, the file is swapped for a link (a manifest
+        _forge(folder, manifest, table, target.read_bytes())  # changed after preflight is refused by its pin instead)
+        plan = lr.preflight(_conf(tmp_path / "copy"))
+        (folder / key).unlink()
+        (folder / key).symlink_to(target)
+    else:
+        (folder / key).unlink()
+        (folder / key).symlink_to(target)
+        _forge(folder, manifest, table, target.read_bytes())
     refusal = _refused(_conf(tmp_path / "copy"), plan)
     _nothing_of(logical_target.server(), marker)  # first: what reached the target, whatever was said
     assert re.search(re.escape(key) + r".*is a symlink", refusal), refusal

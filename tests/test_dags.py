@@ -97,8 +97,9 @@ def test_replica_detach_uses_the_reusable_task_group(dagbag):
 def test_staging_refresh_shape(dagbag):
     dag = dagbag.get_dag("staging_refresh")
     assert type(dag.timetable).__name__ == "AssetTriggeredTimetable"  # runs when a logical backup completes
-    assert set(dag.params.keys()) >= {"target_conn_id", "backup", "databases", "masking_rules", "masking_key_conn_id",
-                                      "open_for_writes", "parallel", "force"}
+    assert set(dag.params.keys()) >= {"target_conn_id", "backup", "databases", "masking_rules", "open_for_writes",
+                                      "parallel", "force"}
+    assert "masking_key_conn_id" not in dag.params  # the key's connection is the deployment's (LASTLINE_MASKING_KEY_CONN_ID)
     assert dag.params["target_conn_id"] == "lastline_staging" and dag.params["force"] is True
     order = [t.task_id for t in dag.topological_sort()]
     restore = [t for t in order if t.startswith("restore.")]
@@ -108,7 +109,9 @@ def test_staging_refresh_shape(dagbag):
     assert "restore.verify" in dag.get_task("detach_replication.check").upstream_task_ids  # detached once restored
     assert "detach_replication.open_for_writes" in dag.get_task("mask").upstream_task_ids
     assert order.index("detach_replication.open_for_writes") < order.index("mask") < order.index("verify_masking") \
-        < order.index("open") < order.index("report")
+        < order.index("objects") < order.index("open") < order.index("close") < order.index("report")
+    assert order.index("lock") < order.index("restore.preflight")  # nobody else reads staging from before the restore
+    assert dag.get_task("close").is_teardown and dag.get_task("lock").is_setup
 
 
 def test_backup_deadline(monkeypatch):

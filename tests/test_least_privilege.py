@@ -7,6 +7,7 @@ The attacks here are written as someone who can write to backup storage would (e
 updated), and several run with the statement checks switched off, to prove the privilege line on its own."""
 from __future__ import annotations
 
+import json
 import re
 import shutil
 from pathlib import Path
@@ -15,7 +16,7 @@ import pytest
 
 from conftest import set_conn, tamper_schema
 from lastline.core import accounts
-from lastline.core.errors import ConfigError
+from lastline.core.errors import ConfigError, IntegrityError, PreflightError
 from lastline.logical import backup as lb
 from lastline.logical import finalize as lf
 from lastline.logical import restore as lr
@@ -284,3 +285,95 @@ def test_backups_outside_the_deployment_s_roots_are_refused(backup, victims, tmp
     monkeypatch.setenv("LASTLINE_DESTINATION", f"file://{root}/backups")  # unset roots: the one destination
     with pytest.raises(ConfigError, match="outside the storage"):
         lr.preflight(_conf(backup, databases=["lp_a_b"]))
+
+
+def test_restored_code_runs_as_its_owner_never_as_whoever_calls_it(backup, victims, tmp_path):
+    """The second review's: an INVOKER function, evaluated by the admin account (verify read a view over it)
+    ran as the admin. Restored views and routines are SQL SECURITY DEFINER (the owner), and verify reads base
+    tables only."""
+    def change(schema: dict) -> None:
+        schema["routines"].append({"schema": "lp_a_b", "name": "f", "type": "FUNCTION", "sql_mode": "", "create":
+                                   "CREATE DEFINER=`root`@`localhost` FUNCTION `f`() RETURNS int(11)\n    SQL SECURITY INVOKER\n"
+                                   "RETURN (SELECT COUNT(*) FROM mysql.user)", "character_set_client": "utf8mb4",
+                                   "collation_connection": "utf8mb4_general_ci", "database_collation": "utf8mb4_general_ci"})
+        schema["views"].append({"schema": "lp_a_b", "name": "v", "create": "CREATE ALGORITHM=UNDEFINED DEFINER=`root`@`localhost` "
+                                "SQL SECURITY INVOKER VIEW `v` AS select `t`.`id` AS `id` from `t`",
+                                "character_set_client": "utf8mb4", "collation_connection": "utf8mb4_general_ci"})
+
+    copy = tamper_schema(backup, tmp_path / "copy", change)
+    plan = lr.preflight(_conf(copy, databases=["lp_a_b"]))
+    _restore(plan)
+    target = victims
+    assert target.query("SELECT SECURITY_TYPE FROM information_schema.ROUTINES WHERE ROUTINE_SCHEMA = 'lp_a_b'") == [("DEFINER",)]
+    assert target.query("SELECT SECURITY_TYPE FROM information_schema.VIEWS WHERE TABLE_SCHEMA = 'lp_a_b'") == [("DEFINER",)]
+    with pytest.raises(Exception, match="denied"):  # called by the admin, it runs as the owner: mysql.user is out of reach
+        target.query("SELECT lp_a_b.f()")
+    # a name the manifest calls a table but that is a view on the target is never read by the admin account
+    _commit(target, "RENAME TABLE lp_a_b.t TO lp_a_b.t_was", "CREATE VIEW lp_a_b.t AS SELECT * FROM lp_a_b.t_was")
+    with pytest.raises(IntegrityError, match=r"lp_a_b.t: is view on the target, not a table"):
+        lr.verify(plan, {})
+
+
+def test_a_backup_changed_after_preflight_is_not_read_again(backup, victims, tmp_path):
+    """Every task re-reads the backup; one rewritten between them (the review retried finalize on another
+    schema.json) is refused: the plan pins the manifest preflight checked, and the manifest pins the rest."""
+    copy = tmp_path / "copy"
+    shutil.copytree(backup, copy)
+    plan = lr.preflight(_conf(copy, databases=["lp_a_b"]))
+    (folder,) = [p for p in copy.iterdir() if p.is_dir()]
+    tamper_schema(copy, tmp_path / "evil", lambda s: s["views"].append({}))  # a valid-looking new manifest...
+    (evil,) = [p for p in (tmp_path / "evil").iterdir() if p.is_dir()]
+    for name in ("manifest.json", "schema.json"):  # ...swapped in after preflight
+        shutil.copy(evil / name, folder / name)
+    with pytest.raises(IntegrityError, match="changed after this run's preflight checked it"):
+        lr.create_schema(plan)
+
+
+def test_system_lastline_and_set_aside_databases_are_never_restored(backup, victims, tmp_path, logical_source):
+    for name in ("mysql", "_lastline", aside_name("lp_a_b")):
+        with pytest.raises(PreflightError, match="are never restored"):
+            lr.preflight(_conf(backup, databases=[name]))  # named by a run's conf
+        copy = tamper_schema(backup, tmp_path / name, lambda s: None)  # or renamed in a backup
+        (folder,) = [p for p in copy.iterdir() if p.is_dir()]
+        manifest = json.loads((folder / "manifest.json").read_text())
+        for d in manifest["databases"]:
+            d["name"] = name if d["name"] == "lp_a_b" else d["name"]
+        for t in manifest["tables"]:
+            t["schema"] = name if t["schema"] == "lp_a_b" else t["schema"]
+        (folder / "manifest.json").write_text(json.dumps(manifest))
+        assert name not in lr.preflight(_conf(copy, databases=[]))["databases"]  # left out by default
+        with pytest.raises(PreflightError, match="are never restored"):
+            lr.preflight(_conf(copy, databases=[name]))  # and refused by name
+    # and a logical backup says, rather than leaving out, that it does not carry a system-versioned table
+    _commit(logical_source.server(), "CREATE DATABASE IF NOT EXISTS lp_versioned",
+            "CREATE TABLE IF NOT EXISTS lp_versioned.t (id INT PRIMARY KEY) WITH SYSTEM VERSIONING")
+    try:
+        with pytest.raises(PreflightError, match="system-versioned table.*lp_versioned.t"):
+            lb.preflight({"source_conn_id": "t_lsource", "destination": f"file://{tmp_path}/b", "databases": ["lp_versioned"]})
+    finally:
+        _commit(logical_source.server(), "DROP DATABASE lp_versioned")
+
+
+def test_a_database_restored_anew_leaves_no_older_owner_with_a_reach_into_it(backup, victims, tmp_path):
+    """The review's: a trigger restored with [edge, lp_a_b] (one owner for both) kept writing into lp_a_b
+    after lp_a_b alone was restored anew, clean. The new owner takes the database; the old one loses it; and an
+    owner, locked, keeps no READ_ONLY ADMIN to write past read_only."""
+    def change(schema: dict) -> None:
+        schema["triggers"].append({"schema": "edge", "name": "reach", "table": "empty_t", "sql_mode": "", "create":
+                                   "CREATE DEFINER=`root`@`localhost` TRIGGER `reach` AFTER INSERT ON `empty_t` FOR EACH ROW "
+                                   "UPDATE `lp_a_b`.`t` SET `v` = 'reached'", "character_set_client": "utf8mb4",
+                                   "collation_connection": "utf8mb4_general_ci", "database_collation": "utf8mb4_general_ci"})
+
+    copy = tamper_schema(backup, tmp_path / "copy", change)
+    _restore(lr.preflight(_conf(copy, databases=["edge", "lp_a_b"])))
+    target = victims
+    _commit(target, "INSERT INTO edge.empty_t VALUES (1)")
+    assert target.query("SELECT v FROM lp_a_b.t") == [("reached",)]  # both were restored together: it may
+    _restore(lr.preflight(_conf(backup, databases=["lp_a_b"])))  # lp_a_b anew, alone, from a clean backup
+    with pytest.raises(Exception, match="denied"):
+        _commit(target, "INSERT INTO edge.empty_t VALUES (2)")
+    assert target.query("SELECT v FROM lp_a_b.t") == [("one",)]
+    for owner in (accounts.owner_name(["edge", "lp_a_b"]), accounts.owner_name(["lp_a_b"])):
+        text = "\n".join(_grants(target, owner))
+        assert "READ_ONLY ADMIN" not in text and "restore_session" not in text, text
+    _commit(target, "DELETE FROM edge.empty_t", "DROP TRIGGER edge.reach")

@@ -1,6 +1,7 @@
 """End to end through the DAGs, on real sandbox servers, real mariabackup/mbstream/zstd/pigz, moto S3."""
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
@@ -246,6 +247,8 @@ def test_checksum_mismatch_is_named_and_the_target_stays_down(good_backup, targe
     with pytest.raises(IntegrityError, match="refusing to start"):
         pr.start_target(plan)
     assert target.pid() is None
-    for step in (pr.extract, pr.prepare, pr.start_target):  # a good backup still restores afterwards
-        step({**plan, "backup": good_backup.as_uri()})
+    good = {**plan, "backup": good_backup.as_uri(),  # a good backup still restores afterwards (its manifest pinned)
+            "manifest_sha256": hashlib.sha256((good_backup / "manifest.json").read_bytes()).hexdigest()}
+    for step in (pr.extract, pr.prepare, pr.start_target):
+        step(good)
     assert target.pid() is not None

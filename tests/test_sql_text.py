@@ -235,11 +235,8 @@ SHOWN = [  # SHOW CREATE TABLE output of MariaDB 10.11 (the real-server test bel
     "CREATE TABLE `ap` (\n  `id` int(11) NOT NULL,\n  `s` date NOT NULL,\n  `e` date NOT NULL,\n  PERIOD FOR `app` (`s`, `e`),\n"
     "  PRIMARY KEY (`id`,`app` WITHOUT OVERLAPS),\n  UNIQUE KEY `uk` (`id`,`s`) USING BTREE COMMENT 'idx c',\n"
     "  KEY `k2` (`e` DESC) IGNORED,\n  KEY `k3` (`s`) KEY_BLOCK_SIZE=8\n) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4",
-    "CREATE TABLE `v1` (\n  `id` int(11) NOT NULL,\n  `rs` timestamp(6) GENERATED ALWAYS AS ROW START,\n"
-    "  `re` timestamp(6) GENERATED ALWAYS AS ROW END,\n  `g` int(11) GENERATED ALWAYS AS (`id` * 2) VIRTUAL,\n"
-    "  PRIMARY KEY (`id`,`re`),\n  PERIOD FOR SYSTEM_TIME (`rs`, `re`)\n) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 WITH SYSTEM VERSIONING\n"
-    " PARTITION BY SYSTEM_TIME INTERVAL 1 MONTH STARTS TIMESTAMP'2026-11-24 00:00:00'\n(PARTITION `ph` HISTORY ENGINE = InnoDB,\n"
-    " PARTITION `pc` CURRENT ENGINE = InnoDB)",
+    "CREATE TABLE `v1` (\n  `id` int(11) NOT NULL,\n  `g` int(11) GENERATED ALWAYS AS (`id` * 2) VIRTUAL,\n"
+    "  PRIMARY KEY (`id`)\n) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4\n PARTITION BY HASH (`id`)\nPARTITIONS 2",
     "CREATE TABLE `p2` (\n  `id` int(11) NOT NULL,\n  `c` varchar(10) NOT NULL,\n  PRIMARY KEY (`id`,`c`)\n) ENGINE=InnoDB\n"
     " PARTITION BY LIST  COLUMNS(`c`)\n(PARTITION `a` VALUES IN ('x','y') COMMENT = 'first' ENGINE = InnoDB,\n"
     " PARTITION `b` DEFAULT ENGINE = InnoDB)",
@@ -415,3 +412,24 @@ def test_a_real_backup_passes_and_its_rewritten_statements_run_on_a_real_server(
             shown = scratch.query(f"SHOW CREATE TABLE db.{quote_ident(name)}")[0][1]
             lines = lambda text: sorted(x.strip().rstrip(",") for x in text.split("\n") if x.startswith("  "))  # noqa: E731
             assert lines(shown) == lines(create), name
+
+
+def test_an_object_s_sql_mode_is_a_list_of_mode_names():
+    """The review's: a number (1048576, NO_BACKSLASH_ESCAPES as a bitmask) made the server read as code what the
+    checks read as a string."""
+    trigger = {"schema": "d", "name": "tr", "table": "t", "create": "CREATE TRIGGER `tr` BEFORE INSERT ON `t` FOR EACH ROW "
+               "SET NEW.v = 'a\\' , NEW.w = (SELECT 1) -- '", "character_set_client": "utf8mb4"}
+    for bad in (1048576, "NO_BACKSLASH_ESCAPES,1", "SHOUTING"):
+        with pytest.raises(IntegrityError, match="is not a list of sql_mode names"):
+            sc.checked_create("triggers", {**trigger, "sql_mode": bad})
+    assert sc.checked_create("triggers", {**trigger, "sql_mode": "STRICT_TRANS_TABLES,no_engine_substitution"})
+
+
+def test_a_system_versioned_table_is_refused():
+    """History the mask's UPDATE would keep (the review's), and that no backup of lastline's carries (its
+    backup refuses such tables)."""
+    create = ("CREATE TABLE `v1` (\n  `id` int(11) NOT NULL,\n  PRIMARY KEY (`id`)\n) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 "
+              "WITH SYSTEM VERSIONING")
+    with pytest.raises(IntegrityError, match="keeps row history"):
+        sc.checked_create("tables", {"schema": "db", "name": "v1", "create": create})
+

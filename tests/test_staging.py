@@ -84,9 +84,18 @@ def crm(sandbox_root, tmp_path_factory, logical_target):
         logical_target.server().query(sql)  # the shared target as the other tests expect it
 
 
+@pytest.fixture
+def deployment_rules(monkeypatch):
+    """The deployment's settings of these refreshes: its masking rules (the Variable: `keep` comes only from
+    there) and its key connection."""
+    monkeypatch.setenv("AIRFLOW_VAR_LASTLINE_MASKING_RULES", json.dumps(RULES))
+    monkeypatch.setenv("LASTLINE_MASKING_KEY_CONN_ID", "t_masking")
+    return monkeypatch
+
+
 def _conf(backup: str, **kw) -> dict:
-    return {"target_conn_id": "t_staging", "backup": backup, "databases": [], "masking_rules": RULES,
-            "masking_key_conn_id": "t_masking", "open_for_writes": True, "parallel": 2, "tune": True,
+    return {"target_conn_id": "t_staging", "backup": backup, "databases": [], "masking_rules": None,
+            "open_for_writes": True, "parallel": 2, "tune": True,
             "defer_indexes": True, "index_build": "after_all", "force": True, "restart": False,
             "redo_log_bytes": 128 << 20, "aws_conn_id": None, **kw}
 
@@ -99,7 +108,8 @@ def _snapshot(server) -> dict:
     return {t: server.query(f"SELECT * FROM crm.{t} ORDER BY id") for t in ("customers", "orders", "payments", "products")}
 
 
-def test_a_refresh_masks_every_pii_column_keeps_joins_and_is_deterministic_under_the_key(run_dag, crm, logical_target, caplog):
+def test_a_refresh_masks_every_pii_column_keeps_joins_and_is_deterministic_under_the_key(run_dag, crm, logical_target, caplog,
+                                                                                         deployment_rules):
     source, backup = crm
     src, tgt = source.server(), logical_target.server()
     state, tis, logs = run_dag("staging_refresh", _conf(backup))
@@ -145,7 +155,8 @@ def test_a_refresh_masks_every_pii_column_keeps_joins_and_is_deterministic_under
     assert _snapshot(tgt) == first  # same key: the same data, refresh after refresh
 
     os.environ["AIRFLOW_CONN_T_MASKING2"] = json.dumps({"conn_type": "generic", "password": "another key"})
-    state, tis, logs = run_dag("staging_refresh", _conf(backup, masking_key_conn_id="t_masking2"))
+    deployment_rules.setenv("LASTLINE_MASKING_KEY_CONN_ID", "t_masking2")  # the deployment's key changed
+    state, tis, logs = run_dag("staging_refresh", _conf(backup))
     assert state == "success", (tis, logs[-3000:])
     other = _snapshot(tgt)
     assert [r[1] for r in other["customers"]] != [r[1] for r in first["customers"]]  # another key: other emails
@@ -381,7 +392,7 @@ def test_the_pii_guard_reads_the_schema_text_rules_cannot_mask(leaky, logical_ta
         sr.preflight(_conf(leaky, databases=["leaky"]), {**snippet, **LEAKY_RULES, "leaky.nope": "keep"})
 
 
-def test_the_snippet_merged_passes_the_pii_guard(leaky, logical_target):
+def test_the_snippet_merged_passes_the_pii_guard(leaky, logical_target, deployment_rules):
     _, _, _, snippet = _refusal(leaky, LEAKY_RULES, logical_target)
     tgt = logical_target.server()
     try:
@@ -441,3 +452,24 @@ def test_value_patterns_take_linear_time_and_a_sample_spreads_over_the_table():
     rows = b"".join(b"%d\tx\n" % i for i in range(100_000, 200_000))  # 9 bytes a row: windows of whole rows, spread
     got = list(sampling.windows((rows[i:i + 4096] for i in range(0, len(rows), 4096)), [0, len(rows) // 2, len(rows) - 90], 45))
     assert got == [rows[:45], rows[len(rows) // 2: len(rows) // 2 + 45], rows[-90:-45]]
+
+
+def test_a_run_s_conf_may_mask_more_but_never_less_and_never_names_the_key(crm, logical_target, deployment_rules):
+    """The review's: `keep` on every column from a run's conf passed the guard; a conf naming the production
+    source's connection as the key put its password, XOR 0x36, into the server's variables."""
+    _, backup = crm
+    tgt = logical_target.server()
+    weakened = {k: "keep" for k in RULES}
+    with pytest.raises(Refusal, match=r'"keep" comes only from the deployment\'s rules'):
+        sr.preflight(_conf(backup, masking_rules=weakened), RULES)
+    with pytest.raises(Refusal, match=r'"keep" comes only from the deployment\'s rules'):
+        sr.preflight(_conf(backup, masking_rules={"crm.customers": "keep"}), RULES)
+    try:  # more masking from the conf is fine: a deployment "keep" turned into a mask
+        plan = sr.preflight(_conf(backup, masking_rules={"crm.products.name": "hash"}), RULES)
+        assert {r["strategy"] for r in plan["rules"] if r["table"] == "products"} == {"hash"}
+    finally:
+        tgt.query("SET GLOBAL read_only = OFF")
+    deployment_rules.setenv("LASTLINE_MASKING_KEY_CONN_ID", "t_crm")  # a server's connection is no key
+    with pytest.raises(Refusal, match="is of type 'mysql': a key must be kept in a connection of its own"):
+        sr.preflight(_conf(backup), RULES)
+

@@ -33,6 +33,11 @@ def staged(logical_source, logical_target, tmp_path_factory):
     src.query("CREATE DATABASE IF NOT EXISTS sc_crm")
     src.query("CREATE TABLE IF NOT EXISTS sc_crm.customers (id INT PRIMARY KEY, email VARCHAR(120) NOT NULL, full_name VARCHAR(80), "
               "UNIQUE KEY email (email)) DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_general_ci")
+    # an ordinary audit trigger (and what a planted one could do): it would copy the originals, and the key's pads
+    # from the masking session's variables, if it fired on the mask's UPDATE
+    src.query("CREATE TABLE IF NOT EXISTS sc_crm.change_log (id INT AUTO_INCREMENT PRIMARY KEY, what TEXT)")
+    src.query("CREATE OR REPLACE TRIGGER sc_crm.audit_customers AFTER UPDATE ON sc_crm.customers FOR EACH ROW "
+              "INSERT INTO sc_crm.change_log (what) VALUES (CONCAT_WS(' ', OLD.email, OLD.full_name, HEX(@lastline_ipad)))")
     conn = src.connect()
     conn.cursor().executemany("REPLACE INTO sc_crm.customers VALUES (%s, %s, %s)",
                               [(i, f"person.{i}@mail.example.net", f"Person Number{i}") for i in range(1, N + 1)])
@@ -45,10 +50,13 @@ def staged(logical_source, logical_target, tmp_path_factory):
     os.environ["AIRFLOW_CONN_T_SC_KEY"] = json.dumps({"conn_type": "generic", "password": KEY})
     for sql in ("CREATE OR REPLACE USER 'sc_reader'@'127.0.0.1' IDENTIFIED BY 'reader-pw'",
                 "GRANT SELECT ON `sc\\_crm`.* TO 'sc_reader'@'127.0.0.1'",
-                "CREATE OR REPLACE USER 'sc_nobody'@'127.0.0.1' IDENTIFIED BY 'nobody-pw'"):
+                "CREATE OR REPLACE USER 'sc_nobody'@'127.0.0.1' IDENTIFIED BY 'nobody-pw'",
+                "CREATE OR REPLACE USER ''@'127.0.0.1'",  # anonymous: any user name logs in
+                "GRANT SELECT ON `sc\\_crm`.* TO PUBLIC"):  # ...and reads what PUBLIC may
         tgt.query(sql)
     yield f"file://{dest}/{plan['backup_id']}", {f"person.{i}@mail.example.net" for i in range(1, N + 1)}
     for sql in ("DROP USER IF EXISTS 'sc_reader'@'127.0.0.1'", "DROP USER IF EXISTS 'sc_nobody'@'127.0.0.1'",
+                "DROP USER IF EXISTS ''@'127.0.0.1'", "REVOKE SELECT ON `sc\\_crm`.* FROM PUBLIC",
                 "DROP DATABASE IF EXISTS sc_crm", f"DROP DATABASE IF EXISTS `{aside_name('sc_crm')}`",
                 "SET GLOBAL read_only = OFF", "SET GLOBAL general_log = OFF"):
         tgt.query(sql)
@@ -56,7 +64,7 @@ def staged(logical_source, logical_target, tmp_path_factory):
 
 def _conf(backup: str, **kw) -> dict:
     return {"target_conn_id": "t_sc_staging", "backup": backup, "databases": ["sc_crm"], "masking_rules": RULES,
-            "masking_key_conn_id": "t_sc_key", "open_for_writes": True, "parallel": 2, "tune": True, "defer_indexes": True,
+            "open_for_writes": True, "parallel": 2, "tune": True, "defer_indexes": True,
             "index_build": "after_all", "force": True, "restart": False, "redo_log_bytes": 128 << 20, "aws_conn_id": None, **kw}
 
 
@@ -64,9 +72,9 @@ class Reader(threading.Thread):
     """An application account reading staging every 50 ms for as long as the refresh runs: every value it ever
     got, and every error it was given."""
 
-    def __init__(self, port: int) -> None:
+    def __init__(self, port: int, user: str = "sc_reader", password: str = "reader-pw") -> None:
         super().__init__(daemon=True)
-        self.server = Server("reader", host="127.0.0.1", port=port, user="sc_reader", password="reader-pw")
+        self.server = Server("reader", host="127.0.0.1", port=port, user=user, password=password)
         self.seen: set[str] = set()
         self.errors: set[int] = set()
         self.stop = threading.Event()
@@ -96,6 +104,7 @@ class Reader(threading.Thread):
 
 def test_readers_never_see_an_original_value_and_the_key_reaches_no_statement(run_dag, staged, logical_target, monkeypatch):
     backup, originals = staged
+    monkeypatch.setenv("LASTLINE_MASKING_KEY_CONN_ID", "t_sc_key")
     tgt = logical_target.server()
     tgt.query("SET GLOBAL log_output = 'TABLE'")
     tgt.query("TRUNCATE TABLE mysql.general_log")
@@ -108,23 +117,31 @@ def test_readers_never_see_an_original_value_and_the_key_reaches_no_statement(ru
         return real_mark(server, run_key)
 
     monkeypatch.setattr(quarantine, "mark_verified", snapshot_then_mark)
-    reader = Reader(logical_target.meta()["port"])
-    reader.start()
+    port = logical_target.meta()["port"]
+    # an application account, an anonymous login and a USAGE-only account (both reach what PUBLIC may read)
+    readers = [Reader(port), Reader(port, "whoever", ""), Reader(port, "sc_nobody", "nobody-pw")]
+    for r in readers:
+        r.start()
     try:
         state, tis, logs = run_dag("staging_refresh", _conf(backup))
     finally:
-        reader.stop.set()
-        reader.join(10)
+        for r in readers:
+            r.stop.set()
+            r.join(10)
         tgt.query("SET GLOBAL general_log = OFF")
     assert state == "success", (tis, logs[-3000:])
     assert tis["lock"] == "success" and tis["close"] == "success"
-    assert not reader.seen & originals  # not once, at any moment of the refresh
-    assert 4151 in reader.errors  # "this account is locked": it was shut out while the data was unmasked
+    for r in readers:
+        assert not r.seen & originals, r.server.user  # not once, at any moment of the refresh
+        assert 4151 in r.errors, (r.server.user, r.errors)  # "this account is locked": shut out while unmasked
     final = {r[0] for r in tgt.query("SELECT email FROM sc_crm.customers")}
     assert len(final) == N and all(e.endswith("@example.com") for e in final)
     assert Server("r", host="127.0.0.1", port=logical_target.meta()["port"], user="sc_reader", password="reader-pw").query(
         "SELECT COUNT(*) FROM sc_crm.customers")[0][0] == N  # open again once verified
-    assert "ACCOUNT LOCK" not in tgt.query("SHOW CREATE USER 'sc_nobody'@'127.0.0.1'")[0][0]
+    assert "ACCOUNT LOCK" not in tgt.query("SHOW CREATE USER 'sc_nobody'@'127.0.0.1'")[0][0]  # unlocked again
+    # the audit trigger exists (created once the masking was verified) and never fired on the mask
+    assert tgt.query("SELECT COUNT(*) FROM information_schema.TRIGGERS WHERE TRIGGER_SCHEMA = 'sc_crm'")[0][0] == 1
+    assert tgt.query("SELECT COUNT(*) FROM sc_crm.change_log")[0][0] == 0
     # the key, its HMAC pads and the pads of the originals' key are in no statement the server saw
     k = KEY.encode()
     k = k.ljust(64, b"\0") if len(k) <= 64 else hashlib.sha256(k).digest().ljust(64, b"\0")
@@ -143,6 +160,7 @@ def test_readers_never_see_an_original_value_and_the_key_reaches_no_statement(ru
 
 def test_a_refresh_that_fails_before_a_verified_mask_leaves_no_unmasked_row_and_unlocks(run_dag, staged, logical_target, monkeypatch):
     backup, originals = staged
+    monkeypatch.setenv("LASTLINE_MASKING_KEY_CONN_ID", "t_sc_key")
     tgt = logical_target.server()
 
     def broken(*a, **k):

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import tamper_schema
+from conftest import set_conn, tamper_schema
 from lastline import connections
 from lastline.core.errors import ConfigError, IntegrityError, PipelineError, PreflightError, ProtectedTargetError, ServerError
 from lastline.logical import backup as lb
@@ -324,18 +324,23 @@ def test_grants_are_restored_when_asked_and_only_as_their_own_account(logical_so
     conn.close()
     dst.query("DROP USER IF EXISTS 'reporter'@'127.0.0.1'")
     dst.query("DROP USER IF EXISTS 'wide'@'127.0.0.1'")
-    # an account whose grants reach beyond the restored databases is refused before anything is touched: a
-    # restore grants on those databases only (its GRANTs run under the run account, which could not grant more)
+    # accounts log in with the passwords a backup chose: only a target whose connection allows it gets them
     wide = tmp_path.parent / f"{tmp_path.name}-wide"  # beside tmp_path: the test copies tmp_path whole below
     lb.dump(lb.preflight({"source_conn_id": "t_lsource", "destination": f"file://{wide}", "databases": ["edge"],
                           "include_grants": True}))
-    with pytest.raises(PreflightError, match=r"wide@127.0.0.1: a grant that is global \(ON \*\.\*\)"):
+    with pytest.raises(PreflightError, match='does not let restores create accounts .* "restore_grants": true'):
         lr.preflight({"target_conn_id": "t_ltarget", "backup": f"file://{wide}/latest", "databases": ["edge"], "force": True,
                       "restore_grants": True})
+    set_conn("t_ltarget_accounts", logical_target, restore_grants=True)
+    # an account whose grants reach beyond the restored databases is refused before anything is touched: a
+    # restore grants on those databases only (its GRANTs run under the run account, which could not grant more)
+    with pytest.raises(PreflightError, match=r"wide@127.0.0.1: a grant that is global \(ON \*\.\*\)"):
+        lr.preflight({"target_conn_id": "t_ltarget_accounts", "backup": f"file://{wide}/latest", "databases": ["edge"],
+                      "force": True, "restore_grants": True})
     src.query("DROP USER 'wide'@'127.0.0.1'")
     lb.dump(lb.preflight({"source_conn_id": "t_lsource", "destination": f"file://{tmp_path}", "databases": ["edge"],
                           "include_grants": True}))
-    conf = {"target_conn_id": "t_ltarget", "backup": f"file://{tmp_path}/latest", "databases": ["edge"], "force": True}
+    conf = {"target_conn_id": "t_ltarget_accounts", "backup": f"file://{tmp_path}/latest", "databases": ["edge"], "force": True}
     plan = lr.preflight({**conf, "restore_grants": True})
     lr.create_schema(plan)
     for unit in lr.plan_load(plan):

@@ -116,8 +116,14 @@ def ssh_host(conn_id: str) -> SshHost:
 
 
 def secret(conn_id: str) -> str:
-    """The password of connection `conn_id` (a key kept as a connection), or a ConfigError saying how to set it."""
-    value = _connection(conn_id, "generic").password or ""
+    """The password of connection `conn_id`, a key kept as a `generic` connection (never a server's or a cloud
+    account's password: whatever a key becomes on a server must not give one of those away), or a ConfigError
+    saying how to set it."""
+    conn = _connection(conn_id, "generic")
+    if (conn.conn_type or "generic") != "generic":
+        raise ConfigError(f"connection {conn_id!r} is of type {conn.conn_type!r}: a key must be kept in a connection of its "
+                          "own, of type generic (its password is the key).")
+    value = conn.password or ""
     if not value:
         raise ConfigError(f"connection {conn_id!r} has no password: put the secret in its password field "
                           f"(e.g. AIRFLOW_CONN_{conn_id.upper()}='{{\"conn_type\": \"generic\", \"password\": \"...\"}}').")

@@ -38,7 +38,7 @@ def preflight(conf: dict) -> dict:
     url = f"{storage.url}/{backup_id}"
     restore: dict[str, Any] = {"target_conn_id": drill_conn_id, "backup": url, "force": True,
                                "parallel": params.integer("parallel", 2, minimum=1), "aws_conn_id": aws,
-                               "restore_into_source": ""}
+                               "restore_into_source": "", "manifest_sha256": manifest.read_sha256}
     budget = params.number("rto_budget_minutes", 60.0, minimum=0) * 60
     log.info("drill: %s backup %s into %s (RTO budget %.0f s)", kind, url, server.describe(), budget)
     return {"kind": kind, "backup": url, "backup_id": backup_id, "bytes": int(manifest.bytes), "drill_conn_id": drill_conn_id,

@@ -10,6 +10,7 @@ pruned once older than a grace period.
 from __future__ import annotations
 
 import builtins
+import hashlib
 import json
 import logging
 import re
@@ -258,8 +259,11 @@ def manifest_kind(storage: Storage, backup_id: str) -> str | None:
     return kind
 
 
-def read_manifest(storage: Storage, backup_id: str, kind: str = "physical") -> Any:
-    """The manifest of a backup of `kind`, or a clear error if the backup is incomplete or another kind."""
+def read_manifest(storage: Storage, backup_id: str, kind: str = "physical", sha256: str | None = None) -> Any:
+    """The manifest of a backup of `kind`, or a clear error if the backup is incomplete or another kind. Its
+    bytes' sha256 is kept as `.read_sha256`: a preflight pins it in its plan, and every later task passes it
+    as `sha256`, so a manifest (and through it schema.json and every chunk) changed after the preflight
+    checked it is refused, not used."""
     key = f"{backup_id}/{MANIFEST}"
     if not storage.exists(key):
         raise IntegrityError(
@@ -267,6 +271,13 @@ def read_manifest(storage: Storage, backup_id: str, kind: str = "physical") -> A
             f"still running) and is never restored; choose another backup or use {storage.url}/latest."
         )
     text = storage.read_bytes(key)
+    read_sha256 = hashlib.sha256(text).hexdigest()
+    if sha256 and read_sha256 != sha256:
+        raise IntegrityError(
+            f"{storage.location(key)} changed after this run's preflight checked it (its sha256 is {read_sha256}, "
+            f"preflight read {sha256}): someone wrote to the backup meanwhile. Nothing more is read from it; restore another backup "
+            "or start a new run."
+        )
     damaged = (f"{storage.location(key)} cannot be read ({{}}): the manifest is damaged, so this backup is never "
                f"restored; choose another one (`latest` passes over it).")
     try:
@@ -282,6 +293,7 @@ def read_manifest(storage: Storage, backup_id: str, kind: str = "physical") -> A
         manifest = MANIFEST_CLASSES[kind].from_json(text)
     except (TypeError, KeyError, ValueError) as exc:
         raise IntegrityError(damaged.format(f"{type(exc).__name__}: {exc}")) from exc
+    manifest.read_sha256 = read_sha256
     if manifest.backup_id != backup_id:
         raise IntegrityError(
             f"{storage.location(key)} says it is backup {manifest.backup_id!r}, but it is in folder {backup_id!r}: a "

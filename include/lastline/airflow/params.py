@@ -102,11 +102,10 @@ SPECS: dict[str, Spec] = {
                                    "the target's connection id, to allow restoring into the server the backup came from", SAFETY),
     "restart": _flag(True, "Restart to prove it", "restart the server to prove the detach holds", SAFETY),
     "read_only_off": _flag(False, "Open for writes", "SET GLOBAL read_only=OFF at the very end", SAFETY),
-    "masking_rules": Spec(None, "Masking rules", "a JSON object {\"<db>.<table>.<column>\": \"<strategy>\"} (email, name, "
-                          "first_name, last_name, phone, hash, null, fixed:<value>, keep); empty: the Airflow Variable "
-                          "lastline_masking_rules", MASKING, {"type": ["null", "object"]}),
-    "masking_key_conn_id": _string(env("MASKING_KEY_CONN_ID", "lastline_masking"), "Masking key connection",
-                                   "the connection whose password is the masking key (same key: same masked values)", MASKING, required=True),
+    "masking_rules": Spec(None, "More masking rules", "a JSON object {\"<db>.<table>.<column>\": \"<strategy>\"} (email, name, "
+                          "first_name, last_name, phone, hash, null, fixed:<value>) added to, or replacing, the deployment's "
+                          "rules (the Airflow Variable lastline_masking_rules); \"keep\" comes only from the deployment",
+                          MASKING, {"type": ["null", "object"]}),
     "open_for_writes": _flag(True, "Open for writes", "read_only=OFF once the masking is verified (off: it stays read-only)", MASKING),
     "keep": Spec(7, "Keep", "complete backups to keep", KEEPING, {"type": "integer", "minimum": 1}),
     "incomplete_grace_hours": Spec(24, "Grace for incomplete backups (h)", "age before an incomplete backup is removed", KEEPING,

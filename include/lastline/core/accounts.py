@@ -150,8 +150,24 @@ def run_account(admin: Server, user: str, databases: list[str], grant_option: bo
 
 
 def objects_owner(admin: Server, databases: list[str]) -> Server:
-    """The objects owner of `databases`, unlocked for the objects step (lock it again with `lock`)."""
-    return _ensure(admin, owner_name(databases), "owner", databases)
+    """The objects owner of `databases`, unlocked for the objects step (lock it again with `lock`). The owners of
+    earlier restores lose what they held on these databases first: a database restored anew belongs to one
+    owner, so an object an older backup left elsewhere cannot reach into it."""
+    name = owner_name(databases)
+    with admin.session() as cur:
+        cur.execute("SET SESSION sql_log_bin = 0")
+        cur.execute("SELECT User, Host, Db FROM mysql.db WHERE User LIKE %s AND User <> %s",
+                    (OWNER_PREFIX.replace("_", "\\_") + "%", name))
+        for user, host, pattern in cur.fetchall():
+            if _unescape(_text(pattern)) in databases:
+                cur.execute(f"REVOKE ALL PRIVILEGES ON {quote_ident(_text(pattern))}.* FROM {account_sql(_text(user), _text(host))}")
+                log.info("objects owner %s loses its grants on %s (restored anew here)", _text(user), _unescape(_text(pattern)))
+    return _ensure(admin, name, "owner", databases)
+
+
+def _unescape(pattern: str) -> str:
+    """A database name as mysql.db stores a grant's pattern (`\\_` for `_`)."""
+    return pattern.replace("\\\\", "\0").replace("\\_", "_").replace("\\%", "%").replace("\0", "\\")
 
 
 def lock(admin: Server, user: str) -> None:
@@ -162,11 +178,14 @@ def lock(admin: Server, user: str) -> None:
         for name, host in cur.fetchall():
             who = account_sql(_text(name), _text(host))
             cur.execute(f"ALTER USER {who} ACCOUNT LOCK")
-            try:
-                cur.execute(f"REVOKE EXECUTE ON PROCEDURE {SESSION_PROCEDURE} FROM {who}")
-            except Exception as exc:  # noqa: BLE001 - 1141/1147: it held no such grant (already locked)
-                if getattr(exc, "args", (None,))[0] not in (1141, 1147, 1403):
-                    raise
+            # what it needed only to create the objects: not kept (its code must not write past read_only, nor
+            # turn binary logging off for a caller's session)
+            for grant in (f"EXECUTE ON PROCEDURE {SESSION_PROCEDURE}", "READ_ONLY ADMIN ON *.*"):
+                try:
+                    cur.execute(f"REVOKE {grant} FROM {who}")
+                except Exception as exc:  # noqa: BLE001 - 1141/1147/1403: it held no such grant (already locked)
+                    if getattr(exc, "args", (None,))[0] not in (1141, 1147, 1403):
+                        raise
 
 
 def drop(admin: Server, user: str) -> bool:

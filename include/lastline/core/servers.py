@@ -19,6 +19,8 @@ connection that works for MySqlHook works for lastline. Extras read from the con
   deployment's ``LASTLINE_APPROVAL``, on unless set off); a run's conf cannot skip it;
 - ``definer``: the DEFINER of restored triggers, views, routines and events (see lastline.core.accounts;
   default: an account lastline keeps per set of restored databases; ``backup``: the backup's own);
+- ``restore_grants``: ``true`` lets restores into this server recreate a backup's accounts (the Param of that
+  name asks for it; the accounts' passwords are the backup's);
 - ``ssl`` (a dict or its JSON: ``ca``, ``cert``, ``key``) and ``ssl_mode`` (``REQUIRED``, ``VERIFY_CA``,
   ``VERIFY_IDENTITY``), as the mysql provider reads them: every connection lastline opens then uses TLS,
   the dump workers' and the tools' (mariabackup, mariadb) through their option file.
@@ -70,6 +72,7 @@ class Server:
     charset: str = "utf8mb4"
     approval: bool | None = None  # the connection's own say on approvals (None: the deployment's LASTLINE_APPROVAL)
     definer: str | None = None  # who restored objects run as (None: lastline's objects owner; "backup": the backup's)
+    restore_grants: bool = False  # whether restores may create the accounts a backup holds (the restore_grants Param)
     remote: Host | None = field(default=None, compare=False, repr=False)  # the ssh_conn_id's host, once resolved
 
     @classmethod
@@ -95,6 +98,7 @@ class Server:
             charset=str(extra.get("charset") or "utf8mb4"),
             approval=as_bool(extra["approval"]) if extra.get("approval") not in (None, "") else None,
             definer=str(extra["definer"]).strip() or None if extra.get("definer") else None,
+            restore_grants=as_bool(extra.get("restore_grants", False)),
         )
 
     def require_datadir(self) -> str:

@@ -25,6 +25,7 @@ from lastline.core.compression import DEFAULT_COMPRESSION, codec
 from lastline.core.errors import PreflightError, Refusal, ServerError
 from lastline.core.hosts import require_tools
 from lastline.core.plans import Conf
+from lastline.core.sql import placeholders
 from lastline.logical import chunking, dialect
 from lastline.logical.dumper import Dumper, TableState
 from lastline.logical.plans import BackupPlan
@@ -50,6 +51,21 @@ SCHEMA_FILE = "schema.json"
 SCHEMA_SQL = "schema.sql"
 
 
+def refuse_versioned(cur: Any, databases: list[str]) -> None:
+    """System-versioned tables hold history a logical backup does not carry (it would keep their current rows
+    only, and it used to leave them out without a word): refused, naming them."""
+    if not databases:
+        return
+    cur.execute("SELECT TABLE_SCHEMA, TABLE_NAME FROM information_schema.TABLES WHERE TABLE_TYPE = 'SYSTEM VERSIONED' "
+                f"AND TABLE_SCHEMA IN ({placeholders(databases)}) ORDER BY 1, 2", databases)
+    found = [f"{s}.{n}" for s, n in cur.fetchall()]
+    if found:
+        raise PreflightError(
+            f"{len(found)} system-versioned table(s) ({', '.join(found[:10])}): a logical backup does not carry their "
+            "history yet. Back these databases up with physical_backup, or leave them out of databases."
+        )
+
+
 def preflight(conf: dict) -> dict:
     """Check credentials, databases, privileges, tools and destination; choose the backup id. Changes nothing."""
     params = Conf(conf)
@@ -61,6 +77,7 @@ def preflight(conf: dict) -> dict:
         raise PreflightError(f"chunk_rows={chunk_rows}: use at least 1000 (100k-1M is the useful range).")
     with server.session() as cur:
         databases = resolve_databases(cur, params.names("databases") or None)
+        refuse_versioned(cur, databases)
         cur.execute("SELECT @@version")
         version = cur.fetchone()[0]
         plans = chunking.table_plans(cur, databases)

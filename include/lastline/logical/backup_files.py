@@ -32,8 +32,9 @@ def run_server(plan: RestorePlan) -> Server:
 
 
 def open_backup(plan: RestorePlan) -> tuple[Storage, LogicalManifest]:
+    """The plan's backup, its manifest the very one preflight checked (its sha256 is pinned in the plan)."""
     storage, backup_id = resolve_backup(f"{plan.destination}/{plan.backup_id}", plan.aws_conn_id, "logical")
-    return storage, read_manifest(storage, backup_id, "logical")
+    return storage, read_manifest(storage, backup_id, "logical", sha256=plan.manifest_sha256 or None)
 
 
 def checked_schema(storage: Storage, manifest: LogicalManifest) -> dict:

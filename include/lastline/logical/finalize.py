@@ -19,6 +19,7 @@ from lastline.logical.schema import split_deferred
 from lastline.logical.schema_checks import (
     checked_create,
     checked_grants,
+    definer_security,
     definition_name,
     disabled_event,
     session_name,
@@ -85,7 +86,9 @@ def finalize(plan: RestorePlan | dict) -> dict:
                 cur.execute(f"ALTER TABLE {dialect.qualified(t.schema, t.name)} AUTO_INCREMENT = {int(t.auto_increment)}")
         steps["auto_increment"] = time.monotonic() - s
     s = time.monotonic()
-    objects(server, schema, dbs, plan.enable_events)
+    # on staging, triggers and events come after the masking is verified (staging.refresh.late_objects): a trigger
+    # must not fire on the mask's UPDATEs, where it could copy the originals, or the key, somewhere unmasked
+    objects(server, schema, dbs, plan.enable_events, kinds=EARLY_KINDS if server.role == "staging" else OBJECT_KINDS)
     steps["objects"] = time.monotonic() - s
     if plan.restore_grants:
         s = time.monotonic()
@@ -115,13 +118,20 @@ def finalize(plan: RestorePlan | dict) -> dict:
     return {"seconds": round(seconds, 3), "steps": {k: round(v, 3) for k, v in steps.items()}}
 
 
-def objects(server: Server, schema: dict, dbs: list[str], enable_events: bool = False) -> str:
+OBJECT_KINDS = ("triggers", "views", "routines", "events")
+EARLY_KINDS = ("views", "routines")  # what a staging restore creates before its masking
+DROP_WORDS = {"triggers": "TRIGGER", "views": "VIEW", "events": "EVENT"}
+
+
+def objects(server: Server, schema: dict, dbs: list[str], enable_events: bool = False,
+            kinds: tuple[str, ...] = OBJECT_KINDS) -> str:
     """Triggers (after the data: they never fire on restored rows), views, routines and events of `dbs`, each
     dropped and created anew (re-runnable). Who they run as, later, is their DEFINER, chosen by the target's
     connection (extra `definer`), never by the backup:
 
     - none (the default): lastline's objects owner of these databases (core.accounts), which creates them
-      itself (so nothing it runs can reach beyond these databases) and is locked again afterwards;
+      itself (so nothing it runs can reach beyond these databases) and is locked again afterwards; views and
+      routines are made SQL SECURITY DEFINER, so they run as it whoever calls them;
     - `backup`: the backup's own DEFINERs, created by the admin account (it needs SET USER; the statement
       checks are then the only guard: for backups whose storage is as trusted as the target);
     - `user@host`: that account, created by the admin account (the same caveat).
@@ -131,15 +141,15 @@ def objects(server: Server, schema: dict, dbs: list[str], enable_events: bool = 
     owner = accounts.objects_owner(server, dbs) if definer is None else server
     trusted = _trust_routine_creators(server) if definer is None else None
     try:
-        for kind, drop in (("triggers", "TRIGGER"), ("views", "VIEW"), ("routines", None), ("events", "EVENT")):
+        for kind in kinds:
+            drop = DROP_WORDS.get(kind)
             for obj in schema[kind]:
                 if obj["schema"] not in dbs:
                     continue
                 create = checked_create(kind, obj, dbs)  # a routine's type is checked there too
-                if definer is None:
-                    create = without_definer(kind, create)
-                elif definer != "backup":
-                    create = with_definer(kind, create, definer)
+                if definer != "backup":  # the connection's choice runs it, never a caller (SQL SECURITY DEFINER)
+                    create = definer_security(kind, obj, without_definer(kind, create) if definer is None
+                                              else with_definer(kind, create, definer))
                 if kind == "events" and not enable_events:
                     create = disabled_event(create)
                 what = drop or str(obj["type"]).upper()

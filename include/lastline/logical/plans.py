@@ -45,4 +45,5 @@ class RestorePlan(Plan):
     aws_conn_id: str | None = None
     at_risk: dict | None = None  # what the restore would replace, when it asks for approval first (core.sql.tables_at_risk)
     restore_account: str = ""  # the run account every statement from the backup runs under (core.accounts)
+    manifest_sha256: str = ""  # the manifest preflight checked: later tasks refuse any other (manifest.read_manifest)
     enable_events: bool = False  # restored events come back disabled unless the run asks

@@ -14,7 +14,7 @@ from lastline.core import datadir as dd
 from lastline.core.errors import LastlineError, PreflightError
 from lastline.core.plans import Conf
 from lastline.core.servers import base_version, refuse_restore_into_source
-from lastline.core.sql import SYSTEM_SCHEMAS, server_identity, tables_at_risk
+from lastline.core.sql import ASIDE_PREFIX, SYSTEM_SCHEMAS, server_identity, tables_at_risk
 from lastline.logical import dialect, tuning
 from lastline.logical.backup_files import checked_schema, open_backup, require_chunk_files, run_server, selected, target_server
 from lastline.logical.finalize import (
@@ -44,21 +44,30 @@ def preflight(conf: dict) -> dict:
     server = connections.server(params.required("target_conn_id"))
     server.refuse_if_protected()
     storage, backup_id = resolve_backup(params.required("backup"), params.text("aws_conn_id"), "logical")
-    manifest = read_manifest(storage, backup_id, "logical")
+    # a staging refresh pins the manifest its PII guard read: the restore reads that very one
+    manifest = read_manifest(storage, backup_id, "logical", sha256=params.text("manifest_sha256"))
     schema = checked_schema(storage, manifest)  # checked against the manifest before anything is touched
     in_backup = [d["name"] for d in manifest.databases]
     named = params.names("databases")
-    # lastline's own schema is never restored (it holds this restore's state); system schemas only by name
-    wanted = named or [d for d in in_backup if d not in SYSTEM_SCHEMAS and d != tuning.META_DB]
-    if tuning.META_DB in wanted or tuning.META_DB in [t.schema for t in selected(manifest, wanted)]:
-        raise PreflightError(f"{tuning.META_DB} is lastline's own bookkeeping on the target and is never restored; leave it out of databases.")
+    wanted = named or [d for d in in_backup if not never_restored(d)]
+    refused = [d for d in {*wanted, *(t.schema for t in selected(manifest, wanted))} if never_restored(d)]
+    if refused:  # a backup never holds them (the backup refuses them): one that does was made to
+        raise PreflightError(
+            f"{', '.join(sorted(refused))}: system schemas, lastline's own {tuning.META_DB} and its set-aside databases "
+            f"({ASIDE_PREFIX}...) are never restored (accounts come back with restore_grants); leave them out of databases."
+        )
     skipped = sorted(set(in_backup) - set(wanted))
     if skipped and not named:
-        log.warning("left out of the restore (system or lastline schemas; name them in databases to restore them): %s", ", ".join(skipped))
+        log.warning("left out of the restore (system or lastline schemas, which are never restored): %s", ", ".join(skipped))
     missing = [d for d in wanted if d not in in_backup]
     if missing:
         raise PreflightError(f"database(s) {', '.join(missing)} are not in backup {backup_id}; it holds: {', '.join(in_backup)}.")
     restore_grants = params.flag("restore_grants")
+    if restore_grants and not server.restore_grants:  # accounts with the backup's passwords: the deployment decides
+        raise PreflightError(
+            f"restore_grants: {server.describe()} does not let restores create accounts (they would log in with passwords "
+            "the backup chose): set the extra \"restore_grants\": true on its connection if it should. Nothing was touched."
+        )
     if restore_grants and not manifest.include_grants:
         raise PreflightError(f"restore_grants: backup {backup_id} was taken without include_grants; it holds no accounts.")
     validate_schema(schema, wanted, restore_grants)  # every statement the restore would run is the CREATE it claims to be
@@ -124,6 +133,7 @@ def preflight(conf: dict) -> dict:
         bytes=need,
         at_risk=at_risk,
         restore_account=accounts.run_account_name(),
+        manifest_sha256=manifest.read_sha256,
         enable_events=params.flag("enable_events"),
     )
     log.info(
@@ -131,6 +141,12 @@ def preflight(conf: dict) -> dict:
         need / 1e6, server.describe(), " - resuming an unfinished restore of this backup" if resume else "",
     )
     return plan.to_dict()
+
+
+def never_restored(database: str) -> bool:
+    """System schemas, lastline's own schema and its set-aside databases: a restore never writes them (the run
+    account would hold the server's accounts, or lastline's own state)."""
+    return database in SYSTEM_SCHEMAS or database == tuning.META_DB or database.startswith(ASIDE_PREFIX)
 
 
 def refuse_wide_grants(cur: Any, schema: dict, databases: list[str]) -> None:

@@ -217,9 +217,11 @@ def _table_options(sig: list[Token], i: int) -> int:
     """Table options from sig[i] on, each of the allow-list with one value: the index of PARTITION BY, or the end."""
     while i < len(sig) and not words_at(sig, i, "PARTITION", "BY"):
         w = word_at(sig, i)
-        if w == "DEFAULT" or words_at(sig, i, "WITH", "SYSTEM", "VERSIONING"):
-            i += 1 if w == "DEFAULT" else 3
+        if w == "DEFAULT":
+            i += 1
             continue
+        if words_at(sig, i, "WITH", "SYSTEM", "VERSIONING"):  # history a backup never carries (its backup refuses
+            raise _Bad(f"keeps row history (WITH SYSTEM VERSIONING), which no backup of lastline's holds, at {_near(sig, i)}")
         engine_defined = _kind(sig[i], IDENT) and (st.ident_value(sig[i]) or "").upper() in ENGINE_DEFINED
         if not (w in TABLE_OPTIONS or engine_defined or words_at(sig, i, "CHARACTER", "SET")):
             raise _Bad(f"has a table option lastline does not allow: {sig[i].text} (at character {sig[i].pos})")
@@ -416,6 +418,7 @@ def checked_create(kind: str, obj: dict, databases: list[str] | None = None) -> 
         elif kind == "sequences":
             _check_sequence(create, obj)
         elif kind in _KIND_WORDS:
+            session_mode(obj.get("sql_mode"))
             tokens = _never_run(st.tokenize(create, **st.mode_options(obj.get("sql_mode"))))
             _check_program(kind, st.significant(tokens), obj)
         else:
@@ -599,6 +602,46 @@ def validate_schema(schema: dict, databases: list[str], grants: bool = False) ->
     if grants:
         for g in schema.get("grants", []):
             checked_grants(g)
+
+
+# every sql_mode name MariaDB and MySQL print (a schema.json value must be a comma list of these, as a string:
+# a number would be taken as a bitmask, which the checks could not read the same way as the server)
+SQL_MODES = frozenset("""REAL_AS_FLOAT PIPES_AS_CONCAT ANSI_QUOTES IGNORE_SPACE IGNORE_BAD_TABLE_OPTIONS ONLY_FULL_GROUP_BY
+    NO_UNSIGNED_SUBTRACTION NO_DIR_IN_CREATE POSTGRESQL ORACLE MSSQL DB2 MAXDB NO_KEY_OPTIONS NO_TABLE_OPTIONS
+    NO_FIELD_OPTIONS MYSQL323 MYSQL40 ANSI NO_AUTO_VALUE_ON_ZERO NO_BACKSLASH_ESCAPES STRICT_TRANS_TABLES STRICT_ALL_TABLES
+    NO_ZERO_IN_DATE NO_ZERO_DATE INVALID_DATES ERROR_FOR_DIVISION_BY_ZERO TRADITIONAL NO_AUTO_CREATE_USER
+    HIGH_NOT_PRECEDENCE NO_ENGINE_SUBSTITUTION PAD_CHAR_TO_FULL_LENGTH EMPTY_STRING_IS_NULL SIMULTANEOUS_ASSIGNMENT
+    TIME_ROUND_FRACTIONAL TIME_TRUNCATE_FRACTIONAL""".split())
+
+
+def session_mode(value: Any) -> str:
+    """An object's sql_mode from schema.json: a string of known mode names (refused otherwise)."""
+    if value in (None, ""):
+        return ""
+    if not isinstance(value, str) or any(m.strip().upper() not in SQL_MODES for m in value.split(",")):
+        raise IntegrityError(f"schema.json: sql_mode {str(value)[:120]!r} is not a list of sql_mode names; refused.")
+    return value
+
+
+def definer_security(kind: str, obj: dict, create: str) -> str:
+    """A view's or routine's statement with `SQL SECURITY INVOKER` made `DEFINER` (the default when none is
+    given): restored code runs as its definer (lastline's objects owner), never as whoever calls it (an
+    administrator, an application): what the backup wrote cannot borrow a caller's privileges. Other kinds
+    come back unchanged; a statement that cannot be read exactly is refused."""
+    if kind not in ("views", "routines"):
+        return create
+    try:
+        sig = st.significant(_never_run(st.tokenize(create, **st.mode_options(session_mode(obj.get("sql_mode"))))))
+        i, _definer = _header(sig, kind)
+        end = i if kind == "views" else _body_start(kind, sig, _name(sig, i + 1, obj["schema"], obj["name"], "routine", exact=False), obj)
+    except (_Bad, st.SqlTextError) as e:
+        raise _refuse(f"{kind[:-1]} {obj.get('schema')}.{obj.get('name')}", f"has a header lastline cannot read ({e})") from None
+    out, last = [], 0
+    for k in range(end):
+        if words_at(sig, k, "SQL", "SECURITY") and word_at(sig, k + 2) == "INVOKER":
+            out += [create[last:sig[k + 2].pos], "DEFINER"]
+            last = sig[k + 2].end
+    return "".join(out) + create[last:]
 
 
 def session_name(value: Any, what: str) -> str | None:

@@ -134,8 +134,14 @@ def verify(plan: RestorePlan | dict, snapshot: dict) -> dict:
             "cannot catch a value the dump got wrong; take a new backup", manifest.backup_id, manifest.format,
         )
     recorded = recorded_checks(server, manifest.backup_id)
+    with server.session() as cur:  # what each name is on the target: the admin account reads base tables only
+        cur.execute("SELECT TABLE_SCHEMA, TABLE_NAME, TABLE_TYPE FROM information_schema.TABLES WHERE TABLE_SCHEMA IN ("
+                    + placeholders(plan.databases) + ")", plan.databases)
+        kinds = {(_text(a), _text(b)): _text(c) for a, b, c in cur.fetchall()}
 
     def check(cur: Any, t: Any) -> str | None:
+        if kinds.get((t.schema, t.name)) != "BASE TABLE":  # a view (code a backup wrote) is never read as the admin
+            return f"{t.schema}.{t.name}: is {kinds.get((t.schema, t.name), 'missing').lower()} on the target, not a table"
         rows, checksum = recorded.get((t.schema, t.name)) or table_checksum(cur, manifest, t)
         if (rows, checksum) != (t.rows, t.checksum):
             return f"{t.schema}.{t.name}: {rows} rows, checksum {checksum}; backup: {t.rows} rows, checksum {t.checksum}"
@@ -151,6 +157,8 @@ def verify(plan: RestorePlan | dict, snapshot: dict) -> dict:
             ("events", "SELECT COUNT(*) FROM information_schema.EVENTS WHERE EVENT_SCHEMA = %s AND EVENT_NAME = %s"),
             ("sequences", "SELECT COUNT(*) FROM information_schema.TABLES WHERE TABLE_SCHEMA = %s AND TABLE_NAME = %s AND TABLE_TYPE = 'SEQUENCE'"),
         ):
+            if kind in ("triggers", "events") and server.role == "staging":
+                continue  # created once the masking is verified, and checked then (staging.refresh.late_objects)
             for obj in schema[kind]:
                 if obj["schema"] in plan.databases:
                     cur.execute(sql, (obj["schema"], obj["name"]))

@@ -37,3 +37,4 @@ class RestorePlan(Plan):
     bytes: int = 0
     aws_conn_id: str | None = None
     at_risk: dict | None = None  # what the restore would replace, when it asks for approval first (core.sql.tables_at_risk)
+    manifest_sha256: str = ""  # the manifest preflight checked: later tasks refuse any other (manifest.read_manifest)

@@ -42,7 +42,7 @@ def _target(plan: RestorePlan) -> Server:
 
 def _manifest(plan: RestorePlan) -> tuple[Storage, PhysicalManifest]:
     storage, backup_id = resolve_backup(plan.backup, plan.aws_conn_id)
-    return storage, read_manifest(storage, backup_id)
+    return storage, read_manifest(storage, backup_id, sha256=plan.manifest_sha256 or None)
 
 
 def preflight(conf: dict) -> dict:
@@ -53,7 +53,7 @@ def preflight(conf: dict) -> dict:
     datadir = server.require_datadir()
     host = server.runner()
     storage, backup_id = resolve_backup(params.required("backup"), params.text("aws_conn_id"))
-    manifest = read_manifest(storage, backup_id)
+    manifest = read_manifest(storage, backup_id, sha256=params.text("manifest_sha256"))  # a drill pins what it read
     if server.answers():  # a stopped target cannot be the running source
         refuse_restore_into_source(server, server.identity(), manifest.source_identity, manifest.source_conn_id,
                                    params.text("restore_into_source"))
@@ -91,6 +91,7 @@ def preflight(conf: dict) -> dict:
         datadir_state=state,
         bytes=manifest.bytes,
         at_risk=at_risk,
+        manifest_sha256=manifest.read_sha256,
     )
     log.info("preflight ok: restore %s into %s (datadir %s: %s)", plan.backup, server.describe(), datadir, state)
     return plan.to_dict()

@@ -77,6 +77,7 @@ def set_key(conn: Any, key: str, run_key: str) -> None:
                     for name, value in ((b"ipad", ipad), (b"opad", opad), (b"oipad", oipad), (b"oopad", oopad)))
     handler = infile.install(conn)
     cur = conn.cursor()
+    cur.execute("SET SESSION sql_log_bin = 0")  # a statement-format binary log would carry the LOAD DATA's bytes
     cur.execute(f"CREATE TEMPORARY TABLE {META_DB}.lastline_pads (name VARCHAR(8) NOT NULL PRIMARY KEY, v VARBINARY(128) NOT NULL) ENGINE=MEMORY")
     with infile.fed_fifo(lambda fh: fh.write(data), "lastline-key") as (fifo, failed):
         handler.offer(fifo, "none", len(data))

@@ -2,9 +2,9 @@
 lastline can read the staging server, and a refresh that does not reach a verified mask leaves no unmasked
 row behind.
 
-- `lock` (the refresh's setup task): every account of the staging server that holds more than USAGE (so
-  could read a table), except lastline's own (the connection's account and the restore's accounts), is
-  locked and its open sessions are killed. The list is recorded first, in `_lastline.staging_locks` on the
+- `lock` (the refresh's setup task): every account of the staging server that can log in, except lastline's
+  own (the connection's account and the restore's accounts), is locked, anonymous and USAGE-only ones too
+  (grants to PUBLIC or a role reach them), and every other open session is killed. The list is recorded first, in `_lastline.staging_locks` on the
   server, so a lock that fails half-way, a retry or the next run knows exactly which accounts lastline
   locked, and unlocks those and no other.
 - `close` (the teardown: it runs whatever happened): unless this run's masking was verified, every restored
@@ -42,25 +42,19 @@ def _text(value: Any) -> str:
 
 
 def readers(cur: Any) -> list[tuple[str, str]]:
-    """The accounts to lock: every unlocked login account that holds more than USAGE, but lastline's own."""
+    """The accounts to lock: every unlocked account that can log in (anonymous ones and those that hold only
+    USAGE too: grants to PUBLIC or a role reach them), but lastline's own. Failing closed: whatever the
+    server's grants say, nobody else logs in."""
     cur.execute("SELECT CURRENT_USER()")
     me = _text(cur.fetchone()[0]).rpartition("@")
-    cur.execute("SELECT User, Host, JSON_VALUE(Priv, '$.account_locked') FROM mysql.global_priv")
+    cur.execute("SELECT User, Host, JSON_VALUE(Priv, '$.account_locked'), JSON_VALUE(Priv, '$.is_role') FROM mysql.global_priv")
     out = []
-    for user, host, locked in cur.fetchall():
+    for user, host, locked, role in cur.fetchall():
         user, host = _text(user), _text(host)
-        if (user, host) == (me[0], me[2]) or user in SYSTEM_ACCOUNTS or not user \
-                or user.startswith((accounts.RUN_PREFIX, accounts.OWNER_PREFIX)) or str(locked) in ("1", "true"):
+        if (user, host) == (me[0], me[2]) or user in SYSTEM_ACCOUNTS or user.startswith((accounts.RUN_PREFIX, accounts.OWNER_PREFIX)) \
+                or str(locked).lower() in ("1", "true") or str(role).lower() in ("1", "true") or user == "PUBLIC":
             continue
-        try:
-            cur.execute(f"SHOW GRANTS FOR {accounts.account_sql(user, host)}")
-        except Exception as exc:  # noqa: BLE001 - 1141: a role, or an account the server did not load
-            if getattr(exc, "args", (None,))[0] in (1141, 1133):
-                continue
-            raise
-        grants = [_text(r[0]) for r in cur.fetchall()]
-        if any(not g.startswith("GRANT USAGE ON *.* TO ") for g in grants):
-            out.append((user, host))
+        out.append((user, host))
     return out
 
 
@@ -81,18 +75,26 @@ def lock(target_conn_id: str, run_key: str) -> dict:
             except Exception as exc:  # noqa: BLE001 - 1396: dropped meanwhile
                 if getattr(exc, "args", (None,))[0] != 1396:
                     raise
-        killed = _kill_sessions(cur, sorted({u for u, _ in found}))
+        killed = _kill_sessions(cur, me=me_user(cur))
     log.info("staging %s: locked %d account(s) until the masking is verified (%s); %d open session(s) killed",
              server.describe(), len(found), ", ".join(f"{u}@{h}" for u, h in found) or "none", killed)
     return {"locked": [f"{u}@{h}" for u, h in found], "sessions_killed": killed}
 
 
-def _kill_sessions(cur: Any, users: list[str]) -> int:
-    if not users:
-        return 0
-    cur.execute(f"SELECT ID FROM information_schema.PROCESSLIST WHERE USER IN ({placeholders(users)}) AND ID <> CONNECTION_ID()", users)
+def me_user(cur: Any) -> str:
+    cur.execute("SELECT SUBSTRING_INDEX(CURRENT_USER(), '@', 1)")
+    return _text(cur.fetchone()[0])
+
+
+def _kill_sessions(cur: Any, me: str) -> int:
+    """End every open session but lastline's own (an account locked earlier may still have one open)."""
+    cur.execute("SELECT ID, USER FROM information_schema.PROCESSLIST WHERE ID <> CONNECTION_ID() AND COMMAND <> 'Daemon' "
+                "AND USER NOT IN ('system user', 'event_scheduler', 'unauthenticated user')")
     killed = 0
-    for (thread,) in cur.fetchall():
+    for thread, user in cur.fetchall():
+        user = _text(user)
+        if user == me or user.startswith((accounts.RUN_PREFIX, accounts.OWNER_PREFIX)):
+            continue
         try:
             cur.execute(f"KILL CONNECTION {int(thread)}")
             killed += 1

@@ -10,21 +10,23 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import re
 import time
 from dataclasses import dataclass, field
 from typing import Any
 
 from lastline import connections, reports
-from lastline.core.errors import PreflightError, ProtectedTargetError
+from lastline.core.errors import IntegrityError, PreflightError, ProtectedTargetError
 from lastline.core.plans import Conf, Plan
-from lastline.core.sql import META_DB, SYSTEM_SCHEMAS, server_identity
-from lastline.logical import dialect
+from lastline.core.sql import META_DB, server_identity
+from lastline.logical import dialect, finalize
 from lastline.logical.backup_files import checked_schema
+from lastline.logical.restore import never_restored
 from lastline.logical.schema import split_deferred
 from lastline.manifest import read_manifest, resolve_backup
 from lastline.staging import masking, pii, pii_objects
-from lastline.staging.rules import EMAIL_DOMAIN, HASHED, Rule, parse_rule_set
+from lastline.staging.rules import EMAIL_DOMAIN, HASHED, Rule, run_rules
 
 log = logging.getLogger(__name__)
 
@@ -46,6 +48,7 @@ class StagingPlan(Plan):
     restore: dict = field(default_factory=dict)
     aws_conn_id: str | None = None
     kept_objects: list[str] = field(default_factory=list)  # "<db>.<object>": "keep" rules (schema text kept as is)
+    manifest_sha256: str = ""  # the manifest the PII guard read: the restore and the late objects read that one
 
     def rule_list(self) -> list[Rule]:
         return [Rule(**r) for r in self.rules]
@@ -125,11 +128,17 @@ def _pii_refusal(columns: list[pii.Finding], objects: list[pii_objects.ObjectFin
             + json.dumps(snippet, indent=1) + "\nNothing was touched.")
 
 
+def key_conn_id() -> str:
+    """The connection holding the masking key: the deployment's LASTLINE_MASKING_KEY_CONN_ID (never a run's conf,
+    which could name any connection's password)."""
+    return os.environ.get("LASTLINE_MASKING_KEY_CONN_ID", "lastline_masking") or "lastline_masking"
+
+
 def preflight(conf: dict, rules: Any) -> dict:
-    """The target guard (role staging, not protected, not the backup's source), the rules (every one names a
-    column of the backup, fits it), the PII guard (every column that looks personal has a rule) and the
-    masking key's presence. Refusals change nothing; once all pass, the target is set read-only (writes
-    stay out until the masking is verified and `open` runs)."""
+    """The target guard (role staging, not protected, not the backup's source), the rules (the deployment's
+    `rules`, plus the run's masking_rules: see run_rules; every one names a column of the backup and fits it),
+    the PII guard (every column that looks personal has a rule) and the masking key's presence. Refusals change
+    nothing; once all pass, the target is set read-only (writes stay out until the masking is verified)."""
     params = Conf(conf)
     target_conn_id = params.required("target_conn_id")
     server = connections.server(target_conn_id)
@@ -145,14 +154,17 @@ def preflight(conf: dict, rules: Any) -> dict:
                 "a staging refresh never writes into production. Nothing was touched."
             )
     in_backup = [d["name"] for d in manifest.databases]
-    databases = params.names("databases") or [d for d in in_backup if d not in SYSTEM_SCHEMAS and d != META_DB]
+    databases = params.names("databases") or [d for d in in_backup if not never_restored(d)]
+    if any(never_restored(d) for d in databases):
+        raise PreflightError(f"{', '.join(d for d in databases if never_restored(d))}: system schemas and lastline's own "
+                             "databases are never restored; leave them out of databases. Nothing was touched.")
     missing = [d for d in databases if d not in in_backup]
     if missing:
         raise PreflightError(f"database(s) {', '.join(missing)} are not in backup {backup_id}; it holds: {', '.join(in_backup)}.")
 
     tables = {(t.schema, t.name): t for t in manifest.tables}
     creates = {(t["schema"], t["name"]): t["create"] for t in schema["tables"]}
-    column_rules, object_rules = parse_rule_set(rules)
+    column_rules, object_rules = run_rules(rules, conf.get("masking_rules"))
     parsed = [r for r in column_rules if r.schema in databases]
     acknowledged = [o for o in object_rules if o.schema in databases]
     known_objects = pii_objects.object_names(schema, databases)
@@ -186,12 +198,13 @@ def preflight(conf: dict, rules: Any) -> dict:
     unacknowledged = [f for f in pii_objects.scan_objects(schema, databases) if f.key not in kept]
     if uncovered or unacknowledged:
         raise PreflightError(_pii_refusal(uncovered, unacknowledged, tables, creates))
-    key_conn_id = params.text("masking_key_conn_id", "lastline_masking") or "lastline_masking"
-    connections.secret(key_conn_id)  # present; read again where it is used, never kept
+    key_conn = key_conn_id()
+    connections.secret(key_conn)  # present; read again where it is used, never kept
 
     restore = {k: conf[k] for k in RESTORE_KNOBS if k in conf and conf[k] is not None}
     restore.update(target_conn_id=target_conn_id, backup=f"{_destination(params.required('backup'))}/{backup_id}",
-                   databases=databases, force=params.flag("force", True), restore_into_source="", restore_grants=False)
+                   databases=databases, force=params.flag("force", True), restore_into_source="", restore_grants=False,
+                   manifest_sha256=manifest.read_sha256)  # the restore reads the very manifest the PII guard read
     # (nobody is asked to approve: a staging server, whose connection says so, is replaced every morning by design)
     with server.session() as cur:  # everything checked: keep writes out until masking is verified
         cur.execute("SET GLOBAL read_only = ON")
@@ -200,9 +213,9 @@ def preflight(conf: dict, rules: Any) -> dict:
              sum(r.strategy == "keep" for r in parsed), len(acknowledged))
     return StagingPlan(
         target_conn_id=target_conn_id, backup=restore["backup"], backup_id=backup_id, databases=databases,
-        rules=[r.to_dict() for r in parsed], masking_key_conn_id=key_conn_id,
+        rules=[r.to_dict() for r in parsed], masking_key_conn_id=key_conn,
         open_for_writes=params.flag("open_for_writes", True), restore=restore, aws_conn_id=aws,
-        kept_objects=sorted({o.key for o in acknowledged}),
+        kept_objects=sorted({o.key for o in acknowledged}), manifest_sha256=manifest.read_sha256,
     ).to_dict()
 
 
@@ -238,6 +251,31 @@ def mask(plan: StagingPlan | dict, run_key: str) -> dict:
     if skipped:
         log.info("already masked by this run (a retry): %s", ", ".join(skipped))
     return {"seconds": round(time.monotonic() - t0, 3), "tables": len(done), "skipped": skipped}
+
+
+def late_objects(plan: StagingPlan | dict) -> dict:
+    """Triggers and events, once the masking is verified (none exists while the mask's UPDATEs run, so none
+    can copy an original value or the key anywhere), created as the restore creates its objects
+    (logical.finalize.objects: by the locked owner of these databases, events disabled); each checked present."""
+    plan = StagingPlan.of(plan)
+    server = connections.server(plan.target_conn_id)
+    storage, backup_id = resolve_backup(plan.backup, plan.aws_conn_id, "logical")
+    schema = checked_schema(storage, read_manifest(storage, backup_id, "logical", sha256=plan.manifest_sha256 or None))
+    kinds = ("triggers", "events")
+    definer = finalize.objects(server, schema, plan.databases, kinds=kinds)
+    wanted = [(k, o["schema"], o["name"]) for k in kinds for o in schema[k] if o["schema"] in plan.databases]
+    with server.session() as cur:
+        missing = []
+        for kind, db, name in wanted:
+            table = "TRIGGERS" if kind == "triggers" else "EVENTS"
+            column = "TRIGGER" if kind == "triggers" else "EVENT"
+            cur.execute(f"SELECT COUNT(*) FROM information_schema.{table} WHERE {column}_SCHEMA = %s AND {column}_NAME = %s", (db, name))
+            if not cur.fetchone()[0]:
+                missing.append(f"{kind[:-1]} {db}.{name}")
+    if missing:
+        raise IntegrityError("after the masking, these are missing: " + ", ".join(missing) + "; re-run the task.")
+    log.info("triggers and events created after the masking: %d, as %s", len(wanted), definer)
+    return {"created": len(wanted), "definer": definer}
 
 
 def open_target(plan: StagingPlan | dict) -> dict:

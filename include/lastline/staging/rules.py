@@ -147,3 +147,20 @@ def parse_rule_set(rules: Any) -> tuple[list[Rule], list[ObjectRule]]:
         else:
             raise ConfigError(f"masking rule {key!r}: unknown strategy {text!r}; choose one of {', '.join(STRATEGIES)}.")
     return out, objects
+
+
+def run_rules(deployment: Any, conf: Any) -> tuple[list[Rule], list[ObjectRule]]:
+    """The rules of a run: the deployment's (the Airflow Variable lastline_masking_rules), with what the run's
+    conf (the masking_rules Param) adds or changes on top. A run may mask more, never less: a `keep` (of a
+    column or of an object's text) comes only from the deployment."""
+    columns, objects = parse_rule_set(deployment)
+    more, more_objects = parse_rule_set(conf)
+    kept = [r.key for r in more if r.strategy == "keep"] + [o.key for o in more_objects]
+    if kept:
+        raise ConfigError(
+            f"masking_rules: {', '.join(kept)}: \"keep\" comes only from the deployment's rules (the Airflow Variable "
+            "lastline_masking_rules); a run's conf may mask more, never less. Nothing was touched."
+        )
+    by_key = {r.key: r for r in columns}
+    by_key.update((r.key, r) for r in more)
+    return list(by_key.values()), objects
