@@ -4,9 +4,12 @@
 preflight (credentials, databases, privileges, destination; read-only) → dump → announce_backup (the
 Asset `lastline_logical_backup`: URL, id, binlog/GTID position; staging_refresh runs on it) → prune.
 
-**dump** holds `FLUSH TABLES WITH READ LOCK` only while `parallel` dump worker processes each open
-`START TRANSACTION WITH CONSISTENT SNAPSHOT` on their own connection and the binlog/GTID position is
-read (non-transactional tables are dumped before the lock is released): all workers read the same
+**dump** never holds production's writes back for more than a moment: on MariaDB (`BACKUP STAGE`)
+DDL and writes to non-transactional tables wait while the schema and those tables are read, and commits
+wait only while `parallel` dump worker processes each open `START TRANSACTION WITH CONSISTENT SNAPSHOT`
+on their own connection and the binlog/GTID position is read (milliseconds; a long running write does not
+delay it); elsewhere `FLUSH TABLES WITH READ LOCK`, after the long-statement guard (`long_query_guard`,
+`long_query_wait`, `kill_long_queries`), each attempt bounded by `lock_timeout`. All workers read the same
 instant, and the parallelism lives **inside this one task**. The workers take chunk jobs (key ranges
 of the primary or a unique not-null key; chunks of big tables first, so one huge table keeps every
 worker busy) and escape every value on the client in one linear pass, whatever its size. Each chunk
@@ -39,7 +42,8 @@ from lastline.logical import backup as lb
     tags=["lastline", "logical", "backup"],
     params=params(
         "source_conn_id", "destination", "databases", "chunk_rows", "compression", "parallel", "include_grants",
-        "lock_nontransactional", "aws_conn_id", "keep", "incomplete_grace_hours",
+        "lock_nontransactional", "lock_method", "long_query_guard", "long_query_wait", "kill_long_queries", "lock_timeout",
+        "aws_conn_id", "keep", "incomplete_grace_hours",
         compression="per chunk file", parallel="snapshot connections dumping at once", keep="complete logical backups to keep",
     ),
 )

@@ -55,8 +55,8 @@ def restore_drill():
         return entry
 
     plan = preflight()
-    logical = logical_restore_steps.override(group_id="logical")(plan["restore"], server_param="drill_conn_id")
-    physical = physical_restore_steps.override(group_id="physical")(plan["restore"], server_param="drill_conn_id")
+    logical = logical_restore_steps.override(group_id="logical")(plan["restore"], server_param="drill_conn_id", role="drill")
+    physical = physical_restore_steps.override(group_id="physical")(plan["restore"], server_param="drill_conn_id", role="drill")
     which(plan["kind"]) >> [logical, physical]
     [logical, physical] >> record(plan)
 

@@ -80,7 +80,7 @@ def staging_refresh():
 
     plan = preflight()
     locked = lock(plan)  # the setup: nobody but lastline reads staging until the masking is verified
-    restored = logical_restore_steps(plan["restore"])
+    restored = logical_restore_steps(plan["restore"], role="staging")
     detached = detach_replication(plan["target_conn_id"], "{{ params.restart }}", False)
     masked = mask(plan)
     verified = verify_masking(plan, masked)

@@ -7,6 +7,7 @@ The attacks here are written as someone who can write to backup storage would (e
 updated), and several run with the statement checks switched off, to prove the privilege line on its own."""
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 import shutil
@@ -253,10 +254,25 @@ def test_a_run_s_conf_cannot_skip_the_approval(backup, victims, logical_target, 
     set_conn("t_lp_no_ask", logical_target, approval=False)  # the connection (a deployment setting) may say no
     assert lr.preflight(_conf(backup, databases=["lp_a_b"], target_conn_id="t_lp_no_ask"))["at_risk"] is None
     set_conn("t_lp_drill", logical_target, role="drill")
-    assert lr.preflight(_conf(backup, databases=["lp_a_b"], target_conn_id="t_lp_drill"))["at_risk"] is None
+    assert lr.preflight(_conf(backup, databases=["lp_a_b"], target_conn_id="t_lp_drill"), role="drill")["at_risk"] is None
     monkeypatch.setenv("LASTLINE_APPROVAL", "false")
     set_conn("t_lp_ask", logical_target, approval=True)
     assert lr.preflight(_conf(backup, databases=["lp_a_b"], target_conn_id="t_lp_ask"))["at_risk"]
+
+
+def test_a_staging_or_drill_server_takes_only_its_own_dag(backup, victims, logical_target):
+    """A plain restore (no approval asked: staging is replaced by design) into a staging server would hand its
+    readers production's data unmasked: refused, whatever the conf says; the staging refresh's own restore
+    (role given by its DAG, not by the conf) and the plain restore of a plain server pass."""
+    from lastline.core.errors import ProtectedTargetError
+
+    set_conn("t_lp_staging", logical_target, role="staging")
+    for role, conn_id in ((None, "t_lp_staging"), ("drill", "t_lp_staging"), (None, "t_lp_drill2"), ("staging", "t_lp_plain")):
+        set_conn("t_lp_drill2", logical_target, role="drill")
+        set_conn("t_lp_plain", logical_target)
+        with pytest.raises(ProtectedTargetError, match="Nothing was touched"):
+            lr.preflight(_conf(backup, databases=["lp_a_b"], target_conn_id=conn_id, role="staging"), role=role)
+    assert lr.preflight(_conf(backup, databases=["lp_a_b"], target_conn_id="t_lp_staging", force=True), role="staging")
 
 
 def test_backups_outside_the_deployment_s_roots_are_refused(backup, victims, tmp_path, monkeypatch):
@@ -330,7 +346,7 @@ def test_a_backup_changed_after_preflight_is_not_read_again(backup, victims, tmp
 
 
 def test_system_lastline_and_set_aside_databases_are_never_restored(backup, victims, tmp_path, logical_source):
-    for name in ("mysql", "_lastline", aside_name("lp_a_b")):
+    for name in ("mysql", "_lastline", aside_name("lp_a_b"), "MYSQL", "_LastLine"):  # case: lower_case_table_names=1
         with pytest.raises(PreflightError, match="are never restored"):
             lr.preflight(_conf(backup, databases=[name]))  # named by a run's conf
         copy = tamper_schema(backup, tmp_path / name, lambda s: None)  # or renamed in a backup
@@ -352,6 +368,25 @@ def test_system_lastline_and_set_aside_databases_are_never_restored(backup, vict
             lb.preflight({"source_conn_id": "t_lsource", "destination": f"file://{tmp_path}/b", "databases": ["lp_versioned"]})
     finally:
         _commit(logical_source.server(), "DROP DATABASE lp_versioned")
+
+
+def test_the_accounts_table_holds_no_password(victims):
+    """The review's: `_lastline.accounts` kept the passwords in clear, readable by any account with global SELECT
+    (monitoring, analysts), which then logged in as the run account. It keeps a nonce; the password is derived
+    on the worker under the admin's password."""
+    admin = victims
+    user = accounts.run_account_name()
+    _commit(admin, "CREATE DATABASE IF NOT EXISTS lp_a_b")
+    try:
+        as_run = accounts.run_account(admin, user, ["lp_a_b"])
+        stored = admin.query("SELECT secret FROM _lastline.accounts WHERE user = %s", (user,))[0][0]
+        stored = stored.decode() if isinstance(stored, bytes) else stored
+        assert stored != as_run.password and stored not in as_run.password
+        assert as_run.query("SELECT CURRENT_USER()")[0][0].startswith(user)  # the derived one logs in
+        with pytest.raises(Exception, match="Access denied"):
+            dataclasses.replace(as_run, password=stored).query("SELECT 1")  # what the table holds does not
+    finally:
+        accounts.drop(admin, user)
 
 
 def test_a_database_restored_anew_leaves_no_older_owner_with_a_reach_into_it(backup, victims, tmp_path):

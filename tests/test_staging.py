@@ -460,10 +460,15 @@ def test_a_run_s_conf_may_mask_more_but_never_less_and_never_names_the_key(crm, 
     _, backup = crm
     tgt = logical_target.server()
     weakened = {k: "keep" for k in RULES}
-    with pytest.raises(Refusal, match=r'"keep" comes only from the deployment\'s rules'):
+    with pytest.raises(Refusal, match=r'"keep" and "phone" .* come only from the deployment\'s rules'):
         sr.preflight(_conf(backup, masking_rules=weakened), RULES)
-    with pytest.raises(Refusal, match=r'"keep" comes only from the deployment\'s rules'):
+    with pytest.raises(Refusal, match=r'crm.customers \(keep\): a run\'s conf may mask more, never less'):
         sr.preflight(_conf(backup, masking_rules={"crm.customers": "keep"}), RULES)
+    # the review's: "phone" keeps every non-digit ("12 Baker St" became "47 Baker St"); a deployment rule turned
+    # into it, or into another strategy than null/fixed/hash, is weaker
+    for weaker in ({"crm.orders.ship_address": "phone"}, {"crm.orders.ship_address": "email"}):
+        with pytest.raises(Refusal, match=r"a run's conf may mask more, never less"):
+            sr.preflight(_conf(backup, masking_rules=weaker), RULES)
     try:  # more masking from the conf is fine: a deployment "keep" turned into a mask
         plan = sr.preflight(_conf(backup, masking_rules={"crm.products.name": "hash"}), RULES)
         assert {r["strategy"] for r in plan["rules"] if r["table"] == "products"} == {"hash"}

@@ -328,6 +328,9 @@ def resolve_backup(url: str, aws_conn_id: str | None = None, kind: str = "physic
         if not done:
             raise IntegrityError(f"{dest} holds no complete {kind} backup (none has a {MANIFEST} of that kind).")
         backup_id = done[-1]
+    elif not ID_RE.match(backup_id):  # a folder's name reaches the approval page, the logs and the reports
+        raise ConfigError(f"backup {url!r}: {backup_id!r} is not a backup id (YYYYMMDDTHHMMSSZ, as lastline names "
+                          "them); name the backup's folder or <destination>/latest.")
     return storage, backup_id
 
 

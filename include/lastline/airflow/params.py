@@ -78,6 +78,19 @@ SPECS: dict[str, Spec] = {
     "include_grants": _flag(False, "Include grants", "also back up users and grants", BACKUP),
     "lock_nontransactional": _flag(True, "Lock non-transactional tables",
                                    "dump MyISAM/Aria tables under the lock (consistent with the rest)", BACKUP),
+    "lock_method": Spec("auto", "Snapshot method", "how the backup opens its snapshot: auto (BACKUP STAGE on MariaDB 10.4.1+, "
+                        "which holds commits for milliseconds; FLUSH TABLES WITH READ LOCK elsewhere, after the long-statement "
+                        "guard), backup_stage or ftwrl", BACKUP, {"enum": ["auto", "backup_stage", "ftwrl"]}),
+    "long_query_guard": Spec(60.0, "Long statement (s)", "a statement running longer than this is waited for rather than "
+                             "locked behind (FLUSH TABLES WITH READ LOCK would make every write queue behind it)", BACKUP,
+                             {"type": "number", "minimum": 0}),
+    "long_query_wait": Spec(300.0, "Wait for long statements (s)", "how long the backup waits for them, and retries its "
+                            "lock, before it gives up naming them (or kills them, with kill_long_queries)", BACKUP,
+                            {"type": "number", "minimum": 0}),
+    "kill_long_queries": _flag(False, "Kill long statements", "at the end of the wait, KILL QUERY the statements that "
+                               "keep the backup from its lock instead of giving up", BACKUP),
+    "lock_timeout": Spec(0.5, "Lock attempt (s)", "the longest one lock attempt waits, so the longest any write waits "
+                         "behind the backup; a timed-out attempt is retried", BACKUP, {"type": "number", "minimum": 0.01}),
     "parallel": Spec(2, "Parallel", "how many work at once", SPEED, {"type": "integer", "minimum": 1}),
     "tune": _flag(True, "Tune for the load", "apply the bulk-load profile while loading (always reverted)", SPEED),
     "restart_allowed": _flag(False, "Restart allowed",

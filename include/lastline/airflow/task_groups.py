@@ -27,7 +27,7 @@ def detach_replication(target_conn_id: Any, restart: Any = True, read_only_off: 
 
 
 @task_group(group_id="restore")
-def logical_restore_steps(conf: Any = None, server_param: str = "target_conn_id") -> None:
+def logical_restore_steps(conf: Any = None, server_param: str = "target_conn_id", role: str | None = None) -> None:
     """preflight → **snapshot_config** (setup, read-only) → prepare (tune, create_schema, plan) → **load**
     (`parallel` mapped lanes) → finalize → **revert** (teardown: runs after a failure too) → verify (then
     the report). `conf`: the restore's Params as a dict or an XComArg (None: the run's own Params);
@@ -38,7 +38,7 @@ def logical_restore_steps(conf: Any = None, server_param: str = "target_conn_id"
 
     @task(**target)
     def preflight(conf: dict | None = None, params: Any = None) -> dict:
-        return lr.preflight(dict(conf if conf is not None else params))
+        return lr.preflight(dict(conf if conf is not None else params), role=role)
 
     @task(**target)
     def snapshot_config(plan: dict) -> dict:
@@ -82,7 +82,7 @@ def logical_restore_steps(conf: Any = None, server_param: str = "target_conn_id"
 
 
 @task_group(group_id="restore")
-def physical_restore_steps(conf: Any = None, server_param: str = "target_conn_id") -> None:
+def physical_restore_steps(conf: Any = None, server_param: str = "target_conn_id", role: str | None = None) -> None:
     """preflight (read-only) → approve (only when data would be replaced) → stop_target → extract → prepare
     → start_target → verify → report. `conf`: the restore's Params as a dict or an XComArg (None: the run's own
     Params); `server_param`: the Param naming the server restored into (its queue and pool). The call gives the group:
@@ -91,7 +91,7 @@ def physical_restore_steps(conf: Any = None, server_param: str = "target_conn_id
 
     @task(**on_server(server_param, long=False))
     def preflight(conf: dict | None = None, params: Any = None) -> dict:
-        return pr.preflight(dict(conf if conf is not None else params))
+        return pr.preflight(dict(conf if conf is not None else params), role=role)
 
     plan = preflight(conf)
     approved = ApproveReplacement(task_id="approve", plan=plan)

@@ -15,13 +15,17 @@ Two kinds of account, both created and removed by lastline's own statements on t
   so their definer must outlive the run: it is kept, locked (it cannot log in), with privileges on those
   databases only. A backup's own DEFINER (root, say) is never used unless the connection says so.
 
-Passwords are random, kept only in `_lastline.accounts` on the target (the run account cannot read it)
-and sent as their hash (`IDENTIFIED BY PASSWORD`): no password reaches a statement's text, a log or XCom.
+Passwords are never stored: `_lastline.accounts` keeps a random nonce per account, and each task derives
+the password on the worker as an HMAC of that nonce under the admin connection's password, so reading the
+table (any account with global SELECT can) gives no login. They are sent as their hash (`IDENTIFIED BY
+PASSWORD`): no password reaches a statement's text, a log or XCom.
 """
 from __future__ import annotations
 
+import base64
 import dataclasses
 import hashlib
+import hmac
 import json
 import logging
 import secrets
@@ -100,14 +104,21 @@ def _prepare_meta(cur: Any) -> None:
     cur.execute(f"CREATE PROCEDURE IF NOT EXISTS {SESSION_PROCEDURE}() SQL SECURITY DEFINER SET SESSION sql_log_bin = 0")
 
 
-def _secret(cur: Any, user: str, host: str, kind: str, databases: list[str]) -> str:
-    """The account's password: the one kept on the target, or a new one."""
-    # INSERT IGNORE: of two tasks ensuring the same account at once, the first one's password wins
+def derive_password(admin_password: str | None, user: str, nonce: str) -> str:
+    """An account's password: HMAC-SHA256 of its name and nonce under the admin's password (computed on the
+    worker; the target keeps only the nonce)."""
+    mac = hmac.new((admin_password or "").encode(), f"lastline account {user} {nonce}".encode(), hashlib.sha256).digest()
+    return base64.urlsafe_b64encode(mac).decode().rstrip("=")
+
+
+def _secret(cur: Any, admin_password: str | None, user: str, host: str, kind: str, databases: list[str]) -> str:
+    """The account's password, derived from the nonce kept on the target (a new nonce for a new account)."""
+    # INSERT IGNORE: of two tasks ensuring the same account at once, the first one's nonce wins
     cur.execute(f"INSERT IGNORE INTO {ACCOUNTS} (user, host, secret, kind, databases_json) VALUES (%s, %s, %s, %s, %s)",
                 (user, host, secrets.token_urlsafe(24), kind, json.dumps(sorted(databases))))
     cur.connection.commit()
     cur.execute(f"SELECT secret FROM {ACCOUNTS} WHERE user = %s", (user,))
-    return _text(cur.fetchone()[0])
+    return derive_password(admin_password, user, _text(cur.fetchone()[0]))  # the column holds the nonce
 
 
 def _ensure(admin: Server, user: str, kind: str, databases: list[str], grant_option: bool = False) -> Server:
@@ -118,7 +129,7 @@ def _ensure(admin: Server, user: str, kind: str, databases: list[str], grant_opt
     with admin.session() as cur:
         _prepare_meta(cur)
         host = admin_host(cur)
-        secret = _secret(cur, user, host, kind, databases)
+        secret = _secret(cur, admin.password, user, host, kind, databases)
         who = account_sql(user, host)
         hashed = password_hash(secret)  # `*` and 40 hex digits: a literal (no driver args: a host may hold `%`)
         cur.execute(f"CREATE USER IF NOT EXISTS {who} IDENTIFIED BY PASSWORD '{hashed}'")
@@ -150,9 +161,16 @@ def run_account(admin: Server, user: str, databases: list[str], grant_option: bo
 
 
 def objects_owner(admin: Server, databases: list[str]) -> Server:
-    """The objects owner of `databases`, unlocked for the objects step (lock it again with `lock`). The owners of
-    earlier restores lose what they held on these databases first: a database restored anew belongs to one
-    owner, so an object an older backup left elsewhere cannot reach into it."""
+    """The objects owner of `databases`, unlocked for the objects step (lock it again with `lock`); older owners
+    lose their reach into these databases first (see revoke_older_owners)."""
+    revoke_older_owners(admin, databases)
+    return _ensure(admin, owner_name(databases), "owner", databases)
+
+
+def revoke_older_owners(admin: Server, databases: list[str]) -> None:
+    """The owners of earlier restores lose what they held on `databases`: a database restored anew belongs to one
+    owner, so an object an older backup left elsewhere cannot reach into it. Called before any row arrives
+    (create_schema) and again at the objects step."""
     name = owner_name(databases)
     with admin.session() as cur:
         cur.execute("SET SESSION sql_log_bin = 0")
@@ -162,7 +180,6 @@ def objects_owner(admin: Server, databases: list[str]) -> Server:
             if _unescape(_text(pattern)) in databases:
                 cur.execute(f"REVOKE ALL PRIVILEGES ON {quote_ident(_text(pattern))}.* FROM {account_sql(_text(user), _text(host))}")
                 log.info("objects owner %s loses its grants on %s (restored anew here)", _text(user), _unescape(_text(pattern)))
-    return _ensure(admin, name, "owner", databases)
 
 
 def _unescape(pattern: str) -> str:

@@ -170,6 +170,20 @@ class Server:
                 "Nothing was touched."
             )
 
+    def require_target(self, role: str | None, action: str = "restores into it") -> None:
+        """Refuse (nothing touched) a protected server, and a server whose connection gives it a role (staging,
+        drill) unless this path is that role's: a staging server takes only the staging refresh, which masks its
+        data before anyone reads it; a plain restore there would hand production's personal data to staging."""
+        self.refuse_if_protected(action)
+        if self.role != role:
+            only = {"staging": "staging_refresh", "drill": "restore_drill"}.get(self.role or "", "")
+            raise ProtectedTargetError(
+                f"target {self.describe()} is a {self.role or 'plain'} server (its connection's extra role is {self.role!r}): "
+                + (f"only {only} writes into it (it alone locks, masks or scraps what it restores). " if only else
+                   f"this path writes only into a {role} server. ")
+                + "Pick a target of the right role. Nothing was touched."
+            )
+
     def asks_approval(self) -> bool:
         """Whether a restore that replaces data here waits for a person first: never on a staging or drill server
         (replaced by design), else the connection's extra `approval`, else the deployment's LASTLINE_APPROVAL

@@ -14,7 +14,6 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import threading
 import time
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -22,7 +21,7 @@ from typing import Any
 from lastline import connections
 from lastline.core import stopping
 from lastline.core.compression import DEFAULT_COMPRESSION, codec
-from lastline.core.errors import PreflightError, Refusal, ServerError
+from lastline.core.errors import PreflightError, Refusal
 from lastline.core.hosts import require_tools
 from lastline.core.plans import Conf
 from lastline.core.sql import placeholders
@@ -30,7 +29,7 @@ from lastline.logical import chunking, dialect
 from lastline.logical.dumper import Dumper, TableState
 from lastline.logical.plans import BackupPlan
 from lastline.logical.schema import auto_increment, read_schema, render_sql, resolve_databases
-from lastline.logical.snapshot import SnapshotPool
+from lastline.logical.snapshot import METHODS, Guard, SnapshotPool
 from lastline.manifest import (
     MANIFEST,
     FileInfo,
@@ -96,6 +95,11 @@ def preflight(conf: dict) -> dict:
         parallel=params.integer("parallel", 2, minimum=1),
         include_grants=params.flag("include_grants"),
         lock_nontransactional=params.flag("lock_nontransactional", True),
+        lock_method=params.choice("lock_method", METHODS, "auto"),
+        long_query_guard=params.number("long_query_guard", 60.0, minimum=0),
+        long_query_wait=params.number("long_query_wait", 300.0, minimum=0),
+        kill_long_queries=params.flag("kill_long_queries"),
+        lock_timeout=params.number("lock_timeout", 0.5, minimum=0.01),
         server_version=version,
     )
     log.info(
@@ -117,31 +121,35 @@ def dump(plan: BackupPlan | dict) -> dict:
     storage.delete_backup(backup_id)  # what an earlier, failed attempt of this task left
     started_at = datetime.now(UTC)
     t0 = time.monotonic()
-    with SnapshotPool(server, plan.parallel) as pool:
-        with server.session() as cur:
+    guard = Guard(plan.long_query_guard, plan.long_query_wait, plan.kill_long_queries, plan.lock_timeout)
+    held: dict[str, Any] = {}
+    with SnapshotPool(server, plan.parallel, guard, plan.lock_method) as pool:
+
+        def frozen() -> None:
+            """DDL waits (and, with backup_stage, writes to non-transactional tables): the table list, the schema
+            and the non-transactional tables read here are those of the snapshot."""
+            cur = pool.control.cursor()
             plans = chunking.table_plans(cur, plan.databases)
-        states = [TableState(p) for p in plans]
-        dumper = Dumper(server, storage, plan.backup_id, plan.compression, plan.chunk_rows, states, sum(p.est_rows for p in plans))
-        coords = pool.open()
-        _check_tables_unchanged(pool.control.cursor(), plan.databases, plans)
-        locked = [s for s in states if not s.plan.transactional]
-        if locked and plan.lock_nontransactional:
-            log.info("dumping %d non-transactional tables under the lock: %s", len(locked), ", ".join(s.plan.full_name for s in locked))
-            dumper.queue_tables(locked)
-            dumper.run(pool.workers)
-        else:
-            for s in locked:
-                s.consistent = False
-        pool.release()
+            held["schema"] = read_schema(cur, plan.databases, plan.include_grants)
+            held["states"] = states = [TableState(p) for p in plans]
+            held["dumper"] = dumper = Dumper(server, storage, plan.backup_id, plan.compression, plan.chunk_rows, states,
+                                             sum(p.est_rows for p in plans))
+            locked = [s for s in states if not s.plan.transactional]
+            if locked and plan.lock_nontransactional:
+                log.info("dumping %d non-transactional tables while their writes wait: %s", len(locked),
+                         ", ".join(s.plan.full_name for s in locked))
+                dumper.queue_tables(locked)
+                dumper.run(pool.workers)
+            else:
+                for s in locked:
+                    s.consistent = False
+
+        coords = pool.open(frozen)
+        states, dumper = held["states"], held["dumper"]
+        dumper.savepoints = pool.savepoints
         dumper.queue_tables([s for s in states if s.plan.transactional or not plan.lock_nontransactional])
-        schema_holder: dict[str, Any] = {}
-        reader = threading.Thread(target=_read_schema_into, args=(pool.control, plan, schema_holder), daemon=True)
-        reader.start()
         dumper.run(pool.workers)
-        reader.join()
-        if "error" in schema_holder:
-            raise schema_holder["error"]
-    schema = schema_holder["schema"]
+    schema = held["schema"]
     schema_files = []
     for name, data in ((SCHEMA_FILE, json.dumps(schema, indent=1, sort_keys=True).encode()), (SCHEMA_SQL, render_sql(schema).encode())):
         storage.write_bytes(f"{backup_id}/{name}", data)
@@ -151,27 +159,13 @@ def dump(plan: BackupPlan | dict) -> dict:
     manifest = build_manifest(plan, coords, states, schema, schema_files, started_at, seconds, pool.lock_seconds)
     where = write_manifest(storage, manifest)
     log.info(
-        "logical backup complete: %d tables, %s rows, %.1f MB raw -> %.1f MB in %.1f s (%.1f MB/s); lock held %.2f s; manifest %s",
+        "logical backup complete: %d tables, %s rows, %.1f MB raw -> %.1f MB in %.1f s (%.1f MB/s); %s: commits held %.3f s, "
+        "DDL held %.2f s; manifest %s",
         len(manifest.tables), f"{manifest.rows:,}", manifest.raw_bytes / 1e6, manifest.bytes / 1e6, seconds, manifest.mb_per_s,
-        pool.lock_seconds, where,
+        pool.method, pool.lock_seconds, pool.ddl_seconds, where,
     )
-    return {"manifest": where, "tables": len(manifest.tables), "rows": manifest.rows, "bytes": manifest.bytes, "seconds": round(seconds, 3)}
-
-
-def _read_schema_into(conn: Any, plan: BackupPlan, holder: dict) -> None:
-    try:
-        holder["schema"] = read_schema(conn.cursor(), plan.databases, plan.include_grants)
-    except BaseException as exc:  # noqa: BLE001 - re-raised by dump()
-        holder["error"] = exc
-
-
-def _check_tables_unchanged(cur: Any, databases: list[str], plans: list[chunking.TablePlan]) -> None:
-    """Under the lock: the table list read before it still holds (else a DDL raced the start)."""
-    now = set(chunking.base_tables(cur, databases))
-    before = {(p.schema, p.name) for p in plans}
-    if now != before:
-        changed = sorted(f"{s}.{n}" for s, n in now ^ before)
-        raise ServerError(f"tables changed while the dump started ({', '.join(changed)}); the task retries.")
+    return {"manifest": where, "tables": len(manifest.tables), "rows": manifest.rows, "bytes": manifest.bytes, "seconds": round(seconds, 3),
+            "lock_method": pool.method, "commits_held_seconds": round(pool.lock_seconds, 4), "ddl_held_seconds": round(pool.ddl_seconds, 3)}
 
 
 def build_manifest(

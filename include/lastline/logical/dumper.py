@@ -19,7 +19,7 @@ from lastline.core.errors import IntegrityError, LastlineError, PipelineError, P
 from lastline.core.progress import Progress
 from lastline.core.servers import Server
 from lastline.logical import chunking, dialect
-from lastline.logical.snapshot import LOST_CONNECTION, SESSION, sql_error
+from lastline.logical.snapshot import LOST_CONNECTION, SAVEPOINT, SESSION, sql_error
 from lastline.logical.worker import DumpWorker, PartWriter, WorkerWarning
 from lastline.manifest import (
     ChunkInfo,
@@ -95,6 +95,7 @@ class Dumper:
         self.progress = Progress("dump", counts={"tables": len(states), "chunks": None, "rows": est_rows, "written_bytes": None},
                                  eta_by="rows")
         self.workers: list[DumpWorker] = []
+        self.savepoints = False  # workers in their snapshot roll back to a savepoint after each chunk (snapshot module doc)
 
     # --- the queues ------------------------------------------------------------------------
     def put(self, kind: str, state: TableState, lower=None, upper=None) -> None:
@@ -203,8 +204,9 @@ class Dumper:
             )
         if code in (1142, 1143, 1227):
             return PreflightError(f"dumping {what}: {msg}; grant the backup user SELECT on it.")
-        if code == 1412:
-            return ServerError(f"{what} was altered (DDL) during the dump: {msg}. The task retries with a new snapshot.")
+        if code in (1412, 1054, 1146):  # rebuilt, a column dropped or renamed, the table renamed or dropped
+            return ServerError(f"{what} was altered (DDL) during the dump: {msg}. The backup is incomplete (no manifest is "
+                               "written); the task retries with a new snapshot.")
         return PipelineError(f"dumping {what} failed: {exc}")
 
     def _warning_column(self, job: Job) -> str | None:
@@ -253,8 +255,12 @@ class Dumper:
             key = chunk_key(self.backup_id, plan, job.seq, part, self.suffix)
             return key, PartWriter(self.storage, key, self.compression)
 
+        if self.savepoints:
+            worker.execute(f"SAVEPOINT {SAVEPOINT}")
         result = worker.dump(dialect.select_sql(plan.schema, plan.name, plan.columns, where), limit, new_part,
                              self.compression)
+        if self.savepoints:  # the table's metadata lock goes: a DDL on it need not wait for the end of the dump
+            worker.execute(f"ROLLBACK TO SAVEPOINT {SAVEPOINT}")
         with self.cv:
             for p in result.parts:
                 state.chunks.append(ChunkInfo(

@@ -21,6 +21,11 @@ class BackupPlan(Plan):
     aws_conn_id: str | None = None
     include_grants: bool = False
     lock_nontransactional: bool = True
+    lock_method: str = "auto"  # snapshot.snapshot_method: auto, backup_stage or ftwrl
+    long_query_guard: float = 60.0  # snapshot.Guard, in seconds
+    long_query_wait: float = 300.0
+    kill_long_queries: bool = False
+    lock_timeout: float = 0.5
 
 
 @dataclass(frozen=True)

@@ -37,12 +37,12 @@ log = logging.getLogger(__name__)
 DEFAULT_REDO_BYTES = 1 << 30
 
 
-def preflight(conf: dict) -> dict:
+def preflight(conf: dict, role: str | None = None) -> dict:
     """Target not protected; manifest present; databases absent or empty (unless force or resuming);
     local_infile usable; room on disk; a server version that reads the backup. Changes nothing."""
     params = Conf(conf)
     server = connections.server(params.required("target_conn_id"))
-    server.refuse_if_protected()
+    server.require_target(role)  # role: the DAG's (staging_refresh, restore_drill), never the conf's
     storage, backup_id = resolve_backup(params.required("backup"), params.text("aws_conn_id"), "logical")
     # a staging refresh pins the manifest its PII guard read: the restore reads that very one
     manifest = read_manifest(storage, backup_id, "logical", sha256=params.text("manifest_sha256"))
@@ -146,7 +146,8 @@ def preflight(conf: dict) -> dict:
 def never_restored(database: str) -> bool:
     """System schemas, lastline's own schema and its set-aside databases: a restore never writes them (the run
     account would hold the server's accounts, or lastline's own state)."""
-    return database in SYSTEM_SCHEMAS or database == tuning.META_DB or database.startswith(ASIDE_PREFIX)
+    name = database.casefold()  # with lower_case_table_names=1 a grant on `MYSQL` or `_LASTLINE` lands on the real one
+    return name in SYSTEM_SCHEMAS or name == tuning.META_DB or name.startswith(ASIDE_PREFIX)
 
 
 def refuse_wide_grants(cur: Any, schema: dict, databases: list[str]) -> None:
@@ -218,6 +219,7 @@ def create_schema(plan: RestorePlan | dict) -> dict:
         for d in schema["databases"]:
             if d["name"] in plan.databases:
                 cur.execute(database_create(d))
+    accounts.revoke_older_owners(server, plan.databases)  # before any row arrives, not only at the objects step
     with run_server(plan).session() as cur:
         cur.execute(dialect.LOAD_SESSION)
         accounts.unlogged(cur)

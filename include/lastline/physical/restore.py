@@ -45,11 +45,11 @@ def _manifest(plan: RestorePlan) -> tuple[Storage, PhysicalManifest]:
     return storage, read_manifest(storage, backup_id, sha256=plan.manifest_sha256 or None)
 
 
-def preflight(conf: dict) -> dict:
+def preflight(conf: dict, role: str | None = None) -> dict:
     """Read-only checks: target not protected, manifest present, artifact whole, datadir, disk, tools."""
     params = Conf(conf)
     server = connections.server(params.required("target_conn_id"))
-    server.refuse_if_protected()
+    server.require_target(role)  # role: the DAG's (restore_drill), never the conf's
     datadir = server.require_datadir()
     host = server.runner()
     storage, backup_id = resolve_backup(params.required("backup"), params.text("aws_conn_id"))

@@ -63,7 +63,7 @@ def preflight(conf: dict) -> dict:
     params = Conf(conf)
     source, target = connections.server(params.required("source_conn_id")), connections.server(params.required("target_conn_id"))
     repl = connections.server(params.required("replication_conn_id"))
-    target.refuse_if_protected("rebuilds it")
+    target.require_target(None, "rebuilds it")
     src_dir, tgt_dir = source.require_datadir(), target.require_datadir()
     src_host, tgt_host = source.runner(), target.runner()
     facts = source.variables("log_bin", "server_id", "version", "gtid_binlog_pos")

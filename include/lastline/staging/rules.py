@@ -23,6 +23,7 @@ from typing import Any
 from lastline.core.errors import ConfigError
 from lastline.core.sql import quote_ident
 
+REVEALING = ("keep", "phone")  # strategies that let part of the original through: the deployment's alone
 STRATEGIES = ("email", "name", "first_name", "last_name", "phone", "hash", "null", "fixed:<value>", "keep")
 HASHED = ("email", "name", "first_name", "last_name", "phone", "hash")  # outputs derived from the keyed HMAC
 EMAIL_DOMAIN = "example.com"
@@ -151,16 +152,22 @@ def parse_rule_set(rules: Any) -> tuple[list[Rule], list[ObjectRule]]:
 
 def run_rules(deployment: Any, conf: Any) -> tuple[list[Rule], list[ObjectRule]]:
     """The rules of a run: the deployment's (the Airflow Variable lastline_masking_rules), with what the run's
-    conf (the masking_rules Param) adds or changes on top. A run may mask more, never less: a `keep` (of a
-    column or of an object's text) comes only from the deployment."""
+    conf (the masking_rules Param) adds or changes on top. A run may mask more, never less: a rule that lets
+    part of the original through (`keep`, of a column or of an object's text; `phone`, which keeps every
+    character but the digits) comes only from the deployment, and a run changes a deployment's rule only to
+    one that keeps nothing of the value (`null`, `fixed`, `hash`)."""
     columns, objects = parse_rule_set(deployment)
     more, more_objects = parse_rule_set(conf)
-    kept = [r.key for r in more if r.strategy == "keep"] + [o.key for o in more_objects]
-    if kept:
-        raise ConfigError(
-            f"masking_rules: {', '.join(kept)}: \"keep\" comes only from the deployment's rules (the Airflow Variable "
-            "lastline_masking_rules); a run's conf may mask more, never less. Nothing was touched."
-        )
     by_key = {r.key: r for r in columns}
+    weaker = [f"{r.key} ({r.strategy})" for r in more
+              if r.strategy in REVEALING and getattr(by_key.get(r.key), "strategy", None) != r.strategy
+              or r.key in by_key and by_key[r.key].strategy != r.strategy and r.strategy not in ("null", "fixed", "hash")]
+    weaker += [f"{o.key} (keep)" for o in more_objects]
+    if weaker:
+        raise ConfigError(
+            f"masking_rules: {', '.join(weaker)}: a run's conf may mask more, never less. \"keep\" and \"phone\" (which keeps "
+            "every character but the digits) come only from the deployment's rules (the Airflow Variable "
+            "lastline_masking_rules), and a run changes one of those only to null, fixed or hash. Nothing was touched."
+        )
     by_key.update((r.key, r) for r in more)
     return list(by_key.values()), objects
