@@ -287,12 +287,13 @@ def test_sigterm_stops_the_task_within_seconds_and_leaves_no_query_on_the_source
     blocker.cursor().execute("LOCK TABLES sakila.actor WRITE")  # the global read lock waits for it
     conf = {"source_conn_id": "t_lsource", "destination": f"file://{tmp_path}", "databases": ["sakila"],
             "chunk_rows": 250_000, "compression": "zstd", "parallel": 2, "include_grants": False,
-            "lock_nontransactional": True, "aws_conn_id": None, "keep": 7, "incomplete_grace_hours": 24}
+            "lock_nontransactional": True, "aws_conn_id": None, "keep": 7, "incomplete_grace_hours": 24,
+            "lock_method": "ftwrl", "lock_timeout": 600, "long_query_wait": 600}  # one lock attempt that waits
     proc = subprocess.Popen([sys.executable, "-m", "airflow", "dags", "test", "logical_backup", "-c", json.dumps(conf)],
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
     try:
         deadline = time.monotonic() + 90
-        while not _lastline_queries(src, "FLUSH TABLES WITH READ LOCK%"):
+        while not _lastline_queries(src, "%FLUSH TABLES WITH READ LOCK%"):
             assert proc.poll() is None and time.monotonic() < deadline, "the dump never reached its lock"
             time.sleep(0.2)
         t0 = time.monotonic()
@@ -307,7 +308,7 @@ def test_sigterm_stops_the_task_within_seconds_and_leaves_no_query_on_the_source
     text = out.decode(errors="replace")
     assert took < 20, text[-3000:]
     assert "told to stop" in text and "KILL QUERY" in text, text[-3000:]
-    assert not _lastline_queries(src, "FLUSH TABLES%")
+    assert not _lastline_queries(src, "%FLUSH TABLES%")
     assert not list(tmp_path.rglob("manifest.json"))
     ps = subprocess.run(["pgrep", "-f", "lastline-tsvdump"], capture_output=True, text=True).stdout.split()
     assert not ps, "dump workers left running"

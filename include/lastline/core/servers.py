@@ -1,4 +1,5 @@
 """A database server as lastline sees it: a `mysql` connection plus its extras, as one typed object.
+(Over 300 lines: one class, with every extra of the connection and the guards every writing path calls.)
 
 `lastline.connections.server(conn_id)` builds one from an Airflow connection; this module knows nothing
 of Airflow. The client settings are read the way the mysql provider's MySqlHook reads them, so a

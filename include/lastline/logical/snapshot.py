@@ -1,4 +1,5 @@
 """One consistent snapshot shared by a pool of connections, without holding production's writes back.
+(Over 300 lines: the two methods, the guard and the pool share one control connection's state.)
 
 The method is chosen by server version (`snapshot_method`):
 
