@@ -120,6 +120,7 @@ def test_readers_never_see_an_original_value_and_the_key_reaches_no_statement(ru
     port = logical_target.meta()["port"]
     # an application account, an anonymous login and a USAGE-only account (both reach what PUBLIC may read)
     readers = [Reader(port), Reader(port, "whoever", ""), Reader(port, "sc_nobody", "nobody-pw")]
+    idle = readers[0].server.connect()  # a session open before the lock: killed by it, not left reading
     for r in readers:
         r.start()
     try:
@@ -131,6 +132,8 @@ def test_readers_never_see_an_original_value_and_the_key_reaches_no_statement(ru
         tgt.query("SET GLOBAL general_log = OFF")
     assert state == "success", (tis, logs[-3000:])
     assert tis["lock"] == "success" and tis["close"] == "success"
+    with pytest.raises(Exception, match="gone away|Lost connection|killed"):
+        idle.cursor().execute("SELECT 1")
     for r in readers:
         assert not r.seen & originals, r.server.user  # not once, at any moment of the refresh
         assert 4151 in r.errors, (r.server.user, r.errors)  # "this account is locked": shut out while unmasked

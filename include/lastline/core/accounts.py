@@ -221,6 +221,14 @@ def drop(admin: Server, user: str) -> bool:
     return bool(found)
 
 
+def recorded(cur: Any) -> set[tuple[str, str]]:
+    """Every account lastline created on this server (run and owner accounts), as (user, host)."""
+    if not _table_exists(cur):
+        return set()
+    cur.execute(f"SELECT user, host FROM {ACCOUNTS}")
+    return {(_text(u), _text(h)) for u, h in cur.fetchall()}
+
+
 def _table_exists(cur: Any) -> bool:
     cur.execute("SELECT COUNT(*) FROM information_schema.TABLES WHERE TABLE_SCHEMA = %s AND TABLE_NAME = 'accounts'", (META_DB,))
     return bool(cur.fetchone()[0])

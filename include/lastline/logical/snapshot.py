@@ -136,6 +136,7 @@ class SnapshotPool:
         self.savepoints = False
         self._stage = False
         self._own: set[int] = set()
+        self.version = ""
 
     def open(self, frozen: Callable[[], None]) -> Coordinates:
         """Take the locks (guarded), call `frozen()` while DDL and non-transactional writes wait, open a snapshot
@@ -144,7 +145,8 @@ class SnapshotPool:
         cur = self.control.cursor()
         cur.execute("SELECT @@version, CONNECTION_ID()")
         version, control_id = cur.fetchone()
-        self.method = snapshot_method(version, self.asked)
+        self.version = str(version)
+        self.method = snapshot_method(self.version, self.asked)
         self._stop = stopping.add(f"snapshot: KILL QUERY on the control connection ({self.method}, schema reads)",
                                   stopping.kill_query(self.server, self.control.thread_id()))
         self.workers = [DumpWorker(self.server, f"dump-{i}") for i in range(self.n)]
@@ -207,7 +209,7 @@ class SnapshotPool:
         attempt (ftwrl, which would queue every write behind it)."""
         g = self.guard
         deadline = time.monotonic() + g.wait
-        attempts = 0
+        attempts, said = 0, False
         while True:
             long = self._running(cur, g.threshold) if wait_first else []
             if not long:
@@ -237,7 +239,8 @@ class SnapshotPool:
                     f"writes back: blocking statement(s): {names}. It waits rather than freeze production behind them; "
                     "the task retries. Let them finish, raise long_query_wait, or set kill_long_queries."
                 )
-            if long and attempts == 0:
+            if long and not said:
+                said = True
                 log.info("waiting for %d long statement(s) before locking: %s", len(long), "; ".join(b.describe() for b in long[:3]))
             time.sleep(min(1.0, max(0.05, deadline - time.monotonic())))
 
@@ -253,7 +256,7 @@ class SnapshotPool:
         """One lock statement, bounded by the lock timeout; False if it timed out (nothing then held by it)."""
         t = self.guard.lock_timeout
         try:
-            if self.method == "backup_stage" or "mariadb" in self._version(cur):
+            if "mariadb" in self.version.lower():
                 cur.execute(f"SET STATEMENT max_statement_time = {t:.3f} FOR {sql}")
             else:  # MySQL: whole seconds, at least 1
                 cur.execute(f"SET SESSION lock_wait_timeout = {max(1, round(t))}")
@@ -270,15 +273,9 @@ class SnapshotPool:
                 ) from exc
             raise
 
-    def _version(self, cur: Any) -> str:
-        if not hasattr(self, "_ver"):
-            cur.execute("SELECT @@version")
-            self._ver = str(cur.fetchone()[0]).lower()
-        return self._ver
-
     def _running(self, cur: Any, older_than: float) -> list[Blocker]:
         """Client statements running for `older_than` seconds or more, this backup's own left out, oldest first."""
-        mariadb = "mariadb" in self._version(cur)
+        mariadb = "mariadb" in self.version.lower()
         time_col, scale = ("TIME_MS", 1000) if mariadb else ("TIME", 1)
         cur.execute(
             f"SELECT ID, USER, {time_col} / {scale}, LEFT(INFO, 80) FROM information_schema.PROCESSLIST WHERE INFO IS NOT NULL "

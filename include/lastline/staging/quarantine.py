@@ -69,12 +69,7 @@ def own_accounts(cur: Any) -> set[tuple[str, str]]:
     backup's grants or by hand) is locked like any other."""
     cur.execute("SELECT CURRENT_USER()")
     me = _text(cur.fetchone()[0]).rpartition("@")
-    own = {(me[0], me[2])}
-    cur.execute("SELECT COUNT(*) FROM information_schema.TABLES WHERE TABLE_SCHEMA = %s AND TABLE_NAME = 'accounts'", (META_DB,))
-    if cur.fetchone()[0]:
-        cur.execute(f"SELECT user, host FROM {accounts.ACCOUNTS}")
-        own |= {(_text(u), _text(h)) for u, h in cur.fetchall()}
-    return own
+    return {(me[0], me[2]), *accounts.recorded(cur)}
 
 
 def lock(target_conn_id: str, run_key: str) -> dict:
@@ -85,14 +80,14 @@ def lock(target_conn_id: str, run_key: str) -> dict:
         cur.execute(f"SELECT accounts FROM {LOCKS} WHERE run_key = %s", (run_key,))
         row = cur.fetchone()
         found = [tuple(a) for a in json.loads(_text(row[0]))] if row else readers(cur)
-        if not row:  # recorded before any account is locked: whatever happens next, close knows them
-            cur.execute("SELECT @@global.event_scheduler")
-            scheduler = _text(cur.fetchone()[0])
+        # recorded before any account is locked: whatever happens next, close knows them
+        cur.execute("SELECT @@global.event_scheduler")
+        scheduler = _text(cur.fetchone()[0])
+        if not row:
             cur.execute(f"INSERT INTO {LOCKS} (run_key, phase, accounts, event_scheduler) VALUES (%s, 'locked', %s, %s)",
                         (run_key, json.dumps(found), scheduler))
             cur.connection.commit()
-        cur.execute("SELECT @@global.event_scheduler")
-        if _text(cur.fetchone()[0]).upper() == "ON":  # a locked account's event runs all the same: none runs until close
+        if scheduler.upper() == "ON":  # a locked account's event runs all the same: none runs until close
             cur.execute("SET GLOBAL event_scheduler = OFF")
         unknown = set()
         for user, host in found:
@@ -102,31 +97,26 @@ def lock(target_conn_id: str, run_key: str) -> dict:
                 if getattr(exc, "args", (None,))[0] != 1396:
                     raise
                 unknown.add((user, host))  # e.g. a host name under skip_name_resolve: the server ignores it
-        killed = _kill_sessions(cur, me=me_user(cur))
+        killed = _kill_sessions(cur)
         still = [a for a in readers(cur) if a not in unknown]  # checked, not trusted: an account whose lock did not take (a name the server
         if still:             # spells otherwise, one created meanwhile) fails the lock, and close unlocks what was locked
             raise Refusal(f"staging {server.describe()}: {len(still)} account(s) could not be locked "
-                              f"({', '.join(f'{u}@{h}' for u, h in still[:10])}): nothing is restored while anyone else "
-                              "can log in. Lock or drop them by hand, then re-run.")
+                          f"({', '.join(f'{u}@{h}' for u, h in still[:10])}): nothing is restored while anyone else "
+                          "can log in. Lock or drop them by hand, then re-run.")
     log.info("staging %s: locked %d account(s) until the masking is verified (%s); %d open session(s) killed",
              server.describe(), len(found), ", ".join(f"{u}@{h}" for u, h in found) or "none", killed)
     return {"locked": [f"{u}@{h}" for u, h in found], "sessions_killed": killed}
 
 
-def me_user(cur: Any) -> str:
-    cur.execute("SELECT SUBSTRING_INDEX(CURRENT_USER(), '@', 1)")
-    return _text(cur.fetchone()[0])
-
-
-def _kill_sessions(cur: Any, me: str) -> int:
+def _kill_sessions(cur: Any) -> int:
     """End every open session but lastline's own (an account locked earlier may still have one open)."""
+    own = {u for u, _ in own_accounts(cur)}  # read first: it runs on the same cursor
     cur.execute("SELECT ID, USER FROM information_schema.PROCESSLIST WHERE ID <> CONNECTION_ID() AND COMMAND <> 'Daemon' "
                 "AND USER NOT IN ('system user', 'event_scheduler', 'unauthenticated user')")
     killed = 0
-    own = {u for u, _ in own_accounts(cur)}
     for thread, user in cur.fetchall():
         user = _text(user)
-        if user == me or user in own:
+        if user in own:
             continue
         try:
             cur.execute(f"KILL CONNECTION {int(thread)}")

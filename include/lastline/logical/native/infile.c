@@ -95,6 +95,14 @@ static ssize_t read_block(reader *r) {
     return n;
 }
 
+/* The next block of compressed input: its size, 0 at the end (then eof is set, and stays), -1 on an error. */
+static ssize_t next_block(reader *r) {
+    if (r->eof) return 0;
+    ssize_t n = read_block(r);
+    if (n == 0) r->eof = 1;
+    return n;
+}
+
 static long read_none(reader *r, char *buf, size_t len) {
     ssize_t n;
     do n = read(r->fd, buf, len); while (n < 0 && errno == EINTR);
@@ -112,13 +120,9 @@ static long read_zstd(reader *r, char *buf, size_t len) {
             r->last = ret; /* (without progress, ret only hints at the size of a next frame's header) */
             continue;
         }
-        if (r->eof) break;
-        ssize_t n = read_block(r);
+        ssize_t n = next_block(r);
         if (n < 0) return -1;
-        if (n == 0) {
-            r->eof = 1;
-            break;
-        }
+        if (n == 0) break;
         r->in.src = r->block;
         r->in.size = (size_t)n;
         r->in.pos = 0;
@@ -133,13 +137,9 @@ static long read_gzip(reader *r, char *buf, size_t len) {
     r->zs.avail_out = (uInt)len;
     while (r->zs.avail_out > 0) {
         if (r->zs.avail_in == 0) {
-            if (r->eof) break;
-            ssize_t n = read_block(r);
+            ssize_t n = next_block(r);
             if (n < 0) return -1;
-            if (n == 0) {
-                r->eof = 1;
-                break;
-            }
+            if (n == 0) break;
             r->zs.next_in = r->block;
             r->zs.avail_in = (uInt)n;
         }
