@@ -1,5 +1,5 @@
 # lastline: `make demo` and `make test` work on a fresh Debian machine (as root); both run `make setup` first.
-.PHONY: setup demo ui test test-fast test-distributed faults bench bench-physical bench-logical bench-restore bench-rebuild lint clean
+.PHONY: setup demo ui test test-fast test-distributed faults bench bench-physical bench-logical bench-restore bench-rebuild bench-impact lint clean
 # the benchmarks' deployment settings: their runs keep backups under bench/results (or a --work elsewhere in /tmp), unattended
 BENCH_ENV = LASTLINE_BACKUP_ROOTS="file://$(CURDIR)/bench/results,file:///tmp,s3://,ssh://" LASTLINE_APPROVAL=false
 
@@ -29,6 +29,7 @@ bench:  # every benchmark with its defaults; ARGS go to one bench-* target alone
 	@$(MAKE) --no-print-directory bench-logical ARGS=
 	@$(MAKE) --no-print-directory bench-restore ARGS=
 	@$(MAKE) --no-print-directory bench-rebuild ARGS=
+	@$(MAKE) --no-print-directory bench-impact ARGS=
 
 bench-physical: setup
 	@$(BENCH_ENV) .venv/bin/python bench/physical_bench.py $(ARGS)
@@ -43,6 +44,10 @@ bench-restore:
 
 bench-rebuild: setup
 	@$(BENCH_ENV) .venv/bin/python bench/rebuild_bench.py $(ARGS)
+
+bench-impact:  # what a backup costs production: sysbench write latency with and without one (sysbench installed here)
+	@LASTLINE_BENCH=1 scripts/setup.sh
+	@$(BENCH_ENV) .venv/bin/python bench/impact_bench.py $(ARGS)
 
 lint: setup  # ruff on everything, mypy on the layers below the stages (settings in pyproject.toml)
 	@.venv/bin/ruff check dags plugins include tests bench tools

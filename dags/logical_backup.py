@@ -1,7 +1,8 @@
 """
 ### logical_backup: nightly logical backup, one consistent snapshot, parallel chunked TSV
 
-preflight (credentials, databases, privileges, destination; read-only) → dump → announce_backup (the
+preflight (credentials, databases, privileges, destination; from a replica, its lag; read-only) → dump
+(→ resume_replica, a teardown) → announce_backup (the
 Asset `lastline_logical_backup`: URL, id, binlog/GTID position; staging_refresh runs on it) → prune.
 
 **dump** never holds production's writes back for more than a moment: on MariaDB (`BACKUP STAGE`)
@@ -20,6 +21,12 @@ routines, events and sequences apart; `manifest.json` is written **last**, with 
 per-table row counts and checksums of a row hash the source computes from its stored values (verify
 recomputes it on the target), and the binlog/GTID coordinates.
 A folder without a manifest is incomplete and is never restored.
+
+`priority` (default low: the workers and compressors at nice 10, ionice best-effort 7) and
+`max_read_mb_per_s` (the workers' fetches, shared between them) bound what it takes from the source.
+From a replica (`from_replica`, or `"replica": true` in the connection's extra) the lag is checked first,
+the SQL thread stands still only while the snapshot opens (and no replicated temporary table is open),
+and the manifest records the primary's GTID and binlog file/position (`primary`).
 
 Schedule: `LASTLINE_LOGICAL_BACKUP_SCHEDULE` (cron, or `none` for manual runs only; default 03:00 UTC daily); catchup off.
 """
@@ -43,7 +50,7 @@ from lastline.logical import backup as lb
     params=params(
         "source_conn_id", "destination", "databases", "chunk_rows", "compression", "parallel", "include_grants",
         "lock_nontransactional", "lock_method", "long_query_guard", "long_query_wait", "kill_long_queries", "lock_timeout",
-        "aws_conn_id", "keep", "incomplete_grace_hours",
+        "priority", "max_read_mb_per_s", "from_replica", "max_replica_lag", "aws_conn_id", "keep", "incomplete_grace_hours",
         compression="per chunk file", parallel="snapshot connections dumping at once", keep="complete logical backups to keep",
     ),
 )
@@ -63,6 +70,8 @@ def logical_backup():
 
     plan = preflight()
     written = task(lb.dump, **on_server("source_conn_id"))(plan)
+    resumed = task(lb.resume_replica, **on_server("source_conn_id", long=False))(plan)
+    written >> resumed.as_teardown(setups=plan)  # from a replica: its SQL thread runs again, whatever happened
     announce_backup(plan, written) >> prune()
 
 

@@ -6,10 +6,18 @@ into the destination (`file:///dir` or `s3://bucket/prefix`), with no local temp
 byte count are computed in-stream. `manifest.json` is written **last**: a backup folder without it is
 incomplete and is never restored.
 
-preflight (tools, versions, credentials, destination; read-only) → stream → write_manifest →
+preflight (tools, versions, credentials, destination; from a replica, its lag; read-only) → stream
+(→ resume_replica, a teardown) → write_manifest →
 announce_backup (the Asset `lastline_physical_backup`: URL, id, binlog/GTID position) → prune
 (keep the `keep` newest complete backups, never the newest; drop incomplete ones older than
 `incomplete_grace_hours`).
+
+mariabackup takes MariaDB's backup stages: a long write running when it starts holds nothing back, and
+commits wait only while the last redo and non-InnoDB files are copied. `priority` (default low: nice 10,
+ionice best-effort 7) and `max_read_mb_per_s` bound what it takes from the source's host. From a replica
+(`from_replica`, or `"replica": true` in the connection's extra) the lag is checked first, the SQL thread
+pauses while no replicated temporary table is open (`--safe-slave-backup`), and the manifest records the
+primary's coordinates (`primary`); `resume_replica` starts the SQL thread again if the stream was killed.
 
 Schedule: `LASTLINE_PHYSICAL_BACKUP_SCHEDULE` (cron, or `none` for manual runs only; default 02:00 UTC daily); catchup off.
 """
@@ -32,7 +40,8 @@ from lastline.physical.tools import CODECS, DEFAULT_COMPRESSION
     doc_md=__doc__,
     tags=["lastline", "physical", "backup"],
     params=params(
-        "source_conn_id", "destination", "compression", "parallel", "aws_conn_id", "keep", "incomplete_grace_hours",
+        "source_conn_id", "destination", "compression", "parallel", "priority", "max_read_mb_per_s", "from_replica",
+        "max_replica_lag", "aws_conn_id", "keep", "incomplete_grace_hours",
         compression=Override(DEFAULT_COMPRESSION, enum=list(CODECS)), parallel="mariabackup and compressor threads",
     ),
 )
@@ -52,6 +61,8 @@ def physical_backup():
         """The Asset event: downstream DAGs (a restore drill) run on it."""
         return announce(PHYSICAL_BACKUP, "physical", plan["destination"], plan["backup_id"], plan.get("aws_conn_id"))
 
+    resumed = task(pb.resume_replica, **on_server("source_conn_id", long=False))(plan)
+    stats >> resumed.as_teardown(setups=plan)  # from a replica: its SQL thread runs again, whatever happened
     written = task(pb.finish, task_id="write_manifest")(plan, stats)
     announce_backup(plan, written) >> prune()
 

@@ -8,7 +8,7 @@ cd "$ROOT"
 PACKAGES=(mariadb-server mariadb-client mariadb-backup pigz zstd pkg-config libmariadb-dev libzstd-dev zlib1g-dev gcc procps openssh-server openssh-client pv
           chromium)  # chromium: the browser test drives Debian's build through Playwright (no browser download)
 # benchmarks compare against these; tests and the demo do not need them
-[ "${LASTLINE_BENCH:-0}" = 1 ] && PACKAGES+=(mydumper)
+[ "${LASTLINE_BENCH:-0}" = 1 ] && PACKAGES+=(mydumper sysbench)  # the benches compare with mydumper, bench-impact loads with sysbench
 missing=()
 for p in "${PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

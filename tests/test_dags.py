@@ -25,7 +25,10 @@ def test_physical_backup_shape(dagbag):
     assert type(dag.timetable).__name__ == "CronTriggerTimetable"  # nightly by default
     assert dag.timetable.expression == "0 2 * * *"
     assert set(dag.params.keys()) >= {"source_conn_id", "destination", "compression", "parallel", "aws_conn_id"}
-    assert [t.task_id for t in dag.topological_sort()] == ["preflight", "stream", "write_manifest", "announce_backup", "prune"]
+    assert [t.task_id for t in dag.topological_sort()] == ["preflight", "stream", "resume_replica", "write_manifest",
+                                                           "announce_backup", "prune"]
+    resume = dag.get_task("resume_replica")  # a replica's SQL thread runs again whatever happened to the stream
+    assert resume.is_teardown and resume.upstream_task_ids == {"preflight", "stream"}
     assert [a.name for a in dag.get_task("announce_backup").outlets] == ["lastline_physical_backup"]
     assert dag.get_task("stream").executor_config == {"lastline_server_param": "source_conn_id"}  # near the source
     assert dag.on_failure_callback  # a failed run alerts (a late one too: see test_backup_deadline)
@@ -52,7 +55,8 @@ def test_logical_backup_shape(dagbag):
         "source_conn_id", "destination", "databases", "chunk_rows", "compression", "parallel", "aws_conn_id", "include_grants",
     }
     assert dag.params["chunk_rows"] == 250_000
-    assert [t.task_id for t in dag.topological_sort()] == ["preflight", "dump", "announce_backup", "prune"]
+    assert [t.task_id for t in dag.topological_sort()] == ["preflight", "dump", "resume_replica", "announce_backup", "prune"]
+    assert dag.get_task("resume_replica").is_teardown and dag.get_task("preflight").is_setup
     assert [a.name for a in dag.get_task("announce_backup").outlets] == ["lastline_logical_backup"]
     assert "one task" in dag.doc_md.lower()  # why the parallelism lives inside the dump task
 

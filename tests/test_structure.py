@@ -20,7 +20,10 @@ LAYERS = {
 }
 AIRFLOW_ALLOWED = ("lastline.airflow", "lastline.connections", "lastline.storage.s3", "lastline.core.errors")
 ACROSS_STAGES = {("lastline.replication.rebuild", "lastline.physical.tools"),  # rebuild streams and prepares a datadir
-                 ("lastline.replication.rebuild", "lastline.physical.target")}
+                 ("lastline.replication.rebuild", "lastline.physical.target"),
+                 # a backup taken from a replica records its primary's coordinates (replication.source)
+                 ("lastline.physical.backup", "lastline.replication.source"),
+                 ("lastline.logical.backup", "lastline.replication.source")}
 
 
 def _modules() -> dict[str, Path]:

@@ -110,6 +110,7 @@ class PhysicalManifest:
     binlog_file: str | None = None
     binlog_position: int | None = None
     gtid: str | None = None
+    primary: dict | None = None  # from a replica: its primary's gtid/binlog_file/binlog_position (replication.source)
     tables: list[TableInfo] = field(default_factory=list)
     source_identity: str | None = None  # servers.server_identity of the source (None in older backups)
     format: str = FORMAT
@@ -200,6 +201,7 @@ class LogicalManifest:
     binlog_file: str | None = None
     binlog_position: int | None = None
     gtid: str | None = None
+    primary: dict | None = None  # from a replica: its primary's gtid/binlog_file/binlog_position (replication.source)
     include_grants: bool = False
     tables: list[LogicalTable] = field(default_factory=list)
     # every file of the backup but the manifest (schema files and chunks), with size and sha256

@@ -103,6 +103,17 @@ SPECS: dict[str, Spec] = {
                            {"type": "integer", "minimum": 0}),
     "use_memory": Spec(None, "Memory for --prepare", "bytes for mariabackup --prepare (default: a quarter of free RAM, max 8 GiB)",
                        SPEED, {"type": ["null", "integer"]}),
+    "priority": Spec("low", "Priority on the source's host", "CPU and I/O priority of the backup's own processes "
+                     "(mariabackup, compressor, dump workers): low (nice 10, ionice best-effort 7), idle (nice 19, ionice "
+                     "idle: may never finish on a busy disk) or normal", SPEED, {"enum": ["low", "idle", "normal"]}),
+    "max_read_mb_per_s": Spec(0, "Cap on reads (MB/s)", "cap the bytes the backup reads from the source per second "
+                              "(physical: pv -L on the uncompressed stream; logical: the dump workers' rows, shared "
+                              "between them); 0: no cap", SPEED, {"type": "number", "minimum": 0}),
+    "from_replica": _flag(False, "The source is a replica", "record the primary's coordinates (GTID, binlog file and "
+                          "position) and pause the replica's SQL thread only for the snapshot (also: \"replica\": true "
+                          "in the connection's extra)", BACKUP),
+    "max_replica_lag": Spec(300, "Replica lag limit (s)", "a replica further behind its primary than this is not backed "
+                            "up (0: any lag, stopped replication too)", BACKUP, {"type": "number", "minimum": 0}),
     "max_mb_per_s": Spec(0, "Cap on the wire (MB/s)", "cap the stream on the wire (pv -L on the source); 0: no cap", SPEED,
                          {"type": "number", "minimum": 0}),
     "catch_up_timeout": Spec(3600, "Catch-up timeout (s)", "seconds to wait for the replica to catch up", SPEED,

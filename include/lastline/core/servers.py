@@ -74,6 +74,7 @@ class Server:
     approval: bool | None = None  # the connection's own say on approvals (None: the deployment's LASTLINE_APPROVAL)
     definer: str | None = None  # who restored objects run as (None: lastline's objects owner; "backup": the backup's)
     restore_grants: bool = False  # whether restores may create the accounts a backup holds (the restore_grants Param)
+    replica: bool = False  # a replica: backups record its primary's coordinates (replication.source)
     remote: Host | None = field(default=None, compare=False, repr=False)  # the ssh_conn_id's host, once resolved
 
     @classmethod
@@ -100,6 +101,7 @@ class Server:
             approval=as_bool(extra["approval"]) if extra.get("approval") not in (None, "") else None,
             definer=str(extra["definer"]).strip() or None if extra.get("definer") else None,
             restore_grants=as_bool(extra.get("restore_grants", False)),
+            replica=as_bool(extra.get("replica", False)),
         )
 
     def require_datadir(self) -> str:

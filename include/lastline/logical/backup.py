@@ -19,7 +19,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from lastline import connections
-from lastline.core import stopping
+from lastline.core import impact, stopping
 from lastline.core.compression import DEFAULT_COMPRESSION, codec
 from lastline.core.errors import PreflightError, Refusal
 from lastline.core.hosts import require_tools
@@ -39,6 +39,7 @@ from lastline.manifest import (
     prune_backups,
     write_manifest,
 )
+from lastline.replication import source as replica_source
 from lastline.storage import open_allowed, open_storage
 
 log = logging.getLogger(__name__)
@@ -70,7 +71,8 @@ def preflight(conf: dict) -> dict:
     params = Conf(conf)
     server = connections.server(params.required("source_conn_id"))
     compression = params.text("compression", DEFAULT_COMPRESSION)
-    require_tools(codec(compression).tool)
+    priority = params.choice("priority", tuple(impact.PRIORITIES), impact.DEFAULT_PRIORITY)
+    require_tools(codec(compression).tool, *impact.tools(priority, pv=False))
     chunk_rows = params.integer("chunk_rows", DEFAULT_CHUNK_ROWS)
     if chunk_rows < 1000:
         raise PreflightError(f"chunk_rows={chunk_rows}: use at least 1000 (100k-1M is the useful range).")
@@ -80,6 +82,8 @@ def preflight(conf: dict) -> dict:
         cur.execute("SELECT @@version")
         version = cur.fetchone()[0]
         plans = chunking.table_plans(cur, databases)
+    replica = replica_source.check(server, params.number("max_replica_lag", 300, minimum=0)) \
+        if replica_source.wanted(server, params.flag("from_replica")) else None
     storage = open_allowed(params.required("destination"), params.text("aws_conn_id"))
     storage.check_writable()
     est = sum(p.est_bytes for p in plans)
@@ -101,6 +105,9 @@ def preflight(conf: dict) -> dict:
         kill_long_queries=params.flag("kill_long_queries"),
         lock_timeout=params.number("lock_timeout", 0.5, minimum=0.01),
         server_version=version,
+        priority=priority,
+        max_read_mb_per_s=params.number("max_read_mb_per_s", 0, minimum=0),
+        replica=replica,
     )
     log.info(
         "preflight ok: %s, %d databases, %d tables (~%.1f MB) -> %s/%s",
@@ -123,7 +130,7 @@ def dump(plan: BackupPlan | dict) -> dict:
     t0 = time.monotonic()
     guard = Guard(plan.long_query_guard, plan.long_query_wait, plan.kill_long_queries, plan.lock_timeout)
     held: dict[str, Any] = {}
-    with SnapshotPool(server, plan.parallel, guard, plan.lock_method) as pool:
+    with SnapshotPool(server, plan.parallel, guard, plan.lock_method, plan.priority, plan.max_read_mb_per_s) as pool:
 
         def frozen() -> None:
             """DDL waits (and, with backup_stage, writes to non-transactional tables): the table list, the schema
@@ -134,6 +141,7 @@ def dump(plan: BackupPlan | dict) -> dict:
             held["states"] = states = [TableState(p) for p in plans]
             held["dumper"] = dumper = Dumper(server, storage, plan.backup_id, plan.compression, plan.chunk_rows, states,
                                              sum(p.est_rows for p in plans))
+            dumper.priority = plan.priority
             locked = [s for s in states if not s.plan.transactional]
             if locked and plan.lock_nontransactional:
                 log.info("dumping %d non-transactional tables while their writes wait: %s", len(locked),
@@ -144,7 +152,14 @@ def dump(plan: BackupPlan | dict) -> dict:
                 for s in locked:
                     s.consistent = False
 
-        coords = pool.open(frozen)
+        if plan.replica is None:
+            coords, primary = pool.open(frozen), None
+        else:  # the SQL thread stands still while the snapshot opens: the primary's coordinates are exact
+            with replica_source.paused(server, plan.replica) as paused:
+                coords = pool.open(frozen)
+                primary = {**paused["read"](), "primaries": plan.replica["primaries"], "lag_seconds": plan.replica["lag_seconds"]}
+            log.info("the primary's coordinates: GTID %s, binlog %s:%s", primary["gtid"], primary["binlog_file"],
+                     primary["binlog_position"])
         states, dumper = held["states"], held["dumper"]
         dumper.savepoints = pool.savepoints
         dumper.queue_tables([s for s in states if s.plan.transactional or not plan.lock_nontransactional])
@@ -156,7 +171,7 @@ def dump(plan: BackupPlan | dict) -> dict:
         schema_files.append(FileInfo(name, len(data), hashlib.sha256(data).hexdigest()))
     seconds = time.monotonic() - t0
     log.info("%s", dumper.progress.line(final=True))
-    manifest = build_manifest(plan, coords, states, schema, schema_files, started_at, seconds, pool.lock_seconds)
+    manifest = build_manifest(plan, coords, states, schema, schema_files, started_at, seconds, pool.lock_seconds, primary)
     where = write_manifest(storage, manifest)
     log.info(
         "logical backup complete: %d tables, %s rows, %.1f MB raw -> %.1f MB in %.1f s (%.1f MB/s); %s: commits held %.3f s, "
@@ -170,7 +185,7 @@ def dump(plan: BackupPlan | dict) -> dict:
 
 def build_manifest(
     plan: BackupPlan | dict, coords: Any, states: list[TableState], schema: dict, schema_files: list[FileInfo],
-    started_at: datetime, seconds: float, lock_seconds: float,
+    started_at: datetime, seconds: float, lock_seconds: float, primary: dict | None = None,
 ) -> LogicalManifest:
     """The manifest of a finished dump: every table with its chunks, every file with its sha256."""
     plan = BackupPlan.of(plan)
@@ -199,9 +214,16 @@ def build_manifest(
         finished_at=datetime.now(UTC).isoformat(), seconds=round(seconds, 3), lock_seconds=round(lock_seconds, 3),
         rows=sum(t.rows for t in tables), bytes=sum(t.bytes for t in tables), raw_bytes=raw,
         mb_per_s=round(raw / 1e6 / max(seconds, 1e-6), 2), binlog_file=coords.binlog_file,
-        binlog_position=coords.binlog_position, gtid=coords.gtid, source_identity=coords.identity, include_grants=plan.include_grants,
+        binlog_position=coords.binlog_position, gtid=coords.gtid, primary=primary, source_identity=coords.identity,
+        include_grants=plan.include_grants,
         tables=tables,
     )
+
+
+def resume_replica(plan: BackupPlan | dict) -> list[str]:
+    """Teardown: the replica's SQL thread runs again even if the dump was killed while it stood still."""
+    plan = BackupPlan.of(plan)
+    return replica_source.resume(connections.server(plan.source_conn_id), plan.replica)
 
 
 def prune(conf: dict) -> list[str]:

@@ -95,6 +95,7 @@ class Dumper:
         self.progress = Progress("dump", counts={"tables": len(states), "chunks": None, "rows": est_rows, "written_bytes": None},
                                  eta_by="rows")
         self.workers: list[DumpWorker] = []
+        self.priority = "normal"  # core.impact: the compressors' nice and ionice
         self.savepoints = False  # workers in their snapshot roll back to a savepoint after each chunk (snapshot module doc)
 
     # --- the queues ------------------------------------------------------------------------
@@ -253,7 +254,7 @@ class Dumper:
 
         def new_part(part: int) -> tuple[str, PartWriter]:
             key = chunk_key(self.backup_id, plan, job.seq, part, self.suffix)
-            return key, PartWriter(self.storage, key, self.compression)
+            return key, PartWriter(self.storage, key, self.compression, self.priority)
 
         if self.savepoints:
             worker.execute(f"SAVEPOINT {SAVEPOINT}")

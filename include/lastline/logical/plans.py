@@ -26,6 +26,9 @@ class BackupPlan(Plan):
     long_query_wait: float = 300.0
     kill_long_queries: bool = False
     lock_timeout: float = 0.5
+    priority: str = "low"  # core.impact
+    max_read_mb_per_s: float = 0.0
+    replica: dict | None = None  # replication.source.check, when the source is a replica
 
 
 @dataclass(frozen=True)

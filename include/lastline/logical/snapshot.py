@@ -33,7 +33,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from lastline.core import stopping
+from lastline.core import impact, stopping
 from lastline.core.errors import PreflightError, ServerError
 from lastline.core.servers import Server
 from lastline.core.sql import server_identity
@@ -126,8 +126,10 @@ def sql_error(exc: Exception) -> tuple[int | None, str]:
 class SnapshotPool:
     """A control connection and `n` dump workers opened on one snapshot (see the module doc)."""
 
-    def __init__(self, server: Server, n: int, guard: Guard | None = None, method: str = "auto") -> None:
+    def __init__(self, server: Server, n: int, guard: Guard | None = None, method: str = "auto", priority: str = "normal",
+                 max_read_mb_per_s: float = 0) -> None:
         self.server, self.n, self.guard, self.asked = server, n, guard or Guard(), method
+        self.priority, self.max_read_mb_per_s = priority, max_read_mb_per_s
         self.control: Any = None
         self.workers: list[DumpWorker] = []
         self.method = ""
@@ -149,7 +151,8 @@ class SnapshotPool:
         self.method = snapshot_method(self.version, self.asked)
         self._stop = stopping.add(f"snapshot: KILL QUERY on the control connection ({self.method}, schema reads)",
                                   stopping.kill_query(self.server, self.control.thread_id()))
-        self.workers = [DumpWorker(self.server, f"dump-{i}") for i in range(self.n)]
+        share = impact.worker_share(self.max_read_mb_per_s, self.n)
+        self.workers = [DumpWorker(self.server, f"dump-{i}", self.priority, share) for i in range(self.n)]
         self._own = {int(control_id)}
         for worker in self.workers:
             worker.execute(SESSION)

@@ -19,7 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from lastline.core import stopping
+from lastline.core import impact, stopping
 from lastline.core.compression import codec
 from lastline.core.errors import ConfigError, PipelineError, ServerError
 from lastline.core.option_files import option_file
@@ -81,7 +81,7 @@ class PartWriter:
     The write end goes to the worker; the file is written through `<key>.partial` by the storage
     writer, and discarded by abort() (a part is never taken for complete unless the worker said so)."""
 
-    def __init__(self, storage: Storage, key: str, compression: str) -> None:
+    def __init__(self, storage: Storage, key: str, compression: str, priority: str = "normal") -> None:
         self.storage, self.key = storage, key
         self.read_fd, self.write_fd = os.pipe()
         widen_pipe(self.write_fd)
@@ -90,7 +90,7 @@ class PartWriter:
         source = self.read_fd
         if c.tool is not None and compression not in IN_WORKER:
             self.proc = subprocess.Popen(
-                c.compress_argv(1, fast=True), stdin=self.read_fd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                impact.prefix(priority) + c.compress_argv(1, fast=True), stdin=self.read_fd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
             )
             os.close(self.read_fd)
             self.read_fd = -1
@@ -170,14 +170,15 @@ class PartWriter:
 class DumpWorker:
     """One `lastline-tsvdump` process with its own connection to `server` (see the module doc)."""
 
-    def __init__(self, server: Server, name: str = "dump") -> None:
+    def __init__(self, server: Server, name: str = "dump", priority: str = "normal", read_bytes_per_s: int = 0) -> None:
+        """`priority`: core.impact's (the process's nice and ionice); `read_bytes_per_s`: this connection's read cap."""
         self.server, self.name = server, name
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         self.sock = ours
         with option_file(server) as opt:
             try:
                 self.proc = subprocess.Popen(
-                    [binary(), opt, str(theirs.fileno())], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                    [*impact.prefix(priority), binary(), opt, str(theirs.fileno())], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                     stderr=subprocess.PIPE, pass_fds=(theirs.fileno(),),
                 )
             finally:
@@ -192,6 +193,12 @@ class DumpWorker:
             stopping.add(f"{name}: killed its process", stopping.kill_process(self.proc)),
             stopping.add(f"{name}: KILL QUERY {conn_id} on {server.describe()}", stopping.kill_query(server, self.connection_id)),
         ]
+        if read_bytes_per_s:
+            self.sock.send(f"R{int(read_bytes_per_s)}".encode())
+            answer = self._recv()
+            if answer != "OK":
+                self.close()
+                raise WorkerError(*_error(answer))
 
     def _recv(self) -> str:
         try:

@@ -7,7 +7,7 @@ from datetime import UTC, datetime, timedelta
 
 from lastline import connections
 from lastline.core import datadir as datadir_ops
-from lastline.core import stopping
+from lastline.core import impact, stopping
 from lastline.core.errors import PipelineError, StorageError
 from lastline.core.hosts import require_tools
 from lastline.core.option_files import option_file
@@ -18,6 +18,7 @@ from lastline.core.sql import SYSTEM_SCHEMAS
 from lastline.manifest import PhysicalManifest, TableInfo, new_backup_id, prune_backups, write_manifest
 from lastline.physical import tools as physical
 from lastline.physical.plans import BackupPlan
+from lastline.replication import source as replica_source
 from lastline.storage import open_allowed, open_storage
 
 log = logging.getLogger(__name__)
@@ -43,7 +44,11 @@ def preflight(conf: dict) -> dict:
     host = server.runner()
     compression = params.text("compression", physical.DEFAULT_COMPRESSION)
     c = physical.codec(compression)
-    require_tools("mariabackup", c.tool, host=host)
+    priority = params.choice("priority", tuple(impact.PRIORITIES), impact.DEFAULT_PRIORITY)
+    max_read = params.number("max_read_mb_per_s", 0, minimum=0)
+    require_tools("mariabackup", c.tool, *impact.tools(priority, max_read), host=host)
+    replica = replica_source.check(server, params.number("max_replica_lag", 300, minimum=0)) \
+        if replica_source.wanted(server, params.flag("from_replica")) else None
     version, identity = server.variables("version")["version"], server.identity()
     tool = physical.tool_version(host)
     physical.check_versions(tool, version)
@@ -63,6 +68,9 @@ def preflight(conf: dict) -> dict:
         artifact=physical.artifact_name(compression),
         server_version=version,
         tool_version=tool,
+        priority=priority,
+        max_read_mb_per_s=max_read,
+        replica=replica,
     )
     log.info("preflight ok: %s -> %s/%s/%s", server.describe(), storage.url, plan.backup_id, plan.artifact)
     return plan.to_dict()
@@ -81,7 +89,8 @@ def stream(plan: BackupPlan | dict) -> dict:
     started = datetime.now(UTC)
     key = f"{plan.backup_id}/{plan.artifact}"
     with option_file(server, ("client", "mariabackup"), on_host=True) as opt, storage.writer(key) as writer:
-        stages = physical.backup_stages(opt, datadir, plan.parallel, plan.compression, host=host)
+        stages = physical.backup_stages(opt, datadir, plan.parallel, plan.compression, host=host, priority=plan.priority,
+                                        max_read_mb_per_s=plan.max_read_mb_per_s, replica=plan.replica is not None)
         log.info("stream: %s", " | ".join(s.display() for s in stages))
         try:
             result = run_pipeline(stages, sink=writer.write, label="backup stream")
@@ -105,12 +114,27 @@ def stream(plan: BackupPlan | dict) -> dict:
         "gtid": facts["gtid"],
         "server_version": facts["server_version"] or plan.server_version,
         "tables": [asdict(t) for t in tables],
+        "primary": primary_of(plan, mb_log),
     }
     log.info(
         "backup stream done: %.1f MB in %.1f s (%.1f MB/s), binlog %s:%s, gtid %s",
         stats["bytes"] / 1e6, stats["seconds"], stats["mb_per_s"], stats["binlog_file"], stats["binlog_position"], stats["gtid"],
     )
     return stats
+
+
+def primary_of(plan: BackupPlan, mb_log: str) -> dict | None:
+    """From a replica: where its primary was (mariabackup --slave-info), with the replica's lag at preflight."""
+    if plan.replica is None:
+        return None
+    found = replica_source.from_backup_log(mb_log)
+    return {**found, "primaries": plan.replica["primaries"], "lag_seconds": plan.replica["lag_seconds"]}
+
+
+def resume_replica(plan: BackupPlan | dict) -> list[str]:
+    """Teardown: the replica's SQL thread runs again even if the stream was killed mid-way."""
+    plan = BackupPlan.of(plan)
+    return replica_source.resume(connections.server(plan.source_conn_id), plan.replica)
 
 
 def finish(plan: BackupPlan | dict, stats: dict) -> str:

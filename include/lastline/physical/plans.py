@@ -20,6 +20,9 @@ class BackupPlan(Plan):
     tool_version: str
     source_identity: str | None = None
     aws_conn_id: str | None = None
+    priority: str = "low"  # core.impact
+    max_read_mb_per_s: float = 0.0
+    replica: dict | None = None  # replication.source_replica.ReplicaCheck, when the source is a replica
 
 
 @dataclass(frozen=True)

@@ -2,8 +2,9 @@
  *
  * Why a separate process in C: escaping on the client is linear in a value's size (the server's
  * REPLACE is quadratic in the number of matches), C escapes at memory speed, and each worker has its
- * own core with no interpreter lock. The coordinator holds FLUSH TABLES WITH READ LOCK while every
- * worker runs START TRANSACTION WITH CONSISTENT SNAPSHOT, so all workers read the same instant.
+ * own core with no interpreter lock. The coordinator holds commits (BACKUP STAGE BLOCK_COMMIT, or FLUSH
+ * TABLES WITH READ LOCK where there are no backup stages) while every worker runs START TRANSACTION WITH
+ * CONSISTENT SNAPSHOT, so all workers read the same instant.
  *
  * Usage: lastline-tsvdump OPTION_FILE CONTROL_FD   (CONTROL_FD: a SOCK_SEQPACKET socket to the coordinator)
  * The option file ([client] group, 0600, removed by the coordinator once READY is read) carries the
@@ -18,6 +19,8 @@
  *                           -> "NEED" (per part) ... "PART <rows> <raw_bytes> <checksum>" (raw: before compression)
  *                           -> "DONE <rows> <checksum>" | "ERR <errno> <msg>" | "WARN <n> <msg>"
  *   "O" + one fd (SCM_RIGHTS)   the answer to NEED: where the part's lines go (the write end of a pipe)
+ *   "R" <bytes per second>  pace every later dump: the rows this connection fetches, at most that many
+ *                           bytes a second (0: no cap); the server's send blocks while the worker sleeps -> "OK"
  * Worker -> coordinator at start: "READY <connection id> <server version>" or "ERR <errno> <msg>".
  *
  * The dialect (see dialect.py): fields split by TAB, rows ended by LF; in a field `\` is `\\`, TAB is
@@ -35,6 +38,7 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
+#include <time.h>
 #include <unistd.h>
 #include <zstd.h>
 
@@ -255,6 +259,43 @@ static void report_warnings(unsigned int count) {
     reply("WARN %u %s", count, text);
 }
 
+/* the read cap: a token bucket of at most a quarter of a second's bytes, refilled at pace_rate */
+static double pace_rate;
+static double pace_tokens;
+static struct timespec pace_last;
+static unsigned long long pace_owed;
+
+static double seconds_since(const struct timespec *t, struct timespec *now) {
+    clock_gettime(CLOCK_MONOTONIC, now);
+    return (double)(now->tv_sec - t->tv_sec) + (double)(now->tv_nsec - t->tv_nsec) / 1e9;
+}
+
+static void pace(unsigned long long bytes) {
+    if (pace_rate <= 0) return;
+    pace_owed += bytes;
+    if (pace_owed < 65536) return;
+    struct timespec now;
+    double burst = pace_rate / 4 > 65536 ? pace_rate / 4 : 65536;
+    pace_tokens += seconds_since(&pace_last, &now) * pace_rate;
+    if (pace_tokens > burst) pace_tokens = burst;
+    pace_last = now;
+    pace_tokens -= (double)pace_owed;
+    pace_owed = 0;
+    if (pace_tokens < 0) {
+        double wait = -pace_tokens / pace_rate;
+        struct timespec ts = {(time_t)wait, (long)((wait - (double)(time_t)wait) * 1e9)};
+        nanosleep(&ts, NULL);
+    }
+}
+
+static void set_pace(const char *digits) {
+    pace_rate = strtod(digits, NULL);
+    pace_tokens = 0;
+    pace_owed = 0;
+    clock_gettime(CLOCK_MONOTONIC, &pace_last);
+    reply("OK");
+}
+
 static void do_dump(char *buf, const char *sql, size_t len, unsigned long long limit) {
     if (mysql_real_query(db, sql, len)) {
         reply_error();
@@ -277,6 +318,11 @@ static void do_dump(char *buf, const char *sql, size_t len, unsigned long long l
     MYSQL_ROW row;
     while ((row = mysql_fetch_row(res))) {
         unsigned long *lengths = mysql_fetch_lengths(res);
+        if (pace_rate > 0) {
+            unsigned long long row_bytes = nf;
+            for (unsigned int i = 0; i < nf; i++) row_bytes += lengths[i];
+            pace(row_bytes);
+        }
         if (outfd < 0 && open_part(buf) < 0) {
             mysql_free_result(res);
             reply("ERR 0 expected an output for the next part");
@@ -386,6 +432,9 @@ int main(int argc, char **argv) {
         if (n == -2) continue;
         if (buf[0] == 'E') {
             do_exec(buf + 1, (size_t)n - 1);
+        } else if (buf[0] == 'R' && n > 1 && n < 40) {
+            buf[n] = 0;
+            set_pace(buf + 1);
         } else if (buf[0] == 'D' && n > 22 && (buf[21] == 'z' || buf[21] == 'n')) {
             char digits[21];
             memcpy(digits, buf + 1, 20);
