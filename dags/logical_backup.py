@@ -70,8 +70,8 @@ def logical_backup():
 
     plan = preflight()
     written = task(lb.dump, **on_server("source_conn_id"))(plan)
-    resumed = task(lb.resume_replica, **on_server("source_conn_id", long=False))(plan)
-    written >> resumed.as_teardown(setups=plan)  # from a replica: its SQL thread runs again, whatever happened
+    # from a replica: its SQL thread runs again, whatever happened (not in the server's pool: never behind a backup)
+    task(lb.resume_replica)(plan, written).as_teardown(setups=plan, on_failure_fail_dagrun=True)
     announce_backup(plan, written) >> prune()
 
 

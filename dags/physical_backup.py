@@ -61,8 +61,8 @@ def physical_backup():
         """The Asset event: downstream DAGs (a restore drill) run on it."""
         return announce(PHYSICAL_BACKUP, "physical", plan["destination"], plan["backup_id"], plan.get("aws_conn_id"))
 
-    resumed = task(pb.resume_replica, **on_server("source_conn_id", long=False))(plan)
-    stats >> resumed.as_teardown(setups=plan)  # from a replica: its SQL thread runs again, whatever happened
+    # from a replica: its SQL thread runs again, whatever happened (not in the server's pool: never behind a backup)
+    task(pb.resume_replica)(plan, stats).as_teardown(setups=plan, on_failure_fail_dagrun=True)
     written = task(pb.finish, task_id="write_manifest")(plan, stats)
     announce_backup(plan, written) >> prune()
 

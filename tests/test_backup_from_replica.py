@@ -165,7 +165,13 @@ def test_a_lagging_or_stopped_replica_is_refused_and_a_stopped_sql_thread_comes_
         with pytest.raises(PreflightError, match="not within 300 s of its primary"):
             lb.preflight(conf)
         assert lb.preflight({**conf, "max_replica_lag": 0})["replica"]["sql_running"] == []
-        # a dump killed while the SQL thread stood still: the teardown starts it again
+        # a thread someone else stopped stays stopped through a snapshot's pause, and no coordinates are read twice
+        with replica_source.paused(r) as paused:
+            assert paused["read"]()["gtid"]
+        assert _sql_running(replica) == "No"
+        # after a dump that completed, the teardown does nothing; after one killed while the SQL thread stood
+        # still (no result), it starts it again
+        assert lb.resume_replica(plan, {"manifest": "m"}) == [] and _sql_running(replica) == "No"
         assert lb.resume_replica(plan) == ["default"] and _sql_running(replica) == "Yes"
         assert lb.resume_replica(plan) == []
     finally:
@@ -186,17 +192,20 @@ def test_the_snapshot_waits_while_a_replicated_temporary_table_is_open(pair):
     cur.execute(f"INSERT INTO {DB}.batch_ids VALUES (1)")
     conn.commit()
     r = replica.server()
-    check = replica_source.check(r, 300)
+    assert replica_source.check(r, 300)["sql_running"] == [""]
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline and r.query("SHOW GLOBAL STATUS LIKE 'Slave_open_temp_tables'")[0][1] == "0":
         time.sleep(0.1)
     with pytest.raises(ReplicationError, match="1 replicated temporary table"):
-        with replica_source.paused(r, check, timeout=2):
+        with replica_source.paused(r, timeout=2):
             pass
     assert _sql_running(replica) == "Yes"
     cur.execute(f"DROP TEMPORARY TABLE {DB}.batch_ids")
     conn.close()
     time.sleep(1)
-    with replica_source.paused(r, check, timeout=10) as paused:
+    with replica_source.paused(r, timeout=10) as paused:
         assert _sql_running(replica) == "No" and paused["read"]()["gtid"]
+        r.query("START SLAVE SQL_THREAD")  # someone starts it while the snapshot opens: the coordinates are refused
+        with pytest.raises(ReplicationError, match="started again while the snapshot opened"):
+            paused["read"]()
     assert _sql_running(replica) == "Yes"

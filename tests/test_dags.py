@@ -28,7 +28,7 @@ def test_physical_backup_shape(dagbag):
     assert [t.task_id for t in dag.topological_sort()] == ["preflight", "stream", "resume_replica", "write_manifest",
                                                            "announce_backup", "prune"]
     resume = dag.get_task("resume_replica")  # a replica's SQL thread runs again whatever happened to the stream
-    assert resume.is_teardown and resume.upstream_task_ids == {"preflight", "stream"}
+    assert resume.is_teardown and resume.upstream_task_ids == {"preflight", "stream"} and not resume.executor_config
     assert [a.name for a in dag.get_task("announce_backup").outlets] == ["lastline_physical_backup"]
     assert dag.get_task("stream").executor_config == {"lastline_server_param": "source_conn_id"}  # near the source
     assert dag.on_failure_callback  # a failed run alerts (a late one too: see test_backup_deadline)

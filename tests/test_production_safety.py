@@ -179,8 +179,10 @@ def test_the_backups_run_at_low_priority_and_under_their_read_cap(app, tmp_path)
 
     stages = backup_stages("opt", "/data", 2, "zstd", priority="idle", max_read_mb_per_s=4)
     assert [s.name for s in stages] == ["mariabackup", "throttle", "compress"]
-    assert stages[0].argv[:3] == ["ionice", "-c", "3"]  # the lock holder keeps its CPU share
-    assert all(s.argv[:6] == impact.prefix("idle") == ["nice", "-n", "19", "ionice", "-c", "3"] for s in stages[1:])
+    assert stages[0].argv[:6] == ["ionice", "-t", "-c", "2", "-n", "7"]  # the lock holder: its CPU share, never idle I/O
+    assert all(s.argv[:7] == impact.prefix("idle") == ["nice", "-n", "19", "ionice", "-t", "-c", "3"] for s in stages[1:])
+    with pytest.raises(PreflightError, match="max_read_mb_per_s=0.01"):
+        impact.read_cap(0.01)
     assert stages[1].argv[-2:] == ["-L", "4000000"]
     plan = pb.preflight({"source_conn_id": "t_lsource", "destination": f"file://{tmp_path / 'phys'}", "compression": "none",
                          "max_read_mb_per_s": 40})
@@ -243,6 +245,34 @@ def test_a_ddl_on_a_table_already_dumped_runs_at_once_and_writes_do_not_queue(ap
         assert writes.worst() < 1.0, f"a write waited {writes.worst():.2f} s"
         _read(worker, "ps.app", storage)  # the snapshot is still there, read with the new column
         other.close()
+
+
+def test_a_ddl_on_the_table_being_read_gets_through_at_once_and_writes_do_not_queue(app, tmp_path):
+    """A chunk that takes seconds (a read cap) holds its table's metadata lock; an ALTER waiting for it would queue
+    every write on the table behind it until the chunk ends. The dump's watcher sees the ALTER wait, stops that
+    chunk (its savepoint goes back), lets the ALTER through and reads the chunk again: no write waits 1 s, and the
+    backup is whole (an instant ADD COLUMN leaves the snapshot's rows readable)."""
+    server = app
+    with server.session() as cur:
+        cur.execute("USE ps")
+        cur.execute("INSERT INTO ps.app (t) SELECT NOW(6) FROM seq_1_to_60000")
+        cur.connection.commit()
+    result: dict = {}
+    dump = threading.Thread(target=lambda: result.update(_backup(tmp_path, databases=["ps"], parallel=1, chunk_rows=1_000_000,
+                                                                 max_read_mb_per_s=0.4)[0]), daemon=True)
+    with Writes(server, "ps.app") as writes:
+        dump.start()
+        time.sleep(1.5)  # the one worker is inside ps.app's chunk (~2 MB at 0.4 MB/s)
+        other = server.connect()
+        t0 = time.monotonic()
+        other.cursor().execute("SET STATEMENT lock_wait_timeout = 30 FOR ALTER TABLE ps.app ADD COLUMN y INT")
+        altered = time.monotonic() - t0
+        other.close()
+        dump.join(timeout=120)
+    assert result.get("manifest"), "the backup completes"
+    assert result["ddl_yields"] >= 1 and altered < 1.5, (result, altered)
+    assert writes.worst() < 1.0, f"a write waited {writes.worst():.2f} s behind the ALTER"
+    print(f"ALTER waited {altered:.2f} s, worst write {writes.worst():.3f} s, {result['ddl_yields']} chunk(s) gave way")
 
 
 def test_the_method_is_chosen_per_server_version():

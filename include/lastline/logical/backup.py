@@ -82,8 +82,8 @@ def preflight(conf: dict) -> dict:
         cur.execute("SELECT @@version")
         version = cur.fetchone()[0]
         plans = chunking.table_plans(cur, databases)
-    replica = replica_source.check(server, params.number("max_replica_lag", 300, minimum=0)) \
-        if replica_source.wanted(server, params.flag("from_replica")) else None
+    max_lag = params.number("max_replica_lag", 300, minimum=0)
+    replica = replica_source.check(server, max_lag) if replica_source.wanted(server, params.flag("from_replica")) else None
     storage = open_allowed(params.required("destination"), params.text("aws_conn_id"))
     storage.check_writable()
     est = sum(p.est_bytes for p in plans)
@@ -106,7 +106,8 @@ def preflight(conf: dict) -> dict:
         lock_timeout=params.number("lock_timeout", 0.5, minimum=0.01),
         server_version=version,
         priority=priority,
-        max_read_mb_per_s=params.number("max_read_mb_per_s", 0, minimum=0),
+        max_read_mb_per_s=impact.read_cap(params.number("max_read_mb_per_s", 0, minimum=0)),
+        max_replica_lag=max_lag,
         replica=replica,
     )
     log.info(
@@ -129,6 +130,10 @@ def dump(plan: BackupPlan | dict) -> dict:
     started_at = datetime.now(UTC)
     t0 = time.monotonic()
     guard = Guard(plan.long_query_guard, plan.long_query_wait, plan.kill_long_queries, plan.lock_timeout)
+    replica = None
+    if plan.replica is not None:  # what an earlier, killed attempt left stopped runs again; the lag is checked anew
+        replica_source.resume(server, plan.replica)
+        replica = replica_source.check(server, plan.max_replica_lag)
     held: dict[str, Any] = {}
     with SnapshotPool(server, plan.parallel, guard, plan.lock_method, plan.priority, plan.max_read_mb_per_s) as pool:
 
@@ -152,12 +157,12 @@ def dump(plan: BackupPlan | dict) -> dict:
                 for s in locked:
                     s.consistent = False
 
-        if plan.replica is None:
+        if replica is None:
             coords, primary = pool.open(frozen), None
         else:  # the SQL thread stands still while the snapshot opens: the primary's coordinates are exact
-            with replica_source.paused(server, plan.replica) as paused:
+            with replica_source.paused(server) as paused:
                 coords = pool.open(frozen)
-                primary = {**paused["read"](), "primaries": plan.replica["primaries"], "lag_seconds": plan.replica["lag_seconds"]}
+                primary = {**paused["read"](), "primaries": replica["primaries"], "lag_seconds": replica["lag_seconds"]}
             log.info("the primary's coordinates: GTID %s, binlog %s:%s", primary["gtid"], primary["binlog_file"],
                      primary["binlog_position"])
         states, dumper = held["states"], held["dumper"]
@@ -180,7 +185,8 @@ def dump(plan: BackupPlan | dict) -> dict:
         pool.method, pool.lock_seconds, pool.ddl_seconds, where,
     )
     return {"manifest": where, "tables": len(manifest.tables), "rows": manifest.rows, "bytes": manifest.bytes, "seconds": round(seconds, 3),
-            "lock_method": pool.method, "commits_held_seconds": round(pool.lock_seconds, 4), "ddl_held_seconds": round(pool.ddl_seconds, 3)}
+            "lock_method": pool.method, "commits_held_seconds": round(pool.lock_seconds, 4), "ddl_held_seconds": round(pool.ddl_seconds, 3),
+            "ddl_yields": dumper.yields}
 
 
 def build_manifest(
@@ -220,9 +226,12 @@ def build_manifest(
     )
 
 
-def resume_replica(plan: BackupPlan | dict) -> list[str]:
-    """Teardown: the replica's SQL thread runs again even if the dump was killed while it stood still."""
+def resume_replica(plan: BackupPlan | dict, dumped: dict | None = None) -> list[str]:
+    """Teardown: the replica's SQL thread runs again if the dump was killed while it stood still (`dumped`, the dump's
+    result, is None then); after a dump that completed, nothing (it started what it stopped)."""
     plan = BackupPlan.of(plan)
+    if plan.replica is None or dumped is not None:
+        return []
     return replica_source.resume(connections.server(plan.source_conn_id), plan.replica)
 
 

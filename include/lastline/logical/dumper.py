@@ -8,6 +8,7 @@ from __future__ import annotations
 import heapq
 import itertools
 import logging
+import re
 import threading
 import time
 from dataclasses import dataclass, field
@@ -20,13 +21,33 @@ from lastline.core.progress import Progress
 from lastline.core.servers import Server
 from lastline.logical import chunking, dialect
 from lastline.logical.snapshot import LOST_CONNECTION, SAVEPOINT, SESSION, sql_error
-from lastline.logical.worker import DumpWorker, PartWriter, WorkerWarning
+from lastline.logical.worker import DumpWorker, PartWriter, WorkerError, WorkerWarning
 from lastline.manifest import (
     ChunkInfo,
 )
 from lastline.storage import Storage
 
 log = logging.getLogger(__name__)
+
+DDL_POLL = 0.2  # seconds between the DDL watcher's looks at the processlist
+YIELDS = 3  # times one chunk gives way to a DDL before it holds its metadata lock to its end
+QUERY_INTERRUPTED = 1317
+
+
+def _statement(worker: DumpWorker, sql: str) -> None:
+    """A savepoint statement, once more if a KILL QUERY meant for the chunk before it landed on it."""
+    try:
+        worker.execute(sql)
+    except WorkerError as exc:
+        if sql_error(exc)[0] != QUERY_INTERRUPTED:
+            raise
+        worker.execute(sql)
+
+
+def _names_table(statement: str, table: str) -> bool:
+    """Whether a waiting statement names `table` (as a bare or quoted identifier): only decides whether a chunk
+    gives way, never what is safe."""
+    return re.search(r"(?<![\w$`])`?" + re.escape(table.replace("`", "``")) + r"`?(?![\w$])", statement, re.IGNORECASE) is not None
 
 
 @dataclass
@@ -55,6 +76,7 @@ class Job:
     seq: int = field(default=0, compare=False)
     lower: list[str] | None = field(default=None, compare=False)
     upper: list[str] | None = field(default=None, compare=False)
+    yields: int = field(default=0, compare=False)  # how often it gave way to a DDL (Dumper._watch_ddl)
 
     def describe(self) -> str:
         """`db.table` and the key range, for errors."""
@@ -97,6 +119,9 @@ class Dumper:
         self.workers: list[DumpWorker] = []
         self.priority = "normal"  # core.impact: the compressors' nice and ionice
         self.savepoints = False  # workers in their snapshot roll back to a savepoint after each chunk (snapshot module doc)
+        self.reading: dict[int, Job] = {}  # worker connection id -> the chunk it reads now (guarded by cv)
+        self.yielded: set[int] = set()  # workers whose chunk query the DDL watcher stopped (guarded by cv)
+        self.yields = 0
 
     # --- the queues ------------------------------------------------------------------------
     def put(self, kind: str, state: TableState, lower=None, upper=None) -> None:
@@ -145,18 +170,72 @@ class Dumper:
 
     # --- running ---------------------------------------------------------------------------
     def run(self, workers: list[DumpWorker]) -> None:
-        """Drain the queues (one thread per worker, one splitter); re-raise the first failure."""
+        """Drain the queues (one thread per worker, one splitter; with savepoints, a DDL watcher); re-raise the first
+        failure."""
         self.workers = workers
         threads = [threading.Thread(target=self._split_loop, name="dump-split", daemon=True)]
         threads += [
             threading.Thread(target=self._work, args=(w,), name=f"dump-{i}", daemon=True) for i, w in enumerate(workers)
         ]
+        finished = threading.Event()
+        watcher = threading.Thread(target=self._watch_ddl, args=(finished,), name="dump-ddl-watch", daemon=True)
         for t in threads:
             t.start()
+        if self.savepoints:
+            watcher.start()
         for t in threads:
             t.join()
+        finished.set()
+        if watcher.is_alive():
+            watcher.join(timeout=10)
         if self.failure is not None:
             raise self.failure
+
+    def _watch_ddl(self, finished: threading.Event) -> None:
+        """A DDL waiting for a table a worker reads would hold every write on that table behind it until the chunk
+        ends (a metadata lock request queues new ones): stop that chunk's query, which rolls back to its savepoint
+        and lets the DDL through, and read the chunk again afterwards (at most YIELDS times per chunk, so a DDL
+        that waits on someone else's lock cannot keep a chunk from ever finishing). Best effort: a failing watcher
+        leaves the dump as it was (writes then wait up to one chunk's time)."""
+        try:
+            conn = self.server.connect()
+        except LastlineError as exc:
+            log.warning("dump: no DDL watcher (%s); a DDL on a table being read waits for its chunk to end", exc)
+            return
+        try:
+            conn.autocommit(True)
+            cur = conn.cursor()
+            cur.execute("SELECT CONNECTION_ID()")
+            workers = {w.connection_id: w for w in self.workers}
+            own = {int(cur.fetchone()[0]), *workers}
+            while not finished.wait(DDL_POLL):
+                cur.execute("SELECT ID, INFO FROM information_schema.PROCESSLIST "
+                            "WHERE STATE = 'Waiting for table metadata lock' AND INFO IS NOT NULL")
+                waiting = [(int(i), str(info)) for i, info in cur.fetchall() if int(i) not in own]
+                if not waiting:
+                    continue
+                with self.cv:
+                    reading = dict(self.reading)
+                for conn_id, job in reading.items():
+                    plan = job.table.plan
+                    hit = next((w for w in waiting if _names_table(w[1], plan.name)), None)
+                    if hit is None or job.yields >= YIELDS:
+                        continue
+                    with self.cv:  # held meanwhile: the worker cannot move on to its next chunk
+                        if self.reading.get(conn_id) is not job:
+                            continue
+                        job.yields += 1
+                        self.yielded.add(conn_id)
+                        # the worker stops reading (the server may have sent the whole chunk already), and the
+                        # server stops a query still running
+                        workers[conn_id].give_way()
+                        cur.execute(f"KILL QUERY {int(conn_id)}")
+                    log.info("dump: session %d waits to change %s (%r): chunk %d gives way and is read again",
+                             hit[0], plan.full_name, hit[1][:80], job.seq)
+        except Exception as exc:  # noqa: BLE001 - best effort, see the docstring
+            log.warning("dump: the DDL watcher stopped (%s); a DDL on a table being read waits for its chunk to end", exc)
+        finally:
+            conn.close()
 
     def _split_loop(self) -> None:
         conn = None
@@ -165,6 +244,7 @@ class Dumper:
                 try:
                     if conn is None:
                         conn = self.server.connect()
+                        conn.autocommit(True)  # each cut point query ends its own metadata lock: a DDL never waits on it
                         conn.cursor().execute(SESSION)
                     self._split(conn, job.table)
                 except BaseException as exc:  # noqa: BLE001 - handed to run()
@@ -181,10 +261,30 @@ class Dumper:
             try:
                 self._chunk(worker, job)
             except BaseException as exc:  # noqa: BLE001 - handed to run()
+                if self._gave_way(worker, job, exc):
+                    continue
                 self._fail(self._explain(exc, job))
                 return
             finally:
+                with self.cv:
+                    self.reading.pop(worker.connection_id, None)
                 self._done(job)
+
+    def _gave_way(self, worker: DumpWorker, job: Job, exc: BaseException) -> bool:
+        """Whether `exc` is the DDL watcher's stop of this chunk: then the savepoint goes back (the table's metadata
+        lock with it) and the chunk is queued again, whole (its parts are rewritten under the same names)."""
+        with self.cv:
+            mine = worker.connection_id in self.yielded
+            self.yielded.discard(worker.connection_id)
+        if not mine or sql_error(exc)[0] != QUERY_INTERRUPTED:
+            return False
+        _statement(worker, f"ROLLBACK TO SAVEPOINT {SAVEPOINT}")
+        with self.cv:
+            self.yields += 1
+            job.table.pending += 1
+            heapq.heappush(self.heap, job)
+            self.cv.notify_all()
+        return True
 
     def _explain(self, exc: BaseException, job: Job) -> BaseException:
         if isinstance(exc, LastlineError):
@@ -257,11 +357,16 @@ class Dumper:
             return key, PartWriter(self.storage, key, self.compression, self.priority)
 
         if self.savepoints:
-            worker.execute(f"SAVEPOINT {SAVEPOINT}")
+            _statement(worker, f"SAVEPOINT {SAVEPOINT}")
+            with self.cv:
+                self.reading[worker.connection_id] = job
         result = worker.dump(dialect.select_sql(plan.schema, plan.name, plan.columns, where), limit, new_part,
                              self.compression)
         if self.savepoints:  # the table's metadata lock goes: a DDL on it need not wait for the end of the dump
-            worker.execute(f"ROLLBACK TO SAVEPOINT {SAVEPOINT}")
+            with self.cv:
+                self.reading.pop(worker.connection_id, None)
+                self.yielded.discard(worker.connection_id)  # stopped too late: the chunk was whole
+            _statement(worker, f"ROLLBACK TO SAVEPOINT {SAVEPOINT}")
         with self.cv:
             for p in result.parts:
                 state.chunks.append(ChunkInfo(

@@ -28,6 +28,7 @@ class BackupPlan(Plan):
     lock_timeout: float = 0.5
     priority: str = "low"  # core.impact
     max_read_mb_per_s: float = 0.0
+    max_replica_lag: float = 300.0
     replica: dict | None = None  # replication.source.check, when the source is a replica
 
 

@@ -151,16 +151,21 @@ class SnapshotPool:
         self.method = snapshot_method(self.version, self.asked)
         self._stop = stopping.add(f"snapshot: KILL QUERY on the control connection ({self.method}, schema reads)",
                                   stopping.kill_query(self.server, self.control.thread_id()))
-        share = impact.worker_share(self.max_read_mb_per_s, self.n)
-        self.workers = [DumpWorker(self.server, f"dump-{i}", self.priority, share) for i in range(self.n)]
+        self.workers = [DumpWorker(self.server, f"dump-{i}", self.priority) for i in range(self.n)]
         self._own = {int(control_id)}
         for worker in self.workers:
             worker.execute(SESSION)
             worker.execute("SET SESSION TRANSACTION ISOLATION LEVEL REPEATABLE READ")
         self.savepoints = self._unlogged_workers()
         if self.method == "backup_stage":
-            return self._open_staged(cur, frozen)
-        return self._open_ftwrl(cur, version, frozen)
+            coords = self._open_staged(cur, frozen)
+        else:
+            coords = self._open_ftwrl(cur, version, frozen)
+        # the read cap from here on: what `frozen` read under the locks went at full speed, to keep them short
+        share = impact.worker_share(self.max_read_mb_per_s, self.n)
+        for worker in self.workers if share else ():
+            worker.pace(share)
+        return coords
 
     # --- the methods -----------------------------------------------------------------------
     def _open_staged(self, cur: Any, frozen: Callable[[], None]) -> Coordinates:

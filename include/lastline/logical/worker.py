@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -194,11 +195,18 @@ class DumpWorker:
             stopping.add(f"{name}: KILL QUERY {conn_id} on {server.describe()}", stopping.kill_query(server, self.connection_id)),
         ]
         if read_bytes_per_s:
-            self.sock.send(f"R{int(read_bytes_per_s)}".encode())
-            answer = self._recv()
-            if answer != "OK":
+            try:
+                self.pace(read_bytes_per_s)
+            except WorkerError:
                 self.close()
-                raise WorkerError(*_error(answer))
+                raise
+
+    def pace(self, read_bytes_per_s: int) -> None:
+        """Cap the rows this connection fetches at `read_bytes_per_s` (0: no cap) from its next dump on."""
+        self.sock.send(f"R{int(read_bytes_per_s)}".encode())
+        answer = self._recv()
+        if answer != "OK":
+            raise WorkerError(*_error(answer))
 
     def _recv(self) -> str:
         try:
@@ -287,6 +295,11 @@ class DumpWorker:
             self.proc.wait()
         if self.proc.stderr:
             self.proc.stderr.close()
+
+    def give_way(self) -> None:
+        """Stop the dump in progress at its next row (SIGUSR1): it answers ERR 1317 and the worker stays usable."""
+        if self.proc.poll() is None:
+            os.kill(self.proc.pid, signal.SIGUSR1)
 
     def kill(self) -> None:
         """Stop the worker at once (its connection closes; the server ends its query). Safe from any

@@ -45,9 +45,10 @@ def preflight(conf: dict) -> dict:
     compression = params.text("compression", physical.DEFAULT_COMPRESSION)
     c = physical.codec(compression)
     priority = params.choice("priority", tuple(impact.PRIORITIES), impact.DEFAULT_PRIORITY)
-    max_read = params.number("max_read_mb_per_s", 0, minimum=0)
+    max_read = impact.read_cap(params.number("max_read_mb_per_s", 0, minimum=0))
     require_tools("mariabackup", c.tool, *impact.tools(priority, max_read), host=host)
-    replica = replica_source.check(server, params.number("max_replica_lag", 300, minimum=0)) \
+    max_lag = params.number("max_replica_lag", 300, minimum=0)
+    replica = replica_source.check(server, max_lag, single=True) \
         if replica_source.wanted(server, params.flag("from_replica")) else None
     version, identity = server.variables("version")["version"], server.identity()
     tool = physical.tool_version(host)
@@ -70,6 +71,7 @@ def preflight(conf: dict) -> dict:
         tool_version=tool,
         priority=priority,
         max_read_mb_per_s=max_read,
+        max_replica_lag=max_lag,
         replica=replica,
     )
     log.info("preflight ok: %s -> %s/%s/%s", server.describe(), storage.url, plan.backup_id, plan.artifact)
@@ -86,6 +88,10 @@ def stream(plan: BackupPlan | dict) -> dict:
     host = server.runner()
     storage = open_storage(plan.destination, plan.aws_conn_id)
     tables = table_estimates(server)
+    replica = None
+    if plan.replica is not None:  # mariabackup leaves a SQL thread it found stopped as it is: what a killed attempt
+        replica_source.resume(server, plan.replica)  # stopped runs again first, and the lag is checked anew
+        replica = replica_source.check(server, plan.max_replica_lag, single=True)
     started = datetime.now(UTC)
     key = f"{plan.backup_id}/{plan.artifact}"
     with option_file(server, ("client", "mariabackup"), on_host=True) as opt, storage.writer(key) as writer:
@@ -114,7 +120,7 @@ def stream(plan: BackupPlan | dict) -> dict:
         "gtid": facts["gtid"],
         "server_version": facts["server_version"] or plan.server_version,
         "tables": [asdict(t) for t in tables],
-        "primary": primary_of(plan, mb_log),
+        "primary": primary_of(replica, mb_log),
     }
     log.info(
         "backup stream done: %.1f MB in %.1f s (%.1f MB/s), binlog %s:%s, gtid %s",
@@ -123,17 +129,20 @@ def stream(plan: BackupPlan | dict) -> dict:
     return stats
 
 
-def primary_of(plan: BackupPlan, mb_log: str) -> dict | None:
-    """From a replica: where its primary was (mariabackup --slave-info), with the replica's lag at preflight."""
-    if plan.replica is None:
+def primary_of(replica: dict | None, mb_log: str) -> dict | None:
+    """From a replica: where its primary was (mariabackup --slave-info), with the replica's lag as the stream began."""
+    if replica is None:
         return None
     found = replica_source.from_backup_log(mb_log)
-    return {**found, "primaries": plan.replica["primaries"], "lag_seconds": plan.replica["lag_seconds"]}
+    return {**found, "primaries": replica["primaries"], "lag_seconds": replica["lag_seconds"]}
 
 
-def resume_replica(plan: BackupPlan | dict) -> list[str]:
-    """Teardown: the replica's SQL thread runs again even if the stream was killed mid-way."""
+def resume_replica(plan: BackupPlan | dict, streamed: dict | None = None) -> list[str]:
+    """Teardown: the replica's SQL thread runs again if the stream was killed while mariabackup held it stopped
+    (`streamed`, the stream's result, is None then); after a stream that completed, nothing."""
     plan = BackupPlan.of(plan)
+    if plan.replica is None or streamed is not None:
+        return []
     return replica_source.resume(connections.server(plan.source_conn_id), plan.replica)
 
 

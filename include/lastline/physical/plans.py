@@ -22,7 +22,8 @@ class BackupPlan(Plan):
     aws_conn_id: str | None = None
     priority: str = "low"  # core.impact
     max_read_mb_per_s: float = 0.0
-    replica: dict | None = None  # replication.source_replica.ReplicaCheck, when the source is a replica
+    max_replica_lag: float = 300.0
+    replica: dict | None = None  # replication.source.check, when the source is a replica
 
 
 @dataclass(frozen=True)

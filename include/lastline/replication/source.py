@@ -10,7 +10,8 @@ Those coordinates are exact only while the SQL thread stands still, and a snapsh
 statement-based temporary table is open would replay into nothing. So, as XtraBackup's
 `--safe-slave-backup` does: stop the SQL thread; if temporary tables are open, let it run again a moment
 and retry until none are; open the snapshot and read the coordinates; start the SQL thread again, always
-(a `finally`, a SIGTERM handler, and the DAG's `resume_replica` teardown for a worker killed outright).
+(a `finally`, a SIGTERM handler; for a worker killed outright, the next attempt's start and the DAG's
+`resume_replica` teardown, which act only when the backup task did not succeed).
 The physical backup passes `--slave-info --safe-slave-backup` to mariabackup, which does the same.
 """
 from __future__ import annotations
@@ -38,7 +39,8 @@ def wanted(server: Server, asked: bool) -> bool:
 
 
 def _name(status: dict[str, Any]) -> str:
-    return str(status.get("Connection_name") or "")
+    """The replication connection's name (MariaDB's Connection_name, MySQL's Channel_Name; "" the default)."""
+    return str(status.get("Connection_name") or status.get("Channel_Name") or "")
 
 
 def _error(status: dict[str, Any]) -> str | None:
@@ -47,16 +49,29 @@ def _error(status: dict[str, Any]) -> str | None:
     return problem if problem and "threads not running" not in problem else None
 
 
-def check(server: Server, max_lag: float) -> dict[str, Any]:
-    """Preflight: the server replicates, no replication thread stopped on an error, and it is at most
-    `max_lag` seconds behind (0: any lag). Returns what the teardown needs (which SQL threads ran)."""
+def check(server: Server, max_lag: float, single: bool = False) -> dict[str, Any]:
+    """Preflight (and again as the backup starts): the server replicates, no replication thread stopped on an
+    error, it is at most `max_lag` seconds behind (0: any lag), and the account may stop its SQL thread.
+    `single`: one replication connection only (mariabackup pauses the default one alone). Returns what the
+    pause and the teardown need (which SQL threads ran)."""
     with server.session() as cur:
         fl = flavour(cur)
         statuses = replica_status(cur, fl)
+        cur.execute("SHOW GRANTS")
+        grants = " ".join(str(r[0]).upper() for r in cur.fetchall())
     if not statuses:
         raise PreflightError(
             f"{server.describe()} is not a replica (no replication connection is configured): back it up without "
             "from_replica, or name the replica's connection."
+        )
+    if not any(g in grants for g in ("ALL PRIVILEGES ON *.*", "SUPER", "REPLICATION SLAVE ADMIN", "REPLICATION_SLAVE_ADMIN")):
+        raise PreflightError(f"{server.conn_id}'s account may not stop the replica's SQL thread, which a backup from a "
+                             "replica needs for its snapshot: GRANT REPLICATION SLAVE ADMIN ON *.* (SUPER before MariaDB 10.5).")
+    if single and len(statuses) > 1:
+        raise PreflightError(
+            f"{server.describe()} has {len(statuses)} replication connections: mariabackup pauses the default one alone, "
+            "so a physical backup could not say where every primary was. Back it up with logical_backup (it pauses "
+            "each connection), or from a replica of one primary."
         )
     problems = [f"{_name(s) or 'default'}: {p}" for s in statuses if (p := _error(s))]
     if problems:
@@ -87,10 +102,12 @@ def check(server: Server, max_lag: float) -> dict[str, Any]:
 
 
 def _sql_thread(fl: Flavour, verb: str, name: str) -> str:
-    """STOP/START the SQL thread of one replication connection."""
+    """STOP/START the SQL thread of one replication connection (MariaDB: by name; MySQL: FOR CHANNEL)."""
     word = "REPLICA" if fl.replica_words else "SLAVE"
-    quoted = f" '{name.replace(chr(92), chr(92) * 2).replace(chr(39), chr(39) * 2)}'" if name else ""
-    return f"{verb} {word}{quoted} SQL_THREAD"
+    quoted = f"'{name.replace(chr(92), chr(92) * 2).replace(chr(39), chr(39) * 2)}'"
+    if not name:
+        return f"{verb} {word} SQL_THREAD" if fl.mariadb else f"{verb} {word} SQL_THREAD FOR CHANNEL ''"
+    return f"{verb} {word} {quoted} SQL_THREAD" if fl.mariadb else f"{verb} {word} SQL_THREAD FOR CHANNEL {quoted}"
 
 
 def open_temp_tables(cur: Any) -> int:
@@ -99,16 +116,24 @@ def open_temp_tables(cur: Any) -> int:
     return max((int(v) for _, v in cur.fetchall()), default=0)
 
 
-def primary_coordinates(cur: Any, fl: Flavour) -> dict[str, Any]:
+def primary_coordinates(cur: Any, fl: Flavour, paused: list[str] | None = None) -> dict[str, Any]:
     """Where the primary was, as this replica has executed it: its GTID position and, per connection, the
-    primary's binlog file and position (exact only while the SQL threads are stopped)."""
+    primary's binlog file and position. Exact only while the SQL threads stand still: every connection in
+    `paused` must still show its SQL thread stopped (else someone started it: refused). The top-level file and
+    position are given for one connection replicating one GTID domain only (after a stop, parallel
+    replication of several domains leaves each at its own point: the GTID position is then the exact cut)."""
     if fl.mariadb:
         cur.execute("SELECT @@GLOBAL.gtid_slave_pos")
     else:
         cur.execute("SELECT @@GLOBAL.gtid_executed")
     gtid = cur.fetchone()[0] or None
     connections = []
-    for s in replica_status(cur, fl):
+    statuses = replica_status(cur, fl)
+    restarted = [_name(s) or "default" for s in statuses if _name(s) in (paused or []) and running(s)[1] == "Yes"]
+    if restarted:
+        raise ReplicationError(f"the SQL thread of {', '.join(restarted)} was started again while the snapshot opened: "
+                               "the primary's coordinates would be later than the data. Retry the backup.")
+    for s in statuses:
         connections.append({
             "name": _name(s),
             "host": field(s, "Master_Host", "Source_Host"),
@@ -116,19 +141,21 @@ def primary_coordinates(cur: Any, fl: Flavour) -> dict[str, Any]:
             "binlog_file": field(s, "Relay_Master_Log_File", "Relay_Source_Log_File") or None,
             "binlog_position": int(field(s, "Exec_Master_Log_Pos", "Exec_Source_Log_Pos") or 0),
         })
-    first = connections[0] if len(connections) == 1 else {}
+    domains = {g.split("-")[0] for g in (gtid or "").replace(" ", "").split(",") if g}
+    first = connections[0] if len(connections) == 1 and len(domains) <= 1 else {}
     return {"gtid": gtid, "binlog_file": first.get("binlog_file"), "binlog_position": first.get("binlog_position"),
             "connections": connections}
 
 
 @contextmanager
-def paused(server: Server, replica: dict[str, Any], timeout: float = TEMP_TABLE_WAIT) -> Iterator[dict[str, Any]]:
-    """Stop the SQL threads that run (waiting until no replicated temporary table is open), yield a dict the
-    caller fills by calling ``read()``; start them again on the way out, whatever happened."""
+def paused(server: Server, timeout: float = TEMP_TABLE_WAIT) -> Iterator[dict[str, Any]]:
+    """Stop the SQL threads running now (waiting until no replicated temporary table is open) and yield
+    ``{"read": <the primary's coordinates, checked to be still paused>}``; start exactly those threads again on
+    the way out, whatever happened. A thread someone else stopped is left as it is."""
     conn = server.connect()
     cur = conn.cursor()
+    cur.execute("SET SESSION wait_timeout = 86400")  # idle while the snapshot opens (the guard's wait, MyISAM tables)
     fl = flavour(cur)
-    names = [n for n in replica["connections"] if n in set(replica.get("sql_running", []))]
     stopped: list[str] = []
 
     def start() -> None:
@@ -138,13 +165,14 @@ def paused(server: Server, replica: dict[str, Any], timeout: float = TEMP_TABLE_
             log.info("replica %s: SQL thread%s started again", server.describe(), "s" if len(stopped) > 1 else "")
         stopped.clear()
 
-    undo = stopping.add(f"START SLAVE SQL_THREAD on {server.describe()}", lambda: resume(server, replica))
+    undo = stopping.add(f"START SLAVE SQL_THREAD on {server.describe()}", start)
     try:
         deadline = time.monotonic() + timeout
         while True:
-            for name in names:
-                cur.execute(_sql_thread(fl, "STOP", name))
-                stopped.append(name)
+            for status in replica_status(cur, fl):
+                if running(status)[1] == "Yes":
+                    cur.execute(_sql_thread(fl, "STOP", _name(status)))
+                    stopped.append(_name(status))
             held = open_temp_tables(cur)
             if held == 0:
                 break
@@ -157,8 +185,8 @@ def paused(server: Server, replica: dict[str, Any], timeout: float = TEMP_TABLE_
             start()
             time.sleep(1.0)
         t0 = time.monotonic()
-        state: dict[str, Any] = {"read": lambda: primary_coordinates(cur, fl)}
-        yield state
+        names = list(stopped)
+        yield {"read": lambda: primary_coordinates(cur, fl, names)}
         log.info("replica %s: SQL thread paused %.3f s for the snapshot", server.describe(), time.monotonic() - t0)
     finally:
         try:
@@ -169,8 +197,9 @@ def paused(server: Server, replica: dict[str, Any], timeout: float = TEMP_TABLE_
 
 
 def resume(server: Server, replica: dict[str, Any] | None) -> list[str]:
-    """The teardown: start again every SQL thread that ran at preflight and is stopped now, unless it stopped on an
-    error (a person must look at that). Returns the connections started."""
+    """After a backup attempt that did not end well (the teardown, and the start of a retry): start again every SQL
+    thread that ran at preflight and is stopped now without an error (a killed attempt left it so; a person must
+    look at one stopped on an error). Returns the connections started."""
     if not replica:
         return []
     started = []
@@ -182,7 +211,7 @@ def resume(server: Server, replica: dict[str, Any] | None) -> list[str]:
                 cur.execute(_sql_thread(fl, "START", name))
                 started.append(name or "default")
     if started:
-        log.warning("replica %s: started the SQL thread of %s again (the backup stopped without doing it)",
+        log.warning("replica %s: started the SQL thread of %s again (a backup attempt ended without doing it)",
                     server.describe(), ", ".join(started))
     return started
 

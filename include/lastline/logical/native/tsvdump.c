@@ -19,6 +19,8 @@
  *                           -> "NEED" (per part) ... "PART <rows> <raw_bytes> <checksum>" (raw: before compression)
  *                           -> "DONE <rows> <checksum>" | "ERR <errno> <msg>" | "WARN <n> <msg>"
  *   "O" + one fd (SCM_RIGHTS)   the answer to NEED: where the part's lines go (the write end of a pipe)
+ *   SIGUSR1                 give way: the dump in progress stops at its next row, drains its result and
+ *                           answers "ERR 1317 gave way" (its parts are not complete); nothing if none runs
  *   "R" <bytes per second>  pace every later dump: the rows this connection fetches, at most that many
  *                           bytes a second (0: no cap); the server's send blocks while the worker sleeps -> "OK"
  * Worker -> coordinator at start: "READY <connection id> <server version>" or "ERR <errno> <msg>".
@@ -296,7 +298,14 @@ static void set_pace(const char *digits) {
     reply("OK");
 }
 
+static volatile sig_atomic_t give_way;
+static void on_give_way(int sig) {
+    (void)sig;
+    give_way = 1;
+}
+
 static void do_dump(char *buf, const char *sql, size_t len, unsigned long long limit) {
+    give_way = 0; /* a signal meant for the dump before this one */
     if (mysql_real_query(db, sql, len)) {
         reply_error();
         return;
@@ -317,6 +326,15 @@ static void do_dump(char *buf, const char *sql, size_t len, unsigned long long l
     unsigned long long total_sum = 0, part_sum = 0;
     MYSQL_ROW row;
     while ((row = mysql_fetch_row(res))) {
+        if (give_way) {
+            if (outfd >= 0) {
+                close(outfd);
+                outfd = -1;
+            }
+            mysql_free_result(res); /* reads what is left unpaced (the server may be stopping it already) */
+            reply("ERR 1317 gave way to a DDL waiting for the table");
+            return;
+        }
         unsigned long *lengths = mysql_fetch_lengths(res);
         if (pace_rate > 0) {
             unsigned long long row_bytes = nf;
@@ -407,6 +425,11 @@ int main(int argc, char **argv) {
     }
     CTL = atoi(argv[2]);
     signal(SIGPIPE, SIG_IGN);
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_give_way; /* no SA_RESTART: the pacing sleep ends at once */
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGUSR1, &sa, NULL);
     db = mysql_init(NULL);
     unsigned long packet = 1UL << 30; /* the largest value a server can send */
     unsigned int timeout = 30;
