@@ -39,7 +39,7 @@ import time
 from datetime import UTC, datetime
 from pathlib import Path
 
-from lastline.core.option_files import option_file
+from lastline.core.option_files import option_file, option_file_text
 from lastline.logical import backup as lb
 from lastline.logical.worker import DumpWorker, PartWriter
 from lastline.storage import open_storage
@@ -235,6 +235,9 @@ def main() -> int:
     p.add_argument("--parallel", type=int, default=2, help="threads for every method (default 2: our cores)")
     p.add_argument("--chunk-rows", type=int, default=lb.DEFAULT_CHUNK_ROWS)
     p.add_argument("--sweep", action="store_true", help="also time lastline at 100k, 250k and 1M rows per chunk")
+    p.add_argument("--mydumper1", default=os.environ.get("LASTLINE_MYDUMPER1_DIR"),
+                   help="a folder with mydumper 1.0 built from its source (github.com/mydumper/mydumper, tag v1.0.1-3; not "
+                        "in Debian): times it in its fastest format (--format=LOAD_DATA, uncompressed) too")
     p.add_argument("--reuse", action="store_true", help="keep the generated dataset from an earlier run")
     p.add_argument("--docs", type=int, default=200, help="~200 KB documents in the big-value dataset")
     p.add_argument("--design", action="store_true",
@@ -267,6 +270,18 @@ def main() -> int:
         record(f"mydumper -t {n} --rows {r}", sh(f"mydumper --defaults-file={opt} -B sbtest -t {n} --rows {r} -o {out}"), out)
         shutil.rmtree(out, ignore_errors=True)
         record(f"mydumper -t {n} --rows {r} -c (gzip)", sh(f"mydumper --defaults-file={opt} -B sbtest -t {n} --rows {r} -c -o {out}"), out)
+        one = Path(args.mydumper1) if args.mydumper1 else None
+        if one and (one / "mydumper").exists():
+            s1 = work / "mydumper1-source.cnf"  # 1.0 refuses the `protocol` line of the shared option files
+            s1.write_text("".join(line + "\n" for line in option_file_text(server, ("mydumper",)).splitlines()
+                                  if not line.startswith("protocol=")))
+            s1.chmod(0o600)
+            out = work / "mydumper1"
+            shutil.rmtree(out, ignore_errors=True)
+            record(f"mydumper 1.0 -t {n} --rows {r} --format=LOAD_DATA",
+                   sh(f"{one / 'mydumper'} --defaults-file={s1} -B sbtest -t {n} --rows {r} --format=LOAD_DATA -o {out}"), out)
+            shutil.rmtree(out, ignore_errors=True)
+            s1.unlink()
         out = work / "mariadb-dump"
         shutil.rmtree(out, ignore_errors=True)
         out.mkdir()
@@ -337,6 +352,11 @@ def main() -> int:
     print("\nthe logical dump's goals:")
     print(f"  mydumper -t {n} uncompressed / lastline zstd, sysbench rows:  {ratio_rows:5.2f}x  (goal: at least 1.00)")
     print(f"  lastline zstd / mariadb-dump, big values:                 {ratio_docs:5.2f}x  (goal: at most 2.00)")
+    one_name = f"mydumper 1.0 -t {n} --rows {r} --format=LOAD_DATA"
+    if one_name in results:
+        ratio_one = results[one_name]["seconds"] / base
+        print(f"  mydumper 1.0 LOAD_DATA uncompressed / lastline zstd:      {ratio_one:5.2f}x  (goal: at least 1.00)")
+        results["goals_mydumper1"] = {"mydumper1_over_lastline_rows": round(ratio_one, 2)}  # type: ignore[assignment]
     results["docs"] = big  # type: ignore[assignment]
     results["scaling"] = {k: round(v, 3) for k, v in scaling.items()}  # type: ignore[assignment]
     results["goals"] = {"mydumper_over_lastline_rows": round(ratio_rows, 2), "lastline_over_mariadb_dump_docs": round(ratio_docs, 2)}  # type: ignore[assignment]
