@@ -262,7 +262,11 @@ def test_a_ddl_on_the_table_being_read_gets_through_at_once_and_writes_do_not_qu
                                                                  max_read_mb_per_s=0.4)[0]), daemon=True)
     with Writes(server, "ps.app") as writes:
         dump.start()
-        time.sleep(1.5)  # the one worker is inside ps.app's chunk (~2 MB at 0.4 MB/s)
+        deadline = time.monotonic() + 30  # until the one worker is inside ps.app's chunk (~2 MB at 0.4 MB/s)
+        while time.monotonic() < deadline and not server.query(
+                "SELECT ID FROM information_schema.PROCESSLIST WHERE INFO LIKE 'SELECT%`ps`.`app`%'"):
+            time.sleep(0.05)
+        time.sleep(0.3)
         other = server.connect()
         t0 = time.monotonic()
         other.cursor().execute("SET STATEMENT lock_wait_timeout = 30 FOR ALTER TABLE ps.app ADD COLUMN y INT")
@@ -270,6 +274,9 @@ def test_a_ddl_on_the_table_being_read_gets_through_at_once_and_writes_do_not_qu
         other.close()
         dump.join(timeout=120)
     assert result.get("manifest"), "the backup completes"
+    manifest = read_manifest(open_storage(f"file://{tmp_path}"), result["manifest"].rsplit("/", 2)[-2], "logical")
+    app_table = next(t for t in manifest.tables if (t.schema, t.name) == ("ps", "app"))
+    assert app_table.rows >= 60_000 and len(app_table.chunks) == 1, "the chunk read again is in the backup, once"
     assert result["ddl_yields"] >= 1 and altered < 1.5, (result, altered)
     assert writes.worst() < 1.0, f"a write waited {writes.worst():.2f} s behind the ALTER"
     print(f"ALTER waited {altered:.2f} s, worst write {writes.worst():.3f} s, {result['ddl_yields']} chunk(s) gave way")

@@ -194,8 +194,8 @@ class Dumper:
     def _watch_ddl(self, finished: threading.Event) -> None:
         """A DDL waiting for a table a worker reads would hold every write on that table behind it until the chunk
         ends (a metadata lock request queues new ones): stop that chunk's query, which rolls back to its savepoint
-        and lets the DDL through, and read the chunk again afterwards (at most YIELDS times per chunk, so a DDL
-        that waits on someone else's lock cannot keep a chunk from ever finishing). Best effort: a failing watcher
+        and lets the DDL through, and read the chunk again afterwards (once per waiting session, at most YIELDS times
+        per chunk: a DDL that waits on someone else's lock is given way to once, and then waited for). Best effort: a failing watcher
         leaves the dump as it was (writes then wait up to one chunk's time)."""
         try:
             conn = self.server.connect()
@@ -208,6 +208,12 @@ class Dumper:
             cur.execute("SELECT CONNECTION_ID()")
             workers = {w.connection_id: w for w in self.workers}
             own = {int(cur.fetchone()[0]), *workers}
+            given: set[int] = set()  # the waiting sessions a chunk gave way to
+            cur.execute("SHOW GRANTS")
+            grants = " ".join(str(r[0]).upper() for r in cur.fetchall())
+            if not any(g in grants for g in ("ALL PRIVILEGES ON *.*", "PROCESS")):
+                log.warning("dump: without the PROCESS privilege the DDL watcher sees no other account's statements: a "
+                            "DDL on a table being read waits for its chunk to end (GRANT PROCESS ON *.* to the backup user)")
             while not finished.wait(DDL_POLL):
                 cur.execute("SELECT ID, INFO FROM information_schema.PROCESSLIST "
                             "WHERE STATE = 'Waiting for table metadata lock' AND INFO IS NOT NULL")
@@ -218,9 +224,12 @@ class Dumper:
                     reading = dict(self.reading)
                 for conn_id, job in reading.items():
                     plan = job.table.plan
-                    hit = next((w for w in waiting if _names_table(w[1], plan.name)), None)
+                    # once per waiting session: if it still waits after a chunk gave way, someone else holds it back,
+                    # and the chunk's read again would only queue behind it too
+                    hit = next((w for w in waiting if w[0] not in given and _names_table(w[1], plan.name)), None)
                     if hit is None or job.yields >= YIELDS:
                         continue
+                    given.add(hit[0])
                     with self.cv:  # held meanwhile: the worker cannot move on to its next chunk
                         if self.reading.get(conn_id) is not job:
                             continue
@@ -261,8 +270,11 @@ class Dumper:
             try:
                 self._chunk(worker, job)
             except BaseException as exc:  # noqa: BLE001 - handed to run()
-                if self._gave_way(worker, job, exc):
-                    continue
+                try:
+                    if self._gave_way(worker, job, exc):
+                        continue
+                except BaseException as again:  # noqa: BLE001 - the savepoint could not go back: the dump is lost
+                    exc = again
                 self._fail(self._explain(exc, job))
                 return
             finally:

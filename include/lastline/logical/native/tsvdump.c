@@ -64,7 +64,9 @@ static void reply(const char *fmt, ...) {
     va_end(ap);
     if (n < 0) n = 0;
     if (n >= (int)sizeof msg) n = sizeof msg - 1;
-    if (send(CTL, msg, (size_t)n, MSG_NOSIGNAL) < 0) _exit(3); /* coordinator gone */
+    ssize_t sent;
+    do sent = send(CTL, msg, (size_t)n, MSG_NOSIGNAL); while (sent < 0 && errno == EINTR); /* SIGUSR1 */
+    if (sent < 0) _exit(3); /* coordinator gone */
 }
 
 static void reply_error(void) {
@@ -332,6 +334,11 @@ static void do_dump(char *buf, const char *sql, size_t len, unsigned long long l
                 outfd = -1;
             }
             mysql_free_result(res); /* reads what is left unpaced (the server may be stopping it already) */
+            unsigned int lost = mysql_errno(db);
+            if (lost == 2006 || lost == 2013) { /* the connection went while draining: not a yield */
+                reply_error();
+                return;
+            }
             reply("ERR 1317 gave way to a DDL waiting for the table");
             return;
         }
