@@ -1,0 +1,1 @@
+"""Point-in-time recovery: the binlog archive, its chain, and the replay to a second or a GTID."""
