@@ -15,7 +15,7 @@ def f(seq: int, size: int, start: str = "", server_id: int = 1) -> SourceFile:
 
 
 def archived(*files: SourceFile, open_last: bool = True) -> Branch:
-    entries = [Entry(x.name, x.start_gtids, x.size, "sha", closed=True) for x in files]
+    entries = [Entry(x.name, x.start_gtids, x.size, [{"offset": 0, "size": x.size, "sha256": "s"}], closed=True) for x in files]
     if open_last and entries:
         entries[-1].closed = False
     return Branch("1-000001-x", entries)

@@ -35,6 +35,7 @@ class SourceFile:
     size: int
     start_gtids: str  # the Gtid_list event at its start: the GTID state before its first transaction
     server_id: int = 0
+    same_tail: bool = True  # the source's bytes before the archived end equal the archived ones (archive.tail_matches)
 
     @property
     def seq(self) -> int:
@@ -48,7 +49,7 @@ class Entry:
     name: str
     start_gtids: str
     size: int = 0  # bytes archived (a file still being written is archived up to here)
-    sha256: str = ""
+    segments: list[dict] = field(default_factory=list)  # {offset, size, sha256} of each piece archived, in order
     closed: bool = False  # the source has started a later file: this one will not grow
     missing: bool = False  # a hole: purged on the source before it was archived (from byte `size` on)
     server_id: int = 0
@@ -60,7 +61,8 @@ class Entry:
 
 @dataclass
 class Branch:
-    """One line of history: files in order; a fork names its parent and the last file they share."""
+    """One line of history: files in order; a fork names its parent and the last file they share (a step's reason
+    says it too)."""
 
     id: str
     entries: list[Entry] = field(default_factory=list)
@@ -139,6 +141,8 @@ def plan(branch: Branch | None, files: list[SourceFile]) -> list[Step]:
     if current is not None:
         if current.size < last.size:
             return _fork(branch, files, base, f"{last.name} is {current.size} bytes on the source, {last.size} archived")
+        if not current.same_tail:  # the same name and start, other bytes: written anew (RESET MASTER, a restore)
+            return _fork(branch, files, base, f"{last.name}'s bytes before byte {last.size} differ from the archived ones")
         if current.size > last.size or (later and not last.closed):
             steps.append(Step("ship", last.name, last.size, current.size, closes=bool(later), start_gtids=last.start_gtids))
     elif not last.closed:
@@ -155,7 +159,8 @@ def _fork(branch: Branch | None, files: list[SourceFile], base: str, why: str) -
     start = 0
     while start < len(files):
         known = archived.get(files[start].name)
-        if known is None or known.start_gtids != files[start].start_gtids or known.size != files[start].size:
+        if known is None or known.start_gtids != files[start].start_gtids or known.size != files[start].size \
+                or not files[start].same_tail:
             break
         start += 1
     if start == len(files):  # the source shows a prefix of this branch, byte for byte: nothing new until it writes

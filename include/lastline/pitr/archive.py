@@ -1,0 +1,195 @@
+"""The binlog archive: ship the source's binary logs to a destination, exactly once and in order (issue 29).
+
+Layout, under `<destination>/binlogs/`: `branches.json` (every branch; the newest is the one the source writes
+now) and, per branch, `<branch>/chain.json` (its files, holes and segments, see chain.Entry) and
+`<branch>/<file>/<offset>` (the bytes [offset, offset + size) of one binlog file: a file still being written is
+archived in segments, object stores having no append). A segment is written first and the chain after it: a
+run that dies in between ships the same bytes again to the same key, so nothing is doubled or lost.
+
+The bytes are read on the source's host (where mariabackup runs too) with `dd`, up to the size `SHOW BINARY
+LOGS` gives, which ends at the last complete event. One run ships up to the source's position at its start
+and ends (`until_current`); a schedule every minute keeps the archive within about a minute of the source.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import posixpath
+import re
+from dataclasses import asdict
+from datetime import UTC, datetime
+from typing import Any
+
+from lastline.core.errors import IntegrityError, PreflightError
+from lastline.core.hosts import Stage
+from lastline.core.pipeline import run_pipeline
+from lastline.core.servers import Server
+from lastline.pitr.chain import Branch, Entry, SourceFile, branch_id, plan, split_name
+from lastline.storage import Storage
+
+log = logging.getLogger(__name__)
+
+PREFIX = "binlogs"
+_GTID_LIST = re.compile(r"^\[(?P<list>[0-9,\- ]*)\]$")
+
+
+def source_files(server: Server) -> tuple[str, list[SourceFile]]:
+    """(the binlog directory on the source's host, every binlog file with its size and the GTID state it starts
+    from), as the source shows them now."""
+    with server.session() as cur:
+        cur.execute("SELECT @@GLOBAL.log_bin, @@GLOBAL.log_bin_basename, @@GLOBAL.server_id")
+        on, basename, server_id = cur.fetchone()
+        if not int(on or 0):
+            raise PreflightError(f"{server.describe()} writes no binary log: enable log-bin to archive it.")
+        cur.execute("SHOW BINARY LOGS")
+        listed = [(str(r[0]), int(r[1])) for r in cur.fetchall()]
+        files = []
+        for name, size in listed:
+            split_name(name)  # a name of another shape is refused before it reaches a path
+            cur.execute(f"SHOW BINLOG EVENTS IN '{name}' LIMIT 4")
+            start = next((str(r[5]) for r in cur.fetchall() if r[2] == "Gtid_list"), None)
+            m = _GTID_LIST.match(start or "")
+            if m is None:
+                raise IntegrityError(f"{name} on {server.describe()} has no Gtid_list event at its start ({start!r}).")
+            files.append(SourceFile(name, size, m["list"].replace(" ", ""), int(server_id)))
+    return posixpath.dirname(str(basename)), files
+
+
+def branches(storage: Storage) -> list[dict[str, Any]]:
+    """Every branch of the archive, oldest first (empty: nothing archived yet)."""
+    key = f"{PREFIX}/branches.json"
+    return json.loads(storage.read_bytes(key)) if storage.exists(key) else []
+
+
+def read_branch(storage: Storage, branch_id: str) -> Branch:
+    data = json.loads(storage.read_bytes(f"{PREFIX}/{branch_id}/chain.json"))
+    return Branch(data["id"], [Entry(**e) for e in data["entries"]], data.get("parent"), data.get("fork_after"))
+
+
+def _write_branch(storage: Storage, branch: Branch) -> None:
+    storage.write_bytes(f"{PREFIX}/{branch.id}/chain.json", json.dumps(asdict(branch), indent=1).encode())
+
+
+def _segment_key(branch: Branch, name: str, offset: int) -> str:
+    return f"{PREFIX}/{branch.id}/{name}/{offset:012d}"
+
+
+def ship(server: Server, storage: Storage) -> dict[str, Any]:
+    """Bring the archive up to the source's position now; returns what was shipped, the holes and forks."""
+    binlog_dir, files = source_files(server)
+    known = branches(storage)
+    branch = read_branch(storage, known[-1]["id"]) if known else None
+    host = server.runner()
+    if branch is not None:
+        files = [_with_tail(f, branch, binlog_dir, host) for f in files]
+    steps = plan(branch, files)
+    shipped, holes, forks = 0, [], []
+    if branch is None and steps:
+        branch = _start(storage, known, branch_id(min(files, key=lambda f: f.seq)), None, None, "the first binlog archived")
+    for step in steps:
+        assert branch is not None
+        if step.kind == "fork":
+            shared = step.reason.rsplit("shares the files up to ", 1)[1] if "shares the files up to " in step.reason else None
+            branch = _start(storage, known, step.name, branch.id, shared, step.reason)
+            forks.append(step.reason)
+            log.warning("binlog archive: the source's history forks (%s): new branch %s", step.reason, branch.id)
+            continue
+        if step.kind == "hole":
+            holes.append(step.name)
+            entry = _entry(branch, step.name, "")
+            entry.missing, entry.closed = True, True
+            log.warning("binlog archive: %s is missing (%s): a roll-forward cannot cross it", step.name, step.reason)
+        else:
+            entry = _entry(branch, step.name, step.start_gtids)
+            if step.upto > step.offset:
+                shipped += _ship_bytes(server, storage, branch, entry, posixpath.join(binlog_dir, step.name), step.offset,
+                                       step.upto, host)
+            entry.size, entry.closed = step.upto, step.closes
+        _write_branch(storage, branch)
+    if branch is not None and not steps:
+        log.info("binlog archive: up to date (%s)", branch.id)
+    last = next((e for e in reversed(branch.entries) if not e.missing), None) if branch else None
+    return {"branch": branch.id if branch else None, "bytes": shipped, "holes": holes, "forks": forks,
+            "position": f"{last.name}:{last.size}" if last else None}
+
+
+def _start(storage: Storage, known: list[dict[str, Any]], bid: str, parent: str | None, shared: str | None,
+           reason: str) -> Branch:
+    """A new branch, listed in branches.json before anything is shipped into it (its id made unique: a server written
+    anew may start from the very state an earlier branch did)."""
+    taken, base, k = {b["id"] for b in known}, bid, 1
+    while bid in taken:
+        k += 1
+        bid = f"{base}-{k}"
+    known.append({"id": bid, "parent": parent, "fork_after": shared, "started": datetime.now(UTC).isoformat(), "reason": reason})
+    storage.write_bytes(f"{PREFIX}/branches.json", json.dumps(known, indent=1).encode())
+    return Branch(bid, [], parent, shared)
+
+
+TAIL = 4096  # bytes before an archived end compared with the source's (a file written anew under the same name)
+# the low byte of the first event's flags: LOG_EVENT_BINLOG_IN_USE_F, which the server clears when it closes the
+# file. A file archived while open keeps it set (the replay clears it); comparisons leave that byte out.
+IN_USE_FLAG = 21
+
+
+def _masked(data: bytes, start: int) -> bytes:
+    """`data` (bytes from offset `start` of a binlog) with the in-use flag byte zeroed."""
+    if start <= IN_USE_FLAG < start + len(data):
+        i = IN_USE_FLAG - start
+        return data[:i] + b"\x00" + data[i + 1:]
+    return data
+
+
+def _dd(path: str, offset: int, n: int, host: Any) -> Stage:
+    return Stage("dd", ["dd", f"if={path}", "iflag=skip_bytes,count_bytes", f"skip={offset}", f"count={n}", "bs=1M",
+                        "status=none"], host=host)
+
+
+def _with_tail(f: SourceFile, branch: Branch, binlog_dir: str, host: Any) -> SourceFile:
+    """`f`, with same_tail False when the archive holds it in part and the source's bytes just before the archived
+    end differ from the archived ones."""
+    known = next((e for e in branch.entries if e.name == f.name and not e.missing and e.segments), None)
+    if known is None or f.size < known.size or "tail_sha256" not in known.segments[-1]:
+        return f
+    end = known.segments[-1]["offset"] + known.segments[-1]["size"]
+    n = min(TAIL, known.segments[-1]["size"])
+    got = bytearray()
+    run_pipeline([_dd(posixpath.join(binlog_dir, f.name), end - n, n, host)], sink=got.extend,
+                 label=f"binlog {f.name} tail", progress_every=None, host=host)
+    if hashlib.sha256(_masked(bytes(got), end - n)).hexdigest() == known.segments[-1]["tail_sha256"]:
+        return f
+    return SourceFile(f.name, f.size, f.start_gtids, f.server_id, same_tail=False)
+
+
+def _ship_bytes(server: Server, storage: Storage, branch: Branch, entry: Entry, path: str, offset: int, upto: int,
+                host: Any) -> int:
+    """Bytes [offset, upto) of the binlog at `path` on the source's host into one segment (its sha256 recorded)."""
+    n = upto - offset
+    tail = bytearray()
+
+    def sink(data: bytes) -> None:
+        writer.write(data)
+        tail.extend(data)
+        del tail[:-TAIL]
+
+    with storage.writer(_segment_key(branch, entry.name, offset)) as writer:
+        result = run_pipeline([_dd(path, offset, n, host)], sink=sink, label=f"binlog {entry.name}", progress_every=None,
+                              host=host)
+        if result.bytes_out != n:
+            raise IntegrityError(f"{entry.name}: read {result.bytes_out} bytes of {n} from byte {offset} on "
+                                 f"{server.describe()}; the archive keeps what it had and the next run retries.")
+    entry.segments = [s for s in entry.segments if s["offset"] < offset] + [
+        {"offset": offset, "size": n, "sha256": result.sha256_out,
+         "tail_sha256": hashlib.sha256(_masked(bytes(tail), upto - len(tail))).hexdigest()}]
+    return n
+
+
+def _entry(branch: Branch, name: str, start_gtids: str) -> Entry:
+    """The branch's entry for `name` (added at the end if new)."""
+    for e in branch.entries:
+        if e.name == name:
+            return e
+    entry = Entry(name, start_gtids)
+    branch.entries.append(entry)
+    return entry

@@ -1,0 +1,118 @@
+"""The binlog archive on a real server (issue 29's first step): what it ships is the source's binlogs byte for
+byte, each byte once and in order across rotations; files purged before they were shipped are named holes; a
+server that writes its binlogs anew under the same names forks the archive instead of overwriting it."""
+from __future__ import annotations
+
+import pytest
+
+from conftest import set_conn
+from lastline import connections
+from lastline.pitr import archive
+from lastline.storage import open_storage
+from lastline_dev.sandbox import Instance
+
+pytestmark = pytest.mark.e2e
+
+
+@pytest.fixture(scope="module")
+def source(sandbox_root):
+    inst = Instance(sandbox_root, "barchive")
+    inst.create()
+    set_conn("t_barchive", inst)
+    inst.server().query("CREATE DATABASE shop")
+    inst.server().query("CREATE TABLE shop.t (id INT AUTO_INCREMENT PRIMARY KEY, v VARCHAR(100))")
+    yield inst
+    inst.destroy()
+
+
+def _write(inst: Instance, n: int) -> None:
+    with inst.server().session() as cur:
+        for i in range(n):
+            cur.execute("INSERT INTO shop.t (v) VALUES (%s)", (f"row {i} " + "x" * 60,))
+            cur.connection.commit()
+
+
+def _archived(storage, branch_id: str) -> dict[str, bytes]:
+    """Each archived file, its segments joined in order (checked to be contiguous)."""
+    out = {}
+    for entry in archive.read_branch(storage, branch_id).entries:
+        if entry.missing:
+            continue
+        data = b""
+        for seg in entry.segments:
+            assert seg["offset"] == len(data), f"{entry.name}: a gap or an overlap at byte {seg['offset']}"
+            data += storage.read_bytes(f"binlogs/{branch_id}/{entry.name}/{seg['offset']:012d}")
+        assert len(data) == entry.size
+        out[entry.name] = data
+    return out
+
+
+def _on_disk(inst: Instance, name: str, size: int) -> bytes:
+    return (inst.datadir / name).read_bytes()[:size]
+
+
+def _same(archived: bytes, source: bytes) -> bool:
+    """Byte for byte, but for the in-use flag (byte 21), which the server clears when it closes a file that was
+    archived while open."""
+    return archived[:21] + archived[22:] == source[:21] + source[22:] and len(archived) == len(source)
+
+
+def test_each_byte_is_shipped_once_and_in_order_across_rotations(source, tmp_path):
+    storage = open_storage(f"file://{tmp_path}")
+    server = connections.server("t_barchive")
+    _write(source, 50)
+    first = archive.ship(server, storage)
+    assert first["bytes"] > 0 and not first["holes"] and not first["forks"]
+    _write(source, 30)  # the open file grows: only its new bytes go
+    second = archive.ship(server, storage)
+    server.query("FLUSH BINARY LOGS")
+    _write(source, 20)
+    third = archive.ship(server, storage)
+    assert archive.ship(server, storage)["bytes"] == 0  # nothing new: nothing shipped
+    assert second["bytes"] > 0 and third["bytes"] > 0
+    branch = archive.branches(storage)[-1]["id"]
+    files = _archived(storage, branch)
+    _, now = archive.source_files(server)
+    assert [f.name for f in now] == list(files)  # in order, none missing
+    for f in now:
+        assert _same(files[f.name], _on_disk(source, f.name, f.size)), f"{f.name} differs from the source's"
+    chain = archive.read_branch(storage, branch)
+    assert [e.closed for e in chain.entries] == [True] * (len(chain.entries) - 1) + [False]
+    assert len(chain.entries[-2].segments) >= 2  # the file archived while it grew came in pieces
+
+
+def test_files_purged_before_they_were_shipped_are_named_holes(source, tmp_path):
+    storage = open_storage(f"file://{tmp_path}")
+    server = connections.server("t_barchive")
+    archive.ship(server, storage)
+    _write(source, 10)
+    for _ in range(3):
+        server.query("FLUSH BINARY LOGS")
+        _write(source, 5)
+    _, now = archive.source_files(server)
+    server.query(f"PURGE BINARY LOGS TO '{now[-1].name}'")
+    result = archive.ship(server, storage)
+    missing = [f.name for f in now[-4:-1]]
+    assert result["holes"] == missing, result  # the open file archived in part, then the two never seen
+    chain = archive.read_branch(storage, result["branch"])
+    assert [e.name for e in chain.entries if e.missing] == missing
+    assert chain.entries[-1].name == now[-1].name and not chain.entries[-1].missing
+
+
+def test_binlogs_written_anew_under_the_same_names_fork_the_archive(source, tmp_path):
+    storage = open_storage(f"file://{tmp_path}")
+    server = connections.server("t_barchive")
+    server.query("RESET MASTER")
+    _write(source, 5)
+    before = archive.ship(server, storage)
+    old = _archived(storage, before["branch"])
+    server.query("RESET MASTER")  # as a restored server would: mariadb-bin.000001 again, other bytes
+    _write(source, 40)  # longer than what was archived: only the bytes tell the files apart
+    after = archive.ship(server, storage)
+    assert after["forks"] and "differ from the archived ones" in after["forks"][0]
+    assert after["branch"] != before["branch"]
+    assert _archived(storage, before["branch"]) == old  # the old branch is never overwritten
+    branches = archive.branches(storage)
+    assert [b["id"] for b in branches] == [before["branch"], after["branch"]] and branches[1]["parent"] == before["branch"]
+    _, now = archive.source_files(server)
+    assert _same(_archived(storage, after["branch"])[now[0].name], _on_disk(source, now[0].name, now[0].size))
