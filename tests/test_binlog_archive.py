@@ -116,3 +116,18 @@ def test_binlogs_written_anew_under_the_same_names_fork_the_archive(source, tmp_
     assert [b["id"] for b in branches] == [before["branch"], after["branch"]] and branches[1]["parent"] == before["branch"]
     _, now = archive.source_files(server)
     assert _same(_archived(storage, after["branch"])[now[0].name], _on_disk(source, now[0].name, now[0].size))
+
+
+def test_the_dag_ships_up_to_the_current_position_and_ends(run_dag, source, tmp_path):
+    _write(source, 10)
+    conf = {"source_conn_id": "t_barchive", "destination": f"file://{tmp_path}", "aws_conn_id": None, "until_current": True}
+    state, tis, logs = run_dag("binlog_archive", conf)
+    assert state == "success", tis
+    assert "binlog archive" in logs and "bytes shipped" in logs
+    storage = open_storage(f"file://{tmp_path}")
+    server = connections.server("t_barchive")
+    _, now = archive.source_files(server)
+    files = _archived(storage, archive.branches(storage)[-1]["id"])
+    assert _same(files[now[-1].name], _on_disk(source, now[-1].name, now[-1].size))
+    state, tis, logs = run_dag("binlog_archive", {**conf, "until_current": False})
+    assert state == "failed" and "not built yet" in logs

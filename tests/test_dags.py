@@ -155,3 +155,11 @@ def test_routing_puts_a_servers_tasks_on_its_queue_from_the_runs_conf_or_the_dag
     assert routed("load", {"target_conn_id": "r_named"}) == "near_named"  # the run names the server
     assert dag.params["target_conn_id"] == "lastline_target" and routed("finalize", {}) == "near_default"  # its default
     assert routed("approve", {"target_conn_id": "r_named"}) == "default"  # a task that does not work on the server
+
+
+def test_binlog_archive_shape(dagbag):
+    dag = dagbag.get_dag("binlog_archive")
+    assert dag.timetable.expression == "* * * * *" and dag.max_active_runs == 1 and dag.catchup is False
+    assert set(dag.params.keys()) == {"source_conn_id", "destination", "aws_conn_id", "until_current"}
+    assert [t.task_id for t in dag.tasks] == ["ship"]
+    assert dag.get_task("ship").executor_config == {"lastline_server_param": "source_conn_id"}  # on the source's host

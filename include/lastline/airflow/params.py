@@ -114,6 +114,8 @@ SPECS: dict[str, Spec] = {
                           "in the connection's extra)", BACKUP),
     "max_replica_lag": Spec(300, "Replica lag limit (s)", "a replica further behind its primary than this is not backed "
                             "up (0: any lag, stopped replication too)", BACKUP, {"type": "number", "minimum": 0}),
+    "until_current": _flag(True, "Until the current position", "ship up to the source's position at the start of the "
+                           "run, then end (every run does: a run that keeps streaming is not built yet)", BACKUP),
     "max_mb_per_s": Spec(0, "Cap on the wire (MB/s)", "cap the stream on the wire (pv -L on the source); 0: no cap", SPEED,
                          {"type": "number", "minimum": 0}),
     "catch_up_timeout": Spec(3600, "Catch-up timeout (s)", "seconds to wait for the replica to catch up", SPEED,

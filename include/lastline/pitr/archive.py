@@ -21,12 +21,14 @@ from dataclasses import asdict
 from datetime import UTC, datetime
 from typing import Any
 
-from lastline.core.errors import IntegrityError, PreflightError
+from lastline import connections
+from lastline.core.errors import IntegrityError, PreflightError, Refusal
 from lastline.core.hosts import Stage
 from lastline.core.pipeline import run_pipeline
+from lastline.core.plans import Conf
 from lastline.core.servers import Server
 from lastline.pitr.chain import Branch, Entry, SourceFile, branch_id, plan, split_name
-from lastline.storage import Storage
+from lastline.storage import Storage, open_allowed
 
 log = logging.getLogger(__name__)
 
@@ -193,3 +195,17 @@ def _entry(branch: Branch, name: str, start_gtids: str) -> Entry:
     entry = Entry(name, start_gtids)
     branch.entries.append(entry)
     return entry
+
+
+def run(conf: dict) -> dict[str, Any]:
+    """The binlog_archive DAG's task: ship up to the source's position at the start of the run, then end."""
+    params = Conf(conf)
+    if not params.flag("until_current", True):
+        raise Refusal("until_current: false (a run that keeps streaming the binlogs) is not built yet: each run ships "
+                      "up to the source's position at its start; schedule the DAG (every minute by default).")
+    server = connections.server(params.required("source_conn_id"))
+    storage = open_allowed(params.required("destination"), params.text("aws_conn_id"))
+    result = ship(server, storage)
+    log.info("binlog archive %s: %s bytes shipped, at %s; holes: %s; forks: %s", storage.location(PREFIX),
+             f"{result['bytes']:,}", result["position"], ", ".join(result["holes"]) or "none", len(result["forks"]))
+    return result
