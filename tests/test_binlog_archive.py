@@ -7,6 +7,7 @@ import pytest
 
 from conftest import set_conn
 from lastline import connections
+from lastline.core.errors import IntegrityError
 from lastline.pitr import archive
 from lastline.storage import open_storage
 from lastline_dev.sandbox import Instance
@@ -116,6 +117,10 @@ def test_binlogs_written_anew_under_the_same_names_fork_the_archive(source, tmp_
     assert [b["id"] for b in branches] == [before["branch"], after["branch"]] and branches[1]["parent"] == before["branch"]
     _, now = archive.source_files(server)
     assert _same(_archived(storage, after["branch"])[now[0].name], _on_disk(source, now[0].name, now[0].size))
+    # the archive's own files come from the destination: a branch id that would leave the archive is refused
+    (tmp_path / "binlogs" / "branches.json").write_text('[{"id": "../../etc"}]')
+    with pytest.raises(IntegrityError, match="names branches lastline never makes"):
+        archive.ship(server, storage)
 
 
 def test_the_dag_ships_up_to_the_current_position_and_ends(run_dag, source, tmp_path):

@@ -27,7 +27,7 @@ from lastline.core.hosts import Stage
 from lastline.core.pipeline import run_pipeline
 from lastline.core.plans import Conf
 from lastline.core.servers import Server
-from lastline.pitr.chain import Branch, Entry, SourceFile, branch_id, plan, split_name
+from lastline.pitr.chain import BRANCH_ID, Branch, Entry, SourceFile, branch_id, plan, split_name
 from lastline.storage import Storage, open_allowed
 
 log = logging.getLogger(__name__)
@@ -59,14 +59,25 @@ def source_files(server: Server) -> tuple[str, list[SourceFile]]:
 
 
 def branches(storage: Storage) -> list[dict[str, Any]]:
-    """Every branch of the archive, oldest first (empty: nothing archived yet)."""
+    """Every branch of the archive, oldest first (empty: nothing archived yet). Read from the destination, so
+    checked: every id of the shape branch_id makes (it becomes part of storage keys)."""
     key = f"{PREFIX}/branches.json"
-    return json.loads(storage.read_bytes(key)) if storage.exists(key) else []
+    known = json.loads(storage.read_bytes(key)) if storage.exists(key) else []
+    bad = [b.get("id") for b in known if not isinstance(b, dict) or not BRANCH_ID.match(str(b.get("id")))]
+    if bad:
+        raise IntegrityError(f"{storage.location(key)} names branches lastline never makes ({bad[:3]!r}); refused.")
+    return known
 
 
-def read_branch(storage: Storage, branch_id: str) -> Branch:
-    data = json.loads(storage.read_bytes(f"{PREFIX}/{branch_id}/chain.json"))
-    return Branch(data["id"], [Entry(**e) for e in data["entries"]], data.get("parent"), data.get("fork_after"))
+def read_branch(storage: Storage, bid: str) -> Branch:
+    """One branch's chain (its id checked; its file names checked to be binlog names)."""
+    if not BRANCH_ID.match(bid):
+        raise IntegrityError(f"{bid!r} is not a branch id of the binlog archive; refused.")
+    data = json.loads(storage.read_bytes(f"{PREFIX}/{bid}/chain.json"))
+    entries = [Entry(**e) for e in data["entries"]]
+    for e in entries:
+        split_name(e.name)
+    return Branch(bid, entries, data.get("parent"), data.get("fork_after"))
 
 
 def _write_branch(storage: Storage, branch: Branch) -> None:
@@ -92,8 +103,7 @@ def ship(server: Server, storage: Storage) -> dict[str, Any]:
     for step in steps:
         assert branch is not None
         if step.kind == "fork":
-            shared = step.reason.rsplit("shares the files up to ", 1)[1] if "shares the files up to " in step.reason else None
-            branch = _start(storage, known, step.name, branch.id, shared, step.reason)
+            branch = _start(storage, known, step.name, branch.id, step.shares, step.reason)
             forks.append(step.reason)
             log.warning("binlog archive: the source's history forks (%s): new branch %s", step.reason, branch.id)
             continue
@@ -124,9 +134,11 @@ def _start(storage: Storage, known: list[dict[str, Any]], bid: str, parent: str 
     while bid in taken:
         k += 1
         bid = f"{base}-{k}"
+    branch = Branch(bid, [], parent, shared)
+    _write_branch(storage, branch)  # its chain first: branches.json never names a branch without one
     known.append({"id": bid, "parent": parent, "fork_after": shared, "started": datetime.now(UTC).isoformat(), "reason": reason})
     storage.write_bytes(f"{PREFIX}/branches.json", json.dumps(known, indent=1).encode())
-    return Branch(bid, [], parent, shared)
+    return branch
 
 
 TAIL = 4096  # bytes before an archived end compared with the source's (a file written anew under the same name)

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from lastline.core.errors import IntegrityError
 
 _SEQ = re.compile(r"^(?P<base>.+)\.(?P<seq>\d{6,})$")
+BRANCH_ID = re.compile(r"^\d+-\d{6,}-[0-9a-f]{8}(-\d+)?$")
 
 
 def split_name(name: str) -> tuple[str, int]:
@@ -82,6 +83,7 @@ class Step:
     closes: bool = False
     start_gtids: str = ""
     reason: str = ""
+    shares: str | None = None  # a fork: the last file the new branch shares with the old one
 
 
 def branch_id(first: SourceFile) -> str:
@@ -170,4 +172,4 @@ def _fork(branch: Branch | None, files: list[SourceFile], base: str, why: str) -
         return [Step("fork", branch_id(first), reason=why, start_gtids=first.start_gtids)] + _ship_from(files, 0, base, None)
     shared = files[start - 1]
     return [Step("fork", branch_id(first), reason=f"{why}; the new branch shares the files up to {shared.name}",
-                 start_gtids=first.start_gtids)] + _ship_from(files, start, base, shared.seq)
+                 start_gtids=first.start_gtids, shares=shared.name)] + _ship_from(files, start, base, shared.seq)
