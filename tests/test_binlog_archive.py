@@ -82,6 +82,21 @@ def test_each_byte_is_shipped_once_and_in_order_across_rotations(source, tmp_pat
     assert len(chain.entries[-2].segments) >= 2  # the file archived while it grew came in pieces
 
 
+def test_a_server_restart_is_a_rotation_not_a_fork_or_a_hole(source, tmp_path):
+    storage = open_storage(f"file://{tmp_path}")
+    server = connections.server("t_barchive")
+    _write(source, 10)
+    before = archive.ship(server, storage)
+    source.stop()
+    source.start()
+    _write(source, 10)
+    after = archive.ship(server, storage)
+    assert after["branch"] == before["branch"] and not after["holes"] and not after["forks"] and after["bytes"] > 0
+    _, now = archive.source_files(server)
+    files = _archived(storage, after["branch"])
+    assert all(_same(files[f.name], _on_disk(source, f.name, f.size)) for f in now)
+
+
 def test_files_purged_before_they_were_shipped_are_named_holes(source, tmp_path):
     storage = open_storage(f"file://{tmp_path}")
     server = connections.server("t_barchive")
