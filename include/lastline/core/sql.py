@@ -56,6 +56,14 @@ def server_identity(cur: Any) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 
 
+def holds_any(cur: Any, *privileges: str) -> bool:
+    """Whether the current account's grants (SHOW GRANTS) name any of `privileges` (e.g. "PROCESS",
+    "ALL PRIVILEGES ON *.*"), through an open cursor."""
+    cur.execute("SHOW GRANTS")
+    grants = " ".join(str(r[0]).upper() for r in cur.fetchall())
+    return any(p.upper() in grants for p in privileges)
+
+
 def table_exists(cur: Any, schema: str, table: str) -> bool:
     """Whether `schema`.`table` exists (through an open cursor)."""
     cur.execute("SELECT COUNT(*) FROM information_schema.TABLES WHERE TABLE_SCHEMA = %s AND TABLE_NAME = %s", (schema, table))

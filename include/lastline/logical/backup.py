@@ -132,8 +132,7 @@ def dump(plan: BackupPlan | dict) -> dict:
     guard = Guard(plan.long_query_guard, plan.long_query_wait, plan.kill_long_queries, plan.lock_timeout)
     replica = None
     if plan.replica is not None:  # what an earlier, killed attempt left stopped runs again; the lag is checked anew
-        replica_source.resume(server, plan.replica)
-        replica = replica_source.check(server, plan.max_replica_lag)
+        replica = replica_source.attempt(server, plan.replica, plan.max_replica_lag)
     held: dict[str, Any] = {}
     with SnapshotPool(server, plan.parallel, guard, plan.lock_method, plan.priority, plan.max_read_mb_per_s) as pool:
 
@@ -230,9 +229,7 @@ def resume_replica(plan: BackupPlan | dict, dumped: dict | None = None) -> list[
     """Teardown: the replica's SQL thread runs again if the dump was killed while it stood still (`dumped`, the dump's
     result, is None then); after a dump that completed, nothing (it started what it stopped)."""
     plan = BackupPlan.of(plan)
-    if plan.replica is None or dumped is not None:
-        return []
-    return replica_source.resume(connections.server(plan.source_conn_id), plan.replica)
+    return replica_source.resume_unless_done(plan.source_conn_id, plan.replica, dumped)
 
 
 def prune(conf: dict) -> list[str]:

@@ -19,6 +19,7 @@ from lastline.core.compression import codec
 from lastline.core.errors import IntegrityError, LastlineError, PipelineError, PreflightError, ServerError
 from lastline.core.progress import Progress
 from lastline.core.servers import Server
+from lastline.core.sql import holds_any
 from lastline.logical import chunking, dialect
 from lastline.logical.snapshot import LOST_CONNECTION, SAVEPOINT, SESSION, sql_error
 from lastline.logical.worker import DumpWorker, PartWriter, WorkerError, WorkerWarning
@@ -209,9 +210,7 @@ class Dumper:
             workers = {w.connection_id: w for w in self.workers}
             own = {int(cur.fetchone()[0]), *workers}
             given: set[int] = set()  # the waiting sessions a chunk gave way to
-            cur.execute("SHOW GRANTS")
-            grants = " ".join(str(r[0]).upper() for r in cur.fetchall())
-            if not any(g in grants for g in ("ALL PRIVILEGES ON *.*", "PROCESS")):
+            if not holds_any(cur, "ALL PRIVILEGES ON *.*", "PROCESS"):
                 log.warning("dump: without the PROCESS privilege the DDL watcher sees no other account's statements: a "
                             "DDL on a table being read waits for its chunk to end (GRANT PROCESS ON *.* to the backup user)")
             while not finished.wait(DDL_POLL):

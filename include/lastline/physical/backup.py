@@ -89,9 +89,8 @@ def stream(plan: BackupPlan | dict) -> dict:
     storage = open_storage(plan.destination, plan.aws_conn_id)
     tables = table_estimates(server)
     replica = None
-    if plan.replica is not None:  # mariabackup leaves a SQL thread it found stopped as it is: what a killed attempt
-        replica_source.resume(server, plan.replica)  # stopped runs again first, and the lag is checked anew
-        replica = replica_source.check(server, plan.max_replica_lag, single=True)
+    if plan.replica is not None:  # mariabackup leaves a SQL thread it finds stopped as it is
+        replica = replica_source.attempt(server, plan.replica, plan.max_replica_lag, single=True)
     started = datetime.now(UTC)
     key = f"{plan.backup_id}/{plan.artifact}"
     with option_file(server, ("client", "mariabackup"), on_host=True) as opt, storage.writer(key) as writer:
@@ -141,9 +140,7 @@ def resume_replica(plan: BackupPlan | dict, streamed: dict | None = None) -> lis
     """Teardown: the replica's SQL thread runs again if the stream was killed while mariabackup held it stopped
     (`streamed`, the stream's result, is None then); after a stream that completed, nothing."""
     plan = BackupPlan.of(plan)
-    if plan.replica is None or streamed is not None:
-        return []
-    return replica_source.resume(connections.server(plan.source_conn_id), plan.replica)
+    return replica_source.resume_unless_done(plan.source_conn_id, plan.replica, streamed)
 
 
 def finish(plan: BackupPlan | dict, stats: dict) -> str:

@@ -94,8 +94,11 @@ def ship(server: Server, storage: Storage) -> dict[str, Any]:
     known = branches(storage)
     branch = read_branch(storage, known[-1]["id"]) if known else None
     host = server.runner()
-    if branch is not None:
-        files = [_with_tail(f, branch, binlog_dir, host) for f in files]
+    resumed = next((e for e in reversed(branch.entries) if not e.missing), None) if branch else None
+    if branch is not None and resumed is not None:  # the file the archive resumes: its bytes are compared, 4 KiB, once a
+        # run (a closed file is told apart by its start state and size; reading every file's tail would cost a
+        # process per archived file per run)
+        files = [_with_tail(f, branch, binlog_dir, host) if f.name == resumed.name else f for f in files]
     steps = plan(branch, files)
     shipped, holes, forks = 0, [], []
     if branch is None and steps:

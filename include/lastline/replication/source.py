@@ -23,9 +23,11 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
+from lastline import connections
 from lastline.core import stopping
 from lastline.core.errors import PreflightError, ReplicationError
 from lastline.core.servers import Server
+from lastline.core.sql import holds_any
 from lastline.replication.flavour import Flavour, broken, describe_status, field, flavour, replica_status, running
 
 log = logging.getLogger(__name__)
@@ -57,14 +59,13 @@ def check(server: Server, max_lag: float, single: bool = False) -> dict[str, Any
     with server.session() as cur:
         fl = flavour(cur)
         statuses = replica_status(cur, fl)
-        cur.execute("SHOW GRANTS")
-        grants = " ".join(str(r[0]).upper() for r in cur.fetchall())
+        may_stop = holds_any(cur, "ALL PRIVILEGES ON *.*", "SUPER", "REPLICATION SLAVE ADMIN", "REPLICATION_SLAVE_ADMIN")
     if not statuses:
         raise PreflightError(
             f"{server.describe()} is not a replica (no replication connection is configured): back it up without "
             "from_replica, or name the replica's connection."
         )
-    if not any(g in grants for g in ("ALL PRIVILEGES ON *.*", "SUPER", "REPLICATION SLAVE ADMIN", "REPLICATION_SLAVE_ADMIN")):
+    if not may_stop:
         raise PreflightError(f"{server.conn_id}'s account may not stop the replica's SQL thread, which a backup from a "
                              "replica needs for its snapshot: GRANT REPLICATION SLAVE ADMIN ON *.* (SUPER before MariaDB 10.5).")
     if single and len(statuses) > 1:
@@ -194,6 +195,21 @@ def paused(server: Server, timeout: float = TEMP_TABLE_WAIT) -> Iterator[dict[st
         finally:
             stopping.remove(undo)
             conn.close()
+
+
+def attempt(server: Server, replica: dict[str, Any], max_lag: float, single: bool = False) -> dict[str, Any]:
+    """The start of a backup task on a replica: what an earlier, killed attempt left stopped runs again, and the
+    lag is checked anew (check's answer: the lag recorded with the primary's coordinates)."""
+    resume(server, replica)
+    return check(server, max_lag, single)
+
+
+def resume_unless_done(conn_id: str, replica: dict[str, Any] | None, result: Any) -> list[str]:
+    """The backups' resume_replica teardown: nothing for a primary, nor after a backup task that returned `result` (it
+    started what it stopped); after one that did not (result None), resume the replica `conn_id` names."""
+    if replica is None or result is not None:
+        return []
+    return resume(connections.server(conn_id), replica)
 
 
 def resume(server: Server, replica: dict[str, Any] | None) -> list[str]:
