@@ -116,6 +116,15 @@ SPECS: dict[str, Spec] = {
                             "up (0: any lag, stopped replication too)", BACKUP, {"type": "number", "minimum": 0}),
     "until_current": _flag(True, "Until the current position", "ship up to the source's position at the start of the "
                            "run, then end (every run does: a run that keeps streaming is not built yet)", BACKUP),
+    "until": _string("latest", "Until", "roll forward to: a UTC time YYYY-MM-DDTHH:MM:SSZ (every transaction committed "
+                     "at or before it), a GTID domain-server-seq (up to and including it), or latest", BACKUP, required=True),
+    "base": _string("auto", "Base backup", "the backup rolled forward: a backup id in the destination, or auto (the newest "
+                    "complete backup, physical or logical, before until)", BACKUP),
+    "branch": _string("", "Archive branch", "the binlog archive's branch to roll forward on (after a failover or a "
+                      "restore the archive forks); empty: the newest branch that holds the base", BACKUP),
+    "replay_method": Spec("auto", "Replay method", "parallel: the target's own parallel applier, resumable; pipe: "
+                          "mariadb-binlog | mariadb; auto: parallel where the target allows it", SPEED,
+                          {"type": "string", "enum": ["auto", "parallel", "pipe"]}),
     "max_mb_per_s": Spec(0, "Cap on the wire (MB/s)", "cap the stream on the wire (pv -L on the source); 0: no cap", SPEED,
                          {"type": "number", "minimum": 0}),
     "catch_up_timeout": Spec(3600, "Catch-up timeout (s)", "seconds to wait for the replica to catch up", SPEED,

@@ -27,6 +27,7 @@ from lastline.core.hosts import Stage
 from lastline.core.pipeline import run_pipeline
 from lastline.core.plans import Conf
 from lastline.core.servers import Server
+from lastline.pitr import events
 from lastline.pitr.chain import BRANCH_ID, Branch, Entry, SourceFile, branch_id, plan, split_name
 from lastline.storage import Storage, open_allowed
 
@@ -36,12 +37,12 @@ PREFIX = "binlogs"
 _GTID_LIST = re.compile(r"^\[(?P<list>[0-9,\- ]*)\]$")
 
 
-def source_files(server: Server) -> tuple[str, list[SourceFile]]:
-    """(the binlog directory on the source's host, every binlog file with its size and the GTID state it starts
-    from), as the source shows them now."""
+def _source_now(server: Server) -> tuple[str, list[SourceFile], int]:
+    """source_files, and the source's clock (UTC seconds) when it listed them, less one: every transaction stamped
+    at or before it had committed by then (a stamp is the start of the statement that committed)."""
     with server.session() as cur:
-        cur.execute("SELECT @@GLOBAL.log_bin, @@GLOBAL.log_bin_basename, @@GLOBAL.server_id")
-        on, basename, server_id = cur.fetchone()
+        cur.execute("SELECT @@GLOBAL.log_bin, @@GLOBAL.log_bin_basename, @@GLOBAL.server_id, UNIX_TIMESTAMP()")
+        on, basename, server_id, now = cur.fetchone()
         if not int(on or 0):
             raise PreflightError(f"{server.describe()} writes no binary log: enable log-bin to archive it.")
         cur.execute("SHOW BINARY LOGS")
@@ -55,7 +56,14 @@ def source_files(server: Server) -> tuple[str, list[SourceFile]]:
             if m is None:
                 raise IntegrityError(f"{name} on {server.describe()} has no Gtid_list event at its start ({start!r}).")
             files.append(SourceFile(name, size, m["list"].replace(" ", ""), int(server_id)))
-    return posixpath.dirname(str(basename)), files
+    return posixpath.dirname(str(basename)), files, int(now) - 1
+
+
+def source_files(server: Server) -> tuple[str, list[SourceFile]]:
+    """(the binlog directory on the source's host, every binlog file with its size and the GTID state it starts
+    from), as the source shows them now."""
+    binlog_dir, files, _ = _source_now(server)
+    return binlog_dir, files
 
 
 def branches(storage: Storage) -> list[dict[str, Any]]:
@@ -77,7 +85,7 @@ def read_branch(storage: Storage, bid: str) -> Branch:
     entries = [Entry(**e) for e in data["entries"]]
     for e in entries:
         split_name(e.name)
-    return Branch(bid, entries, data.get("parent"), data.get("fork_after"))
+    return Branch(bid, entries, data.get("parent"), data.get("fork_after"), data.get("covered"))
 
 
 def _write_branch(storage: Storage, branch: Branch) -> None:
@@ -90,7 +98,7 @@ def _segment_key(branch: Branch, name: str, offset: int) -> str:
 
 def ship(server: Server, storage: Storage) -> dict[str, Any]:
     """Bring the archive up to the source's position now; returns what was shipped, the holes and forks."""
-    binlog_dir, files = source_files(server)
+    binlog_dir, files, now = _source_now(server)
     known = branches(storage)
     branch = read_branch(storage, known[-1]["id"]) if known else None
     host = server.runner()
@@ -124,6 +132,10 @@ def ship(server: Server, storage: Storage) -> dict[str, Any]:
         _write_branch(storage, branch)
     if branch is not None and not steps:
         log.info("binlog archive: up to date (%s)", branch.id)
+    if branch is not None and files:  # the branch now holds everything the source had committed at `now`
+        newest = max(files, key=lambda f: f.seq)
+        branch.covered = {"file": newest.name, "size": newest.size, "time": now}
+        _write_branch(storage, branch)
     last = next((e for e in reversed(branch.entries) if not e.missing), None) if branch else None
     return {"branch": branch.id if branch else None, "bytes": shipped, "holes": holes, "forks": forks,
             "position": f"{last.name}:{last.size}" if last else None}
@@ -184,9 +196,11 @@ def _ship_bytes(server: Server, storage: Storage, branch: Branch, entry: Entry, 
     """Bytes [offset, upto) of the binlog at `path` on the source's host into one segment (its sha256 recorded)."""
     n = upto - offset
     tail = bytearray()
+    index = events.Scanner(entry.name, offset, entry.checksum)
 
     def sink(data: bytes) -> None:
         writer.write(data)
+        index.feed(data)
         tail.extend(data)
         del tail[:-TAIL]
 
@@ -199,7 +213,25 @@ def _ship_bytes(server: Server, storage: Storage, branch: Branch, entry: Entry, 
     entry.segments = [s for s in entry.segments if s["offset"] < offset] + [
         {"offset": offset, "size": n, "sha256": result.sha256_out,
          "tail_sha256": hashlib.sha256(_masked(bytes(tail), upto - len(tail))).hexdigest()}]
+    _index(entry, index.out, offset)
     return n
+
+
+def _index(entry: Entry, found: events.Scan, offset: int) -> None:
+    """Add what a segment's scan found to its entry's index."""
+    if offset == 0:
+        entry.checksum, entry.end_gtids = found.checksum, entry.start_gtids
+        entry.transactions, entry.first_time, entry.last_time = 0, 0, 0
+    trx = found.transactions
+    segment = entry.segments[-1]
+    segment.update(transactions=len(trx), first_time=trx[0].time if trx else 0,
+                   last_time=max((t.time for t in trx), default=0),
+                   end_gtids=events.gtid_state(entry.end_gtids or entry.start_gtids, trx))
+    if trx:
+        entry.transactions += len(trx)
+        entry.first_time = entry.first_time or trx[0].time
+        entry.last_time = max(entry.last_time, max(t.time for t in trx))
+        entry.end_gtids = events.gtid_state(entry.end_gtids or entry.start_gtids, trx)
 
 
 def _entry(branch: Branch, name: str, start_gtids: str) -> Entry:

@@ -54,6 +54,13 @@ class Entry:
     closed: bool = False  # the source has started a later file: this one will not grow
     missing: bool = False  # a hole: purged on the source before it was archived (from byte `size` on)
     server_id: int = 0
+    # its index (events.Scanner over the bytes as they were shipped): the whole transactions archived, the GTID
+    # state after the last of them, the first and last transaction's times (UTC seconds), the checksum setting
+    transactions: int = 0
+    end_gtids: str = ""
+    first_time: int = 0
+    last_time: int = 0
+    checksum: bool = False
 
     @property
     def seq(self) -> int:
@@ -69,6 +76,9 @@ class Branch:
     entries: list[Entry] = field(default_factory=list)
     parent: str | None = None
     fork_after: str | None = None
+    # the last run that found the source at the branch's end: {"file", "size", "time"} (the source's clock, UTC
+    # seconds): every transaction the source had committed by then is archived
+    covered: dict | None = None
 
 
 @dataclass(frozen=True)

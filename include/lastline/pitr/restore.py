@@ -1,0 +1,91 @@
+"""The point_in_time_restore DAG's plan: which base backup, which line of the binlog archive, and the exact bytes
+that take the base to `until`, all resolved (and every refusal made) before anything is touched. The base is
+then restored by the physical restore's own steps and rolled forward by :mod:`lastline.pitr.replay`.
+"""
+from __future__ import annotations
+
+import logging
+from datetime import datetime
+from typing import Any
+
+from lastline import connections
+from lastline.core.errors import ConfigError, Refusal
+from lastline.core.plans import Conf
+from lastline.manifest import ID_RE, complete_backups, read_manifest
+from lastline.pitr import window
+from lastline.pitr.replay import METHODS
+from lastline.storage import Storage, open_allowed
+
+log = logging.getLogger(__name__)
+
+
+def coordinates(manifest: Any) -> tuple[str | None, int | None, str]:
+    """(binlog file, position, GTID state) where a base backup joins the binlog chain: its source's own, or, for a
+    backup taken from a replica, its primary's (the chain archived is the primary's)."""
+    primary = manifest.primary or {}
+    if primary.get("gtid"):
+        return primary.get("binlog_file"), primary.get("binlog_position"), str(primary["gtid"])
+    if manifest.gtid is None:
+        raise Refusal(f"base backup {manifest.backup_id} recorded no GTID position (its source wrote no binlog?): it "
+                      "cannot be rolled forward. Choose another base.")
+    return manifest.binlog_file, manifest.binlog_position, str(manifest.gtid)
+
+
+def _candidates(storage: Storage, base: str) -> list[str]:
+    """The base backups to try, newest first: the one named, or every complete physical one."""
+    if base and base != "auto":
+        if not ID_RE.match(base):
+            raise ConfigError(f"base {base!r}: a backup id in the destination (YYYYMMDDTHHMMSSZ) or auto.")
+        return [base]
+    found = list(reversed(complete_backups(storage, "physical")))
+    if not found:
+        logical = complete_backups(storage, "logical")
+        raise Refusal(f"{storage.location('')} holds no complete physical backup to roll forward"
+                      + (" (a logical base is not supported yet)" if logical else "") + ".")
+    return found
+
+
+def preflight(conf: dict[str, Any]) -> dict[str, Any]:
+    """Read-only: the base, the line of history and the span to replay; refuses before anything is touched an
+    `until` in a hole, past the archive's end or before the base (the restore's own preflight follows)."""
+    params = Conf(conf)
+    target_conn_id = params.required("target_conn_id")
+    connections.server(target_conn_id).require_target(None)
+    destination = params.required("destination").rstrip("/")
+    storage = open_allowed(destination, params.text("aws_conn_id"))
+    until = window.Until.parse(params.text("until", "latest"))
+    method = params.choice("replay_method", METHODS, "auto")
+    branch = params.text("branch") or None
+    refusals: list[str] = []
+    for backup_id in _candidates(storage, params.text("base", "auto") or "auto"):
+        manifest = read_manifest(storage, backup_id, kind="physical")
+        if until.kind == "time" and _started(manifest) > (until.time or 0):
+            refusals.append(f"{backup_id}: started after {until.describe()}")
+            continue
+        file, position, gtid = coordinates(manifest)
+        try:
+            line = window.choose_line(storage, file, gtid, branch)
+            span = window.resolve(storage, line, file, position, gtid, until)
+        except Refusal as exc:
+            if "before the base" in str(exc) and params.text("base", "auto") in ("", "auto"):
+                refusals.append(f"{backup_id}: {exc}")
+                continue
+            raise
+        log.info("point-in-time restore: base %s (%s:%s, GTID %s) on branch %s, until %s: %d binlog files; the last "
+                 "transaction applied will be %s (%s); not applied: %s", backup_id, file, position, gtid, line.branch,
+                 until.describe(), len(span.files), span.last_gtid, window.utc(span.last_time), span.not_applied)
+        restore = {"target_conn_id": target_conn_id, "backup": f"{destination}/{backup_id}",
+                   "aws_conn_id": params.text("aws_conn_id"), "force": params.flag("force"),
+                   "parallel": params.integer("parallel", 2, minimum=1),
+                   "restore_into_source": params.text("restore_into_source"), "manifest_sha256": manifest.read_sha256}
+        replay = {"target_conn_id": target_conn_id, "destination": destination, "aws_conn_id": params.text("aws_conn_id"),
+                  "method": method, "threads": max(2, params.integer("parallel", 2, minimum=1) * 2),
+                  "span": span.to_dict()}
+        return {"kind": "physical", "base": backup_id, "until": until.describe(), "branch": line.branch,
+                "window": window.line_window(line), "restore": restore, "replay": replay}
+    raise Refusal(f"no base backup in {storage.location('')} is before until {until.describe()}: "
+                  + "; ".join(refusals[:5]))
+
+
+def _started(manifest: Any) -> int:
+    return int(datetime.fromisoformat(manifest.started_at.replace("Z", "+00:00")).timestamp())
