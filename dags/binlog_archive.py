@@ -1,24 +1,30 @@
 """
 ### binlog_archive: the source's binary logs, shipped to the destination as they are written
 
-Each run ships the source's binlogs up to its position at the start of the run, exactly once and in order
-(a file still being written goes in pieces), into `<destination>/binlogs/<branch>/`, and ends. Files the
-source purged before they were shipped are recorded as holes, named; a server that writes its binlogs anew
-under the same names (a restore, `RESET MASTER`, a failover) starts a new branch: nothing is overwritten.
+ship → check. Each run ships the source's binlogs up to its position at the start of the run, exactly once
+and in order (a file still being written goes in pieces), into `<destination>/binlogs/<branch>/`, indexed
+(transactions, GTIDs, times), and ends. Files the source purged before they were shipped are recorded as
+holes, named; a server that writes its binlogs anew under the same names (a restore, `RESET MASTER`, a
+failover) starts a new branch: nothing is overwritten.
 
-Point-in-time restore and the chain check build on this archive (issue 29: being built).
+check: for every complete base backup, up to which time and GTID it can be rolled forward without a hole
+(the run's Report); the Asset `lastline_binlog_archive` carries the recoverable window; an alert (the
+connection `lastline_alerts`) goes out when the chain breaks after the newest base or the archive falls more
+than `rpo_alert_seconds` behind, and again when that changes.
 
 Schedule: `LASTLINE_BINLOG_ARCHIVE_SCHEDULE` (cron, or `none`; default every minute: the archive stays
 within about a minute of the source); one run at a time; catchup off.
 """
 from __future__ import annotations
 
-from airflow.sdk import dag, task
+from airflow.sdk import dag, get_current_context, task
 
+from lastline.airflow.alerts import send
+from lastline.airflow.assets import BINLOG_ARCHIVE
 from lastline.airflow.defaults import dag_args, schedule
 from lastline.airflow.params import params
 from lastline.airflow.routing import on_server
-from lastline.pitr import archive
+from lastline.pitr import archive, check
 
 
 @dag(
@@ -26,14 +32,25 @@ from lastline.pitr import archive
     **dag_args(schedule=schedule("BINLOG_ARCHIVE_SCHEDULE", "* * * * *")),
     doc_md=__doc__,
     tags=["lastline", "pitr"],
-    params=params("source_conn_id", "destination", "aws_conn_id", "until_current"),
+    params=params("source_conn_id", "destination", "aws_conn_id", "until_current", "rpo_alert_seconds"),
 )
 def binlog_archive():
     @task(**on_server("source_conn_id", long=False))
     def ship(params=None) -> dict:
         return archive.run(dict(params))
 
-    ship()
+    @task(outlets=[BINLOG_ARCHIVE])
+    def check_chain(shipped: dict, params=None) -> dict:
+        context = get_current_context()
+        result = check.run(dict(params), context["dag"].dag_id, context["run_id"])
+        newest = result["windows"][-1] if result["windows"] else {}
+        context["outlet_events"][BINLOG_ARCHIVE].extra = {k: newest.get(k) for k in ("branch", "to_time", "to_gtid")}
+        if result["alert"]:
+            send("binlog_chain", "lastline: " + ("; ".join(result["problems"]) or "the binlog archive is whole again"),
+                 {"dag_id": context["dag"].dag_id, "run_id": context["run_id"], "problems": result["problems"]})
+        return {"problems": result["problems"], "window": newest}
+
+    check_chain(ship())
 
 
 binlog_archive()

@@ -144,6 +144,7 @@ def test_the_dag_ships_up_to_the_current_position_and_ends(run_dag, source, tmp_
     state, tis, logs = run_dag("binlog_archive", conf)
     assert state == "success", tis
     assert "binlog archive" in logs and "bytes shipped" in logs
+    assert "recoverable up to" in logs and tis["check_chain"] == "success"
     storage = open_storage(f"file://{tmp_path}")
     server = connections.server("t_barchive")
     _, now = archive.source_files(server)

@@ -160,6 +160,17 @@ def test_routing_puts_a_servers_tasks_on_its_queue_from_the_runs_conf_or_the_dag
 def test_binlog_archive_shape(dagbag):
     dag = dagbag.get_dag("binlog_archive")
     assert dag.timetable.expression == "* * * * *" and dag.max_active_runs == 1 and dag.catchup is False
-    assert set(dag.params.keys()) == {"source_conn_id", "destination", "aws_conn_id", "until_current"}
-    assert [t.task_id for t in dag.tasks] == ["ship"]
+    assert set(dag.params.keys()) == {"source_conn_id", "destination", "aws_conn_id", "until_current", "rpo_alert_seconds"}
+    assert [t.task_id for t in dag.tasks] == ["ship", "check_chain"]
     assert dag.get_task("ship").executor_config == {"lastline_server_param": "source_conn_id"}  # on the source's host
+    assert [o.name for o in dag.get_task("check_chain").outlets] == ["lastline_binlog_archive"]
+
+
+def test_point_in_time_restore_shape(dagbag):
+    dag = dagbag.get_dag("point_in_time_restore")
+    assert type(dag.timetable).__name__ == "NullTimetable"  # manual only
+    assert {"target_conn_id", "destination", "until", "base", "branch", "replay_method", "force"} <= set(dag.params.keys())
+    assert {t.task_id for t in dag.roots} == {"plan"} and {t.task_id for t in dag.leaves} == {"replay"}
+    replay = dag.get_task("replay")
+    assert "base.verify" in replay.get_flat_relative_ids(upstream=True)  # never replayed onto an unverified base
+    assert dag.get_task("base.approve")  # a person approves before data is replaced, as in every restore

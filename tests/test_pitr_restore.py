@@ -16,7 +16,7 @@ from conftest import set_conn
 from lastline import connections
 from lastline.core.errors import Refusal, ServerError
 from lastline.physical import backup as pb
-from lastline.pitr import archive, replay, window
+from lastline.pitr import archive, check, replay, window
 from lastline.pitr import restore as pitr
 from lastline.storage import open_storage
 from lastline_dev.sandbox import Instance
@@ -152,7 +152,7 @@ def history(sandbox_root, tmp_path_factory):
     points["gtid"] = mark(src, writer)
     time.sleep(1)
     writer.finish()
-    points["latest"] = ("latest", None, state(src))
+    points["latest"] = ("latest", src.server().query("SELECT @@GLOBAL.gtid_binlog_pos")[0][0], state(src))
     archive.ship(server, storage)
     assert writer.commits > 300
     yield {"dest": f"file://{dest}", "storage": storage, "points": points, "src": src, "tgt": tgt,
@@ -236,7 +236,18 @@ def test_refusals_come_before_anything_is_touched(history):
         archive._write_branch(storage, chain)
         with pytest.raises(Refusal, match=f"beyond a hole .*{damaged.name}"):
             pitr.preflight({**conf, "until": "latest"})
+        broken = check.check(storage, max_age=3600)
+        assert any(f"chain is broken after the newest base {history['base']}: {damaged.name}" in p
+                   for p in broken["problems"]), broken["problems"]
+        assert check.changed(storage, broken["problems"])  # an alert goes out once, not every minute
+        assert not check.changed(storage, broken["problems"])
     finally:
         storage.write_bytes(f"binlogs/{bid}/chain.json", raw)
     windows = window.windows(storage)
     assert windows[-1]["holes"] == [] and windows[-1]["to_gtid"]
+    whole = check.check(storage, max_age=3600)
+    assert whole["problems"] == [] and [b["backup_id"] for b in whole["bases"] if b["to_gtid"]] == [history["base"]]
+    assert whole["bases"][0]["to_gtid"] == history["points"]["latest"][1]  # the base reaches the source's end
+    late = check.check(storage, max_age=60, now=time.time() + 600)
+    assert any("behind" in p and "RPO is at risk" in p for p in late["problems"])
+    assert "| base backup |" in check.markdown(whole)

@@ -12,6 +12,7 @@ from lastline.storage import open_storage
 
 LOGICAL_BACKUP = Asset(name="lastline_logical_backup", uri="lastline://backups/logical")
 PHYSICAL_BACKUP = Asset(name="lastline_physical_backup", uri="lastline://backups/physical")
+BINLOG_ARCHIVE = Asset(name="lastline_binlog_archive", uri="lastline://backups/binlogs")  # extra: the recoverable window
 
 
 def announce(asset: Asset, kind: str, destination: str, backup_id: str, aws_conn_id: str | None = None) -> dict:

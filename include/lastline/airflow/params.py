@@ -125,6 +125,9 @@ SPECS: dict[str, Spec] = {
     "replay_method": Spec("auto", "Replay method", "parallel: the target's own parallel applier, resumable; pipe: "
                           "mariadb-binlog | mariadb; auto: parallel where the target allows it", SPEED,
                           {"type": "string", "enum": ["auto", "parallel", "pipe"]}),
+    "rpo_alert_seconds": Spec(600, "Alert when behind (s)", "alert (the connection lastline_alerts) when the archive's "
+                              "last confirmed position is older than this: the RPO at risk", KEEPING,
+                              {"type": "number", "minimum": 1}),
     "max_mb_per_s": Spec(0, "Cap on the wire (MB/s)", "cap the stream on the wire (pv -L on the source); 0: no cap", SPEED,
                          {"type": "number", "minimum": 0}),
     "catch_up_timeout": Spec(3600, "Catch-up timeout (s)", "seconds to wait for the replica to catch up", SPEED,
