@@ -10,7 +10,8 @@ preflight (tools, versions, credentials, destination; from a replica, its lag; r
 (→ resume_replica, a teardown) → write_manifest →
 announce_backup (the Asset `lastline_physical_backup`: URL, id, binlog/GTID position) → prune
 (keep the `keep` newest complete backups, never the newest; drop incomplete ones older than
-`incomplete_grace_hours`).
+`incomplete_grace_hours`; where the destination holds a binlog archive, also every base the
+`pitr_window_days` point-in-time window needs, and the archived binlogs those bases roll forward with).
 
 mariabackup takes MariaDB's backup stages: a long write running when it starts holds nothing back, and
 commits wait only while the last redo and non-InnoDB files are copied. `priority` (default low: nice 10,
@@ -32,6 +33,7 @@ from lastline.airflow.params import Override, params
 from lastline.airflow.routing import on_server
 from lastline.physical import backup as pb
 from lastline.physical.tools import CODECS, DEFAULT_COMPRESSION
+from lastline.pitr import retention
 
 
 @dag(
@@ -41,7 +43,7 @@ from lastline.physical.tools import CODECS, DEFAULT_COMPRESSION
     tags=["lastline", "physical", "backup"],
     params=params(
         "source_conn_id", "destination", "compression", "parallel", "priority", "max_read_mb_per_s", "from_replica",
-        "max_replica_lag", "aws_conn_id", "keep", "incomplete_grace_hours",
+        "max_replica_lag", "aws_conn_id", "keep", "incomplete_grace_hours", "pitr_window_days",
         compression=Override(DEFAULT_COMPRESSION, enum=list(CODECS)), parallel="mariabackup and compressor threads",
     ),
 )
@@ -51,8 +53,8 @@ def physical_backup():
         return pb.preflight(dict(params))
 
     @task
-    def prune(params=None) -> list[str]:
-        return pb.prune(dict(params))
+    def prune(params=None) -> dict:
+        return retention.prune(dict(params))
 
     plan = preflight()
     stats = task(pb.stream, **on_server("source_conn_id"))(plan)

@@ -15,6 +15,7 @@ import pytest
 from conftest import set_conn
 from lastline import connections
 from lastline.core.errors import Refusal, ServerError
+from lastline.manifest import read_manifest
 from lastline.physical import backup as pb
 from lastline.pitr import archive, check, replay, window
 from lastline.pitr import restore as pitr
@@ -251,3 +252,33 @@ def test_refusals_come_before_anything_is_touched(history):
     late = check.check(storage, max_age=60, now=time.time() + 600)
     assert any("behind" in p and "RPO is at risk" in p for p in late["problems"])
     assert "| base backup |" in check.markdown(whole)
+
+
+def test_prune_keeps_every_base_and_binlog_the_window_needs(history, tmp_path):
+    import shutil
+
+    from lastline.pitr import retention
+
+    shutil.copytree(history["dest"].removeprefix("file://"), tmp_path / "d")
+    dest = f"file://{tmp_path / 'd'}"
+    storage = open_storage(dest)
+    plan = pb.preflight({"source_conn_id": "t_pitr_src", "destination": dest})
+    pb.finish(plan, pb.stream(plan))  # a second base, after every write
+    first, second = history["base"], plan["backup_id"]
+    conf = {"destination": dest, "keep": 1, "incomplete_grace_hours": 24}
+    # a week's window: both bases are inside it, so keep=1 deletes neither, nor any binlog
+    kept = retention.prune({**conf, "pitr_window_days": 7})
+    assert kept["deleted"] == [] and set(kept["kept_for_the_window"]) == {first, second}
+    assert kept["binlogs_deleted"] == []
+    # a window that began after both: the newer base is what its start rolls forward from; the older one goes,
+    # and so do the archived files only it needed
+    tiny = retention.prune({**conf, "pitr_window_days": 1e-9})
+    assert tiny["deleted"] == [first] and list(tiny["kept_for_the_window"]) == [second]
+    assert tiny["binlogs_deleted"], "the files before the kept base are no longer needed"
+    second_file = pitr.coordinates(read_manifest(storage, second))[0]
+    assert all(not name.endswith(second_file) for name in tiny["binlogs_deleted"])
+    plan = pitr.preflight({"target_conn_id": "t_pitr_tgt", "destination": dest, "until": "latest"})
+    assert plan["base"] == second  # the kept base still rolls forward to the end
+    assert check.check(storage, max_age=3600)["problems"] == []
+    with pytest.raises(Refusal, match="in no branch"):  # the deleted files are never read as if they were there
+        window.choose_line(storage, "mariadb-bin.000001", "0-0-0")

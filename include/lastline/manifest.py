@@ -351,9 +351,11 @@ def plan_prune(
     return sorted(doomed)
 
 
-def prune_backups(storage: Storage, kind: str, keep: int, grace: timedelta) -> list[str]:
+def prune_backups(storage: Storage, kind: str, keep: int, grace: timedelta,
+                  protect: dict[str, str] | None = None) -> list[str]:
     """Delete complete `kind` backups beyond the `keep` newest and incomplete ones older than `grace`;
-    complete backups of another kind sharing the destination are left alone. Returns the deleted ids."""
+    complete backups of another kind sharing the destination are left alone, and so is every backup in
+    `protect` ({id: why}, e.g. a base a point-in-time window needs). Returns the deleted ids."""
     ids = [b for b in storage.list_backups() if backup_time(b)]  # only folders named exactly like a backup id
     with_manifest = {b for b in ids if storage.exists(f"{b}/{MANIFEST}")}
     kinds = {b: manifest_kind(storage, b) for b in with_manifest}
@@ -362,6 +364,9 @@ def prune_backups(storage: Storage, kind: str, keep: int, grace: timedelta) -> l
     # "incomplete": someone has to look at it)
     others = {b for b in with_manifest if kinds[b] != kind}
     doomed = plan_prune([b for b in ids if b not in others], mine, keep, grace)
+    for backup_id in [b for b in doomed if b in (protect or {})]:
+        log.info("prune: keeping %s beyond keep=%d: %s", storage.location(backup_id), keep, (protect or {})[backup_id])
+        doomed.remove(backup_id)
     for backup_id in doomed:
         log.info("prune: deleting %s", storage.location(backup_id))
         storage.delete_backup(backup_id)

@@ -125,6 +125,9 @@ SPECS: dict[str, Spec] = {
     "replay_method": Spec("auto", "Replay method", "parallel: the target's own parallel applier, resumable; pipe: "
                           "mariadb-binlog | mariadb; auto: parallel where the target allows it", SPEED,
                           {"type": "string", "enum": ["auto", "parallel", "pipe"]}),
+    "pitr_window_days": Spec(7, "Point-in-time window (days)", "where the destination holds a binlog archive: keep every "
+                             "base backup and archived binlog a point-in-time restore to any second of the last N days "
+                             "needs, beyond keep; 0: keep only by count", KEEPING, {"type": "number", "minimum": 0}),
     "rpo_alert_seconds": Spec(600, "Alert when behind (s)", "alert (the connection lastline_alerts) when the archive's "
                               "last confirmed position is older than this: the RPO at risk", KEEPING,
                               {"type": "number", "minimum": 1}),

@@ -61,10 +61,18 @@ class Entry:
     first_time: int = 0
     last_time: int = 0
     checksum: bool = False
+    pruned: bool = False  # its bytes were deleted by retention (no kept base needs them): like a hole, not crossed
 
     @property
     def seq(self) -> int:
         return split_name(self.name)[1]
+
+    @property
+    def unusable(self) -> str:
+        """Why a roll-forward cannot cross this file ("" when it can)."""
+        if self.missing:
+            return "was purged on the source before it was archived"
+        return "was deleted by retention (no base kept needs it)" if self.pruned else ""
 
 
 @dataclass

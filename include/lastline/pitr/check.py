@@ -29,7 +29,7 @@ def reach(line: window.Line, file: str | None, gtid: str) -> dict[str, Any]:
                 "note": "the archive does not reach back to this backup"}
     last, hole = None, None
     for _, entry in line.files[at:]:
-        if entry.missing:
+        if entry.unusable:
             hole = entry.name
             break
         last = entry

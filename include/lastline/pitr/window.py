@@ -92,7 +92,7 @@ def lineage(storage: Storage, bid: str, _depth: int = 0) -> Line:
 def line_window(line: Line) -> dict[str, Any]:
     """The line's recoverable window: from the first file after its last hole to its end; the holes named."""
     holes = [e.name for _, e in line.files if e.missing]
-    last_hole = max((i for i, (_, e) in enumerate(line.files) if e.missing), default=-1)
+    last_hole = max((i for i, (_, e) in enumerate(line.files) if e.unusable), default=-1)
     usable = [e for _, e in line.files[last_hole + 1:]]
     first = next((e for e in usable if e.transactions), None)
     end_time = line.covered_time() or max((e.last_time for e in usable), default=0)
@@ -176,7 +176,7 @@ def _find_base(line: Line, file: str | None, gtid: str) -> int | None:
     """The index in `line` of the base's file: by name when the backup recorded one (its start state must not be
     past the base's), else the last file starting at or before the base's GTID state."""
     base = _state(gtid)
-    fits = [i for i, (_, e) in enumerate(line.files) if not e.missing and all(
+    fits = [i for i, (_, e) in enumerate(line.files) if not e.unusable and all(
         base.get(d, -1) >= n for d, n in _state(e.start_gtids).items())]
     if file:
         named = [i for i in fits if line.files[i][1].name == file]
@@ -215,9 +215,9 @@ def resolve(storage: Storage, line: Line, file: str | None, position: int | None
                       "backup (base) or a later GTID.")
     first = True
     for bid, entry in line.files[at:]:
-        if entry.missing:
-            raise Refusal(f"until {until.describe()} lies beyond a hole in the binlog archive: {entry.name} was purged "
-                          f"on the source before it was archived (branch {bid}). A roll-forward cannot cross it: the "
+        if entry.unusable:
+            raise Refusal(f"until {until.describe()} lies beyond a hole in the binlog archive: {entry.name} "
+                          f"{entry.unusable} (branch {bid}). A roll-forward cannot cross it: the "
                           f"newest point this base reaches is {utc(span.last_time) or 'the base itself'}; take a new "
                           "base backup after the hole.")
         fspan = FileSpan(bid, entry.name, entry.size, entry.checksum, entry.segments)

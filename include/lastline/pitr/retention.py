@@ -1,0 +1,92 @@
+"""Retention that knows the binlog chain: the point-in-time window (`pitr_window_days`) stays restorable. Every
+physical base newer than the window's start is kept, and the newest one before it (the window's first
+seconds roll forward from that one), whatever `keep` says; an archived binlog file is deleted only when no
+kept base's line of history reaches it and it is older than the oldest kept base. What is kept beyond `keep`,
+and why, is logged and returned.
+"""
+from __future__ import annotations
+
+import logging
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from lastline.core.errors import LastlineError
+from lastline.core.plans import Conf
+from lastline.manifest import backup_time, complete_backups, prune_backups, read_manifest
+from lastline.pitr import window
+from lastline.pitr.archive import PREFIX, _write_branch, branches, read_branch
+from lastline.pitr.restore import coordinates
+from lastline.storage import Storage, open_allowed
+
+log = logging.getLogger(__name__)
+
+
+def protected_bases(storage: Storage, days: float, now: datetime | None = None) -> dict[str, str]:
+    """{backup id: why} for the physical bases the window needs (none when there is no archive or no window)."""
+    if days <= 0 or not branches(storage):
+        return {}
+    now = now or datetime.now(UTC)
+    start = now - timedelta(days=days)
+    bases = complete_backups(storage, "physical")
+    inside = [b for b in bases if (backup_time(b) or now) >= start]
+    before = [b for b in bases if (backup_time(b) or now) < start]
+    out = {b: f"inside the {days:g}-day point-in-time window" for b in inside}
+    if before:
+        out[before[-1]] = f"the base the {days:g}-day point-in-time window's start rolls forward from"
+    return out
+
+
+def needed_files(storage: Storage, bases: list[str]) -> set[tuple[str, str]]:
+    """(branch, file) of every archived binlog a roll-forward of one of `bases` reads."""
+    out: set[tuple[str, str]] = set()
+    for backup_id in bases:
+        try:
+            file, _, gtid = coordinates(read_manifest(storage, backup_id, "physical"))
+            line = window.choose_line(storage, file, gtid)
+        except LastlineError as exc:
+            log.info("retention: %s does not roll forward on the archive (%s)", backup_id, exc)
+            continue
+        at = window._find_base(line, file, gtid) or 0
+        out |= {(bid, e.name) for bid, e in line.files[at:]}
+    return out
+
+
+def prune_binlogs(storage: Storage, bases: list[str]) -> list[str]:
+    """Delete the archived binlog files no base in `bases` needs and older than the oldest of them; the newest
+    branch's newest file is never deleted (the archiver resumes from it). Returns the files deleted."""
+    if not bases:
+        return []  # nothing to measure against: keep everything
+    needed = needed_files(storage, bases)
+    oldest = min(t for t in (backup_time(b) for b in bases) if t is not None)
+    known = branches(storage)
+    deleted = []
+    for info in known:
+        branch = read_branch(storage, info["id"])
+        changed = False
+        for entry in branch.entries:
+            last = info is known[-1] and entry is branch.entries[-1]
+            if entry.missing or entry.pruned or last or (branch.id, entry.name) in needed:
+                continue
+            if not entry.last_time or entry.last_time >= oldest.timestamp():
+                continue  # as new as a kept base (or not indexed): kept
+            storage.delete_backup(f"{PREFIX}/{branch.id}/{entry.name}")
+            entry.pruned, entry.segments, changed = True, [], True
+            deleted.append(f"{branch.id}/{entry.name}")
+        if changed:
+            _write_branch(storage, branch)
+    if deleted:
+        log.info("retention: deleted %d archived binlog files no kept base needs: %s", len(deleted), ", ".join(deleted))
+    return deleted
+
+
+def prune(conf: dict[str, Any], kind: str = "physical") -> dict[str, Any]:
+    """The physical backup DAG's prune task: bases beyond `keep` that the window does not need, then the archived
+    binlogs no kept base needs."""
+    params = Conf(conf)
+    storage = open_allowed(params.required("destination"), params.text("aws_conn_id"))
+    protect = protected_bases(storage, params.number("pitr_window_days", 7, minimum=0))
+    grace = timedelta(hours=params.number("incomplete_grace_hours", 24))
+    deleted = prune_backups(storage, kind, int(params.number("keep", 7)), grace, protect)
+    kept = [b for b in complete_backups(storage, kind)]
+    binlogs = prune_binlogs(storage, [b for b in kept if b in protect] or kept[-1:]) if protect else []
+    return {"deleted": deleted, "kept_for_the_window": protect, "binlogs_deleted": binlogs}
