@@ -282,3 +282,61 @@ def test_prune_keeps_every_base_and_binlog_the_window_needs(history, tmp_path):
     assert check.check(storage, max_age=3600)["problems"] == []
     with pytest.raises(Refusal, match="in no branch"):  # the deleted files are never read as if they were there
         window.choose_line(storage, "mariadb-bin.000001", "0-0-0")
+
+
+def _writes(inst: Instance, n: int, tag: str) -> None:
+    with inst.server().session() as cur:
+        for i in range(n):
+            cur.execute("INSERT INTO shop.orders (item, qty, note) VALUES (%s, %s, %s)", (i % 50 + 1, i, f"{tag} {i}"))
+            cur.execute("UPDATE shop.stock SET qty = qty - %s WHERE id = %s", (i % 3, i % 50 + 1))
+            cur.connection.commit()
+
+
+def test_a_server_writing_reused_names_forks_the_archive_and_a_restore_on_either_branch_is_exact(
+        run_dag, sandbox_root, tmp_path, history):
+    src = Instance(sandbox_root, "pitr_fork")
+    src.create()
+    try:
+        set_conn("t_pitr_fork", src)
+        server = connections.server("t_pitr_fork")
+        with server.session() as cur:
+            cur.execute("CREATE DATABASE shop")
+            cur.execute("CREATE TABLE shop.orders (id BIGINT AUTO_INCREMENT PRIMARY KEY, item INT, qty INT, note TEXT)")
+            cur.execute("CREATE TABLE shop.stock (id INT PRIMARY KEY, qty INT NOT NULL)")
+            cur.execute("CREATE TABLE shop.accounts (id INT PRIMARY KEY, balance BIGINT NOT NULL)")
+            cur.executemany("INSERT INTO shop.stock VALUES (%s, 1000)", [(i,) for i in range(1, 51)])
+            cur.connection.commit()
+        dest = f"file://{tmp_path}"
+        storage = open_storage(dest)
+        _writes(src, 40, "old")
+        archive.ship(server, storage)
+        old_base = pb.preflight({"source_conn_id": "t_pitr_fork", "destination": dest})
+        pb.finish(old_base, pb.stream(old_base))
+        _writes(src, 60, "old")
+        archive.ship(server, storage)
+        old_gtid, old_state = server.query("SELECT @@GLOBAL.gtid_binlog_pos")[0][0], state(src)
+        # as a restored server would: its binlogs begin again at .000001, and its GTIDs at 1, other transactions
+        server.query("RESET MASTER")
+        _writes(src, 30, "new")
+        time.sleep(1.1)  # the new base's backup id must follow the old one's
+        new_base = pb.preflight({"source_conn_id": "t_pitr_fork", "destination": dest})
+        pb.finish(new_base, pb.stream(new_base))
+        _writes(src, 200, "new")  # past the old branch's sequence numbers: the GTIDs exist on both branches
+        shipped = archive.ship(server, storage)
+        assert shipped["forks"], shipped
+        assert len(archive.branches(storage)) == 2
+        new_state = state(src)
+        base = {"target_conn_id": "t_pitr_tgt", "destination": dest, "branch": "", "replay_method": "auto",
+                "parallel": 2, "force": True, "restore_into_source": "", "aws_conn_id": None}
+        state_, tis, logs = run_dag("point_in_time_restore", {**base, "until": "latest", "base": "auto"})
+        assert state_ == "success", tis
+        assert state(history["tgt"]) == new_state
+        # the old branch, from the old base, to its last GTID (which the new branch reuses for another transaction)
+        plan = pitr.preflight({**base, "until": old_gtid, "base": old_base["backup_id"]})
+        assert plan["branch"] == archive.branches(storage)[0]["id"]
+        state_, tis, logs = run_dag("point_in_time_restore", {**base, "until": old_gtid, "base": old_base["backup_id"]})
+        assert state_ == "success", tis
+        assert state(history["tgt"]) == old_state
+    finally:
+        src.destroy()
+

@@ -48,8 +48,8 @@ def check(storage: Storage, max_age: float, now: float | None = None) -> dict[st
         kind = manifest_kind(storage, backup_id) or "physical"
         try:
             manifest = read_manifest(storage, backup_id, kind)
-            file, _, gtid = coordinates(manifest)
-            line = window.choose_line(storage, file, gtid)
+            file, position, gtid = coordinates(manifest)
+            line = window.choose_line(storage, file, gtid, None, position)
             bases.append({"backup_id": backup_id, "kind": kind, **reach(line, file, gtid)})
         except LastlineError as exc:
             bases.append({"backup_id": backup_id, "kind": kind, "to_time": None, "to_gtid": None, "hole": None,

@@ -64,7 +64,7 @@ def preflight(conf: dict[str, Any]) -> dict[str, Any]:
             continue
         file, position, gtid = coordinates(manifest)
         try:
-            line = window.choose_line(storage, file, gtid, branch)
+            line = window.choose_line(storage, file, gtid, branch, position)
             span = window.resolve(storage, line, file, position, gtid, until)
         except Refusal as exc:
             if "before the base" in str(exc) and params.text("base", "auto") in ("", "auto"):

@@ -41,8 +41,8 @@ def needed_files(storage: Storage, bases: list[str]) -> set[tuple[str, str]]:
     out: set[tuple[str, str]] = set()
     for backup_id in bases:
         try:
-            file, _, gtid = coordinates(read_manifest(storage, backup_id, "physical"))
-            line = window.choose_line(storage, file, gtid)
+            file, position, gtid = coordinates(read_manifest(storage, backup_id, "physical"))
+            line = window.choose_line(storage, file, gtid, None, position)
         except LastlineError as exc:
             log.info("retention: %s does not roll forward on the archive (%s)", backup_id, exc)
             continue

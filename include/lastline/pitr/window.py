@@ -184,9 +184,33 @@ def _find_base(line: Line, file: str | None, gtid: str) -> int | None:
     return fits[-1] if fits else None
 
 
-def choose_line(storage: Storage, file: str | None, gtid: str, branch: str | None = None) -> Line:
-    """The line of history a base (its binlog file and GTID state) rolls forward on: `branch` if given, else the
-    newest branch whose line holds the base's file."""
+def base_matches(storage: Storage, line: Line, at: int, position: int | None, gtid: str) -> bool:
+    """Whether the archived bytes at the base's coordinates are the base's own history: the transaction that ends
+    at its position is the last one its GTID state holds in that domain (names and GTIDs are reused after a
+    `RESET MASTER` or a restore: only the bytes tell two histories apart). Without a position (a base known by
+    its GTID state only), or at a file's start, the file's start state must agree."""
+    bid, entry = line.files[at]
+    state = _state(gtid)
+    seg = next((s for s in entry.segments if position and s["offset"] < position <= s["offset"] + s["size"]), None)
+    if seg is None:
+        return position is None or position <= 4 or _state(entry.start_gtids).items() <= state.items()
+    found = events.scan(segment_bytes(storage, bid, entry.name, seg)[:position - seg["offset"]], entry.name,
+                        seg["offset"], entry.checksum)
+    last = next((t for t in reversed(found.transactions) if t.end == position), None)
+    if last is None:  # no transaction ends there: the base sits after the file's header events
+        return not found.transactions and all(state.get(d, -1) >= n for d, n in _state(entry.start_gtids).items())
+    return state.get(last.domain) == last.seq and gtid_of(gtid, last.domain) == last.gtid
+
+
+def gtid_of(state: str, domain: int) -> str | None:
+    """The GTID a state `d-s-n,...` holds for `domain`."""
+    return next((g for g in state.split(",") if g and int(g.split("-")[0]) == domain), None)
+
+
+def choose_line(storage: Storage, file: str | None, gtid: str, branch: str | None = None,
+                position: int | None = None) -> Line:
+    """The line of history a base (its binlog file, position and GTID state) rolls forward on: `branch` if given,
+    else the newest branch whose line holds the base's file with the base's own bytes at its position."""
     known = [b["id"] for b in branches(storage)]
     if not known:
         raise Refusal(f"{storage.location(PREFIX)} holds no binlog archive: run the binlog_archive DAG for the source "
@@ -195,7 +219,8 @@ def choose_line(storage: Storage, file: str | None, gtid: str, branch: str | Non
         raise ConfigError(f"branch {branch!r} is not in {storage.location(PREFIX)} (branches: {', '.join(known)}).")
     for bid in ([branch] if branch else reversed(known)):
         line = lineage(storage, bid)
-        if _find_base(line, file, gtid) is not None:
+        at = _find_base(line, file, gtid)
+        if at is not None and base_matches(storage, line, at, position, gtid):
             return line
     where = f"binlog {file}" if file else f"GTID state {gtid}"
     raise Refusal(f"the base's {where} is in no branch of {storage.location(PREFIX)}"
