@@ -13,7 +13,8 @@ connection `lastline_alerts`) goes out when the chain breaks after the newest ba
 than `rpo_alert_seconds` behind, and again when that changes.
 
 Schedule: `LASTLINE_BINLOG_ARCHIVE_SCHEDULE` (cron, or `none`; default every minute: the archive stays
-within about a minute of the source); one run at a time; catchup off.
+within about a minute of the source); one run at a time; catchup off. `until_current: false` makes a run
+stream: it ships every `ship_every_seconds` (5) for `stream_minutes` (55), a few seconds behind the source.
 """
 from __future__ import annotations
 
@@ -32,7 +33,8 @@ from lastline.pitr import archive, check
     **dag_args(schedule=schedule("BINLOG_ARCHIVE_SCHEDULE", "* * * * *")),
     doc_md=__doc__,
     tags=["lastline", "pitr"],
-    params=params("source_conn_id", "destination", "aws_conn_id", "until_current", "rpo_alert_seconds"),
+    params=params("source_conn_id", "destination", "aws_conn_id", "until_current", "ship_every_seconds", "stream_minutes",
+                  "rpo_alert_seconds"),
 )
 def binlog_archive():
     @task(**on_server("source_conn_id", long=False))

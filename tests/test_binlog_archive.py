@@ -3,6 +3,8 @@ byte, each byte once and in order across rotations; files purged before they wer
 server that writes its binlogs anew under the same names forks the archive instead of overwriting it."""
 from __future__ import annotations
 
+import threading
+
 import pytest
 
 from conftest import set_conn
@@ -150,5 +152,14 @@ def test_the_dag_ships_up_to_the_current_position_and_ends(run_dag, source, tmp_
     _, now = archive.source_files(server)
     files = _archived(storage, archive.branches(storage)[-1]["id"])
     assert _same(files[now[-1].name], _on_disk(source, now[-1].name, now[-1].size))
-    state, tis, logs = run_dag("binlog_archive", {**conf, "until_current": False})
-    assert state == "failed" and "not built yet" in logs
+    # a streaming run: it ships what the source writes while it runs, then ends
+    writer = threading.Timer(1.5, _write, (source, 20))
+    writer.start()
+    state, tis, logs = run_dag("binlog_archive", {**conf, "until_current": False, "ship_every_seconds": 0.5,
+                                                  "stream_minutes": 0.1})
+    writer.join()
+    assert state == "success", tis
+    _, now = archive.source_files(server)
+    files = _archived(storage, archive.branches(storage)[-1]["id"])
+    assert _same(files[now[-1].name], _on_disk(source, now[-1].name, now[-1].size))  # the writes during the run too
+    assert "streamed for" in logs

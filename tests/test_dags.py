@@ -160,7 +160,8 @@ def test_routing_puts_a_servers_tasks_on_its_queue_from_the_runs_conf_or_the_dag
 def test_binlog_archive_shape(dagbag):
     dag = dagbag.get_dag("binlog_archive")
     assert dag.timetable.expression == "* * * * *" and dag.max_active_runs == 1 and dag.catchup is False
-    assert set(dag.params.keys()) == {"source_conn_id", "destination", "aws_conn_id", "until_current", "rpo_alert_seconds"}
+    assert set(dag.params.keys()) == {"source_conn_id", "destination", "aws_conn_id", "until_current",
+                                       "ship_every_seconds", "stream_minutes", "rpo_alert_seconds"}
     assert [t.task_id for t in dag.tasks] == ["ship", "check_chain"]
     assert dag.get_task("ship").executor_config == {"lastline_server_param": "source_conn_id"}  # on the source's host
     assert [o.name for o in dag.get_task("check_chain").outlets] == ["lastline_binlog_archive"]

@@ -115,11 +115,16 @@ SPECS: dict[str, Spec] = {
     "max_replica_lag": Spec(300, "Replica lag limit (s)", "a replica further behind its primary than this is not backed "
                             "up (0: any lag, stopped replication too)", BACKUP, {"type": "number", "minimum": 0}),
     "until_current": _flag(True, "Until the current position", "ship up to the source's position at the start of the "
-                           "run, then end (every run does: a run that keeps streaming is not built yet)", BACKUP),
+                           "run, then end; off: keep shipping every ship_every_seconds for stream_minutes (the archive "
+                           "stays seconds behind the source)", BACKUP),
+    "ship_every_seconds": Spec(5, "Ship every (s)", "with until_current off: how often the run ships what the source "
+                               "wrote", SPEED, {"type": "number", "minimum": 0.5}),
+    "stream_minutes": Spec(55, "Stream for (min)", "with until_current off: how long one run keeps shipping before it "
+                           "ends (the schedule starts the next)", SPEED, {"type": "number", "minimum": 0.1}),
     "until": _string("latest", "Until", "roll forward to: a UTC time YYYY-MM-DDTHH:MM:SSZ (every transaction committed "
                      "at or before it), a GTID domain-server-seq (up to and including it), or latest", BACKUP, required=True),
-    "base": _string("auto", "Base backup", "the backup rolled forward: a backup id in the destination, or auto (the newest "
-                    "complete backup, physical or logical, before until)", BACKUP),
+    "base": _string("auto", "Base backup", "the physical backup rolled forward: a backup id in the destination, or auto "
+                    "(the newest complete one before until)", BACKUP),
     "branch": _string("", "Archive branch", "the binlog archive's branch to roll forward on (after a failover or a "
                       "restore the archive forks); empty: the newest branch that holds the base", BACKUP),
     "replay_method": Spec("auto", "Replay method", "parallel: the target's own parallel applier, resumable; pipe: "

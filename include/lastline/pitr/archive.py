@@ -8,7 +8,8 @@ run that dies in between ships the same bytes again to the same key, so nothing 
 
 The bytes are read on the source's host (where mariabackup runs too) with `dd`, up to the size `SHOW BINARY
 LOGS` gives, which ends at the last complete event. One run ships up to the source's position at its start
-and ends (`until_current`); a schedule every minute keeps the archive within about a minute of the source.
+and ends (`until_current`); a schedule every minute keeps the archive within about a minute of the source, and a
+streaming run (`until_current: false`) keeps it within a few seconds.
 """
 from __future__ import annotations
 
@@ -17,12 +18,13 @@ import json
 import logging
 import posixpath
 import re
+import time
 from dataclasses import asdict
 from datetime import UTC, datetime
 from typing import Any
 
 from lastline import connections
-from lastline.core.errors import IntegrityError, PreflightError, Refusal
+from lastline.core.errors import IntegrityError, PreflightError
 from lastline.core.hosts import Stage
 from lastline.core.pipeline import run_pipeline
 from lastline.core.plans import Conf
@@ -244,15 +246,39 @@ def _entry(branch: Branch, name: str, start_gtids: str) -> Entry:
     return entry
 
 
-def run(conf: dict) -> dict[str, Any]:
-    """The binlog_archive DAG's task: ship up to the source's position at the start of the run, then end."""
+def run(conf: dict, stop: Any = None) -> dict[str, Any]:
+    """The binlog_archive DAG's task. `until_current` (the default): ship up to the source's position at the start
+    of the run, then end. Off: keep shipping what the source writes every `ship_every_seconds` for
+    `stream_minutes`, then end (the schedule starts the next run: one at a time), so the archive stays a few
+    seconds behind the source. `stop` (a threading.Event) ends a streaming run early."""
     params = Conf(conf)
-    if not params.flag("until_current", True):
-        raise Refusal("until_current: false (a run that keeps streaming the binlogs) is not built yet: each run ships "
-                      "up to the source's position at its start; schedule the DAG (every minute by default).")
     server = connections.server(params.required("source_conn_id"))
     storage = open_allowed(params.required("destination"), params.text("aws_conn_id"))
-    result = ship(server, storage)
+    if params.flag("until_current", True):
+        result = ship(server, storage)
+        _log_result(storage, result)
+        return result
+    every = params.number("ship_every_seconds", 5, minimum=0.5)
+    deadline = time.monotonic() + 60 * params.number("stream_minutes", 55, minimum=0.1)
+    total: dict[str, Any] = {"bytes": 0, "holes": [], "forks": [], "runs": 0}
+    while True:
+        started = time.monotonic()
+        result = ship(server, storage)
+        total.update(branch=result["branch"], position=result["position"], runs=total["runs"] + 1,
+                     bytes=total["bytes"] + result["bytes"], holes=total["holes"] + result["holes"],
+                     forks=total["forks"] + result["forks"])
+        if result["bytes"] or result["holes"] or result["forks"]:
+            _log_result(storage, result)
+        wait = max(0.0, every - (time.monotonic() - started))
+        if time.monotonic() + wait >= deadline or (stop is not None and stop.wait(wait)):
+            break
+        if stop is None:
+            time.sleep(wait)
+    log.info("binlog archive: streamed for %d rounds, %s bytes, at %s", total["runs"], f"{total['bytes']:,}",
+             total.get("position"))
+    return total
+
+
+def _log_result(storage: Storage, result: dict[str, Any]) -> None:
     log.info("binlog archive %s: %s bytes shipped, at %s; holes: %s; forks: %s", storage.location(PREFIX),
              f"{result['bytes']:,}", result["position"], ", ".join(result["holes"]) or "none", len(result["forks"]))
-    return result
