@@ -3,9 +3,11 @@
 
 plan (read-only: the base, the archive's branch, the exact bytes to replay; refuses an `until` in a hole,
 past the archive's end or before the base) → base.* (the physical restore's own steps: preflight, approve,
-stop, extract, prepare, start, verify) → replay (the archived binlogs from the base's exact coordinates up to
-and including the last transaction stamped at or before `until`, never a part of one; the target's own
-parallel applier, or `mariadb-binlog | mariadb`; a retry resumes where the target stopped) → report.
+stop, extract, prepare, start, verify) → replay (the archived binlogs from the base's exact coordinates, in
+commit order, up to the first transaction stamped after `until` or through the `until` GTID, whole
+transactions only; the target's own parallel applier, or `mariadb-binlog | mariadb`; a retry resumes where
+the target stopped) → cleanup (a teardown: the replay's replication connection dropped and the settings it
+changed put back, however it ended).
 
 `until`: `YYYY-MM-DDTHH:MM:SSZ` (UTC), a GTID `domain-server-seq`, or `latest`. `base`: a backup id, or
 `auto` (the newest complete physical backup before `until`). The archive is `<destination>/binlogs`, written
@@ -41,9 +43,14 @@ def point_in_time_restore():
     def replay(plan: dict) -> dict:
         return pitr_replay.run(plan, get_current_context()["run_id"])
 
+    @task(**on_server("target_conn_id", long=False))
+    def cleanup(plan: dict) -> dict:
+        return pitr_replay.cleanup(plan, get_current_context()["run_id"])
+
     p = plan()
     base = physical_restore_steps.override(group_id="base")(p["restore"])
-    base >> replay(p["replay"])
+    replayed = replay(p["replay"])
+    base >> replayed >> cleanup(p["replay"]).as_teardown(setups=replayed)
 
 
 point_in_time_restore()

@@ -163,3 +163,61 @@ def test_the_dag_ships_up_to_the_current_position_and_ends(run_dag, source, tmp_
     files = _archived(storage, archive.branches(storage)[-1]["id"])
     assert _same(files[now[-1].name], _on_disk(source, now[-1].name, now[-1].size))  # the writes during the run too
     assert "streamed for" in logs
+
+
+def test_transactions_end_where_the_server_ends_them(source, tmp_path):
+    """ROLLBACK TO a savepoint inside a transaction, an XA transaction prepared then committed, a compressed DDL:
+    each group runs from its GTID event to the event the server ends it with, and the index counts every one."""
+    from lastline.pitr import events
+
+    server = connections.server("t_barchive")
+    server.query("FLUSH BINARY LOGS")
+    before = server.query("SELECT @@GLOBAL.gtid_binlog_pos")[0][0]
+    with server.session(autocommit=True) as cur:
+        cur.execute("CREATE TABLE shop.m (a INT) ENGINE=MyISAM")
+        cur.execute("SET SESSION binlog_format='STATEMENT'")
+        cur.execute("BEGIN")
+        cur.execute("INSERT INTO shop.t (v) VALUES ('sp 1')")
+        cur.execute("SAVEPOINT sp")
+        cur.execute("INSERT INTO shop.m VALUES (2)")
+        cur.execute("ROLLBACK TO sp")
+        cur.execute("INSERT INTO shop.t (v) VALUES ('sp 3')")
+        cur.execute("COMMIT")
+        cur.execute("SET SESSION binlog_format='ROW'")
+        cur.execute("XA START 'x1'")
+        cur.execute("INSERT INTO shop.t (v) VALUES ('xa')")
+        cur.execute("XA END 'x1'")
+        cur.execute("XA PREPARE 'x1'")
+        cur.execute("XA COMMIT 'x1'")
+        cur.execute("SET GLOBAL log_bin_compress=ON")
+        try:
+            cur.execute("CREATE TABLE shop.wide (" + ", ".join(f"a_rather_long_column_{i} INT" for i in range(30)) + ")")
+        finally:
+            cur.execute("SET GLOBAL log_bin_compress=OFF")
+        cur.execute("INSERT INTO shop.t (v) VALUES ('after')")
+    _, now = archive.source_files(server)
+    data = _on_disk(source, now[-1].name, now[-1].size)
+    found = events.scan(data, now[-1].name)
+    starts = [t.start for t in found.transactions]
+    assert [t.end for t in found.transactions[:-1]] == starts[1:]  # each ends where the next begins: none cut short
+    assert found.end == len(data)
+    first = int(before.split("-")[2])
+    assert [t.seq for t in found.transactions] == list(range(first + 1, first + 7))
+    assert [t.transactional for t in found.transactions] == [False, False, True, True, False, True]
+    # a GTID event inside an open group (a group with no end) is refused, not guessed
+    second = found.transactions[1]
+    gtid_event = int.from_bytes(data[second.start + 9:second.start + 13], "little")
+    damaged = data[:second.start + gtid_event] + data[found.transactions[2].start:]  # the savepoint group cut short
+    with pytest.raises(IntegrityError, match="has no end before the next one begins"):
+        events.scan(damaged, "damaged")
+
+
+def test_a_chain_that_is_not_lastline_s_is_refused_at_once(tmp_path):
+    storage = open_storage(f"file://{tmp_path}")
+    bid = "1-000001-0123abcd"
+    storage.write_bytes("binlogs/branches.json", b'[{"id": "1-000001-0123abcd"}]')
+    storage.write_bytes(f"binlogs/{bid}/chain.json", b'{"entries": [{"name": "mariadb-bin.000001", "bogus": 1}]}')
+    with pytest.raises(IntegrityError, match="not a chain lastline wrote"):
+        archive.read_branch(storage, bid)
+    with pytest.raises(IntegrityError):
+        archive.read_branch(storage, "1-000001-0123abcd\n")

@@ -201,6 +201,7 @@ def test_a_replay_stopped_half_way_resumes_without_applying_a_transaction_twice(
     base_max = server.query("SELECT MAX(id) FROM shop.orders")[0][0]
     later = [r[0] for r in src_ids if r[0] > base_max]
     blocker = later[len(later) // 2]
+    server.query("SET GLOBAL slave_exec_mode='IDEMPOTENT'")  # settings of the target's own, put back after the replay
     with server.session() as cur:
         cur.execute("SET SESSION sql_log_bin=0")
         cur.execute("INSERT INTO shop.orders (id, item, qty, note) VALUES (%s, 0, 0, 'in the way')", (blocker,))
@@ -210,6 +211,8 @@ def test_a_replay_stopped_half_way_resumes_without_applying_a_transaction_twice(
         replay.apply(server, storage, span, "resume-test", "parallel")
     held = server.query("SELECT @@GLOBAL.gtid_slave_pos")[0][0]
     assert held != span.base_gtid  # it applied part of the span
+    assert server.query("SELECT @@GLOBAL.slave_exec_mode, @@GLOBAL.slave_parallel_threads") == [("IDEMPOTENT", 0)]
+    assert server.query("SHOW ALL SLAVES STATUS") == []  # no connection left to apply or consume anything
     with server.session() as cur:
         cur.execute("SET SESSION sql_log_bin=0")
         cur.execute("DELETE FROM shop.orders WHERE id = %s AND note = 'in the way'", (blocker,))
@@ -218,14 +221,55 @@ def test_a_replay_stopped_half_way_resumes_without_applying_a_transaction_twice(
     assert result["transactions"] < len(later)  # what it had applied was left out
     assert state(tgt) == history["points"]["latest"][2]
     assert replay.apply(server, storage, span, "resume-test", "parallel") == result  # done: a re-run changes nothing
+    assert replay.cleanup({"target_conn_id": "t_pitr_tgt"}, "resume-test") == {"cleaned": True}
+    assert server.query("SELECT @@GLOBAL.slave_exec_mode, @@GLOBAL.slave_parallel_threads") == [("IDEMPOTENT", 0)]
+    # a target that would apply triggers a second time, or skip or rewrite events, is never handed the relay logs
+    server.query("SET GLOBAL slave_run_triggers_for_rbr='YES'")
+    try:
+        with server.session() as cur:
+            assert replay.choose_method(cur, "auto", set())[0] == "pipe"
+            with pytest.raises(Refusal, match="slave_run_triggers_for_rbr"):
+                replay.choose_method(cur, "parallel", set())
+            own = int(server.query("SELECT @@GLOBAL.server_id")[0][0])
+        server.query("SET GLOBAL slave_run_triggers_for_rbr='NO'")
+        with server.session() as cur:
+            assert replay.choose_method(cur, "auto", {own}) == ("pipe", f"the target's server_id {own} wrote some of "
+                                                                "these binlogs (its applier would skip them)")
+    finally:
+        server.query("SET GLOBAL slave_run_triggers_for_rbr='NO'")
+        server.query("SET GLOBAL slave_exec_mode='STRICT'")
 
 
-def test_refusals_come_before_anything_is_touched(history):
+def test_refusals_come_before_anything_is_touched(history, tmp_path):
     conf = {"target_conn_id": "t_pitr_tgt", "destination": history["dest"]}
     with pytest.raises(Refusal, match="past the binlog archive's end"):
         pitr.preflight({**conf, "until": window.utc(time.time() + 3600)})
     with pytest.raises(Refusal, match="no base backup .* is before until"):
         pitr.preflight({**conf, "until": "2001-01-01T00:00:00Z"})
+    # a base taken just after a rotation holds transactions of the file before: a time before them is refused
+    import shutil
+    copy = tmp_path / "d"
+    shutil.copytree(history["dest"].removeprefix("file://"), copy)
+    src = connections.server("t_pitr_src")
+    with src.session() as cur:
+        cur.execute("INSERT INTO shop.accounts VALUES (1000, 1)")
+        cur.connection.commit()
+        cur.execute("SELECT UNIX_TIMESTAMP()")
+        written = int(cur.fetchone()[0])
+    time.sleep(1.1)
+    src.query("FLUSH BINARY LOGS")
+    rotated = pb.preflight({"source_conn_id": "t_pitr_src", "destination": f"file://{copy}"})
+    pb.finish(rotated, pb.stream(rotated))
+    copied = open_storage(f"file://{copy}")
+    archive.ship(src, copied)
+    file, position, gtid = pitr.coordinates(read_manifest(copied, rotated["backup_id"]))
+    line = window.choose_line(copied, file, gtid, None, position)
+    assert line.files[0][1].name != file  # the base sits at the top of a file, its transactions in the one before
+    with pytest.raises(Refusal, match="before the base"):
+        window.resolve(copied, line, file, position, gtid, window.Until("time", time=written - 1))
+    with pytest.raises(Refusal, match="before the base"):  # named, a base begun after until says so too
+        pitr.preflight({**conf, "destination": f"file://{copy}", "base": rotated["backup_id"],
+                        "until": window.utc(written - 1)})
     # a hole: a file of the chain marked as purged before it was archived
     storage = history["storage"]
     bid = archive.branches(storage)[-1]["id"]
@@ -264,6 +308,7 @@ def test_prune_keeps_every_base_and_binlog_the_window_needs(history, tmp_path):
     storage = open_storage(dest)
     plan = pb.preflight({"source_conn_id": "t_pitr_src", "destination": dest})
     pb.finish(plan, pb.stream(plan))  # a second base, after every write
+    archive.ship(connections.server("t_pitr_src"), storage)
     first, second = history["base"], plan["backup_id"]
     conf = {"destination": dest, "keep": 1, "incomplete_grace_hours": 24}
     # a week's window: both bases are inside it, so keep=1 deletes neither, nor any binlog

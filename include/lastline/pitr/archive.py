@@ -40,11 +40,15 @@ _GTID_LIST = re.compile(r"^\[(?P<list>[0-9,\- ]*)\]$")
 
 
 def _source_now(server: Server) -> tuple[str, list[SourceFile], int]:
-    """source_files, and the source's clock (UTC seconds) when it listed them, less one: every transaction stamped
-    at or before it had committed by then (a stamp is the start of the statement that committed)."""
+    """source_files, and up to when the archive is then complete (UTC seconds, the source's clock): a transaction's
+    stamp is the start of the statement that commits it, so a statement still running may yet commit with an older
+    stamp; the time returned is one second before the oldest running statement began (or before now)."""
     with server.session() as cur:
-        cur.execute("SELECT @@GLOBAL.log_bin, @@GLOBAL.log_bin_basename, @@GLOBAL.server_id, UNIX_TIMESTAMP()")
-        on, basename, server_id, now = cur.fetchone()
+        cur.execute("SELECT UNIX_TIMESTAMP(NOW(6)) - COALESCE(MAX(TIME_MS), 0) / 1000 FROM information_schema.PROCESSLIST "
+                    "WHERE COMMAND = 'Query' AND ID <> CONNECTION_ID()")
+        settled = int(float(cur.fetchone()[0])) - 1
+        cur.execute("SELECT @@GLOBAL.log_bin, @@GLOBAL.log_bin_basename, @@GLOBAL.server_id")
+        on, basename, server_id = cur.fetchone()
         if not int(on or 0):
             raise PreflightError(f"{server.describe()} writes no binary log: enable log-bin to archive it.")
         cur.execute("SHOW BINARY LOGS")
@@ -58,7 +62,7 @@ def _source_now(server: Server) -> tuple[str, list[SourceFile], int]:
             if m is None:
                 raise IntegrityError(f"{name} on {server.describe()} has no Gtid_list event at its start ({start!r}).")
             files.append(SourceFile(name, size, m["list"].replace(" ", ""), int(server_id)))
-    return posixpath.dirname(str(basename)), files, int(now) - 1
+    return posixpath.dirname(str(basename)), files, settled
 
 
 def source_files(server: Server) -> tuple[str, list[SourceFile]]:
@@ -83,11 +87,17 @@ def read_branch(storage: Storage, bid: str) -> Branch:
     """One branch's chain (its id checked; its file names checked to be binlog names)."""
     if not BRANCH_ID.match(bid):
         raise IntegrityError(f"{bid!r} is not a branch id of the binlog archive; refused.")
-    data = json.loads(storage.read_bytes(f"{PREFIX}/{bid}/chain.json"))
-    entries = [Entry(**e) for e in data["entries"]]
-    for e in entries:
-        split_name(e.name)
-    return Branch(bid, entries, data.get("parent"), data.get("fork_after"), data.get("covered"))
+    key = f"{PREFIX}/{bid}/chain.json"
+    try:
+        data = json.loads(storage.read_bytes(key))
+        entries = [Entry(**e) for e in data["entries"]]
+        for e in entries:
+            split_name(e.name)
+            for seg in e.segments:
+                int(seg["offset"]), int(seg["size"]), str(seg["sha256"])
+        return Branch(bid, entries, data.get("parent"), data.get("fork_after"), data.get("covered"))
+    except (TypeError, KeyError, ValueError, AttributeError) as exc:
+        raise IntegrityError(f"{storage.location(key)} is not a chain lastline wrote ({exc!r}); refused.") from exc
 
 
 def _write_branch(storage: Storage, branch: Branch) -> None:

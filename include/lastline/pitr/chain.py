@@ -16,14 +16,14 @@ from dataclasses import dataclass, field
 
 from lastline.core.errors import IntegrityError
 
-_SEQ = re.compile(r"^(?P<base>.+)\.(?P<seq>\d{6,})$")
-BRANCH_ID = re.compile(r"^\d+-\d{6,}-[0-9a-f]{8}(-\d+)?$")
+_SEQ = re.compile(r"(?P<base>[A-Za-z0-9_.-]+)\.(?P<seq>\d{6,})")
+BRANCH_ID = re.compile(r"\d+-\d{6,}-[0-9a-f]{8}(-\d+)?\Z")
 
 
 def split_name(name: str) -> tuple[str, int]:
     """(`mariadb-bin`, 7) for `mariadb-bin.000007`; a name of another shape is refused."""
-    m = _SEQ.match(name)
-    if not m or "/" in name:
+    m = _SEQ.fullmatch(name)
+    if not m:
         raise IntegrityError(f"{name!r} is not a binlog file name (<base>.<6+ digits>)")
     return m["base"], int(m["seq"])
 

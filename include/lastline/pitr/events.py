@@ -28,9 +28,11 @@ IN_USE = 0x1  # LOG_EVENT_BINLOG_IN_USE_F, in the format description event's fla
 ARTIFICIAL = 0x20  # LOG_EVENT_ARTIFICIAL_F
 
 QUERY, STOP, ROTATE, FORMAT_DESCRIPTION, XID = 2, 3, 4, 15, 16
-BINLOG_CHECKPOINT, GTID, GTID_LIST, START_ENCRYPTION, XA_PREPARE = 161, 162, 163, 164, 38
-FL_STANDALONE, FL_GROUP_COMMIT_ID = 0x01, 0x02
+BINLOG_CHECKPOINT, GTID, GTID_LIST, START_ENCRYPTION, QUERY_COMPRESSED, XA_PREPARE = 161, 162, 163, 164, 165, 38
+FL_STANDALONE, FL_GROUP_COMMIT_ID, FL_TRANSACTIONAL, FL_DDL = 0x01, 0x02, 0x04, 0x20
 _ENDS_GROUP = {XID, XA_PREPARE}
+_QUERIES = {QUERY, QUERY_COMPRESSED}
+_ENDS_TEXT = (b"COMMIT", b"ROLLBACK")  # as the server tells a group's end: the whole statement, nothing else
 
 
 @dataclass(frozen=True)
@@ -42,6 +44,7 @@ class Transaction:
     start: int
     end: int
     server_id: int
+    transactional: bool = True  # its changes commit with the replica's GTID position (not DDL, not MyISAM/Aria)
 
     @property
     def domain(self) -> int:
@@ -71,14 +74,15 @@ def _gtid_of(data: bytes | bytearray, at: int, body: int, server_id: int) -> tup
     return f"{domain}-{server_id}-{seq}", flags2
 
 
-def _query_text(data: bytes | bytearray, at: int, size: int, checksum: bool) -> bytes:
-    """The statement of a Query event (its first bytes are enough to tell COMMIT from the rest)."""
+def _ends_group(data: bytes | bytearray, at: int, size: int, checksum: bool) -> bool:
+    """Whether a Query event's statement is exactly `COMMIT` or `ROLLBACK` (the server's is_commit/is_rollback:
+    `ROLLBACK TO sp` and the like stay inside their transaction)."""
     body = at + HEADER_LEN
     db_len = data[body + 8]
     status_len = struct.unpack_from("<H", data, body + 11)[0]
     text = body + 13 + status_len + db_len + 1
     stop = at + size - (4 if checksum else 0)
-    return bytes(data[text:min(stop, text + 16)])
+    return stop - text <= 8 and bytes(data[text:stop]) in _ENDS_TEXT
 
 
 class Scanner:
@@ -91,7 +95,7 @@ class Scanner:
         self.out = Scan(end=offset, checksum=checksum)
         self._buf = bytearray()
         self._magic = offset == 0
-        self._open: tuple[str, int, int, int, bool] | None = None  # gtid, time, start, server_id, standalone
+        self._open: tuple[str, int, int, int, int] | None = None  # gtid, time, start, server_id, flags2
         self.stopped = False  # something not whole or not known: nothing after it is read
 
     def feed(self, chunk: bytes | memoryview) -> None:
@@ -142,19 +146,25 @@ class Scanner:
             raise IntegrityError(f"{self.name} is an encrypted binlog: lastline cannot read it to find transaction "
                                  "boundaries; archive the binlogs unencrypted (the destination can encrypt at rest).")
         if kind == GTID:
+            if self._open is not None:
+                raise IntegrityError(f"{self.name}: transaction {self._open[0]} (from byte {self._open[2]}) has no end "
+                                     f"before the next one begins at byte {pos}; lastline does not guess where it "
+                                     "ends: the binlog is damaged or of a kind it does not know.")
             gtid, flags2 = _gtid_of(data, at, HEADER_LEN, server_id)
-            self._open = (gtid, ts, pos, server_id, bool(flags2 & FL_STANDALONE))
+            self._open = (gtid, ts, pos, server_id, flags2)
             out.server_ids.add(server_id)
             return "begin"
         if self._open is not None:
             if flags & ARTIFICIAL:
                 return "in"
-            ends = kind in _ENDS_GROUP or (kind == QUERY and (self._open[4] or _query_text(
-                data, at, size, out.checksum).upper().rstrip(b"\x00").startswith((b"COMMIT", b"ROLLBACK"))))
+            standalone = bool(self._open[4] & FL_STANDALONE)
+            ends = kind in _ENDS_GROUP or (kind in _QUERIES and standalone) or (
+                kind == QUERY and _ends_group(data, at, size, out.checksum))
             if not ends:
                 return "in"
-            gtid, t, start, sid, _ = self._open
-            out.transactions.append(Transaction(gtid, t, start, pos + size, sid))
+            gtid, t, start, sid, flags2 = self._open
+            out.transactions.append(Transaction(gtid, t, start, pos + size, sid,
+                                                transactional=bool(flags2 & FL_TRANSACTIONAL) and not flags2 & FL_DDL))
             out.end = pos + size
             self._open = None
             return "end"

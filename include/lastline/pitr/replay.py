@@ -17,7 +17,6 @@ carry, replication filters or `slave_skip_errors` are set) or would write them t
 """
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
 import posixpath
@@ -33,7 +32,7 @@ from lastline.core.pipeline import run_pipeline
 from lastline.core.servers import Server
 from lastline.core.sql import META_DB
 from lastline.pitr import events
-from lastline.pitr.window import Span, _state, segment_bytes, utc
+from lastline.pitr.window import Span, _state, segment_chunks, utc
 from lastline.storage import Storage, open_allowed
 
 log = logging.getLogger(__name__)
@@ -52,7 +51,30 @@ def _ledger(cur: Any) -> None:
     cur.execute("SET SESSION sql_log_bin=0")
     cur.execute(f"CREATE DATABASE IF NOT EXISTS `{META_DB}`")
     cur.execute(f"CREATE TABLE IF NOT EXISTS {LEDGER} (run_id VARCHAR(250) PRIMARY KEY, method VARCHAR(16) NOT NULL, "
-                "base_gtid TEXT NOT NULL, state VARCHAR(16) NOT NULL, result TEXT) ENGINE=InnoDB")
+                "base_gtid TEXT NOT NULL, state VARCHAR(16) NOT NULL, result TEXT, settings TEXT, booted BIGINT) "
+                "ENGINE=InnoDB")
+
+
+SETTINGS = ("slave_parallel_threads", "slave_exec_mode")  # what the parallel replay changes, put back after it
+
+
+def _settings(cur: Any) -> dict[str, Any]:
+    cur.execute("SELECT " + ", ".join(f"@@GLOBAL.{n}" for n in SETTINGS))
+    return dict(zip(SETTINGS, cur.fetchone()))
+
+
+def _booted(cur: Any) -> int:
+    """When the target's server process started (UTC seconds)."""
+    cur.execute("SELECT UNIX_TIMESTAMP() - VARIABLE_VALUE FROM information_schema.GLOBAL_STATUS "
+                "WHERE VARIABLE_NAME = 'UPTIME'")
+    return int(cur.fetchone()[0])
+
+
+def _put_back(cur: Any, settings: dict[str, Any]) -> None:
+    """The connection dropped, and the globals the replay changed set as they were before its first attempt."""
+    _drop_connection(cur)
+    cur.execute("SET GLOBAL slave_parallel_threads=%s", (int(settings["slave_parallel_threads"]),))
+    cur.execute("SET GLOBAL slave_exec_mode=%s", (str(settings["slave_exec_mode"]),))
 
 
 def _gtid_slave_pos(cur: Any) -> str:
@@ -63,16 +85,24 @@ def _gtid_slave_pos(cur: Any) -> str:
 def choose_method(cur: Any, wanted: str, server_ids: set[int]) -> tuple[str, str]:
     """(method, why) for this target: `parallel` unless it would skip, filter or re-log what it applies."""
     cur.execute("SELECT @@GLOBAL.server_id, @@GLOBAL.log_bin, @@GLOBAL.log_slave_updates, @@GLOBAL.slave_skip_errors, "
-                "@@GLOBAL.replicate_do_db, @@GLOBAL.replicate_ignore_db, @@GLOBAL.replicate_do_table, "
-                "@@GLOBAL.replicate_ignore_table, @@GLOBAL.replicate_wild_do_table, @@GLOBAL.replicate_wild_ignore_table")
-    server_id, log_bin, log_updates, skip, *filters = cur.fetchone()
+                "@@GLOBAL.slave_run_triggers_for_rbr, @@GLOBAL.replicate_events_marked_for_skip, "
+                "@@GLOBAL.slave_type_conversions, @@GLOBAL.replicate_do_db, @@GLOBAL.replicate_ignore_db, "
+                "@@GLOBAL.replicate_do_table, @@GLOBAL.replicate_ignore_table, @@GLOBAL.replicate_wild_do_table, "
+                "@@GLOBAL.replicate_wild_ignore_table, @@GLOBAL.replicate_rewrite_db")
+    server_id, log_bin, log_updates, skip, triggers, marked, conversions, *filters = cur.fetchone()
     reasons = []
+    if str(triggers or "NO").upper() != "NO":
+        reasons.append(f"slave_run_triggers_for_rbr={triggers} would fire triggers a second time on replayed rows")
+    if str(marked or "REPLICATE").upper() != "REPLICATE":
+        reasons.append(f"replicate_events_marked_for_skip={marked} would skip some transactions")
+    if str(conversions or ""):
+        reasons.append(f"slave_type_conversions={conversions} would convert values")
     if int(server_id) in server_ids:
         reasons.append(f"the target's server_id {server_id} wrote some of these binlogs (its applier would skip them)")
     if str(skip or "OFF").upper() != "OFF":
         reasons.append(f"slave_skip_errors={skip} would hide errors")
     if any(f for f in filters):
-        reasons.append("replication filters (replicate_*) are set")
+        reasons.append("replication filters or rewrites (replicate_*) are set")
     if int(log_bin or 0) and int(log_updates or 0):
         reasons.append("log_slave_updates would write the replayed transactions to the target's binlog")
     if wanted == "pipe":
@@ -102,11 +132,15 @@ def _cut_files(storage: Storage, span: Span, applied: dict[int, int], host: Host
             for seg in needed:
                 if seg["offset"]:
                     cutter.jump(seg["offset"])
-                cutter.feed(segment_bytes(storage, f.branch, f.name, seg))
-                yield cutter.take()
-            if cutter.stopped or cutter._open is not None and (f.stop is None or cutter.pos < f.stop):
-                log.warning("%s: the archived bytes end inside a transaction (at byte %d); it is not applied",
-                            f.name, cutter.pos)
+                for chunk in segment_chunks(storage, f.branch, f.name, seg):  # its sha256 checked at its end, before
+                    cutter.feed(chunk)  # anything is applied (the replay starts once every file is cut)
+                    yield cutter.take()
+            if cutter.stopped:
+                raise IntegrityError(f"{f.name}: the archived bytes cannot be read as binlog events from byte "
+                                     f"{cutter.pos} on: the archive is damaged there; nothing was applied.")
+            if cutter._open is not None and f is not span.files[-1]:
+                raise IntegrityError(f"{f.name}: the archived bytes end inside transaction {cutter._open[0]}, and "
+                                     "later files follow: the archive is damaged there; nothing was applied.")
 
         result = run_pipeline([Stage("write", ["dd", f"of={path}", "bs=1M", "status=none"])], source=chunks(),
                               label=f"binlog {f.name}", progress_every=None, host=host)
@@ -146,31 +180,25 @@ def _drop_connection(cur: Any) -> None:
 
 def _parallel(server: Server, paths: list[str], kept: list[events.Transaction], threads: int) -> dict[str, Any]:
     """Replay relay logs cut from the archive through the target's own applier; waits until the target holds the
-    last transaction kept (or its applier stops on an error)."""
+    last transaction kept (or its applier stops, or idles short of it). The caller drops the connection and puts
+    the globals back."""
     started = time.monotonic()
     with server.session(autocommit=True) as cur:
-        cur.execute("SELECT @@GLOBAL.slave_parallel_threads, @@GLOBAL.slave_exec_mode")
-        old_threads, old_mode = cur.fetchone()
-        try:
-            cur.execute(f"CHANGE MASTER '{CONNECTION}' TO MASTER_HOST='lastline-replay.invalid', MASTER_PORT=9, "
-                        f"MASTER_USER='none', RELAY_LOG_FILE='{paths[0]}', RELAY_LOG_POS=4")
-            cur.execute(f"SET GLOBAL slave_parallel_threads={int(threads)}")
-            cur.execute("SET GLOBAL slave_exec_mode='STRICT'")
-            cur.execute(f"START SLAVE '{CONNECTION}' SQL_THREAD")
-            _wait(cur, events.gtid_state("", kept), started)
-        finally:
-            with contextlib.suppress(Exception):
-                _drop_connection(cur)
-            cur.execute(f"SET GLOBAL slave_parallel_threads={int(old_threads)}")
-            cur.execute(f"SET GLOBAL slave_exec_mode='{old_mode}'")
+        cur.execute(f"CHANGE MASTER '{CONNECTION}' TO MASTER_HOST='lastline-replay.invalid', MASTER_PORT=9, "
+                    f"MASTER_USER='none', RELAY_LOG_FILE='{paths[0]}', RELAY_LOG_POS=4")
+        cur.execute("SET GLOBAL slave_parallel_threads=%s", (int(threads),))
+        cur.execute("SET GLOBAL slave_exec_mode='STRICT'")
+        cur.execute(f"START SLAVE '{CONNECTION}' SQL_THREAD")
+        _wait(cur, events.gtid_state("", kept), started)
     return {"seconds": round(time.monotonic() - started, 3)}
 
 
-def _wait(cur: Any, want: str, started: float, every: float = 10.0) -> None:
-    """Until gtid_slave_pos holds `want` in every domain; progress every `every` s; the applier's error raised."""
+def _wait(cur: Any, want: str, started: float, every: float = 10.0, idle: float = 30.0) -> None:
+    """Until gtid_slave_pos holds `want` in every domain; progress every `every` s; the applier's error raised, and
+    an applier that has read everything and moved nothing for `idle` s."""
     target = _state(want)
-    first = _state(_gtid_slave_pos(cur))
-    last_log = time.monotonic()
+    first = seen = _state(_gtid_slave_pos(cur))
+    last_log = moved = time.monotonic()
     while True:
         now = _state(_gtid_slave_pos(cur))
         if all(now.get(d, -1) >= n for d, n in target.items()):
@@ -181,6 +209,12 @@ def _wait(cur: Any, want: str, started: float, every: float = 10.0) -> None:
             raise ServerError(f"the target's applier stopped during the replay: {err} (at "
                               f"{status.get('Relay_Master_Log_File')}:{status.get('Exec_Master_Log_Pos')}). A retry "
                               "resumes after the last transaction it committed.")
+        if now != seen:
+            seen, moved = now, time.monotonic()
+        elif "read all relay log" in str(status.get("Slave_SQL_Running_State")) and time.monotonic() - moved > idle:
+            raise IntegrityError(f"the target's applier has read every relay log and applied nothing for {idle:.0f} s, "
+                                 f"short of {want}: a transaction of the archive is incomplete. Nothing more is "
+                                 "applied; restore the base again.")
         if time.monotonic() - last_log >= every:
             done = sum(max(0, now.get(d, 0) - first.get(d, 0)) for d in target)
             todo = sum(max(0, n - first.get(d, 0)) for d, n in target.items())
@@ -211,16 +245,18 @@ def _pipe(server: Server, paths: list[str]) -> dict[str, Any]:
 def apply(server: Server, storage: Storage, span: Span, run_id: str, method: str = "auto",
           threads: int = 4) -> dict[str, Any]:
     """Replay `span` into `server` (a restored base), once: a re-run of the same run resumes (parallel) or refuses
-    (a pipe that died part way); a finished run returns its result again."""
+    (a pipe that died part way, a target that restarted mid-replay); a finished run returns its result again."""
     host = server.runner()
     with server.session(autocommit=True) as cur:
         _ledger(cur)
-        cur.execute(f"SELECT method, state, result FROM {LEDGER} WHERE run_id=%s", (run_id,))
+        cur.execute(f"SELECT method, state, result, settings, booted FROM {LEDGER} WHERE run_id=%s", (run_id,))
         row = cur.fetchone()
         if row and row[1] == "done":
             log.info("replay: this run already replayed the binlogs: %s", row[2])
             return dict(json.loads(row[2]))
-        _drop_connection(cur)
+        settings = json.loads(row[3]) if row and row[3] else _settings(cur)
+        if row:
+            _put_back(cur, settings)  # an earlier attempt's applier stops here, at a transaction's end
         cur.execute("SHOW ALL SLAVES STATUS")
         others = [str(r[0]) or "(default)" for r in cur.fetchall()]
         if others:
@@ -230,6 +266,10 @@ def apply(server: Server, storage: Storage, span: Span, run_id: str, method: str
             if row[0] == "pipe":
                 raise Refusal("an earlier attempt of this run replayed through mariadb-binlog | mariadb and did not "
                               "finish: what it applied is unknown. Restore the base again (re-run the DAG).")
+            if abs(_booted(cur) - int(row[4] or 0)) > 2:
+                raise Refusal("the target restarted during this run's replay: its applier may have started again by "
+                              "itself from a position it does not record with the data, and applied a transaction "
+                              "twice. Restore the base again (re-run the DAG).")
             applied = _state(_gtid_slave_pos(cur))
             log.info("replay: resuming; the target holds %s", _gtid_slave_pos(cur))
         else:
@@ -246,16 +286,20 @@ def apply(server: Server, storage: Storage, span: Span, run_id: str, method: str
             else:
                 chosen, why = choose_method(cur, method, {t.server_id for t in kept})
                 cur.execute("SET GLOBAL gtid_slave_pos=%s", (span.base_gtid,))
-                cur.execute(f"INSERT INTO {LEDGER} (run_id, method, base_gtid, state) VALUES (%s, %s, %s, 'applying')",
-                            (run_id, chosen, span.base_gtid))
-
+                cur.execute(f"INSERT INTO {LEDGER} (run_id, method, base_gtid, state, settings, booted) "
+                            "VALUES (%s, %s, %s, 'applying', %s, %s)",
+                            (run_id, chosen, span.base_gtid, json.dumps(settings), _booted(cur)))
         log.info("replay: %s transactions (%s bytes) by %s (%s)", f"{len(kept):,}", f"{written:,}", chosen, why)
         result: dict[str, Any] = {"seconds": 0.0}
         if kept and chosen == "parallel":
             names = [posixpath.join(named, posixpath.basename(p)) for p in paths]  # as the server writes them
             host.sh('b=$1; shift; printf "%s\\n" "$@" > "$b.index" && cd "$(dirname "$b")" && '
                     'chown --reference . "$@" "$b.index"', base, *names)
-            result = _parallel(server, [posixpath.basename(p) for p in paths], kept, threads)
+            try:
+                result = _parallel(server, [posixpath.basename(p) for p in paths], kept, threads)
+            finally:
+                with server.session(autocommit=True) as cur:
+                    _put_back(cur, settings)
         elif kept:
             result = _pipe(server, paths)
     finally:
@@ -266,19 +310,41 @@ def apply(server: Server, storage: Storage, span: Span, run_id: str, method: str
         if kept and chosen == "pipe":  # the pipe records nothing itself: the target's position is set once it is done
             cur.execute("SET GLOBAL gtid_slave_pos=%s", (end,))
             holds = end
+        cur.execute("XA RECOVER")
+        prepared = [str(r[3]) for r in cur.fetchall()]
     if not all(_state(holds).get(d, -1) >= n for d, n in _state(end).items()):
         raise IntegrityError(f"after the replay the target holds GTID position {holds!r}, short of {end!r}: it did not "
                              "apply every transaction. A retry resumes.")
-    result.update(method=chosen, gtid_position=holds, transactions=len(kept), bytes=written, until=span.until, not_applied=span.not_applied,
+    if prepared:  # as on the source at that point: prepared, their XA COMMIT after the stop
+        log.warning("replay: XA transactions left prepared (their XA COMMIT comes after until, as on the source at that "
+                    "point): %s. XA COMMIT or XA ROLLBACK them on the target.", ", ".join(prepared))
+    result.update(method=chosen, gtid_position=holds, transactions=len(kept), bytes=written, until=span.until,
+                  not_applied=span.not_applied, prepared_xa=prepared,
                   last_gtid=kept[-1].gtid if kept else None, last_time=kept[-1].time if kept else None,
                   last_time_utc=utc(kept[-1].time) if kept else None)
     with server.session(autocommit=True) as cur:
         cur.execute("SET SESSION sql_log_bin=0")
         cur.execute(f"UPDATE {LEDGER} SET state='done', result=%s WHERE run_id=%s", (json.dumps(result), run_id))
-
     log.info("replay done: %s transactions by %s in %s s; last applied %s at %s; not applied: %s",
              f"{len(kept):,}", chosen, result["seconds"], result["last_gtid"], result["last_time_utc"], span.not_applied)
     return result
+
+
+def cleanup(plan: dict[str, Any], run_id: str) -> dict[str, Any]:
+    """The DAG's teardown after the replay, however it ended: the replay's replication connection gone and the
+    globals it changed put back as they were before its first attempt (a worker killed mid-replay leaves both)."""
+    server = connections.server(plan["target_conn_id"])
+    with server.session(autocommit=True) as cur:
+        cur.execute("SELECT COUNT(*) FROM information_schema.TABLES WHERE TABLE_SCHEMA=%s AND TABLE_NAME='pitr_replay'",
+                    (META_DB,))
+        if not cur.fetchone()[0]:
+            return {"cleaned": False}
+        cur.execute(f"SELECT settings FROM {LEDGER} WHERE run_id=%s", (run_id,))
+        row = cur.fetchone()
+        if not row or not row[0]:
+            return {"cleaned": False}
+        _put_back(cur, json.loads(row[0]))
+    return {"cleaned": True}
 
 
 def run(plan: dict[str, Any], run_id: str) -> dict[str, Any]:

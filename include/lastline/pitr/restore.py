@@ -60,6 +60,9 @@ def preflight(conf: dict[str, Any]) -> dict[str, Any]:
     for backup_id in _candidates(storage, params.text("base", "auto") or "auto"):
         manifest = read_manifest(storage, backup_id, kind="physical")
         if until.kind == "time" and _started(manifest) > (until.time or 0):
+            if params.text("base", "auto") not in ("", "auto"):
+                raise Refusal(f"until {until.describe()} is before the base {backup_id}, begun at "
+                              f"{manifest.started_at}: choose an older base backup (base) or a later time.")
             refusals.append(f"{backup_id}: started after {until.describe()}")
             continue
         file, position, gtid = coordinates(manifest)

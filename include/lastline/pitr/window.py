@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -151,14 +152,23 @@ class Span:
         return cls(**{**data, "files": [FileSpan(**f) for f in data["files"]]})
 
 
+def segment_chunks(storage: Storage, branch: str, name: str, segment: dict) -> Iterator[bytes]:
+    """One archived segment as it streams from the destination; after its last chunk, its size and sha256 are
+    checked against its chain's (a reader acts on the bytes only once the whole segment has passed)."""
+    digest, n = hashlib.sha256(), 0
+    for chunk in storage.reader(f"{PREFIX}/{branch}/{name}/{int(segment['offset']):012d}"):
+        digest.update(chunk)
+        n += len(chunk)
+        yield chunk
+    if n != segment["size"] or digest.hexdigest() != segment["sha256"]:
+        raise IntegrityError(f"{storage.location(f'{PREFIX}/{branch}/{name}')}: the segment at byte {segment['offset']} "
+                             f"is {n} bytes with another sha256 than its chain records: the archive is damaged "
+                             "there; a roll-forward cannot cross it.")
+
+
 def segment_bytes(storage: Storage, branch: str, name: str, segment: dict) -> bytes:
     """One archived segment, checked against the sha256 its chain records."""
-    data = storage.read_bytes(f"{PREFIX}/{branch}/{name}/{int(segment['offset']):012d}")
-    if len(data) != segment["size"] or hashlib.sha256(data).hexdigest() != segment["sha256"]:
-        raise IntegrityError(f"{storage.location(f'{PREFIX}/{branch}/{name}')}: the segment at byte {segment['offset']} "
-                             f"is {len(data)} bytes with another sha256 than its chain records: the archive is damaged "
-                             "there; a roll-forward cannot cross it.")
-    return data
+    return b"".join(segment_chunks(storage, branch, name, segment))
 
 
 def _state(text: str) -> dict[int, int]:
@@ -252,7 +262,7 @@ def resolve(storage: Storage, line: Line, file: str | None, position: int | None
                               f"({entry.size} bytes): the archive is behind; run binlog_archive and retry.")
             fspan.start = position
             if until.kind == "time":
-                _refuse_before_base(storage, bid, entry, position, until)
+                _refuse_before_base(storage, line, at, position, until)
         first = False
         span.files.append(fspan)
         stop = _stop_in(storage, bid, entry, fspan.start, until)
@@ -276,15 +286,20 @@ def resolve(storage: Storage, line: Line, file: str | None, position: int | None
     return span
 
 
-def _refuse_before_base(storage: Storage, bid: str, entry: Entry, position: int, until: Until) -> None:
-    """Refuse a time before the base: a transaction the base already holds (before its position) is stamped after
-    it."""
-    seg = next((s for s in entry.segments if s["offset"] < position <= s["offset"] + s["size"]), None)
-    if seg is None:
-        return
-    found = events.scan(segment_bytes(storage, bid, entry.name, seg)[:position - seg["offset"]], entry.name,
-                        seg["offset"], entry.checksum)
-    latest = max((t.time for t in found.transactions), default=0)
+def _refuse_before_base(storage: Storage, line: Line, at: int, position: int, until: Until) -> None:
+    """Refuse a time before the base: a transaction the base already holds (anything before its position, in its
+    file and the files before it on the line) is stamped after it. The index answers for whole segments; the one
+    segment the position cuts is read."""
+    latest = 0
+    for i, (bid, entry) in enumerate(line.files[:at + 1]):
+        for seg in entry.segments:
+            if i == at and seg["offset"] + seg["size"] > position:
+                if seg["offset"] < position:  # the segment the position cuts: read up to it
+                    found = events.scan(segment_bytes(storage, bid, entry.name, seg)[:position - seg["offset"]],
+                                        entry.name, seg["offset"], entry.checksum)
+                    latest = max([latest, *(t.time for t in found.transactions)])
+                continue
+            latest = max(latest, int(seg.get("last_time", 0)))
     if latest > (until.time or 0):
         raise Refusal(f"until {until.describe()} is before the base: the base backup already holds transactions of "
                       f"{utc(latest)}. Choose an older base backup (base) or a later time.")
