@@ -1,5 +1,5 @@
 # lastline: `make demo` and `make test` work on a fresh Debian machine (as root); both run `make setup` first.
-.PHONY: setup demo ui test test-fast test-distributed faults bench bench-physical bench-logical bench-restore bench-rebuild bench-impact lint clean
+.PHONY: setup demo ui test test-fast test-distributed faults bench bench-physical bench-logical bench-restore bench-rebuild bench-impact bench-pitr lint clean
 # the benchmarks' deployment settings: their runs keep backups under bench/results (or a --work elsewhere in /tmp), unattended
 BENCH_ENV = LASTLINE_BACKUP_ROOTS="file://$(CURDIR)/bench/results,file:///tmp,s3://,ssh://" LASTLINE_APPROVAL=false
 
@@ -30,6 +30,7 @@ bench:  # every benchmark with its defaults; ARGS go to one bench-* target alone
 	@$(MAKE) --no-print-directory bench-restore ARGS=
 	@$(MAKE) --no-print-directory bench-rebuild ARGS=
 	@$(MAKE) --no-print-directory bench-impact ARGS=
+	@$(MAKE) --no-print-directory bench-pitr ARGS=
 
 bench-physical: setup
 	@$(BENCH_ENV) .venv/bin/python bench/physical_bench.py $(ARGS)
@@ -44,6 +45,10 @@ bench-restore:
 
 bench-rebuild: setup
 	@$(BENCH_ENV) .venv/bin/python bench/rebuild_bench.py $(ARGS)
+
+bench-pitr:  # point-in-time recovery: the archive's worst lag under load, parallel replay vs mariadb-binlog | mariadb (sysbench)
+	@LASTLINE_BENCH=1 scripts/setup.sh
+	@$(BENCH_ENV) .venv/bin/python bench/pitr_bench.py $(ARGS)
 
 bench-impact:  # what a backup costs production: sysbench write latency with and without one (sysbench installed here)
 	@LASTLINE_BENCH=1 scripts/setup.sh
