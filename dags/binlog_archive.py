@@ -1,20 +1,21 @@
 """
 ### binlog_archive: the source's binary logs, shipped to the destination as they are written
 
-ship → check. Each run ships the source's binlogs up to its position at the start of the run, exactly once
-and in order (a file still being written goes in pieces), into `<destination>/binlogs/<branch>/`, indexed
-(transactions, GTIDs, times), and ends. Files the source purged before they were shipped are recorded as
-holes, named; a server that writes its binlogs anew under the same names (a restore, `RESET MASTER`, a
-failover) starts a new branch: nothing is overwritten.
+ship → check_chain. Each run streams the source's binlogs, exactly once and in order (a file still being
+written goes in pieces), into `<destination>/binlogs/<branch>/`, indexed (transactions, GTIDs, times): what
+the source writes is shipped every `ship_every_seconds` (5) for `stream_minutes` (0.8), then the run ends
+and the per-minute schedule starts the next. `until_current: true`: ship up to the source's position at
+the start of the run, then end (tests, drills, catching up by hand). Files the source purged before they
+were shipped are recorded as holes, named; a server that writes its binlogs anew under the same names (a
+restore, `RESET MASTER`, a failover) starts a new branch: nothing is overwritten.
 
-check: for every complete base backup, up to which time and GTID it can be rolled forward without a hole
+check_chain: for every complete base backup, up to which time and GTID it can be rolled forward without a hole
 (the run's Report); the Asset `lastline_binlog_archive` carries the recoverable window; an alert (the
 connection `lastline_alerts`) goes out when the chain breaks after the newest base or the archive falls more
 than `rpo_alert_seconds` behind, and again when that changes.
 
-Schedule: `LASTLINE_BINLOG_ARCHIVE_SCHEDULE` (cron, or `none`; default every minute: the archive stays
-within about a minute of the source); one run at a time; catchup off. `until_current: false` makes a run
-stream: it ships every `ship_every_seconds` (5) for `stream_minutes` (55), a few seconds behind the source.
+Schedule: `LASTLINE_BINLOG_ARCHIVE_SCHEDULE` (cron, or `none`; default every minute); one run at a time;
+catchup off. The archive stays seconds behind the source (`make bench-pitr` measures it).
 """
 from __future__ import annotations
 

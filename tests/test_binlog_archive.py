@@ -113,7 +113,8 @@ def test_files_purged_before_they_were_shipped_are_named_holes(source, tmp_path)
     missing = [f.name for f in now[-4:-1]]
     assert result["holes"] == missing, result  # the open file archived in part, then the two never seen
     chain = archive.read_branch(storage, result["branch"])
-    assert [e.name for e in chain.entries if e.missing] == missing
+    assert [e.name for e in chain.entries if e.missing or e.tail_missing] == missing
+    assert chain.entries[-4].tail_missing and chain.entries[-4].segments  # archived in part: that part is kept
     assert chain.entries[-1].name == now[-1].name and not chain.entries[-1].missing
 
 

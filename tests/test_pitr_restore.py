@@ -5,6 +5,7 @@ rotation; a replay stopped half way that resumes without applying a transaction 
 past the end, before the base) made before anything is touched."""
 from __future__ import annotations
 
+import json
 import math
 import random
 import threading
@@ -240,6 +241,54 @@ def test_a_replay_stopped_half_way_resumes_without_applying_a_transaction_twice(
         server.query("SET GLOBAL slave_exec_mode='STRICT'")
 
 
+def test_a_worker_killed_mid_replay_resumes_to_the_exact_result(history):
+    """The replay's worker is killed (SIGKILL) while the target's applier waits on a row lock: the applier keeps
+    its connection and the changed settings behind; the retry stops it, puts the settings back and resumes."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    storage = history["storage"]
+    plan = pitr.preflight({"target_conn_id": "t_pitr_tgt", "destination": history["dest"], "until": "latest"})
+    from lastline.physical import restore as pr
+    rplan = pr.preflight({**plan["restore"], "force": True})
+    for step in (pr.stop_target, pr.extract, pr.prepare, pr.start_target):
+        step(rplan)
+    server = connections.server("t_pitr_tgt")
+    before = server.query("SELECT @@GLOBAL.slave_parallel_threads, @@GLOBAL.slave_exec_mode")
+    lock = server.connect()
+    cur = lock.cursor()
+    cur.execute("BEGIN")
+    cur.execute("SELECT * FROM shop.stock FOR UPDATE")  # every transaction of the workload updates a stock row
+    worker = subprocess.Popen([sys.executable, "-c", (
+        "import json, sys; from lastline import connections; from lastline.pitr import replay, window; "
+        "from lastline.storage import open_storage; "
+        f"replay.apply(connections.server('t_pitr_tgt'), open_storage({history['dest']!r}), "
+        f"window.Span.of(json.loads(sys.stdin.read())), 'killed', 'parallel')")],
+        stdin=subprocess.PIPE, env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}, text=True)
+    worker.stdin.write(json.dumps(plan["replay"]["span"]))
+    worker.stdin.close()
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:  # until the applier waits on the lock
+        if server.query("SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE STATE LIKE '%lock%' "
+                        "AND USER = 'system user'")[0][0]:
+            break
+        time.sleep(0.2)
+    else:
+        pytest.fail("the applier never reached the locked rows")
+    worker.send_signal(signal.SIGKILL)
+    worker.wait()
+    assert server.query("SELECT @@GLOBAL.slave_parallel_threads")[0][0] != before[0][0]  # left changed
+    lock.rollback()
+    lock.close()
+    result = replay.apply(server, storage, window.Span.of(plan["replay"]["span"]), "killed", "parallel")
+    assert state(history["tgt"]) == history["points"]["latest"][2]
+    assert server.query("SELECT @@GLOBAL.slave_parallel_threads, @@GLOBAL.slave_exec_mode") == before
+    assert server.query("SHOW ALL SLAVES STATUS") == []
+    assert result["method"] == "parallel"
+
+
 def test_refusals_come_before_anything_is_touched(history, tmp_path):
     conf = {"target_conn_id": "t_pitr_tgt", "destination": history["dest"]}
     with pytest.raises(Refusal, match="past the binlog archive's end"):
@@ -382,6 +431,19 @@ def test_a_server_writing_reused_names_forks_the_archive_and_a_restore_on_either
         state_, tis, logs = run_dag("point_in_time_restore", {**base, "until": old_gtid, "base": old_base["backup_id"]})
         assert state_ == "success", tis
         assert state(history["tgt"]) == old_state
+        # binlogs purged on the source before they were archived: a gap, named; a restore across it is refused
+        server.query("FLUSH BINARY LOGS")
+        _writes(src, 5, "gap")
+        server.query("FLUSH BINARY LOGS")
+        _writes(src, 5, "after")
+        _, files = archive.source_files(server)
+        server.query(f"PURGE BINARY LOGS TO '{files[-1].name}'")
+        shipped = archive.ship(server, storage)
+        assert len(shipped["holes"]) == 2, shipped
+        with pytest.raises(Refusal, match=f"beyond a hole .*{shipped['holes'][0]} after byte"):
+            pitr.preflight({**base, "until": "latest", "base": new_base["backup_id"]})
+        assert check.check(storage, 3600)["problems"][0].startswith(
+            f"the chain is broken after the newest base {new_base['backup_id']}: {shipped['holes'][0]}")
     finally:
         src.destroy()
 

@@ -114,13 +114,13 @@ SPECS: dict[str, Spec] = {
                           "in the connection's extra)", BACKUP),
     "max_replica_lag": Spec(300, "Replica lag limit (s)", "a replica further behind its primary than this is not backed "
                             "up (0: any lag, stopped replication too)", BACKUP, {"type": "number", "minimum": 0}),
-    "until_current": _flag(True, "Until the current position", "ship up to the source's position at the start of the "
-                           "run, then end; off: keep shipping every ship_every_seconds for stream_minutes (the archive "
-                           "stays seconds behind the source)", BACKUP),
-    "ship_every_seconds": Spec(5, "Ship every (s)", "with until_current off: how often the run ships what the source "
-                               "wrote", SPEED, {"type": "number", "minimum": 0.5}),
-    "stream_minutes": Spec(55, "Stream for (min)", "with until_current off: how long one run keeps shipping before it "
-                           "ends (the schedule starts the next)", SPEED, {"type": "number", "minimum": 0.1}),
+    "until_current": _flag(False, "Until the current position", "ship up to the source's position at the start of the "
+                           "run, then end (tests, drills, catching up by hand); off (the default): stream, shipping "
+                           "what the source writes every ship_every_seconds for stream_minutes", BACKUP),
+    "ship_every_seconds": Spec(5, "Ship every (s)", "when streaming: how often the run ships what the source wrote",
+                               SPEED, {"type": "number", "minimum": 0.5}),
+    "stream_minutes": Spec(0.8, "Stream for (min)", "when streaming: how long one run ships before it ends (the "
+                           "per-minute schedule starts the next)", SPEED, {"type": "number", "minimum": 0.1}),
     "until": _string("latest", "Until", "roll forward to: a UTC time YYYY-MM-DDTHH:MM:SSZ (every transaction committed "
                      "at or before it), a GTID domain-server-seq (up to and including it), or latest", BACKUP, required=True),
     "base": _string("auto", "Base backup", "the physical backup rolled forward: a backup id in the destination, or auto "

@@ -8,8 +8,8 @@ run that dies in between ships the same bytes again to the same key, so nothing 
 
 The bytes are read on the source's host (where mariabackup runs too) with `dd`, up to the size `SHOW BINARY
 LOGS` gives, which ends at the last complete event. One run ships up to the source's position at its start
-and ends (`until_current`); a schedule every minute keeps the archive within about a minute of the source, and a
-streaming run (`until_current: false`) keeps it within a few seconds.
+and ends (`until_current`); by default each run of the per-minute schedule streams instead: it ships what the
+source writes every few seconds for most of its minute, keeping the archive seconds behind the source.
 """
 from __future__ import annotations
 
@@ -133,7 +133,10 @@ def ship(server: Server, storage: Storage) -> dict[str, Any]:
         if step.kind == "hole":
             holes.append(step.name)
             entry = _entry(branch, step.name, "")
-            entry.missing, entry.closed = True, True
+            if entry.segments:  # archived in part: what it holds stays usable, the rest is the hole
+                entry.tail_missing, entry.closed = True, True
+            else:
+                entry.missing, entry.closed = True, True
             log.warning("binlog archive: %s is missing (%s): a roll-forward cannot cross it", step.name, step.reason)
         else:
             entry = _entry(branch, step.name, step.start_gtids)
@@ -257,19 +260,20 @@ def _entry(branch: Branch, name: str, start_gtids: str) -> Entry:
 
 
 def run(conf: dict, stop: Any = None) -> dict[str, Any]:
-    """The binlog_archive DAG's task. `until_current` (the default): ship up to the source's position at the start
-    of the run, then end. Off: keep shipping what the source writes every `ship_every_seconds` for
-    `stream_minutes`, then end (the schedule starts the next run: one at a time), so the archive stays a few
-    seconds behind the source. `stop` (a threading.Event) ends a streaming run early."""
+    """The binlog_archive DAG's task. By default it streams: it ships what the source writes every
+    `ship_every_seconds` (5) for `stream_minutes` (0.8: most of the per-minute schedule's minute), then ends, and
+    the schedule starts the next run (one at a time), so the archive stays seconds behind the source.
+    `until_current`: ship up to the source's position at the start of the run, then end (tests, drills, a person
+    catching up by hand). `stop` (a threading.Event) ends a streaming run early."""
     params = Conf(conf)
     server = connections.server(params.required("source_conn_id"))
     storage = open_allowed(params.required("destination"), params.text("aws_conn_id"))
-    if params.flag("until_current", True):
+    if params.flag("until_current", False):
         result = ship(server, storage)
         _log_result(storage, result)
         return result
     every = params.number("ship_every_seconds", 5, minimum=0.5)
-    deadline = time.monotonic() + 60 * params.number("stream_minutes", 55, minimum=0.1)
+    deadline = time.monotonic() + 60 * params.number("stream_minutes", 0.8, minimum=0.1)
     total: dict[str, Any] = {"bytes": 0, "holes": [], "forks": [], "runs": 0}
     while True:
         started = time.monotonic()

@@ -62,6 +62,7 @@ class Entry:
     last_time: int = 0
     checksum: bool = False
     pruned: bool = False  # its bytes were deleted by retention (no kept base needs them): like a hole, not crossed
+    tail_missing: bool = False  # purged on the source after byte `size` was archived: usable up to there, not crossed
 
     @property
     def seq(self) -> int:

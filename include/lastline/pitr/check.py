@@ -33,6 +33,9 @@ def reach(line: window.Line, file: str | None, gtid: str) -> dict[str, Any]:
             hole = entry.name
             break
         last = entry
+        if entry.tail_missing:
+            hole = entry.name
+            break
     covered = line.covered_time() if hole is None else None
     to_time = covered or (last.last_time if last else None)
     return {"branch": line.branch, "to_time": window.utc(to_time), "to_gtid": last.end_gtids if last else None,

@@ -211,7 +211,8 @@ def _wait(cur: Any, want: str, started: float, every: float = 10.0, idle: float 
                               "resumes after the last transaction it committed.")
         if now != seen:
             seen, moved = now, time.monotonic()
-        elif "read all relay log" in str(status.get("Slave_SQL_Running_State")) and time.monotonic() - moved > idle:
+        elif ("read all relay log" in str(status.get("Slave_SQL_Running_State")) and time.monotonic() - moved > idle
+              and not _applying(cur)):
             raise IntegrityError(f"the target's applier has read every relay log and applied nothing for {idle:.0f} s, "
                                  f"short of {want}: a transaction of the archive is incomplete. Nothing more is "
                                  "applied; restore the base again.")
@@ -223,6 +224,15 @@ def _wait(cur: Any, want: str, started: float, every: float = 10.0, idle: float 
             log.info("replay: %s of %s transactions (%.0f/s), ETA %.0f s", f"{done:,}", f"{todo:,}", rate, eta)
             last_log = time.monotonic()
         time.sleep(0.2)
+
+
+def _applying(cur: Any) -> int:
+    """How many of the target's replication threads are doing something (not waiting for work or events): a long
+    transaction keeps a worker busy while gtid_slave_pos stands still."""
+    cur.execute("SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE USER = 'system user' AND COMMAND <> 'Daemon' "
+                "AND COALESCE(STATE, '') NOT LIKE 'Waiting for work%' AND COALESCE(STATE, '') NOT LIKE '%read all relay log%' "
+                "AND COALESCE(STATE, '') NOT LIKE 'Waiting for%master%'")
+    return int(cur.fetchone()[0])
 
 
 def _pipe(server: Server, paths: list[str]) -> dict[str, Any]:

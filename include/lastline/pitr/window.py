@@ -92,8 +92,8 @@ def lineage(storage: Storage, bid: str, _depth: int = 0) -> Line:
 
 def line_window(line: Line) -> dict[str, Any]:
     """The line's recoverable window: from the first file after its last hole to its end; the holes named."""
-    holes = [e.name for _, e in line.files if e.missing]
-    last_hole = max((i for i, (_, e) in enumerate(line.files) if e.unusable), default=-1)
+    holes = [e.name for _, e in line.files if e.missing or e.tail_missing]
+    last_hole = max((i for i, (_, e) in enumerate(line.files) if e.unusable or e.tail_missing), default=-1)
     usable = [e for _, e in line.files[last_hole + 1:]]
     first = next((e for e in usable if e.transactions), None)
     end_time = line.covered_time() or max((e.last_time for e in usable), default=0)
@@ -271,6 +271,11 @@ def resolve(storage: Storage, line: Line, file: str | None, position: int | None
             return span
         span.last_gtid = entry.end_gtids or span.last_gtid
         span.last_time = max(entry.last_time, span.last_time or 0) or span.last_time
+        if entry.tail_missing:
+            raise Refusal(f"until {until.describe()} lies beyond a hole in the binlog archive: the rest of {entry.name} "
+                          f"after byte {entry.size} was purged on the source before it was archived (branch {bid}). A "
+                          f"roll-forward cannot cross it: the newest point this base reaches is "
+                          f"{utc(span.last_time) or 'the base itself'}; take a new base backup after the hole.")
     # the whole line applies: fine for latest; a time must lie within what the archive covers
     if until.kind == "time":
         covered = line.covered_time() or 0
