@@ -35,6 +35,7 @@ from lastline.manifest import read_manifest  # noqa: E402
 from lastline.physical import backup as pb  # noqa: E402
 from lastline.physical import restore as pr  # noqa: E402
 from lastline.pitr import archive, replay, window  # noqa: E402
+from lastline.pitr import span as span_of  # noqa: E402
 from lastline.pitr.restore import coordinates  # noqa: E402
 from lastline.storage import open_storage  # noqa: E402
 from lastline_dev.sandbox import Instance  # noqa: E402
@@ -182,7 +183,7 @@ def main() -> int:
         print(f"the source wrote {size / 1e6:.0f} MB of binlog in {wrote:.1f} s (sysbench oltp_write_only, "
               f"{ARGS.threads} threads, full speed)", flush=True)
         line = window.choose_line(storage, file, gtid, None, position)
-        span = window.resolve(storage, line, file, position, gtid, window.Until.parse("latest"))
+        span = span_of.resolve(storage, line, file, position, gtid, window.Until.parse("latest"))
         rounds = {}
         for method in ("pipe", "parallel"):
             rplan = pr.preflight({"target_conn_id": "bench_pitr_tgt", "backup": f"{dest}/{plan['backup_id']}",

@@ -78,3 +78,16 @@ def test_a_source_showing_a_prefix_of_the_branch_byte_for_byte_waits_and_other_n
     with pytest.raises(IntegrityError, match="not a binlog file name"):
         split_name("../mariadb-bin.000001")
     assert plan(branch, [SourceFile("other-bin.000001", 5, "0-1-1")])[0].kind == "fork"
+
+
+def test_a_file_that_cannot_follow_the_archived_end_forks_even_under_new_names():
+    """A promoted replica whose file numbers lie past the archive's newest: its first file starts from a GTID state
+    behind what the archive already holds, so it is another history (a fork), not a continuation with holes."""
+    last = Entry("mariadb-bin.000005", "0-1-40", 500, [{"offset": 0, "size": 500, "sha256": "s"}], closed=False,
+                 end_gtids="0-1-50")
+    branch = Branch("1-000001-x", [last])
+    other = SourceFile("mariadb-bin.000009", 90, "0-1-45", 2)  # behind 0-1-50: written by a server that had less
+    steps = plan(branch, [other])
+    assert steps[0].kind == "fork" and "behind the archived mariadb-bin.000005's end" in steps[0].reason
+    ahead = SourceFile("mariadb-bin.000009", 90, "0-1-70", 1)  # ahead: files purged in between, named as holes
+    assert [s.kind for s in plan(branch, [ahead])] == ["hole", "hole", "hole", "hole", "ship"]

@@ -18,8 +18,9 @@ from lastline import connections
 from lastline.core.errors import Refusal, ServerError
 from lastline.manifest import read_manifest
 from lastline.physical import backup as pb
-from lastline.pitr import archive, check, replay, window
+from lastline.pitr import applier, archive, check, replay, window
 from lastline.pitr import restore as pitr
+from lastline.pitr import span as span_of
 from lastline.storage import open_storage
 from lastline_dev.sandbox import Instance
 
@@ -207,7 +208,7 @@ def test_a_replay_stopped_half_way_resumes_without_applying_a_transaction_twice(
         cur.execute("SET SESSION sql_log_bin=0")
         cur.execute("INSERT INTO shop.orders (id, item, qty, note) VALUES (%s, 0, 0, 'in the way')", (blocker,))
         cur.connection.commit()
-    span = window.Span.of(plan["replay"]["span"])
+    span = span_of.Span.of(plan["replay"]["span"])
     with pytest.raises(ServerError, match="applier stopped"):
         replay.apply(server, storage, span, "resume-test", "parallel")
     held = server.query("SELECT @@GLOBAL.gtid_slave_pos")[0][0]
@@ -228,13 +229,13 @@ def test_a_replay_stopped_half_way_resumes_without_applying_a_transaction_twice(
     server.query("SET GLOBAL slave_run_triggers_for_rbr='YES'")
     try:
         with server.session() as cur:
-            assert replay.choose_method(cur, "auto", set())[0] == "pipe"
+            assert applier.choose_method(cur, "auto", set())[0] == "pipe"
             with pytest.raises(Refusal, match="slave_run_triggers_for_rbr"):
-                replay.choose_method(cur, "parallel", set())
+                applier.choose_method(cur, "parallel", set())
             own = int(server.query("SELECT @@GLOBAL.server_id")[0][0])
         server.query("SET GLOBAL slave_run_triggers_for_rbr='NO'")
         with server.session() as cur:
-            assert replay.choose_method(cur, "auto", {own}) == ("pipe", f"the target's server_id {own} wrote some of "
+            assert applier.choose_method(cur, "auto", {own}) == ("pipe", f"the target's server_id {own} wrote some of "
                                                                 "these binlogs (its applier would skip them)")
     finally:
         server.query("SET GLOBAL slave_run_triggers_for_rbr='NO'")
@@ -262,27 +263,29 @@ def test_a_worker_killed_mid_replay_resumes_to_the_exact_result(history):
     cur.execute("BEGIN")
     cur.execute("SELECT * FROM shop.stock FOR UPDATE")  # every transaction of the workload updates a stock row
     worker = subprocess.Popen([sys.executable, "-c", (
-        "import json, sys; from lastline import connections; from lastline.pitr import replay, window; "
+        "import json, sys; from lastline import connections; from lastline.pitr import replay; from lastline.pitr import span as span_of; "
         "from lastline.storage import open_storage; "
         f"replay.apply(connections.server('t_pitr_tgt'), open_storage({history['dest']!r}), "
-        f"window.Span.of(json.loads(sys.stdin.read())), 'killed', 'parallel')")],
+        f"span_of.Span.of(json.loads(sys.stdin.read())), 'killed', 'parallel')")],
         stdin=subprocess.PIPE, env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}, text=True)
     worker.stdin.write(json.dumps(plan["replay"]["span"]))
     worker.stdin.close()
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:  # until the applier waits on the lock
-        if server.query("SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE STATE LIKE '%lock%' "
-                        "AND USER = 'system user'")[0][0]:
+        if server.query("SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE COMMAND = 'Slave_worker' "
+                        "AND STATE LIKE '%find_row%'")[0][0]:
             break
         time.sleep(0.2)
     else:
-        pytest.fail("the applier never reached the locked rows")
+        worker.kill()
+        pytest.fail(f"the applier never reached the locked rows (worker exit {worker.poll()}): "
+                    f"{server.query('SELECT USER, COMMAND, STATE, INFO FROM information_schema.PROCESSLIST')}")
     worker.send_signal(signal.SIGKILL)
     worker.wait()
     assert server.query("SELECT @@GLOBAL.slave_parallel_threads")[0][0] != before[0][0]  # left changed
     lock.rollback()
     lock.close()
-    result = replay.apply(server, storage, window.Span.of(plan["replay"]["span"]), "killed", "parallel")
+    result = replay.apply(server, storage, span_of.Span.of(plan["replay"]["span"]), "killed", "parallel")
     assert state(history["tgt"]) == history["points"]["latest"][2]
     assert server.query("SELECT @@GLOBAL.slave_parallel_threads, @@GLOBAL.slave_exec_mode") == before
     assert server.query("SHOW ALL SLAVES STATUS") == []
@@ -315,7 +318,7 @@ def test_refusals_come_before_anything_is_touched(history, tmp_path):
     line = window.choose_line(copied, file, gtid, None, position)
     assert line.files[0][1].name != file  # the base sits at the top of a file, its transactions in the one before
     with pytest.raises(Refusal, match="before the base"):
-        window.resolve(copied, line, file, position, gtid, window.Until("time", time=written - 1))
+        span_of.resolve(copied, line, file, position, gtid, window.Until("time", time=written - 1))
     with pytest.raises(Refusal, match="before the base"):  # named, a base begun after until says so too
         pitr.preflight({**conf, "destination": f"file://{copy}", "base": rotated["backup_id"],
                         "until": window.utc(written - 1)})

@@ -23,7 +23,7 @@ STATUS = f"{PREFIX}/status.json"  # the last check's problems: an alert goes out
 def reach(line: window.Line, file: str | None, gtid: str) -> dict[str, Any]:
     """How far a base (its binlog file and GTID state) rolls forward on `line`: to the end of the last file
     before the first hole after it."""
-    at = window._find_base(line, file, gtid)
+    at = window.find_base(line, file, gtid)
     if at is None:
         return {"branch": line.branch, "to_time": None, "to_gtid": None, "hole": None,
                 "note": "the archive does not reach back to this backup"}

@@ -12,6 +12,7 @@ from lastline import connections
 from lastline.core.errors import ConfigError, Refusal
 from lastline.core.plans import Conf
 from lastline.manifest import ID_RE, complete_backups, read_manifest
+from lastline.pitr import span as span_of
 from lastline.pitr import window
 from lastline.pitr.replay import METHODS
 from lastline.storage import Storage, open_allowed
@@ -68,7 +69,7 @@ def preflight(conf: dict[str, Any]) -> dict[str, Any]:
         file, position, gtid = coordinates(manifest)
         try:
             line = window.choose_line(storage, file, gtid, branch, position)
-            span = window.resolve(storage, line, file, position, gtid, until)
+            span = span_of.resolve(storage, line, file, position, gtid, until)
         except Refusal as exc:
             if "before the base" in str(exc) and params.text("base", "auto") in ("", "auto"):
                 refusals.append(f"{backup_id}: {exc}")

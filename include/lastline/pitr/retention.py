@@ -46,7 +46,7 @@ def needed_files(storage: Storage, bases: list[str]) -> set[tuple[str, str]]:
         except LastlineError as exc:
             log.info("retention: %s does not roll forward on the archive (%s)", backup_id, exc)
             continue
-        at = window._find_base(line, file, gtid) or 0
+        at = window.find_base(line, file, gtid) or 0
         out |= {(bid, e.name) for bid, e in line.files[at:]}
     return out
 
