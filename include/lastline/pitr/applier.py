@@ -14,7 +14,7 @@ from lastline.core.errors import IntegrityError, Refusal, ServerError
 from lastline.core.hosts import Host
 from lastline.core.servers import Server
 from lastline.pitr import events
-from lastline.pitr.window import gtid_map
+from lastline.pitr.events import gtid_map
 
 log = logging.getLogger(__name__)
 

@@ -15,6 +15,7 @@ import re
 from dataclasses import dataclass, field
 
 from lastline.core.errors import IntegrityError
+from lastline.pitr.events import includes
 
 _SEQ = re.compile(r"(?P<base>[A-Za-z0-9_.-]+)\.(?P<seq>\d{6,})")
 BRANCH_ID = re.compile(r"\d+-\d{6,}-[0-9a-f]{8}(-\d+)?\Z")
@@ -159,7 +160,7 @@ def plan(branch: Branch | None, files: list[SourceFile]) -> list[Step]:
     steps: list[Step] = []
     current = next((f for f in files if f.name == last.name), None)
     later = [f for f in files if f.seq > last.seq]
-    if later and _behind(later[0].start_gtids, last.end_gtids):  # not what follows the archive: another history
+    if later and not includes(later[0].start_gtids, last.end_gtids):  # not what follows the archive: another history
         return _fork(branch, files, base, f"{later[0].name} starts from GTID state {later[0].start_gtids!r}, behind the "
                                           f"archived {last.name}'s end {last.end_gtids!r}")
     if current is not None:
@@ -174,15 +175,6 @@ def plan(branch: Branch | None, files: list[SourceFile]) -> list[Step]:
     if later:
         steps += _ship_from(files, files.index(later[0]), base, last.seq)
     return steps
-
-
-def _behind(start: str, end: str) -> bool:
-    """Whether a file starting from GTID state `start` cannot follow one that ended at `end` (a domain of `end`
-    missing from `start`, or at a lower sequence number there)."""
-    def seqs(text: str) -> dict[int, int]:
-        return {int(g.split("-")[0]): int(g.split("-")[2]) for g in text.split(",") if g}
-    begun = seqs(start)
-    return any(begun.get(d, -1) < n for d, n in seqs(end).items())
 
 
 def _fork(branch: Branch | None, files: list[SourceFile], base: str, why: str) -> list[Step]:

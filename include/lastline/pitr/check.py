@@ -9,12 +9,14 @@ import logging
 import time
 from typing import Any
 
+from lastline import reports
 from lastline.core.errors import LastlineError
+from lastline.core.plans import Conf
 from lastline.manifest import complete_backups, manifest_kind, read_manifest
 from lastline.pitr import window
 from lastline.pitr.archive import PREFIX
 from lastline.pitr.restore import coordinates
-from lastline.storage import Storage
+from lastline.storage import Storage, open_allowed
 
 log = logging.getLogger(__name__)
 STATUS = f"{PREFIX}/status.json"  # the last check's problems: an alert goes out when they change
@@ -97,10 +99,6 @@ def markdown(result: dict[str, Any]) -> str:
 
 def run(conf: dict[str, Any], dag_id: str, run_id: str) -> dict[str, Any]:
     """The binlog_archive DAG's check task: the windows, a report, and an alert when the problems change."""
-    from lastline import reports
-    from lastline.core.plans import Conf
-    from lastline.storage import open_allowed
-
     params = Conf(conf)
     storage = open_allowed(params.required("destination"), params.text("aws_conn_id"))
     result = check(storage, params.number("rpo_alert_seconds", 600, minimum=1))

@@ -260,6 +260,18 @@ def rotate_event(next_name: str, server_id: int, checksum: bool, position: int =
     return event
 
 
+def gtid_map(text: str) -> dict[int, int]:
+    """{domain: seq} of a GTID state `d-s-n,...` (a single GTID is a state of one domain)."""
+    return {int(g.split("-")[0]): int(g.split("-")[2]) for g in (text or "").split(",") if g}
+
+
+def includes(state: str, other: str) -> bool:
+    """Whether GTID state `state` holds every transaction `other` holds: each domain of `other` at or past its
+    sequence number in `state`."""
+    have = gtid_map(state)
+    return all(have.get(d, -1) >= n for d, n in gtid_map(other).items())
+
+
 def gtid_state(start: str, transactions: list[Transaction]) -> str:
     """The GTID state after `transactions`, from `start` (a Gtid_list: `domain-server-seq,...`): per domain, the
     last transaction's GTID."""

@@ -33,8 +33,9 @@ from lastline.core.pipeline import run_pipeline
 from lastline.core.servers import Server
 from lastline.core.sql import META_DB
 from lastline.pitr import applier, events
+from lastline.pitr.events import gtid_map, includes
 from lastline.pitr.span import Span
-from lastline.pitr.window import gtid_map, segment_chunks, utc
+from lastline.pitr.window import segment_chunks, utc
 from lastline.storage import Storage, open_allowed
 
 log = logging.getLogger(__name__)
@@ -181,7 +182,7 @@ def apply(server: Server, storage: Storage, span: Span, run_id: str, method: str
             holds = end
         cur.execute("XA RECOVER")
         prepared = [str(r[3]) for r in cur.fetchall()]
-    if not all(gtid_map(holds).get(d, -1) >= n for d, n in gtid_map(end).items()):
+    if not includes(holds, end):
         raise IntegrityError(f"after the replay the target holds GTID position {holds!r}, short of {end!r}: it did not "
                              "apply every transaction. A retry resumes.")
     if prepared:  # as on the source at that point: prepared, their XA COMMIT after the stop

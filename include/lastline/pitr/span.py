@@ -10,7 +10,7 @@ from typing import Any
 from lastline.core.errors import Refusal
 from lastline.pitr import events
 from lastline.pitr.chain import Entry
-from lastline.pitr.window import Line, Until, find_base, holds, segment_bytes, utc
+from lastline.pitr.window import Line, Until, find_base, segment_bytes, utc
 from lastline.storage import Storage
 
 
@@ -57,7 +57,7 @@ def resolve(storage: Storage, line: Line, file: str | None, position: int | None
     at = find_base(line, file, gtid)
     assert at is not None
     span = Span(line.branch, gtid, until.describe())
-    if until.kind == "gtid" and holds(gtid, until.gtid or ""):
+    if until.kind == "gtid" and events.includes(gtid, until.gtid or ""):
         raise Refusal(f"until GTID {until.gtid} is before the base, whose state is {gtid}: choose an older base "
                       "backup (base) or a later GTID.")
     first = True
@@ -133,7 +133,7 @@ def _stop_in(storage: Storage, bid: str, entry: Entry, start: int,
             continue
         if until.kind == "time" and int(seg.get("last_time", 0)) <= (until.time or 0):
             continue
-        if until.kind == "gtid" and not holds(seg.get("end_gtids", ""), until.gtid or ""):
+        if until.kind == "gtid" and not events.includes(seg.get("end_gtids", ""), until.gtid or ""):
             continue
         found = events.scan(segment_bytes(storage, bid, entry.name, seg), entry.name, seg["offset"], entry.checksum)
         trx = [t for t in found.transactions if t.start >= start]

@@ -134,23 +134,10 @@ def segment_bytes(storage: Storage, branch: str, name: str, segment: dict) -> by
     return b"".join(segment_chunks(storage, branch, name, segment))
 
 
-def gtid_map(text: str) -> dict[int, int]:
-    """{domain: seq} of a GTID state `d-s-n,...`."""
-    return {int(g.split("-")[0]): int(g.split("-")[2]) for g in (text or "").split(",") if g}
-
-
-def holds(state: str, gtid: str) -> bool:
-    """Whether the GTID state `state` includes transaction `gtid` (its domain at or past its sequence number)."""
-    d, _, n = (int(x) for x in gtid.split("-"))
-    return gtid_map(state).get(d, -1) >= n
-
-
 def find_base(line: Line, file: str | None, gtid: str) -> int | None:
     """The index in `line` of the base's file: by name when the backup recorded one (its start state must not be
     past the base's), else the last file starting at or before the base's GTID state."""
-    base = gtid_map(gtid)
-    fits = [i for i, (_, e) in enumerate(line.files) if not e.unusable and all(
-        base.get(d, -1) >= n for d, n in gtid_map(e.start_gtids).items())]
+    fits = [i for i, (_, e) in enumerate(line.files) if not e.unusable and events.includes(gtid, e.start_gtids)]
     if file:
         named = [i for i in fits if line.files[i][1].name == file]
         return named[-1] if named else None
@@ -163,16 +150,15 @@ def base_matches(storage: Storage, line: Line, at: int, position: int | None, gt
     `RESET MASTER` or a restore: only the bytes tell two histories apart). Without a position (a base known by
     its GTID state only), or at a file's start, the file's start state must agree."""
     bid, entry = line.files[at]
-    state = gtid_map(gtid)
     seg = next((s for s in entry.segments if position and s["offset"] < position <= s["offset"] + s["size"]), None)
     if seg is None:
-        return position is None or position <= 4 or gtid_map(entry.start_gtids).items() <= state.items()
+        return position is None or position <= 4 or events.includes(gtid, entry.start_gtids)
     found = events.scan(segment_bytes(storage, bid, entry.name, seg)[:position - seg["offset"]], entry.name,
                         seg["offset"], entry.checksum)
     last = next((t for t in reversed(found.transactions) if t.end == position), None)
     if last is None:  # no transaction ends there: the base sits after the file's header events
-        return not found.transactions and all(state.get(d, -1) >= n for d, n in gtid_map(entry.start_gtids).items())
-    return state.get(last.domain) == last.seq and gtid_of(gtid, last.domain) == last.gtid
+        return not found.transactions and events.includes(gtid, entry.start_gtids)
+    return gtid_of(gtid, last.domain) == last.gtid
 
 
 def gtid_of(state: str, domain: int) -> str | None:
