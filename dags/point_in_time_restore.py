@@ -2,16 +2,19 @@
 ### point_in_time_restore: a base backup rolled forward with the archived binlogs, to a second or a GTID
 
 plan (read-only: the base, the archive's branch, the exact bytes to replay; refuses an `until` in a hole,
-past the archive's end or before the base) → base.* (the physical restore's own steps: preflight, approve,
-stop, extract, prepare, start, verify) → replay (the archived binlogs from the base's exact coordinates, in
+past the archive's end or before the base) → base_kind → physical_base.* (the physical restore's own steps:
+preflight, approve, stop, extract, prepare, start, verify) or logical_base.* (the logical restore's: the
+databases of a logical backup, under an account limited to them) → replay (the archived binlogs from the base's exact coordinates, in
 commit order, up to the first transaction stamped after `until` or through the `until` GTID, whole
 transactions only; the target's own parallel applier, or `mariadb-binlog | mariadb`; a retry resumes where
 the target stopped) → cleanup (a teardown: the replay's replication connection dropped and the settings it
 changed put back, however it ended).
 
 `until`: `YYYY-MM-DDTHH:MM:SSZ` (UTC), a GTID `domain-server-seq`, or `latest`. `base`: a backup id, or
-`auto` (the newest complete physical backup before `until`). The archive is `<destination>/binlogs`, written
-by the binlog_archive DAG.
+`auto` (the newest complete backup of `base_kind` before `until`). The archive is `<destination>/binlogs`,
+written by the binlog_archive DAG. A logical base's replay reaches its restored databases only: row events
+through the target's applier with `replicate_do_db` set to them, statements under an account limited to them
+(what the server refuses that account is skipped and reported).
 """
 from __future__ import annotations
 
@@ -20,7 +23,7 @@ from airflow.sdk import dag, get_current_context, task
 from lastline.airflow.defaults import dag_args
 from lastline.airflow.params import params
 from lastline.airflow.routing import on_server
-from lastline.airflow.task_groups import physical_restore_steps
+from lastline.airflow.task_groups import logical_restore_steps, physical_restore_steps
 from lastline.pitr import replay as pitr_replay
 from lastline.pitr import restore as pitr
 
@@ -30,9 +33,11 @@ from lastline.pitr import restore as pitr
     **dag_args(schedule=None),
     doc_md=__doc__,
     tags=["lastline", "pitr", "restore"],
-    params=params("target_conn_id", "destination", "until", "base", "branch", "replay_method", "parallel", "force",
-                  "restore_into_source", "aws_conn_id",
-                  force="move a non-empty target datadir aside (deleted after verify)"),
+    params=params("target_conn_id", "destination", "until", "base", "base_kind", "databases", "branch", "replay_method",
+                  "parallel", "force", "restore_into_source", "aws_conn_id",
+                  databases="a logical base's databases to restore and roll forward; empty: every one it holds",
+                  force="replace what the base replaces: a non-empty datadir (physical) or existing databases (logical), "
+                        "set aside until verified"),
 )
 def point_in_time_restore():
     @task(multiple_outputs=True, **on_server("target_conn_id", long=False))
@@ -47,10 +52,16 @@ def point_in_time_restore():
     def cleanup(plan: dict) -> dict:
         return pitr_replay.cleanup(plan, get_current_context()["run_id"])
 
+    @task.branch
+    def base_kind(kind: str) -> str:
+        return f"{kind}_base.preflight"
+
     p = plan()
-    base = physical_restore_steps.override(group_id="base")(p["restore"])
-    replayed = replay(p["replay"])
-    base >> replayed >> cleanup(p["replay"]).as_teardown(setups=replayed)
+    physical = physical_restore_steps.override(group_id="physical_base")(p["physical"])
+    logical = logical_restore_steps.override(group_id="logical_base")(p["logical"])
+    base_kind(p["kind"]) >> [physical, logical]
+    replayed = replay.override(trigger_rule="none_failed_min_one_success")(p["replay"])
+    [physical, logical] >> replayed >> cleanup(p["replay"]).as_teardown(setups=replayed)
 
 
 point_in_time_restore()

@@ -170,9 +170,13 @@ def test_binlog_archive_shape(dagbag):
 def test_point_in_time_restore_shape(dagbag):
     dag = dagbag.get_dag("point_in_time_restore")
     assert type(dag.timetable).__name__ == "NullTimetable"  # manual only
-    assert {"target_conn_id", "destination", "until", "base", "branch", "replay_method", "force"} <= set(dag.params.keys())
+    assert {"target_conn_id", "destination", "until", "base", "base_kind", "databases", "branch", "replay_method",
+            "force"} <= set(dag.params.keys())
     assert {t.task_id for t in dag.roots} == {"plan"} and {t.task_id for t in dag.leaves} == {"cleanup"}
     assert dag.get_task("cleanup").is_teardown and "replay" in dag.get_task("cleanup").upstream_task_ids
+    assert dag.get_task("base_kind").downstream_task_ids == {"physical_base.preflight", "logical_base.preflight"}
     replay = dag.get_task("replay")
-    assert "base.verify" in replay.get_flat_relative_ids(upstream=True)  # never replayed onto an unverified base
-    assert dag.get_task("base.approve")  # a person approves before data is replaced, as in every restore
+    assert replay.trigger_rule == "none_failed_min_one_success"  # after the base restored, the other branch skipped
+    for kind in ("physical", "logical"):  # never replayed onto an unverified base
+        assert f"{kind}_base.verify" in replay.get_flat_relative_ids(upstream=True)
+        assert dag.get_task(f"{kind}_base.approve")  # a person approves before data is replaced, as in every restore

@@ -199,7 +199,7 @@ def test_a_replay_stopped_half_way_resumes_without_applying_a_transaction_twice(
     storage, tgt = history["storage"], history["tgt"]
     plan = pitr.preflight({"target_conn_id": "t_pitr_tgt", "destination": history["dest"], "until": "latest"})
     from lastline.physical import restore as pr
-    rplan = pr.preflight({**plan["restore"], "force": True})
+    rplan = pr.preflight({**plan["physical"], "force": True})
     for step in (pr.stop_target, pr.extract, pr.prepare, pr.start_target):
         step(rplan)
     server = connections.server("t_pitr_tgt")
@@ -258,7 +258,7 @@ def test_a_worker_killed_mid_replay_resumes_to_the_exact_result(history):
     storage = history["storage"]
     plan = pitr.preflight({"target_conn_id": "t_pitr_tgt", "destination": history["dest"], "until": "latest"})
     from lastline.physical import restore as pr
-    rplan = pr.preflight({**plan["restore"], "force": True})
+    rplan = pr.preflight({**plan["physical"], "force": True})
     for step in (pr.stop_target, pr.extract, pr.prepare, pr.start_target):
         step(rplan)
     server = connections.server("t_pitr_tgt")

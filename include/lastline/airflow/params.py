@@ -123,8 +123,10 @@ SPECS: dict[str, Spec] = {
                            "per-minute schedule starts the next)", SPEED, {"type": "number", "minimum": 0.1}),
     "until": _string("latest", "Until", "roll forward to: a UTC time YYYY-MM-DDTHH:MM:SSZ (every transaction committed "
                      "at or before it), a GTID domain-server-seq (up to and including it), or latest", BACKUP, required=True),
-    "base": _string("auto", "Base backup", "the physical backup rolled forward: a backup id in the destination, or auto "
-                    "(the newest complete one before until)", BACKUP),
+    "base": _string("auto", "Base backup", "the backup rolled forward: a backup id in the destination, or auto "
+                    "(the newest complete one of base_kind before until)", BACKUP),
+    "base_kind": Spec("any", "Kind of base", "physical (the whole server), logical (its databases, into a server that may "
+                      "hold others), or any: whichever is newest", BACKUP, {"type": "string", "enum": ["any", "physical", "logical"]}),
     "branch": _string("", "Archive branch", "the binlog archive's branch to roll forward on (after a failover or a "
                       "restore the archive forks); empty: the newest branch that holds the base", BACKUP),
     "replay_method": Spec("auto", "Replay method", "parallel: the target's own parallel applier, resumable; pipe: "

@@ -42,7 +42,7 @@ SESSION_PROCEDURE = f"{META_DB}.restore_session"  # SET SESSION sql_log_bin = 0,
 RUN_PREFIX, OWNER_PREFIX = "lastline_run_", "lastline_obj_"
 # what a restore does inside its own databases: create and fill tables, build indexes, create objects
 DATABASE_PRIVILEGES = ("SELECT, INSERT, UPDATE, DELETE, CREATE, DROP, ALTER, INDEX, REFERENCES, CREATE VIEW, SHOW VIEW, "
-                       "TRIGGER, CREATE ROUTINE, ALTER ROUTINE, EVENT, LOCK TABLES, EXECUTE")
+                       "TRIGGER, CREATE ROUTINE, ALTER ROUTINE, EVENT, LOCK TABLES, EXECUTE, CREATE TEMPORARY TABLES")
 # lastline's own tables the run account writes in the same transactions as the rows (table-level grants)
 META_TABLES = {"ledger": "SELECT, INSERT, UPDATE", "table_checks": "SELECT, INSERT, UPDATE, DELETE"}
 

@@ -12,6 +12,13 @@ ASIDE_PREFIX = "lastline_aside_"  # where a forced restore keeps the old tables 
 NON_TRANSACTIONAL = frozenset({"myisam", "aria", "memory", "csv", "archive", "merge", "mrg_myisam"})
 
 
+def never_restored(database: str) -> bool:
+    """System schemas, lastline's own schema and its set-aside databases: a restore never writes them (the run
+    account would hold the server's accounts, or lastline's own state)."""
+    name = database.casefold()  # with lower_case_table_names=1 a grant on `MYSQL` or `_LASTLINE` lands on the real one
+    return name in SYSTEM_SCHEMAS or name == META_DB or name.startswith(ASIDE_PREFIX)
+
+
 def quote_ident(name: str) -> str:
     """A backquoted identifier (backquotes inside doubled)."""
     return "`" + name.replace("`", "``") + "`"

@@ -14,7 +14,7 @@ from lastline.core import datadir as dd
 from lastline.core.errors import LastlineError, PreflightError
 from lastline.core.plans import Conf
 from lastline.core.servers import base_version, refuse_restore_into_source
-from lastline.core.sql import ASIDE_PREFIX, SYSTEM_SCHEMAS, server_identity, tables_at_risk
+from lastline.core.sql import ASIDE_PREFIX, SYSTEM_SCHEMAS, never_restored, server_identity, tables_at_risk  # noqa: F401
 from lastline.logical import dialect, tuning
 from lastline.logical.backup_files import checked_schema, open_backup, require_chunk_files, run_server, selected, target_server
 from lastline.logical.finalize import (
@@ -141,13 +141,6 @@ def preflight(conf: dict, role: str | None = None) -> dict:
         need / 1e6, server.describe(), " - resuming an unfinished restore of this backup" if resume else "",
     )
     return plan.to_dict()
-
-
-def never_restored(database: str) -> bool:
-    """System schemas, lastline's own schema and its set-aside databases: a restore never writes them (the run
-    account would hold the server's accounts, or lastline's own state)."""
-    name = database.casefold()  # with lower_case_table_names=1 a grant on `MYSQL` or `_LASTLINE` lands on the real one
-    return name in SYSTEM_SCHEMAS or name == tuning.META_DB or name.startswith(ASIDE_PREFIX)
 
 
 def refuse_wide_grants(cur: Any, schema: dict, databases: list[str]) -> None:

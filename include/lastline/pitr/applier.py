@@ -97,21 +97,34 @@ def relay_base(cur: Any, datadir: str, host: Host) -> tuple[str, str]:
 
 
 def drop_connection(cur: Any) -> None:
+    """The replay's connection stopped and removed, its relay logs with it, and its database filter cleared (the
+    server keeps a connection's filters by name, beyond RESET SLAVE ALL)."""
     cur.execute("SHOW ALL SLAVES STATUS")
     names = [str(r[0]) for r in cur.fetchall()]
     if CONNECTION in names:
         cur.execute(f"STOP SLAVE '{CONNECTION}'")
+        cur.execute(f"SET GLOBAL {CONNECTION}.replicate_do_db=''")
         cur.execute(f"RESET SLAVE '{CONNECTION}' ALL")
 
 
-def run_parallel(server: Server, paths: list[str], kept: list[events.Transaction], threads: int) -> dict[str, Any]:
+def write_index(host: Host, base: str, named: str, paths: list[str]) -> None:
+    """The relay log index naming `paths` (written as the server writes them: under `named`), owned as the folder."""
+    names = [posixpath.join(named, posixpath.basename(p)) for p in paths]
+    host.sh('b=$1; shift; printf "%s\\n" "$@" > "$b.index" && cd "$(dirname "$b")" && chown --reference . "$@" "$b.index"',
+            base, *names)
+
+
+def run_parallel(server: Server, paths: list[str], kept: list[events.Transaction], threads: int,
+                 databases: list[str] | None = None) -> dict[str, Any]:
     """Replay relay logs cut from the archive through the target's own applier; waits until the target holds the
-    last transaction kept (or its applier stops, or idles short of it). The caller drops the connection and puts
-    the globals back."""
+    last transaction kept (or its applier stops, or idles short of it). `databases`: the only ones its row events
+    may change (the server's replicate_do_db on this connection; None: every one). The caller drops the connection
+    and puts the globals back."""
     started = time.monotonic()
     with server.session(autocommit=True) as cur:
         cur.execute(f"CHANGE MASTER '{CONNECTION}' TO MASTER_HOST='lastline-replay.invalid', MASTER_PORT=9, "
                     f"MASTER_USER='none', RELAY_LOG_FILE='{paths[0]}', RELAY_LOG_POS=4")
+        cur.execute(f"SET GLOBAL {CONNECTION}.replicate_do_db=%s", (",".join(databases or []),))
         cur.execute("SET GLOBAL slave_parallel_threads=%s", (int(threads),))
         cur.execute("SET GLOBAL slave_exec_mode='STRICT'")
         cur.execute(f"START SLAVE '{CONNECTION}' SQL_THREAD")

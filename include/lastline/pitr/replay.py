@@ -22,20 +22,21 @@ import json
 import logging
 import posixpath
 import time
-from collections.abc import Iterator
 from typing import Any
 
 from lastline import connections
+from lastline.core import accounts
 from lastline.core.errors import IntegrityError, PipelineError, Refusal
 from lastline.core.hosts import Host, Stage
 from lastline.core.option_files import option_file
 from lastline.core.pipeline import run_pipeline
 from lastline.core.servers import Server
 from lastline.core.sql import META_DB
-from lastline.pitr import applier, events
+from lastline.pitr import applier, events, scoped
 from lastline.pitr.events import gtid_map, includes
 from lastline.pitr.span import Span
-from lastline.pitr.window import segment_chunks, utc
+from lastline.pitr.split import write_relay
+from lastline.pitr.window import utc
 from lastline.storage import Storage, open_allowed
 
 log = logging.getLogger(__name__)
@@ -67,31 +68,10 @@ def _cut_files(storage: Storage, span: Span, applied: dict[int, int], host: Host
     written = 0
     for k, f in enumerate(span.files, start=1):
         cutter = events.Cutter(f.name, f.start, f.stop, applied)
-        needed = [s for i, s in enumerate(f.segments) if i == 0 or (
-            s["offset"] + s["size"] > f.start and (f.stop is None or s["offset"] < f.stop))]
         path = posixpath.join(folder, f"{base}.{k:06d}")
-
-        def chunks(f=f, needed=needed, cutter=cutter) -> Iterator[bytes]:
-            for seg in needed:
-                if seg["offset"]:
-                    cutter.jump(seg["offset"])
-                for chunk in segment_chunks(storage, f.branch, f.name, seg):  # its sha256 checked at its end, before
-                    cutter.feed(chunk)  # anything is applied (the replay starts once every file is cut)
-                    yield cutter.take()
-            if cutter.stopped:
-                raise IntegrityError(f"{f.name}: the archived bytes cannot be read as binlog events from byte "
-                                     f"{cutter.pos} on: the archive is damaged there; nothing was applied.")
-            if cutter._open is not None and f is not span.files[-1]:
-                raise IntegrityError(f"{f.name}: the archived bytes end inside transaction {cutter._open[0]}, and "
-                                     "later files follow: the archive is damaged there; nothing was applied.")
-
-        result = run_pipeline([Stage("write", ["dd", f"of={path}", "bs=1M", "status=none"])], source=chunks(),
-                              label=f"binlog {f.name}", progress_every=None, host=host)
-        written += result.bytes_in
+        written += write_relay(storage, f, cutter, f is span.files[-1], host, path)
         kept += cutter.kept
         paths.append(path)
-        log.info("%s: %d transactions to apply (%s bytes) of bytes [%d, %s)", f.name, len(cutter.kept),
-                 f"{result.bytes_in:,}", f.start, f.stop if f.stop is not None else "end")
     return paths, kept, written
 
 
@@ -112,10 +92,11 @@ def _pipe(server: Server, paths: list[str]) -> dict[str, Any]:
     return {"seconds": round(time.monotonic() - started, 3)}
 
 
-def apply(server: Server, storage: Storage, span: Span, run_id: str, method: str = "auto",
-          threads: int = 4) -> dict[str, Any]:
+def apply(server: Server, storage: Storage, span: Span, run_id: str, method: str = "auto", threads: int = 4,
+          databases: list[str] | None = None, account: str | None = None) -> dict[str, Any]:
     """Replay `span` into `server` (a restored base), once: a re-run of the same run resumes (parallel) or refuses
-    (a pipe that died part way, a target that restarted mid-replay); a finished run returns its result again."""
+    (a pipe that died part way, a target that restarted mid-replay); a finished run returns its result again.
+    `databases` and `account`: a logical base's, whose replay reaches those databases only (pitr.scoped)."""
     host = server.runner()
     with server.session(autocommit=True) as cur:
         _ledger(cur)
@@ -149,22 +130,36 @@ def apply(server: Server, storage: Storage, span: Span, run_id: str, method: str
     folder, name = posixpath.split(base)
     host.sh('rm -f -- "$1".[0-9]* "$1".index', base)
     try:
-        paths, kept, written = _cut_files(storage, span, applied, host, folder, name)
+        if databases:  # every segment checked and every transaction classified before anything is applied
+            groups, kept = scoped.collect(storage, span, applied)
+            paths, written = list[str](), 0
+        else:
+            paths, kept, written = _cut_files(storage, span, applied, host, folder, name)
         with server.session(autocommit=True) as cur:
             if row:
                 chosen, why = str(row[0]), "resuming this run's replay"
             else:
                 chosen, why = applier.choose_method(cur, method, {t.server_id for t in kept})
+                if databases and chosen != "parallel":
+                    raise Refusal(f"a logical base is rolled forward by the target's own applier only (mariadb-binlog | "
+                                  f"mariadb would run every event with full rights), and here it cannot: {why}.")
                 cur.execute("SET GLOBAL gtid_slave_pos=%s", (span.base_gtid,))
                 cur.execute(f"INSERT INTO {LEDGER} (run_id, method, base_gtid, state, settings, booted) "
                             "VALUES (%s, %s, %s, 'applying', %s, %s)",
                             (run_id, chosen, span.base_gtid, json.dumps(settings), applier.booted(cur)))
-        log.info("replay: %s transactions (%s bytes) by %s (%s)", f"{len(kept):,}", f"{written:,}", chosen, why)
+        log.info("replay: %s transactions by %s (%s)", f"{len(kept):,}", chosen, why)
         result: dict[str, Any] = {"seconds": 0.0}
-        if kept and chosen == "parallel":
-            names = [posixpath.join(named, posixpath.basename(p)) for p in paths]  # as the server writes them
-            host.sh('b=$1; shift; printf "%s\\n" "$@" > "$b.index" && cd "$(dirname "$b")" && '
-                    'chown --reference . "$@" "$b.index"', base, *names)
+        if kept and databases:
+            assert account is not None
+            try:
+                result = scoped.run(server, storage, span, applied, groups, run_id, threads, databases, account, host,
+                                    base, named)
+                written = result.pop("written")
+            finally:
+                with server.session(autocommit=True) as cur:
+                    applier.put_back(cur, settings)
+        elif kept and chosen == "parallel":
+            applier.write_index(host, base, named, paths)
             try:
                 result = applier.run_parallel(server, [posixpath.basename(p) for p in paths], kept, threads)
             finally:
@@ -204,6 +199,8 @@ def cleanup(plan: dict[str, Any], run_id: str) -> dict[str, Any]:
     """The DAG's teardown after the replay, however it ended: the replay's replication connection gone and the
     globals it changed put back as they were before its first attempt (a worker killed mid-replay leaves both)."""
     server = connections.server(plan["target_conn_id"])
+    if plan.get("account"):  # a logical base's run account: dropped, always
+        accounts.drop(server, plan["account"])
     with server.session(autocommit=True) as cur:
         cur.execute("SELECT COUNT(*) FROM information_schema.TABLES WHERE TABLE_SCHEMA=%s AND TABLE_NAME='pitr_replay'",
                     (META_DB,))
@@ -221,4 +218,5 @@ def run(plan: dict[str, Any], run_id: str) -> dict[str, Any]:
     """The point_in_time_restore DAG's replay task."""
     server = connections.server(plan["target_conn_id"])
     storage = open_allowed(plan["destination"], plan.get("aws_conn_id"))
-    return apply(server, storage, Span.of(plan["span"]), run_id, plan.get("method", "auto"), int(plan.get("threads", 4)))
+    return apply(server, storage, Span.of(plan["span"]), run_id, plan.get("method", "auto"), int(plan.get("threads", 4)),
+                 plan.get("databases"), plan.get("account"))

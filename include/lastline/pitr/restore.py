@@ -9,11 +9,13 @@ from datetime import datetime
 from typing import Any
 
 from lastline import connections
+from lastline.core import accounts
 from lastline.core.errors import ConfigError, Refusal
 from lastline.core.plans import Conf
-from lastline.manifest import ID_RE, complete_backups, read_manifest
+from lastline.core.sql import never_restored
+from lastline.manifest import ID_RE, MANIFEST, complete_backups, manifest_kind, read_manifest
+from lastline.pitr import scoped, window
 from lastline.pitr import span as span_of
-from lastline.pitr import window
 from lastline.pitr.replay import METHODS
 from lastline.storage import Storage, open_allowed
 
@@ -32,17 +34,21 @@ def coordinates(manifest: Any) -> tuple[str | None, int | None, str]:
     return manifest.binlog_file, manifest.binlog_position, str(manifest.gtid)
 
 
-def _candidates(storage: Storage, base: str) -> list[str]:
-    """The base backups to try, newest first: the one named, or every complete physical one."""
+def _candidates(storage: Storage, base: str, kind: str) -> list[tuple[str, str]]:
+    """The base backups to try, newest first, as (backup id, kind): the one named, or every complete one of `kind`
+    (`any`: physical and logical alike)."""
     if base and base != "auto":
         if not ID_RE.match(base):
             raise ConfigError(f"base {base!r}: a backup id in the destination (YYYYMMDDTHHMMSSZ) or auto.")
-        return [base]
-    found = list(reversed(complete_backups(storage, "physical")))
+        of = manifest_kind(storage, base) if storage.exists(f"{base}/{MANIFEST}") else None
+        if of is None or (kind != "any" and of != kind):
+            raise Refusal(f"base {base} is not a complete {'' if kind == 'any' else kind + ' '}backup in "
+                          f"{storage.location('')}.")
+        return [(base, of)]
+    kinds = ("physical", "logical") if kind == "any" else (kind,)
+    found = sorted(((b, k) for k in kinds for b in complete_backups(storage, k)), reverse=True)
     if not found:
-        logical = complete_backups(storage, "logical")
-        raise Refusal(f"{storage.location('')} holds no complete physical backup to roll forward"
-                      + (" (a logical base is not supported yet)" if logical else "") + ".")
+        raise Refusal(f"{storage.location('')} holds no complete {' or '.join(kinds)} backup to roll forward.")
     return found
 
 
@@ -57,11 +63,13 @@ def preflight(conf: dict[str, Any]) -> dict[str, Any]:
     until = window.Until.parse(params.text("until", "latest"))
     method = params.choice("replay_method", METHODS, "auto")
     branch = params.text("branch") or None
+    named = params.text("base", "auto") not in ("", "auto")
     refusals: list[str] = []
-    for backup_id in _candidates(storage, params.text("base", "auto") or "auto"):
-        manifest = read_manifest(storage, backup_id, kind="physical")
+    for backup_id, kind in _candidates(storage, params.text("base", "auto") or "auto",
+                                       params.choice("base_kind", ("any", "physical", "logical"), "any")):
+        manifest = read_manifest(storage, backup_id, kind=kind)
         if until.kind == "time" and _started(manifest) > (until.time or 0):
-            if params.text("base", "auto") not in ("", "auto"):
+            if named:
                 raise Refusal(f"until {until.describe()} is before the base {backup_id}, begun at "
                               f"{manifest.started_at}: choose an older base backup (base) or a later time.")
             refusals.append(f"{backup_id}: started after {until.describe()}")
@@ -71,22 +79,41 @@ def preflight(conf: dict[str, Any]) -> dict[str, Any]:
             line = window.choose_line(storage, file, gtid, branch, position)
             span = span_of.resolve(storage, line, file, position, gtid, until)
         except Refusal as exc:
-            if "before the base" in str(exc) and params.text("base", "auto") in ("", "auto"):
+            if "before the base" in str(exc) and not named:
                 refusals.append(f"{backup_id}: {exc}")
                 continue
             raise
-        log.info("point-in-time restore: base %s (%s:%s, GTID %s) on branch %s, until %s: %d binlog files; the last "
-                 "transaction applied will be %s (%s); not applied: %s", backup_id, file, position, gtid, line.branch,
-                 until.describe(), len(span.files), span.last_gtid, window.utc(span.last_time), span.not_applied)
-        restore = {"target_conn_id": target_conn_id, "backup": f"{destination}/{backup_id}",
-                   "aws_conn_id": params.text("aws_conn_id"), "force": params.flag("force"),
-                   "parallel": params.integer("parallel", 2, minimum=1),
+        log.info("point-in-time restore: %s base %s (%s:%s, GTID %s) on branch %s, until %s: %d binlog files; the "
+                 "last transaction applied will be %s (%s); not applied: %s", kind, backup_id, file, position, gtid,
+                 line.branch, until.describe(), len(span.files), span.last_gtid, window.utc(span.last_time),
+                 span.not_applied)
+        parallel = params.integer("parallel", 2, minimum=1)
+        restore: dict[str, Any] = {"target_conn_id": target_conn_id, "backup": f"{destination}/{backup_id}",
+                   "aws_conn_id": params.text("aws_conn_id"), "force": params.flag("force"), "parallel": parallel,
                    "restore_into_source": params.text("restore_into_source"), "manifest_sha256": manifest.read_sha256}
-        replay = {"target_conn_id": target_conn_id, "destination": destination, "aws_conn_id": params.text("aws_conn_id"),
-                  "method": method, "threads": max(2, params.integer("parallel", 2, minimum=1) * 2),
-                  "span": span.to_dict()}
-        return {"kind": "physical", "base": backup_id, "until": until.describe(), "branch": line.branch,
-                "window": window.line_window(line), "restore": restore, "replay": replay}
+        replay: dict[str, Any] = {"target_conn_id": target_conn_id, "destination": destination,
+                                  "aws_conn_id": params.text("aws_conn_id"),
+                  "method": method, "threads": max(2, parallel * 2), "span": span.to_dict()}
+        if kind == "logical":  # the replay reaches the databases the logical restore restores, and no others
+            in_backup = [d["name"] for d in manifest.databases]
+            databases = params.names("databases") or [d for d in in_backup if not never_restored(d)]
+            missing = [d for d in databases if d not in in_backup]
+            if missing:
+                raise Refusal(f"database(s) {', '.join(missing)} are not in base {backup_id}; it holds: "
+                              f"{', '.join(in_backup)}.")
+            scoped.check_names(databases)
+            if method == "pipe":
+                raise Refusal("replay_method pipe: a logical base is rolled forward by the target's own applier, "
+                              "filtered to the restored databases (mariadb-binlog | mariadb would run every event with "
+                              "full rights). Use parallel or auto.")
+            restore["databases"] = databases
+            replay.update(databases=databases, account=accounts.run_account_name())
+        elif params.names("databases"):
+            raise ConfigError(f"databases: base {backup_id} is a physical backup, restored whole; leave databases "
+                              "empty, or choose a logical base (base_kind).")
+        return {"kind": kind, "base": backup_id, "until": until.describe(), "branch": line.branch,
+                "window": window.line_window(line), "physical": restore if kind == "physical" else None,
+                "logical": restore if kind == "logical" else None, "replay": replay}
     raise Refusal(f"no base backup in {storage.location('')} is before until {until.describe()}: "
                   + "; ".join(refusals[:5]))
 

@@ -19,10 +19,9 @@ from typing import Any
 from lastline import connections, reports
 from lastline.core.errors import IntegrityError, PreflightError, ProtectedTargetError
 from lastline.core.plans import Conf, Plan
-from lastline.core.sql import META_DB, server_identity
+from lastline.core.sql import META_DB, never_restored, server_identity
 from lastline.logical import dialect, finalize
 from lastline.logical.backup_files import checked_schema
-from lastline.logical.restore import never_restored
 from lastline.logical.schema import split_deferred
 from lastline.manifest import read_manifest, resolve_backup
 from lastline.staging import masking, pii, pii_objects

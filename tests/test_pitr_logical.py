@@ -1,0 +1,234 @@
+"""Point-in-time restore from a logical base (issue 29): a logical backup of one database (`shop`) taken while the
+workload writes, rolled forward to a second, to a GTID and to latest, each exactly the source's `shop` at that point,
+into a target whose other database (`other`, a namesake of the source's) and whose `mysql` schema the replay never
+reaches: row changes of other databases are filtered by the server (replicate_do_db), statements and DDL on them are
+refused to the run account and skipped, named. A forged archive (statements rewritten into GRANT, BINLOG, writes to
+mysql.*, SET GLOBAL) reaches nothing either."""
+from __future__ import annotations
+
+import json
+import struct
+import time
+import zlib
+
+import pytest
+
+from conftest import set_conn
+from lastline import connections
+from lastline.core.errors import Refusal
+from lastline.logical import backup as lb
+from lastline.pitr import archive, events
+from lastline.pitr import restore as pitr
+from lastline.pitr.split import query_text
+from lastline.storage import open_storage
+from lastline_dev.sandbox import Instance
+from test_pitr_restore import Writer, _shop, mark, state
+
+pytestmark = pytest.mark.e2e
+
+
+def _untouched(inst: Instance) -> dict:
+    """What the replay must never change on the target: its own `other` and the server's accounts."""
+    server = inst.server()
+    return {"other": server.query("CHECKSUM TABLE other.t"), "tables": server.query(
+        "SELECT TABLE_NAME FROM information_schema.TABLES WHERE TABLE_SCHEMA = 'other' ORDER BY 1"),
+        "priv": server.query("SELECT User, Host, Priv FROM mysql.global_priv WHERE User NOT LIKE 'lastline\\_%' "
+                             "ORDER BY User, Host"), "tz": server.query("CHECKSUM TABLE mysql.time_zone_name"),
+        "read_only": server.query("SELECT @@GLOBAL.read_only")}
+
+
+def _statement(server, sql: str, db: str | None = None) -> str:
+    """Run `sql` in statement format on the source (optionally with a default database); the GTID it got."""
+    with server.session(database=db) as cur:
+        cur.execute("SET SESSION binlog_format='STATEMENT'")
+        cur.execute(sql)
+        cur.connection.commit()
+        cur.execute("SELECT @@SESSION.last_gtid")
+        return str(cur.fetchone()[0])
+
+
+@pytest.fixture(scope="module")
+def lhistory(sandbox_root, tmp_path_factory):
+    """A source writing `shop` and `other` with a logical base of `shop` taken under load, the archive shipped as it
+    goes, the points recorded; a target with an `other` of its own."""
+    src, tgt = Instance(sandbox_root, "pitr_lsrc"), Instance(sandbox_root, "pitr_ltgt")
+    src.create()
+    tgt.create()
+    try:
+        yield _history(src, tgt, tmp_path_factory.mktemp("pitr_logical"))
+    finally:
+        src.destroy()
+        tgt.destroy()
+
+
+def _history(src: Instance, tgt: Instance, dest) -> dict:
+    set_conn("t_pitr_lsrc", src)
+    set_conn("t_pitr_ltgt", tgt)
+    storage = open_storage(f"file://{dest}")
+    server = connections.server("t_pitr_lsrc")
+    _shop(server, stock=100000, accounts=20)
+    for inst, rows in ((src, ("source one", "source two")), (tgt, ("the target's own", "never replayed into"))):
+        with inst.server().session() as cur:
+            cur.execute("CREATE DATABASE other")
+            cur.execute("CREATE TABLE other.t (id INT AUTO_INCREMENT PRIMARY KEY, v VARCHAR(40))")
+            cur.executemany("INSERT INTO other.t (v) VALUES (%s)", [(r,) for r in rows])
+            cur.connection.commit()
+    archive.ship(server, storage)
+    writer = Writer(src).start()
+    try:
+        return _workload(src, tgt, dest, storage, server, writer)
+    finally:
+        writer.stop.set()
+        writer.go.set()
+
+
+def _workload(src: Instance, tgt: Instance, dest, storage, server, writer: Writer) -> dict:
+    time.sleep(1)
+    plan = lb.preflight({"source_conn_id": "t_pitr_lsrc", "destination": f"file://{dest}", "databases": ["shop"]})
+    lb.dump(plan)  # the base, taken while the writers write: shop only
+    skipped = []
+    with server.session() as cur:  # row format: one transaction on both databases, and one on mysql.*
+        cur.execute("INSERT INTO other.t (v) VALUES ('row, other')")
+        cur.execute("UPDATE shop.stock SET qty = qty + 1000 WHERE id = 7")
+        cur.connection.commit()
+        cur.execute("INSERT INTO mysql.time_zone_name (Name, Time_zone_id) VALUES ('Lastline/Replayed', 4242)")
+        cur.connection.commit()
+    archive.ship(server, storage)
+    server.query("FLUSH BINARY LOGS")
+    _statement(server, "UPDATE shop.stock SET qty = qty + 1 WHERE id <= 5")  # statements on shop: applied
+    writer.pause()  # the DDL between transactions (a DDL waiting for a table's lock can hold the writers up)
+    _statement(server, "ALTER TABLE shop.accounts ADD COLUMN note VARCHAR(20) NOT NULL DEFAULT 'x'")
+    writer.resume()
+    skipped.append(_statement(server, "INSERT INTO other.t (v) VALUES ('statement, other')"))  # refused to the account
+    skipped.append(_statement(server, "CREATE TABLE other.t2 (id INT)"))
+    skipped.append(_statement(server, "INSERT INTO t (v) VALUES ('default database other')", db="other"))
+    time.sleep(1)
+    points = {"time": mark(src, writer)}
+    archive.ship(server, storage)
+    with server.session() as cur:  # a temporary table living across a rotation (statement format)
+        cur.execute("SET SESSION binlog_format='STATEMENT'")
+        cur.execute("CREATE TEMPORARY TABLE shop.tmp_moves (id INT, qty INT)")
+        cur.execute("INSERT INTO shop.tmp_moves VALUES (1, 7), (2, 9)")
+        cur.connection.commit()
+        server.query("FLUSH BINARY LOGS")
+        cur.execute("UPDATE shop.stock s JOIN shop.tmp_moves m ON s.id = m.id SET s.qty = s.qty + m.qty")
+        cur.connection.commit()
+    time.sleep(1)
+    points["gtid"] = mark(src, writer)
+    time.sleep(1)
+    writer.finish()
+    final = state(src)
+    # reads the source's accounts into shop: on the target the account may not read mysql.*, so it is skipped
+    skipped.append(_statement(server, "INSERT INTO shop.orders (item, qty, note) SELECT 0, 0, User FROM mysql.user LIMIT 1"))
+    points["latest"] = ("latest", server.query("SELECT @@GLOBAL.gtid_binlog_pos")[0][0], final)
+    archive.ship(server, storage)
+    assert writer.commits > 200
+    return {"dest": f"file://{dest}", "storage": storage, "points": points, "src": src, "tgt": tgt,
+            "base": plan["backup_id"], "skipped": skipped, "untouched": _untouched(tgt)}
+
+
+
+
+def _restore(run_dag, h, until: str, dest: str | None = None) -> str:
+    state_, tis, logs = run_dag("point_in_time_restore", {
+        "target_conn_id": "t_pitr_ltgt", "destination": dest or h["dest"], "until": until, "base": "auto",
+        "base_kind": "logical", "databases": [], "branch": "", "replay_method": "auto", "parallel": 2, "force": True,
+        "restore_into_source": "", "aws_conn_id": None})
+    assert state_ == "success", (tis, logs[-4000:])
+    assert tis["physical_base.preflight"] == "skipped" and tis["logical_base.verify"] == "success", tis
+    return logs
+
+
+def test_a_logical_base_rolls_forward_to_a_second_reaching_only_its_databases(run_dag, lhistory):
+    until, _, recorded = lhistory["points"]["time"]
+    plan = pitr.preflight({"target_conn_id": "t_pitr_ltgt", "destination": lhistory["dest"], "until": until,
+                           "base_kind": "logical"})
+    assert plan["kind"] == "logical" and plan["replay"]["databases"] == ["shop"]
+    logs = _restore(run_dag, lhistory, until)
+    assert state(lhistory["tgt"]) == recorded  # the row and statement changes of shop, the DDL included
+    assert _untouched(lhistory["tgt"]) == lhistory["untouched"]  # other.t, other.t2, mysql.*: never reached
+    for gtid in lhistory["skipped"][:3]:  # the statements on `other`, named
+        assert f"transaction {gtid} skipped, the server refused it to the restore's account" in logs
+    tgt = lhistory["tgt"].server()
+    assert tgt.query("SELECT COUNT(*) FROM mysql.user WHERE User LIKE 'lastline\\_run\\_%'") == [(0,)]  # dropped
+    assert tgt.query("SELECT @@GLOBAL.slave_parallel_threads, @@GLOBAL.replicate_do_db") == [(0, "")]
+
+
+def test_a_logical_base_to_a_gtid_and_to_latest_skips_what_reaches_further(run_dag, lhistory):
+    _, gtid, recorded = lhistory["points"]["gtid"]
+    _restore(run_dag, lhistory, gtid)  # across the temporary table's rotation
+    assert state(lhistory["tgt"]) == recorded
+    logs = _restore(run_dag, lhistory, "latest")
+    assert state(lhistory["tgt"]) == lhistory["points"]["latest"][2]  # without the row read from mysql.user
+    assert f"transaction {lhistory['skipped'][-1]} skipped" in logs and "SELECT command denied" in logs
+    assert _untouched(lhistory["tgt"]) == lhistory["untouched"]
+
+
+def _forge(storage, gtid: str, text: bytes) -> None:
+    """Rewrite the statement of transaction `gtid` in the archive as someone who can write the destination would:
+    the same length (padded with spaces), the event's CRC32, the segment's sha256 in chain.json all made to match."""
+    import hashlib
+
+    for b in archive.branches(storage):
+        chain = archive.read_branch(storage, b["id"])
+        for entry in chain.entries:
+            for seg in entry.segments:
+                key = f"binlogs/{b['id']}/{entry.name}/{int(seg['offset']):012d}"
+                data = bytearray(storage.read_bytes(key))
+                at = 4 if seg["offset"] == 0 else 0
+                inside = False
+                while at + events.HEADER_LEN <= len(data):
+                    _, kind, _, size, _, _ = events.HEADER.unpack_from(data, at)
+                    if kind == events.GTID:
+                        seq, domain = struct.unpack_from("<QI", data, at + events.HEADER_LEN)
+                        sid = events.HEADER.unpack_from(data, at)[2]
+                        inside = f"{domain}-{sid}-{seq}" == gtid
+                    elif kind == events.QUERY and inside and query_text(data[at:at + size], entry.checksum) not in (
+                            b"BEGIN", b"COMMIT"):
+                        old = query_text(data[at:at + size], entry.checksum)
+                        assert len(text) <= len(old), (text, old)
+                        start = at + size - 4 - len(old)
+                        data[start:start + len(old)] = text.ljust(len(old))
+                        struct.pack_into("<I", data, at + size - 4, zlib.crc32(bytes(data[at:at + size - 4])) & 0xFFFFFFFF)
+                        storage.write_bytes(key, bytes(data))
+                        seg["sha256"] = hashlib.sha256(data).hexdigest()
+                        archive._write_branch(storage, chain)
+                        return
+                    at += size
+    raise AssertionError(f"{gtid}: no statement found to forge")
+
+
+def test_a_forged_archive_reaches_nothing_beyond_the_restored_databases(run_dag, lhistory, tmp_path):
+    import shutil
+
+    shutil.copytree(lhistory["dest"].removeprefix("file://"), tmp_path / "d")
+    forged = open_storage(f"file://{tmp_path / 'd'}")
+    attacks = {  # each in place of a real statement of the span (the longest first)
+        lhistory["skipped"][-1]: b"GRANT ALL ON *.* TO 'lastline_evil'@'%' IDENTIFIED BY 'x' WITH GRANT OPTION",
+        lhistory["skipped"][0]: b"BINLOG 'AAAA'",
+        lhistory["skipped"][1]: b"DELETE FROM mysql.global_priv",
+        lhistory["skipped"][2]: b"SET GLOBAL read_only = 1",  # its default database (other) is refused first
+    }
+    for gtid, text in attacks.items():
+        _forge(forged, gtid, text)
+    logs = _restore(run_dag, lhistory, "latest", dest=f"file://{tmp_path / 'd'}")
+    assert _untouched(lhistory["tgt"]) == lhistory["untouched"]
+    tgt = lhistory["tgt"].server()
+    assert tgt.query("SELECT COUNT(*) FROM mysql.user WHERE User = 'lastline_evil'") == [(0,)]
+    for gtid in attacks:
+        assert f"transaction {gtid} skipped" in logs
+    assert "BINLOG REPLAY" in logs  # the BINLOG statement was refused for want of the privilege it needs
+
+
+def test_a_logical_base_refuses_what_no_limited_account_can_apply(lhistory):
+    with pytest.raises(Refusal, match="replay_method pipe: a logical base"):
+        pitr.preflight({"target_conn_id": "t_pitr_ltgt", "destination": lhistory["dest"], "until": "latest",
+                        "base_kind": "logical", "replay_method": "pipe"})
+    with pytest.raises(Refusal, match="not in base"):
+        pitr.preflight({"target_conn_id": "t_pitr_ltgt", "destination": lhistory["dest"], "until": "latest",
+                        "base_kind": "logical", "databases": ["other"]})
+    from lastline.pitr.split import classify
+    with pytest.raises(Refusal, match="never both in one transaction"):
+        classify([events.GTID, events.QUERY, 19, 23, events.XID], [b"BEGIN", b"UPDATE x SET y = 1"], "0-1-9")
+    assert classify([events.GTID, events.QUERY, 160, 19, 23, events.XID], [b"BEGIN"], "0-1-9") == "rows"
+    assert json.dumps(classify([events.GTID, events.QUERY, 5, events.QUERY], [b"BEGIN", b"INSERT"], "0-1-9")) == '"statements"'
