@@ -33,8 +33,8 @@ from lastline.pitr import restore as pitr
     **dag_args(schedule=None),
     doc_md=__doc__,
     tags=["lastline", "pitr", "restore"],
-    params=params("target_conn_id", "destination", "until", "base", "base_kind", "databases", "branch", "replay_method",
-                  "parallel", "force", "restore_into_source", "aws_conn_id",
+    params=params("target_conn_id", "destination", "until", "base", "base_kind", "databases", "refused_statements", "branch",
+                  "replay_method", "parallel", "force", "restore_into_source", "aws_conn_id",
                   databases="a logical base's databases to restore and roll forward; empty: every one it holds",
                   force="replace what the base replaces: a non-empty datadir (physical) or existing databases (logical), "
                         "set aside until verified"),

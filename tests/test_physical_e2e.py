@@ -4,6 +4,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import shutil
 import subprocess
 import threading
@@ -55,6 +56,8 @@ def test_file_round_trip_checksums_match_and_password_stays_secret(run_dag, sour
     assert not any(password in s for s in ps.samples), "the password appeared in ps output"
     assert password not in logs, "the password appeared in a task log"
     assert "backup stream" in logs and "MB/s" in logs  # progress was logged
+    report = Path(re.search(r"backup report: file://(\S+backup\.md)", logs).group(1)).read_text()
+    assert "Point-in-time: no binlog archive in this destination" in report and "MB/s" in report
 
     backup = _only_backup(dest)
     manifest = PhysicalManifest.from_json((backup / "manifest.json").read_text())

@@ -7,6 +7,7 @@ mysql.*, SET GLOBAL) reaches nothing either."""
 from __future__ import annotations
 
 import json
+import shutil
 import struct
 import time
 import zlib
@@ -95,9 +96,11 @@ def _workload(src: Instance, tgt: Instance, dest, storage, server, writer: Write
         cur.connection.commit()
     archive.ship(server, storage)
     server.query("FLUSH BINARY LOGS")
-    _statement(server, "UPDATE shop.stock SET qty = qty + 1 WHERE id <= 5")  # statements on shop: applied
+    statements = [_statement(server, "UPDATE shop.stock SET qty = qty + 1 WHERE id <= 5 OR id IN (999999, 999998, "
+                                     "999997, 999996, 999995, 999994)")]  # statements on shop: applied
     writer.pause()  # the DDL between transactions (a DDL waiting for a table's lock can hold the writers up)
-    _statement(server, "ALTER TABLE shop.accounts ADD COLUMN note VARCHAR(20) NOT NULL DEFAULT 'x'")
+    statements.append(_statement(server, "ALTER TABLE shop.accounts ADD COLUMN note VARCHAR(20) NOT NULL DEFAULT 'x', "
+                                         "ALGORITHM=INSTANT"))
     writer.resume()
     skipped.append(_statement(server, "INSERT INTO other.t (v) VALUES ('statement, other')"))  # refused to the account
     skipped.append(_statement(server, "CREATE TABLE other.t2 (id INT)"))
@@ -124,16 +127,20 @@ def _workload(src: Instance, tgt: Instance, dest, storage, server, writer: Write
     archive.ship(server, storage)
     assert writer.commits > 200
     return {"dest": f"file://{dest}", "storage": storage, "points": points, "src": src, "tgt": tgt,
-            "base": plan["backup_id"], "skipped": skipped, "untouched": _untouched(tgt)}
+            "base": plan["backup_id"], "skipped": skipped, "statements": statements, "untouched": _untouched(tgt)}
 
 
+
+
+def _run(run_dag, h, until: str, dest: str | None = None, refused: str = "skip") -> tuple[str, dict, str]:
+    return run_dag("point_in_time_restore", {
+        "target_conn_id": "t_pitr_ltgt", "destination": dest or h["dest"], "until": until, "base": "auto",
+        "base_kind": "logical", "databases": [], "refused_statements": refused, "branch": "", "replay_method": "auto",
+        "parallel": 2, "force": True, "restore_into_source": "", "aws_conn_id": None})
 
 
 def _restore(run_dag, h, until: str, dest: str | None = None) -> str:
-    state_, tis, logs = run_dag("point_in_time_restore", {
-        "target_conn_id": "t_pitr_ltgt", "destination": dest or h["dest"], "until": until, "base": "auto",
-        "base_kind": "logical", "databases": [], "branch": "", "replay_method": "auto", "parallel": 2, "force": True,
-        "restore_into_source": "", "aws_conn_id": None})
+    state_, tis, logs = _run(run_dag, h, until, dest)
     assert state_ == "success", (tis, logs[-4000:])
     assert tis["physical_base.preflight"] == "skipped" and tis["logical_base.verify"] == "success", tis
     return logs
@@ -198,26 +205,126 @@ def _forge(storage, gtid: str, text: bytes) -> None:
     raise AssertionError(f"{gtid}: no statement found to forge")
 
 
-def test_a_forged_archive_reaches_nothing_beyond_the_restored_databases(run_dag, lhistory, tmp_path):
+def _forged_copy(lhistory, tmp_path, attacks: dict[str, bytes]):
     import shutil
 
     shutil.copytree(lhistory["dest"].removeprefix("file://"), tmp_path / "d")
     forged = open_storage(f"file://{tmp_path / 'd'}")
-    attacks = {  # each in place of a real statement of the span (the longest first)
-        lhistory["skipped"][-1]: b"GRANT ALL ON *.* TO 'lastline_evil'@'%' IDENTIFIED BY 'x' WITH GRANT OPTION",
-        lhistory["skipped"][0]: b"BINLOG 'AAAA'",
-        lhistory["skipped"][1]: b"DELETE FROM mysql.global_priv",
-        lhistory["skipped"][2]: b"SET GLOBAL read_only = 1",  # its default database (other) is refused first
-    }
     for gtid, text in attacks.items():
         _forge(forged, gtid, text)
-    logs = _restore(run_dag, lhistory, "latest", dest=f"file://{tmp_path / 'd'}")
+    return f"file://{tmp_path / 'd'}"
+
+
+def test_a_forged_archive_reaches_nothing_beyond_the_restored_databases(run_dag, lhistory, tmp_path):
+    import tempfile
+    from pathlib import Path
+
+    outside = Path(tempfile.mkdtemp(prefix="llo", dir="/tmp"))
+    applied = lhistory["statements"]
+    attacks = {  # each in place of a real statement of the span (none longer than the one it replaces)
+        lhistory["skipped"][-1]: b"GRANT ALL ON *.* TO 'lastline_evil'@'%' IDENTIFIED BY 'x' WITH GRANT OPTION",
+        lhistory["skipped"][1]: b"DELETE FROM mysql.global_priv",
+        applied[0]: f"CREATE TABLE shop.planted (id INT) ENGINE=Aria DATA DIRECTORY='{outside}'".encode(),
+        applied[1]: b"CREATE PROCEDURE shop.report() SQL SECURITY INVOKER DELETE FROM other.t",
+    }
+    try:
+        logs = _restore(run_dag, lhistory, "latest", dest=_forged_copy(lhistory, tmp_path, attacks))
+        assert not list(outside.iterdir())  # NO_DIR_IN_CREATE: the table stayed in the datadir
+    finally:
+        shutil.rmtree(outside, ignore_errors=True)
     assert _untouched(lhistory["tgt"]) == lhistory["untouched"]
     tgt = lhistory["tgt"].server()
     assert tgt.query("SELECT COUNT(*) FROM mysql.user WHERE User = 'lastline_evil'") == [(0,)]
-    for gtid in attacks:
+    for gtid in (lhistory["skipped"][-1], lhistory["skipped"][1], applied[0], applied[1]):
         assert f"transaction {gtid} skipped" in logs
-    assert "BINLOG REPLAY" in logs  # the BINLOG statement was refused for want of the privilege it needs
+    assert tgt.query("SELECT COUNT(*) FROM information_schema.ROUTINES WHERE ROUTINE_SCHEMA = 'shop'") == [(0,)]
+
+
+def test_a_forged_statement_of_a_kind_no_server_logs_is_refused_before_anything_is_applied(run_dag, lhistory, tmp_path):
+    dest = _forged_copy(lhistory, tmp_path, {lhistory["skipped"][0]: b"XA ROLLBACK 'app1'"})
+    state_, tis, logs = _run(run_dag, lhistory, "latest", dest=dest)
+    assert state_ == "failed" and tis["replay"] == "failed", tis
+    assert f"transaction {lhistory['skipped'][0]} runs a statement of a kind a server does not log (XA" in logs
+    assert "transactions by parallel" not in logs  # refused in the first pass: nothing was applied
+    assert _untouched(lhistory["tgt"]) == lhistory["untouched"]
+
+
+def test_the_splitter_refuses_what_the_server_would_read_otherwise(lhistory):
+    """Bytes a forger can write: a statement outside any transaction, a second format description, statements of kinds
+    no server logs; each refused in the first pass (before anything is applied), whatever it hides."""
+    from lastline.pitr.split import Splitter
+
+    storage = lhistory["storage"]
+    bid = archive.branches(storage)[-1]["id"]
+    entry = archive.read_branch(storage, bid).entries[0]
+    head = storage.read_bytes(f"binlogs/{bid}/{entry.name}/{0:012d}")
+    fd_end = 4 + events.HEADER.unpack_from(head, 4)[3]
+    fd, ck = head[4:fd_end], entry.checksum
+
+    def query(text: bytes) -> bytes:
+        return events.query_event(1, 1, 0, 7, b"", text, ck)
+
+    def gtid(seq: int, flags2: int = events.FL_STANDALONE) -> bytes:
+        return events.gtid_event(1, 1, 0, seq, 0, flags2, None, ck)
+
+    def splits(*evs: bytes) -> Splitter:
+        splitter = Splitter("forged", 0, None, {}, collect=True)
+        splitter.feed(events.MAGIC + fd + b"".join(evs))
+        return splitter
+
+    assert len(splits(gtid(1), query(b"CREATE TABLE shop.x (id INT)")).statements) == 1  # the honest shape
+    with pytest.raises(Refusal, match="outside any transaction"):
+        splits(query(b"GRANT ALL ON *.* TO x"), gtid(1), query(b"CREATE TABLE shop.x (id INT)"))
+    with pytest.raises(Refusal, match="a second format description"):
+        splits(gtid(1), query(b"CREATE TABLE shop.x (id INT)"), fd)
+    for text in (b"BINLOG 'AAAA'", b"SET GLOBAL read_only = 1", b"/*!XA ROLLBACK 'a' */", b"EXECUTE IMMEDIATE 'x'",
+                 b"BEGIN NOT ATOMIC XA ROLLBACK 'a'; END", b"CALL shop.p()"):
+        with pytest.raises(Refusal, match="a kind a server does not log"):
+            splits(gtid(1), query(text))
+    with pytest.raises(Refusal, match="XA transaction"):
+        splits(gtid(1, 0x40), query(b"XA START 'a'"), query(b"COMMIT"))
+
+
+def test_relay_logs_hold_no_row_of_another_database_and_cascades_are_refused(lhistory):
+    """A row transaction on both databases reaches the applier rebuilt, with the rows of `shop` only (a server that
+    restarts its applier by itself after a crash, its filter gone, finds nothing else); a foreign key from another
+    database onto a restored table is refused before anything is applied."""
+    from lastline.pitr import scoped
+    from lastline.pitr.span import FileSpan
+    from lastline.pitr.split import TABLE_MAP, Splitter, cut
+
+    storage = lhistory["storage"]
+    bid = archive.branches(storage)[-1]["id"]
+    maps: set[bytes] = set()
+    for entry in archive.read_branch(storage, bid).entries:
+        f = FileSpan(bid, entry.name, entry.size, entry.checksum, entry.segments)
+        out = b"".join(cut(storage, f, Splitter(entry.name, 0, None, {}, collect=False, databases=frozenset({b"shop"})),
+                           True))
+        at = 4
+        while at + events.HEADER_LEN <= len(out):
+            size = events.HEADER.unpack_from(out, at)[3]
+            if out[at + 4] == TABLE_MAP:
+                n = out[at + events.HEADER_LEN + 8]
+                maps.add(out[at + events.HEADER_LEN + 9:at + events.HEADER_LEN + 9 + n])
+            at += size
+        assert at == len(out)
+    assert maps == {b"shop"}  # the archive holds rows of `other` and `mysql` too (see the fixture)
+    tgt = lhistory["tgt"].server()
+    with tgt.session() as cur:
+        cur.execute("CREATE TABLE other.refs (id INT PRIMARY KEY, stock INT, FOREIGN KEY (stock) REFERENCES shop.stock (id) "
+                    "ON DELETE CASCADE)")
+        try:
+            with pytest.raises(Refusal, match="other.refs .* references shop.stock"):
+                scoped.refuse_cascades(cur, ["shop"])
+        finally:
+            cur.execute("DROP TABLE other.refs")
+
+
+def test_a_refused_statement_fails_the_replay_unless_the_run_skips_them(run_dag, lhistory):
+    until = lhistory["points"]["time"][0]
+    state_, tis, logs = _run(run_dag, lhistory, until, refused="fail")
+    assert state_ == "failed" and tis["replay"] == "failed", tis
+    assert f"""transaction {lhistory['skipped'][0]} ("INSERT INTO other.t""" in logs and "refused_statements: skip" in logs
 
 
 def test_a_logical_base_refuses_what_no_limited_account_can_apply(lhistory):
@@ -229,6 +336,9 @@ def test_a_logical_base_refuses_what_no_limited_account_can_apply(lhistory):
                         "base_kind": "logical", "databases": ["other"]})
     from lastline.pitr.split import classify
     with pytest.raises(Refusal, match="never both in one transaction"):
-        classify([events.GTID, events.QUERY, 19, 23, events.XID], [b"BEGIN", b"UPDATE x SET y = 1"], "0-1-9")
-    assert classify([events.GTID, events.QUERY, 160, 19, 23, events.XID], [b"BEGIN"], "0-1-9") == "rows"
-    assert json.dumps(classify([events.GTID, events.QUERY, 5, events.QUERY], [b"BEGIN", b"INSERT"], "0-1-9")) == '"statements"'
+        classify([events.GTID, events.QUERY, 19, 23, events.XID], [b"UPDATE x SET y = 1"], 0x0c, "0-1-9")
+    with pytest.raises(Refusal, match="never both in one transaction"):  # a statement before the rows, even "BEGIN"
+        classify([events.GTID, 19, 23, events.QUERY, 19, 23, events.XID], [b"BEGIN"], 0x0c, "0-1-9")
+    assert classify([events.GTID, 160, 19, 23, events.XID], [], 0x0c, "0-1-9") == "rows"
+    assert classify([events.GTID, events.QUERY, 160, 19, 23, events.QUERY], [b"BEGIN", b"COMMIT"], 0, "0-1-9") == "rows"
+    assert json.dumps(classify([events.GTID, events.QUERY, 5, events.QUERY], [b"BEGIN", b"INSERT"], 0, "0-1-9")) == '"statements"'

@@ -301,7 +301,7 @@ def test_refusals_come_before_anything_is_touched(history, tmp_path):
     conf = {"target_conn_id": "t_pitr_tgt", "destination": history["dest"]}
     with pytest.raises(Refusal, match="past the binlog archive's end"):
         pitr.preflight({**conf, "until": window.utc(time.time() + 3600)})
-    with pytest.raises(Refusal, match="no base backup .* is before until"):
+    with pytest.raises(Refusal, match="no base backup .* can be rolled forward to until .* started after"):
         pitr.preflight({**conf, "until": "2001-01-01T00:00:00Z"})
     # a base taken just after a rotation holds transactions of the file before: a time before them is refused
     import shutil
@@ -353,6 +353,9 @@ def test_refusals_come_before_anything_is_touched(history, tmp_path):
     late = check.check(storage, max_age=60, now=time.time() + 600)
     assert any("behind" in p and "RPO is at risk" in p for p in late["problems"])
     assert "| base backup |" in check.markdown(whole)
+    # the line the backup's report carries: how far the archive rolls this base forward
+    assert check.base_window(storage, history["base"]).startswith(
+        f"Point-in-time: rolls forward to {whole['bases'][0]['to_time']} (GTID {history['points']['latest'][1]})")
 
 
 def test_prune_keeps_every_base_and_binlog_the_window_needs(history, tmp_path):

@@ -23,7 +23,9 @@ ACROSS_STAGES = {("lastline.replication.rebuild", "lastline.physical.tools"),  #
                  ("lastline.replication.rebuild", "lastline.physical.target"),
                  # a backup taken from a replica records its primary's coordinates (replication.source)
                  ("lastline.physical.backup", "lastline.replication.source"),
-                 ("lastline.logical.backup", "lastline.replication.source")}
+                 ("lastline.logical.backup", "lastline.replication.source"),
+                 # a logical base's replay reads a statement's first keyword as the server's lexer does
+                 ("lastline.pitr.statements", "lastline.logical.sql_text")}
 
 
 def _modules() -> dict[str, Path]:

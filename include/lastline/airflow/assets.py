@@ -5,10 +5,16 @@ id, kind, and the binlog/GTID position it is consistent with, read back from the
 """
 from __future__ import annotations
 
+import logging
+
 from airflow.sdk import Asset, get_current_context
 
+from lastline import reports
 from lastline.manifest import read_manifest
+from lastline.pitr import check
 from lastline.storage import open_storage
+
+log = logging.getLogger(__name__)
 
 LOGICAL_BACKUP = Asset(name="lastline_logical_backup", uri="lastline://backups/logical")
 PHYSICAL_BACKUP = Asset(name="lastline_physical_backup", uri="lastline://backups/physical")
@@ -16,11 +22,21 @@ BINLOG_ARCHIVE = Asset(name="lastline_binlog_archive", uri="lastline://backups/b
 
 
 def announce(asset: Asset, kind: str, destination: str, backup_id: str, aws_conn_id: str | None = None) -> dict:
-    """Set the running task's event on `asset` to this backup (the task must list it in its outlets)."""
-    manifest = read_manifest(open_storage(destination, aws_conn_id), backup_id, kind)
+    """Set the running task's event on `asset` to this backup (the task must list it in its outlets), and save the
+    run's report: what was backed up, and how far the binlog archive rolls it forward."""
+    storage = open_storage(destination, aws_conn_id)
+    manifest = read_manifest(storage, backup_id, kind)
     extra = {"url": f"{destination.rstrip('/')}/{backup_id}", "backup_id": backup_id, "kind": kind,
              "binlog_file": manifest.binlog_file, "binlog_position": manifest.binlog_position, "gtid": manifest.gtid}
-    get_current_context()["outlet_events"][asset].extra = extra
+    context = get_current_context()
+    context["outlet_events"][asset].extra = extra
+    lines = [f"# {kind.capitalize()} backup {backup_id}", "",
+             f"- **Where:** {extra['url']}",
+             f"- **Size:** {manifest.bytes:,} bytes in {manifest.seconds:,.1f} s ({manifest.mb_per_s:,.1f} MB/s)",
+             f"- **Consistent with:** binlog {manifest.binlog_file}:{manifest.binlog_position}, GTID {manifest.gtid}",
+             f"- **{check.base_window(storage, backup_id)}**"]
+    where = reports.save(context["dag"].dag_id, context["run_id"], {"backup.md": "\n".join(lines) + "\n"})
+    log.info("backup report: %s/backup.md: %s", where, lines[-1].strip("-* "))
     return extra
 
 

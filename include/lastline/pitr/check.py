@@ -13,7 +13,7 @@ from lastline import reports
 from lastline.core.errors import LastlineError
 from lastline.core.plans import Conf
 from lastline.manifest import complete_backups, manifest_kind, read_manifest
-from lastline.pitr import window
+from lastline.pitr import archive, events, window
 from lastline.pitr.archive import PREFIX
 from lastline.pitr.restore import coordinates
 from lastline.storage import Storage, open_allowed
@@ -68,10 +68,10 @@ def check(storage: Storage, max_age: float, now: float | None = None) -> dict[st
         if age > max_age:
             problems.append(f"the binlog archive is {age:.0f} s behind (its last confirmed position is of "
                             f"{newest['to_time']}; threshold {max_age:.0f} s): the RPO is at risk")
-        physical = [b for b in bases if b["kind"] == "physical" and b["to_gtid"] is not None]
-        if physical and physical[-1]["hole"]:
-            problems.append(f"the chain is broken after the newest base {physical[-1]['backup_id']}: "
-                            f"{physical[-1]['hole']} is missing; point-in-time restore stops before it until a new "
+        reaching = [b for b in bases if b["to_gtid"] is not None]
+        if reaching and reaching[-1]["hole"]:
+            problems.append(f"the chain is broken after the newest base {reaching[-1]['backup_id']}: "
+                            f"{reaching[-1]['hole']} is missing; point-in-time restore stops before it until a new "
                             "base is taken")
     return {"windows": wins, "bases": bases, "problems": problems, "checked_at": window.utc(now)}
 
@@ -81,6 +81,25 @@ def changed(storage: Storage, problems: list[str]) -> bool:
     before = json.loads(storage.read_bytes(STATUS)).get("problems") if storage.exists(STATUS) else []
     storage.write_bytes(STATUS, json.dumps({"problems": problems}, indent=1).encode())
     return before != problems
+
+
+def base_window(storage: Storage, backup_id: str) -> str:
+    """One sentence for a backup's report: how far the binlog archive rolls this base forward, as of now."""
+    if not archive.branches(storage):
+        return ("Point-in-time: no binlog archive in this destination; run binlog_archive for the source to roll this "
+                "backup forward to any second after it.")
+    try:
+        manifest = read_manifest(storage, backup_id, manifest_kind(storage, backup_id) or "physical")
+        file, position, gtid = coordinates(manifest)
+        line = window.choose_line(storage, file, gtid, None, position)
+    except LastlineError as exc:
+        return f"Point-in-time: this backup cannot be rolled forward: {exc}"
+    got = reach(line, file, gtid)
+    if got["to_gtid"] is None or events.includes(gtid, got["to_gtid"]):
+        return (f"Point-in-time: the binlog archive (branch {line.branch}) has not shipped past this backup yet; its next "
+                "run does, and from then on the binlog_archive run's report gives how far it rolls forward.")
+    return (f"Point-in-time: rolls forward to {got['to_time']} (GTID {got['to_gtid']}) on branch {got['branch']}"
+            + (f"; it {got['note']}" if got["note"] else "") + ", as of this report (the archive grows after it).")
 
 
 def markdown(result: dict[str, Any]) -> str:

@@ -260,6 +260,34 @@ def rotate_event(next_name: str, server_id: int, checksum: bool, position: int =
     return event
 
 
+def _event(ts: int, kind: int, server_id: int, end: int, body: bytes, checksum: bool, flags: int = 0) -> bytes:
+    """One event with its header (and CRC32 where the file uses checksums)."""
+    size = HEADER_LEN + len(body) + (4 if checksum else 0)
+    event = HEADER.pack(ts, kind, server_id, size, end, flags) + body
+    return event + struct.pack("<I", zlib.crc32(event) & 0xFFFFFFFF) if checksum else event
+
+
+SUPPRESS_USE, THREAD_SPECIFIC = 0x8, 0x4  # the header flags a rebuilt event keeps (no others)
+
+
+def gtid_event(ts: int, server_id: int, end: int, seq: int, domain: int, flags2: int, commit_id: int | None,
+               checksum: bool, flags: int = SUPPRESS_USE) -> bytes:
+    """A GTID event as MariaDB writes it: sequence number, domain, flags2, and the group commit id or padding."""
+    tail = struct.pack("<Q", commit_id) if commit_id is not None else bytes(6)
+    return _event(ts, GTID, server_id, end, struct.pack("<QIB", seq, domain, flags2) + tail, checksum, flags)
+
+
+def query_event(ts: int, server_id: int, end: int, thread_id: int, status: bytes, text: bytes, checksum: bool,
+                flags: int = SUPPRESS_USE) -> bytes:
+    """A Query event with no default database and the status variables given (already encoded)."""
+    return _event(ts, QUERY, server_id, end, struct.pack("<IIBHH", thread_id, 0, 0, 0, len(status)) + status + b"\0" + text,
+                  checksum, flags)
+
+
+def xid_event(ts: int, server_id: int, end: int, xid: int, checksum: bool, flags: int = 0) -> bytes:
+    return _event(ts, XID, server_id, end, struct.pack("<Q", xid), checksum, flags)
+
+
 def gtid_map(text: str) -> dict[int, int]:
     """{domain: seq} of a GTID state `d-s-n,...` (a single GTID is a state of one domain)."""
     return {int(g.split("-")[0]): int(g.split("-")[2]) for g in (text or "").split(",") if g}

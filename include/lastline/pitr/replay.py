@@ -93,7 +93,7 @@ def _pipe(server: Server, paths: list[str]) -> dict[str, Any]:
 
 
 def apply(server: Server, storage: Storage, span: Span, run_id: str, method: str = "auto", threads: int = 4,
-          databases: list[str] | None = None, account: str | None = None) -> dict[str, Any]:
+          databases: list[str] | None = None, account: str | None = None, skip_refused: bool = False) -> dict[str, Any]:
     """Replay `span` into `server` (a restored base), once: a re-run of the same run resumes (parallel) or refuses
     (a pipe that died part way, a target that restarted mid-replay); a finished run returns its result again.
     `databases` and `account`: a logical base's, whose replay reaches those databases only (pitr.scoped)."""
@@ -153,7 +153,7 @@ def apply(server: Server, storage: Storage, span: Span, run_id: str, method: str
             assert account is not None
             try:
                 result = scoped.run(server, storage, span, applied, groups, run_id, threads, databases, account, host,
-                                    base, named)
+                                    base, named, skip_refused)
                 written = result.pop("written")
             finally:
                 with server.session(autocommit=True) as cur:
@@ -219,4 +219,4 @@ def run(plan: dict[str, Any], run_id: str) -> dict[str, Any]:
     server = connections.server(plan["target_conn_id"])
     storage = open_allowed(plan["destination"], plan.get("aws_conn_id"))
     return apply(server, storage, Span.of(plan["span"]), run_id, plan.get("method", "auto"), int(plan.get("threads", 4)),
-                 plan.get("databases"), plan.get("account"))
+                 plan.get("databases"), plan.get("account"), plan.get("refused_statements") == "skip")

@@ -78,8 +78,8 @@ def preflight(conf: dict[str, Any]) -> dict[str, Any]:
         try:
             line = window.choose_line(storage, file, gtid, branch, position)
             span = span_of.resolve(storage, line, file, position, gtid, until)
-        except Refusal as exc:
-            if "before the base" in str(exc) and not named:
+        except Refusal as exc:  # auto: an older base may still reach until (another branch, or before this base)
+            if not named and not isinstance(exc, ConfigError):
                 refusals.append(f"{backup_id}: {exc}")
                 continue
             raise
@@ -107,15 +107,16 @@ def preflight(conf: dict[str, Any]) -> dict[str, Any]:
                               "filtered to the restored databases (mariadb-binlog | mariadb would run every event with "
                               "full rights). Use parallel or auto.")
             restore["databases"] = databases
-            replay.update(databases=databases, account=accounts.run_account_name())
+            replay.update(databases=databases, account=accounts.run_account_name(),
+                          refused_statements=params.choice("refused_statements", ("fail", "skip"), "fail"))
         elif params.names("databases"):
             raise ConfigError(f"databases: base {backup_id} is a physical backup, restored whole; leave databases "
                               "empty, or choose a logical base (base_kind).")
         return {"kind": kind, "base": backup_id, "until": until.describe(), "branch": line.branch,
                 "window": window.line_window(line), "physical": restore if kind == "physical" else None,
                 "logical": restore if kind == "logical" else None, "replay": replay}
-    raise Refusal(f"no base backup in {storage.location('')} is before until {until.describe()}: "
-                  + "; ".join(refusals[:5]))
+    raise Refusal(f"no base backup in {storage.location('')} can be rolled forward to until {until.describe()} (newest "
+                  "first): " + "; ".join(refusals[:5]))
 
 
 def _started(manifest: Any) -> int:

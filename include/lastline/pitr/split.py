@@ -1,63 +1,66 @@
 """A logical base's replay, split by who may apply what (issue 29).
 
-A logical base restores some databases into a server that may hold others, so its roll-forward must reach
-those databases only, whatever the archive holds (anything read from a destination is untrusted). MariaDB
-gives no account-limited way to apply row events: its applier runs with every privilege, and a `BINLOG '...'`
-statement applies row events to any table once an account holds BINLOG REPLAY (tested). So each transaction
-goes where the server itself limits it:
+A logical base restores some databases into a server that may hold others, so its roll-forward must reach those
+databases only, whatever the archive holds (anything read from a destination is untrusted). MariaDB gives no
+account-limited way to apply row events: its applier runs with every privilege, and a `BINLOG '...'` statement
+applies row events to any table once an account holds BINLOG REPLAY (tested). So each transaction goes where the
+server itself limits it, and nothing of the archive reaches the full-privilege applier as the archive wrote it:
 
-- **row changes** (GTID, the exact `BEGIN`/`COMMIT`, Annotate_rows, Table_map, row events, XID: nothing that
-  runs a statement) go to the target's own parallel applier, with the server's filter `replicate_do_db` set to
-  the restored databases on its connection: in row format the server filters each row event by the database
-  its own table map names;
-- **statements** (DDL, statement-format DML, with their Intvar/Rand/User_var context) run in sessions of an
-  account that can touch the restored databases only, without BINLOG REPLAY (:mod:`lastline.pitr.statements`):
-  a statement that reaches further is denied by the server, skipped and reported;
-- anything else (a transaction mixing statements and row events, LOAD DATA events, XA) is refused: no
-  account-limited way applies it.
-
-:class:`Splitter` reads the span's files like the :class:`~lastline.pitr.events.Cutter` and keeps the same
-transactions; its first pass collects the statement groups and proves every transaction is one of the two
-kinds, a second pass per batch (the row transactions between two statement groups) writes relay logs.
+- **row changes** (a GTID, `BEGIN`, table maps, row events, XID or `COMMIT`: no statement) go to the target's own
+  parallel applier in relay logs that lastline *rebuilds*: the GTID, BEGIN, XID and COMMIT events re-encoded from
+  what lastline read, the table maps and row events of the restored databases copied (those of any other database
+  left out, the statement-end flag moved onto the last row event kept), nothing between transactions but the file's
+  checked format description and lastline's own Rotate. The server's `replicate_do_db` on the connection is a
+  second line (and so is a crash: a server that restarts its applier by itself finds nothing of other databases);
+- **statements** (DDL, statement-format DML, with their Intvar/Rand/User_var context) run in sessions of an account
+  limited to the restored databases (:mod:`lastline.pitr.statements`);
+- anything else is refused in the first pass, before anything is applied: a transaction mixing both, LOAD DATA, XA,
+  an event between transactions other than a Gtid_list, checkpoint, Rotate or Stop, a second format description,
+  or one whose layout differs from what lastline parses (the server would read the events otherwise).
 """
 from __future__ import annotations
 
 import logging
 import struct
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 
 from lastline.core.errors import IntegrityError, Refusal
 from lastline.core.hosts import Host, Stage
 from lastline.core.pipeline import run_pipeline
 from lastline.pitr import events
-from lastline.pitr.events import HEADER, HEADER_LEN, QUERY, XID, Cutter
+from lastline.pitr.events import (
+    BINLOG_CHECKPOINT,
+    FL_STANDALONE,
+    GTID,
+    GTID_LIST,
+    HEADER,
+    HEADER_LEN,
+    QUERY,
+    ROTATE,
+    STOP,
+    XID,
+    Cutter,
+)
 from lastline.pitr.span import FileSpan
+from lastline.pitr.statements import INTVAR, RAND, USER_VAR, Prepared, StatementGroup, parse_query, prepare
 from lastline.pitr.window import segment_chunks
 from lastline.storage import Storage
 
 log = logging.getLogger(__name__)
 
-ANNOTATE_ROWS, TABLE_MAP, INTVAR, RAND, USER_VAR = 160, 19, 5, 13, 14
-ROWS = {23, 24, 25, 30, 31, 32, 166, 167, 168, 169, 170, 171}  # write/update/delete rows: v1, v2, MariaDB compressed
-ROW_KINDS = {events.GTID, ANNOTATE_ROWS, TABLE_MAP, XID, *ROWS}
-STATEMENT_KINDS = {events.GTID, QUERY, INTVAR, RAND, USER_VAR, XID}
+ANNOTATE_ROWS, TABLE_MAP = 160, 19
+ROWS_V1 = {23, 24, 25, 166, 167, 168}  # write/update/delete rows, MariaDB's compressed ones: 8-byte post-header
+ROWS_V2 = {30, 31, 32, 169, 170, 171}  # their v2 forms: 10-byte post-header (extra data follows)
+ROWS = ROWS_V1 | ROWS_V2
+STMT_END = 0x0001  # a row event's flag: the last of its statement
+STATEMENT_KINDS = {GTID, QUERY, INTVAR, RAND, USER_VAR, XID}
+BETWEEN = {GTID_LIST, BINLOG_CHECKPOINT, ROTATE, STOP}
+# the post-header length the server must read for each event lastline passes on, as lastline parses it
+POST_HEADER = {QUERY: 13, TABLE_MAP: 8, GTID: 19, XID: 0, **{k: 8 for k in ROWS_V1}, **{k: 10 for k in ROWS_V2}}
+GTID_KEPT_FLAGS = 0x02 | 0x04 | 0x08 | 0x10  # group commit id, transactional, allow parallel, waited
 NAMES = {QUERY: "a statement", events.QUERY_COMPRESSED: "a compressed statement", 17: "LOAD DATA (Begin_load_query)",
-         18: "LOAD DATA (Execute_load_query)", events.XA_PREPARE: "XA PREPARE", TABLE_MAP: "row events", **{k: "row events" for k in ROWS}}
-
-
-@dataclass
-class StatementGroup:
-    """One transaction of statements: its GTID, time, and its events' bytes in order (each a whole event)."""
-
-    gtid: str
-    time: int
-    transactional: bool
-    index: int  # where it lies: bytes [start, end) of the span's file `index`, whose events carry a checksum or not
-    start: int
-    end: int
-    checksum: bool
-    events: list[bytes] = field(default_factory=list)
+         18: "LOAD DATA (Execute_load_query)", events.XA_PREPARE: "XA PREPARE", TABLE_MAP: "row events",
+         **{k: "row events" for k in ROWS}}
 
 
 def query_text(event: bytes | bytearray, checksum: bool) -> bytes:
@@ -68,74 +71,157 @@ def query_text(event: bytes | bytearray, checksum: bool) -> bytes:
     return bytes(event[body + 13 + status_len + db_len + 1:len(event) - (4 if checksum else 0)])
 
 
-def classify(kinds: list[int], texts: list[bytes], gtid: str) -> str:
-    """`rows` or `statements` for one transaction's event kinds (and its Query events' texts); refuses the rest."""
-    plain = [t for t in texts if t not in (b"BEGIN", b"COMMIT")]
-    if set(kinds) <= ROW_KINDS | {QUERY} and not plain:
+def check_format(event: bytes, name: str) -> None:
+    """The format description must describe the layout lastline parses: a 19-byte header, and for every event it
+    passes on the post-header length it reads (else the server would read other statements out of the same bytes)."""
+    body = event[HEADER_LEN:]
+    version, header_len = struct.unpack_from("<H", body, 0)[0], body[56] if len(body) > 56 else 0
+    lengths = body[57:]
+    wrong = [k for k, n in POST_HEADER.items() if len(lengths) < k or lengths[k - 1] != n]
+    if version != 4 or header_len != HEADER_LEN or wrong:
+        raise Refusal(f"{name}: its format description declares a layout lastline does not read (binlog version {version}, "
+                      f"header {header_len} bytes, other post-header lengths for event types {wrong}): a logical base "
+                      "is not rolled forward through it; roll forward from a physical base.")
+
+
+def classify(kinds: list[int], texts: list[bytes], flags2: int, gtid: str) -> str:
+    """`rows` or `statements` for one transaction's event kinds (its Query events' texts and its GTID flags);
+    refuses the rest. A row transaction is a GTID event (not standalone, not DDL), an optional `BEGIN`, table maps and
+    row events (Annotate_rows among them), and an XID or a `COMMIT`."""
+    if flags2 & 0xC0:
+        raise Refusal(f"transaction {gtid} is an XA transaction: a logical base's replay never prepares or ends one; "
+                      "roll forward from a physical base, or choose an until before it.")
+    body = kinds[1:-1]
+    begin = bool(body) and body[0] == QUERY
+    if (len(kinds) >= 2 and not flags2 & (FL_STANDALONE | events.FL_DDL)
+            and set(body[1 if begin else 0:]) <= {ANNOTATE_ROWS, TABLE_MAP, *ROWS}
+            and (not begin or texts[0] == b"BEGIN")
+            and (kinds[-1] == XID or (kinds[-1] == QUERY and texts[-1] == b"COMMIT"))):
         return "rows"
     if set(kinds) <= STATEMENT_KINDS:
         return "statements"
-    found = sorted({NAMES.get(k, f"event type {k}") for k in kinds if k not in (events.GTID, XID)}
-                   | ({"a statement"} if plain else set()))
+    found = sorted({NAMES.get(k, f"event type {k}") for k in kinds if k not in (GTID, XID)})
     raise Refusal(f"transaction {gtid} holds {' and '.join(found)}: a logical base rolls forward through row events "
                   "(by the target's applier, filtered to the restored databases) or statements (by an account limited "
                   "to them), never both in one transaction nor anything else. Roll forward from a physical base, or "
                   "choose an until before this transaction.")
 
 
+def rebuild_rows(group: list[bytes], checksum: bool, databases: frozenset[bytes]) -> bytes:
+    """A row transaction as lastline read it: GTID, BEGIN, XID/COMMIT rebuilt; the table maps and row events of
+    `databases` copied; the others left out (a statement-end flag they carried moved onto the last row event kept)."""
+    ts, _, server_id, _, end, flags = HEADER.unpack_from(group[0], 0)
+    seq, domain, flags2 = struct.unpack_from("<QIB", group[0], HEADER_LEN)
+    commit_id = struct.unpack_from("<Q", group[0], HEADER_LEN + 13)[0] if flags2 & 0x02 else None
+    out = [events.gtid_event(ts, server_id, end, seq, domain, flags2 & GTID_KEPT_FLAGS, commit_id, checksum,
+                             flags & events.SUPPRESS_USE)]
+    body = group[1:-1]
+    if body and body[0][4] == QUERY:  # a BEGIN (MariaDB's GTID event begins the transaction itself)
+        begin = parse_query(body[0], checksum, f"{domain}-{server_id}-{seq}")
+        bts, _, bsid, _, bend, bflags = HEADER.unpack_from(body[0], 0)
+        out.append(events.query_event(bts, bsid, bend, begin.thread_id, begin.status.encode(), b"BEGIN", checksum,
+                                      bflags & (events.SUPPRESS_USE | events.THREAD_SPECIFIC)))
+        body = body[1:]
+    mapped: set[bytes] = set()  # the table ids of this statement's kept table maps
+    last_kept: int | None = None  # where in `out` the statement's last kept row event is (its end flag not yet set)
+    for event in body:
+        kind = event[4]
+        if kind == TABLE_MAP:
+            table_id, db_len = bytes(event[HEADER_LEN:HEADER_LEN + 6]), event[HEADER_LEN + 8]
+            if bytes(event[HEADER_LEN + 9:HEADER_LEN + 9 + db_len]) in databases:
+                mapped.add(table_id)
+                out.append(bytes(event))
+        elif kind in ROWS:
+            table_id = bytes(event[HEADER_LEN:HEADER_LEN + 6])
+            ends = struct.unpack_from("<H", event, HEADER_LEN + 6)[0] & STMT_END
+            if table_id in mapped:
+                out.append(bytes(event))
+                last_kept = None if ends else len(out) - 1
+            elif ends and last_kept is not None:
+                out[last_kept] = _with_stmt_end(out[last_kept], checksum)
+                last_kept = None
+            if ends:
+                mapped = set()
+    ts, kind, server_id, _, end, flags = HEADER.unpack_from(group[-1], 0)
+    if kind == XID:
+        out.append(events.xid_event(ts, server_id, end, struct.unpack_from("<Q", group[-1], HEADER_LEN)[0], checksum))
+    else:
+        commit = parse_query(group[-1], checksum, f"{domain}-{server_id}-{seq}")
+        out.append(events.query_event(ts, server_id, end, commit.thread_id, commit.status.encode(), b"COMMIT", checksum,
+                                      flags & (events.SUPPRESS_USE | events.THREAD_SPECIFIC)))
+    return b"".join(out)
+
+
+def _with_stmt_end(event: bytes, checksum: bool) -> bytes:
+    """A row event with its statement-end flag set (its CRC32 computed again)."""
+    data = bytearray(event)
+    flags = struct.unpack_from("<H", data, HEADER_LEN + 6)[0] | STMT_END
+    struct.pack_into("<H", data, HEADER_LEN + 6, flags)
+    if checksum:
+        import zlib
+
+        struct.pack_into("<I", data, len(data) - 4, zlib.crc32(bytes(data[:-4])) & 0xFFFFFFFF)
+    return bytes(data)
+
+
 class Splitter(Cutter):
-    """A Cutter for a logical base. `collect`: the first pass (emits nothing; the statement groups in
-    `statements`, every kept transaction proven one of the two kinds). Otherwise: emits the row transactions kept
-    (the `kept` list), leaving the statement groups out."""
+    """A Cutter for a logical base. `collect`: the first pass (emits nothing; every event checked, every kept
+    transaction classified; the statement groups, parsed whole, in `statements`). Otherwise: emits the row
+    transactions kept, rebuilt for `databases` (the `kept` list), leaving the statement groups out."""
 
     def __init__(self, name: str, start: int, stop: int | None, applied: dict[int, int], collect: bool,
-                 index: int = 0) -> None:
+                 index: int = 0, databases: frozenset[bytes] = frozenset()) -> None:
         super().__init__(name, start, stop, applied)
-        self.collect, self.index = collect, index
-        self.statements: list[StatementGroup] = []
+        self.collect, self.index, self.databases = collect, index, databases
+        self.statements: list[Prepared] = []
         self._events: list[bytes] = []
+        self._formats = 0
 
     def _magic_seen(self) -> None:
         if not self.collect:
             super()._magic_seen()
 
     def _seen(self, data: bytearray, at: int, size: int, role: str) -> None:
+        event = bytes(data[at:at + size])
         if role == "format":
+            self._formats += 1
+            if self._formats > 1 or self.pos != 4:
+                raise Refusal(f"{self.name}: a second format description at byte {self.pos}: it would change how the "
+                              "server reads the events after it; a logical base is not rolled forward through it.")
+            check_format(event, self.name)
             if not self.collect:
-                super()._seen(data, at, size, role)
+                super()._seen(data, at, size, role)  # the file's own (in-use flag cleared) and lastline's Rotate
             return
+        if role == "between":
+            if event[4] not in BETWEEN:
+                raise Refusal(f"{self.name}: an event of type {event[4]} at byte {self.pos} lies outside any transaction "
+                              "(no GTID before it): a logical base's replay passes nothing of the kind on; refused.")
+            return  # none of these reaches the relay logs
         if role == "begin":
             self._events = []
-        if role in ("begin", "in", "end") and self._open_kept(role):
-            self._events.append(bytes(data[at:at + size]))
+            opened = self._open
+            assert opened is not None
+            d, _, n = (int(x) for x in opened[0].split("-"))
+            self._keep_group = self.pos >= self.start and (self.stop is None or self.pos < self.stop) and \
+                n > self.applied.get(d, -1)
+        if self._keep_group:
+            self._events.append(event)
         if role != "end" or not self._keep_group:
-            if not self.collect and role not in ("begin", "in", "end") and self.pos >= self.start and (
-                    self.stop is None or self.pos < self.stop):
-                self.emit += data[at:at + size]
             return
         t = self.out.transactions[-1]
         kinds = [HEADER.unpack_from(e, 0)[1] for e in self._events]
         texts = [query_text(e, self.out.checksum) for e, k in zip(self._events, kinds) if k == QUERY]
-        kind = classify(kinds, texts, t.gtid)
+        flags2 = self._events[0][HEADER_LEN + 12]
+        kind = classify(kinds, texts, flags2, t.gtid)
         if self.collect:
             if kind == "statements":
-                self.statements.append(StatementGroup(t.gtid, t.time, t.transactional, self.index, t.start, t.end,
-                                                      self.out.checksum, self._events))
+                self.statements.append(prepare(StatementGroup(t.gtid, t.time, t.transactional, self.index, t.start,
+                                                              t.end, self.out.checksum, self._events)))
             self.kept.append(t)
         elif kind == "rows":
-            self.emit += b"".join(self._events)
+            self.emit += rebuild_rows(self._events, self.out.checksum, self.databases)
             self.kept.append(t)
         self._events, self._keep_group = [], False
-
-    def _open_kept(self, role: str) -> bool:
-        """Whether the group being read is one this span keeps (decided at its GTID event, as the Cutter does)."""
-        if role == "begin":
-            t = self._open
-            assert t is not None
-            d, _, n = (int(x) for x in t[0].split("-"))
-            self._keep_group = self.pos >= self.start and (self.stop is None or self.pos < self.stop) and \
-                n > self.applied.get(d, -1)
-        return self._keep_group
 
 
 def cut(storage: Storage, f: FileSpan, cutter: Cutter, last: bool) -> Iterator[bytes]:

@@ -1,249 +1,269 @@
-"""The statements of a logical base's roll-forward, run by an account that can touch the restored databases only.
+"""The statements of a logical base's roll-forward, read whole before anything is applied (they run in sessions of
+an account that can touch the restored databases only: :mod:`lastline.pitr.sessions`).
 
-Each Query event is rendered as the server's applier would run it: its session context (the SET statements its
-status variables and the Intvar/Rand/User_var events before it carry: sql_mode, charset, time zone, timestamp,
-insert ids, ...), its default database (`USE`), then its text, byte for byte. Each source session (the event's
-thread id) gets a session of its own here, so temporary tables live on across transactions and files. The account
-holds no BINLOG REPLAY and no SUPER: what the server refuses it (a statement on a database not restored, an account
-statement, a DEFINER of someone else) is rolled back and skipped, named in the result; a statement whose default
-database is not restored is skipped too (as `replicate_do_db` does). `_lastline.pitr_statements` records each
-transaction applied (in the same transaction where it is transactional), so a retry applies none twice.
+Each Query event is parsed whole in the replay's first pass (a status variable, a user-variable type or a
+collation lastline cannot set as the server's applier would is refused there, before anything is applied; so is
+an XA statement, which would let any account end another session's prepared transaction). Then it runs as the
+server's applier would run it: its session context as SET statements (sql_mode, charset, time zone, timestamp,
+insert ids, user variables; literals only, never text of the event spliced into SQL, with NO_DIR_IN_CREATE always
+on so no table reaches outside the datadir), its default database (`USE`), then its text, byte for byte. Each
+source session (the event's thread id) gets a session of its own, so temporary tables live across transactions.
+
+The account holds no BINLOG REPLAY, no SUPER and no right to create views, routines, triggers or events: what the
+server refuses it (a statement on a database not restored, a default database not restored, an account statement,
+an object definition, reading `mysql.*`) is rolled back and, as the run says (`refused_statements`), fails the
+replay or is skipped and named. `_lastline.pitr_statements` records each transaction applied (with it, where it is
+transactional), so a retry applies none twice (a DDL that commits by itself is recorded just after it).
 """
 from __future__ import annotations
 
-import logging
 import struct
 from dataclasses import dataclass, field
 from typing import Any
 
-from lastline.core.accounts import unlogged
-from lastline.core.errors import Refusal, ServerError
-from lastline.core.servers import Server
-from lastline.core.sql import META_DB, quote_ident
+from lastline.core.errors import Refusal
+from lastline.core.sql import quote_ident
+from lastline.logical.sql_text import WORD, SqlTextError, significant, tokenize_any_mode
 from lastline.pitr.events import GTID, HEADER, HEADER_LEN, QUERY, XID
-from lastline.pitr.split import INTVAR, RAND, StatementGroup
 
-log = logging.getLogger(__name__)
+INTVAR, RAND, USER_VAR = 5, 13, 14  # the context events before a statement
 
-LEDGER = f"`{META_DB}`.`pitr_statements`"
-# what the server answers a statement that reaches past the account's grants: skipped, not applied (1045: a GRANT
-# on *.*; the account's own login happens before, outside this)
-DENIED = {1044, 1045, 1142, 1143, 1227, 1370, 1410, 1211, 1449}
+NO_DIR_IN_CREATE = 0x80  # sql_mode bit: DATA/INDEX DIRECTORY ignored
 _FLAGS = (  # Q_FLAGS2 bits as MariaDB writes them: (variable, bit, value when the bit is set)
     ("sql_auto_is_null", 0x00004000, 1), ("check_constraint_checks", 0x00008000, 0),
     ("explicit_defaults_for_timestamp", 0x01000000, 1), ("foreign_key_checks", 0x04000000, 0),
     ("unique_checks", 0x08000000, 0), ("sql_if_exists", 0x10000000, 1), ("system_versioning_insert_history", 0x40000000, 1),
 )
+FLAGS2_KNOWN = 0x00080000 | sum(bit for _, bit, _ in _FLAGS)  # and NOT_AUTOCOMMIT, which a session sets itself
+_CHARSETS = {8: "latin1", 33: "utf8mb3", 45: "utf8mb4", 46: "utf8mb4", 224: "utf8mb4", 83: "utf8mb3", 47: "latin1",
+             48: "latin1", 11: "ascii", 65: "ascii", 63: "binary", 192: "utf8mb3", 255: "utf8mb4"}
+
+
+@dataclass
+class StatementGroup:
+    """One transaction of statements: its GTID, time, and its events' bytes in order (each a whole event)."""
+
+    gtid: str
+    time: int
+    transactional: bool
+    index: int  # where it lies: bytes [start, end) of the span's file `index`, whose events carry a checksum or not
+    start: int
+    end: int
+    checksum: bool
+    events: list[bytes] = field(default_factory=list)
+
+
+@dataclass
+class Status:
+    """A Query event's status variables, as lastline read them (nothing it did not understand)."""
+
+    flags2: int | None = None
+    sql_mode: int | None = None
+    auto_increment: tuple[int, int] | None = None
+    charset: tuple[int, int, int] | None = None
+    time_zone: bytes | None = None
+    lc_time_names: int | None = None
+    charset_database: int | None = None
+    micro: int = 0
+
+    def encode(self) -> bytes:
+        """The status block of a rebuilt BEGIN or COMMIT: the flags, sql_mode and charset read, re-encoded."""
+        out = b""
+        if self.flags2 is not None:
+            out += b"\x00" + struct.pack("<I", self.flags2 & FLAGS2_KNOWN)
+        if self.sql_mode is not None:
+            out += b"\x01" + struct.pack("<Q", self.sql_mode)
+        if self.charset is not None:
+            out += b"\x04" + struct.pack("<HHH", *self.charset)
+        return out
+
+    def settings(self) -> dict[str, str]:
+        """Each session variable this event sets, as a SET clause of literals (keyed by what it sets)."""
+        out: dict[str, str] = {}
+        if self.flags2 is not None:
+            for name, bit, value in _FLAGS:
+                out[name] = f"{name}={value if self.flags2 & bit else 1 - value}"
+        if self.sql_mode is not None:
+            out["sql_mode"] = f"sql_mode={self.sql_mode | NO_DIR_IN_CREATE}"
+        if self.auto_increment is not None:
+            out["auto_increment"] = "auto_increment_increment={}, auto_increment_offset={}".format(*self.auto_increment)
+        if self.charset is not None:
+            out["charset"] = "character_set_client={}, collation_connection={}, collation_server={}".format(*self.charset)
+        if self.time_zone is not None:
+            out["time_zone"] = f"time_zone=X'{self.time_zone.hex()}'"
+        if self.lc_time_names is not None:
+            out["lc_time_names"] = f"lc_time_names={self.lc_time_names}"
+        out["collation_database"] = f"collation_database={self.charset_database or 'DEFAULT'}"
+        return out
+
+
+def parse_status(block: bytes, gtid: str) -> Status:
+    """A Query event's status variables; refuses one lastline cannot set as the server's applier would."""
+    st, i = Status(), 0
+    try:
+        while i < len(block):
+            code = block[i]
+            i += 1
+            if code == 0:
+                st.flags2 = struct.unpack_from("<I", block, i)[0]
+                i += 4
+            elif code == 1:
+                st.sql_mode = struct.unpack_from("<Q", block, i)[0]
+                i += 8
+            elif code == 2:  # catalog, old form: length, text, NUL
+                i += 1 + block[i] + 1
+            elif code == 3:
+                st.auto_increment = struct.unpack_from("<HH", block, i)
+                i += 4
+            elif code == 4:
+                st.charset = struct.unpack_from("<HHH", block, i)
+                i += 6
+            elif code == 5:
+                st.time_zone = bytes(block[i + 1:i + 1 + block[i]])
+                i += 1 + block[i]
+            elif code == 6:  # catalog
+                i += 1 + block[i]
+            elif code == 7:
+                st.lc_time_names = struct.unpack_from("<H", block, i)[0]
+                i += 2
+            elif code == 8:
+                st.charset_database = struct.unpack_from("<H", block, i)[0]
+                i += 2
+            elif code == 9:  # the tables a multi-table update changes (informational)
+                i += 8
+            elif code == 10:  # master data written (relay logs only)
+                i += 4
+            elif code == 11:  # invoker: user, host (the DEFINER clause is in the text itself)
+                i += 1 + block[i]
+                i += 1 + block[i]
+            elif code == 128:  # Q_HRNOW: microseconds of the timestamp
+                st.micro = int.from_bytes(block[i:i + 3], "little")
+                i += 3
+            elif code == 129:  # Q_XID
+                i += 8
+            else:
+                raise Refusal(f"transaction {gtid}: a statement carries status variable {code}, which lastline cannot "
+                              "set as the server's applier would; roll forward from a physical base.")
+    except (IndexError, struct.error):
+        raise Refusal(f"transaction {gtid}: a statement's status variables are cut short: the archive is damaged or "
+                      "forged there; nothing was applied.") from None
+    if i != len(block):
+        raise Refusal(f"transaction {gtid}: a statement's status variables run past their block: refused.")
+    return st
 
 
 @dataclass
 class Query:
-    """One Query event: the source session, its default database, the error it ended with there, the SET
-    statements of its context and its text."""
+    """One Query event: when, the source session, its default database, the error it ended with there, its
+    status variables and its text."""
 
+    ts: int
     thread_id: int
     db: str
     error_code: int
+    status: Status
     text: bytes
-    sets: list[tuple[str, Any]] = field(default_factory=list)  # (SET clause with %s, its argument or None)
-
-
-def _status(block: bytes, gtid: str) -> tuple[list[tuple[str, Any]], int]:
-    """The SET clauses of a Query event's status variables, and its microseconds (Q_HRNOW)."""
-    sets: list[tuple[str, Any]] = []
-    micro, i = 0, 0
-    while i < len(block):
-        code = block[i]
-        i += 1
-        if code == 0:
-            flags = struct.unpack_from("<I", block, i)[0]
-            sets += [(f"{name}={(value if flags & bit else 1 - value)}", None) for name, bit, value in _FLAGS]
-            i += 4
-        elif code == 1:
-            sets.append((f"sql_mode={struct.unpack_from('<Q', block, i)[0]}", None))
-            i += 8
-        elif code == 2:  # catalog, old form: length, text, NUL
-            i += 1 + block[i] + 1
-        elif code == 3:
-            inc, off = struct.unpack_from("<HH", block, i)
-            sets.append((f"auto_increment_increment={inc}, auto_increment_offset={off}", None))
-            i += 4
-        elif code == 4:
-            client, connection, server = struct.unpack_from("<HHH", block, i)
-            sets.append((f"character_set_client={client}, collation_connection={connection}, collation_server={server}", None))
-            i += 6
-        elif code == 5:
-            n = block[i]
-            sets.append(("time_zone=%s", block[i + 1:i + 1 + n].decode("ascii")))
-            i += 1 + n
-        elif code == 6:  # catalog
-            i += 1 + block[i]
-        elif code == 7:
-            sets.append((f"lc_time_names={struct.unpack_from('<H', block, i)[0]}", None))
-            i += 2
-        elif code == 8:
-            sets.append((f"collation_database={struct.unpack_from('<H', block, i)[0]}", None))
-            i += 2
-        elif code == 9:  # table map for update (multi-table update, informational)
-            i += 8
-        elif code == 10:  # master data written (relay logs only)
-            i += 4
-        elif code == 11:  # invoker: user, host (the DEFINER clause is in the text itself)
-            i += 1 + block[i]
-            i += 1 + block[i]
-        elif code == 128:  # Q_HRNOW: microseconds of the timestamp
-            micro = int.from_bytes(block[i:i + 3], "little")
-            i += 3
-        elif code == 129:  # Q_XID
-            i += 8
-        else:
-            raise Refusal(f"transaction {gtid}: a statement carries status variable {code}, which lastline cannot set "
-                          "as the server's applier would; roll forward from a physical base.")
-    return sets, micro
 
 
 def parse_query(event: bytes, checksum: bool, gtid: str) -> Query:
-    """A Query event as a session runs it."""
+    """A Query event as a session runs it (refusals as parse_status)."""
     ts = HEADER.unpack_from(event, 0)[0]
     body = HEADER_LEN
     thread_id, _, db_len, error_code, status_len = struct.unpack_from("<IIBHH", event, body)
-    block = bytes(event[body + 13:body + 13 + status_len])
-    sets, micro = _status(block, gtid)
+    status = parse_status(bytes(event[body + 13:body + 13 + status_len]), gtid)
     db_at = body + 13 + status_len
+    end = len(event) - (4 if checksum else 0)
+    if db_at + db_len + 1 > end or event[db_at + db_len] != 0:
+        raise Refusal(f"transaction {gtid}: a statement's default database is not terminated where its length says: "
+                      "refused.")
     db = bytes(event[db_at:db_at + db_len]).decode("utf-8", "surrogateescape")
-    text = bytes(event[db_at + db_len + 1:len(event) - (4 if checksum else 0)])
-    sets.insert(0, (f"timestamp={int(ts)}.{int(micro):06d}", None))
-    return Query(thread_id, db, error_code, text, sets)
+    return Query(ts, thread_id, db, error_code, status, bytes(event[db_at + db_len + 1:end]))
 
 
-def _context(event: bytes, kind: int, checksum: bool, gtid: str) -> tuple[str, Any]:
-    """The SET clause of an Intvar, Rand or User_var event."""
+# what a server writes to its binlog as a statement (the statements inside a routine or block are logged one by
+# one, never CALL, EXECUTE or a compound statement): any other first keyword is refused, XA among them
+LOGGED = frozenset({"INSERT", "UPDATE", "DELETE", "REPLACE", "CREATE", "ALTER", "DROP", "RENAME", "TRUNCATE", "COMMIT",
+                    "ROLLBACK", "SAVEPOINT", "RELEASE", "GRANT", "REVOKE", "ANALYZE", "OPTIMIZE", "REPAIR"})
+
+
+def first_word(text: bytes, gtid: str) -> str:
+    """The statement's first keyword as the server's lexer reads it (comments skipped, executable comments read);
+    refuses text the lexer cannot read exactly as the server would."""
+    try:
+        sig = significant(tokenize_any_mode(text.decode("latin-1")))
+    except SqlTextError as exc:
+        raise Refusal(f"transaction {gtid}: lastline cannot read its statement exactly as the server would ({exc}); "
+                      "roll forward from a physical base.") from None
+    return sig[0].text.upper() if sig and sig[0].kind == WORD else ""
+
+
+def _context(event: bytes, kind: int, checksum: bool, gtid: str) -> str:
+    """The SET clause of an Intvar, Rand or User_var event (literals only)."""
     body = event[HEADER_LEN:len(event) - (4 if checksum else 0)]
-    if kind == INTVAR:
-        what, value = struct.unpack_from("<BQ", body, 0)
-        return (f"{'last_insert_id' if what == 1 else 'insert_id'}={value}", None)
-    if kind == RAND:
-        one, two = struct.unpack_from("<QQ", body, 0)
-        return (f"rand_seed1={one}, rand_seed2={two}", None)
-    n = struct.unpack_from("<I", body, 0)[0]
-    name = bytes(body[4:4 + n]).decode("utf-8", "surrogateescape")
-    at = 4 + n
-    if body[at]:  # NULL
-        return (f"@{quote_ident(name)}=NULL", None)
-    kind_, charset, size = struct.unpack_from("<BII", body, at + 1)
-    value = bytes(body[at + 10:at + 10 + size])
-    if kind_ == 0:  # a string, in its charset (a collation id)
-        return (f"@{quote_ident(name)}=CONVERT(%s USING binary) COLLATE binary", value) if charset == 63 else \
-            (f"@{quote_ident(name)}=CAST(%s AS CHAR CHARACTER SET {_charset(charset)})", value)
-    if kind_ == 1:
-        return (f"@{quote_ident(name)}=%s", struct.unpack("<d", value)[0])
-    if kind_ == 2:
-        unsigned = len(body) > at + 10 + size and body[at + 10 + size] & 1
-        return (f"@{quote_ident(name)}=%s", struct.unpack("<Q" if unsigned else "<q", value)[0])
-    raise Refusal(f"transaction {gtid}: a user variable of type {kind_} (DECIMAL) is not replayed by lastline's "
-                  "statement sessions; roll forward from a physical base.")
+    try:
+        if kind == INTVAR:
+            what, value = struct.unpack_from("<BQ", body, 0)
+            return f"{'last_insert_id' if what == 1 else 'insert_id'}={value}"
+        if kind == RAND:
+            one, two = struct.unpack_from("<QQ", body, 0)
+            return f"rand_seed1={one}, rand_seed2={two}"
+        n = struct.unpack_from("<I", body, 0)[0]
+        name = bytes(body[4:4 + n])
+        if not name or not name.isascii() or not name.decode().replace("_", "").replace("$", "").isalnum():
+            raise Refusal(f"transaction {gtid}: a user variable named {name[:40]!r}: lastline replays plain names only.")
+        var = "@" + quote_ident(name.decode())
+        at = 4 + n
+        if body[at]:  # NULL
+            return f"{var}=NULL"
+        type_, charset, size = struct.unpack_from("<BII", body, at + 1)
+        value = bytes(body[at + 10:at + 10 + size])
+        if len(value) != size:
+            raise Refusal(f"transaction {gtid}: a user variable's value is cut short: refused.")
+        if type_ == 0:  # a string, in its collation
+            if charset not in _CHARSETS:
+                raise Refusal(f"transaction {gtid}: a user variable in collation {charset}: not replayed by lastline.")
+            return f"{var}=X'{value.hex()}'" if charset == 63 else f"{var}=CONVERT(X'{value.hex()}' USING {_CHARSETS[charset]})"
+        if type_ == 1:
+            return f"{var}={struct.unpack('<d', value)[0]!r}"
+        if type_ == 2:
+            unsigned = len(body) > at + 10 + size and body[at + 10 + size] & 1
+            return f"{var}={struct.unpack('<Q' if unsigned else '<q', value)[0]}"
+    except (IndexError, struct.error):
+        raise Refusal(f"transaction {gtid}: a context event is cut short: the archive is damaged or forged there.") from None
+    raise Refusal(f"transaction {gtid}: a user variable of type {type_} (DECIMAL) is not replayed by lastline's statement "
+                  "sessions; roll forward from a physical base.")
 
 
-def _charset(collation: int) -> str:
-    """The character set of a collation id the binlog names (the common ones; others refused)."""
-    known = {8: "latin1", 33: "utf8mb3", 45: "utf8mb4", 46: "utf8mb4", 224: "utf8mb4", 83: "utf8mb3", 47: "latin1",
-             48: "latin1", 11: "ascii", 65: "ascii", 63: "binary", 192: "utf8mb3", 255: "utf8mb4"}
-    if collation not in known:
-        raise Refusal(f"a user variable in collation {collation}: not replayed by lastline's statement sessions.")
-    return known[collation]
+@dataclass
+class Prepared:
+    """A statement group read and checked in the first pass: (what, payload) steps in order: `context` (a SET clause),
+    `query` (a Query), `commit` (its XID)."""
+
+    group: StatementGroup
+    thread_id: int
+    steps: list[tuple[str, Any]] = field(default_factory=list)
 
 
-class Sessions:
-    """Sessions of the run account, one per source session; applies statement groups in order."""
-
-    def __init__(self, account: Server, run_id: str) -> None:
-        self.account, self.run_id = account, run_id
-        self._conns: dict[int, Any] = {}
-        self._db: dict[int, str] = {}
-        self.skipped: list[dict[str, Any]] = []
-        self.applied = 0
-
-    def _cursor(self, thread_id: int) -> Any:
-        if thread_id not in self._conns:
-            conn = self.account.connect()
-            conn.autocommit(True)  # as the source's sessions: BEGIN opens a transaction, a statement alone commits
-            cur = conn.cursor()
-            unlogged(cur)  # binary logging off for this session (the account's one procedure for it)
-            self._conns[thread_id] = conn
-        return self._conns[thread_id].cursor()
-
-    def close(self) -> None:
-        for conn in self._conns.values():
-            try:
-                conn.close()
-            except Exception:  # noqa: BLE001 - a connection already gone
-                pass
-        self._conns.clear()
-
-    def done(self) -> set[str]:
-        """The GTIDs this run has applied or skipped already (a retry leaves them out)."""
-        with self.account.session() as cur:
-            cur.execute(f"SELECT gtid FROM {LEDGER} WHERE run_id=%s", (self.run_id,))
-            return {str(r[0]) for r in cur.fetchall()}
-
-    def apply(self, group: StatementGroup) -> bool:
-        """Run one transaction of statements; False if the server refused it to the account (rolled back, skipped)."""
-        import MySQLdb
-
-        queries = [(k, e) for e in group.events if (k := HEADER.unpack_from(e, 0)[1]) != GTID]
-        first = next((parse_query(e, group.checksum, group.gtid) for k, e in queries if k == QUERY), None)
-        if first is None:
-            return True
-        thread = first.thread_id
-        cur = self._cursor(thread)
-        pending: list[tuple[str, Any]] = []
-        ledgered = False
-        try:
-            for kind, event in queries:
-                if kind == XID:
-                    self._ledger(cur, group, "applied")
-                    ledgered = True
-                    cur.execute("COMMIT")
-                    continue
-                if kind != QUERY:
-                    pending.append(_context(event, kind, group.checksum, group.gtid))
-                    continue
-                query = parse_query(event, group.checksum, group.gtid)
-                if query.text == b"COMMIT":
-                    self._ledger(cur, group, "applied")
-                    ledgered = True
-                for clause, arg in query.sets + pending:
-                    cur.execute(f"SET SESSION {clause}" if "@" not in clause.split("=")[0] else f"SET {clause}",
-                                None if arg is None else (arg,))
-                pending = []
-                if query.db and query.db != self._db.get(thread):
-                    cur.execute(f"USE {quote_ident(query.db)}")
-                    self._db[thread] = query.db
-                try:
-                    cur.execute(query.text)
-                except MySQLdb.Error as exc:
-                    if not query.error_code or exc.args[0] != query.error_code:
-                        raise
-        except MySQLdb.Error as exc:
-            code = exc.args[0] if exc.args else 0
-            try:
-                cur.execute("ROLLBACK")
-            except MySQLdb.Error:
-                pass
-            if code not in DENIED:
-                raise ServerError(f"the replay's statement session failed on transaction {group.gtid} ({exc}); a retry "
-                                  "resumes after the last transaction applied.") from exc
-            reason = str(exc.args[-1]) if exc.args else str(exc)
-            self.skipped.append({"gtid": group.gtid, "reason": reason, "statement": first.text[:200].decode("utf-8", "replace")})
-            log.warning("replay: transaction %s skipped, the server refused it to the restore's account: %s", group.gtid, reason)
-            self._ledger(cur, group, "skipped")
-            return False
-        if not ledgered:  # a statement on its own (DDL, a non-transactional write): recorded after it
-            self._ledger(cur, group, "applied")
-        self.applied += 1
-        return True
-
-    def _ledger(self, cur: Any, group: StatementGroup, state: str) -> None:
-        cur.execute(f"INSERT INTO {LEDGER} (run_id, gtid, state) VALUES (%s, %s, %s)", (self.run_id, group.gtid, state))
-        if state == "skipped" or not group.transactional:
-            cur.connection.commit()
+def prepare(group: StatementGroup) -> Prepared:
+    """Parse a statement group whole (every refusal here, before anything is applied)."""
+    steps: list[tuple[str, Any]] = []
+    thread = None
+    for event in group.events:
+        kind = HEADER.unpack_from(event, 0)[1]
+        if kind == GTID:
+            continue
+        if kind == XID:
+            steps.append(("commit", None))
+        elif kind == QUERY:
+            query = parse_query(event, group.checksum, group.gtid)
+            word = first_word(query.text, group.gtid)
+            if query.text != b"BEGIN" and word not in LOGGED:
+                raise Refusal(f"transaction {group.gtid} runs a statement of a kind a server does not log ({word or '?'}: "
+                              "XA, dynamic SQL, a compound statement, ...): a logical base's replay does not run it (XA "
+                              "would let any account end another session's prepared transaction). Roll forward from a "
+                              "physical base.")
+            thread = query.thread_id if thread is None else thread
+            steps.append(("query", query))
+        else:
+            steps.append(("context", _context(event, kind, group.checksum, group.gtid)))
+    return Prepared(group, thread or 0, steps)

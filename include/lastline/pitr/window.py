@@ -144,14 +144,17 @@ def find_base(line: Line, file: str | None, gtid: str) -> int | None:
     return fits[-1] if fits else None
 
 
-def base_matches(storage: Storage, line: Line, at: int, position: int | None, gtid: str) -> bool:
+def base_matches(storage: Storage, line: Line, at: int, position: int | None, gtid: str) -> bool | None:
     """Whether the archived bytes at the base's coordinates are the base's own history: the transaction that ends
     at its position is the last one its GTID state holds in that domain (names and GTIDs are reused after a
-    `RESET MASTER` or a restore: only the bytes tell two histories apart). Without a position (a base known by
-    its GTID state only), or at a file's start, the file's start state must agree."""
+    `RESET MASTER`, a restore or a failover: only the bytes tell two histories apart). Without a position (a base
+    known by its GTID state only), or at a file's start, the file's start state must agree. None: cannot tell yet
+    (the position lies past what the archive holds of the line's last file, which may still grow)."""
     bid, entry = line.files[at]
     seg = next((s for s in entry.segments if position and s["offset"] < position <= s["offset"] + s["size"]), None)
     if seg is None:
+        if position and position > max(entry.size, 4):  # past the archived bytes: a closed file never grows there
+            return None if at == len(line.files) - 1 and events.includes(gtid, entry.start_gtids) else False
         return position is None or position <= 4 or events.includes(gtid, entry.start_gtids)
     found = events.scan(segment_bytes(storage, bid, entry.name, seg)[:position - seg["offset"]], entry.name,
                         seg["offset"], entry.checksum)
@@ -176,11 +179,19 @@ def choose_line(storage: Storage, file: str | None, gtid: str, branch: str | Non
                       "(point-in-time restore rolls a base backup forward with the archived binlogs).")
     if branch and branch not in known:
         raise ConfigError(f"branch {branch!r} is not in {storage.location(PREFIX)} (branches: {', '.join(known)}).")
+    maybe = None
     for bid in ([branch] if branch else reversed(known)):
         line = lineage(storage, bid)
         at = find_base(line, file, gtid)
-        if at is not None and base_matches(storage, line, at, position, gtid):
+        if at is None:
+            continue
+        matches = base_matches(storage, line, at, position, gtid)
+        if matches:
             return line
+        if matches is None and maybe is None:
+            maybe = line
+    if maybe is not None:  # the only place it can be is past a growing file's archived end (the resolve says so)
+        return maybe
     where = f"binlog {file}" if file else f"GTID state {gtid}"
     raise Refusal(f"the base's {where} is in no branch of {storage.location(PREFIX)}"
                   + (f" reaching {branch}" if branch else "") + ": the archive began after this backup, or it archives "
