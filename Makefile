@@ -61,4 +61,6 @@ lint: setup  # ruff on everything, mypy on the layers below the stages (settings
 clean:
 	-.venv/bin/python -m lastline_dev.sandbox --root .demo/sandbox destroy source
 	-.venv/bin/python -m lastline_dev.sandbox --root .demo/sandbox destroy target
+	-.venv/bin/python -m lastline_dev.sandbox --root .demo/sandbox destroy staging
+	-.venv/bin/python -m lastline_dev.sandbox --root .demo/sandbox destroy drill
 	rm -rf .demo .airflow

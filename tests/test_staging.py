@@ -475,6 +475,6 @@ def test_a_run_s_conf_may_mask_more_but_never_less_and_never_names_the_key(crm, 
     finally:
         tgt.query("SET GLOBAL read_only = OFF")
     deployment_rules.setenv("LASTLINE_MASKING_KEY_CONN_ID", "t_crm")  # a server's connection is no key
-    with pytest.raises(Refusal, match="is of type 'mysql': a key must be kept in a connection of its own"):
+    with pytest.raises(Refusal, match="is of type 'lastline': a key must be kept in a connection of its own"):
         sr.preflight(_conf(backup), RULES)
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import secrets
 import subprocess
 import sys
 import time
@@ -52,11 +53,25 @@ def run_dag(dag_id: str, conf: dict, env: dict) -> float:
     return seconds
 
 
-def save_connections(source: Instance, target: Instance) -> Path:
+SERVERS = ("source", "target", "staging", "drill")  # the demo's sandboxes; staging and drill empty until a DAG fills them
+
+
+def servers() -> dict[str, Instance]:
+    return {name: Instance(DEMO / "sandbox", name) for name in SERVERS}
+
+
+def save_connections(found: dict[str, Instance]) -> Path:
     """Put the demo servers' connections into the project's Airflow database (`bin/airflow connections
-    import`), where the UI (`make ui`) and every `bin/airflow` command find them."""
+    import`), where the UI (`make ui`) and every `bin/airflow` command find them: `lastline_source`,
+    `lastline_target`, `lastline_staging` (role staging), `lastline_drill` (role drill) and the masking key
+    `lastline_masking` (a key of its own for the demo, kept in .demo/masking.key), so that every DAG can be
+    triggered from its form."""
     path = DEMO / "connections.json"
-    conns = {"lastline_source": source.connection("lastline_source"), "lastline_target": target.connection("lastline_target")}
+    conns = {f"lastline_{name}": inst.connection(f"lastline_{name}") for name, inst in found.items()}
+    for name in ("staging", "drill"):
+        conns[f"lastline_{name}"]["extra"]["role"] = name
+    conns["lastline_masking"] = {"conn_type": "generic", "password": _masking_key(),
+                                 "description": "the demo's masking key (staging_refresh): a key of its own"}
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)  # passwords: readable by their owner only
     with os.fdopen(fd, "w") as fh:
         json.dump(conns, fh, indent=1)
@@ -68,27 +83,43 @@ def save_connections(source: Instance, target: Instance) -> Path:
     return path
 
 
+def _masking_key() -> str:
+    """The demo's masking key: made once, kept 0600 under .demo."""
+    path = DEMO / "masking.key"
+    if not path.exists():
+        DEMO.mkdir(exist_ok=True)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as fh:
+            fh.write(secrets.token_urlsafe(32))
+    return path.read_text().strip()
+
+
+def start_servers() -> dict[str, Instance]:
+    """The demo's four sandboxes, created once (the source with Sakila and generated rows), started."""
+    bulk_mb = int(os.environ.get("LASTLINE_DEMO_BULK_MB", "50"))
+    found = servers()
+    for name, inst in found.items():
+        if not inst.exists():
+            say(f"creating the {name} sandbox (.demo/sandbox/{name})"
+                + (f": Sakila + {bulk_mb} MB of generated rows" if name == "source" else ": empty"))
+            inst.create()
+            if name == "source":
+                inst.load_sakila()
+                inst.load_bulk(bulk_mb)
+        inst.start()
+    return found
+
+
 def main() -> int:
     """Run the demo end to end and print what it did."""
-    bulk_mb = int(os.environ.get("LASTLINE_DEMO_BULK_MB", "50"))
-    root = DEMO / "sandbox"
-    source, target = Instance(root, "source"), Instance(root, "target")
     t0 = time.monotonic()
-    if not source.exists():
-        say(f"creating the source sandbox: Sakila + {bulk_mb} MB of generated rows (.demo/sandbox/source)")
-        source.create()
-        source.load_sakila()
-        source.load_bulk(bulk_mb)
-    source.start()
-    if not target.exists():
-        say("creating an empty target sandbox (.demo/sandbox/target)")
-        target.create()
-    target.start()
-    say(f"source on 127.0.0.1:{source.meta()['port']}, target on 127.0.0.1:{target.meta()['port']} "
-        f"({time.monotonic() - t0:.1f} s)")
-
-    save_connections(source, target)
-    say("connections lastline_source and lastline_target are in the project's Airflow database (`make ui` shows them)")
+    found = start_servers()
+    source, target = found["source"], found["target"]
+    say(", ".join(f"{name} on 127.0.0.1:{inst.meta()['port']}" for name, inst in found.items())
+        + f" ({time.monotonic() - t0:.1f} s)")
+    save_connections(found)
+    say("connections lastline_source, lastline_target, lastline_staging (role staging), lastline_drill (role drill) and "
+        "lastline_masking are in the project's Airflow database: every DAG can be triggered from `make ui`")
     dest = f"file://{DEMO / 'backups'}"  # both kinds of backup: `latest` picks the newest of the restore's kind
     # the demo's deployment settings: its folder is where runs may keep backups, and it runs unattended (the
     # approval a person gives in the UI before data is replaced is a setting of the deployment, not of a run)

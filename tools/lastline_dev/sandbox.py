@@ -159,7 +159,7 @@ class Instance:
         }
         if s.protected:
             extra["protected"] = True
-        return {"conn_type": "mysql", "host": s.host, "port": s.port, "login": s.user, "password": s.password, "extra": extra}
+        return {"conn_type": "lastline", "host": s.host, "port": s.port, "login": s.user, "password": s.password, "extra": extra}
 
     # -- lifecycle -------------------------------------------------------------------------------
 

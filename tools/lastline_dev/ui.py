@@ -10,18 +10,14 @@ from __future__ import annotations
 import os
 import sys
 
-from lastline_dev.demo import DEMO, ROOT, save_connections, say
-from lastline_dev.sandbox import Instance
+from lastline_dev.demo import DEMO, ROOT, save_connections, say, servers, start_servers
 
 
 def main() -> int:
-    source, target = Instance(DEMO / "sandbox", "source"), Instance(DEMO / "sandbox", "target")
-    if not (source.exists() and target.exists()):
+    if not (DEMO / "backups").exists() or not servers()["source"].exists():
         say("no demo servers yet: run `make demo` first (it creates them, backs up and restores once)")
         return 1
-    source.start()
-    target.start()
-    save_connections(source, target)
+    save_connections(start_servers())
     port = os.environ.get("LASTLINE_UI_PORT", "8080")
     env = {**os.environ,
            "LASTLINE_DESTINATION": f"file://{DEMO / 'backups'}",
@@ -29,10 +25,13 @@ def main() -> int:
            "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS": "True",  # loopback only, sandboxes only
            "AIRFLOW__API__HOST": "127.0.0.1", "AIRFLOW__API__PORT": port,
            "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"http://127.0.0.1:{port}/execution/",
-           "AIRFLOW__SCHEDULER__SCHEDULER_IDLE_SLEEP_TIME": "0.2", "AIRFLOW__DAG_PROCESSOR__MIN_FILE_PROCESS_INTERVAL": "300"}
+           "AIRFLOW__SCHEDULER__SCHEDULER_IDLE_SLEEP_TIME": "0.2", "AIRFLOW__DAG_PROCESSOR__MIN_FILE_PROCESS_INTERVAL": "300",
+           # sized for a laptop: 4 task processes and one api-server worker (the defaults start 32 and 4)
+           "AIRFLOW__CORE__PARALLELISM": os.environ.get("LASTLINE_UI_PARALLELISM", "4"), "AIRFLOW__API__WORKERS": "1"}
     say(f"Airflow's UI on the demo servers: http://127.0.0.1:{port} (up in about 30 s; Ctrl-C stops it)")
     say("  Dags > logical_restore > Trigger: the form offers the demo's backups; the target is the demo's")
     say("  (a restore that replaces data waits for your approval under 'Required actions'); each run has a Report tab")
+    say("  every DAG can be triggered: staging_refresh writes into lastline_staging, restore_drill into lastline_drill")
     os.execve(str(ROOT / "bin/airflow"), [str(ROOT / "bin/airflow"), "standalone"], env)
 
 

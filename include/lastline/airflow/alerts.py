@@ -1,13 +1,15 @@
 """Alerts: a failed run, a backup not complete by its deadline, a restore drill over its RTO budget.
 
-One notifier, `Alert`, sends to where an Airflow connection says (LASTLINE_ALERT_CONN_ID, default
-`lastline_alerts`):
+One notifier, `Alert`, sends through the providers' own notifiers to where an Airflow connection says
+(LASTLINE_ALERT_CONN_ID, default `lastline_alerts`):
 
-- a webhook: a connection of type `http` (host `https://hooks.example.com/...`, or host + schema + port):
-  a JSON POST `{"text": ..., "event": ..., "dag_id": ..., "run_id": ...}` (Slack and Mattermost read "text");
-  an extra `headers` object is sent along (e.g. an authorization header);
-- mail: a connection of type `smtp` or `email` (host, port, login, password; extras `from`, `to` (a list
-  or a comma-separated string), `ssl` or `starttls`).
+- a webhook: a connection of type `http` (host `https://hooks.example.com/...`, or host + schema + port), sent by
+  the HTTP provider's `HttpNotifier`: a JSON POST `{"text": ..., "event": ..., "dag_id": ..., "run_id": ...}`
+  (Slack's and Mattermost's incoming webhooks read "text"); the connection's extras are sent as headers (the
+  provider's convention: e.g. an Authorization header);
+- mail: a connection of type `smtp` (host, port, login, password; the SMTP provider's extras `from_email`,
+  `disable_ssl`, `disable_tls`, `timeout`), sent by the SMTP provider's `SmtpNotifier`, to the extra `to` (a list
+  or a comma-separated string).
 
 No such connection: the alert is logged as a warning and nothing else happens (alerts are optional).
 The same class runs in the dag-processor (`on_failure_callback`) and, awaited, in the triggerer (a
@@ -16,14 +18,11 @@ The same class runs in the dag-processor (`on_failure_callback`) and, awaited, i
 from __future__ import annotations
 
 import asyncio
+import html
 import json
 import logging
 import os
-import smtplib
-import ssl
-import urllib.request
 from datetime import timedelta
-from email.message import EmailMessage
 from typing import Any
 
 from airflow.sdk import BaseNotifier, Connection
@@ -41,38 +40,27 @@ def _recipients(value: Any) -> list[str]:
 
 
 def send(event: str, text: str, details: dict[str, Any], conn_id: str = ALERT_CONN_ID) -> str:
-    """Send one alert where `conn_id` says; returns where it went ("" when there is no such connection)."""
+    """Send one alert where `conn_id` says, through the provider's notifier; returns where it went ("" when there is
+    no such connection)."""
     try:
         conn = Connection.get(conn_id)
     except Exception:  # noqa: BLE001 - the SDK raises several types for "not found"
         log.warning("ALERT (%s; no connection %r to send it to): %s", event, conn_id, text)
         return ""
-    extra = conn.extra_dejson
-    body = {"text": text, "event": event, **details}
     if conn.conn_type in ("smtp", "email"):
-        msg = EmailMessage()
-        msg["Subject"] = f"[lastline] {text.splitlines()[0][:150]}"
-        msg["From"] = extra.get("from") or conn.login or "lastline@localhost"
-        to = _recipients(extra.get("to"))
+        from airflow.providers.smtp.notifications.smtp import SmtpNotifier
+
+        to = _recipients((conn.extra_dejson or {}).get("to"))
         if not to:
             raise ValueError(f"connection {conn_id!r} (mail) has no 'to' in its extras")
-        msg["To"] = ", ".join(to)
-        msg.set_content(f"{text}\n\n{json.dumps(details, indent=2, default=str)}")
-        smtp_cls = smtplib.SMTP_SSL if extra.get("ssl") else smtplib.SMTP
-        with smtp_cls(conn.host, conn.port or (465 if extra.get("ssl") else 25), timeout=30) as smtp:
-            if extra.get("starttls"):
-                smtp.starttls(context=ssl.create_default_context())
-            if conn.login and conn.password:
-                smtp.login(conn.login, conn.password)
-            smtp.send_message(msg)
+        page = f"<p>{html.escape(text)}</p><pre>{html.escape(json.dumps(details, indent=2, default=str))}</pre>"
+        SmtpNotifier(to=to, subject=f"[lastline] {text.splitlines()[0][:150]}", html_content=page,
+                     smtp_conn_id=conn_id).notify({})
         return f"mail to {', '.join(to)}"
-    host = conn.host or ""
-    url = host if "://" in host else f"{conn.schema or 'http'}://{host}{f':{conn.port}' if conn.port else ''}"
-    headers = {"Content-Type": "application/json", **(extra.get("headers") or {})}
-    req = urllib.request.Request(url, data=json.dumps(body, default=str).encode(), headers=headers, method="POST")
-    with urllib.request.urlopen(req, timeout=30) as resp:
-        resp.read()
-    return f"webhook {url.split('?')[0]}"
+    from airflow.providers.http.notifications.http import HttpNotifier
+
+    HttpNotifier(http_conn_id=conn_id, json={"text": text, "event": event, **details}).notify({})
+    return f"webhook {conn_id}"
 
 
 class Alert(BaseNotifier):

@@ -1,0 +1,49 @@
+"""The MariaDB / MySQL hook: the mysql provider's `MySqlHook` whose connection also carries lastline's settings.
+
+A connection of type `lastline` ("MariaDB / MySQL (lastline)") shows them as fields of their own in the
+connection form (declared in the provider info, :mod:`lastline.provider`); a plain `mysql` connection with the same
+keys in its extras works the same. `server()` gives the typed :class:`~lastline.core.servers.Server` every stage
+takes; `get_conn()` and the rest are MySqlHook's, for anyone who wants a DB-API connection.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from airflow.providers.mysql.hooks.mysql import MySqlHook
+
+from lastline.core.errors import ConfigError
+from lastline.core.servers import Server
+from lastline.hooks.ssh import ssh_host
+
+CONN_TYPE = "lastline"
+
+
+class MariaDbHook(MySqlHook):
+    """A MariaDB or MySQL server that lastline backs up or restores into (connection type `lastline` or `mysql`)."""
+
+    conn_name_attr = "lastline_conn_id"
+    default_conn_name = "lastline_source"
+    conn_type = CONN_TYPE
+    hook_name = "MariaDB / MySQL (lastline)"
+
+    def __init__(self, lastline_conn_id: str = default_conn_name, **kwargs: Any) -> None:
+        super().__init__(lastline_conn_id, **kwargs)
+        self.lastline_conn_id = lastline_conn_id
+
+    def connection(self) -> Any:
+        """The Airflow connection, or a ConfigError saying how to create it."""
+        try:
+            return self.get_connection(self.lastline_conn_id)
+        except Exception as exc:  # noqa: BLE001 - the SDK raises several types for "not found"
+            raise ConfigError(f"Airflow connection {self.lastline_conn_id!r} could not be read ({exc}); create it (type "
+                              f"{CONN_TYPE} or mysql) or set AIRFLOW_CONN_{self.lastline_conn_id.upper()}.") from exc
+
+    def server(self) -> Server:
+        """The Server of this connection, with the host its commands run on (its ssh_conn_id's, if set)."""
+        conn = self.connection()
+        if (conn.conn_type or "mysql") not in (CONN_TYPE, "mysql", "mariadb"):
+            raise ConfigError(f"connection {self.lastline_conn_id!r} is of type {conn.conn_type!r}: a server lastline "
+                              f"backs up or restores into is a {CONN_TYPE} (or mysql) connection.")
+        found = Server.from_connection(conn)
+        return dataclasses.replace(found, remote=ssh_host(found.ssh_conn_id)) if found.ssh_conn_id else found

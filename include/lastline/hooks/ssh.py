@@ -1,0 +1,70 @@
+"""An SSH connection as the host lastline streams through: the SSH provider's `SSHHook` reads the connection
+(host, port, login, `key_file` or `private_key`, `host_key`, `compress`), lastline runs OpenSSH with what it read
+(ControlMaster, its stdin and stdout as pipes: the provider's exec helpers buffer a command's whole output, which
+a backup stream cannot afford). Host keys are always checked: a connection without `host_key` is refused, as is
+`no_host_key_check`; key authentication only."""
+from __future__ import annotations
+
+import atexit
+import os
+import shutil
+import tempfile
+
+from lastline.core.errors import ConfigError
+from lastline.core.hosts import SshHost
+from lastline.core.plans import as_bool
+
+_HOSTS: dict[str, SshHost] = {}
+_DIR: list[str] = []
+
+
+def _private_dir() -> str:
+    """A 0700 folder for this process's key and known_hosts files, removed at exit."""
+    if not _DIR:
+        path = tempfile.mkdtemp(prefix="lastline-ssh-")
+        os.chmod(path, 0o700)
+        atexit.register(shutil.rmtree, path, True)
+        _DIR.append(path)
+    return _DIR[0]
+
+
+def _write(name: str, text: str) -> str:
+    path = os.path.join(_private_dir(), name)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as fh:
+        fh.write(text if text.endswith("\n") else text + "\n")
+    return path
+
+
+def ssh_host(conn_id: str) -> SshHost:
+    """The SshHost of an Airflow SSH connection, read by the provider's SSHHook (cached per process)."""
+    if conn_id in _HOSTS:
+        return _HOSTS[conn_id]
+    from airflow.providers.ssh.hooks.ssh import SSHHook
+
+    try:
+        hook = SSHHook(ssh_conn_id=conn_id)
+    except Exception as exc:  # noqa: BLE001 - the provider raises several types for a missing or bad connection
+        raise ConfigError(f"SSH connection {conn_id!r} could not be read ({exc}); create it (type ssh) or set "
+                          f"AIRFLOW_CONN_{conn_id.upper()}.") from exc
+    host, port = hook.remote_host, int(hook.port or 22)
+    user = hook.username or os.environ.get("USER", "root")
+    if not host:
+        raise ConfigError(f"SSH connection {conn_id!r} has no host.")
+    extra = hook.get_connection(conn_id).extra_dejson or {}
+    if hook.key_file:
+        key_file = hook.key_file
+    elif hook.pkey is not None and extra.get("private_key"):  # the key as the provider read it, for OpenSSH
+        key_file = _write(f"{conn_id}.key", str(extra["private_key"]))
+    else:
+        raise ConfigError(f"SSH connection {conn_id!r} has no key: set the extra key_file (a path) or private_key (the "
+                          "key itself). lastline uses key authentication only.")
+    if hook.no_host_key_check or hook.host_key is None:
+        raise ConfigError(f"SSH connection {conn_id!r}: set the extra host_key to the server's public host key "
+                          f"(`ssh-keyscan -p {port} {host}`, e.g. 'ssh-ed25519 AAAA...'); lastline always checks host keys.")
+    pattern = host if port == 22 else f"[{host}]:{port}"
+    known = _write(f"{conn_id}.known_hosts", f"{pattern} {hook.host_key.get_name()} {hook.host_key.get_base64()}")
+    # compression only where the extra asks (the provider's default is on; it only slows a compressed stream)
+    compress = as_bool(extra.get("compress", False))
+    _HOSTS[conn_id] = SshHost(f"{conn_id} ({user}@{host}:{port})", host, port, user, key_file, known, compress=compress)
+    return _HOSTS[conn_id]
