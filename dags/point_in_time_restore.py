@@ -12,9 +12,10 @@ changed put back, however it ended).
 
 `until`: `YYYY-MM-DDTHH:MM:SSZ` (UTC), a GTID `domain-server-seq`, or `latest`. `base`: a backup id, or
 `auto` (the newest complete backup of `base_kind` before `until`). The archive is `<destination>/binlogs`,
-written by the binlog_archive DAG. A logical base's replay reaches its restored databases only: row events
-through the target's applier with `replicate_do_db` set to them, statements under an account limited to them
-(what the server refuses that account is skipped and reported).
+written by the binlog_archive DAG. A logical base's replay reaches its restored databases only: their row
+events, rebuilt by lastline, through the target's applier (`replicate_do_db` set to them as a second line);
+archived statements never run (one that may change a restored database is refused before anything is applied,
+one on other databases is left out and named).
 """
 from __future__ import annotations
 
@@ -33,7 +34,7 @@ from lastline.pitr import restore as pitr
     **dag_args(schedule=None),
     doc_md=__doc__,
     tags=["lastline", "pitr", "restore"],
-    params=params("target_conn_id", "destination", "until", "base", "base_kind", "databases", "refused_statements", "branch",
+    params=params("target_conn_id", "destination", "until", "base", "base_kind", "databases", "branch",
                   "replay_method", "parallel", "force", "restore_into_source", "aws_conn_id",
                   databases="a logical base's databases to restore and roll forward; empty: every one it holds",
                   force="replace what the base replaces: a non-empty datadir (physical) or existing databases (logical), "

@@ -87,7 +87,6 @@ def _workload(src: Instance, tgt: Instance, dest, storage, server, writer: Write
     time.sleep(1)
     plan = lb.preflight({"source_conn_id": "t_pitr_lsrc", "destination": f"file://{dest}", "databases": ["shop"]})
     lb.dump(plan)  # the base, taken while the writers write: shop only
-    skipped = []
     with server.session() as cur:  # row format: one transaction on both databases, and one on mysql.*
         cur.execute("INSERT INTO other.t (v) VALUES ('row, other')")
         cur.execute("UPDATE shop.stock SET qty = qty + 1000 WHERE id = 7")
@@ -96,20 +95,14 @@ def _workload(src: Instance, tgt: Instance, dest, storage, server, writer: Write
         cur.connection.commit()
     archive.ship(server, storage)
     server.query("FLUSH BINARY LOGS")
-    statements = [_statement(server, "UPDATE shop.stock SET qty = qty + 1 WHERE id <= 5 OR id IN (999999, 999998, "
-                                     "999997, 999996, 999995, 999994)")]  # statements on shop: applied
-    writer.pause()  # the DDL between transactions (a DDL waiting for a table's lock can hold the writers up)
-    statements.append(_statement(server, "ALTER TABLE shop.accounts ADD COLUMN note VARCHAR(20) NOT NULL DEFAULT 'x', "
-                                         "ALGORITHM=INSTANT"))
-    writer.resume()
-    skipped.append(_statement(server, "INSERT INTO other.t (v) VALUES ('statement, other')"))  # refused to the account
-    skipped.append(_statement(server, "CREATE TABLE other.t2 (id INT)"))
-    skipped.append(_statement(server, "INSERT INTO t (v) VALUES ('default database other')", db="other"))
+    elsewhere = [  # statements on other databases: never run on the target, left out and named
+        _statement(server, "INSERT INTO other.t (v) VALUES ('statement, other'), ('another row of it, other')"),
+        _statement(server, "CREATE TABLE other.t2 (id INT, note VARCHAR(200))"),
+        _statement(server, "INSERT INTO t (v) VALUES ('default database other, a statement')", db="other")]
     time.sleep(1)
     points = {"time": mark(src, writer)}
     archive.ship(server, storage)
-    with server.session() as cur:  # a temporary table living across a rotation (statement format)
-        cur.execute("SET SESSION binlog_format='STATEMENT'")
+    with server.session() as cur:  # a temporary table living across a rotation (row format: its effect as rows)
         cur.execute("CREATE TEMPORARY TABLE shop.tmp_moves (id INT, qty INT)")
         cur.execute("INSERT INTO shop.tmp_moves VALUES (1, 7), (2, 9)")
         cur.connection.commit()
@@ -120,23 +113,21 @@ def _workload(src: Instance, tgt: Instance, dest, storage, server, writer: Write
     points["gtid"] = mark(src, writer)
     time.sleep(1)
     writer.finish()
-    final = state(src)
-    # reads the source's accounts into shop: on the target the account may not read mysql.*, so it is skipped
-    skipped.append(_statement(server, "INSERT INTO shop.orders (item, qty, note) SELECT 0, 0, User FROM mysql.user LIMIT 1"))
-    points["latest"] = ("latest", server.query("SELECT @@GLOBAL.gtid_binlog_pos")[0][0], final)
+    # statements on shop: a logical base is not rolled forward through them
+    on_shop = [_statement(server, "UPDATE shop.stock SET qty = qty + 1 WHERE id <= 5"),
+               _statement(server, "ALTER TABLE shop.accounts ADD COLUMN note VARCHAR(20) NOT NULL DEFAULT 'x'")]
+    points["latest"] = ("latest", server.query("SELECT @@GLOBAL.gtid_binlog_pos")[0][0], state(src))
     archive.ship(server, storage)
     assert writer.commits > 200
     return {"dest": f"file://{dest}", "storage": storage, "points": points, "src": src, "tgt": tgt,
-            "base": plan["backup_id"], "skipped": skipped, "statements": statements, "untouched": _untouched(tgt)}
+            "base": plan["backup_id"], "elsewhere": elsewhere, "on_shop": on_shop, "untouched": _untouched(tgt)}
 
 
-
-
-def _run(run_dag, h, until: str, dest: str | None = None, refused: str = "skip") -> tuple[str, dict, str]:
+def _run(run_dag, h, until: str, dest: str | None = None) -> tuple[str, dict, str]:
     return run_dag("point_in_time_restore", {
         "target_conn_id": "t_pitr_ltgt", "destination": dest or h["dest"], "until": until, "base": "auto",
-        "base_kind": "logical", "databases": [], "refused_statements": refused, "branch": "", "replay_method": "auto",
-        "parallel": 2, "force": True, "restore_into_source": "", "aws_conn_id": None})
+        "base_kind": "logical", "databases": [], "branch": "", "replay_method": "auto", "parallel": 2, "force": True,
+        "restore_into_source": "", "aws_conn_id": None})
 
 
 def _restore(run_dag, h, until: str, dest: str | None = None) -> str:
@@ -152,23 +143,23 @@ def test_a_logical_base_rolls_forward_to_a_second_reaching_only_its_databases(ru
                            "base_kind": "logical"})
     assert plan["kind"] == "logical" and plan["replay"]["databases"] == ["shop"]
     logs = _restore(run_dag, lhistory, until)
-    assert state(lhistory["tgt"]) == recorded  # the row and statement changes of shop, the DDL included
+    assert state(lhistory["tgt"]) == recorded
     assert _untouched(lhistory["tgt"]) == lhistory["untouched"]  # other.t, other.t2, mysql.*: never reached
-    for gtid in lhistory["skipped"][:3]:  # the statements on `other`, named
-        assert f"transaction {gtid} skipped, the server refused it to the restore's account" in logs
-    tgt = lhistory["tgt"].server()
-    assert tgt.query("SELECT COUNT(*) FROM mysql.user WHERE User LIKE 'lastline\\_run\\_%'") == [(0,)]  # dropped
-    assert tgt.query("SELECT @@GLOBAL.slave_parallel_threads, @@GLOBAL.replicate_do_db") == [(0, "")]
+    assert "3 statements on other databases than the restored ones were left out" in logs
+    assert all(gtid in logs for gtid in lhistory["elsewhere"])
+    assert lhistory["tgt"].server().query("SELECT @@GLOBAL.slave_parallel_threads, @@GLOBAL.replicate_do_db") == [(0, "")]
 
 
-def test_a_logical_base_to_a_gtid_and_to_latest_skips_what_reaches_further(run_dag, lhistory):
+def test_a_logical_base_to_a_gtid_is_exact_and_past_a_statement_on_it_is_refused(run_dag, lhistory):
     _, gtid, recorded = lhistory["points"]["gtid"]
     _restore(run_dag, lhistory, gtid)  # across the temporary table's rotation
     assert state(lhistory["tgt"]) == recorded
-    logs = _restore(run_dag, lhistory, "latest")
-    assert state(lhistory["tgt"]) == lhistory["points"]["latest"][2]  # without the row read from mysql.user
-    assert f"transaction {lhistory['skipped'][-1]} skipped" in logs and "SELECT command denied" in logs
-    assert _untouched(lhistory["tgt"]) == lhistory["untouched"]
+    state_, tis, logs = _run(run_dag, lhistory, "latest")
+    assert state_ == "failed" and tis["replay"] == "failed", tis
+    first = lhistory["on_shop"][0]
+    assert f"transaction {first} ('UPDATE shop.stock" in logs and "may change a restored database by a statement" in logs
+    assert "transactions by parallel" not in logs  # refused in the first pass: the replay applied nothing
+    assert state(lhistory["tgt"]) != lhistory["points"]["latest"][2]
 
 
 def _forge(storage, gtid: str, text: bytes) -> None:
@@ -206,8 +197,6 @@ def _forge(storage, gtid: str, text: bytes) -> None:
 
 
 def _forged_copy(lhistory, tmp_path, attacks: dict[str, bytes]):
-    import shutil
-
     shutil.copytree(lhistory["dest"].removeprefix("file://"), tmp_path / "d")
     forged = open_storage(f"file://{tmp_path / 'd'}")
     for gtid, text in attacks.items():
@@ -215,43 +204,33 @@ def _forged_copy(lhistory, tmp_path, attacks: dict[str, bytes]):
     return f"file://{tmp_path / 'd'}"
 
 
-def test_a_forged_archive_reaches_nothing_beyond_the_restored_databases(run_dag, lhistory, tmp_path):
-    import tempfile
-    from pathlib import Path
-
-    outside = Path(tempfile.mkdtemp(prefix="llo", dir="/tmp"))
-    applied = lhistory["statements"]
-    attacks = {  # each in place of a real statement of the span (none longer than the one it replaces)
-        lhistory["skipped"][-1]: b"GRANT ALL ON *.* TO 'lastline_evil'@'%' IDENTIFIED BY 'x' WITH GRANT OPTION",
-        lhistory["skipped"][1]: b"DELETE FROM mysql.global_priv",
-        applied[0]: f"CREATE TABLE shop.planted (id INT) ENGINE=Aria DATA DIRECTORY='{outside}'".encode(),
-        applied[1]: b"CREATE PROCEDURE shop.report() SQL SECURITY INVOKER DELETE FROM other.t",
+def test_a_forged_archive_runs_no_statement_and_reaches_nothing_beyond_the_restored_databases(run_dag, lhistory, tmp_path):
+    elsewhere = lhistory["elsewhere"]
+    attacks = {  # statements of the span rewritten (none longer than what it replaces): none of them ever runs
+        elsewhere[0]: b"GRANT ALL ON *.* TO 'lastline_evil'@'%' IDENTIFIED BY 'x'",
+        elsewhere[1]: b"/*!50700 INSERT */ XA COMMIT 'app1'",
+        elsewhere[2]: b"SET GLOBAL read_only = 1",
     }
-    try:
-        logs = _restore(run_dag, lhistory, "latest", dest=_forged_copy(lhistory, tmp_path, attacks))
-        assert not list(outside.iterdir())  # NO_DIR_IN_CREATE: the table stayed in the datadir
-    finally:
-        shutil.rmtree(outside, ignore_errors=True)
+    until = lhistory["points"]["time"][0]
+    logs = _restore(run_dag, lhistory, until, dest=_forged_copy(lhistory, tmp_path, attacks))
+    assert state(lhistory["tgt"]) == lhistory["points"]["time"][2]
     assert _untouched(lhistory["tgt"]) == lhistory["untouched"]
-    tgt = lhistory["tgt"].server()
-    assert tgt.query("SELECT COUNT(*) FROM mysql.user WHERE User = 'lastline_evil'") == [(0,)]
-    for gtid in (lhistory["skipped"][-1], lhistory["skipped"][1], applied[0], applied[1]):
-        assert f"transaction {gtid} skipped" in logs
-    assert tgt.query("SELECT COUNT(*) FROM information_schema.ROUTINES WHERE ROUTINE_SCHEMA = 'shop'") == [(0,)]
+    assert lhistory["tgt"].server().query("SELECT COUNT(*) FROM mysql.user WHERE User = 'lastline_evil'") == [(0,)]
+    assert "XA COMMIT" in logs and "left out" in logs
 
 
-def test_a_forged_statement_of_a_kind_no_server_logs_is_refused_before_anything_is_applied(run_dag, lhistory, tmp_path):
-    dest = _forged_copy(lhistory, tmp_path, {lhistory["skipped"][0]: b"XA ROLLBACK 'app1'"})
-    state_, tis, logs = _run(run_dag, lhistory, "latest", dest=dest)
+def test_a_forged_statement_naming_a_restored_database_is_refused_before_anything_is_applied(run_dag, lhistory, tmp_path):
+    gtid = lhistory["elsewhere"][0]
+    dest = _forged_copy(lhistory, tmp_path, {gtid: b"/*!99999 DROP TABLE shop.orders */ DO 1"})
+    state_, tis, logs = _run(run_dag, lhistory, lhistory["points"]["time"][0], dest=dest)
     assert state_ == "failed" and tis["replay"] == "failed", tis
-    assert f"transaction {lhistory['skipped'][0]} runs a statement of a kind a server does not log (XA" in logs
-    assert "transactions by parallel" not in logs  # refused in the first pass: nothing was applied
+    assert f"transaction {gtid}" in logs and "it names shop" in logs and "transactions by parallel" not in logs
     assert _untouched(lhistory["tgt"]) == lhistory["untouched"]
 
 
 def test_the_splitter_refuses_what_the_server_would_read_otherwise(lhistory):
-    """Bytes a forger can write: a statement outside any transaction, a second format description, statements of kinds
-    no server logs; each refused in the first pass (before anything is applied), whatever it hides."""
+    """Bytes a forger can write: a statement outside any transaction, a second format description, an XA transaction,
+    statements that may change a restored database however they hide it; each refused in the first pass."""
     from lastline.pitr.split import Splitter
 
     storage = lhistory["storage"]
@@ -261,34 +240,40 @@ def test_the_splitter_refuses_what_the_server_would_read_otherwise(lhistory):
     fd_end = 4 + events.HEADER.unpack_from(head, 4)[3]
     fd, ck = head[4:fd_end], entry.checksum
 
-    def query(text: bytes) -> bytes:
-        return events.query_event(1, 1, 0, 7, b"", text, ck)
+    def query(text: bytes, db: bytes = b"") -> bytes:
+        event = events.query_event(1, 1, 0, 7, b"", text, ck)
+        if not db:
+            return event
+        body = bytearray(event[events.HEADER_LEN:len(event) - (4 if ck else 0)])
+        body[8] = len(db)
+        body[13:13] = db
+        return events._event(1, events.QUERY, 1, 0, bytes(body), ck)
 
     def gtid(seq: int, flags2: int = events.FL_STANDALONE) -> bytes:
         return events.gtid_event(1, 1, 0, seq, 0, flags2, None, ck)
 
     def splits(*evs: bytes) -> Splitter:
-        splitter = Splitter("forged", 0, None, {}, collect=True)
+        splitter = Splitter("forged", 0, None, {}, collect=True, databases=frozenset({"shop"}))
         splitter.feed(events.MAGIC + fd + b"".join(evs))
         return splitter
 
-    assert len(splits(gtid(1), query(b"CREATE TABLE shop.x (id INT)")).statements) == 1  # the honest shape
+    assert splits(gtid(1), query(b"CREATE TABLE other.x (id INT)")).left_out[0]["gtid"] == "0-1-1"  # elsewhere: out
     with pytest.raises(Refusal, match="outside any transaction"):
-        splits(query(b"GRANT ALL ON *.* TO x"), gtid(1), query(b"CREATE TABLE shop.x (id INT)"))
+        splits(query(b"GRANT ALL ON *.* TO x"), gtid(1), query(b"CREATE TABLE other.x (id INT)"))
     with pytest.raises(Refusal, match="a second format description"):
-        splits(gtid(1), query(b"CREATE TABLE shop.x (id INT)"), fd)
-    for text in (b"BINLOG 'AAAA'", b"SET GLOBAL read_only = 1", b"/*!XA ROLLBACK 'a' */", b"EXECUTE IMMEDIATE 'x'",
-                 b"BEGIN NOT ATOMIC XA ROLLBACK 'a'; END", b"CALL shop.p()"):
-        with pytest.raises(Refusal, match="a kind a server does not log"):
-            splits(gtid(1), query(text))
+        splits(gtid(1), query(b"CREATE TABLE other.x (id INT)"), fd)
     with pytest.raises(Refusal, match="XA transaction"):
         splits(gtid(1, 0x40), query(b"XA START 'a'"), query(b"COMMIT"))
+    for text, why in ((b"DROP TABLE `shop`.t", "it names shop"), (b"/*M!999999 DELETE FROM SHOP.t */ DO 1", "it names SHOP"),
+                      (b"INSERT INTO t VALUES (1)", "its default database is shop"), (b"SELECT '\x00'", "cannot read it")):
+        with pytest.raises(Refusal, match=why):
+            splits(gtid(1), query(text, b"shop" if b"INTO t " in text else b""))
 
 
-def test_relay_logs_hold_no_row_of_another_database_and_cascades_are_refused(lhistory):
+def test_relay_logs_hold_no_row_of_another_database_and_cross_database_keys_are_refused(lhistory):
     """A row transaction on both databases reaches the applier rebuilt, with the rows of `shop` only (a server that
-    restarts its applier by itself after a crash, its filter gone, finds nothing else); a foreign key from another
-    database onto a restored table is refused before anything is applied."""
+    restarts its applier by itself after a crash, its filter gone, finds nothing else); a foreign key between a
+    restored table and another database's, either way, is refused before anything is applied."""
     from lastline.pitr import scoped
     from lastline.pitr.span import FileSpan
     from lastline.pitr.split import TABLE_MAP, Splitter, cut
@@ -298,7 +283,7 @@ def test_relay_logs_hold_no_row_of_another_database_and_cascades_are_refused(lhi
     maps: set[bytes] = set()
     for entry in archive.read_branch(storage, bid).entries:
         f = FileSpan(bid, entry.name, entry.size, entry.checksum, entry.segments)
-        out = b"".join(cut(storage, f, Splitter(entry.name, 0, None, {}, collect=False, databases=frozenset({b"shop"})),
+        out = b"".join(cut(storage, f, Splitter(entry.name, 0, None, {}, collect=False, databases=frozenset({"shop"})),
                            True))
         at = 4
         while at + events.HEADER_LEN <= len(out):
@@ -311,23 +296,17 @@ def test_relay_logs_hold_no_row_of_another_database_and_cascades_are_refused(lhi
     assert maps == {b"shop"}  # the archive holds rows of `other` and `mysql` too (see the fixture)
     tgt = lhistory["tgt"].server()
     with tgt.session() as cur:
-        cur.execute("CREATE TABLE other.refs (id INT PRIMARY KEY, stock INT, FOREIGN KEY (stock) REFERENCES shop.stock (id) "
-                    "ON DELETE CASCADE)")
-        try:
-            with pytest.raises(Refusal, match="other.refs .* references shop.stock"):
-                scoped.refuse_cascades(cur, ["shop"])
-        finally:
-            cur.execute("DROP TABLE other.refs")
+        for child, parent in (("other.refs", "shop.stock"), ("shop.refs", "other.t")):
+            cur.execute(f"CREATE TABLE {child} (id INT PRIMARY KEY, ref INT, FOREIGN KEY (ref) REFERENCES {parent} (id) "
+                        "ON DELETE CASCADE)")
+            try:
+                with pytest.raises(Refusal, match=f"{child} .* references {parent}"):
+                    scoped.refuse_foreign_keys(cur, ["shop"])
+            finally:
+                cur.execute(f"DROP TABLE {child}")
 
 
-def test_a_refused_statement_fails_the_replay_unless_the_run_skips_them(run_dag, lhistory):
-    until = lhistory["points"]["time"][0]
-    state_, tis, logs = _run(run_dag, lhistory, until, refused="fail")
-    assert state_ == "failed" and tis["replay"] == "failed", tis
-    assert f"""transaction {lhistory['skipped'][0]} ("INSERT INTO other.t""" in logs and "refused_statements: skip" in logs
-
-
-def test_a_logical_base_refuses_what_no_limited_account_can_apply(lhistory):
+def test_a_logical_base_refuses_what_lastline_does_not_pass_on(lhistory):
     with pytest.raises(Refusal, match="replay_method pipe: a logical base"):
         pitr.preflight({"target_conn_id": "t_pitr_ltgt", "destination": lhistory["dest"], "until": "latest",
                         "base_kind": "logical", "replay_method": "pipe"})

@@ -127,11 +127,6 @@ SPECS: dict[str, Spec] = {
                     "(the newest complete one of base_kind before until)", BACKUP),
     "base_kind": Spec("any", "Kind of base", "physical (the whole server), logical (its databases, into a server that may "
                       "hold others), or any: whichever is newest", BACKUP, {"type": "string", "enum": ["any", "physical", "logical"]}),
-    "refused_statements": Spec("fail", "Refused statements (logical base)", "a logical base's replay runs statements as an "
-                               "account limited to the restored databases: fail (default) stops at the first the server "
-                               "refuses it (it reaches another database, an account or an object definition); skip leaves "
-                               "each such statement out, named in the log, as replicate_do_db would", SAFETY,
-                               {"type": "string", "enum": ["fail", "skip"]}),
     "branch": _string("", "Archive branch", "the binlog archive's branch to roll forward on (after a failover or a "
                       "restore the archive forks); empty: the newest branch that holds the base", BACKUP),
     "replay_method": Spec("auto", "Replay method", "parallel: the target's own parallel applier, resumable; pipe: "

@@ -42,10 +42,7 @@ SESSION_PROCEDURE = f"{META_DB}.restore_session"  # SET SESSION sql_log_bin = 0,
 RUN_PREFIX, OWNER_PREFIX = "lastline_run_", "lastline_obj_"
 # what a restore does inside its own databases: create and fill tables, build indexes, create objects
 DATABASE_PRIVILEGES = ("SELECT, INSERT, UPDATE, DELETE, CREATE, DROP, ALTER, INDEX, REFERENCES, CREATE VIEW, SHOW VIEW, "
-                       "TRIGGER, CREATE ROUTINE, ALTER ROUTINE, EVENT, LOCK TABLES, EXECUTE, CREATE TEMPORARY TABLES")
-# a point-in-time replay's statements: rows and tables, never an object that runs later with its definer's rights
-REPLAY_PRIVILEGES = ("SELECT, INSERT, UPDATE, DELETE, CREATE, DROP, ALTER, INDEX, REFERENCES, LOCK TABLES, EXECUTE, "
-                     "CREATE TEMPORARY TABLES")
+                       "TRIGGER, CREATE ROUTINE, ALTER ROUTINE, EVENT, LOCK TABLES, EXECUTE")
 # lastline's own tables the run account writes in the same transactions as the rows (table-level grants)
 META_TABLES = {"ledger": "SELECT, INSERT, UPDATE", "table_checks": "SELECT, INSERT, UPDATE, DELETE"}
 
@@ -124,8 +121,7 @@ def _secret(cur: Any, admin_password: str | None, user: str, host: str, kind: st
     return derive_password(admin_password, user, _text(cur.fetchone()[0]))  # the column holds the nonce
 
 
-def _ensure(admin: Server, user: str, kind: str, databases: list[str], grant_option: bool = False,
-            privileges: str = DATABASE_PRIVILEGES) -> Server:
+def _ensure(admin: Server, user: str, kind: str, databases: list[str], grant_option: bool = False) -> Server:
     """Create or refresh one account with its grants (idempotent: every task that uses it calls this); a
     Server that connects as it, where the admin connection connects."""
     if not databases:
@@ -140,7 +136,7 @@ def _ensure(admin: Server, user: str, kind: str, databases: list[str], grant_opt
         cur.execute(f"ALTER USER {who} IDENTIFIED BY PASSWORD '{hashed}' ACCOUNT UNLOCK")
         option = " WITH GRANT OPTION" if grant_option else ""
         for db in sorted(databases):
-            cur.execute(f"GRANT {privileges} ON {grant_pattern(db)}.* TO {who}{option}")
+            cur.execute(f"GRANT {DATABASE_PRIVILEGES} ON {grant_pattern(db)}.* TO {who}{option}")
         cur.execute(f"GRANT EXECUTE ON PROCEDURE {SESSION_PROCEDURE} TO {who}")
         try:  # writes while read_only keeps applications out (MariaDB 10.5.2+; elsewhere tune's probe names the need)
             cur.execute(f"GRANT READ_ONLY ADMIN ON *.* TO {who}")
@@ -156,14 +152,12 @@ def _ensure(admin: Server, user: str, kind: str, databases: list[str], grant_opt
     return dataclasses.replace(admin, conn_id=f"{admin.conn_id}:{user}", user=user, password=secret)
 
 
-def run_account(admin: Server, user: str, databases: list[str], grant_option: bool = False,
-                privileges: str = DATABASE_PRIVILEGES) -> Server:
+def run_account(admin: Server, user: str, databases: list[str], grant_option: bool = False) -> Server:
     """The run account (see the module doc), ready to use; `_lastline.ledger` and `_lastline.table_checks`
-    must exist (the restore's create_schema makes them before it calls this). `privileges`: what it may do in
-    `databases` (a point-in-time replay's account may not define views, routines, triggers or events)."""
+    must exist (the restore's create_schema makes them before it calls this)."""
     if not user.startswith(RUN_PREFIX):
         raise ConfigError(f"{user!r} is not a run account's name ({RUN_PREFIX}...): re-run from preflight.")
-    return _ensure(admin, user, "run", databases, grant_option, privileges)
+    return _ensure(admin, user, "run", databases, grant_option)
 
 
 def objects_owner(admin: Server, databases: list[str]) -> Server:

@@ -25,7 +25,6 @@ import time
 from typing import Any
 
 from lastline import connections
-from lastline.core import accounts
 from lastline.core.errors import IntegrityError, PipelineError, Refusal
 from lastline.core.hosts import Host, Stage
 from lastline.core.option_files import option_file
@@ -93,10 +92,10 @@ def _pipe(server: Server, paths: list[str]) -> dict[str, Any]:
 
 
 def apply(server: Server, storage: Storage, span: Span, run_id: str, method: str = "auto", threads: int = 4,
-          databases: list[str] | None = None, account: str | None = None, skip_refused: bool = False) -> dict[str, Any]:
+          databases: list[str] | None = None) -> dict[str, Any]:
     """Replay `span` into `server` (a restored base), once: a re-run of the same run resumes (parallel) or refuses
     (a pipe that died part way, a target that restarted mid-replay); a finished run returns its result again.
-    `databases` and `account`: a logical base's, whose replay reaches those databases only (pitr.scoped)."""
+    `databases`: a logical base's, whose replay reaches those databases only (pitr.scoped)."""
     host = server.runner()
     with server.session(autocommit=True) as cur:
         _ledger(cur)
@@ -130,9 +129,12 @@ def apply(server: Server, storage: Storage, span: Span, run_id: str, method: str
     folder, name = posixpath.split(base)
     host.sh('rm -f -- "$1".[0-9]* "$1".index', base)
     try:
+        left_out: list[dict[str, str]] = []
         if databases:  # every segment checked and every transaction classified before anything is applied
-            groups, kept = scoped.collect(storage, span, applied)
-            paths, written = list[str](), 0
+            left_out, _ = scoped.collect(storage, span, applied, databases)
+            with server.session() as cur:
+                scoped.refuse_foreign_keys(cur, databases)
+            paths, kept, written = scoped.cut_files(storage, span, applied, databases, host, folder, name)
         else:
             paths, kept, written = _cut_files(storage, span, applied, host, folder, name)
         with server.session(autocommit=True) as cur:
@@ -149,19 +151,10 @@ def apply(server: Server, storage: Storage, span: Span, run_id: str, method: str
                             (run_id, chosen, span.base_gtid, json.dumps(settings), applier.booted(cur)))
         log.info("replay: %s transactions by %s (%s)", f"{len(kept):,}", chosen, why)
         result: dict[str, Any] = {"seconds": 0.0}
-        if kept and databases:
-            assert account is not None
-            try:
-                result = scoped.run(server, storage, span, applied, groups, run_id, threads, databases, account, host,
-                                    base, named, skip_refused)
-                written = result.pop("written")
-            finally:
-                with server.session(autocommit=True) as cur:
-                    applier.put_back(cur, settings)
-        elif kept and chosen == "parallel":
+        if kept and chosen == "parallel":
             applier.write_index(host, base, named, paths)
             try:
-                result = applier.run_parallel(server, [posixpath.basename(p) for p in paths], kept, threads)
+                result = applier.run_parallel(server, [posixpath.basename(p) for p in paths], kept, threads, databases)
             finally:
                 with server.session(autocommit=True) as cur:
                     applier.put_back(cur, settings)
@@ -183,6 +176,11 @@ def apply(server: Server, storage: Storage, span: Span, run_id: str, method: str
     if prepared:  # as on the source at that point: prepared, their XA COMMIT after the stop
         log.warning("replay: XA transactions left prepared (their XA COMMIT comes after until, as on the source at that "
                     "point): %s. XA COMMIT or XA ROLLBACK them on the target.", ", ".join(prepared))
+    if left_out:
+        log.warning("replay: %d statements on other databases than the restored ones were left out (they never run in a "
+                    "logical base's replay): %s", len(left_out), "; ".join(f"{s['gtid']} {s['statement'][:80]!r}"
+                                                                          for s in left_out[:10]))
+    result.update(left_out=left_out[:100], left_out_count=len(left_out))
     result.update(method=chosen, gtid_position=holds, transactions=len(kept), bytes=written, until=span.until,
                   not_applied=span.not_applied, prepared_xa=prepared,
                   last_gtid=kept[-1].gtid if kept else None, last_time=kept[-1].time if kept else None,
@@ -199,8 +197,6 @@ def cleanup(plan: dict[str, Any], run_id: str) -> dict[str, Any]:
     """The DAG's teardown after the replay, however it ended: the replay's replication connection gone and the
     globals it changed put back as they were before its first attempt (a worker killed mid-replay leaves both)."""
     server = connections.server(plan["target_conn_id"])
-    if plan.get("account"):  # a logical base's run account: dropped, always
-        accounts.drop(server, plan["account"])
     with server.session(autocommit=True) as cur:
         cur.execute("SELECT COUNT(*) FROM information_schema.TABLES WHERE TABLE_SCHEMA=%s AND TABLE_NAME='pitr_replay'",
                     (META_DB,))
@@ -219,4 +215,4 @@ def run(plan: dict[str, Any], run_id: str) -> dict[str, Any]:
     server = connections.server(plan["target_conn_id"])
     storage = open_allowed(plan["destination"], plan.get("aws_conn_id"))
     return apply(server, storage, Span.of(plan["span"]), run_id, plan.get("method", "auto"), int(plan.get("threads", 4)),
-                 plan.get("databases"), plan.get("account"), plan.get("refused_statements") == "skip")
+                 plan.get("databases"))

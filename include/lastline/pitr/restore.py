@@ -9,7 +9,6 @@ from datetime import datetime
 from typing import Any
 
 from lastline import connections
-from lastline.core import accounts
 from lastline.core.errors import ConfigError, Refusal
 from lastline.core.plans import Conf
 from lastline.core.sql import never_restored
@@ -107,8 +106,7 @@ def preflight(conf: dict[str, Any]) -> dict[str, Any]:
                               "filtered to the restored databases (mariadb-binlog | mariadb would run every event with "
                               "full rights). Use parallel or auto.")
             restore["databases"] = databases
-            replay.update(databases=databases, account=accounts.run_account_name(),
-                          refused_statements=params.choice("refused_statements", ("fail", "skip"), "fail"))
+            replay["databases"] = databases
         elif params.names("databases"):
             raise ConfigError(f"databases: base {backup_id} is a physical backup, restored whole; leave databases "
                               "empty, or choose a logical base (base_kind).")

@@ -1,27 +1,31 @@
-"""A logical base's replay, split by who may apply what (issue 29).
+"""A logical base's replay, reaching the restored databases only (issue 29).
 
 A logical base restores some databases into a server that may hold others, so its roll-forward must reach those
 databases only, whatever the archive holds (anything read from a destination is untrusted). MariaDB gives no
-account-limited way to apply row events: its applier runs with every privilege, and a `BINLOG '...'` statement
-applies row events to any table once an account holds BINLOG REPLAY (tested). So each transaction goes where the
-server itself limits it, and nothing of the archive reaches the full-privilege applier as the archive wrote it:
+account-limited way to apply row events (its applier runs with every privilege, and a `BINLOG '...'` statement
+applies row events to any table once an account holds BINLOG REPLAY: tested), and no account limited to some
+databases runs an archived statement safely (lastline.pitr.statements). So nothing of the archive runs as the
+archive wrote it:
 
-- **row changes** (a GTID, `BEGIN`, table maps, row events, XID or `COMMIT`: no statement) go to the target's own
-  parallel applier in relay logs that lastline *rebuilds*: the GTID, BEGIN, XID and COMMIT events re-encoded from
-  what lastline read, the table maps and row events of the restored databases copied (those of any other database
-  left out, the statement-end flag moved onto the last row event kept), nothing between transactions but the file's
-  checked format description and lastline's own Rotate. The server's `replicate_do_db` on the connection is a
-  second line (and so is a crash: a server that restarts its applier by itself finds nothing of other databases);
-- **statements** (DDL, statement-format DML, with their Intvar/Rand/User_var context) run in sessions of an account
-  limited to the restored databases (:mod:`lastline.pitr.statements`);
-- anything else is refused in the first pass, before anything is applied: a transaction mixing both, LOAD DATA, XA,
-  an event between transactions other than a Gtid_list, checkpoint, Rotate or Stop, a second format description,
-  or one whose layout differs from what lastline parses (the server would read the events otherwise).
+- **row changes** (a GTID, table maps, row events, an XID or `COMMIT`: no statement) go to the target's own
+  parallel applier in relay logs that lastline *rebuilds*: the format description (its server version and in-use
+  flag set by lastline, its layout checked), the GTID, BEGIN, XID and COMMIT events re-encoded from what lastline
+  read, the table maps and row events of the restored databases copied, those of any other database left out
+  (the statement-end flag moved onto the last row event kept), nothing between transactions but lastline's own
+  Rotate. The server's `replicate_do_db` on the connection is a second line (and a crash that restarts the
+  applier by itself, its filter gone, finds nothing of another database);
+- **statements** never run: one that may change a restored database refuses the roll-forward in the first pass,
+  before anything is applied, naming it; one that reaches only other databases becomes an empty transaction (its
+  GTID kept, so the target's position moves past it) and is named as left out;
+- anything else is refused in the first pass: a transaction mixing both, LOAD DATA, XA, an event between
+  transactions other than a Gtid_list, checkpoint, Rotate or Stop, a second format description, or one whose
+  layout differs from what lastline parses.
 """
 from __future__ import annotations
 
 import logging
 import struct
+import zlib
 from collections.abc import Iterator
 
 from lastline.core.errors import IntegrityError, Refusal
@@ -42,7 +46,7 @@ from lastline.pitr.events import (
     Cutter,
 )
 from lastline.pitr.span import FileSpan
-from lastline.pitr.statements import INTVAR, RAND, USER_VAR, Prepared, StatementGroup, parse_query, prepare
+from lastline.pitr.statements import INTVAR, RAND, USER_VAR, StatementGroup, parse_query, read, touches
 from lastline.pitr.window import segment_chunks
 from lastline.storage import Storage
 
@@ -71,17 +75,42 @@ def query_text(event: bytes | bytearray, checksum: bool) -> bytes:
     return bytes(event[body + 13 + status_len + db_len + 1:len(event) - (4 if checksum else 0)])
 
 
-def check_format(event: bytes, name: str) -> None:
-    """The format description must describe the layout lastline parses: a 19-byte header, and for every event it
-    passes on the post-header length it reads (else the server would read other statements out of the same bytes)."""
-    body = event[HEADER_LEN:]
+SERVER_VERSION = b"10.11.0-MariaDB-lastline"  # what a rebuilt format description says (the server reads the
+# checksum setting and event layouts by it)
+
+
+def check_format(event: bytes, name: str, checksum: bool) -> None:
+    """The format description must describe the layout lastline parses: a 19-byte header, for every event it passes
+    on the post-header length it reads, and a checksum setting (none or CRC32) as lastline read it."""
+    body = event[HEADER_LEN:len(event) - (4 if checksum else 0)]
     version, header_len = struct.unpack_from("<H", body, 0)[0], body[56] if len(body) > 56 else 0
-    lengths = body[57:]
+    lengths, alg = body[57:-1], body[-1] if body else -1
     wrong = [k for k, n in POST_HEADER.items() if len(lengths) < k or lengths[k - 1] != n]
-    if version != 4 or header_len != HEADER_LEN or wrong:
+    if version != 4 or header_len != HEADER_LEN or wrong or alg != (1 if checksum else 0):
         raise Refusal(f"{name}: its format description declares a layout lastline does not read (binlog version {version}, "
-                      f"header {header_len} bytes, other post-header lengths for event types {wrong}): a logical base "
-                      "is not rolled forward through it; roll forward from a physical base.")
+                      f"header {header_len} bytes, checksum {alg}, other post-header lengths for event types {wrong}): a "
+                      "logical base is not rolled forward through it; roll forward from a physical base.")
+
+
+def rebuild_format(event: bytes, checksum: bool) -> bytes:
+    """The format description a relay log starts with: the archived one's layout (checked), lastline's server
+    version, the in-use flag clear, its CRC32 computed again."""
+    data = bytearray(event)
+    data[HEADER_LEN + 2:HEADER_LEN + 52] = SERVER_VERSION.ljust(50, b"\0")
+    data[events.FLAGS_AT] &= ~events.IN_USE & 0xFF
+    if checksum:
+        struct.pack_into("<I", data, len(data) - 4, zlib.crc32(bytes(data[:-4])) & 0xFFFFFFFF)
+    return bytes(data)
+
+
+def empty_transaction(group: list[bytes], checksum: bool) -> bytes:
+    """A statement group left out, as an empty transaction (its GTID kept: the target's position moves past it)."""
+    ts, _, server_id, _, end, _ = HEADER.unpack_from(group[0], 0)
+    seq, domain, _ = struct.unpack_from("<QIB", group[0], HEADER_LEN)
+    status = struct.pack("<BI", 0, 0)  # flags2: nothing set
+    return (events.gtid_event(ts, server_id, end, seq, domain, 0, None, checksum)
+            + events.query_event(ts, server_id, end, 0, status, b"BEGIN", checksum)
+            + events.query_event(ts, server_id, end, 0, status, b"COMMIT", checksum))
 
 
 def classify(kinds: list[int], texts: list[bytes], flags2: int, gtid: str) -> str:
@@ -158,22 +187,22 @@ def _with_stmt_end(event: bytes, checksum: bool) -> bytes:
     flags = struct.unpack_from("<H", data, HEADER_LEN + 6)[0] | STMT_END
     struct.pack_into("<H", data, HEADER_LEN + 6, flags)
     if checksum:
-        import zlib
-
         struct.pack_into("<I", data, len(data) - 4, zlib.crc32(bytes(data[:-4])) & 0xFFFFFFFF)
     return bytes(data)
 
 
 class Splitter(Cutter):
-    """A Cutter for a logical base. `collect`: the first pass (emits nothing; every event checked, every kept
-    transaction classified; the statement groups, parsed whole, in `statements`). Otherwise: emits the row
-    transactions kept, rebuilt for `databases` (the `kept` list), leaving the statement groups out."""
+    """A Cutter for a logical base (`databases`: the restored ones). `collect`: the first pass (emits nothing; every
+    event checked, every kept transaction classified, a statement that may change a restored database refused; the
+    statements left out in `left_out`). Otherwise: emits the kept transactions rebuilt (see the module)."""
 
     def __init__(self, name: str, start: int, stop: int | None, applied: dict[int, int], collect: bool,
-                 index: int = 0, databases: frozenset[bytes] = frozenset()) -> None:
+                 databases: frozenset[str] = frozenset()) -> None:
         super().__init__(name, start, stop, applied)
-        self.collect, self.index, self.databases = collect, index, databases
-        self.statements: list[Prepared] = []
+        self.collect, self.databases = collect, databases
+        self.names = frozenset(d.encode("utf-8") for d in databases)  # as table maps carry them
+        self.folded = frozenset(d.casefold() for d in databases)
+        self.left_out: list[dict[str, str]] = []
         self._events: list[bytes] = []
         self._formats = 0
 
@@ -188,9 +217,11 @@ class Splitter(Cutter):
             if self._formats > 1 or self.pos != 4:
                 raise Refusal(f"{self.name}: a second format description at byte {self.pos}: it would change how the "
                               "server reads the events after it; a logical base is not rolled forward through it.")
-            check_format(event, self.name)
+            check_format(event, self.name, self.out.checksum)
             if not self.collect:
-                super()._seen(data, at, size, role)  # the file's own (in-use flag cleared) and lastline's Rotate
+                self.emit += rebuild_format(event, self.out.checksum)
+                self.emit += events.rotate_event(self.name, HEADER.unpack_from(data, at)[2], self.out.checksum,
+                                                 max(self.start, 4))
             return
         if role == "between":
             if event[4] not in BETWEEN:
@@ -211,16 +242,21 @@ class Splitter(Cutter):
         t = self.out.transactions[-1]
         kinds = [HEADER.unpack_from(e, 0)[1] for e in self._events]
         texts = [query_text(e, self.out.checksum) for e, k in zip(self._events, kinds) if k == QUERY]
-        flags2 = self._events[0][HEADER_LEN + 12]
-        kind = classify(kinds, texts, flags2, t.gtid)
-        if self.collect:
-            if kind == "statements":
-                self.statements.append(prepare(StatementGroup(t.gtid, t.time, t.transactional, self.index, t.start,
-                                                              t.end, self.out.checksum, self._events)))
-            self.kept.append(t)
-        elif kind == "rows":
-            self.emit += rebuild_rows(self._events, self.out.checksum, self.databases)
-            self.kept.append(t)
+        kind = classify(kinds, texts, self._events[0][HEADER_LEN + 12], t.gtid)
+        if kind == "statements" and self.collect:
+            for query in read(StatementGroup(t.gtid, t.time, self.out.checksum, self._events)):
+                why = touches(query, self.folded)
+                if why:
+                    raise Refusal(f"transaction {t.gtid} ({query.text[:200].decode('utf-8', 'replace')!r}, stamped "
+                                  f"{t.time}) may change a restored database by a statement: {why}. A logical base rolls "
+                                  "forward through row events only (no account limited to some databases runs an "
+                                  "archived statement safely). Choose an until before it, a base taken after it, or a "
+                                  "physical base; a source with binlog_format=ROW logs its data changes as row events.")
+            self.left_out.append({"gtid": t.gtid, "statement": texts[-1][:200].decode("utf-8", "replace") if texts else ""})
+        elif not self.collect:
+            self.emit += (rebuild_rows(self._events, self.out.checksum, self.names) if kind == "rows"
+                          else empty_transaction(self._events, self.out.checksum))
+        self.kept.append(t)
         self._events, self._keep_group = [], False
 
 

@@ -1,42 +1,29 @@
-"""The statements of a logical base's roll-forward, read whole before anything is applied (they run in sessions of
-an account that can touch the restored databases only: :mod:`lastline.pitr.sessions`).
+"""The statements of a logical base's roll-forward, read but never run (see :mod:`lastline.pitr.split`): a statement
+that may change a restored database refuses the roll-forward before anything is applied; one that reaches only
+other databases is left out, named. No account limited to some databases can run an archived statement safely
+on MariaDB (XA ends any session's prepared transaction, `SET STATEMENT` or `SET SESSION` in the text switch off
+what keeps tables inside the datadir, versioned comments read differently by servers of different versions): so
+none runs.
 
-Each Query event is parsed whole in the replay's first pass (a status variable, a user-variable type or a
-collation lastline cannot set as the server's applier would is refused there, before anything is applied; so is
-an XA statement, which would let any account end another session's prepared transaction). Then it runs as the
-server's applier would run it: its session context as SET statements (sql_mode, charset, time zone, timestamp,
-insert ids, user variables; literals only, never text of the event spliced into SQL, with NO_DIR_IN_CREATE always
-on so no table reaches outside the datadir), its default database (`USE`), then its text, byte for byte. Each
-source session (the event's thread id) gets a session of its own, so temporary tables live across transactions.
-
-The account holds no BINLOG REPLAY, no SUPER and no right to create views, routines, triggers or events: what the
-server refuses it (a statement on a database not restored, a default database not restored, an account statement,
-an object definition, reading `mysql.*`) is rolled back and, as the run says (`refused_statements`), fails the
-replay or is skipped and named. `_lastline.pitr_statements` records each transaction applied (with it, where it is
-transactional), so a retry applies none twice (a DDL that commits by itself is recorded just after it).
+"May change a restored database": its default database is one, or the server's lexer (lastline.logical.sql_text,
+executable comments read as code: a superset of what any server runs) finds a restored database's name among its
+words or identifiers, or cannot read it exactly. What that misses on an honest archive (a statement on another
+database whose trigger, view or function writes a restored one) is named in the documentation as a limit.
 """
 from __future__ import annotations
 
 import struct
 from dataclasses import dataclass, field
-from typing import Any
 
 from lastline.core.errors import Refusal
-from lastline.core.sql import quote_ident
-from lastline.logical.sql_text import WORD, SqlTextError, significant, tokenize_any_mode
-from lastline.pitr.events import GTID, HEADER, HEADER_LEN, QUERY, XID
+from lastline.logical.sql_text import IDENT, WORD, SqlTextError, ident_value, significant, tokenize_any_mode
+from lastline.pitr.events import HEADER, HEADER_LEN, QUERY
 
-INTVAR, RAND, USER_VAR = 5, 13, 14  # the context events before a statement
+INTVAR, RAND, USER_VAR = 5, 13, 14  # the context events before a statement (read past, never run)
 
-NO_DIR_IN_CREATE = 0x80  # sql_mode bit: DATA/INDEX DIRECTORY ignored
-_FLAGS = (  # Q_FLAGS2 bits as MariaDB writes them: (variable, bit, value when the bit is set)
-    ("sql_auto_is_null", 0x00004000, 1), ("check_constraint_checks", 0x00008000, 0),
-    ("explicit_defaults_for_timestamp", 0x01000000, 1), ("foreign_key_checks", 0x04000000, 0),
-    ("unique_checks", 0x08000000, 0), ("sql_if_exists", 0x10000000, 1), ("system_versioning_insert_history", 0x40000000, 1),
-)
-FLAGS2_KNOWN = 0x00080000 | sum(bit for _, bit, _ in _FLAGS)  # and NOT_AUTOCOMMIT, which a session sets itself
-_CHARSETS = {8: "latin1", 33: "utf8mb3", 45: "utf8mb4", 46: "utf8mb4", 224: "utf8mb4", 83: "utf8mb3", 47: "latin1",
-             48: "latin1", 11: "ascii", 65: "ascii", 63: "binary", 192: "utf8mb3", 255: "utf8mb4"}
+# the Q_FLAGS2 bits a rebuilt BEGIN or COMMIT keeps (auto_is_null, no check constraints, not autocommit, explicit
+# defaults for timestamp, no foreign key checks, relaxed unique checks, if exists, insert history)
+FLAGS2_KNOWN = 0x00004000 | 0x00008000 | 0x00080000 | 0x01000000 | 0x04000000 | 0x08000000 | 0x10000000 | 0x40000000
 
 
 @dataclass
@@ -45,17 +32,14 @@ class StatementGroup:
 
     gtid: str
     time: int
-    transactional: bool
-    index: int  # where it lies: bytes [start, end) of the span's file `index`, whose events carry a checksum or not
-    start: int
-    end: int
     checksum: bool
     events: list[bytes] = field(default_factory=list)
 
 
 @dataclass
 class Status:
-    """A Query event's status variables, as lastline read them (nothing it did not understand)."""
+    """A Query event's status variables, as lastline read them (nothing it did not understand): what a rebuilt BEGIN
+    or COMMIT carries."""
 
     flags2: int | None = None
     sql_mode: int | None = None
@@ -75,25 +59,6 @@ class Status:
             out += b"\x01" + struct.pack("<Q", self.sql_mode)
         if self.charset is not None:
             out += b"\x04" + struct.pack("<HHH", *self.charset)
-        return out
-
-    def settings(self) -> dict[str, str]:
-        """Each session variable this event sets, as a SET clause of literals (keyed by what it sets)."""
-        out: dict[str, str] = {}
-        if self.flags2 is not None:
-            for name, bit, value in _FLAGS:
-                out[name] = f"{name}={value if self.flags2 & bit else 1 - value}"
-        if self.sql_mode is not None:
-            out["sql_mode"] = f"sql_mode={self.sql_mode | NO_DIR_IN_CREATE}"
-        if self.auto_increment is not None:
-            out["auto_increment"] = "auto_increment_increment={}, auto_increment_offset={}".format(*self.auto_increment)
-        if self.charset is not None:
-            out["charset"] = "character_set_client={}, collation_connection={}, collation_server={}".format(*self.charset)
-        if self.time_zone is not None:
-            out["time_zone"] = f"time_zone=X'{self.time_zone.hex()}'"
-        if self.lc_time_names is not None:
-            out["lc_time_names"] = f"lc_time_names={self.lc_time_names}"
-        out["collation_database"] = f"collation_database={self.charset_database or 'DEFAULT'}"
         return out
 
 
@@ -165,105 +130,39 @@ class Query:
     text: bytes
 
 
-def parse_query(event: bytes, checksum: bool, gtid: str) -> Query:
-    """A Query event as a session runs it (refusals as parse_status)."""
+def parse_query(event: bytes, checksum: bool, gtid: str, status: bool = True) -> Query:
+    """A Query event (its status variables parsed only if `status`: refusals as parse_status)."""
     ts = HEADER.unpack_from(event, 0)[0]
     body = HEADER_LEN
     thread_id, _, db_len, error_code, status_len = struct.unpack_from("<IIBHH", event, body)
-    status = parse_status(bytes(event[body + 13:body + 13 + status_len]), gtid)
+    read_status = parse_status(bytes(event[body + 13:body + 13 + status_len]), gtid) if status else Status()
     db_at = body + 13 + status_len
     end = len(event) - (4 if checksum else 0)
     if db_at + db_len + 1 > end or event[db_at + db_len] != 0:
         raise Refusal(f"transaction {gtid}: a statement's default database is not terminated where its length says: "
                       "refused.")
     db = bytes(event[db_at:db_at + db_len]).decode("utf-8", "surrogateescape")
-    return Query(ts, thread_id, db, error_code, status, bytes(event[db_at + db_len + 1:end]))
+    return Query(ts, thread_id, db, error_code, read_status, bytes(event[db_at + db_len + 1:end]))
 
 
-# what a server writes to its binlog as a statement (the statements inside a routine or block are logged one by
-# one, never CALL, EXECUTE or a compound statement): any other first keyword is refused, XA among them
-LOGGED = frozenset({"INSERT", "UPDATE", "DELETE", "REPLACE", "CREATE", "ALTER", "DROP", "RENAME", "TRUNCATE", "COMMIT",
-                    "ROLLBACK", "SAVEPOINT", "RELEASE", "GRANT", "REVOKE", "ANALYZE", "OPTIMIZE", "REPAIR"})
-
-
-def first_word(text: bytes, gtid: str) -> str:
-    """The statement's first keyword as the server's lexer reads it (comments skipped, executable comments read);
-    refuses text the lexer cannot read exactly as the server would."""
+def touches(query: Query, databases: frozenset[str]) -> str | None:
+    """Why `query` may change one of `databases` (casefolded names), or None if it reaches only others."""
+    if query.text in (b"BEGIN", b"COMMIT", b"ROLLBACK"):
+        return None
+    if query.db.casefold() in databases:
+        return f"its default database is {query.db}"
     try:
-        sig = significant(tokenize_any_mode(text.decode("latin-1")))
+        tokens = significant(tokenize_any_mode(query.text.decode("latin-1")))
     except SqlTextError as exc:
-        raise Refusal(f"transaction {gtid}: lastline cannot read its statement exactly as the server would ({exc}); "
-                      "roll forward from a physical base.") from None
-    return sig[0].text.upper() if sig and sig[0].kind == WORD else ""
+        return f"lastline cannot read it exactly as the server would ({exc})"
+    for tok in tokens:
+        name = ident_value(tok) if tok.kind == IDENT else tok.text if tok.kind == WORD else None
+        if name is not None and name.casefold() in databases:
+            return f"it names {name}"
+    return None
 
 
-def _context(event: bytes, kind: int, checksum: bool, gtid: str) -> str:
-    """The SET clause of an Intvar, Rand or User_var event (literals only)."""
-    body = event[HEADER_LEN:len(event) - (4 if checksum else 0)]
-    try:
-        if kind == INTVAR:
-            what, value = struct.unpack_from("<BQ", body, 0)
-            return f"{'last_insert_id' if what == 1 else 'insert_id'}={value}"
-        if kind == RAND:
-            one, two = struct.unpack_from("<QQ", body, 0)
-            return f"rand_seed1={one}, rand_seed2={two}"
-        n = struct.unpack_from("<I", body, 0)[0]
-        name = bytes(body[4:4 + n])
-        if not name or not name.isascii() or not name.decode().replace("_", "").replace("$", "").isalnum():
-            raise Refusal(f"transaction {gtid}: a user variable named {name[:40]!r}: lastline replays plain names only.")
-        var = "@" + quote_ident(name.decode())
-        at = 4 + n
-        if body[at]:  # NULL
-            return f"{var}=NULL"
-        type_, charset, size = struct.unpack_from("<BII", body, at + 1)
-        value = bytes(body[at + 10:at + 10 + size])
-        if len(value) != size:
-            raise Refusal(f"transaction {gtid}: a user variable's value is cut short: refused.")
-        if type_ == 0:  # a string, in its collation
-            if charset not in _CHARSETS:
-                raise Refusal(f"transaction {gtid}: a user variable in collation {charset}: not replayed by lastline.")
-            return f"{var}=X'{value.hex()}'" if charset == 63 else f"{var}=CONVERT(X'{value.hex()}' USING {_CHARSETS[charset]})"
-        if type_ == 1:
-            return f"{var}={struct.unpack('<d', value)[0]!r}"
-        if type_ == 2:
-            unsigned = len(body) > at + 10 + size and body[at + 10 + size] & 1
-            return f"{var}={struct.unpack('<Q' if unsigned else '<q', value)[0]}"
-    except (IndexError, struct.error):
-        raise Refusal(f"transaction {gtid}: a context event is cut short: the archive is damaged or forged there.") from None
-    raise Refusal(f"transaction {gtid}: a user variable of type {type_} (DECIMAL) is not replayed by lastline's statement "
-                  "sessions; roll forward from a physical base.")
-
-
-@dataclass
-class Prepared:
-    """A statement group read and checked in the first pass: (what, payload) steps in order: `context` (a SET clause),
-    `query` (a Query), `commit` (its XID)."""
-
-    group: StatementGroup
-    thread_id: int
-    steps: list[tuple[str, Any]] = field(default_factory=list)
-
-
-def prepare(group: StatementGroup) -> Prepared:
-    """Parse a statement group whole (every refusal here, before anything is applied)."""
-    steps: list[tuple[str, Any]] = []
-    thread = None
-    for event in group.events:
-        kind = HEADER.unpack_from(event, 0)[1]
-        if kind == GTID:
-            continue
-        if kind == XID:
-            steps.append(("commit", None))
-        elif kind == QUERY:
-            query = parse_query(event, group.checksum, group.gtid)
-            word = first_word(query.text, group.gtid)
-            if query.text != b"BEGIN" and word not in LOGGED:
-                raise Refusal(f"transaction {group.gtid} runs a statement of a kind a server does not log ({word or '?'}: "
-                              "XA, dynamic SQL, a compound statement, ...): a logical base's replay does not run it (XA "
-                              "would let any account end another session's prepared transaction). Roll forward from a "
-                              "physical base.")
-            thread = query.thread_id if thread is None else thread
-            steps.append(("query", query))
-        else:
-            steps.append(("context", _context(event, kind, group.checksum, group.gtid)))
-    return Prepared(group, thread or 0, steps)
+def read(group: StatementGroup) -> list[Query]:
+    """Every Query event of a statement group, parsed (a damaged one refused)."""
+    return [parse_query(e, group.checksum, group.gtid, status=False) for e in group.events
+            if HEADER.unpack_from(e, 0)[1] == QUERY]
