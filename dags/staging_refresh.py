@@ -43,8 +43,8 @@ from lastline.staging import verify as sv
     params=params(
         "target_conn_id", "backup", "databases", "masking_rules", "open_for_writes", "parallel",
         "tune", "defer_indexes", "index_build", "force", "restart", "redo_log_bytes", "aws_conn_id",
-        target_conn_id=Override(env("STAGING_CONN_ID", "lastline_staging"),
-                                description="the staging server's mysql connection (its extra must say \"role\": \"staging\")"),
+        target_conn_id=Override(env("STAGING_CONN_ID", "lastline_staging"), servers="staging",
+                                description="the staging server's connection (its role must be staging)"),
         backup=recent_backups("logical", "<destination>/<backup_id> or <destination>/latest; a run started by a backup's Asset event restores that backup"),
         force=Override(True, description="replace the staging databases a previous refresh left"),
         restart=Override(False, description="restart staging to prove the detach holds"),

@@ -1,6 +1,7 @@
 """Every DAG imports cleanly and has the shape and Params the README documents."""
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -180,3 +181,26 @@ def test_point_in_time_restore_shape(dagbag):
     for kind in ("physical", "logical"):  # never replayed onto an unverified base
         assert f"{kind}_base.verify" in replay.get_flat_relative_ids(upstream=True)
         assert dag.get_task(f"{kind}_base.approve")  # a person approves before data is replaced, as in every restore
+
+
+def test_server_fields_offer_the_connections_of_their_kind_and_sizes_take_units(monkeypatch, airflow_db):
+    from lastline.airflow.params import servers
+    from lastline.core.plans import Conf, human_size, parse_size
+
+    def conn(**extra):
+        return json.dumps({"conn_type": "lastline", "host": "db", "extra": extra})
+
+    monkeypatch.setenv("AIRFLOW_CONN_T_OFFER_PLAIN", conn())
+    monkeypatch.setenv("AIRFLOW_CONN_T_OFFER_PROD", conn(protected=True))
+    monkeypatch.setenv("AIRFLOW_CONN_T_OFFER_STAGING", conn(role="staging"))
+    monkeypatch.setenv("AIRFLOW_CONN_T_OFFER_DRILL", conn(role="drill"))
+    monkeypatch.setenv("AIRFLOW_CONN_T_OFFER_S3", json.dumps({"conn_type": "aws"}))
+    offered = {role: {c for c in servers(role) if c.startswith("t_offer_")} for role in ("source", "target", "staging", "drill")}
+    assert offered == {"source": {"t_offer_plain", "t_offer_prod"}, "target": {"t_offer_plain"},
+                       "staging": {"t_offer_staging"}, "drill": {"t_offer_drill"}}
+    assert [parse_size(v) for v in ("1G", "256M", "1.5GiB", "512k", 1024, "2048", " 3 gb ")] == [
+        1 << 30, 256 << 20, 3 << 29, 512 << 10, 1024, 2048, 3 << 30]
+    assert human_size(1 << 30) == "1G" and human_size(3 << 29) == "1536M" and human_size(1000) == "1000"
+    assert Conf({"redo_log_bytes": "512M"}).size("redo_log_bytes", 1) == 512 << 20
+    with pytest.raises(Exception, match="a size is a number of bytes"):
+        Conf({"use_memory": "lots"}).size("use_memory", 0)

@@ -130,43 +130,49 @@ def history(sandbox_root, tmp_path_factory):
     src, tgt = Instance(sandbox_root, "pitr_src"), Instance(sandbox_root, "pitr_tgt")
     src.create()
     tgt.create()
-    set_conn("t_pitr_src", src)
-    set_conn("t_pitr_tgt", tgt)
-    dest = tmp_path_factory.mktemp("pitr")
-    storage = open_storage(f"file://{dest}")
-    server = connections.server("t_pitr_src")
-    _shop(server, stock=100000, accounts=20)
-    archive.ship(server, storage)
-    writer = Writer(src).start()
-    time.sleep(1)
-    plan = pb.preflight({"source_conn_id": "t_pitr_src", "destination": f"file://{dest}"})
-    pb.finish(plan, pb.stream(plan))  # the base, taken while the writers write
-    archive.ship(server, storage)
-    time.sleep(1)
-    server.query("FLUSH BINARY LOGS")
-    time.sleep(1)
-    points = {"time": mark(src, writer)}
-    archive.ship(server, storage)
-    # a transaction whose temporary table lives across a rotation (statement format: the table is in the binlog)
-    with server.session() as cur:
-        cur.execute("SET SESSION binlog_format='STATEMENT'")
-        cur.execute("CREATE TEMPORARY TABLE shop.tmp_moves (id INT, qty INT)")
-        cur.execute("INSERT INTO shop.tmp_moves VALUES (1, 7), (2, 9)")
-        cur.connection.commit()
+    writer = None
+    try:
+        set_conn("t_pitr_src", src)
+        set_conn("t_pitr_tgt", tgt)
+        dest = tmp_path_factory.mktemp("pitr")
+        storage = open_storage(f"file://{dest}")
+        server = connections.server("t_pitr_src")
+        _shop(server, stock=100000, accounts=20)
+        archive.ship(server, storage)
+        writer = Writer(src).start()
+        time.sleep(1)
+        plan = pb.preflight({"source_conn_id": "t_pitr_src", "destination": f"file://{dest}"})
+        pb.finish(plan, pb.stream(plan))  # the base, taken while the writers write
+        archive.ship(server, storage)
+        time.sleep(1)
         server.query("FLUSH BINARY LOGS")
-        cur.execute("UPDATE shop.stock s JOIN shop.tmp_moves m ON s.id = m.id SET s.qty = s.qty + m.qty")
-        cur.connection.commit()
-    time.sleep(1)
-    points["gtid"] = mark(src, writer)
-    time.sleep(1)
-    writer.finish()
-    points["latest"] = ("latest", src.server().query("SELECT @@GLOBAL.gtid_binlog_pos")[0][0], state(src))
-    archive.ship(server, storage)
-    assert writer.commits > 300
-    yield {"dest": f"file://{dest}", "storage": storage, "points": points, "src": src, "tgt": tgt,
-           "base": plan["backup_id"]}
-    src.destroy()
-    tgt.destroy()
+        time.sleep(1)
+        points = {"time": mark(src, writer)}
+        archive.ship(server, storage)
+        # a transaction whose temporary table lives across a rotation (statement format: the table is in the binlog)
+        with server.session() as cur:
+            cur.execute("SET SESSION binlog_format='STATEMENT'")
+            cur.execute("CREATE TEMPORARY TABLE shop.tmp_moves (id INT, qty INT)")
+            cur.execute("INSERT INTO shop.tmp_moves VALUES (1, 7), (2, 9)")
+            cur.connection.commit()
+            server.query("FLUSH BINARY LOGS")
+            cur.execute("UPDATE shop.stock s JOIN shop.tmp_moves m ON s.id = m.id SET s.qty = s.qty + m.qty")
+            cur.connection.commit()
+        time.sleep(1)
+        points["gtid"] = mark(src, writer)
+        time.sleep(1)
+        writer.finish()
+        points["latest"] = ("latest", src.server().query("SELECT @@GLOBAL.gtid_binlog_pos")[0][0], state(src))
+        archive.ship(server, storage)
+        assert writer.commits > 300
+        yield {"dest": f"file://{dest}", "storage": storage, "points": points, "src": src, "tgt": tgt,
+               "base": plan["backup_id"]}
+    finally:
+        if writer is not None:
+            writer.stop.set()
+            writer.go.set()
+        src.destroy()
+        tgt.destroy()
 
 
 def _restore(run_dag, history, until: str, method: str = "auto") -> dict:

@@ -8,17 +8,23 @@ every other field may be left empty, which means its default.
 """
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from typing import Any
 
-from airflow.sdk import Param
+from airflow.sdk import Connection, Param
 
 from lastline.airflow.defaults import DESTINATION, SOURCE_CONN_ID, TARGET_CONN_ID, env
+from lastline.core.plans import as_bool, human_size
 from lastline.logical.backup import DEFAULT_CHUNK_ROWS
 from lastline.logical.restore import DEFAULT_REDO_BYTES
 from lastline.manifest import complete_backups
 
 SERVERS, BACKUP, SAFETY, SPEED, KEEPING, MASKING = "Servers", "Backup", "Safety", "Performance", "Retention", "Masking"
+SIZE = {"type": ["string", "integer"], "pattern": r"^\s*[0-9]+(\.[0-9]+)?\s*([KMGTkmgt]([iI]?[bB])?)?\s*$"}  # 1G, 256M
+# a server field offers the connections of its kind: source (any server without a role), target (not protected, no
+# role), staging and drill (that role); see servers()
+ROLES = {"source_conn_id": "source", "target_conn_id": "target", "drill_conn_id": "drill"}
 
 
 @dataclass(frozen=True)
@@ -41,6 +47,7 @@ class Override:
     enum: list[str] | None = None
     description: str | None = None
     examples: list[str] | None = None
+    servers: str | None = None  # the kind of server a connection field offers (see ROLES)
 
 
 def _string(default: Any, title: str, description: str, section: str, required: bool = False) -> Spec:
@@ -99,10 +106,10 @@ SPECS: dict[str, Spec] = {
     "index_build": Spec("per_table", "Index builds", "with defer_indexes: per_table (the lane that loads a table's last "
                         "chunk builds its indexes at once, while the other lanes load) or after_all (finalize builds every "
                         "table's indexes once all rows are in)", SPEED, {"enum": ["per_table", "after_all"]}),
-    "redo_log_bytes": Spec(DEFAULT_REDO_BYTES, "Redo log while loading", "innodb_log_file_size while loading (bytes)", SPEED,
-                           {"type": "integer", "minimum": 0}),
-    "use_memory": Spec(None, "Memory for --prepare", "bytes for mariabackup --prepare (default: a quarter of free RAM, max 8 GiB)",
-                       SPEED, {"type": ["null", "integer"]}),
+    "redo_log_bytes": Spec(human_size(DEFAULT_REDO_BYTES), "Redo log while loading", "innodb_log_file_size while loading: "
+                           "bytes, or with a unit (1G, 512M)", SPEED, SIZE),
+    "use_memory": Spec(None, "Memory for --prepare", "for mariabackup --prepare: bytes, or with a unit (2G); default: a "
+                       "quarter of free RAM, at most 8G", SPEED, SIZE),
     "priority": Spec("low", "Priority on the source's host", "CPU and I/O priority of the backup's own processes "
                      "(mariabackup, compressor, dump workers): low (nice 10, ionice best-effort 7), idle (nice 19, ionice "
                      "idle: may never finish on a busy disk) or normal", SPEED, {"enum": ["low", "idle", "normal"]}),
@@ -175,6 +182,10 @@ def params(*names: str, **changed: str | Override) -> dict[str, Param]:
             schema = {**schema, "enum": change.enum}
         if change and change.examples:
             schema = {**schema, "examples": change.examples}
+        role = (change.servers if change else None) or ROLES.get(name)
+        if role and "examples" not in schema:
+            default = change.default if change and change.default is not None else spec.default
+            schema = {**schema, "examples": servers(role, default)}
         kind = schema.get("type")
         if not spec.required and kind and "enum" not in schema:  # may be left empty: its default applies
             kinds = kind if isinstance(kind, list) else [kind]
@@ -183,6 +194,40 @@ def params(*names: str, **changed: str | Override) -> dict[str, Param]:
         description = change.description if change and change.description else spec.description
         out[name] = Param(default, title=spec.title, description=description, section=spec.section, **schema)
     return out
+
+
+def servers(role: str, default: str | None = None) -> list[str]:
+    """The connection ids a server field offers (its default first): of type lastline or mysql and of `role` (source:
+    no role; target: no role, not protected; staging, drill: that role). The candidates are the deployment's own
+    (LASTLINE_CONNECTIONS, comma-separated, and the LASTLINE_*_CONN_ID defaults) and the connections in the
+    environment (AIRFLOW_CONN_*): a DAG file, parsed without the metadata database, cannot list the others."""
+    named = [default, *os.environ.get("LASTLINE_CONNECTIONS", "").split(","), SOURCE_CONN_ID, TARGET_CONN_ID,
+             env("STAGING_CONN_ID", "lastline_staging"), env("DRILL_CONN_ID", "lastline_drill"),
+             *(k[len("AIRFLOW_CONN_"):].lower() for k in os.environ if k.startswith("AIRFLOW_CONN_"))]
+    offered = []
+    for conn_id in dict.fromkeys(c.strip() for c in named if c and c.strip()):
+        extra = _server_extras(conn_id)
+        if extra is None:
+            continue
+        kind = str(extra.get("role") or "").strip().lower() or None
+        if role in ("staging", "drill"):
+            fits = kind == role
+        else:
+            fits = kind is None and not (role == "target" and as_bool(extra.get("protected", False)))
+        if fits:
+            offered.append(conn_id)
+    return offered
+
+
+def _server_extras(conn_id: str) -> dict | None:
+    """A server connection's extras, or None (no such connection, or not a server's)."""
+    try:
+        conn = Connection.get(conn_id)
+    except Exception:  # noqa: BLE001 - not there (the SDK raises several types)
+        return None
+    if (conn.conn_type or "") not in ("lastline", "mysql"):
+        return None
+    return conn.extra_dejson or {}
 
 
 def recent_backups(kind: str | None, description: str | None = None, limit: int = 10) -> Override:

@@ -23,6 +23,33 @@ def as_bool(value: Any) -> bool:
     return str(value).strip().lower() in _TRUE
 
 
+_UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
+
+
+def parse_size(value: Any) -> int:
+    """Bytes from `1073741824`, `1G`, `1 GiB`, `256M`, `1.5g` (binary units); a ValueError otherwise."""
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return int(value)
+    text = str(value).strip().upper().replace(" ", "")
+    for suffix in ("IB", "B"):
+        if text.endswith(suffix) and text[:-len(suffix)][-1:] in "KMGT":
+            text = text[:-len(suffix)]
+            break
+    unit = text[-1:] if text[-1:] in "KMGT" else ""
+    number = float(text[:len(text) - len(unit)])
+    if number < 0:
+        raise ValueError(value)
+    return int(number * _UNITS[unit])
+
+
+def human_size(n: int) -> str:
+    """`1G`, `256M`, `1536K`: the largest binary unit that divides `n` (bytes otherwise)."""
+    for unit in ("T", "G", "M", "K"):
+        if n and n % _UNITS[unit] == 0:
+            return f"{n // _UNITS[unit]}{unit}"
+    return str(n)
+
+
 @dataclasses.dataclass(frozen=True)
 class Plan:
     """Base of the typed plans (frozen dataclasses of JSON-able fields)."""
@@ -85,6 +112,18 @@ class Conf:
         if minimum is not None and out < minimum:
             raise ConfigError(f"the Param {name} is {out}; it must be at least {minimum}.")
         return out
+
+    def size(self, name: str, default: int) -> int:
+        """A size in bytes: an integer, or a number with a unit (`1G`, `256M`, `1.5GiB`, `512k`; 0, None and "" mean
+        the default)."""
+        value = self.raw.get(name)
+        if value is None or value == "" or value == 0:
+            return default
+        try:
+            return parse_size(value)
+        except ValueError:
+            raise ConfigError(f"the Param {name} is {value!r}: a size is a number of bytes or a number with a unit "
+                              "(K, M, G, T: 1G, 256M).") from None
 
     def optional_integer(self, name: str) -> int | None:
         """An integer Param that may be unset (None)."""

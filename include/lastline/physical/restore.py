@@ -85,7 +85,7 @@ def preflight(conf: dict, role: str | None = None) -> dict:
         backup_id=backup_id,
         aws_conn_id=params.text("aws_conn_id"),
         parallel=params.integer("parallel", 2, minimum=1),
-        use_memory=params.integer("use_memory", 0) or physical.default_use_memory(host),
+        use_memory=params.size("use_memory", 0) or physical.default_use_memory(host),
         force=force,
         datadir=datadir,
         datadir_state=state,

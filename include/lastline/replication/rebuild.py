@@ -100,7 +100,7 @@ def preflight(conf: dict) -> dict:
         replication_conn_id=repl.conn_id,
         compression=compression,
         parallel=params.integer("parallel", 2, minimum=1),
-        use_memory=params.integer("use_memory", 0) or physical.default_use_memory(tgt_host),
+        use_memory=params.size("use_memory", 0) or physical.default_use_memory(tgt_host),
         force=force,
         source_datadir=src_dir,
         datadir=tgt_dir,
