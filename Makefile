@@ -1,5 +1,6 @@
 # lastline: `make demo` and `make test` work on a fresh Debian machine (as root); both run `make setup` first.
-.PHONY: setup demo ui test test-fast test-distributed faults bench bench-physical bench-logical bench-restore bench-rebuild bench-impact bench-pitr lint clean
+# `make docs` builds the documentation site (docs/, mkdocs.yml) strictly: a broken link or page fails it.
+.PHONY: docs setup demo ui test test-fast test-distributed faults bench bench-physical bench-logical bench-restore bench-rebuild bench-impact bench-pitr lint clean
 # the benchmarks' deployment settings: their runs keep backups under bench/results (or a --work elsewhere in /tmp), unattended
 BENCH_ENV = LASTLINE_BACKUP_ROOTS="file://$(CURDIR)/bench/results,file:///tmp,s3://,ssh://" LASTLINE_APPROVAL=false
 
@@ -53,6 +54,9 @@ bench-pitr:  # point-in-time recovery: the archive's worst lag under load, paral
 bench-impact:  # what a backup costs production: sysbench write latency with and without one (sysbench installed here)
 	@LASTLINE_BENCH=1 scripts/setup.sh
 	@$(BENCH_ENV) .venv/bin/python bench/impact_bench.py $(ARGS)
+
+docs: setup  # the documentation site into .site/ (MkDocs, Material theme), strict: a broken link fails the build
+	@.venv/bin/mkdocs build --strict --quiet --site-dir .site
 
 lint: setup  # ruff on everything, mypy on the layers below the stages (settings in pyproject.toml)
 	@.venv/bin/ruff check dags plugins include tests bench tools

@@ -10,6 +10,7 @@ bearer token).
 from __future__ import annotations
 
 import json
+import re
 from html import escape
 from urllib.parse import quote
 
@@ -33,6 +34,51 @@ def _summary(data: dict) -> str:
     """The scalar figures of a JSON report as a table (lists and objects are in the file itself)."""
     rows = [(k, v) for k, v in data.items() if isinstance(v, (str, int, float, bool)) or v is None]
     return "<table>" + "".join(f"<tr><th>{escape(str(k))}</th><td>{escape(str(v))}</td></tr>" for k, v in rows) + "</table>"
+
+
+def _inline(text: str) -> str:
+    """One line of Markdown as HTML: `code` and **bold**; everything else escaped."""
+    out, parts = [], re.split(r"(`[^`]*`)", text)
+    for part in parts:
+        if part.startswith("`") and part.endswith("`") and len(part) > 1:
+            out.append(f"<code>{escape(part[1:-1])}</code>")
+        else:
+            out.append(re.sub(r"\*\*(.+?)\*\*", r"<b>\1</b>", escape(part)))
+    return "".join(out)
+
+
+def markdown(text: str) -> str:
+    """The Markdown lastline's reports are written in, as HTML: headings, bullet lists, tables, paragraphs, `code`
+    and **bold** (every character escaped; no raw HTML, no links)."""
+    html, items, rows = [], [], []
+
+    def flush() -> None:
+        if items:
+            html.append("<ul>" + "".join(f"<li>{i}</li>" for i in items) + "</ul>")
+            items.clear()
+        if rows:
+            head, *body = [r for r in rows if not re.fullmatch(r"\|[\s:|-]+\|", r)]
+            cells = [[c.strip() for c in r.strip("|").split("|")] for r in (head, *body)]
+            html.append("<table><tr>" + "".join(f"<th>{_inline(c)}</th>" for c in cells[0]) + "</tr>"
+                        + "".join("<tr>" + "".join(f"<td>{_inline(c)}</td>" for c in r) + "</tr>" for r in cells[1:])
+                        + "</table>")
+            rows.clear()
+
+    for line in text.splitlines():
+        if line.startswith("|"):
+            rows.append(line)
+            continue
+        if line.startswith("- "):
+            items.append(_inline(line[2:]))
+            continue
+        flush()
+        if line.startswith("#"):
+            level = min(len(line) - len(line.lstrip("#")), 3)
+            html.append(f"<h{level + 1}>{_inline(line.lstrip('#').strip())}</h{level + 1}>")
+        elif line.strip():
+            html.append(f"<p>{_inline(line)}</p>")
+    flush()
+    return "\n".join(html)
 
 
 def _tables(data: dict) -> str:
@@ -64,7 +110,7 @@ def run_report(dag_id: str, run_id: str) -> HTMLResponse:
             data = json.loads(reports.read(dag_id, run_id, name))
             parts.append(_summary(data) + _tables(data) if isinstance(data, dict) else "")
         elif name.endswith(".md"):
-            parts.append(f"<pre>{escape(reports.read(dag_id, run_id, name).decode(errors='replace'))}</pre>")
+            parts.append(markdown(reports.read(dag_id, run_id, name).decode(errors="replace")))
     return HTMLResponse(PAGE.format(title=escape(title), body="\n".join(parts)))
 
 

@@ -107,6 +107,10 @@ def test_round_trip_of_sakila_and_corpus_is_exact_and_config_comes_back(run_dag,
     chart = next(line.split("report: chart ", 1)[1].split(",")[0] for line in logs.splitlines() if "report: chart " in line)
     svg = Path(chart.removeprefix("file://")).read_text()  # where the UI's report link reads it
     assert svg.startswith("<svg") and "seconds per stage" in svg and "sakila." in svg  # a chart, its tables named
+    summary = Path(chart.removeprefix("file://")).with_name("summary.md").read_text()  # the Report tab's first page
+    assert summary.splitlines()[2].startswith("**Verified: all ") and "tables hold exactly the backup's" in summary
+    assert "row hashes, summed per table, equal the ones computed on the source" in summary
+    assert "Returned value was" not in logs  # return values stay out of the task logs
     rows = logical_target.server().query(
         "SELECT COUNT(*) FROM information_schema.TABLES WHERE TABLE_SCHEMA = '_lastline' AND TABLE_NAME IN ('ledger', 'config_snapshot')")
     assert rows[0][0] <= 1  # the ledger is dropped; the emptied snapshot table may stay

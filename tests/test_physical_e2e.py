@@ -56,7 +56,8 @@ def test_file_round_trip_checksums_match_and_password_stays_secret(run_dag, sour
     assert not any(password in s for s in ps.samples), "the password appeared in ps output"
     assert password not in logs, "the password appeared in a task log"
     assert "backup stream" in logs and "MB/s" in logs  # progress was logged
-    report = Path(re.search(r"backup report: file://(\S+backup\.md)", logs).group(1)).read_text()
+    report = Path(re.search(r"\(file://(\S+/backup\.md)\)", logs).group(1)).read_text()
+    assert report.startswith("# Physical backup ") and " tables, " in report and "x compressed" in report
     assert "Point-in-time: no binlog archive in this destination" in report and "MB/s" in report
 
     backup = _only_backup(dest)

@@ -1,4 +1,4 @@
-"""The package's structure holds (ARCHITECTURE.md): layers import downwards only, no import cycles, no dev
+"""The package's structure holds (docs/architecture.md): layers import downwards only, no import cycles, no dev
 tool and no Airflow import below the Airflow layer, no module over ~300 lines without a reason at its top."""
 from __future__ import annotations
 
@@ -74,7 +74,7 @@ def test_layers_import_downwards_only():
             if theirs[1] > mine[1] or (theirs[1] == mine[1] == 4 and theirs[0] != mine[0]
                                          and (module, dep) not in ACROSS_STAGES):
                 wrong.append(f"{module} -> {dep}")
-    assert not wrong, "imports against the layers (see ARCHITECTURE.md):\n" + "\n".join(wrong)
+    assert not wrong, "imports against the layers (see docs/architecture.md):\n" + "\n".join(wrong)
 
 
 def test_no_import_cycles():
@@ -136,3 +136,16 @@ def test_the_package_installs_alone_into_a_fresh_venv(tmp_path):
                           "print(u.find_spec('lastline_dev') is None)"], capture_output=True, text=True, cwd=tmp_path)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "True"  # the dev tools are never installed with the product
+
+
+def test_the_readme_is_a_front_page_and_the_docs_cover_every_dag():
+    """At most ~200 lines, the two commands in its first lines, a line per DAG linking to its page in docs/."""
+    lines = (ROOT / "README.md").read_text().splitlines()
+    assert len(lines) <= 200, f"README.md has {len(lines)} lines: the rest belongs in docs/"
+    assert any("make demo" in line for line in lines[:8]) and any("make test" in line for line in lines[:8])
+    dags = sorted(p.stem for p in (ROOT / "dags").glob("*.py"))
+    readme = "\n".join(lines)
+    for dag_id in dags:
+        assert f"[`{dag_id}`](docs/dags/" in readme, f"the README's table of DAGs lacks {dag_id}"
+    for target in set(__import__("re").findall(r"\]\((docs/[^)#]+)", readme)):
+        assert (ROOT / target).exists(), f"README links to {target}, which does not exist"

@@ -1,7 +1,8 @@
 """The Assets lastline's backups update: a downstream DAG (staging_refresh, a drill) is scheduled on them.
 
-Each complete backup emits one event whose extra says which backup it was: its URL (<destination>/<id>),
-id, kind, and the binlog/GTID position it is consistent with, read back from the manifest just written.
+Each complete backup emits one event whose extra says which backup it was: its URL (<destination>/<id>), id,
+kind, size, the manifest's sha256 and the binlog/GTID position it is consistent with, read back from the manifest
+just written.
 """
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import logging
 
 from airflow.sdk import Asset, get_current_context
 
-from lastline import reports
+from lastline import backup_report, reports
 from lastline.manifest import read_manifest
 from lastline.pitr import check
 from lastline.storage import open_storage
@@ -22,22 +23,22 @@ BINLOG_ARCHIVE = Asset(name="lastline_binlog_archive", uri="lastline://backups/b
 
 
 def announce(asset: Asset, kind: str, destination: str, backup_id: str, aws_conn_id: str | None = None) -> dict:
-    """Set the running task's event on `asset` to this backup (the task must list it in its outlets), and save the
-    run's report: what was backed up, and how far the binlog archive rolls it forward."""
+    """Set the running task's event on `asset` to this backup (the task must list it in its outlets): its URL, id,
+    kind, coordinates, size and the manifest's sha256; and save the run's report (lastline.backup_report: what was
+    backed up, against the backups before it, and how far the binlog archive rolls it forward)."""
     storage = open_storage(destination, aws_conn_id)
     manifest = read_manifest(storage, backup_id, kind)
-    extra = {"url": f"{destination.rstrip('/')}/{backup_id}", "backup_id": backup_id, "kind": kind,
-             "binlog_file": manifest.binlog_file, "binlog_position": manifest.binlog_position, "gtid": manifest.gtid}
+    url = f"{destination.rstrip('/')}/{backup_id}"
+    extra = {"url": url, "backup_id": backup_id, "kind": kind, "bytes": manifest.bytes,
+             "manifest_sha256": manifest.read_sha256, "binlog_file": manifest.binlog_file,
+             "binlog_position": manifest.binlog_position, "gtid": manifest.gtid}
     context = get_current_context()
     context["outlet_events"][asset].extra = extra
-    lines = [f"# {kind.capitalize()} backup {backup_id}", "",
-             f"- **Where:** {extra['url']}",
-             f"- **Size:** {manifest.bytes:,} bytes in {manifest.seconds:,.1f} s ({manifest.mb_per_s:,.1f} MB/s)",
-             f"- **Consistent with:** binlog {manifest.binlog_file}:{manifest.binlog_position}, GTID {manifest.gtid}",
-             f"- **{check.base_window(storage, backup_id)}**"]
-    where = reports.save(context["dag"].dag_id, context["run_id"], {"backup.md": "\n".join(lines) + "\n"})
-    log.info("backup report: %s/backup.md: %s", where, lines[-1].strip("-* "))
-    return extra
+    report = backup_report.build(storage, manifest, kind, url, check.base_window(storage, backup_id))
+    where = reports.save(context["dag"].dag_id, context["run_id"], backup_report.files(report))
+    log.info("report: %s", report["summary"])
+    log.info("report: %s (%s)", report["point_in_time"], f"{where}/backup.md")
+    return {"backup_id": backup_id, "url": url, "bytes": manifest.bytes}
 
 
 def triggering_backup() -> dict | None:

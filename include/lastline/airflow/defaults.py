@@ -24,11 +24,15 @@ def schedule(name: str, default: str) -> str | None:
 
 
 def default_args() -> dict:
-    """Retries for every task: each step is safe to re-run (LASTLINE_RETRIES, default 2)."""
+    """Retries for every task: each step is safe to re-run (LASTLINE_RETRIES, default 2); return values kept out
+    of the task logs."""
     return {
         "owner": "lastline",
         "retries": int(env("RETRIES", "2")),
         "retry_delay": timedelta(seconds=int(env("RETRY_DELAY_SECONDS", "120"))),
+        # each task logs what it did in a line or a few; its return value (XCom, for the next task) is not
+        # printed again as one long line at the end of its log
+        "show_return_value_in_logs": False,
     }
 
 

@@ -75,3 +75,8 @@ class Progress:
             done, total = self.counts[self.eta_by], self.totals[self.eta_by] or 0
             text += f", ~{(total - done) * elapsed / done:.0f} s left (estimated {self.eta_by})"
         return text
+
+
+def plural(n: int, noun: str) -> str:
+    """`1 work unit`, `2 work units`, `1,024 tables`: a count with its noun, thousands separated."""
+    return f"{n:,} {noun}" if n == 1 else f"{n:,} {noun}s"

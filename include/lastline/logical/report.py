@@ -7,6 +7,7 @@ import logging
 
 from lastline import reports
 from lastline.core import svg
+from lastline.core.progress import plural
 from lastline.logical.plans import RestorePlan
 
 log = logging.getLogger(__name__)
@@ -89,16 +90,40 @@ def chart(report: dict) -> str:
                                (rates, "their load rate", "MB/s", "#228833")])
 
 
+def verification(verified: dict) -> str:
+    """What verify proved, in words (the report's first line)."""
+    objects = ", ".join(f"{n:,} {k if n != 1 else k[:-1]}" for k, n in (verified.get("objects") or {}).items() if n)
+    proof = ("their row hashes, summed per table, equal the ones computed on the source" if verified.get("row_hashes", True)
+             else "their checksums equal the backup's (an old backup: over the dump's own text)")
+    return (f"Verified: all {verified.get('tables', 0):,} restored tables hold exactly the backup's "
+            f"{verified.get('rows', 0):,} rows ({proof}); " + (f"{objects} present; " if objects else "")
+            + "the server's configuration is as it was before the restore.")
+
+
+def summary(report: dict) -> str:
+    """The Report tab's first page: the verification in words, then the figures."""
+    stages = ", ".join(f"{k} {v:,.1f} s" for k, v in report["stages"].items())
+    return "\n".join([
+        f"# Logical restore of {report['backup']} into {report['target_conn_id']}", "",
+        f"**{report['verification']}**", "",
+        f"- **Databases:** {', '.join(report['databases'])}",
+        f"- **Loaded:** {report['rows']:,} rows, {report['bytes']:,} bytes in {report['load_seconds']:,.1f} s "
+        f"({report['load_mb_per_s']:,.1f} MB/s), {plural(report['units'], 'work unit')} on {plural(report['parallel'], 'lane')}",
+        f"- **Stages:** {stages}", ""]) + "\n"
+
+
 def write(plan: RestorePlan | dict, steps: dict[str, dict], lanes: list[list[dict]], dag_id: str, run_id: str) -> dict:
-    """Build, log and save the report (JSON + SVG chart) where the UI reads it (lastline.reports); returns
-    the report with the files' URLs."""
+    """Build, log and save the report (its summary opening with the verification in words, JSON, SVG chart) where the
+    UI reads it (lastline.reports); returns the report with the files' URLs."""
     plan = RestorePlan.of(plan)
-    report = build(plan, steps, lanes)
-    where = reports.save(dag_id, run_id, {"logical_restore.svg": chart(report), "logical_restore.json": json.dumps(report, indent=1)})
+    report = {"verification": verification(steps.get("verify") or {}), **build(plan, steps, lanes)}
+    where = reports.save(dag_id, run_id, {"summary.md": summary(report), "logical_restore.svg": chart(report),
+                                          "logical_restore.json": json.dumps(report, indent=1)})
     report["chart"], report["report"] = f"{where}/logical_restore.svg", f"{where}/logical_restore.json"
-    log.info("report: %d tables, %s rows, %.1f MB loaded in %.1f s (%.1f MB/s) by %d units on %d lanes",
-             len(report["tables"]), f"{report['rows']:,}", report["bytes"] / 1e6, report["load_seconds"],
-             report["load_mb_per_s"], report["units"], report["parallel"])
+    log.info("report: %s", report["verification"])
+    log.info("report: %s tables, %s rows, %.1f MB loaded in %.1f s (%.1f MB/s) by %s on %s", f"{len(report['tables']):,}",
+             f"{report['rows']:,}", report["bytes"] / 1e6, report["load_seconds"], report["load_mb_per_s"],
+             plural(report["units"], "work unit"), plural(report["parallel"], "lane"))
     log.info("report: stages %s", ", ".join(f"{k} {v:.1f} s" for k, v in report["stages"].items()))
     for t in report["tables"][:20]:
         log.info("report: %-40s %12s rows %9.1f MB %7.1f s %7.1f MB/s", t["table"], f"{t['rows']:,}", t["bytes"] / 1e6,

@@ -13,6 +13,7 @@ from lastline.core import accounts, stopping
 from lastline.core import datadir as dd
 from lastline.core.errors import LastlineError, PreflightError
 from lastline.core.plans import Conf
+from lastline.core.progress import plural
 from lastline.core.servers import base_version, refuse_restore_into_source
 from lastline.core.sql import ASIDE_PREFIX, SYSTEM_SCHEMAS, never_restored, server_identity, tables_at_risk  # noqa: F401
 from lastline.logical import dialect, tuning
@@ -248,7 +249,7 @@ def plan_load(plan: RestorePlan | dict) -> list[dict]:
     plan = RestorePlan.of(plan)
     _storage, manifest = open_backup(plan)
     units = plan_units(manifest, selected(manifest, plan.databases), plan.parallel)
-    log.info("plan: %d work units for %d lanes: %s", len(units), plan.parallel,
+    log.info("plan: %s for %s: %s", plural(len(units), "work unit"), plural(plan.parallel, "lane"),
              "; ".join(f"{u.name} ({u.bytes / 1e6:.1f} MB)" for u in units))
     return [u.to_dict() for u in units]
 

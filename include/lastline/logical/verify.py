@@ -178,4 +178,7 @@ def verify(plan: RestorePlan | dict, snapshot: dict) -> dict:
     in_lanes = sum((t.schema, t.name) in recorded for t in tables)
     log.info("verify ok: %d tables with rows and checksums equal to the backup's (%d taken as each table "
              "completed), every object present, configuration back (%.1f s)", len(tables), in_lanes, time.monotonic() - t0)
-    return {"tables": len(tables), "seconds": round(time.monotonic() - t0, 3)}
+    objects = {kind: sum(1 for o in schema[kind] if o["schema"] in plan.databases)
+               for kind in ("views", "triggers", "routines", "events", "sequences")}
+    return {"tables": len(tables), "rows": sum(int(t.rows) for t in tables), "objects": objects,
+            "row_hashes": not legacy, "seconds": round(time.monotonic() - t0, 3)}

@@ -194,7 +194,15 @@ def verify(plan: RestorePlan | dict, extracted: dict | None = None) -> dict:
         dd.remove(server.runner(), aside)
         log.info("restore verified: removed the old datadir contents at %s", aside)
     log.info("verify ok: %d tables, %d rows, server %s", len(counts), sum(counts.values()), version)
-    return {"tables": len(counts), "rows": sum(counts.values()), "seconds": round(time.monotonic() - t0, 3)}
+    return {"tables": len(counts), "rows": sum(counts.values()), "server_version": version,
+            "seconds": round(time.monotonic() - t0, 3)}
+
+
+def verification(verified: dict, plan: RestorePlan) -> str:
+    """What the restore proved, in words (the report's first line)."""
+    return (f"Verified: the backup's {plan.bytes:,} bytes matched the sha256 its manifest records, mariabackup prepared "
+            f"them, the server started ({verified.get('server_version', '?')}) and all {verified.get('tables', 0):,} tables "
+            f"of the backup answer, {verified.get('rows', 0):,} rows, each count plausible against the backup's estimate.")
 
 
 def report(plan: RestorePlan | dict, stop: dict, extract: dict, prepare: dict, start: dict, verify: dict,
@@ -205,14 +213,21 @@ def report(plan: RestorePlan | dict, stop: dict, extract: dict, prepare: dict, s
     steps = {"stop": stop, "extract": extract, "prepare": prepare, "start": start, "verify": verify}
     text, total = step_report(f"restore of {plan.backup} into {plan.target_conn_id}:", steps, plan.bytes)
     log.info("%s", text)
-    out = {"backup": plan.backup, "target": plan.target_conn_id, "seconds": round(total, 3), "steps": steps}
+    verified = verification(verify, plan)
+    log.info("report: %s", verified)
+    out = {"verification": verified, "backup": plan.backup, "target": plan.target_conn_id, "seconds": round(total, 3),
+           "steps": steps}
     if run_id:
         at, timeline = 0.0, []
         for name, s in steps.items():  # one after another
             timeline.append((name, at, float(s.get("seconds", 0.0)), "#4477aa"))
             at += float(s.get("seconds", 0.0))
         head = f"physical restore of {plan.backup_id} into {plan.target_conn_id}: {plan.bytes / 1e6:,.0f} MB in {total:.1f} s"
-        where = reports.save(dag_id, run_id, {"physical_restore.svg": svg.document(head, [(timeline, "timeline of the steps")]),
+        summary = "\n".join([f"# Physical restore of {plan.backup} into {plan.target_conn_id}", "", f"**{verified}**", "",
+                              f"- **Took:** {total:,.1f} s for {plan.bytes:,} bytes", *(
+                                  f"- **{name}:** {float(s.get('seconds', 0.0)):,.1f} s" for name, s in steps.items())]) + "\n"
+        where = reports.save(dag_id, run_id, {"summary.md": summary,
+                                              "physical_restore.svg": svg.document(head, [(timeline, "timeline of the steps")]),
                                               "physical_restore.json": json.dumps(out, indent=1, default=str)})
-        log.info("report: %s/physical_restore.svg", where)
-    return out
+        log.info("report: %s/summary.md", where)
+    return {"verification": verified, "seconds": round(total, 3)}

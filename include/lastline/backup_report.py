@@ -1,0 +1,98 @@
+"""A backup run's report: what was backed up (tables, rows, bytes, compression ratio, the binlog coordinates it is
+consistent with, how long it took and how fast), compared with the backups of the same kind before it in the
+destination, and how far the binlog archive rolls it forward. Markdown first (the Report tab opens with it), the
+figures as JSON and the recent backups as an SVG chart."""
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from lastline.core import svg
+from lastline.manifest import LogicalManifest, PhysicalManifest, complete_backups, read_manifest
+from lastline.storage import Storage
+
+Manifest = PhysicalManifest | LogicalManifest
+RECENT = 6  # the backups before this one the report compares it with
+
+
+def _figures(m: Manifest) -> dict[str, Any]:
+    """One backup's figures (the same for both kinds where they exist)."""
+    logical = isinstance(m, LogicalManifest)
+    raw = int(m.raw_bytes) if logical else int(m.datadir_bytes)
+    return {"backup_id": m.backup_id, "started_at": m.started_at, "seconds": round(float(m.seconds), 1),
+            "bytes": int(m.bytes), "raw_bytes": raw, "mb_per_s": round(float(m.mb_per_s), 1),
+            "ratio": round(raw / m.bytes, 2) if m.bytes else None, "tables": len(m.tables),
+            "rows": int(m.rows) if logical else sum(int(t.rows) for t in m.tables)}
+
+
+def _change(now: float, before: float) -> str:
+    """`+12%`, `-3%`, `=` (against the median of the recent backups)."""
+    if not before:
+        return ""
+    pct = (now - before) / before * 100
+    return "=" if abs(pct) < 0.5 else f"{pct:+.0f}%"
+
+
+def build(storage: Storage, manifest: Manifest, kind: str, url: str, window: str) -> dict[str, Any]:
+    """The report of `manifest` (a backup of `kind` at `url`), with the recent backups of its kind before it."""
+    ids = [b for b in complete_backups(storage, kind) if b < manifest.backup_id][-RECENT:]
+    recent = []
+    for backup_id in ids:
+        try:
+            recent.append(_figures(read_manifest(storage, backup_id, kind)))
+        except Exception:  # noqa: BLE001 - an unreadable old manifest only drops out of the comparison
+            continue
+    now = _figures(manifest)
+
+    def median(key: str) -> float:
+        values = sorted(float(r[key]) for r in recent if r.get(key) is not None)
+        return values[len(values) // 2] if values else 0.0
+
+    primary = manifest.primary or {}
+    return {
+        "summary": (f"{kind.capitalize()} backup {manifest.backup_id}: {now['tables']:,} tables, {now['rows']:,} rows, "
+                    f"{now['bytes']:,} bytes ({now['raw_bytes'] / max(now['bytes'], 1):.1f}x compressed) in "
+                    f"{now['seconds']:,.1f} s ({now['mb_per_s']:,.1f} MB/s)"),
+        "kind": kind, "url": url, **now, "compression": manifest.compression, "server_version": manifest.server_version,
+        "binlog_file": manifest.binlog_file, "binlog_position": manifest.binlog_position, "gtid": manifest.gtid,
+        "primary_gtid": primary.get("gtid"), "manifest_sha256": manifest.read_sha256, "point_in_time": window,
+        "compared": {key: _change(float(now[key] or 0), median(key)) for key in ("bytes", "seconds", "mb_per_s", "rows")},
+        "recent": recent,
+    }
+
+
+def markdown(report: dict[str, Any]) -> str:
+    """The report as the Report tab's first page."""
+    c = report["compared"]
+    vs = f" (against the median of the {len(report['recent'])} backups before it)" if report["recent"] else ""
+    lines = [
+        f"# {report['summary']}", "",
+        f"- **Where:** `{report['url']}` (manifest sha256 `{(report['manifest_sha256'] or '')[:16]}...`)",
+        f"- **Size:** {report['bytes']:,} bytes, {report['compression']}, from {report['raw_bytes']:,} bytes "
+        f"({report['ratio']}x){(' ' + c['bytes']) if c['bytes'] else ''}",
+        f"- **Took:** {report['seconds']:,.1f} s at {report['mb_per_s']:,.1f} MB/s"
+        + (f" ({c['seconds']} time, {c['mb_per_s']} speed){vs}" if c["seconds"] else ""),
+        f"- **Tables:** {report['tables']:,}, **rows:** {report['rows']:,}" + (f" ({c['rows']} rows)" if c["rows"] else ""),
+        f"- **Consistent with:** binlog `{report['binlog_file']}:{report['binlog_position']}`, GTID `{report['gtid']}`"
+        + (f"; its primary's GTID `{report['primary_gtid']}`" if report["primary_gtid"] else ""),
+        f"- **{report['point_in_time']}**", "",
+    ]
+    if report["recent"]:
+        lines += ["## The backups before it", "", "| backup | bytes | seconds | MB/s | ratio | rows |", "|---|---:|---:|---:|---:|---:|"]
+        for r in reversed(report["recent"]):
+            lines.append(f"| {r['backup_id']} | {r['bytes']:,} | {r['seconds']:,.1f} | {r['mb_per_s']:,.1f} | "
+                         f"{r['ratio']} | {r['rows']:,} |")
+    return "\n".join(lines) + "\n"
+
+
+def chart(report: dict[str, Any]) -> str:
+    """An SVG: size and seconds of this backup and the ones before it."""
+    rows = [*report["recent"], report]
+    return svg.document(report["summary"], [
+        ([(r["backup_id"], r["bytes"] / 1e6) for r in rows], "size of each backup", "MB", "#4477aa"),
+        ([(r["backup_id"], float(r["seconds"])) for r in rows], "time each backup took", "s", "#ee7733")])
+
+
+def files(report: dict[str, Any]) -> dict[str, str]:
+    """The files a backup run saves into its report (the Markdown first)."""
+    return {"backup.md": markdown(report), "backup.svg": chart(report), "backup.json": json.dumps(report, indent=1)}
