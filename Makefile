@@ -58,7 +58,7 @@ bench-impact:  # what a backup costs production: sysbench write latency with and
 docs: setup  # the documentation site into .site/ (MkDocs, Material theme), strict: a broken link fails the build
 	@.venv/bin/mkdocs build --strict --quiet --site-dir .site
 
-lint: setup  # ruff on everything, mypy on the layers below the stages (settings in pyproject.toml)
+lint: setup  # ruff on everything, mypy on the whole package (settings in pyproject.toml)
 	@.venv/bin/ruff check dags plugins include tests bench tools
 	@.venv/bin/mypy
 

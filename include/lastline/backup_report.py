@@ -17,12 +17,11 @@ RECENT = 6  # the backups before this one the report compares it with
 
 def _figures(m: Manifest) -> dict[str, Any]:
     """One backup's figures (the same for both kinds where they exist)."""
-    logical = isinstance(m, LogicalManifest)
-    raw = int(m.raw_bytes) if logical else int(m.datadir_bytes)
+    raw = int(m.raw_bytes) if isinstance(m, LogicalManifest) else int(m.datadir_bytes)
     return {"backup_id": m.backup_id, "started_at": m.started_at, "seconds": round(float(m.seconds), 1),
             "bytes": int(m.bytes), "raw_bytes": raw, "mb_per_s": round(float(m.mb_per_s), 1),
             "ratio": round(raw / m.bytes, 2) if m.bytes else None, "tables": len(m.tables),
-            "rows": int(m.rows) if logical else sum(int(t.rows) for t in m.tables)}
+            "rows": int(m.rows) if isinstance(m, LogicalManifest) else sum(int(t.rows) for t in m.tables)}
 
 
 def _change(now: float, before: float) -> str:
@@ -55,7 +54,7 @@ def build(storage: Storage, manifest: Manifest, kind: str, url: str, window: str
                     f"{now['seconds']:,.1f} s ({now['mb_per_s']:,.1f} MB/s)"),
         "kind": kind, "url": url, **now, "compression": manifest.compression, "server_version": manifest.server_version,
         "binlog_file": manifest.binlog_file, "binlog_position": manifest.binlog_position, "gtid": manifest.gtid,
-        "primary_gtid": primary.get("gtid"), "manifest_sha256": manifest.read_sha256, "point_in_time": window,
+        "primary_gtid": primary.get("gtid"), "manifest_sha256": getattr(manifest, "read_sha256", None), "point_in_time": window,
         "compared": {key: _change(float(now[key] or 0), median(key)) for key in ("bytes", "seconds", "mb_per_s", "rows")},
         "recent": recent,
     }

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Mapping
 from datetime import UTC, datetime
 
 from lastline.core.errors import StorageError
@@ -55,7 +56,7 @@ def names(dag_id: str, run_id: str, store: Storage | None = None) -> list[str]:
     return list(json.loads(store.read_bytes(key))["files"])
 
 
-def save(dag_id: str, run_id: str, files: dict[str, bytes | str]) -> str:
+def save(dag_id: str, run_id: str, files: Mapping[str, bytes | str]) -> str:
     """Save a task's report files into the run's folder and list them in its index; returns the folder's URL.
     The tasks of one run that save reports run one after another (the index is read, then written)."""
     store = storage()

@@ -1,7 +1,8 @@
 """Reusable task groups: steps that several DAGs share (replica_detach, staging refresh, promotions)."""
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
+from typing import Any, cast
 
 from airflow.sdk import chain, get_current_context, task, task_group
 from airflow.sdk.definitions.xcom_arg import XComArg
@@ -14,16 +15,22 @@ from lastline.physical import restore as pr
 from lastline.replication import detach as rd
 
 
+def step(fn: Callable[..., Any], **kw: Any) -> Any:
+    """A stage function as a task of this layer: XComArgs (or values) in, an XComArg out; the stage itself reads its
+    typed plan from the dict XCom carries."""
+    return task(**kw)(fn)
+
+
 @task_group(group_id="detach_replication")
 def detach_replication(target_conn_id: Any, restart: Any = True, read_only_off: Any = False) -> None:
     """check (read-only: flavour, connections, no master-* option lines) → detach (version-aware STOP/RESET
     ... ALL, every named connection, gtid_slave_pos cleared) → verify (nothing left, also after a
     restart) → open_for_writes (read_only=OFF, only if asked). Arguments may be values, XComArgs or
     templates such as "{{ params.target_conn_id }}". The call gives the group (`a >> group >> b`)."""
-    plan = task(rd.check, task_id="check")(target_conn_id, restart, read_only_off)
-    detached = task(rd.detach, task_id="detach")(plan)
-    verified = task(rd.verify, task_id="verify")(plan, detached)
-    task(rd.open_for_writes, task_id="open_for_writes")(plan, verified)
+    plan = step(rd.check, task_id="check")(target_conn_id, restart, read_only_off)
+    detached = step(rd.detach, task_id="detach")(plan)
+    verified = step(rd.verify, task_id="verify")(plan, detached)
+    step(rd.open_for_writes, task_id="open_for_writes")(plan, verified)
 
 
 @task_group(group_id="restore")
@@ -52,7 +59,7 @@ def logical_restore_steps(conf: Any = None, server_param: str = "target_conn_id"
 
     @task(map_index_template="{{ unit_name }}", **target)
     def load(plan: dict, lane: str) -> list:
-        get_current_context()["unit_name"] = lane
+        cast(dict, get_current_context())["unit_name"] = lane  # the mapped instance's name (map_index_template)
         return lr.load_lane(plan, lane)
 
     @task(**target)
@@ -95,7 +102,7 @@ def physical_restore_steps(conf: Any = None, server_param: str = "target_conn_id
 
     plan = preflight(conf)
     approved = ApproveReplacement(task_id="approve", plan=plan)
-    stop, ext, prep, start = (task(step, **target)(plan) for step in (pr.stop_target, pr.extract, pr.prepare, pr.start_target))
-    verified = task(pr.verify, **target)(plan, ext)
+    stop, ext, prep, start = (step(fn, **target)(plan) for fn in (pr.stop_target, pr.extract, pr.prepare, pr.start_target))
+    verified = step(pr.verify, **target)(plan, ext)
     chain(plan, approved, stop, ext, prep, start, verified)
-    task(pr.report)(plan, stop=stop, extract=ext, prepare=prep, start=start, verify=verified, dag_id="{{ dag.dag_id }}")
+    step(pr.report)(plan, stop=stop, extract=ext, prepare=prep, start=start, verify=verified, dag_id="{{ dag.dag_id }}")

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping
-from typing import Any, TypeVar
+from typing import Any, TypeVar, overload
 
 from lastline.core.errors import ConfigError
 
@@ -79,6 +79,15 @@ class Conf:
 
     def __init__(self, params: Mapping[str, Any] | None) -> None:
         self.raw = dict(params or {})
+
+    @overload
+    def text(self, name: str) -> str | None: ...
+
+    @overload
+    def text(self, name: str, default: str) -> str: ...
+
+    @overload
+    def text(self, name: str, default: None) -> str | None: ...
 
     def text(self, name: str, default: str | None = None) -> str | None:
         """A string Param; empty means the default."""

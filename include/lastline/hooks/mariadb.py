@@ -31,7 +31,7 @@ class MariaDbHook(MySqlHook):
         super().__init__(lastline_conn_id, **kwargs)
         self.lastline_conn_id = lastline_conn_id
 
-    def connection(self) -> Any:
+    def read_connection(self) -> Any:
         """The Airflow connection, or a ConfigError saying how to create it."""
         try:
             return self.get_connection(self.lastline_conn_id)
@@ -41,7 +41,7 @@ class MariaDbHook(MySqlHook):
 
     def server(self) -> Server:
         """The Server of this connection, with the host its commands run on (its ssh_conn_id's, if set)."""
-        conn = self.connection()
+        conn = self.read_connection()
         if (conn.conn_type or "mysql") not in (CONN_TYPE, "mysql", "mariadb"):
             raise ConfigError(f"connection {self.lastline_conn_id!r} is of type {conn.conn_type!r}: a server lastline "
                               f"backs up or restores into is a {CONN_TYPE} (or mysql) connection.")

@@ -6,7 +6,7 @@ import hashlib
 import os
 import signal
 import subprocess
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator, Iterator
 from typing import Any, BinaryIO
 
 from lastline.core.compression import codec
@@ -17,7 +17,7 @@ from lastline.manifest import ChunkInfo
 from lastline.storage import Storage
 
 
-def read_chunk(storage: Storage, key: str, compression: str, sha256: str, what: str = "") -> Iterator[bytes]:
+def read_chunk(storage: Storage, key: str, compression: str, sha256: str, what: str = "") -> Generator[bytes, None, None]:
     """The uncompressed bytes of a chunk file, streamed (memory stays bounded by pipe buffers).
 
     Raises IntegrityError naming the file (and `what`, e.g. its table) if it cannot be decompressed or

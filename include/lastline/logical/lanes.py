@@ -6,6 +6,7 @@ held-back indexes at once, in its own slot, while the other lanes load."""
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import logging
 import time
@@ -48,7 +49,7 @@ def load_lane(server: Server, storage: Storage, manifest: LogicalManifest, units
             results.append(load_unit(server, storage, manifest, unit, parallel))
         if on_table_done is not None:
             for schema, name in dict.fromkeys((p.schema, p.table) for p in unit.parts):
-                _when_complete(server, manifest, tables[(schema, name)], lambda s=schema, n=name: on_table_done(s, n))
+                _when_complete(server, manifest, tables[(schema, name)], functools.partial(on_table_done, schema, name))
             results[-1]["finished_at"] = time.time()  # the unit's span holds the index builds it led to
     log.info("%s: done, %d unit(s) loaded here", label, len(results))
     return results

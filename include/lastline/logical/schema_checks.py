@@ -148,7 +148,7 @@ def _foreign_key(d: list[Token]) -> str:
     i += 2 if is_op(_at(d, i + 1), ".") and _kind(_at(d, i), IDENT) else 0
     if not _kind(_at(d, i), IDENT):
         raise _Bad(f"has a foreign key that does not reference one quoted table at {_near(d, i)}")
-    i, seen = _key_parts(d, i + 1), set()
+    i, seen = _key_parts(d, i + 1), set[str]()
     actions = (("RESTRICT",), ("CASCADE",), ("SET", "NULL"), ("SET", "DEFAULT"), ("NO", "ACTION"))
     while i < len(d):
         act = next((a for a in actions if words_at(d, i + 2, *a)), None)
@@ -515,6 +515,8 @@ def _one_account(statement: Any, first: tuple[str, ...], user: str, host: str) -
         raise _Bad(f"is not one {' '.join(first)}{' ... TO' if first == ('GRANT',) else ''} statement")
 
     def value(t: Token | None) -> str | None:
+        if t is None:
+            return None
         return t.text if _kind(t, AT_NAME) else st.string_value(t) if _plain_string(t) else st.ident_value(t)
     if not is_op(_at(sig, to + 1), "@") or (value(_at(sig, to)), value(_at(sig, to + 2))) != (user, host) or any(
             is_op(t, ",") for t in sig[to + 3:]):

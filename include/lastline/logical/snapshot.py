@@ -116,7 +116,7 @@ LOST_CONNECTION = (2006, 2013, 1927)
 TIMED_OUT = (1969, 1205, 3024)  # max_statement_time, lock_wait_timeout, max_execution_time
 
 
-def sql_error(exc: Exception) -> tuple[int | None, str]:
+def sql_error(exc: BaseException) -> tuple[int | None, str]:
     """(code, message) of a MySQLdb error."""
     args = getattr(exc, "args", ())
     code = args[0] if args and isinstance(args[0], int) else None
@@ -149,7 +149,7 @@ class SnapshotPool:
         version, control_id = cur.fetchone()
         self.version = str(version)
         self.method = snapshot_method(self.version, self.asked)
-        self._stop = stopping.add(f"snapshot: KILL QUERY on the control connection ({self.method}, schema reads)",
+        self._stop: int | None = stopping.add(f"snapshot: KILL QUERY on the control connection ({self.method}, schema reads)",
                                   stopping.kill_query(self.server, self.control.thread_id()))
         self.workers = [DumpWorker(self.server, f"dump-{i}", self.priority) for i in range(self.n)]
         self._own = {int(control_id)}
@@ -345,8 +345,9 @@ class SnapshotPool:
                     pass
         self._stage = False
         self.control, self.workers = None, []
-        if getattr(self, "_stop", None) is not None:
-            stopping.remove(self._stop)
+        token = getattr(self, "_stop", None)
+        if token is not None:
+            stopping.remove(token)
             self._stop = None
 
     def __enter__(self) -> SnapshotPool:

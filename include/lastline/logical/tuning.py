@@ -102,7 +102,7 @@ def drop_in_path(server: Server) -> str | None:
 
 def _drop_in_exists(server: Server, path: str | None) -> bool:
     """Whether the drop-in is there, looked at on the server's host (local or over SSH)."""
-    return bool(path) and server.runner().run(["test", "-e", path], check=False).returncode == 0
+    return path is not None and server.runner().run(["test", "-e", path], check=False).returncode == 0
 
 
 def take_snapshot(server: Server, run_id: str, taken_at: str) -> ConfigSnapshot:
@@ -211,7 +211,7 @@ def revert(server: Server) -> dict:
         return {"reverted": {}, "restarted": False}
     path = drop_in_path(server)
     restarted = False
-    if _drop_in_exists(server, path):
+    if path is not None and _drop_in_exists(server, path):
         server.runner().run(["rm", "-f", path])
         restarted = _restart(server, f"revert: removed {path}")
     with server.session() as cur:

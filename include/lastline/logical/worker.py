@@ -95,6 +95,7 @@ class PartWriter:
             )
             os.close(self.read_fd)
             self.read_fd = -1
+            assert self.proc.stdout is not None
             source = self.proc.stdout.fileno()
             widen_pipe(source)
         self.source = source
@@ -131,10 +132,11 @@ class PartWriter:
         """Wait for the end of file and check the compressor (the file stays uncommitted)."""
         self.handed_over()
         code = self.proc.wait() if self.proc else 0
-        if code != 0:
-            tail = self.proc.stderr.read().decode(errors="replace").strip()[-500:]
+        if code != 0 and self.proc is not None:
+            tail = self.proc.stderr.read().decode(errors="replace").strip()[-500:] if self.proc.stderr else ""
+            program = str(list(self.proc.args)[0]) if isinstance(self.proc.args, list | tuple) else str(self.proc.args)
             self.abort()
-            raise PipelineError(f"compressing {self.key} failed ({self.proc.args[0]} exit {code}: {tail})")
+            raise PipelineError(f"compressing {self.key} failed ({program} exit {code}: {tail})")
 
     def commit(self) -> tuple[int, str]:
         """Commit the file (after complete()); returns (bytes, sha256)."""
@@ -218,7 +220,7 @@ class DumpWorker:
             reason = "it exited"
         if not data:
             code = self.proc.poll() if hasattr(self, "proc") else None
-            err = self.proc.stderr.read().decode(errors="replace")[-500:] if code is not None else ""
+            err = self.proc.stderr.read().decode(errors="replace")[-500:] if code is not None and self.proc.stderr else ""
             raise ServerError(f"the dump worker {self.name} stopped ({reason}, exit {code}) {err}".strip())
         return data.decode("utf-8", errors="replace")
 

@@ -90,7 +90,7 @@ def check(server: Server, max_lag: float, single: bool = False) -> dict[str, Any
             )
         lags.append(None if lag is None else float(lag))
     known = [x for x in lags if x is not None]
-    found = {
+    found: dict[str, Any] = {
         "connections": [_name(s) for s in statuses],
         "sql_running": [_name(s) for s in statuses if running(s)[1] == "Yes"],
         "primaries": [f"{field(s, 'Master_Host', 'Source_Host')}:{field(s, 'Master_Port', 'Source_Port')}" for s in statuses],

@@ -22,7 +22,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, BinaryIO
 
 from lastline.core.errors import LastlineError
 from lastline.core.sql import META_DB, qualified, quote_ident, string_literal
@@ -79,7 +79,10 @@ def set_key(conn: Any, key: str, run_key: str) -> None:
     cur = conn.cursor()
     cur.execute("SET SESSION sql_log_bin = 0")  # a statement-format binary log would carry the LOAD DATA's bytes
     cur.execute(f"CREATE TEMPORARY TABLE {META_DB}.lastline_pads (name VARCHAR(8) NOT NULL PRIMARY KEY, v VARBINARY(128) NOT NULL) ENGINE=MEMORY")
-    with infile.fed_fifo(lambda fh: fh.write(data), "lastline-key") as (fifo, failed):
+    def feed(fh: BinaryIO) -> None:
+        fh.write(data)
+
+    with infile.fed_fifo(feed, "lastline-key") as (fifo, failed):
         handler.offer(fifo, "none", len(data))
         cur.execute(f"LOAD DATA LOCAL INFILE {string_literal(fifo)} INTO TABLE {META_DB}.lastline_pads CHARACTER SET binary "
                     "FIELDS TERMINATED BY '\\t' ESCAPED BY '' LINES TERMINATED BY '\\n' (name, @hex) SET v = UNHEX(@hex)")
