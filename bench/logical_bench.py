@@ -41,7 +41,7 @@ from pathlib import Path
 
 from lastline.core.option_files import option_file, option_file_text
 from lastline.logical import backup as lb
-from lastline.logical.worker import DumpWorker, PartWriter
+from lastline.logical.backup.worker import DumpWorker, PartWriter
 from lastline.storage import open_storage
 from lastline_dev.sandbox import Instance
 
@@ -128,7 +128,8 @@ HASH_FORMS = {
 
 def hash_costs(inst: Instance) -> dict[str, float]:
     """Server CPU seconds per 1M rows of sbtest1 for each row-hash form (why the dump's hash is what it is)."""
-    from lastline.logical import chunking, dialect
+    from lastline.logical.backup import chunking
+    from lastline.logical.format import dialect
 
     server, pid = inst.server(), inst.pid()
     conn = server.connect()
@@ -296,7 +297,7 @@ def main() -> int:
     record("lastline dump, zstd", lastline_dump(out, n, r, "zstd", inst.pid(), args.tables * args.rows), out)
     record("lastline dump, uncompressed", lastline_dump(out, n, r, "none", inst.pid(), args.tables * args.rows), out)
     if args.design:
-        from lastline.logical import worker as tsvdump
+        from lastline.logical.backup import worker as tsvdump
 
         in_worker, tsvdump.IN_WORKER = tsvdump.IN_WORKER, frozenset()  # the former way: a zstd process per part
         try:

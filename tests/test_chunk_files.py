@@ -11,7 +11,7 @@ import threading
 import pytest
 
 from lastline.core.errors import IntegrityError
-from lastline.logical.chunk_files import read_chunk, write_chunk
+from lastline.logical.format.chunk_files import read_chunk, write_chunk
 from lastline.storage import open_storage
 
 ROWS = b"".join(b"%d\tvalue \\\\ %d\\n\twith a tab\n" % (i, i * 7) for i in range(200_000))
@@ -127,7 +127,7 @@ def test_ssh_storage_reads_only_regular_files_reached_without_a_link(sshd, tmp_p
 
 
 def test_spool_chunk_proves_size_and_sha256_before_anyone_reads_it(tmp_path, chunk):
-    from lastline.logical.chunk_files import spool_chunk
+    from lastline.logical.format.chunk_files import spool_chunk
 
     storage, key, sha256, size = chunk
     out = tmp_path / "spool"

@@ -19,7 +19,7 @@ import pytest
 from lastline.core.errors import IntegrityError
 from lastline.logical import backup as lb
 from lastline.logical import restore as lr
-from lastline.logical.target_state import aside_name
+from lastline.logical.restore.target_state import aside_name
 
 pytestmark = pytest.mark.e2e
 

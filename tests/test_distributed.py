@@ -67,6 +67,8 @@ def deployment(servers, tmp_path_factory):
         "LASTLINE_REPORT_DIR": str(home / "reports"),
         "LASTLINE_DESTINATION": f"file://{home / 'backups' / 'logical'}",  # the restore forms offer its backups
         "LASTLINE_DRILL_CONN_ID": "d_drill",
+        # the deployment's connections, which the server fields of the forms offer by kind
+        "LASTLINE_CONNECTIONS": "d_source,d_target,d_ltarget,d_ltarget_ask,d_drill",
         # manual runs only: unpausing a nightly DAG would also start its last scheduled interval
         "LASTLINE_PHYSICAL_BACKUP_SCHEDULE": "none", "LASTLINE_LOGICAL_BACKUP_SCHEDULE": "none",
     }
@@ -86,8 +88,17 @@ def deployment(servers, tmp_path_factory):
                 api.put_connection("d_ltarget_ask", {**conn, "extra": {**conn["extra"], "approval": True}})
         api.put_connection("lastline_alerts", {"conn_type": "http", "host": f"http://127.0.0.1:{hook.server_port}/alerts"})
         api.put_pool("lastline_d_ltarget", 2, "heavy work on the logical target: 2 at once, whatever the DAG")
+        api.reparse("logical_restore")  # its forms offer the connections just made (parsed before they existed)
+        deadline = time.monotonic() + 120
+        while "d_ltarget" not in _offered(api, "logical_restore", "target_conn_id"):
+            assert time.monotonic() < deadline, "logical_restore's form never offered the deployment's targets"
+            time.sleep(1)
         yield d
     hook.shutdown()
+
+
+def _offered(api, dag_id: str, param: str) -> list[str]:
+    return api.call("GET", f"/api/v2/dags/{dag_id}/details")["params"][param]["schema"].get("examples") or []
 
 
 def _hosts(api, run, task_id: str) -> dict[int, str]:
@@ -312,9 +323,13 @@ def test_the_ui_in_a_real_browser_forms_a_restore_from_the_form_and_its_report(d
                         assert required == (name in REQUIRED), (dag_id, name, required)
                 page.keyboard.press("Escape")
 
+            _connection_form(page, api, shots)
+
             # a restore triggered from the form, as an operator would
             dialog = _trigger_form(page, api.base, "logical_restore")
             dialog.get_by_role("button", name="Servers", exact=True).click()
+            targets = dialog.locator("#list_target_conn_id option").evaluate_all("opts => opts.map(o => o.value)")
+            assert "d_ltarget" in targets and "d_drill" not in targets, targets  # targets, never the drill server
             dialog.locator("#element_target_conn_id").fill("d_ltarget")
             dialog.get_by_role("button", name="Backup", exact=True).click()
             offered = dialog.locator("#list_backup option").evaluate_all("opts => opts.map(o => o.value)")
@@ -338,12 +353,64 @@ def test_the_ui_in_a_real_browser_forms_a_restore_from_the_form_and_its_report(d
             page.get_by_role("tab", name="Report").or_(page.get_by_role("link", name="Report")).first.click()
             frame = page.frame_locator("iframe").first
             frame.locator("img").first.wait_for(timeout=30000)
-            assert "logical_restore.svg" in frame.locator("body").inner_text()
+            report = frame.locator("body").inner_text()
+            assert "logical_restore.svg" in report
+            assert "Verified: all " in report and "tables hold exactly the backup's" in report  # verification, in words
             assert frame.locator("img").first.evaluate("img => img.naturalWidth") > 0  # the chart loaded
             page.screenshot(path=str(shots / "logical_restore-report.png"), full_page=True)
+
+            # a logical backup's Report tab: what it backed up, against the backups before it
+            backup_run = next(r for r in _runs(api, "logical_backup") if r["state"] == "success")
+            page.goto(f"{api.base}/dags/logical_backup/runs/{quote(backup_run['dag_run_id'], safe='')}")
+            page.get_by_role("tab", name="Report").or_(page.get_by_role("link", name="Report")).first.click()
+            frame = page.frame_locator("iframe").first
+            frame.locator("h2").first.wait_for(timeout=30000)
+            report = frame.locator("body").inner_text()
+            assert "Logical backup " in report and " tables, " in report and "x compressed" in report, report[:2000]
+            assert "Consistent with:" in report and "Point-in-time:" in report
+            page.screenshot(path=str(shots / "logical_backup-report.png"), full_page=True)
         finally:
             browser.close()
     assert len(list(shots.glob("*.png"))) >= len(MANUAL) + 2
+
+
+def _connection_form(page, api, shots: Path) -> None:
+    """A lastline connection made in the UI's form: each of lastline's settings is a described field of its own, and
+    what the form saves is what lastline reads (a role, protected, a datadir, through the hook's own builder)."""
+    from types import SimpleNamespace
+
+    from lastline.core.servers import Server
+    from lastline.get_provider_info import CONN_FIELDS
+
+    page.goto(f"{api.base}/connections")
+    page.get_by_role("button", name="Add Connection").click()
+    dialog = page.get_by_role("dialog")
+    dialog.wait_for()
+    dialog.get_by_role("combobox").first.click()
+    page.keyboard.type("MariaDB / MySQL (lastline)")
+    page.keyboard.press("Enter")
+    dialog.get_by_role("button", name="Extra Fields", exact=True).click()
+    page.wait_for_timeout(500)
+    text = dialog.inner_text()
+    for name, f in CONN_FIELDS.items():
+        assert f["label"] in text and f["description"] in text, name
+    dialog.locator("input[name='connection_id']").fill("d_formmade")
+    dialog.locator("#element_datadir").fill("/srv/mariadb/data")
+    _field(dialog, "role").get_by_role("combobox").click()
+    page.get_by_role("option", name="staging", exact=True).click()
+    dialog.locator("[id='switch:element_protected']").click()
+    dialog.screenshot(path=str(shots / "connection-form.png"))
+    dialog.get_by_role("button", name="Save").click()
+    deadline = time.monotonic() + 30
+    while (saved := api.call_raw("GET", "/api/v2/connections/d_formmade")).status_code != 200:
+        assert time.monotonic() < deadline, "the connection form saved nothing"
+        time.sleep(0.5)
+    conn = saved.json()
+    assert conn["conn_type"] == "lastline", conn
+    extra = json.loads(conn["extra"] or "{}")
+    server = Server.from_connection(SimpleNamespace(conn_id="d_formmade", host=conn["host"], port=conn["port"],
+                                                    login=conn["login"], password="", extra_dejson=extra))
+    assert (server.datadir, server.role, server.protected) == ("/srv/mariadb/data", "staging", True), extra
 
 
 def _field(dialog, name: str):

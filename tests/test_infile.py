@@ -13,8 +13,8 @@ import pytest
 
 from lastline.core.errors import ConfigError, IntegrityError
 from lastline.core.sql import qualified
-from lastline.logical import infile
-from lastline.logical.infile import unblock as _unblock
+from lastline.logical.restore import infile
+from lastline.logical.restore.infile import unblock as _unblock
 
 ROWS = b"".join(b"%d\tvalue \\\\ %d\\n\twith a tab\\t and \\N-like text\n" % (i, i * 7) for i in range(300_000))
 TABLE = "infile_t"

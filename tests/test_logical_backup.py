@@ -14,8 +14,8 @@ import pytest
 
 from lastline.core.sql import string_literal
 from lastline.logical import backup as lb
-from lastline.logical import dialect
-from lastline.logical.chunk_files import read_chunk
+from lastline.logical.format import dialect
+from lastline.logical.format.chunk_files import read_chunk
 from lastline.manifest import LogicalManifest, read_manifest
 from lastline.storage import open_storage
 

@@ -16,9 +16,10 @@ import pytest
 from lastline.core.errors import IntegrityError, PreflightError, ProtectedTargetError, ServerError
 from lastline.core.sql import global_variables, table_exists
 from lastline.logical import backup as lb
-from lastline.logical import dialect, tuning
 from lastline.logical import restore as lr
-from lastline.logical.verify import chunk_checks, recorded_checks
+from lastline.logical.format import dialect
+from lastline.logical.restore import tuning
+from lastline.logical.restore.verify import chunk_checks, recorded_checks
 from lastline.manifest import LogicalManifest
 from lastline_dev.sandbox import alive
 

@@ -8,9 +8,8 @@ import json
 import pytest
 
 from lastline.core.errors import IntegrityError
-from lastline.logical import schema_checks as sc
-from lastline.logical.schema import split_deferred
-from lastline.logical.sql_text import (
+from lastline.logical.format.schema import split_deferred
+from lastline.logical.format.sql_text import (
     COMMENT,
     EXEC_CLOSE,
     EXEC_OPEN,
@@ -30,6 +29,7 @@ from lastline.logical.sql_text import (
     tokenize_any_mode,
     word_at,
 )
+from lastline.logical.restore import schema_checks as sc
 
 
 def kinds(text: str, **mode) -> list[tuple[str, str]]:
@@ -350,7 +350,7 @@ def _definitions_of(server, db: str, name: str) -> list[str]:
 @pytest.mark.e2e
 def test_a_real_backup_passes_and_its_rewritten_statements_run_on_a_real_server(backup_schema, logical_source, scratch):
     from lastline.core.sql import qualified, quote_ident
-    from lastline.logical.dialect import LOAD_SESSION
+    from lastline.logical.format.dialect import LOAD_SESSION
 
     schema, dbs = backup_schema, ["sakila", "edge"]
     sc.validate_schema(schema, dbs)

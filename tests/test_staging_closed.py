@@ -15,7 +15,7 @@ import pytest
 from conftest import set_conn
 from lastline.core.servers import Server
 from lastline.logical import backup as lb
-from lastline.logical.target_state import aside_name
+from lastline.logical.restore.target_state import aside_name
 from lastline.staging import masking, quarantine
 
 pytestmark = pytest.mark.e2e

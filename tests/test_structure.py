@@ -25,7 +25,7 @@ ACROSS_STAGES = {("lastline.replication.rebuild", "lastline.physical.tools"),  #
                  ("lastline.physical.backup", "lastline.replication.source"),
                  ("lastline.logical.backup", "lastline.replication.source"),
                  # a logical base's replay reads a statement's first keyword as the server's lexer does
-                 ("lastline.pitr.statements", "lastline.logical.sql_text")}
+                 ("lastline.pitr.statements", "lastline.logical.format.sql_text")}
 
 
 def _modules() -> dict[str, Path]:

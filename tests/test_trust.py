@@ -427,7 +427,7 @@ def test_server_side_files_are_looked_at_on_the_server_s_own_host(logical_target
     on that host. Its sshd runs in a mount namespace of its own, where the folder the connection names is a
     1 MB tmpfs holding a stray drop-in; the worker sees an empty folder on a big disk."""
     from conftest import set_conn
-    from lastline.logical import tuning
+    from lastline.logical.restore import tuning
     from lastline_dev import sshd_sandbox
 
     if not sshd_sandbox.available():

@@ -57,6 +57,12 @@ CONN_FIELDS: dict[str, dict[str, Any]] = {
 }
 
 
+def field_defaults() -> dict[str, Any]:
+    """Every field of the connection form with its default: a connection written with all of them shows all of them
+    when it is edited in the UI (which shows the fields its extras hold)."""
+    return {name: f["schema"].get("default") for name, f in CONN_FIELDS.items()}
+
+
 def get_provider_info() -> dict[str, Any]:
     """What Airflow's providers manager reads of lastline."""
     return {

@@ -70,6 +70,11 @@ def save_connections(found: dict[str, Instance]) -> Path:
     conns = {f"lastline_{name}": inst.connection(f"lastline_{name}") for name, inst in found.items()}
     for name in ("staging", "drill"):
         conns[f"lastline_{name}"]["extra"]["role"] = name
+    for name, what in (("source", "the demo's source: Sakila and generated rows; the backups are taken here"),
+                       ("target", "the demo's target: restores write here"),
+                       ("staging", "the demo's staging server (role staging): staging_refresh writes here, masked"),
+                       ("drill", "the demo's drill server (role drill): restore_drill replaces its data each time")):
+        conns[f"lastline_{name}"]["description"] = what
     conns["lastline_masking"] = {"conn_type": "generic", "password": _masking_key(),
                                  "description": "the demo's masking key (staging_refresh): a key of its own"}
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)  # passwords: readable by their owner only

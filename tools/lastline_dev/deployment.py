@@ -175,7 +175,8 @@ class Api:
         """Create or replace a connection (the JSON form of AIRFLOW_CONN_*) in the metadata database."""
         body = {"connection_id": conn_id, "conn_type": conn["conn_type"], "host": conn.get("host"),
                 "port": conn.get("port"), "login": conn.get("login"), "password": conn.get("password"),
-                "schema": conn.get("schema"), "extra": json.dumps(conn.get("extra") or {})}
+                "schema": conn.get("schema"), "description": conn.get("description"),
+                "extra": json.dumps(conn.get("extra") or {})}
         try:
             self.call("DELETE", f"/api/v2/connections/{conn_id}")
         except RuntimeError as exc:
@@ -191,6 +192,11 @@ class Api:
             if " 409 " not in str(exc):
                 raise
             self.call("PATCH", f"/api/v2/pools/{name}", json=body)
+
+    def reparse(self, dag_id: str) -> None:
+        """Ask the dag-processor to parse `dag_id`'s file again now (what it offers in its forms may have changed)."""
+        token = self.call("GET", f"/api/v2/dags/{dag_id}")["file_token"]
+        self.call("PUT", f"/api/v2/parseDagFile/{token}")
 
     def dag_ids(self) -> list[str]:
         return [d["dag_id"] for d in self.call("GET", "/api/v2/dags", params={"limit": 100})["dags"]]

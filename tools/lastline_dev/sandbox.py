@@ -28,6 +28,7 @@ from pathlib import Path
 from lastline.core.errors import ServerError
 from lastline.core.option_files import option_file
 from lastline.core.servers import Server
+from lastline.get_provider_info import field_defaults
 
 SAKILA_DIR = Path(__file__).resolve().parents[3] / "shared" / "datasets" / "sakila"
 USER = "lastline"
@@ -159,7 +160,9 @@ class Instance:
         }
         if s.protected:
             extra["protected"] = True
-        return {"conn_type": "lastline", "host": s.host, "port": s.port, "login": s.user, "password": s.password, "extra": extra}
+        extra = {**field_defaults(), **extra}  # every field of the connection form, so that editing it shows them all
+        return {"conn_type": "lastline", "host": s.host, "port": s.port, "login": s.user, "password": s.password,
+                "description": f"sandbox MariaDB {self.name} ({self.dir})", "extra": extra}
 
     # -- lifecycle -------------------------------------------------------------------------------
 

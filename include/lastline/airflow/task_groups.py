@@ -9,8 +9,8 @@ from airflow.sdk.definitions.xcom_arg import XComArg
 
 from lastline.airflow.approval import ApproveReplacement
 from lastline.airflow.routing import on_server
-from lastline.logical import report as restore_report
 from lastline.logical import restore as lr
+from lastline.logical.restore import report as restore_report
 from lastline.physical import restore as pr
 from lastline.replication import detach as rd
 

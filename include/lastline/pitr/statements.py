@@ -5,7 +5,7 @@ on MariaDB (XA ends any session's prepared transaction, `SET STATEMENT` or `SET 
 what keeps tables inside the datadir, versioned comments read differently by servers of different versions): so
 none runs.
 
-"May change a restored database": its default database is one, or the server's lexer (lastline.logical.sql_text,
+"May change a restored database": its default database is one, or the server's lexer (lastline.logical.format.sql_text,
 executable comments read as code: a superset of what any server runs) finds a restored database's name among its
 words or identifiers, or cannot read it exactly. What that misses on an honest archive (a statement on another
 database whose trigger, view or function writes a restored one) is named in the documentation as a limit.
@@ -16,7 +16,7 @@ import struct
 from dataclasses import dataclass, field
 
 from lastline.core.errors import Refusal
-from lastline.logical.sql_text import IDENT, WORD, SqlTextError, ident_value, significant, tokenize_any_mode
+from lastline.logical.format.sql_text import IDENT, WORD, SqlTextError, ident_value, significant, tokenize_any_mode
 from lastline.pitr.events import HEADER, HEADER_LEN, QUERY
 
 INTVAR, RAND, USER_VAR = 5, 13, 14  # the context events before a statement (read past, never run)

@@ -26,8 +26,8 @@ from typing import Any, BinaryIO
 
 from lastline.core.errors import LastlineError
 from lastline.core.sql import META_DB, qualified, quote_ident, string_literal
-from lastline.logical import infile
-from lastline.logical.snapshot import sql_error
+from lastline.logical.backup.snapshot import sql_error
+from lastline.logical.restore import infile
 from lastline.staging.rules import EMAIL_DOMAIN, EMAIL_HEX, Rule
 
 # made-up names: two syllables for a first name, three for a last name (no real person's name)

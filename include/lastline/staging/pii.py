@@ -14,7 +14,7 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from lastline.logical import dialect
+from lastline.logical.format import dialect
 from lastline.manifest import LogicalManifest, LogicalTable
 from lastline.staging import patterns
 from lastline.staging.patterns import iban_ok, luhn  # noqa: F401 (part of this module's interface)

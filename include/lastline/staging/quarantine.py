@@ -25,7 +25,7 @@ from lastline.core import accounts
 from lastline.core.errors import Refusal
 from lastline.core.servers import Server
 from lastline.core.sql import META_DB, placeholders, quote_ident
-from lastline.logical.target_state import schema_exists
+from lastline.logical.restore.target_state import schema_exists
 
 log = logging.getLogger(__name__)
 

@@ -20,9 +20,10 @@ from lastline import connections, reports
 from lastline.core.errors import IntegrityError, PreflightError, ProtectedTargetError
 from lastline.core.plans import Conf, Plan
 from lastline.core.sql import META_DB, never_restored, server_identity
-from lastline.logical import dialect, finalize
-from lastline.logical.backup_files import checked_schema
-from lastline.logical.schema import split_deferred
+from lastline.logical.format import dialect
+from lastline.logical.format.schema import split_deferred
+from lastline.logical.restore.backup_files import checked_schema
+from lastline.logical.restore.finalize import objects as create_objects
 from lastline.manifest import read_manifest, resolve_backup
 from lastline.staging import masking, pii, pii_objects
 from lastline.staging.rules import EMAIL_DOMAIN, HASHED, Rule, run_rules
@@ -261,7 +262,7 @@ def late_objects(plan: StagingPlan | dict) -> dict:
     storage, backup_id = resolve_backup(plan.backup, plan.aws_conn_id, "logical")
     schema = checked_schema(storage, read_manifest(storage, backup_id, "logical", sha256=plan.manifest_sha256 or None))
     kinds = ("triggers", "events")
-    definer = finalize.objects(server, schema, plan.databases, kinds=kinds)
+    definer = create_objects(server, schema, plan.databases, kinds=kinds)
     wanted = [(k, o["schema"], o["name"]) for k in kinds for o in schema[k] if o["schema"] in plan.databases]
     with server.session() as cur:
         missing = []

@@ -20,8 +20,8 @@ from dataclasses import dataclass, field
 from itertools import accumulate
 
 from lastline.core.errors import IntegrityError
-from lastline.logical import dialect
-from lastline.logical.chunk_files import read_chunk
+from lastline.logical.format import dialect
+from lastline.logical.format.chunk_files import read_chunk
 from lastline.manifest import ChunkInfo, LogicalManifest, LogicalTable
 from lastline.staging import patterns
 from lastline.storage import Storage

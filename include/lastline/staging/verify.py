@@ -8,7 +8,7 @@ from typing import Any
 from lastline import connections
 from lastline.core.errors import IntegrityError
 from lastline.core.sql import META_DB, qualified
-from lastline.logical import dialect
+from lastline.logical.format import dialect
 from lastline.staging import masking, quarantine
 from lastline.staging.refresh import StagingPlan
 from lastline.staging.rules import HASHED, Rule

@@ -226,7 +226,7 @@ def split_deferred(create: str) -> tuple[str, list[str], list[str]]:
     `[UNIQUE|FULLTEXT|SPATIAL] KEY `name` (...)` or `CONSTRAINT `name` FOREIGN KEY ...` on one line:
     (create, index definitions, foreign keys). Read on tokens as the server reads them, every definition
     checked against its grammar (schema_checks.table_definitions): IntegrityError for anything else."""
-    from lastline.logical.schema_checks import table_definitions
+    from lastline.logical.restore.schema_checks import table_definitions
 
     body_start, definitions, _close = table_definitions(create)
     kept = [d for d in definitions if d.kind not in DEFERRED_KINDS]

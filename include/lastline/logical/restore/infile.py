@@ -29,7 +29,7 @@ from typing import Any, BinaryIO
 from lastline.core.errors import ConfigError, IntegrityError
 
 LIBRARY = "liblastline-infile.so"
-SOURCE = Path(__file__).resolve().parent / "native" / "infile.c"
+SOURCE = Path(__file__).resolve().parents[1] / "native" / "infile.c"
 # the manifest's compression -> the handler's codec (native/infile.c: CODEC_NONE, CODEC_ZSTD, CODEC_GZIP)
 CODECS = {"none": 0, "zstd": 1, "zstd-fast": 1, "pigz": 2, "pigz-fast": 2}
 ERROR_PREFIX = "lastline-infile: "

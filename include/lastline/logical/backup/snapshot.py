@@ -37,7 +37,7 @@ from lastline.core import impact, stopping
 from lastline.core.errors import PreflightError, ServerError
 from lastline.core.servers import Server
 from lastline.core.sql import server_identity
-from lastline.logical.worker import DumpWorker
+from lastline.logical.backup.worker import DumpWorker
 
 log = logging.getLogger(__name__)
 

@@ -10,8 +10,9 @@ from typing import Any
 
 from lastline.core.servers import Server
 from lastline.core.sql import ASIDE_PREFIX, table_exists
-from lastline.logical import dialect, tuning
-from lastline.logical.backup_files import selected
+from lastline.logical.format import dialect
+from lastline.logical.restore import tuning
+from lastline.logical.restore.backup_files import selected
 from lastline.manifest import LogicalManifest
 
 log = logging.getLogger(__name__)

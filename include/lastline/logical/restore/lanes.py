@@ -14,8 +14,8 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from lastline.core.servers import Server
-from lastline.logical.load import load_unit, loaded_files
-from lastline.logical.work_units import WorkUnit
+from lastline.logical.restore.load import load_unit, loaded_files
+from lastline.logical.restore.work_units import WorkUnit
 from lastline.manifest import LogicalManifest, LogicalTable
 from lastline.storage import Storage
 

@@ -12,11 +12,12 @@ from lastline.core import accounts, stopping
 from lastline.core.errors import IntegrityError
 from lastline.core.servers import Server, over_connections
 from lastline.core.sql import global_variables
-from lastline.logical import dialect, tuning
-from lastline.logical.backup_files import checked_schema, open_backup, run_server, target_server
-from lastline.logical.plans import RestorePlan
-from lastline.logical.schema import split_deferred
-from lastline.logical.schema_checks import (
+from lastline.logical.format import dialect
+from lastline.logical.format.plans import RestorePlan
+from lastline.logical.format.schema import split_deferred
+from lastline.logical.restore import tuning
+from lastline.logical.restore.backup_files import checked_schema, open_backup, run_server, target_server
+from lastline.logical.restore.schema_checks import (
     checked_create,
     checked_grants,
     definer_security,
@@ -26,8 +27,8 @@ from lastline.logical.schema_checks import (
     with_definer,
     without_definer,
 )
-from lastline.logical.target_state import clear_state
-from lastline.logical.verify import keep_chunk_sums, record_check, recorded_checks
+from lastline.logical.restore.target_state import clear_state
+from lastline.logical.restore.verify import keep_chunk_sums, record_check, recorded_checks
 from lastline.manifest import LogicalManifest, LogicalTable
 
 log = logging.getLogger(__name__)

@@ -12,8 +12,20 @@ from typing import Any
 
 from lastline.core.errors import ConfigError, IntegrityError
 from lastline.core.sql import quote_ident
-from lastline.logical import sql_text as st
-from lastline.logical.sql_text import AT_NAME, EXEC_CLOSE, EXEC_OPEN, IDENT, NUMBER, STRING, WORD, Token, is_op, word_at, words_at
+from lastline.logical.format import sql_text as st
+from lastline.logical.format.sql_text import (
+    AT_NAME,
+    EXEC_CLOSE,
+    EXEC_OPEN,
+    IDENT,
+    NUMBER,
+    STRING,
+    WORD,
+    Token,
+    is_op,
+    word_at,
+    words_at,
+)
 
 NAME_RE = re.compile(r"^[A-Za-z0-9_]+$")  # character sets and collations
 ENGINES = frozenset({"INNODB", "MYISAM", "ARIA", "MEMORY", "HEAP", "ARCHIVE"})

@@ -16,20 +16,28 @@ from lastline.core.plans import Conf
 from lastline.core.progress import plural
 from lastline.core.servers import base_version, refuse_restore_into_source
 from lastline.core.sql import ASIDE_PREFIX, SYSTEM_SCHEMAS, never_restored, server_identity, tables_at_risk  # noqa: F401
-from lastline.logical import dialect, tuning
-from lastline.logical.backup_files import checked_schema, open_backup, require_chunk_files, run_server, selected, target_server
-from lastline.logical.finalize import (
+from lastline.logical.format import dialect
+from lastline.logical.format.plans import RestorePlan
+from lastline.logical.format.schema import split_deferred
+from lastline.logical.restore import tuning
+from lastline.logical.restore.backup_files import (
+    checked_schema,
+    open_backup,
+    require_chunk_files,
+    run_server,
+    selected,
+    target_server,
+)
+from lastline.logical.restore.finalize import (
     complete_table,
     finalize,  # noqa: F401 - the DAG's stages, in order, are this module's
 )
-from lastline.logical.lanes import load_lane as lane_loader
-from lastline.logical.load import ensure_ledger, load_unit
-from lastline.logical.plans import RestorePlan
-from lastline.logical.schema import split_deferred
-from lastline.logical.schema_checks import checked_create, database_create, grant_reach, validate_schema
-from lastline.logical.target_state import STATE, aside_name, clear_state, dbs_key, ensure_state, resuming, set_aside  # noqa: F401
-from lastline.logical.verify import ensure_checks, forget_checks, keep_chunk_sums, verify  # noqa: F401
-from lastline.logical.work_units import WorkUnit, plan_units
+from lastline.logical.restore.lanes import load_lane as lane_loader
+from lastline.logical.restore.load import ensure_ledger, load_unit
+from lastline.logical.restore.schema_checks import checked_create, database_create, grant_reach, validate_schema
+from lastline.logical.restore.target_state import STATE, aside_name, clear_state, dbs_key, ensure_state, resuming, set_aside  # noqa: F401
+from lastline.logical.restore.verify import ensure_checks, forget_checks, keep_chunk_sums, verify  # noqa: F401
+from lastline.logical.restore.work_units import WorkUnit, plan_units
 from lastline.manifest import backup_age, read_manifest, resolve_backup
 
 log = logging.getLogger(__name__)

@@ -18,7 +18,7 @@ from typing import Any
 
 from lastline.core.errors import IntegrityError, PipelineError
 from lastline.core.sql import placeholders, qualified, quote_ident
-from lastline.logical.dialect import Column
+from lastline.logical.format.dialect import Column
 from lastline.manifest import LogicalTable
 
 INTEGER_TYPES = {"tinyint", "smallint", "mediumint", "int", "bigint"}

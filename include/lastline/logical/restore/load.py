@@ -30,11 +30,12 @@ from lastline.core.errors import IntegrityError, LastlineError, ServerError
 from lastline.core.progress import Progress
 from lastline.core.servers import Server
 from lastline.core.sql import META_DB, NON_TRANSACTIONAL, string_literal
-from lastline.logical import dialect, infile
-from lastline.logical.chunk_files import prove_chunk, write_chunk
-from lastline.logical.snapshot import LOST_CONNECTION, sql_error
-from lastline.logical.verify import chunk_checks, table_checksum
-from lastline.logical.work_units import WorkUnit
+from lastline.logical.backup.snapshot import LOST_CONNECTION, sql_error
+from lastline.logical.format import dialect
+from lastline.logical.format.chunk_files import prove_chunk, write_chunk
+from lastline.logical.restore import infile
+from lastline.logical.restore.verify import chunk_checks, table_checksum
+from lastline.logical.restore.work_units import WorkUnit
 from lastline.manifest import ChunkInfo, LogicalManifest, LogicalTable
 from lastline.storage import Storage
 

@@ -12,7 +12,7 @@ from lastline import connections
 from lastline.core import accounts
 from lastline.core.errors import ConfigError, IntegrityError
 from lastline.core.servers import Server
-from lastline.logical.plans import RestorePlan
+from lastline.logical.format.plans import RestorePlan
 from lastline.manifest import LogicalManifest, read_manifest, resolve_backup
 from lastline.storage import Storage
 

@@ -32,7 +32,7 @@ BINARY = "lastline-tsvdump"
 # compressions the worker does itself (libzstd level 1 with a content checksum, as `zstd -1` writes):
 # the raw lines then never cross a pipe (`make bench-logical ARGS=--design` times both ways)
 IN_WORKER = {"zstd"}
-SOURCE = Path(__file__).resolve().parent / "native" / "tsvdump.c"
+SOURCE = Path(__file__).resolve().parents[1] / "native" / "tsvdump.c"
 READ_BLOCK = 1 << 20
 
 

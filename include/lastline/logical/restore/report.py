@@ -8,7 +8,7 @@ import logging
 from lastline import reports
 from lastline.core import svg
 from lastline.core.progress import plural
-from lastline.logical.plans import RestorePlan
+from lastline.logical.format.plans import RestorePlan
 
 log = logging.getLogger(__name__)
 

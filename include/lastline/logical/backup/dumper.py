@@ -20,9 +20,10 @@ from lastline.core.errors import IntegrityError, LastlineError, PipelineError, P
 from lastline.core.progress import Progress
 from lastline.core.servers import Server
 from lastline.core.sql import holds_any
-from lastline.logical import chunking, dialect
-from lastline.logical.snapshot import LOST_CONNECTION, SAVEPOINT, SESSION, sql_error
-from lastline.logical.worker import DumpWorker, PartWriter, WorkerError, WorkerWarning
+from lastline.logical.backup import chunking
+from lastline.logical.backup.snapshot import LOST_CONNECTION, SAVEPOINT, SESSION, sql_error
+from lastline.logical.backup.worker import DumpWorker, PartWriter, WorkerError, WorkerWarning
+from lastline.logical.format import dialect
 from lastline.manifest import (
     ChunkInfo,
 )
