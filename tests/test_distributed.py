@@ -67,32 +67,28 @@ def deployment(servers, tmp_path_factory):
         "LASTLINE_REPORT_DIR": str(home / "reports"),
         "LASTLINE_DESTINATION": f"file://{home / 'backups' / 'logical'}",  # the restore forms offer its backups
         "LASTLINE_DRILL_CONN_ID": "d_drill",
-        # the deployment's connections, which the server fields of the forms offer by kind
-        "LASTLINE_CONNECTIONS": "d_source,d_target,d_ltarget,d_ltarget_ask,d_drill",
         # manual runs only: unpausing a nightly DAG would also start its last scheduled interval
         "LASTLINE_PHYSICAL_BACKUP_SCHEDULE": "none", "LASTLINE_LOGICAL_BACKUP_SCHEDULE": "none",
     }
+    # the servers' connections, in the deployment's environment (as a secrets backend would hold them): the
+    # dag-processor's first parse already sees them, so the forms' server fields offer them by kind
+    queues = {"source": "near_source", "target": "near_target"}
+    for key, inst in servers.items():
+        conn = inst.connection()
+        if key in queues:
+            conn["extra"]["queue"] = queues[key]
+        if key == "drill":
+            conn["extra"]["role"] = "drill"  # a scratch server: restore_drill replaces its data every time
+        env[f"AIRFLOW_CONN_D_{key.upper()}"] = json.dumps(conn)
+        if key == "ltarget":  # the same server, under a connection that asks a person before data is replaced
+            env["AIRFLOW_CONN_D_LTARGET_ASK"] = json.dumps({**conn, "extra": {**conn["extra"], "approval": True}})
     d = Deployment(home, WORKERS, env)
     d.hook, d.dest = hook, home / "backups"
     with d:
         api = d.api
-        queues = {"source": "near_source", "target": "near_target"}
-        for key, inst in servers.items():
-            conn = inst.connection()
-            if key in queues:
-                conn["extra"]["queue"] = queues[key]
-            if key == "drill":
-                conn["extra"]["role"] = "drill"  # a scratch server: restore_drill replaces its data every time
-            api.put_connection(f"d_{key}", conn)
-            if key == "ltarget":  # the same server, under a connection that asks a person before data is replaced
-                api.put_connection("d_ltarget_ask", {**conn, "extra": {**conn["extra"], "approval": True}})
         api.put_connection("lastline_alerts", {"conn_type": "http", "host": f"http://127.0.0.1:{hook.server_port}/alerts"})
         api.put_pool("lastline_d_ltarget", 2, "heavy work on the logical target: 2 at once, whatever the DAG")
-        api.reparse("logical_restore")  # its forms offer the connections just made (parsed before they existed)
-        deadline = time.monotonic() + 120
-        while "d_ltarget" not in _offered(api, "logical_restore", "target_conn_id"):
-            assert time.monotonic() < deadline, "logical_restore's form never offered the deployment's targets"
-            time.sleep(1)
+        assert "d_ltarget" in _offered(api, "logical_restore", "target_conn_id")
         yield d
     hook.shutdown()
 

@@ -193,11 +193,6 @@ class Api:
                 raise
             self.call("PATCH", f"/api/v2/pools/{name}", json=body)
 
-    def reparse(self, dag_id: str) -> None:
-        """Ask the dag-processor to parse `dag_id`'s file again now (what it offers in its forms may have changed)."""
-        token = self.call("GET", f"/api/v2/dags/{dag_id}")["file_token"]
-        self.call("PUT", f"/api/v2/parseDagFile/{token}")
-
     def dag_ids(self) -> list[str]:
         return [d["dag_id"] for d in self.call("GET", "/api/v2/dags", params={"limit": 100})["dags"]]
 
