@@ -18,9 +18,12 @@ def test_a_failed_run_alert_reaches_a_webhook_and_a_mailbox(airflow_db):
             "conn_type": "smtp", "host": "127.0.0.1", "port": sink.port,
             "extra": {"from_email": "lastline@example.com", "to": "dba@example.com, oncall@example.com",
                       "disable_ssl": True, "disable_tls": True}})
-        Alert("failed", conn_id="t_hook").notify({"reason": "a test"})
+        import datetime
+
+        Alert("failed", conn_id="t_hook", deadline=datetime.datetime(2026, 1, 1, 3, 0)).notify({"reason": "a test"})
         got = hook.wait_for("failed", timeout=10)
         assert got["text"].startswith("lastline:") and got["reason"] == "a test"
+        assert got["deadline"] == "2026-01-01 03:00:00"  # a time in the details (a deadline's) is sent as text
         assert send("rto_exceeded", "the drill took 12 min (budget 10 min)", {"dag_id": "d"}, "t_mail") == \
             "mail to dba@example.com, oncall@example.com"
         (sender, rcpts, message), = sink.received

@@ -59,7 +59,8 @@ def send(event: str, text: str, details: dict[str, Any], conn_id: str = ALERT_CO
         return f"mail to {', '.join(to)}"
     from airflow.providers.http.notifications.http import HttpNotifier
 
-    HttpNotifier(http_conn_id=conn_id, json={"text": text, "event": event, **details}).notify({})
+    body = json.loads(json.dumps({"text": text, "event": event, **details}, default=str))  # times and the like as text
+    HttpNotifier(http_conn_id=conn_id, json=body).notify({})
     return f"webhook {conn_id}"
 
 
