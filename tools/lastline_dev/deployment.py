@@ -324,7 +324,7 @@ class Deployment:
                 waiting = "the scheduler"
                 if health["scheduler"]["status"] == "healthy":
                     waiting = "the DAGs"
-                    if "logical_restore" in self.api.dag_ids():
+                    if {p.stem for p in (ROOT / "dags").glob("*.py")} <= set(self.api.dag_ids()):  # every DAG file parsed
                         waiting = "the workers"
                         if all("ready." in self.procs[w].tail(20000) for w in self.workers):
                             return
