@@ -1,5 +1,5 @@
 """How a chunk reaches LOAD DATA's FIFO: decompressed bytes relayed through Python (the load before
-2026-11-23) against the decompressor writing the FIFO itself (logical.chunk_files.write_chunk), two lanes
+2026-11-23) against the decompressor writing the FIFO itself (logical.format.chunk_files.write_chunk), two lanes
 at once as the restore runs them, interleaved (A B, B A, ...).
 
     .venv/bin/python bench/fifo_relay_bench.py [--chunks 8] [--rows-per-chunk 250000] [--repeat 2]

@@ -128,8 +128,7 @@ HASH_FORMS = {
 
 def hash_costs(inst: Instance) -> dict[str, float]:
     """Server CPU seconds per 1M rows of sbtest1 for each row-hash form (why the dump's hash is what it is)."""
-    from lastline.logical.backup import chunking
-    from lastline.logical.format import dialect
+    from lastline.logical.format import chunking, dialect
 
     server, pid = inst.server(), inst.pid()
     conn = server.connect()

@@ -60,8 +60,8 @@ from logical_bench import dataset, sh  # noqa: E402
 from lastline.core.option_files import option_file, option_file_text  # noqa: E402
 from lastline.logical import backup as lb  # noqa: E402
 from lastline.logical import restore as lr  # noqa: E402
-from lastline.logical.format.schema import split_deferred  # noqa: E402
 from lastline.logical.restore import report as restore_report  # noqa: E402
+from lastline.logical.restore.schema_checks import split_deferred  # noqa: E402
 from lastline.manifest import read_manifest  # noqa: E402
 from lastline.storage import open_storage  # noqa: E402
 from lastline_dev.sandbox import Instance  # noqa: E402

@@ -56,13 +56,14 @@ def markdown(text: str) -> str:
         if items:
             html.append("<ul>" + "".join(f"<li>{i}</li>" for i in items) + "</ul>")
             items.clear()
-        if rows:
-            head, *body = [r for r in rows if not re.fullmatch(r"\|[\s:|-]+\|", r)]
+        kept = [r for r in rows if not re.fullmatch(r"\|[\s:|-]+\|", r)]
+        rows.clear()
+        if kept:
+            head, *body = kept
             cells = [[c.strip() for c in r.strip("|").split("|")] for r in (head, *body)]
             html.append("<table><tr>" + "".join(f"<th>{_inline(c)}</th>" for c in cells[0]) + "</tr>"
                         + "".join("<tr>" + "".join(f"<td>{_inline(c)}</td>" for c in r) + "</tr>" for r in cells[1:])
                         + "</table>")
-            rows.clear()
 
     for line in text.splitlines():
         if line.startswith("|"):

@@ -53,3 +53,53 @@ def test_the_hook_reads_a_lastline_or_a_plain_mysql_connection_and_refuses_other
 
     with pytest.raises(ConfigError, match="is of type 'postgres'"):
         MariaDbHook("t_hooked").server()
+
+
+def test_an_alert_that_cannot_be_sent_never_fails_its_task_and_a_deadline_names_its_run(airflow_db, monkeypatch, caplog):
+    import socket
+
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    monkeypatch.setenv("AIRFLOW_CONN_T_DEAD", json.dumps({"conn_type": "http", "host": f"http://127.0.0.1:{port}/hooks/T0KEN"}))
+    assert send("failed", "a run failed", {}, "t_dead") == ""  # logged, not raised
+    assert "could not be sent through connection 't_dead' (ConnectionError" in caplog.text and "T0KEN" not in caplog.text
+    alert = Alert("deadline_missed", context={"dag_run": {"dag_id": "physical_backup", "dag_run_id": "scheduled__x"}})
+    details = alert._details(alert.context)
+    assert (details["dag_id"], details["run_id"]) == ("physical_backup", "scheduled__x") and "context" not in details
+
+
+def test_safety_flags_are_read_strictly_and_sizes_refuse_nonsense():
+    import pytest
+
+    from lastline.core.errors import ConfigError
+    from lastline.core.plans import Conf, parse_size
+    from lastline.core.servers import Server
+
+    class Conn:
+        conn_id, host, port, login, password = "c", "h", 3306, "u", "p"
+
+        def __init__(self, extra):
+            self.extra_dejson = extra
+
+    assert Server.from_connection(Conn({"protected": "yes", "approval": ""})).protected is True
+    assert Server.from_connection(Conn({"protected": False, "approval": "false"})).approval is False
+    for bad in ({"protected": "y"}, {"approval": "required"}):
+        with pytest.raises(ConfigError, match="write true or false"):
+            Server.from_connection(Conn(bad))
+    for bad in (-5, "-1G", "inf", "1e400", "lots", True):
+        with pytest.raises(ValueError):
+            parse_size(bad)
+    assert Conf({"use_memory": "0G"}).size("use_memory", 7) == 7
+
+
+def test_the_report_page_renders_odd_markdown_escaped():
+    import importlib.util
+    from pathlib import Path
+
+    spec = importlib.util.spec_from_file_location("lastline_reports", Path(__file__).parents[1] / "plugins" / "lastline_reports.py")
+    plugin = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(plugin)
+    html = plugin.markdown("# <b>x</b>\n|---|---|\n\n- **a** `<script>`\n| t<i> | 1 |\n|---|---|\n| r | 2 |")
+    assert "<script>" not in html and "&lt;script&gt;" in html and "<h2>&lt;b&gt;x&lt;/b&gt;</h2>" in html
+    assert "<th>t&lt;i&gt;</th>" in html and "<td>r</td>" in html

@@ -15,10 +15,9 @@ import pytest
 from lastline.core.errors import IntegrityError
 from lastline.logical import backup as lb
 from lastline.logical import restore as lr
-from lastline.logical.backup import chunking
 from lastline.logical.backup.snapshot import SESSION
 from lastline.logical.backup.worker import DumpWorker, PartWriter, WorkerWarning
-from lastline.logical.format import dialect
+from lastline.logical.format import chunking, dialect
 from lastline.manifest import LogicalManifest, read_manifest
 from lastline.storage import open_storage
 

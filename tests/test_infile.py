@@ -1,4 +1,4 @@
-"""lastline's LOAD DATA LOCAL handler (logical.infile, native/infile.c) on a real server: zstd, gzip (as pigz
+"""lastline's LOAD DATA LOCAL handler (logical.format.infile, native/infile.c) on a real server: zstd, gzip (as pigz
 writes it) and uncompressed chunks give the rows of the raw file; a truncated or damaged chunk fails the
 statement with its fault named and nothing kept; a chunk giving more than its declared raw size fails; a
 server that asks for any file but the offered one gets nothing, whatever the codec; and without the built
@@ -13,8 +13,8 @@ import pytest
 
 from lastline.core.errors import ConfigError, IntegrityError
 from lastline.core.sql import qualified
-from lastline.logical.restore import infile
-from lastline.logical.restore.infile import unblock as _unblock
+from lastline.logical.format import infile
+from lastline.logical.format.infile import unblock as _unblock
 
 ROWS = b"".join(b"%d\tvalue \\\\ %d\\n\twith a tab\\t and \\N-like text\n" % (i, i * 7) for i in range(300_000))
 TABLE = "infile_t"

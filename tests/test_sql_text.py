@@ -1,4 +1,4 @@
-"""SQL read as the server reads it (logical.sql_text) and the schema checks built on it (logical.schema_checks):
+"""SQL read as the server reads it (logical.format.sql_text) and the schema checks built on it (logical.restore.schema_checks):
 the tokenizer on tricky text, every attack a review found against the regex checks, the DEFINER and event
 edits; then a real backup of Sakila and the edge-case corpus, checked and rebuilt on a real server."""
 from __future__ import annotations
@@ -8,7 +8,6 @@ import json
 import pytest
 
 from lastline.core.errors import IntegrityError
-from lastline.logical.format.schema import split_deferred
 from lastline.logical.format.sql_text import (
     COMMENT,
     EXEC_CLOSE,
@@ -30,6 +29,7 @@ from lastline.logical.format.sql_text import (
     word_at,
 )
 from lastline.logical.restore import schema_checks as sc
+from lastline.logical.restore.schema_checks import split_deferred
 
 
 def kinds(text: str, **mode) -> list[tuple[str, str]]:

@@ -149,3 +149,16 @@ def test_the_readme_is_a_front_page_and_the_docs_cover_every_dag():
         assert f"[`{dag_id}`](docs/dags/" in readme, f"the README's table of DAGs lacks {dag_id}"
     for target in set(__import__("re").findall(r"\]\((docs/[^)#]+)", readme)):
         assert (ROOT / target).exists(), f"README links to {target}, which does not exist"
+
+
+def test_the_logical_packages_keep_to_their_side():
+    """logical.format is what the backup and the restore share: it imports neither; neither imports the other."""
+    modules = _modules()
+    wrong = []
+    for module, path in modules.items():
+        for side, barred in (("lastline.logical.format", ("lastline.logical.backup", "lastline.logical.restore")),
+                             ("lastline.logical.backup", ("lastline.logical.restore",)),
+                             ("lastline.logical.restore", ("lastline.logical.backup",))):
+            if module.startswith(side):
+                wrong += [f"{module} imports {i}" for i in _imports(path, modules) if i.startswith(barred)]
+    assert not wrong, wrong

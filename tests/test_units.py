@@ -248,7 +248,7 @@ def test_a_missing_ssh_connection_is_named():
 # -- logical: key ranges, deferred DDL, work units ----------------------------------------------
 
 def test_range_predicates_are_open_at_both_ends_and_lexicographic():
-    from lastline.logical.backup.chunking import KeyColumn, range_where
+    from lastline.logical.format.chunking import KeyColumn, range_where
 
     key = [KeyColumn("a", "int", None, None), KeyColumn("b", "varchar", "utf8mb4", "utf8mb4_general_ci")]
     lo, hi = ["'1'", "_utf8mb4 X'41' COLLATE utf8mb4_general_ci"], ["'2'", "_utf8mb4 X'42' COLLATE utf8mb4_general_ci"]
@@ -262,7 +262,7 @@ def test_range_predicates_are_open_at_both_ends_and_lexicographic():
 def test_chunk_checks_need_contiguous_single_part_primary_key_ranges_and_refuse_altered_bounds():
     """A chunk is checked over its key range only where the ranges cut the table into disjoint pieces that
     cover it; the bounds come from an untrusted manifest, so anything but the literals lastline writes is refused."""
-    from lastline.logical.backup.chunking import chunk_ranges
+    from lastline.logical.format.chunking import chunk_ranges
     from lastline.manifest import ChunkInfo, LogicalTable
 
     def table(bounds, chunking="primary key ranges", key=("id",)):
@@ -287,7 +287,7 @@ def test_chunk_checks_need_contiguous_single_part_primary_key_ranges_and_refuse_
 
 
 def test_key_literals_follow_the_column_type():
-    from lastline.logical.backup.chunking import KeyColumn
+    from lastline.logical.format.chunking import KeyColumn
 
     assert KeyColumn("k", "varbinary", None, None).literal(b"\x00\xff") == "X'00ff'"
     assert KeyColumn("k", "char", "latin1", "latin1_bin").literal(b"\xe9") == "_latin1 X'e9' COLLATE latin1_bin"
@@ -297,7 +297,7 @@ def test_key_literals_follow_the_column_type():
 
 
 def test_integer_bounds_cut_even_ranges():
-    from lastline.logical.backup.chunking import chunk_count, integer_bounds
+    from lastline.logical.format.chunking import chunk_count, integer_bounds
 
     assert chunk_count(1_400, 1_000) == 1 and chunk_count(1_600, 1_000) == 2
     assert integer_bounds(1, 1_000_000, 1_000_000, 250_000) == [250_001, 500_001, 750_001]
@@ -305,7 +305,7 @@ def test_integer_bounds_cut_even_ranges():
 
 
 def test_split_deferred_keeps_the_primary_key_and_valid_ddl():
-    from lastline.logical.format.schema import split_deferred
+    from lastline.logical.restore.schema_checks import split_deferred
 
     create = (
         "CREATE TABLE `t` (\n  `id` int(11) NOT NULL,\n  `a` int(11) DEFAULT NULL,\n  `b` text,\n"

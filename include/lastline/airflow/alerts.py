@@ -41,12 +41,23 @@ def _recipients(value: Any) -> list[str]:
 
 def send(event: str, text: str, details: dict[str, Any], conn_id: str = ALERT_CONN_ID) -> str:
     """Send one alert where `conn_id` says, through the provider's notifier; returns where it went ("" when there is
-    no such connection)."""
+    no such connection, or when sending failed: an alert never fails the task or callback that sends it, and what
+    failed is logged by the connection's id and the error's kind only, never a URL or a header that may hold a
+    token)."""
     try:
         conn = Connection.get(conn_id)
     except Exception:  # noqa: BLE001 - the SDK raises several types for "not found"
         log.warning("ALERT (%s; no connection %r to send it to): %s", event, conn_id, text)
         return ""
+    try:
+        return _send(conn, event, text, details, conn_id)
+    except Exception as exc:  # noqa: BLE001 - whatever the provider raises: the alert is lost, the work is not
+        log.warning("ALERT (%s) could not be sent through connection %r (%s; check the connection): %s", event, conn_id,
+                    type(exc).__name__, text)
+        return ""
+
+
+def _send(conn: Any, event: str, text: str, details: dict[str, Any], conn_id: str) -> str:
     if conn.conn_type in ("smtp", "email"):
         from airflow.providers.smtp.notifications.smtp import SmtpNotifier
 
@@ -60,7 +71,8 @@ def send(event: str, text: str, details: dict[str, Any], conn_id: str = ALERT_CO
     from airflow.providers.http.notifications.http import HttpNotifier
 
     body = json.loads(json.dumps({"text": text, "event": event, **details}, default=str))  # times and the like as text
-    HttpNotifier(http_conn_id=conn_id, json=body).notify({})
+    timeout = (conn.extra_dejson or {}).get("timeout", 30)  # the provider's requests wait forever without one
+    HttpNotifier(http_conn_id=conn_id, json=body, extra_options={"timeout": timeout}).notify({})
     return f"webhook {conn_id}"
 
 
@@ -69,15 +81,19 @@ class Alert(BaseNotifier):
 
     template_fields = ("message",)
 
-    def __init__(self, event: str = "failed", message: str = "", conn_id: str = ALERT_CONN_ID, **details: Any) -> None:
-        super().__init__()
+    def __init__(self, event: str = "failed", message: str = "", conn_id: str = ALERT_CONN_ID, context: Any = None,
+                 **details: Any) -> None:
+        super().__init__(context)  # the triggerer passes a deadline's context here, then awaits the notifier
         self.event, self.message, self.conn_id, self.details = event, message, conn_id, details
 
     def _details(self, context: Any) -> dict[str, Any]:
         context = context or {}
         run = context.get("dag_run")
         out = dict(self.details)
-        if run is not None:
+        if isinstance(run, dict):  # a deadline's context holds the run as its API form
+            out.update(dag_id=run.get("dag_id"), run_id=run.get("dag_run_id") or run.get("run_id"),
+                       state=str(run.get("state", "")))
+        elif run is not None:
             out.update(dag_id=getattr(run, "dag_id", None), run_id=getattr(run, "run_id", None),
                        state=str(getattr(run, "state", "")))
         ti = context.get("ti") or context.get("task_instance")

@@ -34,10 +34,13 @@ def announce(asset: Asset, kind: str, destination: str, backup_id: str, aws_conn
              "binlog_position": manifest.binlog_position, "gtid": manifest.gtid}
     context = get_current_context()
     context["outlet_events"][asset].extra = extra
-    report = backup_report.build(storage, manifest, kind, url, check.base_window(storage, backup_id))
-    where = reports.save(context["dag"].dag_id, context["run_id"], backup_report.files(report))
-    log.info("report: %s", report["summary"])
-    log.info("report: %s (%s)", report["point_in_time"], f"{where}/backup.md")
+    try:  # the report never holds the Asset event back (a drill or a staging refresh runs on it)
+        report = backup_report.build(storage, manifest, kind, url, check.base_window(storage, backup_id))
+        where = reports.save(context["dag"].dag_id, context["run_id"], backup_report.files(report))
+        log.info("report: %s", report["summary"])
+        log.info("report: %s (%s)", report["point_in_time"], f"{where}/backup.md")
+    except Exception as exc:  # noqa: BLE001 - reports storage down, an unreadable archive: named, not fatal
+        log.warning("report: could not be written (%s: %s); the backup and its Asset event stand", type(exc).__name__, exc)
     return {"backup_id": backup_id, "url": url, "bytes": manifest.bytes}
 
 

@@ -9,22 +9,25 @@ every other field may be left empty, which means its default.
 from __future__ import annotations
 
 import os
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
 from airflow.sdk import Connection, Param
 
 from lastline.airflow.defaults import DESTINATION, SOURCE_CONN_ID, TARGET_CONN_ID, env
-from lastline.core.plans import as_bool, human_size
+from lastline.core.errors import ConfigError
+from lastline.core.plans import human_size, safety_flag
 from lastline.logical.backup import DEFAULT_CHUNK_ROWS
 from lastline.logical.restore import DEFAULT_REDO_BYTES
 from lastline.manifest import complete_backups
 
 SERVERS, BACKUP, SAFETY, SPEED, KEEPING, MASKING = "Servers", "Backup", "Safety", "Performance", "Retention", "Masking"
-SIZE = {"type": ["string", "integer"], "pattern": r"^\s*[0-9]+(\.[0-9]+)?\s*([KMGTkmgt]([iI]?[bB])?)?\s*$"}  # 1G, 256M
+SIZE = {"type": ["string", "integer"], "minimum": 0, "pattern": r"^\s*[0-9]+(\.[0-9]+)?\s*([KMGTkmgt]([iI]?[bB])?)?\s*$"}  # 1G, 256M
 # a server field offers the connections of its kind: source (any server without a role), target (not protected, no
 # role), staging and drill (that role); see servers()
 ROLES = {"source_conn_id": "source", "target_conn_id": "target", "drill_conn_id": "drill"}
+SERVER_TYPES = ("lastline", "mysql", "mariadb")
 
 
 @dataclass(frozen=True)
@@ -209,25 +212,42 @@ def servers(role: str, default: str | None = None) -> list[str]:
         extra = _server_extras(conn_id)
         if extra is None:
             continue
+        try:
+            protected = safety_flag(extra.get("protected"), "protected", False)
+        except ConfigError:
+            protected = True  # unreadable: never offered as a target (the restore refuses it by name)
         kind = str(extra.get("role") or "").strip().lower() or None
         if role in ("staging", "drill"):
             fits = kind == role
         else:
-            fits = kind is None and not (role == "target" and as_bool(extra.get("protected", False)))
+            fits = kind is None and not (role == "target" and protected)
         if fits:
             offered.append(conn_id)
     return offered
 
 
+_SEEN: dict[str, tuple[float, dict | None]] = {}  # per process: a DAG file's parse asks for each id once a minute
+
+
 def _server_extras(conn_id: str) -> dict | None:
-    """A server connection's extras, or None (no such connection, or not a server's)."""
+    """A server connection's extras, or None (no such connection, or not a server's); an environment connection of
+    another type is passed over without asking anyone."""
+    if conn_id in _SEEN and time.monotonic() - _SEEN[conn_id][0] < 60:
+        return _SEEN[conn_id][1]
+    found: dict | None = None
+    raw = os.environ.get(f"AIRFLOW_CONN_{conn_id.upper()}", "")
+    if raw.lstrip().startswith("{") and '"conn_type"' in raw and not any(
+            f'"conn_type": "{t}"' in raw.replace('":"', '": "') for t in SERVER_TYPES):
+        _SEEN[conn_id] = (time.monotonic(), None)
+        return None
     try:
         conn = Connection.get(conn_id)
+        if (conn.conn_type or "") in SERVER_TYPES:
+            found = conn.extra_dejson or {}
     except Exception:  # noqa: BLE001 - not there (the SDK raises several types)
-        return None
-    if (conn.conn_type or "") not in ("lastline", "mysql"):
-        return None
-    return conn.extra_dejson or {}
+        found = None
+    _SEEN[conn_id] = (time.monotonic(), found)
+    return found
 
 
 def recent_backups(kind: str | None, description: str | None = None, limit: int = 10) -> Override:

@@ -23,21 +23,41 @@ def as_bool(value: Any) -> bool:
     return str(value).strip().lower() in _TRUE
 
 
+_FALSE = {"0", "false", "no", "off"}
+
+
+def safety_flag(value: Any, name: str, default: bool | None) -> bool | None:
+    """A safety setting of a connection (protected, approval...): true or false as JSON or words, empty for the
+    default; anything else is refused, never read as false (a typo must not leave production unprotected)."""
+    if value is None or value == "":
+        return default
+    if isinstance(value, bool):
+        return value
+    text = str(value).strip().lower()
+    if text in _TRUE or text in _FALSE:
+        return text in _TRUE
+    raise ConfigError(f"the connection extra {name} is {value!r}: write true or false (or leave it empty).")
+
+
 _UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
 
 
 def parse_size(value: Any) -> int:
-    """Bytes from `1073741824`, `1G`, `1 GiB`, `256M`, `1.5g` (binary units); a ValueError otherwise."""
-    if isinstance(value, int | float) and not isinstance(value, bool):
-        return int(value)
-    text = str(value).strip().upper().replace(" ", "")
-    for suffix in ("IB", "B"):
-        if text.endswith(suffix) and text[:-len(suffix)][-1:] in "KMGT":
-            text = text[:-len(suffix)]
-            break
-    unit = text[-1:] if text[-1:] in "KMGT" else ""
-    number = float(text[:len(text) - len(unit)])
-    if number < 0:
+    """Bytes from `1073741824`, `1G`, `1 GiB`, `256M`, `1.5g` (binary units); a ValueError otherwise (negative,
+    not a number, too large)."""
+    if isinstance(value, bool):
+        raise ValueError(value)
+    if isinstance(value, int | float):
+        number, unit = float(value), ""
+    else:
+        text = str(value).strip().upper().replace(" ", "")
+        for suffix in ("IB", "B"):
+            if text.endswith(suffix) and text[:-len(suffix)][-1:] in "KMGT":
+                text = text[:-len(suffix)]
+                break
+        unit = text[-1:] if text[-1:] in "KMGT" else ""
+        number = float(text[:len(text) - len(unit)])
+    if not 0 <= number < 1 << 60:  # negative, inf, nan
         raise ValueError(value)
     return int(number * _UNITS[unit])
 
@@ -129,7 +149,7 @@ class Conf:
         if value is None or value == "" or value == 0:
             return default
         try:
-            return parse_size(value)
+            return parse_size(value) or default  # 0 (or "0G") means the default, as an empty field does
         except ValueError:
             raise ConfigError(f"the Param {name} is {value!r}: a size is a number of bytes or a number with a unit "
                               "(K, M, G, T: 1G, 256M).") from None

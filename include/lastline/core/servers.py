@@ -44,7 +44,7 @@ from typing import Any
 from lastline.core import stopping
 from lastline.core.errors import AccessDenied, ConfigError, PreflightError, ProtectedTargetError, ServerError
 from lastline.core.hosts import LOCAL, Host
-from lastline.core.plans import as_bool
+from lastline.core.plans import as_bool, safety_flag
 from lastline.core.sql import global_variables, server_identity
 
 DEFAULT_SERVICE_START = "systemctl start mariadb"
@@ -93,14 +93,14 @@ class Server:
             service_start=extra.get("service_start") or DEFAULT_SERVICE_START,
             service_stop=extra.get("service_stop") or DEFAULT_SERVICE_STOP,
             ssh_conn_id=extra.get("ssh_conn_id") or None,
-            protected=as_bool(extra.get("protected", False)),
+            protected=bool(safety_flag(extra.get("protected"), "protected", False)),
             role=str(extra["role"]).strip().lower() if extra.get("role") else None,
             ssl=_ssl_extra(extra.get("ssl")),
             ssl_mode=str(extra["ssl_mode"]).upper() if extra.get("ssl_mode") else None,
             charset=str(extra.get("charset") or "utf8mb4"),
-            approval=as_bool(extra["approval"]) if extra.get("approval") not in (None, "") else None,
+            approval=safety_flag(extra.get("approval"), "approval", None),
             definer=str(extra["definer"]).strip() or None if extra.get("definer") else None,
-            restore_grants=as_bool(extra.get("restore_grants", False)),
+            restore_grants=bool(safety_flag(extra.get("restore_grants"), "restore_grants", False)),
             replica=as_bool(extra.get("replica", False)),
         )
 

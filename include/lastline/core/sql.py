@@ -105,3 +105,14 @@ def tables_at_risk(cur: Any, databases: list[str] | None = None, limit: int = 20
 
 def _text(value: Any) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
+
+
+LOST_CONNECTION = (2006, 2013, 1927)
+TIMED_OUT = (1969, 1205, 3024)  # max_statement_time, lock_wait_timeout, max_execution_time
+
+
+def sql_error(exc: BaseException) -> tuple[int | None, str]:
+    """(code, message) of a MySQLdb error."""
+    args = getattr(exc, "args", ())
+    code = args[0] if args and isinstance(args[0], int) else None
+    return code, str(args[-1]) if args else str(exc)

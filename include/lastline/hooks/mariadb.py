@@ -31,6 +31,17 @@ class MariaDbHook(MySqlHook):
         super().__init__(lastline_conn_id, **kwargs)
         self.lastline_conn_id = lastline_conn_id
 
+    def _get_conn_config_mysql_client(self, conn: Any) -> dict:
+        """MySqlHook's client settings, with the socket read as lastline reads it: `unix_socket` or `socket`, and never
+        with an SSH connection (that socket is on the server's host, not here)."""
+        config = super()._get_conn_config_mysql_client(conn)
+        extra = conn.extra_dejson or {}
+        socket = extra.get("unix_socket") or extra.get("socket")
+        config.pop("unix_socket", None)
+        if socket and not extra.get("ssh_conn_id"):
+            config["unix_socket"] = socket
+        return config
+
     def read_connection(self) -> Any:
         """The Airflow connection, or a ConfigError saying how to create it."""
         try:

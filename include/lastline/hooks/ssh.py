@@ -54,6 +54,9 @@ def ssh_host(conn_id: str) -> SshHost:
     extra = hook.get_connection(conn_id).extra_dejson or {}
     if hook.key_file:
         key_file = hook.key_file
+    elif extra.get("private_key") and extra.get("private_key_passphrase"):
+        raise ConfigError(f"SSH connection {conn_id!r}: its private_key has a passphrase; lastline runs OpenSSH without a "
+                          "prompt, so give it a key without one (kept in the connection, 0600 on the worker) or a key_file.")
     elif hook.pkey is not None and extra.get("private_key"):  # the key as the provider read it, for OpenSSH
         key_file = _write(f"{conn_id}.key", str(extra["private_key"]))
     else:

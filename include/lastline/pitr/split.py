@@ -131,9 +131,9 @@ def classify(kinds: list[int], texts: list[bytes], flags2: int, gtid: str) -> st
         return "statements"
     found = sorted({NAMES.get(k, f"event type {k}") for k in kinds if k not in (GTID, XID)})
     raise Refusal(f"transaction {gtid} holds {' and '.join(found)}: a logical base rolls forward through row events "
-                  "(by the target's applier, filtered to the restored databases) or statements (by an account limited "
-                  "to them), never both in one transaction nor anything else. Roll forward from a physical base, or "
-                  "choose an until before this transaction.")
+                  "(rebuilt for the restored databases and run by the target's applier); a statement never runs, and a "
+                  "transaction mixing both or holding anything else is not passed on. Roll forward from a physical "
+                  "base, or choose an until before this transaction.")
 
 
 def rebuild_rows(group: list[bytes], checksum: bool, databases: frozenset[bytes]) -> bytes:

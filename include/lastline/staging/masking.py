@@ -25,9 +25,8 @@ from dataclasses import dataclass
 from typing import Any, BinaryIO
 
 from lastline.core.errors import LastlineError
-from lastline.core.sql import META_DB, qualified, quote_ident, string_literal
-from lastline.logical.backup.snapshot import sql_error
-from lastline.logical.restore import infile
+from lastline.core.sql import META_DB, qualified, quote_ident, sql_error, string_literal
+from lastline.logical.format import infile
 from lastline.staging.rules import EMAIL_DOMAIN, EMAIL_HEX, Rule
 
 # made-up names: two syllables for a first name, three for a last name (no real person's name)

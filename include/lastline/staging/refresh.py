@@ -21,9 +21,9 @@ from lastline.core.errors import IntegrityError, PreflightError, ProtectedTarget
 from lastline.core.plans import Conf, Plan
 from lastline.core.sql import META_DB, never_restored, server_identity
 from lastline.logical.format import dialect
-from lastline.logical.format.schema import split_deferred
 from lastline.logical.restore.backup_files import checked_schema
 from lastline.logical.restore.finalize import objects as create_objects
+from lastline.logical.restore.schema_checks import split_deferred
 from lastline.manifest import read_manifest, resolve_backup
 from lastline.staging import masking, pii, pii_objects
 from lastline.staging.rules import EMAIL_DOMAIN, HASHED, Rule, run_rules
@@ -256,7 +256,7 @@ def mask(plan: StagingPlan | dict, run_key: str) -> dict:
 def late_objects(plan: StagingPlan | dict) -> dict:
     """Triggers and events, once the masking is verified (none exists while the mask's UPDATEs run, so none
     can copy an original value or the key anywhere), created as the restore creates its objects
-    (logical.finalize.objects: by the locked owner of these databases, events disabled); each checked present."""
+    (logical.restore.finalize.objects: by the locked owner of these databases, events disabled); each checked present."""
     plan = StagingPlan.of(plan)
     server = connections.server(plan.target_conn_id)
     storage, backup_id = resolve_backup(plan.backup, plan.aws_conn_id, "logical")

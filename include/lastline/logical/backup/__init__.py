@@ -25,10 +25,9 @@ from lastline.core.errors import PreflightError, Refusal
 from lastline.core.hosts import require_tools
 from lastline.core.plans import Conf
 from lastline.core.sql import placeholders
-from lastline.logical.backup import chunking
 from lastline.logical.backup.dumper import Dumper, TableState
 from lastline.logical.backup.snapshot import METHODS, Guard, SnapshotPool
-from lastline.logical.format import dialect
+from lastline.logical.format import chunking, dialect
 from lastline.logical.format.plans import BackupPlan
 from lastline.logical.format.schema import auto_increment, read_schema, render_sql, resolve_databases
 from lastline.manifest import (

@@ -19,11 +19,10 @@ from lastline.core.compression import codec
 from lastline.core.errors import IntegrityError, LastlineError, PipelineError, PreflightError, ServerError
 from lastline.core.progress import Progress
 from lastline.core.servers import Server
-from lastline.core.sql import holds_any
-from lastline.logical.backup import chunking
-from lastline.logical.backup.snapshot import LOST_CONNECTION, SAVEPOINT, SESSION, sql_error
+from lastline.core.sql import LOST_CONNECTION, holds_any, sql_error
+from lastline.logical.backup.snapshot import SAVEPOINT, SESSION
 from lastline.logical.backup.worker import DumpWorker, PartWriter, WorkerError, WorkerWarning
-from lastline.logical.format import dialect
+from lastline.logical.format import chunking, dialect
 from lastline.manifest import (
     ChunkInfo,
 )

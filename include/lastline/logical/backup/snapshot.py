@@ -36,7 +36,7 @@ from typing import Any
 from lastline.core import impact, stopping
 from lastline.core.errors import PreflightError, ServerError
 from lastline.core.servers import Server
-from lastline.core.sql import server_identity
+from lastline.core.sql import TIMED_OUT, server_identity, sql_error
 from lastline.logical.backup.worker import DumpWorker
 
 log = logging.getLogger(__name__)
@@ -112,15 +112,6 @@ def _numbers(version: str) -> tuple[int, ...]:
 
 
 # client errors for a connection that went away: server gone, lost mid-query, killed
-LOST_CONNECTION = (2006, 2013, 1927)
-TIMED_OUT = (1969, 1205, 3024)  # max_statement_time, lock_wait_timeout, max_execution_time
-
-
-def sql_error(exc: BaseException) -> tuple[int | None, str]:
-    """(code, message) of a MySQLdb error."""
-    args = getattr(exc, "args", ())
-    code = args[0] if args and isinstance(args[0], int) else None
-    return code, str(args[-1]) if args else str(exc)
 
 
 class SnapshotPool:

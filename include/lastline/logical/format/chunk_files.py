@@ -12,7 +12,7 @@ from typing import Any, BinaryIO
 from lastline.core.compression import codec
 from lastline.core.errors import IntegrityError, PipelineError
 from lastline.core.pipeline import filtered
-from lastline.logical.restore import infile
+from lastline.logical.format import infile
 from lastline.manifest import ChunkInfo
 from lastline.storage import Storage
 

@@ -1,6 +1,6 @@
 /*
  * lastline's LOAD DATA LOCAL INFILE handler for the loader's connections (built by `make setup` into the
- * venv's lib folder as liblastline-infile.so; logical/infile.py installs it on a MySQLdb connection).
+ * venv's lib folder as liblastline-infile.so; logical/format/infile.py installs it on a MySQLdb connection).
  * The loader never runs LOAD DATA LOCAL without it: libmariadb's own handler sends any file the server
  * names, so a server (or a statement) could ask for any file the worker can read.
  *

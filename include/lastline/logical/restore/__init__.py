@@ -18,7 +18,6 @@ from lastline.core.servers import base_version, refuse_restore_into_source
 from lastline.core.sql import ASIDE_PREFIX, SYSTEM_SCHEMAS, never_restored, server_identity, tables_at_risk  # noqa: F401
 from lastline.logical.format import dialect
 from lastline.logical.format.plans import RestorePlan
-from lastline.logical.format.schema import split_deferred
 from lastline.logical.restore import tuning
 from lastline.logical.restore.backup_files import (
     checked_schema,
@@ -34,7 +33,7 @@ from lastline.logical.restore.finalize import (
 )
 from lastline.logical.restore.lanes import load_lane as lane_loader
 from lastline.logical.restore.load import ensure_ledger, load_unit
-from lastline.logical.restore.schema_checks import checked_create, database_create, grant_reach, validate_schema
+from lastline.logical.restore.schema_checks import checked_create, database_create, grant_reach, split_deferred, validate_schema
 from lastline.logical.restore.target_state import STATE, aside_name, clear_state, dbs_key, ensure_state, resuming, set_aside  # noqa: F401
 from lastline.logical.restore.verify import ensure_checks, forget_checks, keep_chunk_sums, verify  # noqa: F401
 from lastline.logical.restore.work_units import WorkUnit, plan_units

@@ -14,7 +14,6 @@ from lastline.core.servers import Server, over_connections
 from lastline.core.sql import global_variables
 from lastline.logical.format import dialect
 from lastline.logical.format.plans import RestorePlan
-from lastline.logical.format.schema import split_deferred
 from lastline.logical.restore import tuning
 from lastline.logical.restore.backup_files import checked_schema, open_backup, run_server, target_server
 from lastline.logical.restore.schema_checks import (
@@ -24,6 +23,7 @@ from lastline.logical.restore.schema_checks import (
     definition_name,
     disabled_event,
     session_name,
+    split_deferred,
     with_definer,
     without_definer,
 )

@@ -29,11 +29,9 @@ from lastline.core import accounts, stopping
 from lastline.core.errors import IntegrityError, LastlineError, ServerError
 from lastline.core.progress import Progress
 from lastline.core.servers import Server
-from lastline.core.sql import META_DB, NON_TRANSACTIONAL, string_literal
-from lastline.logical.backup.snapshot import LOST_CONNECTION, sql_error
-from lastline.logical.format import dialect
+from lastline.core.sql import LOST_CONNECTION, META_DB, NON_TRANSACTIONAL, sql_error, string_literal
+from lastline.logical.format import dialect, infile
 from lastline.logical.format.chunk_files import prove_chunk, write_chunk
-from lastline.logical.restore import infile
 from lastline.logical.restore.verify import chunk_checks, table_checksum
 from lastline.logical.restore.work_units import WorkUnit
 from lastline.manifest import ChunkInfo, LogicalManifest, LogicalTable

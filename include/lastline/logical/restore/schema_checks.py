@@ -665,3 +665,20 @@ def session_name(value: Any, what: str) -> str | None:
     if not NAME_RE.match(str(value)):
         raise IntegrityError(f"schema.json: {what} {value!r} is not a character set or collation name; refused.")
     return str(value)
+
+
+# --- what a restore accepts from schema.json (untrusted input: a backup folder is writable by many) ----
+DEFERRED_KINDS = ("index", "foreign_key")  # held back by split_deferred (the primary key stays: chunks load in its order)
+
+
+def split_deferred(create: str) -> tuple[str, list[str], list[str]]:
+    """CREATE TABLE without its secondary indexes and foreign keys, plus those definitions, each exactly one
+    `[UNIQUE|FULLTEXT|SPATIAL] KEY `name` (...)` or `CONSTRAINT `name` FOREIGN KEY ...` on one line:
+    (create, index definitions, foreign keys). Read on tokens as the server reads them, every definition
+    checked against its grammar (schema_checks.table_definitions): IntegrityError for anything else."""
+    body_start, definitions, _close = table_definitions(create)
+    kept = [d for d in definitions if d.kind not in DEFERRED_KINDS]
+    body = ",".join(create[d.lead:d.end] for d in kept)
+    indexes = [d.text for d in definitions if d.kind == "index"]
+    fks = [d.text for d in definitions if d.kind == "foreign_key"]
+    return create[:body_start] + body + create[definitions[-1].end:], indexes, fks

@@ -22,8 +22,8 @@ from lastline.core import stopping
 from lastline.core.errors import IntegrityError
 from lastline.core.servers import Server, over_connections
 from lastline.core.sql import META_DB, NON_TRANSACTIONAL, placeholders, table_exists
-from lastline.logical.backup.chunking import chunk_ranges
 from lastline.logical.format import dialect
+from lastline.logical.format.chunking import chunk_ranges
 from lastline.logical.format.plans import RestorePlan
 from lastline.logical.restore import tuning
 from lastline.logical.restore.backup_files import checked_schema, open_backup, selected, target_server
