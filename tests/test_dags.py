@@ -204,3 +204,23 @@ def test_server_fields_offer_the_connections_of_their_kind_and_sizes_take_units(
     assert Conf({"redo_log_bytes": "512M"}).size("redo_log_bytes", 1) == 512 << 20
     with pytest.raises(Exception, match="a size is a number of bytes"):
         Conf({"use_memory": "lots"}).size("use_memory", 0)
+
+
+def test_each_shared_default_is_defined_once_in_the_plans_and_the_params_are_built_from_it():
+    import dataclasses
+
+    from lastline.airflow.params import SPECS
+    from lastline.logical.format.plans import BackupPlan as LogicalBackup
+    from lastline.logical.format.plans import RestorePlan as LogicalRestore
+    from lastline.physical.plans import BackupPlan as PhysicalBackup
+    from lastline.physical.plans import RestorePlan as PhysicalRestore
+
+    def default(plan, name):
+        return next(f.default for f in dataclasses.fields(plan) if f.name == name)
+
+    for plan, names in ((LogicalRestore, ("parallel", "tune", "restart_allowed", "defer_indexes", "index_build")),
+                        (PhysicalRestore, ("parallel",)), (LogicalBackup, ("priority", "max_replica_lag")),
+                        (PhysicalBackup, ("priority", "max_replica_lag"))):
+        for name in names:
+            assert SPECS[name].default == default(plan, name), (plan.__name__, name)
+    assert SPECS["index_build"].schema["enum"][0] == default(LogicalRestore, "index_build")

@@ -17,7 +17,7 @@ from typing import Any
 from lastline import connections, reports
 from lastline.core import svg
 from lastline.core.errors import IntegrityError
-from lastline.core.plans import Conf
+from lastline.core.plans import PARALLEL, Conf
 from lastline.manifest import read_manifest, resolve_backup
 
 log = logging.getLogger(__name__)
@@ -37,7 +37,7 @@ def preflight(conf: dict) -> dict:
     manifest = read_manifest(storage, backup_id, kind)
     url = f"{storage.url}/{backup_id}"
     restore: dict[str, Any] = {"target_conn_id": drill_conn_id, "backup": url, "force": True,
-                               "parallel": params.integer("parallel", 2, minimum=1), "aws_conn_id": aws,
+                               "parallel": params.integer("parallel", PARALLEL, minimum=1), "aws_conn_id": aws,
                                "restore_into_source": "", "manifest_sha256": manifest.read_sha256}
     budget = params.number("rto_budget_minutes", 60.0, minimum=0) * 60
     log.info("drill: %s backup %s into %s (RTO budget %.0f s)", kind, url, server.describe(), budget)

@@ -44,7 +44,7 @@ def run_dag(dag_id: str, conf: dict, env: dict) -> float:
                                    "verify ok", "started in", "stopped in", "Task failed", "Error", "snapshot opened",
                                    "logical backup complete", "tune: set", "plan:", "revert: restored", "report:",
                                    "finalize:")):
-            say("  " + line.split("] ", 1)[-1].split(" [lastline")[0].strip()[:200])
+            say("  " + line.split("] ", 1)[-1].split(" [lastline")[0].strip())  # whole: a line cut mid-value says less than none
         elif re.match(r"\s+total\s", line):  # the last line of the restore report
             say("  restore" + line.split(" [lastline")[0])
     if proc.returncode != 0 or "state=success" not in text:

@@ -17,8 +17,11 @@ from airflow.sdk import Connection, Param
 
 from lastline.airflow.defaults import DESTINATION, SOURCE_CONN_ID, TARGET_CONN_ID, env
 from lastline.core.errors import ConfigError
-from lastline.core.plans import human_size, safety_flag
+from lastline.core.impact import DEFAULT_PRIORITY
+from lastline.core.plans import KEEP, MAX_REPLICA_LAG, PARALLEL, human_size, safety_flag
 from lastline.logical.backup import DEFAULT_CHUNK_ROWS
+from lastline.logical.format.plans import INDEX_BUILDS
+from lastline.logical.format.plans import RestorePlan as LogicalRestorePlan
 from lastline.logical.restore import DEFAULT_REDO_BYTES
 from lastline.manifest import complete_backups
 
@@ -101,19 +104,19 @@ SPECS: dict[str, Spec] = {
                                "keep the backup from its lock instead of giving up", BACKUP),
     "lock_timeout": Spec(0.5, "Lock attempt (s)", "the longest one lock attempt waits, so the longest any write waits "
                          "behind the backup; a timed-out attempt is retried", BACKUP, {"type": "number", "minimum": 0.01}),
-    "parallel": Spec(2, "Parallel", "how many work at once", SPEED, {"type": "integer", "minimum": 1}),
-    "tune": _flag(True, "Tune for the load", "apply the bulk-load profile while loading (always reverted)", SPEED),
-    "restart_allowed": _flag(False, "Restart allowed",
+    "parallel": Spec(PARALLEL, "Parallel", "how many work at once", SPEED, {"type": "integer", "minimum": 1}),
+    "tune": _flag(LogicalRestorePlan.tune, "Tune for the load", "apply the bulk-load profile while loading (always reverted)", SPEED),
+    "restart_allowed": _flag(LogicalRestorePlan.restart_allowed, "Restart allowed",
                              "may restart the target for doublewrite, binlog and autoinc settings (reverted by a restart)", SPEED),
-    "defer_indexes": _flag(True, "Defer indexes", "build secondary indexes and foreign keys after the data", SPEED),
-    "index_build": Spec("per_table", "Index builds", "with defer_indexes: per_table (the lane that loads a table's last "
+    "defer_indexes": _flag(LogicalRestorePlan.defer_indexes, "Defer indexes", "build secondary indexes and foreign keys after the data", SPEED),
+    "index_build": Spec(INDEX_BUILDS[0], "Index builds", "with defer_indexes: per_table (the lane that loads a table's last "
                         "chunk builds its indexes at once, while the other lanes load) or after_all (finalize builds every "
-                        "table's indexes once all rows are in)", SPEED, {"enum": ["per_table", "after_all"]}),
+                        "table's indexes once all rows are in)", SPEED, {"enum": list(INDEX_BUILDS)}),
     "redo_log_bytes": Spec(human_size(DEFAULT_REDO_BYTES), "Redo log while loading", "innodb_log_file_size while loading: "
                            "bytes, or with a unit (1G, 512M)", SPEED, SIZE),
     "use_memory": Spec(None, "Memory for --prepare", "for mariabackup --prepare: bytes, or with a unit (2G); default: a "
                        "quarter of free RAM, at most 8G", SPEED, SIZE),
-    "priority": Spec("low", "Priority on the source's host", "CPU and I/O priority of the backup's own processes "
+    "priority": Spec(DEFAULT_PRIORITY, "Priority on the source's host", "CPU and I/O priority of the backup's own processes "
                      "(mariabackup, compressor, dump workers): low (nice 10, ionice best-effort 7), idle (nice 19, ionice "
                      "idle: may never finish on a busy disk) or normal", SPEED, {"enum": ["low", "idle", "normal"]}),
     "max_read_mb_per_s": Spec(0, "Cap on reads (MB/s)", "cap the bytes the backup reads from the source per second "
@@ -122,7 +125,7 @@ SPECS: dict[str, Spec] = {
     "from_replica": _flag(False, "The source is a replica", "record the primary's coordinates (GTID, binlog file and "
                           "position) and pause the replica's SQL thread only for the snapshot (also: \"replica\": true "
                           "in the connection's extra)", BACKUP),
-    "max_replica_lag": Spec(300, "Replica lag limit (s)", "a replica further behind its primary than this is not backed "
+    "max_replica_lag": Spec(MAX_REPLICA_LAG, "Replica lag limit (s)", "a replica further behind its primary than this is not backed "
                             "up (0: any lag, stopped replication too)", BACKUP, {"type": "number", "minimum": 0}),
     "until_current": _flag(False, "Until the current position", "ship up to the source's position at the start of the "
                            "run, then end (tests, drills, catching up by hand); off (the default): stream, shipping "
@@ -165,7 +168,7 @@ SPECS: dict[str, Spec] = {
                           "rules (the Airflow Variable lastline_masking_rules); \"keep\" comes only from the deployment",
                           MASKING, {"type": ["null", "object"]}),
     "open_for_writes": _flag(True, "Open for writes", "read_only=OFF once the masking is verified (off: it stays read-only)", MASKING),
-    "keep": Spec(7, "Keep", "complete backups to keep", KEEPING, {"type": "integer", "minimum": 1}),
+    "keep": Spec(KEEP, "Keep", "complete backups to keep", KEEPING, {"type": "integer", "minimum": 1}),
     "incomplete_grace_hours": Spec(24, "Grace for incomplete backups (h)", "age before an incomplete backup is removed", KEEPING,
                                    {"type": "number", "minimum": 0}),
 }

@@ -13,6 +13,10 @@ from typing import Any, TypeVar, overload
 from lastline.core.errors import ConfigError
 
 P = TypeVar("P", bound="Plan")
+# the defaults every DAG shares, defined once: the plans, the preflights and the Params (lastline.airflow.params) read them
+PARALLEL = 2  # how many work at once (lanes, dump workers, mariabackup threads)
+MAX_REPLICA_LAG = 300.0  # seconds a replica may be behind before a backup of it is refused
+KEEP = 7  # complete backups a prune keeps
 _TRUE = {"1", "true", "yes", "on"}
 
 

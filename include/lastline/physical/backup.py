@@ -12,7 +12,7 @@ from lastline.core.errors import PipelineError, StorageError
 from lastline.core.hosts import require_tools
 from lastline.core.option_files import option_file
 from lastline.core.pipeline import run_pipeline
-from lastline.core.plans import Conf
+from lastline.core.plans import KEEP, MAX_REPLICA_LAG, PARALLEL, Conf
 from lastline.core.servers import Server
 from lastline.core.sql import SYSTEM_SCHEMAS
 from lastline.manifest import PhysicalManifest, TableInfo, new_backup_id, prune_backups, write_manifest
@@ -47,7 +47,7 @@ def preflight(conf: dict) -> dict:
     priority = params.choice("priority", tuple(impact.PRIORITIES), impact.DEFAULT_PRIORITY)
     max_read = impact.read_cap(params.number("max_read_mb_per_s", 0, minimum=0))
     require_tools("mariabackup", c.tool, *impact.tools(priority, max_read), host=host)
-    max_lag = params.number("max_replica_lag", 300, minimum=0)
+    max_lag = params.number("max_replica_lag", MAX_REPLICA_LAG, minimum=0)
     replica = replica_source.check(server, max_lag, single=True) \
         if replica_source.wanted(server, params.flag("from_replica")) else None
     version, identity = server.variables("version")["version"], server.identity()
@@ -65,7 +65,7 @@ def preflight(conf: dict) -> dict:
         destination=storage.url,
         aws_conn_id=params.text("aws_conn_id"),
         compression=compression,
-        parallel=params.integer("parallel", 2, minimum=1),
+        parallel=params.integer("parallel", PARALLEL, minimum=1),
         artifact=physical.artifact_name(compression),
         server_version=version,
         tool_version=tool,
@@ -171,6 +171,6 @@ def prune(conf: dict, keep: int | None = None, grace_hours: float | None = None)
     """Delete complete backups beyond the `keep` newest and incomplete ones older than the grace period."""
     params = Conf(conf)
     storage = open_allowed(params.required("destination"), params.text("aws_conn_id"))
-    keep = int(keep if keep is not None else params.number("keep", 7))
+    keep = int(keep if keep is not None else params.number("keep", KEEP))
     grace = timedelta(hours=grace_hours if grace_hours is not None else params.number("incomplete_grace_hours", 24))
     return prune_backups(storage, "physical", keep, grace)

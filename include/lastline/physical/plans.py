@@ -3,7 +3,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from lastline.core.plans import Plan
+from lastline.core.impact import DEFAULT_PRIORITY
+from lastline.core.plans import MAX_REPLICA_LAG, PARALLEL, Plan
 
 
 @dataclass(frozen=True)
@@ -20,9 +21,9 @@ class BackupPlan(Plan):
     tool_version: str
     source_identity: str | None = None
     aws_conn_id: str | None = None
-    priority: str = "low"  # core.impact
+    priority: str = DEFAULT_PRIORITY  # core.impact
     max_read_mb_per_s: float = 0.0
-    max_replica_lag: float = 300.0
+    max_replica_lag: float = MAX_REPLICA_LAG
     replica: dict | None = None  # replication.source.check, when the source is a replica
 
 
@@ -33,7 +34,7 @@ class RestorePlan(Plan):
     target_conn_id: str
     backup: str
     backup_id: str = ""  # the id `backup` resolved to (`latest` named)
-    parallel: int = 2
+    parallel: int = PARALLEL
     use_memory: int = 0
     datadir: str = ""
     datadir_state: str = ""

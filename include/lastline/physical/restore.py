@@ -23,7 +23,7 @@ from lastline.core.datadir import MARKER
 from lastline.core.errors import IntegrityError, PipelineError
 from lastline.core.hosts import require_tools
 from lastline.core.pipeline import run_pipeline
-from lastline.core.plans import Conf
+from lastline.core.plans import PARALLEL, Conf
 from lastline.core.progress import step_report
 from lastline.core.servers import Server, base_version, refuse_restore_into_source
 from lastline.core.sql import qualified, tables_at_risk
@@ -84,7 +84,7 @@ def preflight(conf: dict, role: str | None = None) -> dict:
         backup=f"{storage.url}/{backup_id}",
         backup_id=backup_id,
         aws_conn_id=params.text("aws_conn_id"),
-        parallel=params.integer("parallel", 2, minimum=1),
+        parallel=params.integer("parallel", PARALLEL, minimum=1),
         use_memory=params.size("use_memory", 0) or physical.default_use_memory(host),
         force=force,
         datadir=datadir,

@@ -10,7 +10,7 @@ from typing import Any
 
 from lastline import connections
 from lastline.core.errors import ConfigError, Refusal
-from lastline.core.plans import Conf
+from lastline.core.plans import PARALLEL, Conf
 from lastline.core.sql import never_restored
 from lastline.manifest import ID_RE, MANIFEST, complete_backups, manifest_kind, read_manifest
 from lastline.pitr import scoped, window
@@ -86,7 +86,7 @@ def preflight(conf: dict[str, Any]) -> dict[str, Any]:
                  "last transaction applied will be %s (%s); not applied: %s", kind, backup_id, file, position, gtid,
                  line.branch, until.describe(), len(span.files), span.last_gtid, window.utc(span.last_time),
                  span.not_applied)
-        parallel = params.integer("parallel", 2, minimum=1)
+        parallel = params.integer("parallel", PARALLEL, minimum=1)
         restore: dict[str, Any] = {"target_conn_id": target_conn_id, "backup": f"{destination}/{backup_id}",
                    "aws_conn_id": params.text("aws_conn_id"), "force": params.flag("force"), "parallel": parallel,
                    "restore_into_source": params.text("restore_into_source"), "manifest_sha256": manifest.read_sha256}

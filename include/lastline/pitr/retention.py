@@ -11,7 +11,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from lastline.core.errors import LastlineError
-from lastline.core.plans import Conf
+from lastline.core.plans import KEEP, Conf
 from lastline.manifest import backup_time, complete_backups, prune_backups, read_manifest
 from lastline.pitr import window
 from lastline.pitr.archive import PREFIX, _write_branch, branches, read_branch
@@ -86,7 +86,7 @@ def prune(conf: dict[str, Any], kind: str = "physical") -> dict[str, Any]:
     storage = open_allowed(params.required("destination"), params.text("aws_conn_id"))
     protect = protected_bases(storage, params.number("pitr_window_days", 7, minimum=0))
     grace = timedelta(hours=params.number("incomplete_grace_hours", 24))
-    deleted = prune_backups(storage, kind, int(params.number("keep", 7)), grace, protect)
+    deleted = prune_backups(storage, kind, int(params.number("keep", KEEP)), grace, protect)
     kept = [b for b in complete_backups(storage, kind)]
     binlogs = prune_binlogs(storage, [b for b in kept if b in protect] or kept[-1:]) if protect else []
     return {"deleted": deleted, "kept_for_the_window": protect, "binlogs_deleted": binlogs}

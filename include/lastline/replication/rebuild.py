@@ -22,7 +22,7 @@ from lastline.core.errors import IntegrityError, PipelineError, PreflightError, 
 from lastline.core.hosts import Stage, require_tools
 from lastline.core.option_files import option_file
 from lastline.core.pipeline import run_pipeline, tap_result, tap_stage
-from lastline.core.plans import Conf
+from lastline.core.plans import PARALLEL, Conf
 from lastline.core.progress import step_report
 from lastline.core.servers import Server, base_version
 from lastline.physical import tools as physical
@@ -99,7 +99,7 @@ def preflight(conf: dict) -> dict:
         target_conn_id=target.conn_id,
         replication_conn_id=repl.conn_id,
         compression=compression,
-        parallel=params.integer("parallel", 2, minimum=1),
+        parallel=params.integer("parallel", PARALLEL, minimum=1),
         use_memory=params.size("use_memory", 0) or physical.default_use_memory(tgt_host),
         force=force,
         source_datadir=src_dir,

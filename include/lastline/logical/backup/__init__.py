@@ -23,7 +23,7 @@ from lastline.core import impact, stopping
 from lastline.core.compression import DEFAULT_COMPRESSION, codec
 from lastline.core.errors import PreflightError, Refusal
 from lastline.core.hosts import require_tools
-from lastline.core.plans import Conf
+from lastline.core.plans import KEEP, MAX_REPLICA_LAG, PARALLEL, Conf
 from lastline.core.sql import placeholders
 from lastline.logical.backup.dumper import Dumper, TableState
 from lastline.logical.backup.snapshot import METHODS, Guard, SnapshotPool
@@ -82,7 +82,7 @@ def preflight(conf: dict) -> dict:
         cur.execute("SELECT @@version")
         version = cur.fetchone()[0]
         plans = chunking.table_plans(cur, databases)
-    max_lag = params.number("max_replica_lag", 300, minimum=0)
+    max_lag = params.number("max_replica_lag", MAX_REPLICA_LAG, minimum=0)
     replica = replica_source.check(server, max_lag) if replica_source.wanted(server, params.flag("from_replica")) else None
     storage = open_allowed(params.required("destination"), params.text("aws_conn_id"))
     storage.check_writable()
@@ -96,7 +96,7 @@ def preflight(conf: dict) -> dict:
         databases=databases,
         compression=compression,
         chunk_rows=chunk_rows,
-        parallel=params.integer("parallel", 2, minimum=1),
+        parallel=params.integer("parallel", PARALLEL, minimum=1),
         include_grants=params.flag("include_grants"),
         lock_nontransactional=params.flag("lock_nontransactional", True),
         lock_method=params.choice("lock_method", METHODS, "auto"),
@@ -237,4 +237,4 @@ def prune(conf: dict) -> list[str]:
     params = Conf(conf)
     storage = open_allowed(params.required("destination"), params.text("aws_conn_id"))
     grace = timedelta(hours=params.number("incomplete_grace_hours", 24))
-    return prune_backups(storage, "logical", int(params.number("keep", 7)), grace)
+    return prune_backups(storage, "logical", int(params.number("keep", KEEP)), grace)

@@ -3,7 +3,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from lastline.core.plans import Plan
+from lastline.core.impact import DEFAULT_PRIORITY
+from lastline.core.plans import MAX_REPLICA_LAG, PARALLEL, Plan
+
+INDEX_BUILDS = ("per_table", "after_all")  # per_table: the lane that commits a table's last chunk builds its indexes
 
 
 @dataclass(frozen=True)
@@ -26,9 +29,9 @@ class BackupPlan(Plan):
     long_query_wait: float = 300.0
     kill_long_queries: bool = False
     lock_timeout: float = 0.5
-    priority: str = "low"  # core.impact
+    priority: str = DEFAULT_PRIORITY  # core.impact
     max_read_mb_per_s: float = 0.0
-    max_replica_lag: float = 300.0
+    max_replica_lag: float = MAX_REPLICA_LAG
     replica: dict | None = None  # replication.source.check, when the source is a replica
 
 
@@ -40,11 +43,11 @@ class RestorePlan(Plan):
     destination: str
     backup_id: str
     databases: list[str] = field(default_factory=list)
-    parallel: int = 2
+    parallel: int = PARALLEL
     tune: bool = True
     restart_allowed: bool = False
     defer_indexes: bool = True
-    index_build: str = "per_table"  # a lane builds a table's indexes once its rows are in; or after_all: finalize
+    index_build: str = INDEX_BUILDS[0]  # a lane builds a table's indexes once its rows are in; or after_all: finalize
     force: bool = False
     restore_grants: bool = False
     resume: bool = False

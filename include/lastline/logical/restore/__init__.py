@@ -12,12 +12,12 @@ from lastline import connections
 from lastline.core import accounts, stopping
 from lastline.core import datadir as dd
 from lastline.core.errors import LastlineError, PreflightError
-from lastline.core.plans import Conf
+from lastline.core.plans import PARALLEL, Conf
 from lastline.core.progress import plural
 from lastline.core.servers import base_version, refuse_restore_into_source
 from lastline.core.sql import ASIDE_PREFIX, SYSTEM_SCHEMAS, never_restored, server_identity, tables_at_risk  # noqa: F401
 from lastline.logical.format import dialect
-from lastline.logical.format.plans import RestorePlan
+from lastline.logical.format.plans import INDEX_BUILDS, RestorePlan
 from lastline.logical.restore import tuning
 from lastline.logical.restore.backup_files import (
     checked_schema,
@@ -128,11 +128,11 @@ def preflight(conf: dict, role: str | None = None) -> dict:
         backup_id=backup_id,
         aws_conn_id=params.text("aws_conn_id"),
         databases=wanted,
-        parallel=params.integer("parallel", 2, minimum=1),
-        tune=params.flag("tune", True),
+        parallel=params.integer("parallel", PARALLEL, minimum=1),
+        tune=params.flag("tune", RestorePlan.tune),
         restart_allowed=params.flag("restart_allowed"),
-        defer_indexes=params.flag("defer_indexes", True),
-        index_build=params.choice("index_build", ("per_table", "after_all"), "per_table"),
+        defer_indexes=params.flag("defer_indexes", RestorePlan.defer_indexes),
+        index_build=params.choice("index_build", INDEX_BUILDS, INDEX_BUILDS[0]),
         force=params.flag("force"),
         restore_grants=restore_grants,
         resume=resume,
