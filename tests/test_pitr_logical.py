@@ -23,7 +23,7 @@ from lastline.pitr import restore as pitr
 from lastline.pitr.split import query_text
 from lastline.storage import open_storage
 from lastline_dev.sandbox import Instance
-from test_pitr_restore import Writer, _shop, mark, state
+from test_pitr_restore import Writer, _shop, mark, state, temporary_table_across_a_rotation
 
 pytestmark = pytest.mark.e2e
 
@@ -102,13 +102,7 @@ def _workload(src: Instance, tgt: Instance, dest, storage, server, writer: Write
     time.sleep(1)
     points = {"time": mark(src, writer)}
     archive.ship(server, storage)
-    with server.session() as cur:  # a temporary table living across a rotation (row format: its effect as rows)
-        cur.execute("CREATE TEMPORARY TABLE shop.tmp_moves (id INT, qty INT)")
-        cur.execute("INSERT INTO shop.tmp_moves VALUES (1, 7), (2, 9)")
-        cur.connection.commit()
-        server.query("FLUSH BINARY LOGS")
-        cur.execute("UPDATE shop.stock s JOIN shop.tmp_moves m ON s.id = m.id SET s.qty = s.qty + m.qty")
-        cur.connection.commit()
+    temporary_table_across_a_rotation(server, statement_format=False)
     time.sleep(1)
     points["gtid"] = mark(src, writer)
     time.sleep(1)

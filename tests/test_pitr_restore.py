@@ -99,6 +99,20 @@ def _shop(server, stock: int, accounts: int) -> None:
         cur.connection.commit()
 
 
+def temporary_table_across_a_rotation(server, statement_format: bool) -> None:
+    """A transaction whose temporary table lives across a binlog rotation (in statement format the table itself is in
+    the binlog; in row format only its effect is, as rows)."""
+    with server.session() as cur:
+        if statement_format:
+            cur.execute("SET SESSION binlog_format='STATEMENT'")
+        cur.execute("CREATE TEMPORARY TABLE shop.tmp_moves (id INT, qty INT)")
+        cur.execute("INSERT INTO shop.tmp_moves VALUES (1, 7), (2, 9)")
+        cur.connection.commit()
+        server.query("FLUSH BINARY LOGS")
+        cur.execute("UPDATE shop.stock s JOIN shop.tmp_moves m ON s.id = m.id SET s.qty = s.qty + m.qty")
+        cur.connection.commit()
+
+
 def state(inst: Instance) -> dict[str, tuple]:
     """Every table's row count and checksum."""
     out = {}
@@ -149,15 +163,7 @@ def history(sandbox_root, tmp_path_factory):
         time.sleep(1)
         points = {"time": mark(src, writer)}
         archive.ship(server, storage)
-        # a transaction whose temporary table lives across a rotation (statement format: the table is in the binlog)
-        with server.session() as cur:
-            cur.execute("SET SESSION binlog_format='STATEMENT'")
-            cur.execute("CREATE TEMPORARY TABLE shop.tmp_moves (id INT, qty INT)")
-            cur.execute("INSERT INTO shop.tmp_moves VALUES (1, 7), (2, 9)")
-            cur.connection.commit()
-            server.query("FLUSH BINARY LOGS")
-            cur.execute("UPDATE shop.stock s JOIN shop.tmp_moves m ON s.id = m.id SET s.qty = s.qty + m.qty")
-            cur.connection.commit()
+        temporary_table_across_a_rotation(server, statement_format=True)
         time.sleep(1)
         points["gtid"] = mark(src, writer)
         time.sleep(1)
