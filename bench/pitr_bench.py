@@ -164,9 +164,9 @@ def main() -> int:
         archive.ship(src.server(), storage)
         plan = pb.preflight({"source_conn_id": "bench_pitr_src", "destination": dest})
         pb.finish(plan, pb.stream(plan))
-        base = read_manifest(storage, plan["backup_id"])
+        base = read_manifest(storage, plan.backup_id)
         file, position, gtid = coordinates(base)
-        print(f"base {plan['backup_id']}: {file}:{position}, GTID {gtid}", flush=True)
+        print(f"base {plan.backup_id}: {file}:{position}, GTID {gtid}", flush=True)
         # the binlog to replay: full speed until --binlog-mb since the base
         server = src.server()
         started = time.monotonic()
@@ -186,7 +186,7 @@ def main() -> int:
         span = span_of.resolve(storage, line, file, position, gtid, window.Until.parse("latest"))
         rounds = {}
         for method in ("pipe", "parallel"):
-            rplan = pr.preflight({"target_conn_id": "bench_pitr_tgt", "backup": f"{dest}/{plan['backup_id']}",
+            rplan = pr.preflight({"target_conn_id": "bench_pitr_tgt", "backup": f"{dest}/{plan.backup_id}",
                                   "force": True})
             for step in (pr.stop_target, pr.extract, pr.prepare, pr.start_target):
                 step(rplan)

@@ -31,6 +31,7 @@ from lastline.airflow.assets import PHYSICAL_BACKUP, announce
 from lastline.airflow.defaults import dag_args, schedule
 from lastline.airflow.params import Override, params
 from lastline.airflow.routing import on_server
+from lastline.airflow.steps import step
 from lastline.physical import backup as pb
 from lastline.physical.tools import CODECS, DEFAULT_COMPRESSION
 from lastline.pitr import retention
@@ -50,22 +51,22 @@ from lastline.pitr import retention
 def physical_backup():
     @task(**on_server("source_conn_id", long=False))
     def preflight(params=None) -> dict:
-        return pb.preflight(dict(params))
+        return pb.preflight(dict(params)).to_dict()
 
     @task
     def prune(params=None) -> dict:
         return retention.prune(dict(params))
 
     plan = preflight()
-    stats = task(pb.stream, **on_server("source_conn_id"))(plan)
+    stats = step(pb.stream, **on_server("source_conn_id"))(plan)
     @task(outlets=[PHYSICAL_BACKUP])
     def announce_backup(plan: dict, written: str) -> dict:
         """The Asset event: downstream DAGs (a restore drill) run on it."""
         return announce(PHYSICAL_BACKUP, "physical", plan["destination"], plan["backup_id"], plan.get("aws_conn_id"))
 
     # from a replica: its SQL thread runs again, whatever happened (not in the server's pool: never behind a backup)
-    task(pb.resume_replica)(plan, stats).as_teardown(setups=plan, on_failure_fail_dagrun=True)
-    written = task(pb.finish, task_id="write_manifest")(plan, stats)
+    step(pb.resume_replica)(plan, stats).as_teardown(setups=plan, on_failure_fail_dagrun=True)
+    written = step(pb.finish, task_id="write_manifest")(plan, stats)
     announce_backup(plan, written) >> prune()
 
 

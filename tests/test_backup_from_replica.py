@@ -147,7 +147,7 @@ def test_a_physical_backup_of_the_replica_replays_exactly_from_the_primary_gtid(
         assert _sql_running(replica) == "Yes"
         time.sleep(0.5)
     assert shop.done > 50
-    prim = read_manifest(open_storage(f"file://{tmp_path}"), plan["backup_id"], "physical").primary
+    prim = read_manifest(open_storage(f"file://{tmp_path}"), plan.backup_id, "physical").primary
     assert prim["gtid"] and prim["gtid"].split("-")[1] == str(primary.meta()["server_id"]), prim
     state, tis, _ = run_dag("physical_restore", {"target_conn_id": "t_target", "backup": f"file://{tmp_path}/latest",
                                                  "force": True})

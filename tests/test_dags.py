@@ -224,3 +224,23 @@ def test_each_shared_default_is_defined_once_in_the_plans_and_the_params_are_bui
         for name in names:
             assert SPECS[name].default == default(plan, name), (plan.__name__, name)
     assert SPECS["index_build"].schema["enum"][0] == default(LogicalRestore, "index_build")
+
+
+def test_a_stage_sees_only_typed_objects_and_xcom_only_their_dicts():
+    """The Airflow layer's step(): XCom's dicts become the plan and results a stage's annotations name, and the typed
+    result it returns goes back to XCom as its dict (None, for a teardown after a failed step, passes as None)."""
+    from lastline.airflow.steps import typed_call
+    from lastline.physical.plans import RestorePlan, StepResult, Verified
+
+    seen = {}
+
+    def stage(plan: RestorePlan, extracted: StepResult | None, note: str = "") -> Verified:
+        seen.update(plan=plan, extracted=extracted, note=note)
+        return Verified(tables=3, rows=7, server_version="10.11", seconds=0.5)
+
+    out = typed_call(stage)({"target_conn_id": "t", "backup": "file:///b/x"}, {"seconds": 1.5, "aside": "/d.aside"}, note="n")
+    assert isinstance(seen["plan"], RestorePlan) and seen["plan"].backup == "file:///b/x"
+    assert seen["extracted"] == StepResult(seconds=1.5, aside="/d.aside") and seen["note"] == "n"
+    assert out == {"tables": 3, "rows": 7, "server_version": "10.11", "seconds": 0.5}
+    typed_call(stage)({"target_conn_id": "t", "backup": "b"}, None)
+    assert seen["extracted"] is None

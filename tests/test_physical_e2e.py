@@ -200,12 +200,12 @@ def test_full_destination_leaves_no_backup(source, tmp_path):
     dest = tmp_path / "dest"
     dest.mkdir()
     plan = pb.preflight({"source_conn_id": "t_source", "destination": f"file://{dest}"})
-    folder = dest / plan["backup_id"]
+    folder = dest / plan.backup_id
     folder.mkdir()
-    (folder / (plan["artifact"] + ".partial")).symlink_to("/dev/full")
+    (folder / (plan.artifact + ".partial")).symlink_to("/dev/full")
     with pytest.raises(IntegrityError, match="is a symlink, and lastline never writes through one"):
         pb.stream(plan)
-    (folder / (plan["artifact"] + ".partial")).unlink()
+    (folder / (plan.artifact + ".partial")).unlink()
     if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(dest)], capture_output=True).returncode:
         pytest.skip("cannot mount a small tmpfs here (needs root or CAP_SYS_ADMIN)")
     try:
@@ -223,7 +223,7 @@ def test_failed_prepare_keeps_the_target_down(good_backup, target, tmp_path):
     plan = pr.preflight({"target_conn_id": "t_target", "backup": good_backup.as_uri(), "force": True})
     pr.stop_target(plan)
     pr.extract(plan)
-    (Path(plan["datadir"]) / "ibdata1").write_bytes(b"\0" * 4096)  # damage the system tablespace
+    (Path(plan.datadir) / "ibdata1").write_bytes(b"\0" * 4096)  # damage the system tablespace
     with pytest.raises(PipelineError, match="prepare"):
         pr.prepare(plan)
     with pytest.raises(IntegrityError, match="refusing to start"):

@@ -30,7 +30,7 @@ def _backup(conn_id: str, dest: str) -> str:
     plan = pb.preflight({"source_conn_id": conn_id, "destination": dest})
     pb.finish(plan, pb.stream(plan))
     time.sleep(1.1)  # backup ids are stamped to the second
-    return str(plan["backup_id"])
+    return str(plan.backup_id)
 
 
 def _gtid(inst: Instance) -> str:

@@ -172,7 +172,7 @@ def history(sandbox_root, tmp_path_factory):
         archive.ship(server, storage)
         assert writer.commits > 300
         yield {"dest": f"file://{dest}", "storage": storage, "points": points, "src": src, "tgt": tgt,
-               "base": plan["backup_id"]}
+               "base": plan.backup_id}
     finally:
         if writer is not None:
             writer.stop.set()
@@ -331,13 +331,13 @@ def test_refusals_come_before_anything_is_touched(history, tmp_path):
     pb.finish(rotated, pb.stream(rotated))
     copied = open_storage(f"file://{copy}")
     archive.ship(src, copied)
-    file, position, gtid = pitr.coordinates(read_manifest(copied, rotated["backup_id"]))
+    file, position, gtid = pitr.coordinates(read_manifest(copied, rotated.backup_id))
     line = window.choose_line(copied, file, gtid, None, position)
     assert line.files[0][1].name != file  # the base sits at the top of a file, its transactions in the one before
     with pytest.raises(Refusal, match="before the base"):
         span_of.resolve(copied, line, file, position, gtid, window.Until("time", time=written - 1))
     with pytest.raises(Refusal, match="before the base"):  # named, a base begun after until says so too
-        pitr.preflight({**conf, "destination": f"file://{copy}", "base": rotated["backup_id"],
+        pitr.preflight({**conf, "destination": f"file://{copy}", "base": rotated.backup_id,
                         "until": window.utc(written - 1)})
     # a hole: a file of the chain marked as purged before it was archived
     storage = history["storage"]
@@ -381,7 +381,7 @@ def test_prune_keeps_every_base_and_binlog_the_window_needs(history, tmp_path):
     plan = pb.preflight({"source_conn_id": "t_pitr_src", "destination": dest})
     pb.finish(plan, pb.stream(plan))  # a second base, after every write
     archive.ship(connections.server("t_pitr_src"), storage)
-    first, second = history["base"], plan["backup_id"]
+    first, second = history["base"], plan.backup_id
     conf = {"destination": dest, "keep": 1, "incomplete_grace_hours": 24}
     # a week's window: both bases are inside it, so keep=1 deletes neither, nor any binlog
     kept = retention.prune({**conf, "pitr_window_days": 7})
@@ -443,9 +443,9 @@ def test_a_server_writing_reused_names_forks_the_archive_and_a_restore_on_either
         assert state_ == "success", tis
         assert state(history["tgt"]) == new_state
         # the old branch, from the old base, to its last GTID (which the new branch reuses for another transaction)
-        plan = pitr.preflight({**base, "until": old_gtid, "base": old_base["backup_id"]})
+        plan = pitr.preflight({**base, "until": old_gtid, "base": old_base.backup_id})
         assert plan["branch"] == archive.branches(storage)[0]["id"]
-        state_, tis, logs = run_dag("point_in_time_restore", {**base, "until": old_gtid, "base": old_base["backup_id"]})
+        state_, tis, logs = run_dag("point_in_time_restore", {**base, "until": old_gtid, "base": old_base.backup_id})
         assert state_ == "success", tis
         assert state(history["tgt"]) == old_state
         # binlogs purged on the source before they were archived: a gap, named; a restore across it is refused
@@ -458,9 +458,9 @@ def test_a_server_writing_reused_names_forks_the_archive_and_a_restore_on_either
         shipped = archive.ship(server, storage)
         assert len(shipped["holes"]) == 2, shipped
         with pytest.raises(Refusal, match=f"beyond a hole .*{shipped['holes'][0]} after byte"):
-            pitr.preflight({**base, "until": "latest", "base": new_base["backup_id"]})
+            pitr.preflight({**base, "until": "latest", "base": new_base.backup_id})
         assert check.check(storage, 3600)["problems"][0].startswith(
-            f"the chain is broken after the newest base {new_base['backup_id']}: {shipped['holes'][0]}")
+            f"the chain is broken after the newest base {new_base.backup_id}: {shipped['holes'][0]}")
     finally:
         src.destroy()
 

@@ -154,7 +154,7 @@ def test_a_40_s_batch_write_holds_no_application_write_back_during_a_physical_ba
     assert writes.worst() < 1.0, f"an application write waited {writes.worst():.2f} s"
     assert myisam.worst() < 1.0, f"a MyISAM write waited {myisam.worst():.2f} s"
     assert "--log-copy-interval=20" in pb.physical.backup_stages("o", "/d", 1, "none")[0].argv
-    manifest = read_manifest(open_storage(f"file://{tmp_path}"), plan["backup_id"], "physical")
+    manifest = read_manifest(open_storage(f"file://{tmp_path}"), plan.backup_id, "physical")
     assert where.endswith("manifest.json") and manifest.binlog_file and manifest.gtid and manifest.primary is None
     print(f"physical: worst insert {writes.worst():.3f} s, MyISAM {myisam.worst():.3f} s")
 
@@ -187,7 +187,7 @@ def test_the_backups_run_at_low_priority_and_under_their_read_cap(app, tmp_path)
     plan = pb.preflight({"source_conn_id": "t_lsource", "destination": f"file://{tmp_path / 'phys'}", "compression": "none",
                          "max_read_mb_per_s": 40})
     stats = pb.stream(plan)
-    assert stats["bytes"] / 1e6 / stats["seconds"] < 40 * 1.1, stats  # uncompressed: the bytes pv let through
+    assert stats.bytes / 1e6 / stats.seconds < 40 * 1.1, stats  # uncompressed: the bytes pv let through
     print(f"logical: {rate:.2f} MB/s capped at 1, {free['seconds']:.1f} s free vs {capped['seconds']:.1f} s capped; "
           f"physical: {stats['bytes'] / 1e6 / stats['seconds']:.1f} MB/s capped at 40")
 

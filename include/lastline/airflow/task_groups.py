@@ -1,7 +1,6 @@
 """Reusable task groups: steps that several DAGs share (replica_detach, staging refresh, promotions)."""
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any, cast
 
 from airflow.sdk import chain, get_current_context, task, task_group
@@ -9,16 +8,11 @@ from airflow.sdk.definitions.xcom_arg import XComArg
 
 from lastline.airflow.approval import ApproveReplacement
 from lastline.airflow.routing import on_server
+from lastline.airflow.steps import step
 from lastline.logical import restore as lr
 from lastline.logical.restore import report as restore_report
 from lastline.physical import restore as pr
 from lastline.replication import detach as rd
-
-
-def step(fn: Callable[..., Any], **kw: Any) -> Any:
-    """A stage function as a task of this layer: XComArgs (or values) in, an XComArg out; the stage itself reads its
-    typed plan from the dict XCom carries."""
-    return task(**kw)(fn)
 
 
 @task_group(group_id="detach_replication")
@@ -98,7 +92,7 @@ def physical_restore_steps(conf: Any = None, server_param: str = "target_conn_id
 
     @task(**on_server(server_param, long=False))
     def preflight(conf: dict | None = None, params: Any = None) -> dict:
-        return pr.preflight(dict(conf if conf is not None else params), role=role)
+        return pr.preflight(dict(conf if conf is not None else params), role=role).to_dict()
 
     plan = preflight(conf)
     approved = ApproveReplacement(task_id="approve", plan=plan)

@@ -12,7 +12,7 @@ from typing import Any, TypeVar, overload
 
 from lastline.core.errors import ConfigError
 
-P = TypeVar("P", bound="Plan")
+P = TypeVar("P", bound="Typed")
 # the defaults every DAG shares, defined once: the plans, the preflights and the Params (lastline.airflow.params) read them
 PARALLEL = 2  # how many work at once (lanes, dump workers, mariabackup threads)
 MAX_REPLICA_LAG = 300.0  # seconds a replica may be behind before a backup of it is refused
@@ -75,8 +75,9 @@ def human_size(n: int) -> str:
 
 
 @dataclasses.dataclass(frozen=True)
-class Plan:
-    """Base of the typed plans (frozen dataclasses of JSON-able fields)."""
+class Typed:
+    """A frozen dataclass of JSON-able fields that crosses task boundaries: the Airflow layer turns it into its XCom
+    form (`to_dict`) and back (`of`); the stages below only ever see the dataclass."""
 
     def to_dict(self) -> dict[str, Any]:
         """The XCom form: a plain dict of the fields."""
@@ -96,6 +97,16 @@ class Plan:
             return cls(**value)
         except TypeError as exc:
             raise ConfigError(f"{cls.__name__}: {exc}; re-run from preflight.") from exc
+
+
+@dataclasses.dataclass(frozen=True)
+class Plan(Typed):
+    """What a preflight decided, read by every later task of the run."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Result(Typed):
+    """What a stage did, read by the tasks after it (its report, its teardown)."""
 
 
 class Conf:

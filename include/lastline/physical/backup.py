@@ -17,7 +17,7 @@ from lastline.core.servers import Server
 from lastline.core.sql import SYSTEM_SCHEMAS
 from lastline.manifest import PhysicalManifest, TableInfo, new_backup_id, prune_backups, write_manifest
 from lastline.physical import tools as physical
-from lastline.physical.plans import BackupPlan
+from lastline.physical.plans import BackupPlan, StreamResult
 from lastline.replication import source as replica_source
 from lastline.storage import open_allowed, open_storage
 
@@ -36,7 +36,7 @@ def table_estimates(server: Server) -> list[TableInfo]:
     return [TableInfo(s, n, e, int(r), int(b)) for s, n, e, r, b in rows]
 
 
-def preflight(conf: dict) -> dict:
+def preflight(conf: dict) -> BackupPlan:
     """Check tools, credentials, versions and the destination; choose the backup id. Changes nothing."""
     params = Conf(conf)
     server = connections.server(params.required("source_conn_id"))
@@ -75,14 +75,13 @@ def preflight(conf: dict) -> dict:
         replica=replica,
     )
     log.info("preflight ok: %s -> %s/%s/%s", server.describe(), storage.url, plan.backup_id, plan.artifact)
-    return plan.to_dict()
+    return plan
 
 
 @stopping.stops_cleanly
-def stream(plan: BackupPlan | dict) -> dict:
+def stream(plan: BackupPlan) -> StreamResult:
     """Run `mariabackup --stream | compressor` (on the source's host) into the destination; sha256 and
     bytes counted in-stream."""
-    plan = BackupPlan.of(plan)
     server = connections.server(plan.source_conn_id)
     datadir = server.require_datadir()
     host = server.runner()
@@ -106,25 +105,15 @@ def stream(plan: BackupPlan | dict) -> dict:
             raise PipelineError("mariabackup exited 0 without `completed OK!`; the stream is not trusted.")
     finished = datetime.now(UTC)
     facts = physical.parse_backup_log(mb_log)
-    stats = {
-        "bytes": result.bytes_out,
-        "sha256": result.sha256_out,
-        "seconds": round(result.seconds, 3),
-        "mb_per_s": round(result.mb_per_s, 2),
-        "started_at": started.isoformat(),
-        "finished_at": finished.isoformat(),
-        "datadir_bytes": datadir_ops.used_bytes(host, datadir),
-        "binlog_file": facts["binlog_file"],
-        "binlog_position": facts["binlog_position"],
-        "gtid": facts["gtid"],
-        "server_version": facts["server_version"] or plan.server_version,
-        "tables": [asdict(t) for t in tables],
-        "primary": primary_of(replica, mb_log),
-    }
-    log.info(
-        "backup stream done: %.1f MB in %.1f s (%.1f MB/s), binlog %s:%s, gtid %s",
-        stats["bytes"] / 1e6, stats["seconds"], stats["mb_per_s"], stats["binlog_file"], stats["binlog_position"], stats["gtid"],
-    )
+    stats = StreamResult(
+        bytes=result.bytes_out, sha256=result.sha256_out or "", seconds=round(result.seconds, 3),
+        mb_per_s=round(result.mb_per_s, 2), started_at=started.isoformat(), finished_at=finished.isoformat(),
+        datadir_bytes=datadir_ops.used_bytes(host, datadir), binlog_file=facts["binlog_file"],
+        binlog_position=facts["binlog_position"], gtid=facts["gtid"],
+        server_version=facts["server_version"] or plan.server_version, tables=[asdict(t) for t in tables],
+        primary=primary_of(replica, mb_log))
+    log.info("backup stream done: %.1f MB in %.1f s (%.1f MB/s), binlog %s:%s, gtid %s", stats.bytes / 1e6, stats.seconds,
+             stats.mb_per_s, stats.binlog_file, stats.binlog_position, stats.gtid)
     return stats
 
 
@@ -136,21 +125,19 @@ def primary_of(replica: dict | None, mb_log: str) -> dict | None:
     return {**found, "primaries": replica["primaries"], "lag_seconds": replica["lag_seconds"]}
 
 
-def resume_replica(plan: BackupPlan | dict, streamed: dict | None = None) -> list[str]:
+def resume_replica(plan: BackupPlan, streamed: StreamResult | None = None) -> list[str]:
     """Teardown: the replica's SQL thread runs again if the stream was killed while mariabackup held it stopped
     (`streamed`, the stream's result, is None then); after a stream that completed, nothing."""
-    plan = BackupPlan.of(plan)
     return replica_source.resume_unless_done(plan.source_conn_id, plan.replica, streamed)
 
 
-def finish(plan: BackupPlan | dict, stats: dict) -> str:
+def finish(plan: BackupPlan, stats: StreamResult) -> str:
     """Check the artifact is whole, then write manifest.json: the commit marker of a complete backup."""
-    plan = BackupPlan.of(plan)
     storage = open_storage(plan.destination, plan.aws_conn_id)
     key = f"{plan.backup_id}/{plan.artifact}"
     size = storage.size(key)
-    if size != stats["bytes"]:
-        raise StorageError(f"{storage.location(key)} holds {size} bytes, the stream wrote {stats['bytes']}: re-run the backup.")
+    if size != stats.bytes:
+        raise StorageError(f"{storage.location(key)} holds {size} bytes, the stream wrote {stats.bytes}: re-run the backup.")
     manifest = PhysicalManifest(
         backup_id=plan.backup_id,
         source_conn_id=plan.source_conn_id,
@@ -159,8 +146,8 @@ def finish(plan: BackupPlan | dict, stats: dict) -> str:
         compression=plan.compression,
         parallel=plan.parallel,
         source_identity=plan.source_identity,
-        tables=[TableInfo(**t) for t in stats["tables"]],
-        **{k: v for k, v in stats.items() if k != "tables"},
+        tables=[TableInfo(**t) for t in stats.tables],
+        **{k: v for k, v in stats.to_dict().items() if k != "tables"},
     )
     where = write_manifest(storage, manifest)
     log.info("manifest written: %s (%d tables)", where, len(manifest.tables))

@@ -1,10 +1,11 @@
-"""The physical pipelines' plans: what preflight decided, read by every later task (see core.plans)."""
+"""The physical pipelines' plans (what preflight decided, read by every later task) and their steps' results
+(see core.plans)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 from lastline.core.impact import DEFAULT_PRIORITY
-from lastline.core.plans import MAX_REPLICA_LAG, PARALLEL, Plan
+from lastline.core.plans import MAX_REPLICA_LAG, PARALLEL, Plan, Result
 
 
 @dataclass(frozen=True)
@@ -43,3 +44,50 @@ class RestorePlan(Plan):
     aws_conn_id: str | None = None
     at_risk: dict | None = None  # what the restore would replace, when it asks for approval first (core.sql.tables_at_risk)
     manifest_sha256: str = ""  # the manifest preflight checked: later tasks refuse any other (manifest.read_manifest)
+
+
+@dataclass(frozen=True)
+class StreamResult(Result):
+    """The backup stream: what the artifact is, what the backup is consistent with, what it holds."""
+
+    bytes: int
+    sha256: str
+    seconds: float
+    mb_per_s: float
+    started_at: str
+    finished_at: str
+    datadir_bytes: int
+    binlog_file: str | None
+    binlog_position: int | None
+    gtid: str | None
+    server_version: str
+    tables: list[dict]  # manifest.TableInfo's fields (the manifest's table list)
+    primary: dict | None = None  # from a replica: its primary's coordinates
+
+
+@dataclass(frozen=True)
+class StepResult(Result):
+    """One step of a physical restore: how long it took (and what it moved, and where the old datadir went)."""
+
+    seconds: float
+    bytes: int = 0
+    mb_per_s: float = 0.0
+    aside: str | None = None  # extract: the old datadir's contents, kept until verify
+
+
+@dataclass(frozen=True)
+class Verified(Result):
+    """What a physical restore's verify proved."""
+
+    tables: int
+    rows: int
+    server_version: str
+    seconds: float
+
+
+@dataclass(frozen=True)
+class RestoreReport(Result):
+    """The restore's report: its verification in words, its total time."""
+
+    verification: str
+    seconds: float

@@ -29,7 +29,7 @@ from lastline.core.servers import Server, base_version, refuse_restore_into_sour
 from lastline.core.sql import qualified, tables_at_risk
 from lastline.manifest import PhysicalManifest, backup_age, read_manifest, resolve_backup
 from lastline.physical import tools as physical
-from lastline.physical.plans import RestorePlan
+from lastline.physical.plans import RestorePlan, RestoreReport, StepResult, Verified
 from lastline.physical.target import check_datadir, prepare_datadir, start_server
 from lastline.storage import Storage
 
@@ -45,7 +45,7 @@ def _manifest(plan: RestorePlan) -> tuple[Storage, PhysicalManifest]:
     return storage, read_manifest(storage, backup_id, sha256=plan.manifest_sha256 or None)
 
 
-def preflight(conf: dict, role: str | None = None) -> dict:
+def preflight(conf: dict, role: str | None = None) -> RestorePlan:
     """Read-only checks: target not protected, manifest present, artifact whole, datadir, disk, tools."""
     params = Conf(conf)
     server = connections.server(params.required("target_conn_id"))
@@ -94,23 +94,21 @@ def preflight(conf: dict, role: str | None = None) -> dict:
         manifest_sha256=manifest.read_sha256,
     )
     log.info("preflight ok: restore %s into %s (datadir %s: %s)", plan.backup, server.describe(), datadir, state)
-    return plan.to_dict()
+    return plan
 
 
-def stop_target(plan: RestorePlan | dict, timeout: float = 120) -> dict:
+def stop_target(plan: RestorePlan, timeout: float = 120) -> StepResult:
     """Stop the target with its service_stop command and wait until it no longer answers."""
-    plan = RestorePlan.of(plan)
     server = _target(plan)
     seconds = server.stop_service(timeout)
     log.info("target %s stopped in %.1f s", server.describe(), seconds)
-    return {"seconds": round(seconds, 3)}
+    return StepResult(round(seconds, 3))
 
 
 @stopping.stops_cleanly
-def extract(plan: RestorePlan | dict) -> dict:
+def extract(plan: RestorePlan) -> StepResult:
     """fetch | decompress | mbstream -x into the datadir (on the target's host), checking sha256 and size
     while reading."""
-    plan = RestorePlan.of(plan)
     datadir = plan.datadir
     host = _target(plan).runner()
     storage, manifest = _manifest(plan)
@@ -136,25 +134,23 @@ def extract(plan: RestorePlan | dict) -> dict:
             "the target was not started."
         )
     log.info("extract ok: %.1f MB, sha256 verified, %.1f s (%.1f MB/s)", result.bytes_in / 1e6, result.seconds, result.mb_per_s)
-    return {"bytes": result.bytes_in, "seconds": round(result.seconds, 3), "mb_per_s": round(result.mb_per_s, 2), "aside": aside}
+    return StepResult(round(result.seconds, 3), result.bytes_in, round(result.mb_per_s, 2), aside)
 
 
 @stopping.stops_cleanly
-def prepare(plan: RestorePlan | dict) -> dict:
+def prepare(plan: RestorePlan) -> StepResult:
     """mariabackup --prepare, then give the files the datadir's owner; clears the in-progress marker."""
-    plan = RestorePlan.of(plan)
     seconds = prepare_datadir(_target(plan), plan.datadir, plan.use_memory)
     log.info("prepare ok in %.1f s (use_memory %d MiB); ownership set", seconds, plan.use_memory >> 20)
-    return {"seconds": round(seconds, 3)}
+    return StepResult(round(seconds, 3))
 
 
-def start_target(plan: RestorePlan | dict, timeout: float = 180) -> dict:
+def start_target(plan: RestorePlan, timeout: float = 180) -> StepResult:
     """Start the target (never on a half-restored datadir) and wait until it answers."""
-    plan = RestorePlan.of(plan)
     server = _target(plan)
     seconds = start_server(server, timeout)
     log.info("target %s started in %.1f s", server.describe(), seconds)
-    return {"seconds": round(seconds, 3)}
+    return StepResult(round(seconds, 3))
 
 
 def plausible(actual: int, estimate: int) -> bool:
@@ -162,13 +158,12 @@ def plausible(actual: int, estimate: int) -> bool:
     return abs(actual - estimate) <= max(1000, estimate * 0.6)
 
 
-def verify(plan: RestorePlan | dict, extracted: dict | None = None) -> dict:
+def verify(plan: RestorePlan, extracted: StepResult | None = None) -> Verified:
     """The server answers and every table of the manifest is there with a plausible row count.
 
     Once it passes, the old datadir contents that extract moved aside (`extracted["aside"]`) are deleted.
     """
-    plan = RestorePlan.of(plan)
-    aside = (extracted or {}).get("aside")
+    aside = extracted.aside if extracted else None
     server = _target(plan)
     _storage, manifest = _manifest(plan)
     t0 = time.monotonic()
@@ -194,23 +189,22 @@ def verify(plan: RestorePlan | dict, extracted: dict | None = None) -> dict:
         dd.remove(server.runner(), aside)
         log.info("restore verified: removed the old datadir contents at %s", aside)
     log.info("verify ok: %d tables, %d rows, server %s", len(counts), sum(counts.values()), version)
-    return {"tables": len(counts), "rows": sum(counts.values()), "server_version": version,
-            "seconds": round(time.monotonic() - t0, 3)}
+    return Verified(len(counts), sum(counts.values()), version, round(time.monotonic() - t0, 3))
 
 
-def verification(verified: dict, plan: RestorePlan) -> str:
+def verification(verified: Verified, plan: RestorePlan) -> str:
     """What the restore proved, in words (the report's first line)."""
     return (f"Verified: the backup's {plan.bytes:,} bytes matched the sha256 its manifest records, mariabackup prepared "
-            f"them, the server started ({verified.get('server_version', '?')}) and all {verified.get('tables', 0):,} tables "
-            f"of the backup answer, {verified.get('rows', 0):,} rows, each count plausible against the backup's estimate.")
+            f"them, the server started ({verified.server_version}) and all {verified.tables:,} tables of the backup "
+            f"answer, {verified.rows:,} rows, each count plausible against the backup's estimate.")
 
 
-def report(plan: RestorePlan | dict, stop: dict, extract: dict, prepare: dict, start: dict, verify: dict,
-           dag_id: str = "physical_restore", run_id: str | None = None) -> dict:
-    """Log bytes, seconds and MB/s per step and in total; save them (JSON and an SVG chart) where the UI reads
-    them (lastline.reports); return the same as a dict."""
-    plan = RestorePlan.of(plan)
-    steps = {"stop": stop, "extract": extract, "prepare": prepare, "start": start, "verify": verify}
+def report(plan: RestorePlan, stop: StepResult, extract: StepResult, prepare: StepResult, start: StepResult,
+           verify: Verified, dag_id: str = "physical_restore", run_id: str | None = None) -> RestoreReport:
+    """Log bytes, seconds and MB/s per step and in total; save them (a summary opening with the verification in
+    words, JSON and an SVG chart) where the UI reads them (lastline.reports)."""
+    steps = {name: r.to_dict() for name, r in (("stop", stop), ("extract", extract), ("prepare", prepare),
+                                                 ("start", start), ("verify", verify))}
     text, total = step_report(f"restore of {plan.backup} into {plan.target_conn_id}:", steps, plan.bytes)
     log.info("%s", text)
     verified = verification(verify, plan)
@@ -220,14 +214,14 @@ def report(plan: RestorePlan | dict, stop: dict, extract: dict, prepare: dict, s
     if run_id:
         at, timeline = 0.0, []
         for name, s in steps.items():  # one after another
-            timeline.append((name, at, float(s.get("seconds", 0.0)), "#4477aa"))
-            at += float(s.get("seconds", 0.0))
+            timeline.append((name, at, float(s["seconds"]), "#4477aa"))
+            at += float(s["seconds"])
         head = f"physical restore of {plan.backup_id} into {plan.target_conn_id}: {plan.bytes / 1e6:,.0f} MB in {total:.1f} s"
         summary = "\n".join([f"# Physical restore of {plan.backup} into {plan.target_conn_id}", "", f"**{verified}**", "",
-                              f"- **Took:** {total:,.1f} s for {plan.bytes:,} bytes", *(
-                                  f"- **{name}:** {float(s.get('seconds', 0.0)):,.1f} s" for name, s in steps.items())]) + "\n"
+                              f"- **Took:** {total:,.1f} s for {plan.bytes:,} bytes",
+                              *(f"- **{name}:** {float(s['seconds']):,.1f} s" for name, s in steps.items())]) + "\n"
         where = reports.save(dag_id, run_id, {"summary.md": summary,
                                               "physical_restore.svg": svg.document(head, [(timeline, "timeline of the steps")]),
                                               "physical_restore.json": json.dumps(out, indent=1, default=str)})
         log.info("report: %s/summary.md", where)
-    return {"verification": verified, "seconds": round(total, 3)}
+    return RestoreReport(verified, round(total, 3))

@@ -1,0 +1,64 @@
+"""Stage functions as Airflow tasks: the one place where XCom's plain JSON meets lastline's typed objects.
+
+A stage function takes its typed plan and results (core.plans.Plan, Result: frozen dataclasses) and returns a typed
+result; `step(fn)` makes it a task whose arguments, arriving from XCom as dicts, are turned back into the types the
+function's annotations name, and whose typed return value is stored as its dict form. The stages below never see
+XCom, and XCom never holds anything but small JSON.
+"""
+from __future__ import annotations
+
+import dataclasses
+import functools
+import inspect
+import types
+import typing
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from airflow.sdk import task
+
+from lastline.core.plans import Typed
+
+
+def _typed(hint: Any) -> type[Typed] | None:
+    """The Typed class an annotation names (`Plan`, `Result | None`), or None."""
+    if isinstance(hint, type) and issubclass(hint, Typed):
+        return hint
+    if typing.get_origin(hint) in (typing.Union, types.UnionType):
+        return next((a for a in typing.get_args(hint) if isinstance(a, type) and issubclass(a, Typed)), None)
+    return None
+
+
+def xcom_form(value: Any) -> Any:
+    """A return value as XCom stores it: typed objects as their dicts (inside lists and dicts too)."""
+    if isinstance(value, Typed):
+        return value.to_dict()
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return dataclasses.asdict(value)
+    if isinstance(value, list | tuple):
+        return [xcom_form(v) for v in value]
+    if isinstance(value, dict):
+        return {k: xcom_form(v) for k, v in value.items()}
+    return value
+
+
+def typed_call(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """`fn` taking dicts where its annotations name typed objects, and returning its result's XCom form."""
+    hints = typing.get_type_hints(inspect.unwrap(fn))  # a decorated stage: its own annotations, in its own module
+    signature = inspect.signature(fn)
+    kinds = {name: kind for name in signature.parameters if (kind := _typed(hints.get(name)))}
+
+    @functools.wraps(fn)
+    def call(*args: Any, **kwargs: Any) -> Any:
+        bound = signature.bind_partial(*args, **kwargs)
+        for name, kind in kinds.items():
+            if isinstance(bound.arguments.get(name), Mapping):
+                bound.arguments[name] = kind.of(bound.arguments[name])
+        return xcom_form(fn(*bound.args, **bound.kwargs))
+
+    return call
+
+
+def step(fn: Callable[..., Any], **kw: Any) -> Any:
+    """A stage function as a task of this layer (`task(**kw)`): XComArgs (or values) in, an XComArg out."""
+    return task(**kw)(typed_call(fn))
