@@ -6,6 +6,8 @@ from pathlib import Path
 
 import pytest
 
+from lastline.physical.plans import RestorePlan, StepResult, Verified  # a typed stage's annotations (below)
+
 
 @pytest.fixture(scope="module")
 def dagbag(airflow_db):
@@ -230,7 +232,6 @@ def test_a_stage_sees_only_typed_objects_and_xcom_only_their_dicts():
     """The Airflow layer's step(): XCom's dicts become the plan and results a stage's annotations name, and the typed
     result it returns goes back to XCom as its dict (None, for a teardown after a failed step, passes as None)."""
     from lastline.airflow.steps import typed_call
-    from lastline.physical.plans import RestorePlan, StepResult, Verified
 
     seen = {}
 
