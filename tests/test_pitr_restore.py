@@ -184,7 +184,7 @@ def history(sandbox_root, tmp_path_factory):
 def _restore(run_dag, history, until: str, method: str = "auto") -> dict:
     state_, tis, logs = run_dag("point_in_time_restore", {
         "target_conn_id": "t_pitr_tgt", "destination": history["dest"], "until": until, "base": "auto",
-        "branch": "", "replay_method": method, "parallel": 2, "force": True, "restore_into_source": "",
+        "base_kind": "any", "databases": [], "branch": "", "replay_method": method, "parallel": 2, "force": True, "restore_into_source": "",
         "aws_conn_id": None})
     assert state_ == "success", (tis, logs[-4000:])
     return {"logs": logs, "tis": tis}
@@ -437,7 +437,8 @@ def test_a_server_writing_reused_names_forks_the_archive_and_a_restore_on_either
         assert shipped["forks"], shipped
         assert len(archive.branches(storage)) == 2
         new_state = state(src)
-        base = {"target_conn_id": "t_pitr_tgt", "destination": dest, "branch": "", "replay_method": "auto",
+        base = {"target_conn_id": "t_pitr_tgt", "destination": dest, "base_kind": "any", "databases": [], "branch": "",
+                "replay_method": "auto",
                 "parallel": 2, "force": True, "restore_into_source": "", "aws_conn_id": None}
         state_, tis, logs = run_dag("point_in_time_restore", {**base, "until": "latest", "base": "auto"})
         assert state_ == "success", tis
