@@ -21,7 +21,8 @@ def _figures(m: Manifest) -> dict[str, Any]:
     return {"backup_id": m.backup_id, "started_at": m.started_at, "seconds": round(float(m.seconds), 1),
             "bytes": int(m.bytes), "raw_bytes": raw, "mb_per_s": round(float(m.mb_per_s), 1),
             "ratio": round(raw / m.bytes, 2) if m.bytes else None, "tables": len(m.tables),
-            "rows": int(m.rows) if isinstance(m, LogicalManifest) else sum(int(t.rows) for t in m.tables)}
+            "rows": int(m.rows) if isinstance(m, LogicalManifest) else sum(int(t.rows) for t in m.tables),
+            "rows_exact": isinstance(m, LogicalManifest)}  # a physical backup's rows are InnoDB's estimates
 
 
 def _change(now: float, before: float) -> str:
@@ -49,7 +50,8 @@ def build(storage: Storage, manifest: Manifest, kind: str, url: str, window: str
 
     primary = manifest.primary or {}
     return {
-        "summary": (f"{kind.capitalize()} backup {manifest.backup_id}: {now['tables']:,} tables, {now['rows']:,} rows, "
+        "summary": (f"{kind.capitalize()} backup {manifest.backup_id}: {now['tables']:,} tables, "
+                    f"{'' if now['rows_exact'] else '~'}{now['rows']:,} rows, "
                     f"{now['bytes']:,} bytes ({now['raw_bytes'] / max(now['bytes'], 1):.1f}x compressed) in "
                     f"{now['seconds']:,.1f} s ({now['mb_per_s']:,.1f} MB/s)"),
         "kind": kind, "url": url, **now, "compression": manifest.compression, "server_version": manifest.server_version,
@@ -71,7 +73,9 @@ def markdown(report: dict[str, Any]) -> str:
         f"({report['ratio']}x){(' ' + c['bytes']) if c['bytes'] else ''}",
         f"- **Took:** {report['seconds']:,.1f} s at {report['mb_per_s']:,.1f} MB/s"
         + (f" ({c['seconds']} time, {c['mb_per_s']} speed){vs}" if c["seconds"] else ""),
-        f"- **Tables:** {report['tables']:,}, **rows:** {report['rows']:,}" + (f" ({c['rows']} rows)" if c["rows"] else ""),
+        f"- **Tables:** {report['tables']:,}, **rows:** {report['rows']:,}" + ("" if report["rows_exact"] else
+                                                                            " (InnoDB's estimates)")
+        + (f" ({c['rows']} rows)" if c["rows"] else ""),
         f"- **Consistent with:** binlog `{report['binlog_file']}:{report['binlog_position']}`, GTID `{report['gtid']}`"
         + (f"; its primary's GTID `{report['primary_gtid']}`" if report["primary_gtid"] else ""),
         f"- **{report['point_in_time']}**", "",
