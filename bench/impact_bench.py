@@ -115,7 +115,7 @@ def backup(kind: str, dest: Path) -> dict:
     t0 = time.monotonic()
     if kind == "logical":
         result = lb.dump(lb.preflight({**base, "databases": [DB]}))
-        return {"seconds": time.monotonic() - t0, "held": result["commits_held_seconds"]}
+        return {"seconds": time.monotonic() - t0, "held": result.commits_held_seconds}
     plan = pb.preflight(base)
     pb.finish(plan, pb.stream(plan))
     return {"seconds": time.monotonic() - t0, "held": None}

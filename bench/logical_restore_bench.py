@@ -261,7 +261,7 @@ def main() -> int:
     plan = lb.preflight({"source_conn_id": "bench_rsrc", "destination": f"file://{dumps / 'lastline'}",
                          "databases": ["sbtest"], "parallel": n})
     lb.dump(plan)
-    manifest = read_manifest(open_storage(f"file://{dumps / 'lastline'}"), plan["backup_id"], "logical")
+    manifest = read_manifest(open_storage(f"file://{dumps / 'lastline'}"), plan.backup_id, "logical")
     raw_mb = manifest.raw_bytes / 1e6
     buffer_pool = max(128 << 20, manifest.raw_bytes // 4 // (128 << 20) * (128 << 20)) if args.memory == "quarter" else None
     tgt = target(work, buffer_pool)

@@ -72,7 +72,7 @@ def main() -> int:
             plan = lb.preflight({"source_conn_id": "bench_pii", "destination": f"file://{dest}", "databases": ["pii"],
                                  "parallel": 2, "chunk_rows": chunk_rows})
             lb.dump(plan)
-            storage, backup_id = resolve_backup(f"file://{dest}/{plan['backup_id']}", None, "logical")
+            storage, backup_id = resolve_backup(f"file://{dest}/{plan.backup_id}", None, "logical")
             manifest = read_manifest(storage, backup_id, "logical")
             for t in sorted(manifest.tables, key=lambda t: t.rows):
                 times = []

@@ -39,6 +39,7 @@ from lastline.airflow.assets import LOGICAL_BACKUP, announce
 from lastline.airflow.defaults import dag_args, schedule
 from lastline.airflow.params import params
 from lastline.airflow.routing import on_server
+from lastline.airflow.steps import step
 from lastline.logical import backup as lb
 
 
@@ -57,7 +58,7 @@ from lastline.logical import backup as lb
 def logical_backup():
     @task
     def preflight(params=None) -> dict:
-        return lb.preflight(dict(params))
+        return lb.preflight(dict(params)).to_dict()
 
     @task
     def prune(params=None) -> list[str]:
@@ -69,9 +70,9 @@ def logical_backup():
         return announce(LOGICAL_BACKUP, "logical", plan["destination"], plan["backup_id"], plan.get("aws_conn_id"))
 
     plan = preflight()
-    written = task(lb.dump, **on_server("source_conn_id"))(plan)
+    written = step(lb.dump, **on_server("source_conn_id"))(plan)
     # from a replica: its SQL thread runs again, whatever happened (not in the server's pool: never behind a backup)
-    task(lb.resume_replica)(plan, written).as_teardown(setups=plan, on_failure_fail_dagrun=True)
+    step(lb.resume_replica)(plan, written).as_teardown(setups=plan, on_failure_fail_dagrun=True)
     announce_backup(plan, written) >> prune()
 
 

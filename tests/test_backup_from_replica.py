@@ -117,12 +117,12 @@ def test_a_logical_backup_of_the_replica_replays_exactly_from_the_primary_coordi
     with Shop(primary) as shop:
         time.sleep(0.5)
         plan = lb.preflight({"source_conn_id": "t_rreplica", "destination": f"file://{tmp_path}", "databases": [DB]})
-        assert plan["replica"]["sql_running"] == [""] and plan["replica"]["lag_seconds"] is not None
+        assert plan.replica["sql_running"] == [""] and plan.replica["lag_seconds"] is not None
         lb.dump(plan)
         assert _sql_running(replica) == "Yes", "the SQL thread runs again after the snapshot"
         time.sleep(0.5)
     assert shop.done > 50
-    manifest = read_manifest(open_storage(f"file://{tmp_path}"), plan["backup_id"], "logical")
+    manifest = read_manifest(open_storage(f"file://{tmp_path}"), plan.backup_id, "logical")
     prim = manifest.primary
     assert prim["gtid"] and prim["binlog_file"] and prim["binlog_position"] > 0, prim
     assert prim["connections"][0]["port"] == primary.meta()["port"]
@@ -164,21 +164,23 @@ def test_a_lagging_or_stopped_replica_is_refused_and_a_stopped_sql_thread_comes_
     try:
         with pytest.raises(PreflightError, match="not within 300 s of its primary"):
             lb.preflight(conf)
-        assert lb.preflight({**conf, "max_replica_lag": 0})["replica"]["sql_running"] == []
+        assert lb.preflight({**conf, "max_replica_lag": 0}).replica["sql_running"] == []
         # a thread someone else stopped stays stopped through a snapshot's pause, and no coordinates are read twice
         with replica_source.paused(r) as paused:
             assert paused["read"]()["gtid"]
         assert _sql_running(replica) == "No"
         # after a dump that completed, the teardown does nothing; after one killed while the SQL thread stood
         # still (no result), it starts it again
-        assert lb.resume_replica(plan, {"manifest": "m"}) == [] and _sql_running(replica) == "No"
+        done = lb.DumpResult(manifest="m", tables=0, rows=0, bytes=0, seconds=0, lock_method="ftwrl", commits_held_seconds=0,
+                             ddl_held_seconds=0, ddl_yields=0)
+        assert lb.resume_replica(plan, done) == [] and _sql_running(replica) == "No"
         assert lb.resume_replica(plan) == ["default"] and _sql_running(replica) == "Yes"
         assert lb.resume_replica(plan) == []
     finally:
         r.query("START SLAVE SQL_THREAD")
     with pytest.raises(PreflightError, match="not a replica"):
         lb.preflight({**conf, "source_conn_id": "t_rprimary", "from_replica": True})
-    assert lb.preflight({**conf, "source_conn_id": "t_rprimary"})["replica"] is None
+    assert lb.preflight({**conf, "source_conn_id": "t_rprimary"}).replica is None
 
 
 def test_the_snapshot_waits_while_a_replicated_temporary_table_is_open(pair):

@@ -97,14 +97,14 @@ def test_s3_answering_500_503_and_slowdown_for_a_while(logical_source, s3_server
     assert proxy.failed == 9, "the proxy never throttled the backup"
     # read back around the proxy: every file the manifest lists is there, whole
     storage = open_storage("s3://backups/throttled", "t_s3")
-    m = read_manifest(storage, plan["backup_id"], "logical")
+    m = read_manifest(storage, plan.backup_id, "logical")
     for f in m.files:
         data = storage.read_bytes(f"{m.backup_id}/{f.name}")
         assert (len(data), hashlib.sha256(data).hexdigest()) == (f.bytes, f.sha256), f.name
     proxy.shutdown()
     fault("S3 answering 500/503/SlowDown",
           f"nothing to act on: {proxy.failed} writes answered 500/503/SlowDown were retried by the S3 client; "
-          f"the backup completed ({result['rows']:,} rows)",
+          f"the backup completed ({result.rows:,} rows)",
           f"all {len(m.files)} files of the manifest read back around the proxy with their sha256 and size")
 
 

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import os
 import subprocess
@@ -26,7 +27,7 @@ def _dump(dest: Path, **conf) -> LogicalManifest:
     """A logical backup through the task functions (no scheduler), returning its manifest."""
     plan = lb.preflight({"source_conn_id": "t_lsource", "destination": f"file://{dest}", **conf})
     lb.dump(plan)
-    return read_manifest(open_storage(f"file://{dest}"), plan["backup_id"], "logical")
+    return read_manifest(open_storage(f"file://{dest}"), plan.backup_id, "logical")
 
 
 def _source_sums(server, manifest: LogicalManifest) -> dict[str, tuple[int, str]]:
@@ -309,7 +310,7 @@ def test_lost_connection_mid_dump_is_clear_and_leaves_no_manifest(logical_source
 
         with pytest.raises(LastlineError) as err:
             for _ in range(5):  # until the killer catches a chunk in flight
-                plan["backup_id"] = plan["backup_id"][:16] + f"-{_}"
+                plan = dataclasses.replace(plan, backup_id=plan.backup_id[:16] + f"-{_}")
                 lb.dump(plan)
         th.join()
     finally:
@@ -317,8 +318,8 @@ def test_lost_connection_mid_dump_is_clear_and_leaves_no_manifest(logical_source
     assert killed
     assert "lost the connection to the source while dumping slowdump.t (chunk" in str(err.value)
     assert "no manifest" in str(err.value)
-    assert not (tmp_path / plan["backup_id"] / "manifest.json").exists()
-    assert not list((tmp_path / plan["backup_id"]).rglob("*.partial"))  # the part in flight was discarded
+    assert not (tmp_path / plan.backup_id / "manifest.json").exists()
+    assert not list((tmp_path / plan.backup_id).rglob("*.partial"))  # the part in flight was discarded
 
 
 def test_full_destination_is_named_and_leaves_no_manifest(logical_source, tmp_path):
@@ -332,7 +333,7 @@ def test_full_destination_is_named_and_leaves_no_manifest(logical_source, tmp_pa
 
         with pytest.raises(StorageError, match="destination is full"):
             lb.dump(plan)
-        assert not (mnt / plan["backup_id"] / "manifest.json").exists()
+        assert not (mnt / plan.backup_id / "manifest.json").exists()
     finally:
         subprocess.run(["umount", str(mnt)], check=False)
 

@@ -114,7 +114,7 @@ def _workload(src: Instance, tgt: Instance, dest, storage, server, writer: Write
     archive.ship(server, storage)
     assert writer.commits > 200
     return {"dest": f"file://{dest}", "storage": storage, "points": points, "src": src, "tgt": tgt,
-            "base": plan["backup_id"], "elsewhere": elsewhere, "on_shop": on_shop, "untouched": _untouched(tgt)}
+            "base": plan.backup_id, "elsewhere": elsewhere, "on_shop": on_shop, "untouched": _untouched(tgt)}
 
 
 def _run(run_dag, h, until: str, dest: str | None = None) -> tuple[str, dict, str]:

@@ -117,11 +117,11 @@ def app(logical_source):
 LONG_UPDATE = "UPDATE ps.batch SET v = v + 1 + SLEEP(40) WHERE id = 1"
 
 
-def _backup(dest: Path, **conf) -> tuple[dict, object]:
+def _backup(dest: Path, **conf) -> tuple[lb.DumpResult, object]:
     plan = lb.preflight({"source_conn_id": "t_lsource", "destination": f"file://{dest}", "databases": ["ps", "sakila"],
                          "chunk_rows": 1000, **conf})
     result = lb.dump(plan)
-    return result, read_manifest(open_storage(f"file://{dest}"), plan["backup_id"], "logical")
+    return result, read_manifest(open_storage(f"file://{dest}"), plan.backup_id, "logical")
 
 
 def test_a_40_s_batch_write_holds_no_application_write_back_during_a_logical_backup(app, tmp_path):
@@ -132,13 +132,13 @@ def test_a_40_s_batch_write_holds_no_application_write_back_during_a_logical_bac
         with Writes(app, "ps.log") as myisam:
             result, manifest = _backup(tmp_path)
             assert batch.running(), "the batch write must still run when the backup ends"
-    assert result["lock_method"] == "backup_stage"
+    assert result.lock_method == "backup_stage"
     assert writes.worst() < 1.0, f"an application write waited {writes.worst():.2f} s"
     assert myisam.worst() < 1.0, f"a MyISAM write waited {myisam.worst():.2f} s"
-    assert result["commits_held_seconds"] < 0.25, result  # the moonshot is 50 ms: printed by the bench
+    assert result.commits_held_seconds < 0.25, result  # the moonshot is 50 ms: printed by the bench
     tables = {t.name: t for t in manifest.tables if t.schema == "ps"}
     assert tables["batch"].rows == 2 and tables["log"].consistent and tables["app"].rows >= 1
-    print(f"worst insert {writes.worst():.3f} s, commits held {result['commits_held_seconds'] * 1000:.1f} ms")
+    print(f"worst insert {writes.worst():.3f} s, commits held {result.commits_held_seconds * 1000:.1f} ms")
 
 
 def test_a_40_s_batch_write_holds_no_application_write_back_during_a_physical_backup(app, tmp_path):
@@ -208,7 +208,7 @@ def test_the_guard_waits_for_a_long_statement_names_it_and_kills_it_only_when_as
         assert not list((tmp_path / "a").glob("*/manifest.json"))
         result, manifest = _backup(tmp_path / "b", **guard, kill_long_queries=True)
         assert not batch.running() and batch.error and "interrupted" in batch.error.lower()
-    assert result["lock_method"] == "ftwrl" and manifest.rows > 0
+    assert result.lock_method == "ftwrl" and manifest.rows > 0
     assert writes.worst() < 1.0, f"an application write waited {writes.worst():.2f} s"
 
 
@@ -274,12 +274,12 @@ def test_a_ddl_on_the_table_being_read_gets_through_at_once_and_writes_do_not_qu
         other.close()
         dump.join(timeout=120)
     assert result.get("manifest"), "the backup completes"
-    manifest = read_manifest(open_storage(f"file://{tmp_path}"), result["manifest"].rsplit("/", 2)[-2], "logical")
+    manifest = read_manifest(open_storage(f"file://{tmp_path}"), result.manifest.rsplit("/", 2)[-2], "logical")
     app_table = next(t for t in manifest.tables if (t.schema, t.name) == ("ps", "app"))
     assert app_table.rows >= 60_000 and len(app_table.chunks) == 1, "the chunk read again is in the backup, once"
-    assert result["ddl_yields"] >= 1 and altered < 1.5, (result, altered)
+    assert result.ddl_yields >= 1 and altered < 1.5, (result, altered)
     assert writes.worst() < 1.0, f"a write waited {writes.worst():.2f} s behind the ALTER"
-    print(f"ALTER waited {altered:.2f} s, worst write {writes.worst():.3f} s, {result['ddl_yields']} chunk(s) gave way")
+    print(f"ALTER waited {altered:.2f} s, worst write {writes.worst():.3f} s, {result.ddl_yields} chunk(s) gave way")
 
 
 def test_the_method_is_chosen_per_server_version():

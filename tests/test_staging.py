@@ -77,7 +77,7 @@ def crm(sandbox_root, tmp_path_factory, logical_target):
     dest = tmp_path_factory.mktemp("crm-backups")
     plan = lb.preflight({"source_conn_id": "t_crm", "destination": f"file://{dest}", "databases": ["crm"], "parallel": 2})
     lb.dump(plan)
-    yield inst, f"file://{dest}/{plan['backup_id']}"
+    yield inst, f"file://{dest}/{plan.backup_id}"
     inst.destroy()
     for sql in ("DROP DATABASE IF EXISTS crm", "SET GLOBAL read_only = OFF", "DROP TABLE IF EXISTS _lastline.masked, "
                 "_lastline.mask_originals, _lastline.mask_audit"):
@@ -331,7 +331,7 @@ def leaky(crm, tmp_path_factory, logical_target):
     plan = lb.preflight({"source_conn_id": "t_crm", "destination": f"file://{dest}", "databases": ["leaky"], "parallel": 2,
                          "chunk_rows": 1000})
     lb.dump(plan)
-    yield f"file://{dest}/{plan['backup_id']}"
+    yield f"file://{dest}/{plan.backup_id}"
     for sql in ("DROP DATABASE IF EXISTS leaky", "SET GLOBAL read_only = OFF"):
         logical_target.server().query(sql)
 

@@ -54,7 +54,7 @@ def staged(logical_source, logical_target, tmp_path_factory):
                 "CREATE OR REPLACE USER ''@'127.0.0.1'",  # anonymous: any user name logs in
                 "GRANT SELECT ON `sc\\_crm`.* TO PUBLIC"):  # ...and reads what PUBLIC may
         tgt.query(sql)
-    yield f"file://{dest}/{plan['backup_id']}", {f"person.{i}@mail.example.net" for i in range(1, N + 1)}
+    yield f"file://{dest}/{plan.backup_id}", {f"person.{i}@mail.example.net" for i in range(1, N + 1)}
     for sql in ("DROP USER IF EXISTS 'sc_reader'@'127.0.0.1'", "DROP USER IF EXISTS 'sc_nobody'@'127.0.0.1'",
                 "DROP USER IF EXISTS ''@'127.0.0.1'", "REVOKE SELECT ON `sc\\_crm`.* FROM PUBLIC",
                 "DROP DATABASE IF EXISTS sc_crm", f"DROP DATABASE IF EXISTS `{aside_name('sc_crm')}`",

@@ -219,7 +219,7 @@ def test_lastline_s_own_schema_is_never_backed_up_nor_restored(logical_source, l
     with pytest.raises(PreflightError, match="never restored"):
         lr.preflight(_conf(sakila_backup, databases=["_lastline"]))
     plan = lb.preflight({"source_conn_id": "t_lsource", "destination": "file:///tmp/unused"})
-    assert "_lastline" not in plan["databases"]
+    assert "_lastline" not in plan.databases
     logical_source.server().query("DROP DATABASE _lastline")
 
 
@@ -418,7 +418,7 @@ def test_connections_use_tls_when_the_connection_asks_for_it(tls_source, tmp_pat
     plan = lb.preflight({"source_conn_id": "t_tls", "destination": f"file://{tmp_path}", "databases": ["tlsdb"],
                          "chunk_rows": 1000})
     lb.dump(plan)  # preflight, snapshot control, splitter and the C dump workers all connected over TLS
-    m = read_manifest(open_storage(f"file://{tmp_path}"), plan["backup_id"], "logical")
+    m = read_manifest(open_storage(f"file://{tmp_path}"), plan.backup_id, "logical")
     assert m.tables[0].rows == 3000
 
 

@@ -28,7 +28,7 @@ from lastline.core.sql import placeholders
 from lastline.logical.backup.dumper import Dumper, TableState
 from lastline.logical.backup.snapshot import METHODS, Guard, SnapshotPool
 from lastline.logical.format import chunking, dialect
-from lastline.logical.format.plans import BackupPlan
+from lastline.logical.format.plans import BackupPlan, DumpResult
 from lastline.logical.format.schema import auto_increment, read_schema, render_sql, resolve_databases
 from lastline.manifest import (
     MANIFEST,
@@ -66,7 +66,7 @@ def refuse_versioned(cur: Any, databases: list[str]) -> None:
         )
 
 
-def preflight(conf: dict) -> dict:
+def preflight(conf: dict) -> BackupPlan:
     """Check credentials, databases, privileges, tools and destination; choose the backup id. Changes nothing."""
     params = Conf(conf)
     server = connections.server(params.required("source_conn_id"))
@@ -114,13 +114,12 @@ def preflight(conf: dict) -> dict:
         "preflight ok: %s, %d databases, %d tables (~%.1f MB) -> %s/%s",
         server.describe(), len(databases), len(plans), est / 1e6, storage.url, plan.backup_id,
     )
-    return plan.to_dict()
+    return plan
 
 
 @stopping.stops_cleanly
-def dump(plan: BackupPlan | dict) -> dict:
+def dump(plan: BackupPlan) -> DumpResult:
     """Open one snapshot on `parallel` connections and dump schema and data; write the manifest last."""
-    plan = BackupPlan.of(plan)
     server = connections.server(plan.source_conn_id)
     storage = open_storage(plan.destination, plan.aws_conn_id)
     backup_id = plan.backup_id
@@ -183,17 +182,18 @@ def dump(plan: BackupPlan | dict) -> dict:
         len(manifest.tables), f"{manifest.rows:,}", manifest.raw_bytes / 1e6, manifest.bytes / 1e6, seconds, manifest.mb_per_s,
         pool.method, pool.lock_seconds, pool.ddl_seconds, where,
     )
-    return {"manifest": where, "tables": len(manifest.tables), "rows": manifest.rows, "bytes": manifest.bytes, "seconds": round(seconds, 3),
-            "lock_method": pool.method, "commits_held_seconds": round(pool.lock_seconds, 4), "ddl_held_seconds": round(pool.ddl_seconds, 3),
-            "ddl_yields": dumper.yields}
+    return DumpResult(
+        manifest=where, tables=len(manifest.tables), rows=manifest.rows, bytes=manifest.bytes, seconds=round(seconds, 3),
+        lock_method=pool.method, commits_held_seconds=round(pool.lock_seconds, 4), ddl_held_seconds=round(pool.ddl_seconds, 3),
+        ddl_yields=dumper.yields,
+    )
 
 
 def build_manifest(
-    plan: BackupPlan | dict, coords: Any, states: list[TableState], schema: dict, schema_files: list[FileInfo],
+    plan: BackupPlan, coords: Any, states: list[TableState], schema: dict, schema_files: list[FileInfo],
     started_at: datetime, seconds: float, lock_seconds: float, primary: dict | None = None,
 ) -> LogicalManifest:
     """The manifest of a finished dump: every table with its chunks, every file with its sha256."""
-    plan = BackupPlan.of(plan)
     creates = {(t["schema"], t["name"]): t["create"] for t in schema["tables"]}
     tables = [
         LogicalTable(
@@ -225,10 +225,9 @@ def build_manifest(
     )
 
 
-def resume_replica(plan: BackupPlan | dict, dumped: dict | None = None) -> list[str]:
+def resume_replica(plan: BackupPlan, dumped: DumpResult | None = None) -> list[str]:
     """Teardown: the replica's SQL thread runs again if the dump was killed while it stood still (`dumped`, the dump's
     result, is None then); after a dump that completed, nothing (it started what it stopped)."""
-    plan = BackupPlan.of(plan)
     return replica_source.resume_unless_done(plan.source_conn_id, plan.replica, dumped)
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from lastline.core.impact import DEFAULT_PRIORITY
-from lastline.core.plans import MAX_REPLICA_LAG, PARALLEL, Plan
+from lastline.core.plans import MAX_REPLICA_LAG, PARALLEL, Plan, Result
 
 INDEX_BUILDS = ("per_table", "after_all")  # per_table: the lane that commits a table's last chunk builds its indexes
 
@@ -33,6 +33,21 @@ class BackupPlan(Plan):
     max_read_mb_per_s: float = 0.0
     max_replica_lag: float = MAX_REPLICA_LAG
     replica: dict | None = None  # replication.source.check, when the source is a replica
+
+
+@dataclass(frozen=True)
+class DumpResult(Result):
+    """A finished dump: where its manifest is, what it holds, and what it held production back for."""
+
+    manifest: str
+    tables: int
+    rows: int
+    bytes: int
+    seconds: float
+    lock_method: str  # snapshot.snapshot_method's choice: backup_stage or ftwrl
+    commits_held_seconds: float
+    ddl_held_seconds: float
+    ddl_yields: int  # times the dump let a waiting DDL statement through (dumper.Dumper.yields)
 
 
 @dataclass(frozen=True)
