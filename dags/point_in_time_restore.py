@@ -19,11 +19,12 @@ one on other databases is left out and named).
 """
 from __future__ import annotations
 
-from airflow.sdk import dag, get_current_context, task
+from airflow.sdk import dag, task
 
 from lastline.airflow.defaults import dag_args
 from lastline.airflow.params import params
 from lastline.airflow.routing import on_server
+from lastline.airflow.steps import step
 from lastline.airflow.task_groups import logical_restore_steps, physical_restore_steps
 from lastline.pitr import replay as pitr_replay
 from lastline.pitr import restore as pitr
@@ -43,15 +44,7 @@ from lastline.pitr import restore as pitr
 def point_in_time_restore():
     @task(multiple_outputs=True, **on_server("target_conn_id", long=False))
     def plan(params=None) -> dict:
-        return pitr.preflight(dict(params))
-
-    @task(**on_server("target_conn_id"))
-    def replay(plan: dict) -> dict:
-        return pitr_replay.run(plan, get_current_context()["run_id"])
-
-    @task(**on_server("target_conn_id", long=False))
-    def cleanup(plan: dict) -> dict:
-        return pitr_replay.cleanup(plan, get_current_context()["run_id"])
+        return pitr.preflight(dict(params)).to_dict()
 
     @task.branch
     def base_kind(kind: str) -> str:
@@ -61,8 +54,10 @@ def point_in_time_restore():
     physical = physical_restore_steps.override(group_id="physical_base")(p["physical"])
     logical = logical_restore_steps.override(group_id="logical_base")(p["logical"])
     base_kind(p["kind"]) >> [physical, logical]
-    replayed = replay.override(trigger_rule="none_failed_min_one_success")(p["replay"])
-    [physical, logical] >> replayed >> cleanup(p["replay"]).as_teardown(setups=replayed)
+    replayed = step(pitr_replay.run, task_id="replay", trigger_rule="none_failed_min_one_success",
+                    **on_server("target_conn_id"))(p["replay"], "{{ run_id }}")
+    cleanup = step(pitr_replay.cleanup, **on_server("target_conn_id", long=False))(p["replay"], "{{ run_id }}")
+    [physical, logical] >> replayed >> cleanup.as_teardown(setups=replayed)
 
 
 point_in_time_restore()

@@ -23,6 +23,7 @@ from airflow.sdk import PokeReturnValue, chain, dag, task
 from lastline.airflow.defaults import dag_args
 from lastline.airflow.params import Override, params
 from lastline.airflow.routing import on_server
+from lastline.airflow.steps import step, typed_call
 from lastline.physical.tools import CODECS
 from lastline.replication import rebuild as rr
 
@@ -43,22 +44,22 @@ from lastline.replication import rebuild as rr
 def replica_rebuild():
     @task
     def preflight(params=None) -> dict:
-        return rr.preflight(dict(params))
+        return rr.preflight(dict(params)).to_dict()
 
     @task.sensor(poke_interval=15, timeout=7 * 24 * 3600, mode="reschedule")
     def catch_up(plan: dict, attached: dict) -> PokeReturnValue:  # each poke checks catch_up_timeout, a Param
-        waited = rr.caught_up(plan, attached)
+        waited = typed_call(rr.caught_up)(plan, attached)
         return PokeReturnValue(is_done=waited is not None, xcom_value=waited)
 
     plan = preflight()
-    stopped, prepared, started = (task(f, **on_server("target_conn_id"))(plan) for f in (rr.stop_target, rr.prepare, rr.start_target))
-    streamed = task(rr.stream, **on_server("source_conn_id"))(plan)  # source | ssh target: runs where mariabackup does
-    attached = task(rr.attach)(plan, streamed)
+    stopped, prepared, started = (step(f, **on_server("target_conn_id"))(plan) for f in (rr.stop_target, rr.prepare, rr.start_target))
+    streamed = step(rr.stream, **on_server("source_conn_id"))(plan)  # source | ssh target: runs where mariabackup does
+    attached = step(rr.attach)(plan, streamed)
     caught_up = catch_up(plan, attached)
-    verified = task(rr.verify)(plan)
+    verified = step(rr.verify)(plan)
     chain(stopped, streamed, prepared, started, attached, caught_up, verified)
-    task(rr.finish)(plan, streamed, verified)
-    task(rr.report)(plan, stopped, streamed, prepared, started, attached, caught_up, verified)
+    step(rr.finish)(plan, streamed, verified)
+    step(rr.report)(plan, stopped, streamed, prepared, started, attached, caught_up, verified)
 
 
 replica_rebuild()

@@ -36,7 +36,7 @@ def restore_drill():
     @task(multiple_outputs=True)
     def preflight(params=None) -> dict:
         event = triggering_backup()  # a backup that just completed; else the Params (a manual run)
-        return rd.preflight({**params, "kind": event["kind"], "backup": event["url"]} if event else dict(params))
+        return rd.preflight({**params, "kind": event["kind"], "backup": event["url"]} if event else dict(params)).to_dict()
 
     @task.branch
     def which(kind: str) -> str:
@@ -46,7 +46,7 @@ def restore_drill():
     def record(plan: dict) -> dict:
         context = get_current_context()
         verified = context["ti"].xcom_pull(task_ids=f"{plan['kind']}.verify")
-        entry = rd.record(plan, verified, context["dag"].dag_id, context["run_id"])
+        entry = rd.record(rd.DrillPlan.of(plan), verified, context["dag"].dag_id, context["run_id"])
         problem = rd.verdict(entry)
         if problem:
             send("drill_failed" if not entry["ok"] else "rto_exceeded", f"lastline: {problem}",

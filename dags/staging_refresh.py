@@ -24,11 +24,12 @@ default `lastline_masking`); it never reaches XCom, a log or a statement's text.
 """
 from __future__ import annotations
 
-from airflow.sdk import Variable, dag, get_current_context, task
+from airflow.sdk import Variable, dag, task
 
 from lastline.airflow.assets import LOGICAL_BACKUP, backup_from_event
 from lastline.airflow.defaults import dag_args, env
 from lastline.airflow.params import Override, params, recent_backups
+from lastline.airflow.steps import step
 from lastline.airflow.task_groups import detach_replication, logical_restore_steps
 from lastline.staging import quarantine
 from lastline.staging import refresh as sr
@@ -55,41 +56,21 @@ def staging_refresh():
     def preflight(params=None) -> dict:
         conf = {**params, "backup": backup_from_event(params["backup"])}
         # the deployment's rules; the run's masking_rules may only add to them (no "keep": see rules.run_rules)
-        return sr.preflight(conf, Variable.get("lastline_masking_rules", default="{}"))
+        return sr.preflight(conf, Variable.get("lastline_masking_rules", default="{}")).to_dict()
 
-    @task
-    def lock(plan: dict) -> dict:
-        return quarantine.lock(plan["target_conn_id"], get_current_context()["run_id"])
-
-    @task
-    def close(plan: dict) -> dict:
-        return quarantine.close(plan["target_conn_id"], get_current_context()["run_id"], plan["databases"])
-
-    @task
-    def mask(plan: dict) -> dict:
-        return sr.mask(plan, get_current_context()["run_id"])
-
-    @task
-    def verify_masking(plan: dict, masked: dict) -> dict:
-        return sv.verify_masking(plan, get_current_context()["run_id"])
-
-    @task
-    def report(plan: dict, verified: dict, masked: dict, opened: dict) -> dict:
-        context = get_current_context()
-        return sr.report(plan, verified, masked, context["dag"].dag_id, context["run_id"])
-
+    run = "{{ run_id }}"  # the run's key: what it locked, masked and verified
     plan = preflight()
-    locked = lock(plan)  # the setup: nobody but lastline reads staging until the masking is verified
+    locked = step(quarantine.lock)(plan["target_conn_id"], run)  # the setup: nobody but lastline reads staging until the masking is verified
     restored = logical_restore_steps(plan["restore"], role="staging")
     detached = detach_replication(plan["target_conn_id"], "{{ params.restart }}", False)
-    masked = mask(plan)
-    verified = verify_masking(plan, masked)
-    late = task(sr.late_objects, task_id="objects")(plan)  # triggers and events: none fired on the mask
-    opened = task(sr.open_target, task_id="open")(plan)
-    closed = close(plan).as_teardown(setups=locked, on_failure_fail_dagrun=True)  # unmasked data dropped, accounts unlocked
-    locked >> restored >> detached >> masked
-    verified >> late >> opened >> closed
-    closed >> report(plan, verified, masked, opened)
+    masked = step(sr.mask)(plan, run)
+    verified = step(sv.verify_masking)(plan, run)
+    late = step(sr.late_objects, task_id="objects")(plan)  # triggers and events: none fired on the mask
+    opened = step(sr.open_target, task_id="open")(plan)
+    closed = step(quarantine.close)(plan["target_conn_id"], run, plan["databases"]).as_teardown(
+        setups=locked, on_failure_fail_dagrun=True)  # unmasked data dropped, accounts unlocked
+    locked >> restored >> detached >> masked >> verified >> late >> opened >> closed
+    closed >> step(sr.report)(plan, verified, masked, dag_id="{{ dag.dag_id }}")
 
 
 staging_refresh()

@@ -167,12 +167,12 @@ def test_target_datadir_full_mid_load(sandbox_root, logical_source, tmp_path, fa
         filler.unlink()  # space is back
         assert inst.server().answers()
         plan = lr.preflight(conf)
-        assert plan["resume"]
+        assert plan.resume
         lr.create_schema(plan)
         for u in lr.plan_load(plan):
             lr.load(plan, u)
         lr.finalize(plan)
-        lr.verify(plan, {})
+        lr.verify(plan, None)
         src = {k: v for k, v in table_checksums(logical_source.server()).items() if k.startswith("filldb.")}
         assert src and {k: v for k, v in table_checksums(inst.server()).items() if k.startswith("filldb.")} == src
         fault("target datadir full mid-load", seen.split("\n")[0],

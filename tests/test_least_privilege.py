@@ -96,7 +96,7 @@ def test_the_run_account_holds_only_the_restored_databases_runs_the_backup_and_i
     _general_log(target, True)
     try:
         plan = lr.preflight(_conf(backup))
-        run = plan["restore_account"]
+        run = plan.restore_account
         assert run.startswith("lastline_run_")
         snap = lr.snapshot_config(plan, "lp-run")
         steps, lanes = lr.prepare(plan)
@@ -114,12 +114,12 @@ def test_the_run_account_holds_only_the_restored_databases_runs_the_backup_and_i
         for lane in lanes:
             lr.load_lane(plan, lane)
         lr.finalize(plan)
-        owner = accounts.owner_name(plan["databases"])
+        owner = accounts.owner_name(plan.databases)
         reverted = lr.revert(plan)
         lr.verify(plan, snap)
     finally:
         _general_log(target, False)
-    assert reverted["run_account_dropped"] is True
+    assert reverted.run_account_dropped is True
     assert not target.query("SELECT User FROM mysql.user WHERE User = %s", (run,))  # gone after the run
     # every statement that came from the backup ran under the run account (its objects under their owner)
     for like in ("CREATE TABLE%", "LOAD DATA LOCAL INFILE%", "ALTER TABLE % ADD %", "ANALYZE TABLE%"):
@@ -213,7 +213,7 @@ def test_with_the_statement_checks_off_privilege_alone_refuses_the_review_s_atta
         if target.query("SELECT COUNT(*) FROM information_schema.TABLES WHERE TABLE_SCHEMA = %s AND TABLE_NAME = %s", (db, table))[0][0]:
             dump = str(target.query(f"SELECT * FROM `{db}`.`{table}`"))
             assert "4111111111111111" not in dump and "*" not in dump, dump
-    assert not target.query("SELECT User FROM mysql.user WHERE User = %s", (plan["restore_account"],))  # dropped by revert
+    assert not target.query("SELECT User FROM mysql.user WHERE User = %s", (plan.restore_account,))  # dropped by revert
 
 
 def test_a_backup_s_definer_is_never_used_and_events_come_back_disabled(backup, victims, tmp_path, logical_source):
@@ -251,14 +251,14 @@ def test_a_run_s_conf_cannot_skip_the_approval(backup, victims, logical_target, 
         _commit(victims, "DELETE FROM _lastline.restore_state WHERE dbs LIKE '%lp\\_a\\_b%'")  # not a resume: a new restore
     _commit(victims, "CREATE DATABASE IF NOT EXISTS lp_a_b", "CREATE TABLE IF NOT EXISTS lp_a_b.t (id INT PRIMARY KEY, v VARCHAR(10))")
     plan = lr.preflight(_conf(backup, databases=["lp_a_b"], approval=False))
-    assert plan["at_risk"] and plan["at_risk"]["databases"] == ["lp_a_b"]  # a person is asked all the same
+    assert plan.at_risk and plan.at_risk["databases"] == ["lp_a_b"]  # a person is asked all the same
     set_conn("t_lp_no_ask", logical_target, approval=False)  # the connection (a deployment setting) may say no
-    assert lr.preflight(_conf(backup, databases=["lp_a_b"], target_conn_id="t_lp_no_ask"))["at_risk"] is None
+    assert lr.preflight(_conf(backup, databases=["lp_a_b"], target_conn_id="t_lp_no_ask")).at_risk is None
     set_conn("t_lp_drill", logical_target, role="drill")
-    assert lr.preflight(_conf(backup, databases=["lp_a_b"], target_conn_id="t_lp_drill"), role="drill")["at_risk"] is None
+    assert lr.preflight(_conf(backup, databases=["lp_a_b"], target_conn_id="t_lp_drill"), role="drill").at_risk is None
     monkeypatch.setenv("LASTLINE_APPROVAL", "false")
     set_conn("t_lp_ask", logical_target, approval=True)
-    assert lr.preflight(_conf(backup, databases=["lp_a_b"], target_conn_id="t_lp_ask"))["at_risk"]
+    assert lr.preflight(_conf(backup, databases=["lp_a_b"], target_conn_id="t_lp_ask")).at_risk
 
 
 def test_a_staging_or_drill_server_takes_only_its_own_dag(backup, victims, logical_target):
@@ -281,7 +281,7 @@ def test_backups_outside_the_deployment_s_roots_are_refused(backup, victims, tmp
     (root / "backups").mkdir(parents=True)
     shutil.copytree(backup, root / "backups" / "set")
     monkeypatch.setenv("LASTLINE_BACKUP_ROOTS", f"file://{root}/backups, s3://only-this-bucket/lastline")
-    assert lr.preflight(_conf(root / "backups" / "set", databases=["lp_a_b"]))["backup_id"]  # inside: fine
+    assert lr.preflight(_conf(root / "backups" / "set", databases=["lp_a_b"])).backup_id  # inside: fine
     (root / "backups" / "out").symlink_to(backup)  # inside by name, outside by what it is
     shutil.copytree(backup, tmp_path / "allowed" / "backups-old")
     for where in (backup, tmp_path / "allowed" / "backups-old", root / "backups" / "out"):
@@ -328,7 +328,7 @@ def test_restored_code_runs_as_its_owner_never_as_whoever_calls_it(backup, victi
     # a name the manifest calls a table but that is a view on the target is never read by the admin account
     _commit(target, "RENAME TABLE lp_a_b.t TO lp_a_b.t_was", "CREATE VIEW lp_a_b.t AS SELECT * FROM lp_a_b.t_was")
     with pytest.raises(IntegrityError, match=r"lp_a_b.t: is view on the target, not a table"):
-        lr.verify(plan, {})
+        lr.verify(plan, None)
 
 
 def test_a_backup_changed_after_preflight_is_not_read_again(backup, victims, tmp_path):
@@ -358,7 +358,7 @@ def test_system_lastline_and_set_aside_databases_are_never_restored(backup, vict
         for t in manifest["tables"]:
             t["schema"] = name if t["schema"] == "lp_a_b" else t["schema"]
         (folder / "manifest.json").write_text(json.dumps(manifest))
-        assert name not in lr.preflight(_conf(copy, databases=[]))["databases"]  # left out by default
+        assert name not in lr.preflight(_conf(copy, databases=[])).databases  # left out by default
         with pytest.raises(PreflightError, match="are never restored"):
             lr.preflight(_conf(copy, databases=[name]))  # and refused by name
     # and a logical backup says, rather than leaving out, that it does not carry a system-versioned table

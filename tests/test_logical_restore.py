@@ -181,7 +181,7 @@ def _wait_for_load(server, table: str, min_ledger: int, timeout: float = 60) -> 
     raise AssertionError(f"no LOAD DATA into {table} seen within {timeout} s")
 
 
-def _big_unit(plan: dict) -> dict:
+def _big_unit(plan: lr.RestorePlan) -> dict:
     return next(u for u in lr.plan_load(plan) if u["name"].startswith("big.t"))
 
 
@@ -190,8 +190,9 @@ def test_load_task_killed_mid_chunk_then_rerun_is_exact(run_dag, backups, logica
     plan = lr.preflight(_conf(backups, force=True, tune=False))
     lr.create_schema(plan)
     unit = _big_unit(plan)
-    code = "import json, sys; from lastline.logical import restore as lr; lr.load(json.loads(sys.argv[1]), json.loads(sys.argv[2]))"
-    child = subprocess.Popen([sys.executable, "-c", code, json.dumps(plan), json.dumps(unit)], env=os.environ.copy())
+    code = ("import json, sys; from lastline.logical import restore as lr; "
+            "lr.load(lr.RestorePlan.of(json.loads(sys.argv[1])), json.loads(sys.argv[2]))")
+    child = subprocess.Popen([sys.executable, "-c", code, json.dumps(plan.to_dict()), json.dumps(unit)], env=os.environ.copy())
     _wait_for_load(logical_target.server(), "big", min_ledger=1)
     child.send_signal(signal.SIGKILL)
     child.wait()
@@ -362,7 +363,7 @@ def test_an_interrupted_run_for_one_database_lets_no_other_run_skip_force(backup
     conn.close()
     edge = lr.preflight(_conf(backups, force=True, databases=["edge"]))
     lr.create_schema(edge)  # ...and the run stops here
-    assert lr.preflight(_conf(backups, databases=["edge"]))["resume"]  # the same restore resumes
+    assert lr.preflight(_conf(backups, databases=["edge"])).resume  # the same restore resumes
     with pytest.raises(PreflightError, match="big already exist.*set force"):
         lr.preflight(_conf(backups, databases=["big"]))
     assert target.query("SELECT id FROM big.precious") == [(1,)]
@@ -372,7 +373,7 @@ def test_an_interrupted_run_for_one_database_lets_no_other_run_skip_force(backup
         lr.load(edge, u)
     lr.finalize(edge)
     assert target.query("SELECT COUNT(*) FROM _lastline.restore_state") == [(0,)]
-    assert not lr.preflight(_conf(backups, force=True, databases=["edge"]))["resume"]
+    assert not lr.preflight(_conf(backups, force=True, databases=["edge"])).resume
 
 
 def test_per_table_index_builds_run_in_the_lanes_and_two_lanes_split_the_units(backups, logical_source, logical_target, caplog):
@@ -394,7 +395,7 @@ def test_per_table_index_builds_run_in_the_lanes_and_two_lanes_split_the_units(b
         th.start()
     for th in threads:
         th.join()
-    loaded = [u["unit"] for lane in lanes for u in results[lane]]
+    loaded = [u.unit for lane in lanes for u in results[lane]]
     assert sorted(loaded) == sorted(u["name"] for u in lr.plan_load(plan))  # every unit once, none twice
     target = logical_target.server()
     indexes = target.query("SELECT COUNT(DISTINCT INDEX_NAME) FROM information_schema.STATISTICS WHERE TABLE_SCHEMA = 'sakila' "
@@ -402,7 +403,7 @@ def test_per_table_index_builds_run_in_the_lanes_and_two_lanes_split_the_units(b
     assert indexes >= 3  # built in a lane, before finalize
     assert "sakila.rental: indexes built in" in caplog.text
     # and each table's checksum, taken in the lane while its pages were in memory, is what verify compares
-    assert recorded_checks(target, lr.RestorePlan.of(plan).backup_id) == _backup_checks(plan, dbs)
+    assert recorded_checks(target, plan.backup_id) == _backup_checks(plan, dbs)
     lr.finalize(plan)
     _verify_compares_the_kept_checks(plan, snap, logical_source.server(), target, dbs, caplog)
 
@@ -421,9 +422,9 @@ def test_after_all_finalize_takes_each_checksum_right_after_the_tables_indexes(b
     for lane in lr.plan_lanes(plan):
         lr.load_lane(plan, lane)
     target = logical_target.server()
-    assert recorded_checks(target, lr.RestorePlan.of(plan).backup_id) == {}  # no lane took one
+    assert recorded_checks(target, plan.backup_id) == {}  # no lane took one
     # each chunk of a table cut in primary-key ranges (or of one chunk) was checked in its transaction
-    manifest = lr.open_backup(lr.RestorePlan.of(plan))[1]
+    manifest = lr.open_backup(plan)[1]
     ranged = [t for t in manifest.tables if t.schema in dbs and chunk_checks(manifest, t) is not None]
     assert any(len(t.chunks) > 1 for t in ranged)  # big.t: several key ranges
     assert sum(len(t.chunks) for t in ranged) == target.query(
@@ -433,11 +434,11 @@ def test_after_all_finalize_takes_each_checksum_right_after_the_tables_indexes(b
     _verify_compares_the_kept_checks(plan, snap, logical_source.server(), target, dbs, caplog)
 
 
-def _verify_compares_the_kept_checks(plan: dict, snap: dict, source, target, dbs: tuple[str, ...], caplog) -> None:
+def _verify_compares_the_kept_checks(plan: lr.RestorePlan, snap: lr.ConfigSnapshot, source, target, dbs: tuple[str, ...], caplog) -> None:
     """After finalize: every table's kept check is the manifest's; revert, then verify passes comparing them
     (it says so), forgets them, and the data equals the source's."""
     manifest = _backup_checks(plan, dbs)
-    backup_id = lr.RestorePlan.of(plan).backup_id
+    backup_id = plan.backup_id
     assert recorded_checks(target, backup_id) == manifest
     lr.revert(plan)
     caplog.clear()
@@ -447,7 +448,7 @@ def _verify_compares_the_kept_checks(plan: dict, snap: dict, source, target, dbs
     assert _diff(_objects(source, dbs), _objects(target, dbs)) == []
 
 
-def _backup_checks(plan: dict, dbs: tuple[str, ...]) -> dict:
+def _backup_checks(plan: lr.RestorePlan, dbs: tuple[str, ...]) -> dict:
     """Rows and checksum of each table of `dbs` as the backup's manifest gives them, by (schema, table)."""
-    return {(t.schema, t.name): (t.rows, t.checksum) for t in lr.open_backup(lr.RestorePlan.of(plan))[1].tables
+    return {(t.schema, t.name): (t.rows, t.checksum) for t in lr.open_backup(plan)[1].tables
             if t.schema in dbs}

@@ -1,6 +1,7 @@
 """End to end through the DAGs, on real sandbox servers, real mariabackup/mbstream/zstd/pigz, moto S3."""
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import os
@@ -251,8 +252,9 @@ def test_checksum_mismatch_is_named_and_the_target_stays_down(good_backup, targe
     with pytest.raises(IntegrityError, match="refusing to start"):
         pr.start_target(plan)
     assert target.pid() is None
-    good = {**plan, "backup": good_backup.as_uri(),  # a good backup still restores afterwards (its manifest pinned)
-            "manifest_sha256": hashlib.sha256((good_backup / "manifest.json").read_bytes()).hexdigest()}
+    good = dataclasses.replace(  # a good backup still restores afterwards (its manifest pinned)
+        plan, backup=good_backup.as_uri(),
+        manifest_sha256=hashlib.sha256((good_backup / "manifest.json").read_bytes()).hexdigest())
     for step in (pr.extract, pr.prepare, pr.start_target):
         step(good)
     assert target.pid() is not None

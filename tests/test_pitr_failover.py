@@ -104,7 +104,7 @@ def test_a_failover_forks_the_archive_and_restores_on_both_branches_are_exact(ru
 
     old_branch = archive.branches(storage)[0]["id"]
     plan = pitr.preflight({"target_conn_id": "t_target", "destination": dest, "until": old_gtid, "branch": old_branch})
-    assert plan["base"] == replica_base, plan  # the newest base before until: the one taken on the replica
+    assert plan.base == replica_base, plan  # the newest base before until: the one taken on the replica
     _restore(run_dag, dest, old_gtid, branch=old_branch)  # the old primary's last transaction, on its own branch
     assert state(target) == old_state
 

@@ -135,7 +135,7 @@ def test_a_logical_base_rolls_forward_to_a_second_reaching_only_its_databases(ru
     until, _, recorded = lhistory["points"]["time"]
     plan = pitr.preflight({"target_conn_id": "t_pitr_ltgt", "destination": lhistory["dest"], "until": until,
                            "base_kind": "logical"})
-    assert plan["kind"] == "logical" and plan["replay"]["databases"] == ["shop"]
+    assert plan.kind == "logical" and plan.replay["databases"] == ["shop"]
     logs = _restore(run_dag, lhistory, until)
     assert state(lhistory["tgt"]) == recorded
     assert _untouched(lhistory["tgt"]) == lhistory["untouched"]  # other.t, other.t2, mysql.*: never reached

@@ -21,6 +21,7 @@ from lastline.physical import backup as pb
 from lastline.pitr import applier, archive, check, replay, window
 from lastline.pitr import restore as pitr
 from lastline.pitr import span as span_of
+from lastline.pitr.plans import ReplayPlan
 from lastline.storage import open_storage
 from lastline_dev.sandbox import Instance
 
@@ -211,7 +212,7 @@ def test_a_replay_stopped_half_way_resumes_without_applying_a_transaction_twice(
     storage, tgt = history["storage"], history["tgt"]
     plan = pitr.preflight({"target_conn_id": "t_pitr_tgt", "destination": history["dest"], "until": "latest"})
     from lastline.physical import restore as pr
-    rplan = pr.preflight({**plan["physical"], "force": True})
+    rplan = pr.preflight({**plan.physical, "force": True})
     for step in (pr.stop_target, pr.extract, pr.prepare, pr.start_target):
         step(rplan)
     server = connections.server("t_pitr_tgt")
@@ -225,7 +226,7 @@ def test_a_replay_stopped_half_way_resumes_without_applying_a_transaction_twice(
         cur.execute("SET SESSION sql_log_bin=0")
         cur.execute("INSERT INTO shop.orders (id, item, qty, note) VALUES (%s, 0, 0, 'in the way')", (blocker,))
         cur.connection.commit()
-    span = span_of.Span.of(plan["replay"]["span"])
+    span = span_of.Span.of(plan.replay["span"])
     with pytest.raises(ServerError, match="applier stopped"):
         replay.apply(server, storage, span, "resume-test", "parallel")
     held = server.query("SELECT @@GLOBAL.gtid_slave_pos")[0][0]
@@ -240,7 +241,7 @@ def test_a_replay_stopped_half_way_resumes_without_applying_a_transaction_twice(
     assert result["transactions"] < len(later)  # what it had applied was left out
     assert state(tgt) == history["points"]["latest"][2]
     assert replay.apply(server, storage, span, "resume-test", "parallel") == result  # done: a re-run changes nothing
-    assert replay.cleanup({"target_conn_id": "t_pitr_tgt"}, "resume-test") == {"cleaned": True}
+    assert replay.cleanup(ReplayPlan("t_pitr_tgt", history["dest"], {}), "resume-test").cleaned
     assert server.query("SELECT @@GLOBAL.slave_exec_mode, @@GLOBAL.slave_parallel_threads") == [("IDEMPOTENT", 0)]
     # a target that would apply triggers a second time, or skip or rewrite events, is never handed the relay logs
     server.query("SET GLOBAL slave_run_triggers_for_rbr='YES'")
@@ -270,7 +271,7 @@ def test_a_worker_killed_mid_replay_resumes_to_the_exact_result(history):
     storage = history["storage"]
     plan = pitr.preflight({"target_conn_id": "t_pitr_tgt", "destination": history["dest"], "until": "latest"})
     from lastline.physical import restore as pr
-    rplan = pr.preflight({**plan["physical"], "force": True})
+    rplan = pr.preflight({**plan.physical, "force": True})
     for step in (pr.stop_target, pr.extract, pr.prepare, pr.start_target):
         step(rplan)
     server = connections.server("t_pitr_tgt")
@@ -285,7 +286,7 @@ def test_a_worker_killed_mid_replay_resumes_to_the_exact_result(history):
         f"replay.apply(connections.server('t_pitr_tgt'), open_storage({history['dest']!r}), "
         f"span_of.Span.of(json.loads(sys.stdin.read())), 'killed', 'parallel')")],
         stdin=subprocess.PIPE, env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}, text=True)
-    worker.stdin.write(json.dumps(plan["replay"]["span"]))
+    worker.stdin.write(json.dumps(plan.replay["span"]))
     worker.stdin.close()
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:  # until the applier waits on the lock
@@ -302,7 +303,7 @@ def test_a_worker_killed_mid_replay_resumes_to_the_exact_result(history):
     assert server.query("SELECT @@GLOBAL.slave_parallel_threads")[0][0] != before[0][0]  # left changed
     lock.rollback()
     lock.close()
-    result = replay.apply(server, storage, span_of.Span.of(plan["replay"]["span"]), "killed", "parallel")
+    result = replay.apply(server, storage, span_of.Span.of(plan.replay["span"]), "killed", "parallel")
     assert state(history["tgt"]) == history["points"]["latest"][2]
     assert server.query("SELECT @@GLOBAL.slave_parallel_threads, @@GLOBAL.slave_exec_mode") == before
     assert server.query("SHOW ALL SLAVES STATUS") == []
@@ -395,7 +396,7 @@ def test_prune_keeps_every_base_and_binlog_the_window_needs(history, tmp_path):
     second_file = pitr.coordinates(read_manifest(storage, second))[0]
     assert all(not name.endswith(second_file) for name in tiny["binlogs_deleted"])
     plan = pitr.preflight({"target_conn_id": "t_pitr_tgt", "destination": dest, "until": "latest"})
-    assert plan["base"] == second  # the kept base still rolls forward to the end
+    assert plan.base == second  # the kept base still rolls forward to the end
     assert check.check(storage, max_age=3600)["problems"] == []
     with pytest.raises(Refusal, match="in no branch"):  # the deleted files are never read as if they were there
         window.choose_line(storage, "mariadb-bin.000001", "0-0-0")
@@ -445,7 +446,7 @@ def test_a_server_writing_reused_names_forks_the_archive_and_a_restore_on_either
         assert state(history["tgt"]) == new_state
         # the old branch, from the old base, to its last GTID (which the new branch reuses for another transaction)
         plan = pitr.preflight({**base, "until": old_gtid, "base": old_base.backup_id})
-        assert plan["branch"] == archive.branches(storage)[0]["id"]
+        assert plan.branch == archive.branches(storage)[0]["id"]
         state_, tis, logs = run_dag("point_in_time_restore", {**base, "until": old_gtid, "base": old_base.backup_id})
         assert state_ == "success", tis
         assert state(history["tgt"]) == old_state

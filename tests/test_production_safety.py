@@ -172,10 +172,10 @@ def test_the_backups_run_at_low_priority_and_under_their_read_cap(app, tmp_path)
         worker.close()
     free, _ = _backup(tmp_path / "free", max_read_mb_per_s=0, parallel=2)
     capped, manifest = _backup(tmp_path / "capped", max_read_mb_per_s=1, parallel=2)
-    rate = manifest.raw_bytes / 1e6 / capped["seconds"]
+    rate = manifest.raw_bytes / 1e6 / capped.seconds
     assert manifest.raw_bytes > 3e6, "the dump must be long enough to time"
     assert rate < 1.3, f"read {rate:.2f} MB/s under a 1 MB/s cap"
-    assert capped["seconds"] > 3 * free["seconds"], (free, capped)
+    assert capped.seconds > 3 * free.seconds, (free, capped)
 
     stages = backup_stages("opt", "/data", 2, "zstd", priority="idle", max_read_mb_per_s=4)
     assert [s.name for s in stages] == ["mariabackup", "throttle", "compress"]
@@ -188,8 +188,8 @@ def test_the_backups_run_at_low_priority_and_under_their_read_cap(app, tmp_path)
                          "max_read_mb_per_s": 40})
     stats = pb.stream(plan)
     assert stats.bytes / 1e6 / stats.seconds < 40 * 1.1, stats  # uncompressed: the bytes pv let through
-    print(f"logical: {rate:.2f} MB/s capped at 1, {free['seconds']:.1f} s free vs {capped['seconds']:.1f} s capped; "
-          f"physical: {stats['bytes'] / 1e6 / stats['seconds']:.1f} MB/s capped at 40")
+    print(f"logical: {rate:.2f} MB/s capped at 1, {free.seconds:.1f} s free vs {capped.seconds:.1f} s capped; "
+          f"physical: {stats.bytes / 1e6 / stats.seconds:.1f} MB/s capped at 40")
 
 
 def test_the_guard_waits_for_a_long_statement_names_it_and_kills_it_only_when_asked(app, tmp_path):
@@ -257,9 +257,9 @@ def test_a_ddl_on_the_table_being_read_gets_through_at_once_and_writes_do_not_qu
         cur.execute("USE ps")
         cur.execute("INSERT INTO ps.app (t) SELECT NOW(6) FROM seq_1_to_60000")
         cur.connection.commit()
-    result: dict = {}
-    dump = threading.Thread(target=lambda: result.update(_backup(tmp_path, databases=["ps"], parallel=1, chunk_rows=1_000_000,
-                                                                 max_read_mb_per_s=0.4)[0]), daemon=True)
+    done: list[lb.DumpResult] = []
+    dump = threading.Thread(target=lambda: done.append(_backup(tmp_path, databases=["ps"], parallel=1, chunk_rows=1_000_000,
+                                                               max_read_mb_per_s=0.4)[0]), daemon=True)
     with Writes(server, "ps.app") as writes:
         dump.start()
         deadline = time.monotonic() + 30  # until the one worker is inside ps.app's chunk (~2 MB at 0.4 MB/s)
@@ -273,7 +273,8 @@ def test_a_ddl_on_the_table_being_read_gets_through_at_once_and_writes_do_not_qu
         altered = time.monotonic() - t0
         other.close()
         dump.join(timeout=120)
-    assert result.get("manifest"), "the backup completes"
+    assert done, "the backup completes"
+    result = done[0]
     manifest = read_manifest(open_storage(f"file://{tmp_path}"), result.manifest.rsplit("/", 2)[-2], "logical")
     app_table = next(t for t in manifest.tables if (t.schema, t.name) == ("ps", "app"))
     assert app_table.rows >= 60_000 and len(app_table.chunks) == 1, "the chunk read again is in the backup, once"

@@ -17,6 +17,7 @@ from lastline.core.errors import PreflightError, ProtectedTargetError, Refusal
 from lastline.logical import backup as lb
 from lastline.staging import pii
 from lastline.staging import refresh as sr
+from lastline.staging.plans import Masked, MaskingVerified
 from lastline.staging.rules import parse_rules, split_key
 
 RULES = {
@@ -397,12 +398,12 @@ def test_the_snippet_merged_passes_the_pii_guard(leaky, logical_target, deployme
     tgt = logical_target.server()
     try:
         plan = sr.preflight(_conf(leaky, databases=["leaky"]), {**LEAKY_RULES, **snippet})
-        assert plan["kept_objects"] == sorted(k for k in snippet if k.count(".") == 1)
-        assert {f"{r['schema']}.{r['table']}.{r['column']}" for r in plan["rules"]} == {
+        assert plan.kept_objects == sorted(k for k in snippet if k.count(".") == 1)
+        assert {f"{r['schema']}.{r['table']}.{r['column']}" for r in plan.rules} == {
             *LEAKY_RULES, *(k for k in snippet if k.count(".") == 2)}
         assert tgt.query("SELECT @@global.read_only")[0][0] == 1  # passed: staging kept read-only until masked
-        saved = sr.report(plan, {"columns": [], "joins": []}, {}, "staging_refresh", "leaky_preflight_only")["report"]
-        assert json.loads(Path(saved.removeprefix("file://")).read_text())["kept"] == plan["kept_objects"]  # on the record
+        saved = sr.report(plan, MaskingVerified([], []), Masked(0.0, 0, []), "staging_refresh", "leaky_preflight_only")["report"]
+        assert json.loads(Path(saved.removeprefix("file://")).read_text())["kept"] == plan.kept_objects  # on the record
     finally:
         tgt.query("SET GLOBAL read_only = OFF")  # as the other tests expect the shared target
 
@@ -471,7 +472,7 @@ def test_a_run_s_conf_may_mask_more_but_never_less_and_never_names_the_key(crm, 
             sr.preflight(_conf(backup, masking_rules=weaker), RULES)
     try:  # more masking from the conf is fine: a deployment "keep" turned into a mask
         plan = sr.preflight(_conf(backup, masking_rules={"crm.products.name": "hash"}), RULES)
-        assert {r["strategy"] for r in plan["rules"] if r["table"] == "products"} == {"hash"}
+        assert {r["strategy"] for r in plan.rules if r["table"] == "products"} == {"hash"}
     finally:
         tgt.query("SET GLOBAL read_only = OFF")
     deployment_rules.setenv("LASTLINE_MASKING_KEY_CONN_ID", "t_crm")  # a server's connection is no key

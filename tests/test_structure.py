@@ -21,6 +21,7 @@ LAYERS = {
 AIRFLOW_ALLOWED = ("lastline.airflow", "lastline.connections", "lastline.hooks", "lastline.storage.s3", "lastline.core.errors")
 ACROSS_STAGES = {("lastline.replication.rebuild", "lastline.physical.tools"),  # rebuild streams and prepares a datadir
                  ("lastline.replication.rebuild", "lastline.physical.target"),
+                 ("lastline.replication.rebuild", "lastline.physical.plans"),  # its stop/prepare/start: the restore's steps
                  # a backup taken from a replica records its primary's coordinates (replication.source)
                  ("lastline.physical.backup", "lastline.replication.source"),
                  ("lastline.logical.backup", "lastline.replication.source"),

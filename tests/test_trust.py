@@ -15,6 +15,7 @@ from lastline.logical import backup as lb
 from lastline.logical import restore as lr
 from lastline.manifest import PhysicalManifest, TableInfo, read_manifest, write_manifest
 from lastline.physical import restore as pr
+from lastline.physical.plans import RestorePlan
 from lastline.storage import open_storage
 
 pytestmark = pytest.mark.e2e
@@ -130,7 +131,7 @@ def test_physical_verify_quotes_names_from_the_manifest(sentinel, tmp_path):
         datadir_bytes=0, tables=tables,
     )
     write_manifest(storage, m)
-    plan = {"target_conn_id": "t_ltarget", "backup": f"file://{tmp_path}/20300101T000000Z"}
+    plan = RestorePlan(target_conn_id="t_ltarget", backup=f"file://{tmp_path}/20300101T000000Z")
     assert pr.verify(plan)  # the real, awkward name passes
     m.tables.append(TableInfo("trust_sentinel", "t`; DROP DATABASE trust_sentinel; -- ", "InnoDB", 0, 0))
     write_manifest(storage, m)

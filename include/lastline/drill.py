@@ -12,12 +12,13 @@ from __future__ import annotations
 import json
 import logging
 import time
+from dataclasses import dataclass
 from typing import Any
 
 from lastline import connections, reports
 from lastline.core import svg
 from lastline.core.errors import IntegrityError
-from lastline.core.plans import PARALLEL, Conf
+from lastline.core.plans import PARALLEL, Conf, Plan
 from lastline.manifest import read_manifest, resolve_backup
 
 log = logging.getLogger(__name__)
@@ -25,7 +26,21 @@ HISTORY = "restore_drill"  # the history's name in the reports' storage
 KINDS = ("logical", "physical")
 
 
-def preflight(conf: dict) -> dict:
+@dataclass(frozen=True)
+class DrillPlan(Plan):
+    """One drill: the backup, the drill server, the RTO budget, when it began, and the restore's Params."""
+
+    kind: str  # KINDS
+    backup: str
+    backup_id: str
+    bytes: int
+    drill_conn_id: str
+    rto_budget_seconds: float
+    started: float  # epoch seconds: the RTO counts from here
+    restore: dict[str, Any]
+
+
+def preflight(conf: dict) -> DrillPlan:
     """The drill server's guard (role drill, not protected), the backup and its kind; the restore's conf."""
     params = Conf(conf)
     drill_conn_id = params.required("drill_conn_id")
@@ -41,32 +56,33 @@ def preflight(conf: dict) -> dict:
                                "restore_into_source": "", "manifest_sha256": manifest.read_sha256}
     budget = params.number("rto_budget_minutes", 60.0, minimum=0) * 60
     log.info("drill: %s backup %s into %s (RTO budget %.0f s)", kind, url, server.describe(), budget)
-    return {"kind": kind, "backup": url, "backup_id": backup_id, "bytes": int(manifest.bytes), "drill_conn_id": drill_conn_id,
-            "rto_budget_seconds": budget, "started": time.time(), "restore": restore}
+    return DrillPlan(kind=kind, backup=url, backup_id=backup_id, bytes=int(manifest.bytes), drill_conn_id=drill_conn_id,
+                     rto_budget_seconds=budget, started=time.time(), restore=restore)
 
 
-def record(plan: dict, verified: dict | None, dag_id: str, run_id: str) -> dict:
+def record(plan: DrillPlan, verified: dict | None, dag_id: str, run_id: str) -> dict:
     """Append this drill to the history (ok or not, RTO, MB/s), save its report (the history charted), and
-    return the entry; the caller alerts and fails the run when the drill failed or broke its budget."""
-    seconds = max(0.001, time.time() - plan["started"])
-    entry = {"backup_id": plan["backup_id"], "kind": plan["kind"], "backup": plan["backup"], "run_id": run_id,
+    return the entry (the history's record); the caller alerts and fails the run when the drill failed or broke its
+    budget. `verified`: the restore's verify result (its XCom form), None when the restore did not get there."""
+    seconds = max(0.001, time.time() - plan.started)
+    entry = {"backup_id": plan.backup_id, "kind": plan.kind, "backup": plan.backup, "run_id": run_id,
              "finished": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "ok": verified is not None,
-             "rto_seconds": round(seconds, 1), "mb_per_s": round(plan["bytes"] / 1e6 / seconds, 2) if verified is not None else 0.0,
-             "rto_budget_seconds": plan["rto_budget_seconds"]}
-    entry["within_budget"] = entry["ok"] and (not plan["rto_budget_seconds"] or seconds <= plan["rto_budget_seconds"])
+             "rto_seconds": round(seconds, 1), "mb_per_s": round(plan.bytes / 1e6 / seconds, 2) if verified is not None else 0.0,
+             "rto_budget_seconds": plan.rto_budget_seconds}
+    entry["within_budget"] = entry["ok"] and (not plan.rto_budget_seconds or seconds <= plan.rto_budget_seconds)
     history = reports.append_history(HISTORY, entry)
     recent = history[-20:]
     label = [f"{h['backup_id']} ({h['kind'][0]})" + ("" if h["ok"] else " FAILED") for h in recent]
-    head = (f"restore drills: {plan['kind']} backup {plan['backup_id']} "
+    head = (f"restore drills: {plan.kind} backup {plan.backup_id} "
             + (f"restored and verified in {seconds:,.1f} s ({entry['mb_per_s']:,.1f} MB/s)" if entry["ok"] else "FAILED")
-            + (f"; RTO budget {plan['rto_budget_seconds']:,.0f} s" if plan["rto_budget_seconds"] else ""))
+            + (f"; RTO budget {plan.rto_budget_seconds:,.0f} s" if plan.rto_budget_seconds else ""))
     chart = svg.document(head, [
         (list(zip(label, (float(h["rto_seconds"]) for h in recent))), "time to restore per backup (last 20 drills)", "s", "#4477aa"),
         (list(zip(label, (float(h["mb_per_s"]) for h in recent))), "restore rate (the backup's MB per second)", "MB/s", "#228833"),
     ])
     where = reports.save(dag_id, run_id, {"restore_drill.svg": chart,
                                           "restore_drill.json": json.dumps({**entry, "history": recent}, indent=1)})
-    log.info("drill %s: %s in %.1f s (%.1f MB/s); report %s/restore_drill.svg", plan["backup_id"],
+    log.info("drill %s: %s in %.1f s (%.1f MB/s); report %s/restore_drill.svg", plan.backup_id,
              "verified" if entry["ok"] else "FAILED", seconds, entry["mb_per_s"], where)
     return entry
 

@@ -7,7 +7,6 @@ XCom, and XCom never holds anything but small JSON.
 """
 from __future__ import annotations
 
-import dataclasses
 import functools
 import inspect
 import types
@@ -17,7 +16,7 @@ from typing import Any
 
 from airflow.sdk import task
 
-from lastline.core.plans import Typed
+from lastline.core.plans import Typed, plain
 
 
 def _typed(hint: Any) -> type[Typed] | None:
@@ -31,15 +30,7 @@ def _typed(hint: Any) -> type[Typed] | None:
 
 def xcom_form(value: Any) -> Any:
     """A return value as XCom stores it: typed objects as their dicts (inside lists and dicts too)."""
-    if isinstance(value, Typed):
-        return value.to_dict()
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return dataclasses.asdict(value)
-    if isinstance(value, list | tuple):
-        return [xcom_form(v) for v in value]
-    if isinstance(value, dict):
-        return {k: xcom_form(v) for k, v in value.items()}
-    return value
+    return plain(value)
 
 
 def typed_call(fn: Callable[..., Any]) -> Callable[..., Any]:

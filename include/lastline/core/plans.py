@@ -99,6 +99,20 @@ class Typed:
             raise ConfigError(f"{cls.__name__}: {exc}; re-run from preflight.") from exc
 
 
+def plain(value: Any) -> Any:
+    """`value` as JSON-able data: typed objects (and other dataclasses) as their dicts, inside lists and dicts too (the
+    form XCom stores, and a report records)."""
+    if isinstance(value, Typed):
+        return value.to_dict()
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return dataclasses.asdict(value)
+    if isinstance(value, list | tuple):
+        return [plain(v) for v in value]
+    if isinstance(value, dict):
+        return {k: plain(v) for k, v in value.items()}
+    return value
+
+
 @dataclasses.dataclass(frozen=True)
 class Plan(Typed):
     """What a preflight decided, read by every later task of the run."""

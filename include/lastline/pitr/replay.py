@@ -33,6 +33,7 @@ from lastline.core.servers import Server
 from lastline.core.sql import META_DB
 from lastline.pitr import applier, events, scoped
 from lastline.pitr.events import gtid_map, includes
+from lastline.pitr.plans import Cleaned, ReplayPlan
 from lastline.pitr.span import Span
 from lastline.pitr.split import write_relay
 from lastline.pitr.window import utc
@@ -193,26 +194,27 @@ def apply(server: Server, storage: Storage, span: Span, run_id: str, method: str
     return result
 
 
-def cleanup(plan: dict[str, Any], run_id: str) -> dict[str, Any]:
+def cleanup(plan: ReplayPlan, run_key: str) -> Cleaned:
     """The DAG's teardown after the replay, however it ended: the replay's replication connection gone and the
-    globals it changed put back as they were before its first attempt (a worker killed mid-replay leaves both)."""
-    server = connections.server(plan["target_conn_id"])
+    globals it changed put back as they were before its first attempt (a worker killed mid-replay leaves both).
+    `run_key`: the run whose replay it was (an Airflow run id)."""
+    server = connections.server(plan.target_conn_id)
     with server.session(autocommit=True) as cur:
         cur.execute("SELECT COUNT(*) FROM information_schema.TABLES WHERE TABLE_SCHEMA=%s AND TABLE_NAME='pitr_replay'",
                     (META_DB,))
         if not cur.fetchone()[0]:
-            return {"cleaned": False}
-        cur.execute(f"SELECT settings FROM {LEDGER} WHERE run_id=%s", (run_id,))
+            return Cleaned(False)
+        cur.execute(f"SELECT settings FROM {LEDGER} WHERE run_id=%s", (run_key,))
         row = cur.fetchone()
         if not row or not row[0]:
-            return {"cleaned": False}
+            return Cleaned(False)
         applier.put_back(cur, json.loads(row[0]))
-    return {"cleaned": True}
+    return Cleaned(True)
 
 
-def run(plan: dict[str, Any], run_id: str) -> dict[str, Any]:
-    """The point_in_time_restore DAG's replay task."""
-    server = connections.server(plan["target_conn_id"])
-    storage = open_allowed(plan["destination"], plan.get("aws_conn_id"))
-    return apply(server, storage, Span.of(plan["span"]), run_id, plan.get("method", "auto"), int(plan.get("threads", 4)),
-                 plan.get("databases"))
+def run(plan: ReplayPlan, run_key: str) -> dict[str, Any]:
+    """The point_in_time_restore DAG's replay task (`run_key`: the Airflow run id, the replay ledger's key): apply's
+    result, as the ledger records it."""
+    server = connections.server(plan.target_conn_id)
+    storage = open_allowed(plan.destination, plan.aws_conn_id)
+    return apply(server, storage, Span.of(plan.span), run_key, plan.method, plan.threads, plan.databases)

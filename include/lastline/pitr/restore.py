@@ -4,6 +4,7 @@ then restored by the physical restore's own steps and rolled forward by :mod:`la
 """
 from __future__ import annotations
 
+import dataclasses
 import logging
 from datetime import datetime
 from typing import Any
@@ -15,6 +16,7 @@ from lastline.core.sql import never_restored
 from lastline.manifest import ID_RE, MANIFEST, complete_backups, manifest_kind, read_manifest
 from lastline.pitr import scoped, window
 from lastline.pitr import span as span_of
+from lastline.pitr.plans import PitrPlan, ReplayPlan
 from lastline.pitr.replay import METHODS
 from lastline.storage import Storage, open_allowed
 
@@ -51,7 +53,7 @@ def _candidates(storage: Storage, base: str, kind: str) -> list[tuple[str, str]]
     return found
 
 
-def preflight(conf: dict[str, Any]) -> dict[str, Any]:
+def preflight(conf: dict[str, Any]) -> PitrPlan:
     """Read-only: the base, the line of history and the span to replay; refuses before anything is touched an
     `until` in a hole, past the archive's end or before the base (the restore's own preflight follows)."""
     params = Conf(conf)
@@ -90,9 +92,8 @@ def preflight(conf: dict[str, Any]) -> dict[str, Any]:
         restore: dict[str, Any] = {"target_conn_id": target_conn_id, "backup": f"{destination}/{backup_id}",
                    "aws_conn_id": params.text("aws_conn_id"), "force": params.flag("force"), "parallel": parallel,
                    "restore_into_source": params.text("restore_into_source"), "manifest_sha256": manifest.read_sha256}
-        replay: dict[str, Any] = {"target_conn_id": target_conn_id, "destination": destination,
-                                  "aws_conn_id": params.text("aws_conn_id"),
-                  "method": method, "threads": max(2, parallel * 2), "span": span.to_dict()}
+        replay = ReplayPlan(target_conn_id=target_conn_id, destination=destination, aws_conn_id=params.text("aws_conn_id"),
+                            method=method, threads=max(2, parallel * 2), span=span.to_dict())
         if kind == "logical":  # the replay reaches the databases the logical restore restores, and no others
             in_backup = [d["name"] for d in manifest.databases]
             databases = params.names("databases") or [d for d in in_backup if not never_restored(d)]
@@ -106,13 +107,13 @@ def preflight(conf: dict[str, Any]) -> dict[str, Any]:
                               "filtered to the restored databases (mariadb-binlog | mariadb would run every event with "
                               "full rights). Use parallel or auto.")
             restore["databases"] = databases
-            replay["databases"] = databases
+            replay = dataclasses.replace(replay, databases=databases)
         elif params.names("databases"):
             raise ConfigError(f"databases: base {backup_id} is a physical backup, restored whole; leave databases "
                               "empty, or choose a logical base (base_kind).")
-        return {"kind": kind, "base": backup_id, "until": until.describe(), "branch": line.branch,
-                "window": window.line_window(line), "physical": restore if kind == "physical" else None,
-                "logical": restore if kind == "logical" else None, "replay": replay}
+        return PitrPlan(kind=kind, base=backup_id, until=until.describe(), branch=line.branch,
+                        window=window.line_window(line), replay=replay.to_dict(),
+                        physical=restore if kind == "physical" else None, logical=restore if kind == "logical" else None)
     raise Refusal(f"no base backup in {storage.location('')} can be rolled forward to until {until.describe()} (newest "
                   "first): " + "; ".join(refusals[:5]))
 

@@ -10,7 +10,7 @@ from lastline.core.errors import ReplicationError
 from lastline.core.option_files import Setting
 from lastline.core.servers import Server, as_bool
 from lastline.replication import flavour as replication
-from lastline.replication.plans import DetachPlan
+from lastline.replication.plans import Detached, DetachPlan, ReadOnly, StillDetached
 
 log = logging.getLogger(__name__)
 
@@ -20,7 +20,7 @@ def _shown(s: Setting) -> str:
     return f"{s.where()}: {s.name}={value}"
 
 
-def check(target_conn_id: str, restart: object = True, read_only_off: object = False) -> dict:
+def check(target_conn_id: str, restart: object = True, read_only_off: object = False) -> DetachPlan:
     """Read-only: the server's flavour and connections, and no master-* line in its option files."""
     server = connections.server(target_conn_id)
     server.refuse_if_protected("detaches, restarts or opens it for writes")
@@ -45,15 +45,12 @@ def check(target_conn_id: str, restart: object = True, read_only_off: object = F
     )
     log.info("%s (%s): %d replication connection(s)%s; will run: %s", server.describe(), plan.flavour,
              len(statuses), "".join(f"\n  {c}" for c in plan.connections), "; ".join(plan.statements))
-    return plan.to_dict()
+    return plan
 
 
-def detach(plan: DetachPlan | dict) -> dict:
+def detach(plan: DetachPlan) -> Detached:
     """Stop and reset every replication connection (version-aware), clear gtid_slave_pos."""
-    plan = DetachPlan.of(plan)
-    server = connections.server(plan.target_conn_id)
-    statements = replication.detach(server)
-    return {"statements": statements}
+    return Detached(replication.detach(connections.server(plan.target_conn_id)))
 
 
 def _require_clean(server: Server, when: str) -> None:
@@ -62,9 +59,8 @@ def _require_clean(server: Server, when: str) -> None:
         raise ReplicationError(f"{server.describe()} is not detached {when}: " + "; ".join(left))
 
 
-def verify(plan: DetachPlan | dict, detached: dict | None = None) -> dict:
+def verify(plan: DetachPlan, detached: Detached | None = None) -> StillDetached:
     """No replication connection and an empty gtid_slave_pos, now and (with `restart`) after a restart."""
-    plan = DetachPlan.of(plan)
     server = connections.server(plan.target_conn_id)
     _require_clean(server, "after the detach")
     seconds = 0.0
@@ -76,21 +72,20 @@ def verify(plan: DetachPlan | dict, detached: dict | None = None) -> dict:
         _require_clean(server, "after a restart")
         log.info("restarted %s in %.1f s: still detached", server.describe(), seconds)
     log.info("verify ok: %s has no replication connection and an empty gtid_slave_pos", server.describe())
-    return {"restarted": plan.restart, "restart_seconds": round(seconds, 3)}
+    return StillDetached(plan.restart, round(seconds, 3))
 
 
-def open_for_writes(plan: DetachPlan | dict, verified: dict | None = None) -> dict:
+def open_for_writes(plan: DetachPlan, verified: StillDetached | None = None) -> ReadOnly:
     """With read_only_off: SET GLOBAL read_only=OFF, last; warns about option files that set it back."""
-    plan = DetachPlan.of(plan)
     server = connections.server(plan.target_conn_id)
     if not plan.read_only_off:
         current = server.variables("read_only")["read_only"]
         log.info("read_only_off not asked: %s keeps read_only=%s", server.describe(), current)
-        return {"read_only": current}
+        return ReadOnly(current)
     server.query("SET GLOBAL read_only = OFF")
     sticky = [s for s in replication.server_settings(server)
               if s.name == "read-only" and s.value.upper() not in ("0", "OFF", "FALSE")]
     for s in sticky:
         log.warning("%s sets read_only again at the next restart: %s", server.describe(), _shown(s))
     log.info("%s: read_only=OFF", server.describe())
-    return {"read_only": "OFF"}
+    return ReadOnly("OFF")

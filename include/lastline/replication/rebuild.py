@@ -26,9 +26,10 @@ from lastline.core.plans import PARALLEL, Conf
 from lastline.core.progress import step_report
 from lastline.core.servers import Server, base_version
 from lastline.physical import tools as physical
+from lastline.physical.plans import StepResult
 from lastline.physical.target import check_datadir, prepare_datadir, start_server
 from lastline.replication import flavour as replication
-from lastline.replication.plans import RebuildPlan
+from lastline.replication.plans import Attached, CaughtUp, Marker, RebuildPlan, Streamed
 
 log = logging.getLogger(__name__)
 
@@ -57,7 +58,7 @@ def check_replication_user(repl: Server) -> None:
         )
 
 
-def preflight(conf: dict) -> dict:
+def preflight(conf: dict) -> RebuildPlan:
     """Read-only checks on both nodes: target not protected; source has a binlog and a server_id; the
     versions fit; tools on both hosts; the target's datadir and room; the replication user."""
     params = Conf(conf)
@@ -112,21 +113,19 @@ def preflight(conf: dict) -> dict:
     )
     log.info("preflight ok: rebuild %s (%s on %s) from %s (%s on %s), %s, datadir %s",
              target.describe(), tgt_dir, tgt_host.name, source.describe(), src_dir, src_host.name, compression, state)
-    return plan.to_dict()
+    return plan
 
 
-def stop_target(plan: RebuildPlan | dict, timeout: float = 120) -> dict:
+def stop_target(plan: RebuildPlan, timeout: float = 120) -> StepResult:
     """Stop the target with its service_stop command (also when it already is down)."""
-    plan = RebuildPlan.of(plan)
     _source, target = _servers(plan)
     seconds = target.stop_service(timeout)
     log.info("target %s stopped in %.1f s", target.describe(), seconds)
-    return {"seconds": round(seconds, 3)}
+    return StepResult(round(seconds, 3))
 
 
-def stream_stages(source: Server, target: Server, optfile: str, plan: RebuildPlan | dict) -> list:
+def stream_stages(source: Server, target: Server, optfile: str, plan: RebuildPlan) -> list:
     """The one pipeline, stage by stage, each on its node."""
-    plan = RebuildPlan.of(plan)
     src_host, tgt_host = source.runner(), target.runner()
     limit = float(plan.max_mb_per_s or 0)
     throttle = [Stage("throttle", ["pv", "-q", "-L", f"{int(limit * 1e6)}"], host=src_host)] if limit else []
@@ -139,10 +138,9 @@ def stream_stages(source: Server, target: Server, optfile: str, plan: RebuildPla
 
 
 @stopping.stops_cleanly
-def stream(plan: RebuildPlan | dict) -> dict:
+def stream(plan: RebuildPlan) -> Streamed:
     """Source to target in ONE pipeline; byte counts and checksums compared at both ends; returns the
     backup's binlog/GTID coordinates."""
-    plan = RebuildPlan.of(plan)
     source, target = _servers(plan)
     if target.answers():
         raise PreflightError(f"target {target.describe()} is running: stop it before streaming into its datadir.")
@@ -175,22 +173,20 @@ def stream(plan: RebuildPlan | dict) -> dict:
     log.info("rebuild stream ok: %.1f MB compressed in %.1f s (%.1f MB/s), byte count and CRC-32 %s equal at "
              "both ends; binlog %s:%s, gtid %s", sent[0] / 1e6, result.seconds, mb_s, sent[1],
              facts["binlog_file"], facts["binlog_position"], facts["gtid"])
-    return {"bytes": sent[0], "crc32": sent[1], "seconds": round(result.seconds, 3), "mb_per_s": round(mb_s, 2),
-            "aside": aside, **{k: facts[k] for k in ("binlog_file", "binlog_position", "gtid")}}
+    return Streamed(sent[0], sent[1], round(result.seconds, 3), round(mb_s, 2), facts["binlog_file"],
+                    int(facts["binlog_position"]), facts["gtid"], aside)
 
 
-def prepare(plan: RebuildPlan | dict) -> dict:
+def prepare(plan: RebuildPlan) -> StepResult:
     """mariabackup --prepare on the target's host, ownership, then the in-progress marker goes."""
-    plan = RebuildPlan.of(plan)
     _source, target = _servers(plan)
     seconds = prepare_datadir(target, plan.datadir, plan.use_memory)
     log.info("prepare ok on %s in %.1f s", target.runner().name, seconds)
-    return {"seconds": round(seconds, 3)}
+    return StepResult(round(seconds, 3))
 
 
-def start_target(plan: RebuildPlan | dict, timeout: float = 180) -> dict:
+def start_target(plan: RebuildPlan, timeout: float = 180) -> StepResult:
     """Start the rebuilt target (never on partial data) and check it is not the source's twin."""
-    plan = RebuildPlan.of(plan)
     source, target = _servers(plan)
     seconds = start_server(target, timeout)
     if target.variables("server_id")["server_id"] == source.variables("server_id")["server_id"]:
@@ -198,33 +194,31 @@ def start_target(plan: RebuildPlan | dict, timeout: float = 180) -> dict:
             f"{target.describe()} started with the source's server_id: give it its own before attaching."
         )
     log.info("target %s started in %.1f s", target.describe(), seconds)
-    return {"seconds": round(seconds, 3)}
+    return StepResult(round(seconds, 3))
 
 
-def attach(plan: RebuildPlan | dict, streamed: dict) -> dict:
+def attach(plan: RebuildPlan, streamed: Streamed) -> Attached:
     """CHANGE MASTER from the backup's own coordinates (GTID when the source has one), START SLAVE."""
-    plan = RebuildPlan.of(plan)
     _source, target = _servers(plan)
     repl = connections.server(plan.replication_conn_id)
-    use_gtid = bool(streamed.get("gtid")) and plan.gtid
+    use_gtid = bool(streamed.gtid) and plan.gtid
     t0 = time.monotonic()
-    replication.attach(target, repl, streamed, use_gtid)
-    return {"seconds": round(time.monotonic() - t0, 3), "gtid": use_gtid, "attached_at": time.time(),
-            "from": streamed["gtid"] if use_gtid else f"{streamed['binlog_file']}:{streamed['binlog_position']}"}
+    replication.attach(target, repl, streamed.coordinates(), use_gtid)
+    return Attached(round(time.monotonic() - t0, 3), use_gtid, time.time(),
+                    str(streamed.gtid) if use_gtid else f"{streamed.binlog_file}:{streamed.binlog_position}")
 
 
-def caught_up(plan: RebuildPlan | dict, attached: dict, within: float = 20.0) -> dict | None:
+def caught_up(plan: RebuildPlan, attached: Attached, within: float = 20.0) -> CaughtUp | None:
     """One poke of the catch_up sensor (reschedule mode: no worker slot is held between pokes): True once the
     replica applies, within `within` s, what the source has written by now; a ReplicationError when a
     replication thread stopped with an error, or when catch_up_timeout has passed since attach. Returns
-    {"seconds": waited since attach} once caught up, else None."""
-    plan = RebuildPlan.of(plan)
+    the seconds waited since attach once caught up, else None."""
     source, target = _servers(plan)
     done, coords, statuses = replication.applied(source, target, within)
-    waited = time.time() - float(attached["attached_at"])
+    waited = time.time() - attached.attached_at
     if done:
         log.info("replica caught up with %s, %.1f s after attach", coords.get("gtid") or coords["binlog_file"], waited)
-        return {"seconds": round(waited, 3)}
+        return CaughtUp(round(waited, 3))
     if waited > plan.catch_up_timeout:
         raise ReplicationError(
             f"{target.describe()} did not catch up with {source.describe()} within catch_up_timeout "
@@ -235,9 +229,8 @@ def caught_up(plan: RebuildPlan | dict, attached: dict, within: float = 20.0) ->
     return None
 
 
-def verify(plan: RebuildPlan | dict, timeout: float = 120) -> dict:
+def verify(plan: RebuildPlan, timeout: float = 120) -> Marker:
     """Write a marker row on the source now; it must arrive on the replica, and both threads must run."""
-    plan = RebuildPlan.of(plan)
     source, target = _servers(plan)
     token = uuid.uuid4().hex
     with source.session() as cur:
@@ -259,24 +252,22 @@ def verify(plan: RebuildPlan | dict, timeout: float = 120) -> dict:
     seconds = time.monotonic() - t0
     log.info("verify ok: marker %s replicated in %.2f s; %s", token, seconds,
              "; ".join(map(replication.describe_status, statuses)))
-    return {"marker": token, "seconds": round(seconds, 3)}
+    return Marker(token, round(seconds, 3))
 
 
-def finish(plan: RebuildPlan | dict, streamed: dict, verified: dict) -> None:
+def finish(plan: RebuildPlan, streamed: Streamed, verified: Marker) -> None:
     """After a verified rebuild, delete the old datadir contents that the stream moved aside."""
-    plan = RebuildPlan.of(plan)
     _source, target = _servers(plan)
-    if streamed.get("aside"):
-        dd.remove(target.runner(), streamed["aside"])
-        log.info("removed the old datadir contents at %s (marker %s arrived)", streamed["aside"], verified["marker"])
+    if streamed.aside:
+        dd.remove(target.runner(), streamed.aside)
+        log.info("removed the old datadir contents at %s (marker %s arrived)", streamed.aside, verified.marker)
 
 
-def report(plan: RebuildPlan | dict, stop: dict, stream: dict, prepare: dict, start: dict, attach: dict, catch_up: dict,
-           verify: dict) -> dict:
+def report(plan: RebuildPlan, stop: StepResult, stream: Streamed, prepare: StepResult, start: StepResult,
+           attach: Attached, catch_up: CaughtUp, verify: Marker) -> dict:
     """Log seconds per step and the stream's size and rate; return the same."""
-    plan = RebuildPlan.of(plan)
-    steps = {"stop": stop, "stream": stream, "prepare": prepare, "start": start, "attach": attach,
-             "catch_up": catch_up, "verify": verify}
+    steps = {name: r.to_dict() for name, r in (("stop", stop), ("stream", stream), ("prepare", prepare), ("start", start),
+                                                 ("attach", attach), ("catch_up", catch_up), ("verify", verify))}
     text, total = step_report(f"rebuild of {plan.target_conn_id} from {plan.source_conn_id}:", steps)
     log.info("%s", text)
     return {"seconds": round(total, 3), "steps": steps}

@@ -26,6 +26,7 @@ from lastline.core.errors import Refusal
 from lastline.core.servers import Server
 from lastline.core.sql import META_DB, placeholders, quote_ident
 from lastline.logical.restore.target_state import schema_exists
+from lastline.staging.plans import Closed, Locked
 
 log = logging.getLogger(__name__)
 
@@ -72,7 +73,7 @@ def own_accounts(cur: Any) -> set[tuple[str, str]]:
     return {(me[0], me[2]), *accounts.recorded(cur)}
 
 
-def lock(target_conn_id: str, run_key: str) -> dict:
+def lock(target_conn_id: str, run_key: str) -> Locked:
     """Lock every account that could read staging (see the module doc); idempotent for a retry."""
     server = connections.server(target_conn_id)
     with server.session() as cur:
@@ -105,7 +106,7 @@ def lock(target_conn_id: str, run_key: str) -> dict:
                           "can log in. Lock or drop them by hand, then re-run.")
     log.info("staging %s: locked %d account(s) until the masking is verified (%s); %d open session(s) killed",
              server.describe(), len(found), ", ".join(f"{u}@{h}" for u, h in found) or "none", killed)
-    return {"locked": [f"{u}@{h}" for u, h in found], "sessions_killed": killed}
+    return Locked([f"{u}@{h}" for u, h in found], killed)
 
 
 def _kill_sessions(cur: Any) -> int:
@@ -135,7 +136,7 @@ def mark_verified(server: Server, run_key: str) -> None:
         cur.connection.commit()
 
 
-def close(target_conn_id: str, run_key: str, databases: list[str]) -> dict:
+def close(target_conn_id: str, run_key: str, databases: list[str]) -> Closed:
     """The teardown: drop what this run restored unless its masking was verified, then unlock what lastline
     locked (this run's accounts, and those of any earlier run that never closed)."""
     server = connections.server(target_conn_id)
@@ -149,7 +150,7 @@ def close(target_conn_id: str, run_key: str, databases: list[str]) -> dict:
         mine = rows.get(run_key)
         if mine is None:
             log.info("staging %s: this run locked nothing (it stopped before its lock): nothing to close", server.describe())
-            return {"dropped": [], "unlocked": []}
+            return Closed([], [])
         if mine[1] != "verified":
             dropped = _drop_unmasked(cur, databases)
         unlocked: set[tuple[str, str]] = set()
@@ -172,7 +173,7 @@ def close(target_conn_id: str, run_key: str, databases: list[str]) -> dict:
                     "data stays readable; the previous refresh's copy, if any, is in lastline_aside_*", server.describe(),
                     ", ".join(dropped))
     log.info("staging %s: unlocked %d account(s)", server.describe(), len(unlocked))
-    return {"dropped": dropped, "unlocked": sorted(f"{u}@{h}" for u, h in unlocked)}
+    return Closed(dropped, sorted(f"{u}@{h}" for u, h in unlocked))
 
 
 def _drop_unmasked(cur: Any, databases: list[str]) -> list[str]:

@@ -13,12 +13,11 @@ import logging
 import os
 import re
 import time
-from dataclasses import dataclass, field
 from typing import Any
 
 from lastline import connections, reports
 from lastline.core.errors import IntegrityError, PreflightError, ProtectedTargetError
-from lastline.core.plans import Conf, Plan
+from lastline.core.plans import Conf
 from lastline.core.sql import META_DB, never_restored, server_identity
 from lastline.logical.format import dialect
 from lastline.logical.restore.backup_files import checked_schema
@@ -26,32 +25,13 @@ from lastline.logical.restore.finalize import objects as create_objects
 from lastline.logical.restore.schema_checks import split_deferred
 from lastline.manifest import read_manifest, resolve_backup
 from lastline.staging import masking, pii, pii_objects
+from lastline.staging.plans import LateObjects, Masked, MaskingVerified, Opened, StagingPlan
 from lastline.staging.rules import EMAIL_DOMAIN, HASHED, Rule, run_rules
 
 log = logging.getLogger(__name__)
 
 # the logical restore's own knobs a staging refresh passes on
 RESTORE_KNOBS = ("parallel", "tune", "restart_allowed", "defer_indexes", "index_build", "redo_log_bytes", "aws_conn_id")
-
-
-@dataclass(frozen=True)
-class StagingPlan(Plan):
-    """One staging refresh: the backup, the staging target, the rules, and the restore it runs."""
-
-    target_conn_id: str
-    backup: str
-    backup_id: str
-    databases: list[str]
-    rules: list[dict]
-    masking_key_conn_id: str
-    open_for_writes: bool
-    restore: dict = field(default_factory=dict)
-    aws_conn_id: str | None = None
-    kept_objects: list[str] = field(default_factory=list)  # "<db>.<object>": "keep" rules (schema text kept as is)
-    manifest_sha256: str = ""  # the manifest the PII guard read: the restore and the late objects read that one
-
-    def rule_list(self) -> list[Rule]:
-        return [Rule(**r) for r in self.rules]
 
 
 _NAME = r"`((?:[^`]|``)*)`"  # a backquoted name as SHOW CREATE TABLE prints it (group 1: its text, `` doubled)
@@ -134,7 +114,7 @@ def key_conn_id() -> str:
     return os.environ.get("LASTLINE_MASKING_KEY_CONN_ID", "lastline_masking") or "lastline_masking"
 
 
-def preflight(conf: dict, rules: Any) -> dict:
+def preflight(conf: dict, rules: Any) -> StagingPlan:
     """The target guard (role staging, not protected, not the backup's source), the rules (the deployment's
     `rules`, plus the run's masking_rules: see run_rules; every one names a column of the backup and fits it),
     the PII guard (every column that looks personal has a rule) and the masking key's presence. Refusals change
@@ -216,16 +196,15 @@ def preflight(conf: dict, rules: Any) -> dict:
         rules=[r.to_dict() for r in parsed], masking_key_conn_id=key_conn,
         open_for_writes=params.flag("open_for_writes", True), restore=restore, aws_conn_id=aws,
         kept_objects=sorted({o.key for o in acknowledged}), manifest_sha256=manifest.read_sha256,
-    ).to_dict()
+    )
 
 
 def _destination(url: str) -> str:
     return url.rstrip("/").rsplit("/", 1)[0]
 
 
-def mask(plan: StagingPlan | dict, run_key: str) -> dict:
-    """Mask every ruled table, one UPDATE per table, exactly once per run (see masking)."""
-    plan = StagingPlan.of(plan)
+def mask(plan: StagingPlan, run_key: str) -> Masked:
+    """Mask every ruled table, one UPDATE per table, exactly once per run (`run_key`: the run's id; see masking)."""
     server = connections.server(plan.target_conn_id)
     key = connections.secret(plan.masking_key_conn_id)
     t0 = time.monotonic()
@@ -250,14 +229,13 @@ def mask(plan: StagingPlan | dict, run_key: str) -> dict:
         conn.close()
     if skipped:
         log.info("already masked by this run (a retry): %s", ", ".join(skipped))
-    return {"seconds": round(time.monotonic() - t0, 3), "tables": len(done), "skipped": skipped}
+    return Masked(round(time.monotonic() - t0, 3), len(done), skipped)
 
 
-def late_objects(plan: StagingPlan | dict) -> dict:
+def late_objects(plan: StagingPlan) -> LateObjects:
     """Triggers and events, once the masking is verified (none exists while the mask's UPDATEs run, so none
     can copy an original value or the key anywhere), created as the restore creates its objects
     (logical.restore.finalize.objects: by the locked owner of these databases, events disabled); each checked present."""
-    plan = StagingPlan.of(plan)
     server = connections.server(plan.target_conn_id)
     storage, backup_id = resolve_backup(plan.backup, plan.aws_conn_id, "logical")
     schema = checked_schema(storage, read_manifest(storage, backup_id, "logical", sha256=plan.manifest_sha256 or None))
@@ -275,12 +253,11 @@ def late_objects(plan: StagingPlan | dict) -> dict:
     if missing:
         raise IntegrityError("after the masking, these are missing: " + ", ".join(missing) + "; re-run the task.")
     log.info("triggers and events created after the masking: %d, as %s", len(wanted), definer)
-    return {"created": len(wanted), "definer": definer}
+    return LateObjects(len(wanted), str(definer))
 
 
-def open_target(plan: StagingPlan | dict) -> dict:
+def open_target(plan: StagingPlan) -> Opened:
     """read_only=OFF if the run asked for it (open_for_writes), else the target stays read-only."""
-    plan = StagingPlan.of(plan)
     server = connections.server(plan.target_conn_id)
     with server.session() as cur:
         if plan.open_for_writes:
@@ -288,25 +265,26 @@ def open_target(plan: StagingPlan | dict) -> dict:
         cur.execute(f"DELETE FROM {META_DB}.mask_originals")  # hashes of personal data: not kept past the check
         cur.connection.commit()
     log.info("%s: %s", server.describe(), "open for writes" if plan.open_for_writes else "left read-only (open_for_writes is off)")
-    return {"open_for_writes": plan.open_for_writes}
+    return Opened(plan.open_for_writes)
 
 
-def report(plan: StagingPlan | dict, verified: dict, masked: dict, dag_id: str, run_id: str) -> dict:
+def report(plan: StagingPlan, verified: MaskingVerified, masked: Masked, dag_id: str = "staging_refresh",
+           run_id: str | None = None) -> dict:
     """The refresh's record: backup, target, the audit (column, strategy, values, rows changed, survivors),
-    the joins kept, the columns kept on purpose; JSON and Markdown beside the restore's report (lastline.reports)."""
-    plan = StagingPlan.of(plan)
+    the joins kept, the columns kept on purpose; JSON and Markdown beside the restore's report (lastline.reports).
+    `run_id`: the run's (as a task, Airflow's context gives it)."""
     out = {"backup": plan.backup, "target_conn_id": plan.target_conn_id, "databases": plan.databases,
-           "mask_seconds": masked.get("seconds"), "columns": verified["columns"], "joins": verified["joins"],
-           "kept": [c["column"] for c in verified["columns"] if c["strategy"] == "keep"] + plan.kept_objects}
+           "mask_seconds": masked.seconds, "columns": verified.columns, "joins": verified.joins,
+           "kept": [c["column"] for c in verified.columns if c["strategy"] == "keep"] + plan.kept_objects}
     lines = [f"# Staging refresh of {plan.target_conn_id} from {plan.backup}", "",
              "| column | strategy | values | rows changed | survivors |", "|---|---|---|---|---|"]
-    lines += [f"| {c['column']} | {c['strategy']} | {c['values']} | {c['rows_changed']} | {c['survivors']} |" for c in verified["columns"]]
-    if verified["joins"]:
+    lines += [f"| {c['column']} | {c['strategy']} | {c['values']} | {c['rows_changed']} | {c['survivors']} |" for c in verified.columns]
+    if verified.joins:
         lines += ["", "| joined columns | strategy | values in common before | after |", "|---|---|---|---|"]
-        lines += [f"| {j['a']} = {j['b']} | {j['strategy']} | {j['before']} | {j['after']} |" for j in verified["joins"]]
+        lines += [f"| {j['a']} = {j['b']} | {j['strategy']} | {j['before']} | {j['after']} |" for j in verified.joins]
     if plan.kept_objects:
         lines += ["", "Schema objects kept as they are, on the record: " + ", ".join(plan.kept_objects)]
-    where = reports.save(dag_id, run_id, {"staging_refresh.json": json.dumps(out, indent=1),
+    where = reports.save(dag_id, run_id or "manual", {"staging_refresh.json": json.dumps(out, indent=1),
                                           "staging_refresh.md": "\n".join(lines) + "\n"})
     log.info("staging report: %s/staging_refresh.md", where)
     return {"report": f"{where}/staging_refresh.json"}

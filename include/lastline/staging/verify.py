@@ -10,19 +10,18 @@ from lastline.core.errors import IntegrityError
 from lastline.core.sql import META_DB, qualified
 from lastline.logical.format import dialect
 from lastline.staging import masking, quarantine
-from lastline.staging.refresh import StagingPlan
+from lastline.staging.plans import MaskingVerified, StagingPlan
 from lastline.staging.rules import HASHED, Rule
 
 log = logging.getLogger(__name__)
 
 
-def verify_masking(plan: StagingPlan | dict, run_key: str) -> dict:
+def verify_masking(plan: StagingPlan, run_key: str) -> MaskingVerified:
     """No original value of a masked column survives (the target's values before masking, which the restore
     verified equal to the backup's, kept in mask_originals under the run's originals key): in its own column
     for every hashed strategy, in any masked column for email and hash; no row keeps its own phone number;
     null and fixed columns hold nothing else; joins between masked columns of one strategy still match (as
     many distinct values in common after as before). Marks the run verified (see quarantine). Returns the audit."""
-    plan = StagingPlan.of(plan)
     server = connections.server(plan.target_conn_id)
     rules = plan.rule_list()
     bad: list[str] = []
@@ -72,7 +71,7 @@ def verify_masking(plan: StagingPlan | dict, run_key: str) -> dict:
     quarantine.mark_verified(server, run_key)  # the teardown keeps the data now, and opens staging to its readers
     log.info("masking verified: %d column(s), no original value survives; %d join(s) between masked columns kept",
              len(audit), len(joins))
-    return {"columns": audit, "joins": joins}
+    return MaskingVerified(audit, joins)
 
 
 def _s(v: Any) -> str:

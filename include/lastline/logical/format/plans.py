@@ -74,3 +74,70 @@ class RestorePlan(Plan):
     restore_account: str = ""  # the run account every statement from the backup runs under (core.accounts)
     manifest_sha256: str = ""  # the manifest preflight checked: later tasks refuse any other (manifest.read_manifest)
     enable_events: bool = False  # restored events come back disabled unless the run asks
+
+
+@dataclass(frozen=True)
+class ConfigSnapshot(Result):
+    """The restore's setup: the target's production values, as found before a restore tuned anything."""
+
+    variables: dict[str, str]
+    restart_profile: bool
+    taken_at: str
+    run_id: str
+    inherited: bool = False  # left by an earlier run that did not revert
+
+
+@dataclass(frozen=True)
+class Tuned(Result):
+    """What tune set (the restart settings through the drop-in, when it restarted)."""
+
+    applied: dict[str, str]
+    restarted: bool
+
+
+@dataclass(frozen=True)
+class SchemaCreated(Result):
+    """create_schema: tables and sequences created (their held-back indexes come later)."""
+
+    tables: int
+    seconds: float
+
+
+@dataclass(frozen=True)
+class UnitLoaded(Result):
+    """One work unit a lane loaded: per table (`schema.name`) rows, bytes, seconds, chunks, skipped, check_seconds."""
+
+    unit: str
+    tables: dict[str, dict]
+    seconds: float
+    started_at: float  # epoch seconds: the report's timeline
+    finished_at: float
+
+
+@dataclass(frozen=True)
+class Finalized(Result):
+    """finalize: its seconds, and each part's (indexes, auto_increment, objects, grants, analyze)."""
+
+    seconds: float
+    steps: dict[str, float]
+
+
+@dataclass(frozen=True)
+class Reverted(Result):
+    """The teardown: the values put back, whether it restarted, and whether the run account was dropped."""
+
+    reverted: dict[str, str]
+    restarted: bool
+    snapshot: dict[str, str] | None = None  # the production values read back (None: nothing was tuned)
+    run_account_dropped: bool = False
+
+
+@dataclass(frozen=True)
+class Verified(Result):
+    """What a logical restore's verify proved: rows and checksums of every table, every object present."""
+
+    tables: int
+    rows: int
+    objects: dict[str, int]
+    row_hashes: bool  # False: a backup from before row hashes (its checksums are over the dump's text)
+    seconds: float

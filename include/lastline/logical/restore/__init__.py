@@ -2,6 +2,7 @@
 revert, verify, report. Each is one Airflow task; see dags/logical_restore.py for the shape."""
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import time
@@ -17,7 +18,7 @@ from lastline.core.progress import plural
 from lastline.core.servers import base_version, refuse_restore_into_source
 from lastline.core.sql import ASIDE_PREFIX, SYSTEM_SCHEMAS, never_restored, server_identity, tables_at_risk  # noqa: F401
 from lastline.logical.format import dialect
-from lastline.logical.format.plans import INDEX_BUILDS, RestorePlan
+from lastline.logical.format.plans import INDEX_BUILDS, ConfigSnapshot, RestorePlan, Reverted, SchemaCreated, Tuned, UnitLoaded
 from lastline.logical.restore import tuning
 from lastline.logical.restore.backup_files import (
     checked_schema,
@@ -45,7 +46,7 @@ log = logging.getLogger(__name__)
 DEFAULT_REDO_BYTES = 1 << 30
 
 
-def preflight(conf: dict, role: str | None = None) -> dict:
+def preflight(conf: dict, role: str | None = None) -> RestorePlan:
     """Target not protected; manifest present; databases absent or empty (unless force or resuming);
     local_infile usable; room on disk; a server version that reads the backup. Changes nothing."""
     params = Conf(conf)
@@ -148,7 +149,7 @@ def preflight(conf: dict, role: str | None = None) -> dict:
         "preflight ok: %s/%s (%d tables, %.1f MB) into %s%s", storage.url, backup_id, len(selected(manifest, wanted)),
         need / 1e6, server.describe(), " - resuming an unfinished restore of this backup" if resume else "",
     )
-    return plan.to_dict()
+    return plan
 
 
 def refuse_wide_grants(cur: Any, schema: dict, databases: list[str]) -> None:
@@ -169,16 +170,14 @@ def refuse_wide_grants(cur: Any, schema: dict, databases: list[str]) -> None:
         )
 
 
-def snapshot_config(plan: RestorePlan | dict, run_id: str = "") -> dict:
-    """The setup: record the production values durably on the target (changes no setting)."""
-    plan = RestorePlan.of(plan)
-    snap = tuning.take_snapshot(target_server(plan), run_id, datetime.now(UTC).isoformat())
-    return snap.to_dict()
+def snapshot_config(plan: RestorePlan, run: str = "") -> ConfigSnapshot:
+    """The setup: record the production values durably on the target (changes no setting); `run`: the run that took
+    it (an Airflow run id), named to whoever finds it left behind."""
+    return tuning.take_snapshot(target_server(plan), run, datetime.now(UTC).isoformat())
 
 
-def tune(plan: RestorePlan | dict) -> dict:
+def tune(plan: RestorePlan) -> Tuned:
     """Apply the restore profile (see tuning), or nothing when tune is off."""
-    plan = RestorePlan.of(plan)
     server = target_server(plan)
     snap = tuning.read_snapshot(server)
     if snap is None:
@@ -192,11 +191,10 @@ def tune(plan: RestorePlan | dict) -> dict:
 
 
 @stopping.stops_cleanly
-def create_schema(plan: RestorePlan | dict) -> dict:
+def create_schema(plan: RestorePlan) -> SchemaCreated:
     """Databases and tables (secondary indexes and foreign keys held back when defer_indexes). lastline's own
     statements (its bookkeeping, the set-aside, the databases rebuilt from checked names) run on the admin
     connection; the tables' and sequences' statements, which come from the backup, run under the run account."""
-    plan = RestorePlan.of(plan)
     storage, manifest = open_backup(plan)
     schema = checked_schema(storage, manifest)
     server = target_server(plan)
@@ -248,12 +246,11 @@ def create_schema(plan: RestorePlan | dict) -> dict:
     log.info("create_schema: %d tables and sequences in %s (%.1f s), created by the run account %s%s", created,
              ", ".join(plan.databases), time.monotonic() - t0, plan.restore_account,
              "; secondary indexes and foreign keys deferred" if plan.defer_indexes else "")
-    return {"tables": created, "seconds": round(time.monotonic() - t0, 3)}
+    return SchemaCreated(created, round(time.monotonic() - t0, 3))
 
 
-def plan_load(plan: RestorePlan | dict) -> list[dict]:
-    """The work units (small dicts: they travel through XCom)."""
-    plan = RestorePlan.of(plan)
+def plan_load(plan: RestorePlan) -> list[dict]:
+    """The work units, as dicts (what the log and the benches show; each lane derives them again)."""
     _storage, manifest = open_backup(plan)
     units = plan_units(manifest, selected(manifest, plan.databases), plan.parallel)
     log.info("plan: %s for %s: %s", plural(len(units), "work unit"), plural(plan.parallel, "lane"),
@@ -261,24 +258,22 @@ def plan_load(plan: RestorePlan | dict) -> list[dict]:
     return [u.to_dict() for u in units]
 
 
-def prepare(plan: RestorePlan | dict) -> tuple[dict, list[str]]:
+def prepare(plan: RestorePlan) -> tuple[dict[str, Tuned | SchemaCreated], list[str]]:
     """tune, create_schema and plan as one task (each takes well under a second; a task costs Airflow about
     that much again): their results, and the lanes the load runs on."""
     return {"tune": tune(plan), "create_schema": create_schema(plan)}, plan_lanes(plan)
 
 
-def plan_lanes(plan: RestorePlan | dict) -> list[str]:
+def plan_lanes(plan: RestorePlan) -> list[str]:
     """The `parallel` lanes that load the work units (logged here; each lane derives the same units from the
     checked manifest, see plan_load)."""
-    plan = RestorePlan.of(plan)
     plan_load(plan)
     return [f"lane {i + 1} of {plan.parallel}" for i in range(plan.parallel)]
 
 
 @stopping.stops_cleanly
-def load_lane(plan: RestorePlan | dict, lane: str) -> list[dict]:
+def load_lane(plan: RestorePlan, lane: str) -> list[UnitLoaded]:
     """One of `parallel` lanes: load the units no other lane holds, in plan order (see logical.load)."""
-    plan = RestorePlan.of(plan)
     storage, manifest = open_backup(plan)
     units = plan_units(manifest, selected(manifest, plan.databases), plan.parallel)
     server = run_server(plan)  # the chunks, the held-back indexes and the checks: all under the run account
@@ -299,19 +294,17 @@ def load_lane(plan: RestorePlan | dict, lane: str) -> list[dict]:
 
 
 @stopping.stops_cleanly
-def load(plan: RestorePlan | dict, unit: dict) -> dict:
-    """Load one work unit (see logical_load)."""
-    plan = RestorePlan.of(plan)
+def load(plan: RestorePlan, unit: dict) -> UnitLoaded:
+    """Load one work unit (a dict of work_units.WorkUnit, as plan_load gives it)."""
     storage, manifest = open_backup(plan)
     return load_unit(run_server(plan), storage, manifest, WorkUnit.from_dict(unit), plan.parallel)
 
 
-def revert(plan: RestorePlan | dict) -> dict:
+def revert(plan: RestorePlan) -> Reverted:
     """The teardown: drop the run account and lock the objects owner (always first: nothing from the backup
     runs after this), then put the production configuration back and read it back (fails loudly on a
     difference)."""
-    plan = RestorePlan.of(plan)
     server = target_server(plan)
     dropped = accounts.drop(server, plan.restore_account) if plan.restore_account else False
     accounts.lock(server, accounts.owner_name(plan.databases))
-    return {**tuning.revert(server), "run_account_dropped": dropped}
+    return dataclasses.replace(tuning.revert(server), run_account_dropped=dropped)

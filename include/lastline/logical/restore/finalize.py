@@ -13,7 +13,7 @@ from lastline.core.errors import IntegrityError
 from lastline.core.servers import Server, over_connections
 from lastline.core.sql import global_variables
 from lastline.logical.format import dialect
-from lastline.logical.format.plans import RestorePlan
+from lastline.logical.format.plans import Finalized, RestorePlan
 from lastline.logical.restore import tuning
 from lastline.logical.restore.backup_files import checked_schema, open_backup, run_server, target_server
 from lastline.logical.restore.schema_checks import (
@@ -51,11 +51,10 @@ def _execute_in_context(server: Server, obj: dict, statement: str) -> None:
 
 
 @stopping.stops_cleanly
-def finalize(plan: RestorePlan | dict) -> dict:
+def finalize(plan: RestorePlan) -> Finalized:
     """Deferred indexes and foreign keys, AUTO_INCREMENT counters, then triggers (after the data),
     views in dependency order, routines, events, sequence states, ANALYZE TABLE; drop the ledger. What comes
     from the backup runs under the run account, the objects under their owner (see objects)."""
-    plan = RestorePlan.of(plan)
     storage, manifest = open_backup(plan)
     schema = checked_schema(storage, manifest)
     server = target_server(plan)
@@ -116,7 +115,7 @@ def finalize(plan: RestorePlan | dict) -> dict:
         cur.connection.commit()
     seconds = time.monotonic() - t0
     log.info("finalize: %s in %.1f s; ledger dropped", ", ".join(f"{k} {v:.1f} s" for k, v in steps.items()), seconds)
-    return {"seconds": round(seconds, 3), "steps": {k: round(v, 3) for k, v in steps.items()}}
+    return Finalized(round(seconds, 3), {k: round(v, 3) for k, v in steps.items()})
 
 
 OBJECT_KINDS = ("triggers", "views", "routines", "events")

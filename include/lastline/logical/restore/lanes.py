@@ -6,6 +6,7 @@ held-back indexes at once, in its own slot, while the other lanes load."""
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import hashlib
 import logging
@@ -14,6 +15,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from lastline.core.servers import Server
+from lastline.logical.format.plans import UnitLoaded
 from lastline.logical.restore.load import load_unit, loaded_files
 from lastline.logical.restore.work_units import WorkUnit
 from lastline.manifest import LogicalManifest, LogicalTable
@@ -32,7 +34,7 @@ def claimed(server: Server, backup_id: str, unit: WorkUnit) -> Iterator[Any]:
 
 
 def load_lane(server: Server, storage: Storage, manifest: LogicalManifest, units: list[WorkUnit], label: str,
-              parallel: int, on_table_done: Callable[[str, str], None] | None = None) -> list[dict]:
+              parallel: int, on_table_done: Callable[[str, str], None] | None = None) -> list[UnitLoaded]:
     """One lane: every unit, in plan order, that no other lane holds and that is not yet in whole; returns
     the results of the units this lane loaded. `on_table_done(schema, table)` runs in this lane once a
     table it loaded has every chunk in the ledger (once: the lane that finished the table's last unit)."""
@@ -50,7 +52,7 @@ def load_lane(server: Server, storage: Storage, manifest: LogicalManifest, units
         if on_table_done is not None:
             for schema, name in dict.fromkeys((p.schema, p.table) for p in unit.parts):
                 _when_complete(server, manifest, tables[(schema, name)], functools.partial(on_table_done, schema, name))
-            results[-1]["finished_at"] = time.time()  # the unit's span holds the index builds it led to
+            results[-1] = dataclasses.replace(results[-1], finished_at=time.time())  # its span holds the index builds it led to
     log.info("%s: done, %d unit(s) loaded here", label, len(results))
     return results
 

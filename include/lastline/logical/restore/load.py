@@ -32,6 +32,7 @@ from lastline.core.servers import Server
 from lastline.core.sql import LOST_CONNECTION, META_DB, NON_TRANSACTIONAL, sql_error, string_literal
 from lastline.logical.format import dialect, infile
 from lastline.logical.format.chunk_files import prove_chunk, write_chunk
+from lastline.logical.format.plans import UnitLoaded
 from lastline.logical.restore.verify import chunk_checks, table_checksum
 from lastline.logical.restore.work_units import WorkUnit
 from lastline.manifest import ChunkInfo, LogicalManifest, LogicalTable
@@ -226,7 +227,7 @@ class Loader:
             pass
 
 
-def load_unit(server: Server, storage: Storage, manifest: LogicalManifest, unit: WorkUnit, parallel: int) -> dict:
+def load_unit(server: Server, storage: Storage, manifest: LogicalManifest, unit: WorkUnit, parallel: int) -> UnitLoaded:
     """Load every chunk of `unit` not yet in the ledger; returns per-table rows, bytes and seconds."""
     tables = {(t.schema, t.name): t for t in manifest.tables}
     total_chunks = sum(p.last - p.first + 1 for p in unit.parts)
@@ -284,7 +285,4 @@ def load_unit(server: Server, storage: Storage, manifest: LogicalManifest, unit:
         finally:
             loader.close()
     log.info("%s; of that, %.1f s reading chunks back for their checks", progress.line(), loader.check_seconds)
-    return {
-        "unit": unit.name, "tables": stats, "seconds": round(time.monotonic() - progress.start, 3),
-        "started_at": started_at, "finished_at": time.time(),
-    }
+    return UnitLoaded(unit.name, stats, round(time.monotonic() - progress.start, 3), started_at, time.time())

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import json
 import logging
+from typing import Any
 
 from lastline import reports
 from lastline.core import svg
+from lastline.core.plans import plain
 from lastline.core.progress import plural
 from lastline.logical.format.plans import RestorePlan
 
@@ -27,10 +29,10 @@ def table_rows(loads: list[dict]) -> list[dict]:
     return sorted(out.values(), key=lambda t: t["seconds"], reverse=True)
 
 
-def build(plan: RestorePlan | dict, steps: dict[str, dict], lanes: list[list[dict]]) -> dict:
-    """The report: stages' seconds, the load's wall time and MB/s, per-table figures (`lanes`: each lane's
-    unit results)."""
-    plan = RestorePlan.of(plan)
+def build(plan: RestorePlan, steps: dict[str, Any], lanes: list[list[Any]]) -> dict:
+    """The report: stages' seconds, the load's wall time and MB/s, per-table figures (`steps`: each stage's result,
+    `lanes`: each lane's UnitLoaded results; typed or in their XCom form: the report records the plain form)."""
+    steps, lanes = plain(steps), plain(lanes)
     loads = [u for lane in lanes for u in lane]
     tables = table_rows(loads)
     load_wall = (max(u["finished_at"] for u in loads) - min(u["started_at"] for u in loads)) if loads else 0.0
@@ -112,11 +114,10 @@ def summary(report: dict) -> str:
         f"- **Stages:** {stages}", ""]) + "\n"
 
 
-def write(plan: RestorePlan | dict, steps: dict[str, dict], lanes: list[list[dict]], dag_id: str, run_id: str) -> dict:
+def write(plan: RestorePlan, steps: dict[str, Any], lanes: list[list[Any]], dag_id: str, run_id: str) -> dict:
     """Build, log and save the report (its summary opening with the verification in words, JSON, SVG chart) where the
     UI reads it (lastline.reports); returns the report with the files' URLs."""
-    plan = RestorePlan.of(plan)
-    report = {"verification": verification(steps.get("verify") or {}), **build(plan, steps, lanes)}
+    report = {"verification": verification(plain(steps.get("verify")) or {}), **build(plan, steps, lanes)}
     where = reports.save(dag_id, run_id, {"summary.md": summary(report), "logical_restore.svg": chart(report),
                                           "logical_restore.json": json.dumps(report, indent=1)})
     report["chart"], report["report"] = f"{where}/logical_restore.svg", f"{where}/logical_restore.json"

@@ -18,12 +18,12 @@ from __future__ import annotations
 
 import json
 import logging
-from dataclasses import dataclass
 from typing import Any
 
 from lastline.core.errors import LastlineError, PreflightError
 from lastline.core.servers import Server
 from lastline.core.sql import META_DB, global_variables, table_exists
+from lastline.logical.format.plans import ConfigSnapshot, Reverted, Tuned
 
 log = logging.getLogger(__name__)
 
@@ -64,20 +64,6 @@ TUNED_VARIABLES = (
     "innodb_io_capacity", "max_allowed_packet", "sync_binlog", "innodb_log_file_size", "innodb_buffer_pool_size",
     "log_bin_trust_function_creators",
 )
-
-
-@dataclass
-class ConfigSnapshot:
-    """The production values, as found before a restore tuned anything."""
-
-    variables: dict[str, str]
-    restart_profile: bool
-    taken_at: str
-    run_id: str
-    inherited: bool = False  # left by an earlier run that did not revert
-
-    def to_dict(self) -> dict:
-        return self.__dict__.copy()
 
 
 def _normal(value: Any) -> str:
@@ -147,7 +133,7 @@ def read_snapshot(server: Server) -> ConfigSnapshot | None:
 
 
 def apply(server: Server, snap: ConfigSnapshot, *, restart_allowed: bool, redo_bytes: int,
-          buffer_pool_bytes: int | None = None, profile: bool = True) -> dict:
+          buffer_pool_bytes: int | None = None, profile: bool = True) -> Tuned:
     """Tune the target for a bulk load; returns what was set (restart settings through the drop-in).
     `profile=False` (tune off): only what every restore needs (REQUIRED)."""
     applied: dict[str, str] = {}
@@ -169,7 +155,7 @@ def apply(server: Server, snap: ConfigSnapshot, *, restart_allowed: bool, redo_b
                 applied[name] = want[name]
         _probe_write(cur)
     log.info("tune: set %s%s", applied, " (after a restart with the drop-in)" if restarted else "")
-    return {"applied": applied, "restarted": restarted}
+    return Tuned(applied, restarted)
 
 
 def _restart(server: Server, why: str) -> bool:
@@ -202,13 +188,13 @@ def _set_global(cur: Any, name: str, value: str) -> None:
         raise LastlineError(f"SET GLOBAL {name} = {literal} failed on the target: {exc}") from exc
 
 
-def revert(server: Server) -> dict:
+def revert(server: Server) -> Reverted:
     """Put every recorded value back (restarting if a drop-in was used), read them back, then forget the
     snapshot. Raises LastlineError naming each variable that still differs."""
     snap = read_snapshot(server)
     if snap is None:
         log.info("revert: no config snapshot on the target: nothing was tuned")
-        return {"reverted": {}, "restarted": False}
+        return Reverted({}, False)
     path = drop_in_path(server)
     restarted = False
     if path is not None and _drop_in_exists(server, path):
@@ -234,7 +220,7 @@ def revert(server: Server) -> dict:
         cur.execute(f"DELETE FROM {META_DB}.config_snapshot WHERE id = 1")
         cur.connection.commit()
     log.info("revert: restored %s%s; every value read back equal to the snapshot", reverted, " after a restart" if restarted else "")
-    return {"reverted": reverted, "restarted": restarted, "snapshot": snap.variables}
+    return Reverted(reverted, restarted, snap.variables)
 
 
 def config_differs(server: Server, snapshot: dict[str, str]) -> dict[str, tuple[str | None, str]]:

@@ -24,7 +24,7 @@ from lastline.core.servers import Server, over_connections
 from lastline.core.sql import META_DB, NON_TRANSACTIONAL, placeholders, table_exists
 from lastline.logical.format import dialect
 from lastline.logical.format.chunking import chunk_ranges
-from lastline.logical.format.plans import RestorePlan
+from lastline.logical.format.plans import ConfigSnapshot, RestorePlan, Verified
 from lastline.logical.restore import tuning
 from lastline.logical.restore.backup_files import checked_schema, open_backup, selected, target_server
 from lastline.logical.restore.target_state import aside_name, drop_aside
@@ -119,9 +119,9 @@ def _text(v: Any) -> str:
 
 
 @stopping.stops_cleanly
-def verify(plan: RestorePlan | dict, snapshot: dict) -> dict:
-    """Per table rows and checksum equal to the manifest; every object present; configuration back."""
-    plan = RestorePlan.of(plan)
+def verify(plan: RestorePlan, snapshot: ConfigSnapshot | None) -> Verified:
+    """Per table rows and checksum equal to the manifest; every object present; configuration back (as `snapshot`
+    recorded it, when the restore took one)."""
     storage, manifest = open_backup(plan)
     schema = checked_schema(storage, manifest)
     server = target_server(plan)
@@ -165,7 +165,7 @@ def verify(plan: RestorePlan | dict, snapshot: dict) -> dict:
                     cur.execute(sql, (obj["schema"], obj["name"]))
                     if not cur.fetchone()[0]:
                         bad.append(f"{kind[:-1]} {obj['schema']}.{obj['name']} is missing")
-    differ = tuning.config_differs(server, snapshot.get("variables", {})) if snapshot else {}
+    differ = tuning.config_differs(server, snapshot.variables) if snapshot else {}
     bad += [f"configuration: {k} is {a!r}, was {b!r} before the restore" for k, (a, b) in sorted(differ.items())]
     if bad:
         kept = [f"{db} in {aside_name(db)}" for db in plan.databases]
@@ -181,5 +181,4 @@ def verify(plan: RestorePlan | dict, snapshot: dict) -> dict:
              "completed), every object present, configuration back (%.1f s)", len(tables), in_lanes, time.monotonic() - t0)
     objects = {kind: sum(1 for o in schema[kind] if o["schema"] in plan.databases)
                for kind in ("views", "triggers", "routines", "events", "sequences")}
-    return {"tables": len(tables), "rows": sum(int(t.rows) for t in tables), "objects": objects,
-            "row_hashes": not legacy, "seconds": round(time.monotonic() - t0, 3)}
+    return Verified(len(tables), sum(int(t.rows) for t in tables), objects, not legacy, round(time.monotonic() - t0, 3))
