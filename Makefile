@@ -1,6 +1,6 @@
 # lastline: `make demo` and `make test` work on a fresh Debian machine (as root); both run `make setup` first.
 # `make docs` builds the documentation site (docs/, mkdocs.yml) strictly: a broken link or page fails it.
-.PHONY: docs setup demo ui test test-fast test-distributed faults bench bench-physical bench-logical bench-restore bench-rebuild bench-impact bench-pitr lint clean
+.PHONY: docs setup demo ui test test-fast test-distributed faults bench bench-physical bench-logical bench-restore bench-rebuild bench-impact bench-pitr bench-scale lint clean
 # the benchmarks' deployment settings: their runs keep backups under bench/results (or a --work elsewhere in /tmp), unattended
 BENCH_ENV = LASTLINE_BACKUP_ROOTS="file://$(CURDIR)/bench/results,file:///tmp,s3://,ssh://" LASTLINE_APPROVAL=false
 
@@ -32,6 +32,7 @@ bench:  # every benchmark with its defaults; ARGS go to one bench-* target alone
 	@$(MAKE) --no-print-directory bench-rebuild ARGS=
 	@$(MAKE) --no-print-directory bench-impact ARGS=
 	@$(MAKE) --no-print-directory bench-pitr ARGS=
+	@$(MAKE) --no-print-directory bench-scale ARGS=
 
 bench-physical: setup
 	@$(BENCH_ENV) .venv/bin/python bench/physical_bench.py $(ARGS)
@@ -50,6 +51,10 @@ bench-rebuild: setup
 bench-pitr:  # point-in-time recovery: the archive's worst lag under load, parallel replay vs mariadb-binlog | mariadb (sysbench)
 	@LASTLINE_BENCH=1 scripts/setup.sh
 	@$(BENCH_ENV) .venv/bin/python bench/pitr_bench.py $(ARGS)
+
+bench-scale:  # many tables (issue 31): each backup and restore step's seconds at two sizes and how they grow (mydumper 0.10 installed here)
+	@LASTLINE_BENCH=1 scripts/setup.sh
+	@$(BENCH_ENV) .venv/bin/python bench/scale_bench.py $(ARGS)
 
 bench-impact:  # what a backup costs production: sysbench write latency with and without one (sysbench installed here)
 	@LASTLINE_BENCH=1 scripts/setup.sh

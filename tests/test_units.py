@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import stat
 import subprocess
@@ -235,6 +236,40 @@ def test_prune_keeps_the_newest_and_young_incomplete_ones():
     assert "20260107T000000Z" not in plan_prune(ids, complete, keep=0, grace=timedelta(days=99), now=now)
 
 
+def test_latest_and_the_newest_backups_read_a_few_manifests_of_500(tmp_path, monkeypatch):
+    """500 backups in a destination (the newest ones unfinished, a logical one among them): `latest` and the form's
+    ten newest read the manifests from the newest down and stop, and name the same backups a full listing does."""
+    from lastline.manifest import MANIFEST, complete_backups, newest_complete, resolve_backup, write_manifest
+
+    storage = open_storage(f"file://{tmp_path}")
+    ids = [f"2026{1 + i // 28 // 24:02d}{1 + i // 24 % 28:02d}T{i % 24:02d}0000Z" for i in range(500)]
+    for i, backup_id in enumerate(ids):
+        if i >= 495:  # the five newest are still being written: no manifest yet
+            (tmp_path / backup_id).mkdir()
+            continue
+        write_manifest(storage, PhysicalManifest(
+            backup_id=backup_id, source_conn_id="src", server_version="10.11.19", tool_version="10.11.19",
+            artifact="backup.xbstream.zst", compression="zstd", bytes=10, sha256="ab", started_at="s", finished_at="f",
+            seconds=1.0, mb_per_s=1.0, parallel=2, datadir_bytes=100, tables=[TableInfo("a", "b", "InnoDB", 1, 2)]))
+    logical = tmp_path / ids[493] / MANIFEST  # one of another kind among the newest
+    data = json.loads(logical.read_text())
+    logical.write_text(json.dumps({**data, "kind": "logical"}))
+    reads: list[str] = []
+    real = storage.read_bytes
+    monkeypatch.setattr(storage, "read_bytes", lambda key, *a, **k: reads.append(key) or real(key, *a, **k))
+    assert newest_complete(storage, "physical") == [ids[494]]
+    assert len(reads) == 1
+    reads.clear()
+    monkeypatch.setattr("lastline.manifest.open_storage", lambda *a, **k: storage)
+    assert resolve_backup(f"file://{tmp_path}/latest", None, "physical") == (storage, ids[494])  # what a restore reads
+    assert len(reads) == 1
+    reads.clear()
+    newest = newest_complete(storage, "physical", 10)
+    assert newest == list(reversed(complete_backups(storage, "physical")))[:10] and ids[493] not in newest
+    assert len(reads) - 500 <= 11  # 11 read for the ten newest, then 500 by the full listing it is compared with
+    assert newest_complete(storage, "physical", 3, before=ids[100]) == [ids[99], ids[98], ids[97]]
+
+
 def test_a_missing_ssh_connection_is_named():
     from lastline.core.errors import LastlineError
 
@@ -356,6 +391,46 @@ def test_work_units_keep_tables_whole_split_big_ones_and_batch_small_ones():
     assert [u.bytes for u in units] == sorted((u.bytes for u in units), reverse=True)
     assert any("[chunks " in u.name for u in units)
     assert sum(p.last - p.first + 1 for p in parts) == sum(len(t.chunks) for t in m.tables)
+
+
+def test_thousands_of_small_tables_spread_over_every_lane_and_planning_stays_linear():
+    """Per-object costs: 2,000 small tables (some empty) once made one unit that one lane loaded alone for 19 s while
+    the other idled. Each table now costs TABLE_COST on top of its bytes: the tables spread over several units per
+    lane, and lanes taking units as they free up each load about half of them. Planning 2x the tables takes about
+    2x the time (the first fit kept each bin's sum)."""
+    import gc
+    import time
+
+    from lastline.logical.restore.work_units import plan_units
+
+    def tenants(n: int):
+        return _manifest([(f"t{i}", "InnoDB", 0 if i % 7 == 0 else 1, 0 if i % 7 == 0 else 20_000) for i in range(n)])
+
+    m = tenants(2_000)
+    units = plan_units(m, m.tables, lanes=2)
+    assert len(units) >= 4, [u.name for u in units]
+    lanes = [0, 0]  # tables per lane, each unit taken by the lane that has loaded the fewest so far
+    for u in units:
+        lanes[lanes.index(min(lanes))] += len(u.parts)
+    assert max(lanes) <= 0.6 * 2_000, lanes
+    assert sorted(p.table for u in units for p in u.parts) == sorted(t.name for t in m.tables)  # each table once
+
+    def best(n: int) -> float:  # the best of 3, without the collector's pauses (they grow with the heap, not the plan)
+        m = tenants(n)
+        times = []
+        gc.collect()
+        gc.disable()
+        try:
+            for _ in range(3):
+                t0 = time.perf_counter()
+                plan_units(m, m.tables, lanes=2)
+                times.append(time.perf_counter() - t0)
+        finally:
+            gc.enable()
+        return min(times)
+
+    small, large = best(10_000), best(20_000)
+    assert large < 3 * small + 0.05, f"planning 10,000 tables took {small:.3f} s, 20,000 took {large:.3f} s: quadratic"
 
 
 def test_units_of_one_table_do_not_start_side_by_side():

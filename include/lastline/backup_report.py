@@ -8,7 +8,7 @@ import json
 from typing import Any
 
 from lastline.core import svg
-from lastline.manifest import LogicalManifest, PhysicalManifest, complete_backups, read_manifest
+from lastline.manifest import LogicalManifest, PhysicalManifest, newest_complete, read_manifest
 from lastline.storage import Storage
 
 Manifest = PhysicalManifest | LogicalManifest
@@ -35,7 +35,7 @@ def _change(now: float, before: float) -> str:
 
 def build(storage: Storage, manifest: Manifest, kind: str, url: str, window: str) -> dict[str, Any]:
     """The report of `manifest` (a backup of `kind` at `url`), with the recent backups of its kind before it."""
-    ids = [b for b in complete_backups(storage, kind) if b < manifest.backup_id][-RECENT:]
+    ids = list(reversed(newest_complete(storage, kind, RECENT, before=manifest.backup_id)))
     recent = []
     for backup_id in ids:
         try:

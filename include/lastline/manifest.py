@@ -304,6 +304,20 @@ def read_manifest(storage: Storage, backup_id: str, kind: str = "physical", sha2
     return manifest
 
 
+def newest_complete(storage: Storage, kind: str | None = None, limit: int = 1, before: str | None = None) -> list[str]:
+    """Up to `limit` newest complete backups (of `kind`, if given; older than `before`, if given), newest first.
+    Reads manifests from the newest down and stops once it has them: `latest` and the form's list cost the same
+    in a destination of 500 backups as in one of 5 (complete_backups reads them all)."""
+    out: list[str] = []
+    for b in sorted((b for b in storage.list_backups() if backup_time(b) and (before is None or b < before)), reverse=True):
+        if storage.exists(f"{b}/{MANIFEST}") and (found := manifest_kind(storage, b)) is not None \
+                and (kind is None or found == kind):
+            out.append(b)
+            if len(out) >= limit:
+                break
+    return out
+
+
 def complete_backups(storage: Storage, kind: str | None = None) -> list[str]:
     """Ids of the backups that have a readable manifest (of `kind`, if given), oldest first."""
     done = [b for b in storage.list_backups() if backup_time(b) and storage.exists(f"{b}/{MANIFEST}")]
@@ -326,10 +340,10 @@ def resolve_backup(url: str, aws_conn_id: str | None = None, kind: str = "physic
     require_allowed(dest, "backup")  # a run's conf names backups only under the deployment's roots
     storage = open_storage(dest, aws_conn_id)
     if backup_id == "latest":
-        done = complete_backups(storage, kind)
+        done = newest_complete(storage, kind)
         if not done:
             raise IntegrityError(f"{dest} holds no complete {kind} backup (none has a {MANIFEST} of that kind).")
-        backup_id = done[-1]
+        backup_id = done[0]
     elif not ID_RE.match(backup_id):  # a folder's name reaches the approval page, the logs and the reports
         raise ConfigError(f"backup {url!r}: {backup_id!r} is not a backup id (YYYYMMDDTHHMMSSZ, as lastline names "
                           "them); name the backup's folder or <destination>/latest.")

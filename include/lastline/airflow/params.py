@@ -23,7 +23,7 @@ from lastline.logical.backup import DEFAULT_CHUNK_ROWS
 from lastline.logical.format.plans import INDEX_BUILDS
 from lastline.logical.format.plans import RestorePlan as LogicalRestorePlan
 from lastline.logical.restore import DEFAULT_REDO_BYTES
-from lastline.manifest import complete_backups
+from lastline.manifest import newest_complete
 
 SERVERS, BACKUP, SAFETY, SPEED, KEEPING, MASKING = "Servers", "Backup", "Safety", "Performance", "Retention", "Masking"
 SIZE = {"type": ["string", "integer"], "minimum": 0, "pattern": r"^\s*[0-9]+(\.[0-9]+)?\s*([KMGTkmgt]([iI]?[bB])?)?\s*$"}  # 1G, 256M
@@ -262,7 +262,7 @@ def recent_backups(kind: str | None, description: str | None = None, limit: int 
         try:
             from lastline.storage import open_storage
 
-            offers += [f"{base}/{b}" for b in reversed(complete_backups(open_storage(base), kind)[-limit:])]
+            offers += [f"{base}/{b}" for b in newest_complete(open_storage(base), kind, limit)]
         except Exception:  # noqa: BLE001 - a missing or unreadable folder only means no suggestions
             pass
     return Override(examples=offers, description=description)

@@ -103,8 +103,12 @@ def tables_at_risk(cur: Any, databases: list[str] | None = None, limit: int = 20
     }
 
 
-def _text(value: Any) -> str:
+def as_text(value: Any) -> str:
+    """A value as the driver returned it (bytes for binary columns), as text."""
     return value.decode() if isinstance(value, bytes) else str(value)
+
+
+_text = as_text
 
 
 LOST_CONNECTION = (2006, 2013, 1927)

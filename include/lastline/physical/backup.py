@@ -1,6 +1,8 @@
 """The physical backup's stages: preflight, stream, manifest, prune. Each is one Airflow task."""
 from __future__ import annotations
 
+import hashlib
+import json
 import logging
 from dataclasses import asdict
 from datetime import UTC, datetime, timedelta
@@ -8,7 +10,7 @@ from datetime import UTC, datetime, timedelta
 from lastline import connections
 from lastline.core import datadir as datadir_ops
 from lastline.core import impact, stopping
-from lastline.core.errors import PipelineError, StorageError
+from lastline.core.errors import IntegrityError, PipelineError, StorageError
 from lastline.core.hosts import require_tools
 from lastline.core.option_files import option_file
 from lastline.core.pipeline import run_pipeline
@@ -22,6 +24,7 @@ from lastline.replication import source as replica_source
 from lastline.storage import open_allowed, open_storage
 
 log = logging.getLogger(__name__)
+TABLES_FILE = "tables.json"  # the stream's table list (InnoDB's estimates), read into the manifest by finish
 
 
 def table_estimates(server: Server) -> list[TableInfo]:
@@ -105,13 +108,15 @@ def stream(plan: BackupPlan) -> StreamResult:
             raise PipelineError("mariabackup exited 0 without `completed OK!`; the stream is not trusted.")
     finished = datetime.now(UTC)
     facts = physical.parse_backup_log(mb_log)
+    listed = json.dumps([asdict(t) for t in tables]).encode()
+    storage.write_bytes(f"{plan.backup_id}/{TABLES_FILE}", listed)
     stats = StreamResult(
         bytes=result.bytes_out, sha256=result.sha256_out or "", seconds=round(result.seconds, 3),
         mb_per_s=round(result.mb_per_s, 2), started_at=started.isoformat(), finished_at=finished.isoformat(),
         datadir_bytes=datadir_ops.used_bytes(host, datadir), binlog_file=facts["binlog_file"],
         binlog_position=facts["binlog_position"], gtid=facts["gtid"],
-        server_version=facts["server_version"] or plan.server_version, tables=[asdict(t) for t in tables],
-        primary=primary_of(replica, mb_log))
+        server_version=facts["server_version"] or plan.server_version, tables=len(tables),
+        tables_sha256=hashlib.sha256(listed).hexdigest(), primary=primary_of(replica, mb_log))
     log.info("backup stream done: %.1f MB in %.1f s (%.1f MB/s), binlog %s:%s, gtid %s", stats.bytes / 1e6, stats.seconds,
              stats.mb_per_s, stats.binlog_file, stats.binlog_position, stats.gtid)
     return stats
@@ -138,6 +143,10 @@ def finish(plan: BackupPlan, stats: StreamResult) -> str:
     size = storage.size(key)
     if size != stats.bytes:
         raise StorageError(f"{storage.location(key)} holds {size} bytes, the stream wrote {stats.bytes}: re-run the backup.")
+    listed = storage.read_bytes(f"{plan.backup_id}/{TABLES_FILE}")
+    if hashlib.sha256(listed).hexdigest() != stats.tables_sha256:
+        raise IntegrityError(f"{storage.location(f'{plan.backup_id}/{TABLES_FILE}')} is not the table list the stream "
+                             "wrote: re-run the backup.")
     manifest = PhysicalManifest(
         backup_id=plan.backup_id,
         source_conn_id=plan.source_conn_id,
@@ -146,8 +155,8 @@ def finish(plan: BackupPlan, stats: StreamResult) -> str:
         compression=plan.compression,
         parallel=plan.parallel,
         source_identity=plan.source_identity,
-        tables=[TableInfo(**t) for t in stats.tables],
-        **{k: v for k, v in stats.to_dict().items() if k != "tables"},
+        tables=[TableInfo(**t) for t in json.loads(listed)],
+        **{k: v for k, v in stats.to_dict().items() if k not in ("tables", "tables_sha256")},
     )
     where = write_manifest(storage, manifest)
     log.info("manifest written: %s (%d tables)", where, len(manifest.tables))

@@ -61,7 +61,8 @@ class StreamResult(Result):
     binlog_position: int | None
     gtid: str | None
     server_version: str
-    tables: list[dict]  # manifest.TableInfo's fields (the manifest's table list)
+    tables: int  # how many: the list itself waits in TABLES_FILE beside the artifact (XCom stays small at any count)
+    tables_sha256: str  # of TABLES_FILE, as the stream wrote it: finish reads that very list into the manifest
     primary: dict | None = None  # from a replica: its primary's coordinates
 
 

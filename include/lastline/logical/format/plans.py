@@ -105,13 +105,23 @@ class SchemaCreated(Result):
 
 @dataclass(frozen=True)
 class UnitLoaded(Result):
-    """One work unit a lane loaded: per table (`schema.name`) rows, bytes, seconds, chunks, skipped, check_seconds."""
+    """One work unit a lane loaded: its totals, and its slowest tables (`schema.name`: rows, bytes, seconds, chunks,
+    skipped, check_seconds; at most UNIT_TABLES of them, so that a lane's XCom stays small at any table count)."""
 
     unit: str
     tables: dict[str, dict]
     seconds: float
     started_at: float  # epoch seconds: the report's timeline
     finished_at: float
+    table_count: int = 0
+    rows: int = 0
+    bytes: int = 0
+    chunks: int = 0
+    skipped: int = 0
+    check_seconds: float = 0.0
+
+
+UNIT_TABLES = 20  # the slowest tables a UnitLoaded names
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,7 @@ from lastline.core import datadir as dd
 from lastline.core.errors import LastlineError, PreflightError
 from lastline.core.plans import PARALLEL, Conf
 from lastline.core.progress import plural
-from lastline.core.servers import base_version, refuse_restore_into_source
+from lastline.core.servers import base_version, over_connections, refuse_restore_into_source
 from lastline.core.sql import ASIDE_PREFIX, SYSTEM_SCHEMAS, never_restored, server_identity, tables_at_risk  # noqa: F401
 from lastline.logical.format import dialect
 from lastline.logical.format.plans import INDEX_BUILDS, ConfigSnapshot, RestorePlan, Reverted, SchemaCreated, Tuned, UnitLoaded
@@ -199,7 +199,6 @@ def create_schema(plan: RestorePlan) -> SchemaCreated:
     schema = checked_schema(storage, manifest)
     server = target_server(plan)
     t0 = time.monotonic()
-    created = 0
     with server.session() as cur:
         ensure_ledger(cur)
         ensure_checks(cur)
@@ -219,26 +218,30 @@ def create_schema(plan: RestorePlan) -> SchemaCreated:
             if d["name"] in plan.databases:
                 cur.execute(database_create(d))
     accounts.revoke_older_owners(server, plan.databases)  # before any row arrives, not only at the objects step
-    with run_server(plan).session() as cur:
-        cur.execute(dialect.LOAD_SESSION)
-        accounts.unlogged(cur)
-        for kind in ("tables", "sequences"):
-            for t in schema[kind]:
-                if t["schema"] not in plan.databases:
-                    continue
+    creates = []  # every statement checked before the first runs
+    for kind in ("tables", "sequences"):
+        for t in schema[kind]:
+            if t["schema"] in plan.databases:
                 create = checked_create(kind, t, plan.databases)
                 if plan.defer_indexes and kind == "tables":
                     create = split_deferred(create)[0]
-                cur.execute(f"USE {dialect.quote_ident(t['schema'])}")
-                if kind == "sequences":
-                    # a sequence holds no loaded rows (finalize sets its value): always made anew, so that a
-                    # resume after a crash never keeps one that came back without its row
-                    cur.execute(f"DROP SEQUENCE IF EXISTS {dialect.qualified(t['schema'], t['name'])}")
-                    cur.execute(create)
-                else:
-                    cur.execute(create.replace("CREATE TABLE", "CREATE TABLE IF NOT EXISTS", 1))
-                created += 1
-        cur.connection.commit()
+                creates.append((kind, t, create))
+
+    def run(cur: Any, item: tuple[str, dict, str]) -> None:
+        kind, t, create = item
+        cur.execute(f"USE {dialect.quote_ident(t['schema'])}")
+        if kind == "sequences":
+            # a sequence holds no loaded rows (finalize sets its value): always made anew, so that a
+            # resume after a crash never keeps one that came back without its row
+            cur.execute(f"DROP SEQUENCE IF EXISTS {dialect.qualified(t['schema'], t['name'])}")
+            cur.execute(create)
+        else:
+            cur.execute(create.replace("CREATE TABLE", "CREATE TABLE IF NOT EXISTS", 1))
+
+    # `parallel` connections at once (foreign key checks off: a table may name one not created yet)
+    over_connections(run_server(plan), plan.parallel, creates, run,
+                     setup=(dialect.LOAD_SESSION, f"CALL {accounts.SESSION_PROCEDURE}()"))
+    created = len(creates)
     with server.session() as cur:
         # tune relaxed log flushing: make the schema and the restore's state durable before loading, so a
         # crash of the target during the load finds them on restart and a new run resumes
@@ -282,15 +285,13 @@ def load_lane(plan: RestorePlan, lane: str) -> list[UnitLoaded]:
         tables = {(t["schema"], t["name"]): t for t in checked_schema(storage, manifest)["tables"]}
         in_manifest = {(t.schema, t.name): t for t in manifest.tables}
 
-        def built(schema: str, name: str) -> None:  # in this lane's slot, while the other lanes load
-            with server.session() as cur:
-                cur.execute(dialect.LOAD_SESSION)
-                accounts.unlogged(cur)
-                kept = keep_chunk_sums(cur, manifest, [in_manifest[(schema, name)]])
-                indexes, check = complete_table(cur, manifest, tables[(schema, name)], None if kept else in_manifest[(schema, name)])
+        def built(cur: Any, schema: str, name: str) -> None:  # in this lane's slot, while the other lanes load
+            kept = keep_chunk_sums(cur, manifest, [in_manifest[(schema, name)]])
+            indexes, check = complete_table(cur, manifest, tables[(schema, name)], None if kept else in_manifest[(schema, name)])
             log.info("%s: %s.%s: indexes built in %.1f s, checksum for verify in %.1f s", lane, schema, name, indexes, check)
 
-    return lane_loader(server, storage, manifest, units, lane, plan.parallel, on_table_done=built)
+    return lane_loader(server, storage, manifest, units, lane, plan.parallel, on_table_done=built,
+                       setup=(dialect.LOAD_SESSION, f"CALL {accounts.SESSION_PROCEDURE}()"))
 
 
 @stopping.stops_cleanly

@@ -11,7 +11,7 @@ from typing import Any
 from lastline.core import accounts, stopping
 from lastline.core.errors import IntegrityError
 from lastline.core.servers import Server, over_connections
-from lastline.core.sql import global_variables
+from lastline.core.sql import as_text, global_variables, placeholders
 from lastline.logical.format import dialect
 from lastline.logical.format.plans import Finalized, RestorePlan
 from lastline.logical.restore import tuning
@@ -73,9 +73,10 @@ def finalize(plan: RestorePlan) -> Finalized:
         log.info("finalize: %d of %d tables were checked chunk by chunk as they loaded; the others are checked "
                  "right after their indexes", len(by_chunks), len(in_scope))
         checked = recorded_checks(server, manifest.backup_id)  # those, by the lanes (per_table) or an earlier try
+        have = index_names(server, dbs)  # one query, not one per table
         over_connections(run, plan.parallel, in_scope, lambda cur, t: complete_table(
-            cur, manifest, t, None if (t["schema"], t["name"]) in checked else in_manifest[(t["schema"], t["name"])]),
-            setup=session)
+            cur, manifest, t, None if (t["schema"], t["name"]) in checked else in_manifest[(t["schema"], t["name"])],
+            have.get((t["schema"], t["name"]), set())), setup=session)
         over_connections(run, 1, in_scope, _add_foreign_keys, setup=session)
     steps["indexes"] = time.monotonic() - s
     s = time.monotonic()
@@ -101,10 +102,10 @@ def finalize(plan: RestorePlan) -> Finalized:
                 cur.execute(f"SELECT SETVAL({dialect.qualified(seq['schema'], seq['name'])}, {int(seq['next_value'])}, 0)")
                 cur.fetchall()
         s = time.monotonic()
-        for t in manifest.tables:
-            if t.schema in dbs:
-                cur.execute(f"ANALYZE TABLE {dialect.qualified(t.schema, t.name)}")
-                cur.fetchall()
+        names = [dialect.qualified(t.schema, t.name) for t in manifest.tables if t.schema in dbs]
+        for i in range(0, len(names), ANALYZE_BATCH):  # many tables a statement: no round trip per table
+            cur.execute("ANALYZE TABLE " + ", ".join(names[i:i + ANALYZE_BATCH]))
+            cur.fetchall()
         steps["analyze"] = time.monotonic() - s
     with server.session() as cur:
         cur.execute("SET SESSION sql_log_bin = 0")
@@ -119,6 +120,7 @@ def finalize(plan: RestorePlan) -> Finalized:
 
 
 OBJECT_KINDS = ("triggers", "views", "routines", "events")
+ANALYZE_BATCH = 100  # tables named in one ANALYZE TABLE
 EARLY_KINDS = ("views", "routines")  # what a staging restore creates before its masking
 DROP_WORDS = {"triggers": "TRIGGER", "views": "VIEW", "events": "EVENT"}
 
@@ -218,24 +220,38 @@ def _names(cur: Any, sql: str, t: dict) -> set[str]:
     return {r[0] for r in cur.fetchall()}
 
 
-def complete_table(cur: Any, manifest: LogicalManifest, t: dict, table: LogicalTable | None) -> tuple[float, float]:
-    """A table whose rows are all in: its held-back indexes (`t`, from schema.json), then the checksum for
-    verify of `table` (its manifest entry; None: already kept) on the same connection, while its pages are
-    still in the buffer pool. Returns the seconds of each."""
+def complete_table(cur: Any, manifest: LogicalManifest, t: dict, table: LogicalTable | None,
+                   have: set[str] | None = None) -> tuple[float, float]:
+    """A table whose rows are all in: its held-back indexes (`t`, from schema.json; `have`: the indexes it has, when
+    the caller read them already), then the checksum for verify of `table` (its manifest entry; None: already kept)
+    on the same connection, while its pages are still in the buffer pool. Returns the seconds of each."""
     t0 = time.monotonic()
-    add_indexes(cur, t)
+    add_indexes(cur, t, have)
     t1 = time.monotonic()
     if table is not None:
         record_check(cur, manifest, table)
     return t1 - t0, time.monotonic() - t1
 
 
-def add_indexes(cur: Any, t: dict) -> None:
-    """Add the table's held-back indexes that are not there yet (idempotent: finalize can be re-run)."""
+def index_names(server: Server, dbs: list[str]) -> dict[tuple[str, str], set[str]]:
+    """The indexes every table of `dbs` has now, by (schema, table): one query."""
+    out: dict[tuple[str, str], set[str]] = {}
+    if dbs:
+        for schema, table, index in server.query(
+                "SELECT DISTINCT TABLE_SCHEMA, TABLE_NAME, INDEX_NAME FROM information_schema.STATISTICS WHERE TABLE_SCHEMA IN "
+                f"({placeholders(dbs)})", dbs):
+            out.setdefault((as_text(schema), as_text(table)), set()).add(as_text(index))
+    return out
+
+
+def add_indexes(cur: Any, t: dict, have: set[str] | None = None) -> None:
+    """Add the table's held-back indexes that are not there yet (idempotent: finalize can be re-run); `have`: the
+    indexes the table has, when the caller read them (else they are read here)."""
     indexes = split_deferred(t["create"])[1]
     if not indexes:
         return
-    have = _names(cur, "SELECT DISTINCT INDEX_NAME FROM information_schema.STATISTICS WHERE TABLE_SCHEMA = %s AND TABLE_NAME = %s", t)
+    if have is None:
+        have = _names(cur, "SELECT DISTINCT INDEX_NAME FROM information_schema.STATISTICS WHERE TABLE_SCHEMA = %s AND TABLE_NAME = %s", t)
     table = dialect.qualified(t["schema"], t["name"])
     plain = [d for d in indexes if definition_name(d) not in have and not d.startswith("FULLTEXT")]
     if plain:

@@ -16,7 +16,7 @@ from typing import Any
 
 from lastline.core.servers import Server
 from lastline.logical.format.plans import UnitLoaded
-from lastline.logical.restore.load import load_unit, loaded_files
+from lastline.logical.restore.load import load_unit, loaded_count, loaded_files
 from lastline.logical.restore.work_units import WorkUnit
 from lastline.manifest import LogicalManifest, LogicalTable
 from lastline.storage import Storage
@@ -34,38 +34,50 @@ def claimed(server: Server, backup_id: str, unit: WorkUnit) -> Iterator[Any]:
 
 
 def load_lane(server: Server, storage: Storage, manifest: LogicalManifest, units: list[WorkUnit], label: str,
-              parallel: int, on_table_done: Callable[[str, str], None] | None = None) -> list[UnitLoaded]:
+              parallel: int, on_table_done: Callable[[Any, str, str], None] | None = None,
+              setup: tuple[str, ...] = ()) -> list[UnitLoaded]:
     """One lane: every unit, in plan order, that no other lane holds and that is not yet in whole; returns
-    the results of the units this lane loaded. `on_table_done(schema, table)` runs in this lane once a
-    table it loaded has every chunk in the ledger (once: the lane that finished the table's last unit)."""
+    the results of the units this lane loaded. `on_table_done(cursor, schema, table)` runs in this lane once a
+    table it loaded has every chunk in the ledger (once: the lane that finished the table's last unit), on one
+    connection the lane keeps for them (`setup` run on it first): a table costs no connection of its own."""
     results = []
     tables = {(t.schema, t.name): t for t in manifest.tables}
-    for unit in units:
-        with claimed(server, manifest.backup_id, unit) as cur:
-            if cur is None:
-                continue
-            done = loaded_files(cur, manifest.backup_id)
-            if all(c.file in done for p in unit.parts for c in tables[(p.schema, p.table)].chunks[p.first: p.last + 1]):
-                continue
-            log.info("%s: loading %s", label, unit.name)
-            results.append(load_unit(server, storage, manifest, unit, parallel))
-        if on_table_done is not None:
-            for schema, name in dict.fromkeys((p.schema, p.table) for p in unit.parts):
-                _when_complete(server, manifest, tables[(schema, name)], functools.partial(on_table_done, schema, name))
-            results[-1] = dataclasses.replace(results[-1], finished_at=time.time())  # its span holds the index builds it led to
+    with contextlib.ExitStack() as held:
+        completing: Any = None
+        for unit in units:
+            with claimed(server, manifest.backup_id, unit) as cur:
+                if cur is None:
+                    continue
+                done = loaded_files(cur, manifest.backup_id)
+                if all(c.file in done for p in unit.parts for c in tables[(p.schema, p.table)].chunks[p.first: p.last + 1]):
+                    continue
+                log.info("%s: loading %s", label, unit.name)
+                results.append(load_unit(server, storage, manifest, unit, parallel))
+            if on_table_done is not None:
+                if completing is None:
+                    completing = held.enter_context(server.session())
+                    for sql in setup:
+                        completing.execute(sql)
+                for schema, name in dict.fromkeys((p.schema, p.table) for p in unit.parts):
+                    _when_complete(completing, manifest, tables[(schema, name)],
+                                   functools.partial(on_table_done, completing, schema, name))
+                results[-1] = dataclasses.replace(results[-1], finished_at=time.time())  # its span holds the index builds it led to
     log.info("%s: done, %d unit(s) loaded here", label, len(results))
     return results
 
 
-def _when_complete(server: Server, manifest: LogicalManifest, table: LogicalTable, work: Callable[[], None]) -> None:
-    """Run `work` if every chunk of `table` is in the ledger, under the table's named lock: of two lanes that
-    finish its units at once, one does it and the other goes on loading (finalize does whatever a failed
-    lane left undone: the work is idempotent)."""
+def _when_complete(cur: Any, manifest: LogicalManifest, table: LogicalTable, work: Callable[[], None]) -> None:
+    """Run `work` if every chunk of `table` is in the ledger, under the table's named lock (taken on `cur`'s
+    connection and released after): of two lanes that finish its units at once, one does it and the other goes on
+    loading (finalize does whatever a failed lane left undone: the work is idempotent). Reads the ledger rows of
+    this table's chunks alone: the lane's cost per table does not grow with the tables before it."""
     name = "lastline-table-" + hashlib.sha1(f"{manifest.backup_id}/{table.schema}/{table.name}".encode()).hexdigest()[:40]
-    with server.session() as cur:
-        cur.execute("SELECT GET_LOCK(%s, 0)", (name,))
-        if cur.fetchone()[0] != 1:
-            return
-        done = loaded_files(cur, manifest.backup_id)
-        if all(c.file in done for c in table.chunks):
+    cur.execute("SELECT GET_LOCK(%s, 0)", (name,))
+    if cur.fetchone()[0] != 1:
+        return
+    try:
+        if loaded_count(cur, manifest.backup_id, [c.file for c in table.chunks]) == len(table.chunks):
             work()
+    finally:
+        cur.execute("SELECT RELEASE_LOCK(%s)", (name,))
+        cur.fetchall()

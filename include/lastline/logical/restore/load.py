@@ -29,10 +29,10 @@ from lastline.core import accounts, stopping
 from lastline.core.errors import IntegrityError, LastlineError, ServerError
 from lastline.core.progress import Progress
 from lastline.core.servers import Server
-from lastline.core.sql import LOST_CONNECTION, META_DB, NON_TRANSACTIONAL, sql_error, string_literal
+from lastline.core.sql import LOST_CONNECTION, META_DB, NON_TRANSACTIONAL, placeholders, sql_error, string_literal
 from lastline.logical.format import dialect, infile
 from lastline.logical.format.chunk_files import prove_chunk, write_chunk
-from lastline.logical.format.plans import UnitLoaded
+from lastline.logical.format.plans import UNIT_TABLES, UnitLoaded
 from lastline.logical.restore.verify import chunk_checks, table_checksum
 from lastline.logical.restore.work_units import WorkUnit
 from lastline.manifest import ChunkInfo, LogicalManifest, LogicalTable
@@ -52,6 +52,17 @@ def ensure_ledger(cur: Any) -> None:
         "checksum_seen VARBINARY(64) NULL, PRIMARY KEY (backup_id, file)) ENGINE=InnoDB"
     )  # checksum_seen: the chunk's check as it loaded (logical.verify); a ledger of an earlier version gains it
     cur.execute(f"ALTER TABLE {META_DB}.ledger ADD COLUMN IF NOT EXISTS checksum_seen VARBINARY(64) NULL")
+
+
+def loaded_count(cur: Any, backup_id: str, files: list[str]) -> int:
+    """How many of `files` (chunks of `backup_id`) the ledger says are in: their rows alone, by its primary key."""
+    found = 0
+    for i in range(0, len(files), 1000):
+        batch = files[i:i + 1000]
+        cur.execute(f"SELECT COUNT(*) FROM {META_DB}.ledger WHERE backup_id = %s AND file IN ({placeholders(batch)})",
+                    (backup_id, *batch))
+        found += int(cur.fetchone()[0])
+    return found
 
 
 def loaded_files(cur: Any, backup_id: str) -> set[str]:
@@ -285,4 +296,8 @@ def load_unit(server: Server, storage: Storage, manifest: LogicalManifest, unit:
         finally:
             loader.close()
     log.info("%s; of that, %.1f s reading chunks back for their checks", progress.line(), loader.check_seconds)
-    return UnitLoaded(unit.name, stats, round(time.monotonic() - progress.start, 3), started_at, time.time())
+    slowest = dict(sorted(stats.items(), key=lambda kv: -kv[1]["seconds"])[:UNIT_TABLES])
+    return UnitLoaded(unit.name, slowest, round(time.monotonic() - progress.start, 3), started_at, time.time(),
+                      table_count=len(stats), **{k: sum(s[k] for s in stats.values())
+                                                 for k in ("rows", "bytes", "chunks", "skipped")},
+                      check_seconds=round(sum(s["check_seconds"] for s in stats.values()), 3))

@@ -1,19 +1,21 @@
-"""Bin-pack a logical backup's chunks into work units of similar size: one mapped load task each.
+"""Bin-pack a logical backup's chunks into work units of similar cost, which the `parallel` lanes (one mapped load
+task each, logical.restore.lanes) take in plan order, each unit no other lane holds.
 
 What the measurements say (shared/notes/restore-speed-facts.md): one table loaded in key order by one
 loader into an empty table is the fastest; parallel loaders on the same table split pages and build
-the primary index by random inserts. Airflow costs ~1 s of wall and ~0.5 CPU-s per task instance on
-our 2-core machine. So:
+the primary index by random inserts. So:
 
 - a unit is a run of chunks in key order; a table is split across units only when it is bigger than
   a unit (so it would otherwise leave lanes idle), and then into contiguous key ranges;
-- small tables are batched together into one unit;
-- the unit size aims at `units_per_lane` units per lane (enough to balance), never below
-  `min_unit_bytes` (tens of units for a few GB, not hundreds), and never more than `max_units`;
+- small tables are batched together into one unit; each table costs a fixed TABLE_COST on top of its bytes
+  (its stream, its LOAD DATA and commit, its ledger row, its held-back indexes and checksum: ~10 ms here), so that
+  thousands of small tables make several units, one per lane at least, not one unit a single lane loads alone;
+- the unit cost aims at `units_per_lane` units per lane (enough to balance), never below `min_unit_bytes` (a unit
+  costs its lane a claim and a few connections: some ms), and never more than `max_units` units;
 - non-transactional tables (MyISAM, Aria) are never split: they are reloaded whole on a retry;
 - biggest units first, so the long ones start early, but two units of the same table are kept
-  `lanes` places apart where possible, lower key ranges first: mapped tasks start in map index
-  order, so a table's ranges are appended in key order instead of inserted into the middle.
+  `lanes` places apart where possible, lower key ranges first (the lanes take units in plan order), so a
+  table's ranges are appended in key order instead of inserted into the middle.
 """
 from __future__ import annotations
 
@@ -23,8 +25,11 @@ from dataclasses import asdict, dataclass, field
 from lastline.core.sql import NON_TRANSACTIONAL
 from lastline.manifest import LogicalManifest, LogicalTable
 
-MIN_UNIT_BYTES = 64 << 20
+MIN_UNIT_BYTES = 8 << 20
 MAX_UNITS = 64
+# a table's fixed cost in the load, as the bytes a lane loads in the same time (~10 ms at ~50 MB/s: 2,000 small
+# tables took one lane 19 s); units are balanced by bytes + tables x TABLE_COST
+TABLE_COST = 512 << 10
 
 
 @dataclass
@@ -60,6 +65,12 @@ def _size(t: LogicalTable) -> int:
     return max(t.raw_bytes, 1)
 
 
+def cost(parts: list[Part]) -> int:
+    """What loading `parts` costs, in bytes: their bytes, and TABLE_COST for each table a part starts (the parts of
+    a split table share one: its first)."""
+    return sum(p.bytes + (TABLE_COST if p.first == 0 else 0) for p in parts)
+
+
 def unit_name(parts: list[Part], totals: dict[tuple[str, str], int]) -> str:
     """A readable name: `db.table [chunks 12-23]`, `db.table`, or `db.first +N tables`."""
     p = parts[0]
@@ -74,7 +85,7 @@ def plan_units(
     min_unit_bytes: int = MIN_UNIT_BYTES, max_units: int = MAX_UNITS,
 ) -> list[WorkUnit]:
     """The work units for loading `tables` (of `manifest`) with `lanes` loaders at once."""
-    total = sum(_size(t) for t in tables)
+    total = sum(_size(t) + TABLE_COST for t in tables)
     target = max(min_unit_bytes, math.ceil(total / max(1, lanes * units_per_lane)))
     target = max(target, math.ceil(total / max_units))
     groups: list[list[Part]] = []
@@ -85,9 +96,9 @@ def plan_units(
             small.append(Part(t.schema, t.name, 0, -1, 0, True))
             continue
         transactional = t.engine.lower() not in NON_TRANSACTIONAL
-        if _size(t) <= target or n == 1 or not transactional:
+        if _size(t) + TABLE_COST <= target or n == 1 or not transactional:
             part = Part(t.schema, t.name, 0, n - 1, _size(t), True)
-            (groups.append([part]) if _size(t) > target / 2 else small.append(part))
+            (groups.append([part]) if _size(t) + TABLE_COST > target / 2 else small.append(part))
             continue
         pieces = min(n, max(2, round(_size(t) / target)))
         per = math.ceil(n / pieces)
@@ -96,15 +107,19 @@ def plan_units(
             size = sum(c.raw_bytes for c in t.chunks[first:last + 1])
             groups.append([Part(t.schema, t.name, first, last, size, first == 0 and last == n - 1)])
     bins: list[list[Part]] = []
+    filled: list[int] = []  # each bin's cost so far: first fit stays linear in the tables (the bins are few)
     for part in sorted(small, key=lambda p: p.bytes, reverse=True):  # first fit decreasing
-        for b in bins:
-            if sum(p.bytes for p in b) + part.bytes <= target:
-                b.append(part)
+        size = part.bytes + TABLE_COST
+        for i, used in enumerate(filled):
+            if used + size <= target:
+                bins[i].append(part)
+                filled[i] += size
                 break
         else:
             bins.append([part])
+            filled.append(size)
     totals = {(t.schema, t.name): len(t.chunks) for t in tables}
-    units = in_key_order(spread(sorted(groups + bins, key=lambda ps: sum(p.bytes for p in ps), reverse=True), lanes))
+    units = in_key_order(spread(sorted(groups + bins, key=cost, reverse=True), lanes))
     return [WorkUnit(i, unit_name(ps, totals), sum(p.bytes for p in ps), ps) for i, ps in enumerate(units)]
 
 

@@ -1,0 +1,322 @@
+"""Many tables: how lastline's logical backup and restore grow with the number of tables (issue 31), step by step.
+
+    make bench-scale ARGS="--tables 2000,10000"
+    (or: .venv/bin/python bench/scale_bench.py --tables 2000,10000, with the BENCH_ENV of the Makefile)
+
+Data, per size N: N/25 tenant databases (tenant_0001, ...) of 25 tables each, generated in-server on a few
+connections at once (not measured): three shapes (orders with an AUTO_INCREMENT key, key-value with a VARCHAR
+key and TEXT, order lines with a composite key), each with a primary key and one or two secondary indexes; two
+medium tables (5,000 and 3,000 rows), 20 small ones (20-299 rows), 3 empty; one trigger and one view per tenant.
+The source grows from one size to the next; the target is a fresh sandbox per size, tuned as bench-restore's.
+
+Timed apart, once each, without Airflow (lastline's steps called in the DAGs' order, the restore's lanes as
+forked processes, as bench/logical_restore_bench.py's without_airflow): the backup's preflight and dump; the
+restore's preflight, snapshot_config, prepare, load (and each lane's own seconds), finalize, revert, verify and
+report. Then `mydumper -G -t N --regex '^tenant_'` / `myloader -t N -d` (Debian's 0.10) and, with `--myloader1
+DIR` (or LASTLINE_MYDUMPER1_DIR), mydumper/myloader 1.0 (`--format=LOAD_DATA`, `--optimize-keys=AFTER_IMPORT_ALL_
+TABLES`); absent tools are reported as not run. Every restore is checked against the source, table by table, by
+row count. With `--backups 50,500` (the default), the many-backups shape too (bench/scale_backups.py: `latest`,
+the form's list, the restore's preflight and prune in a destination of 50 and 500 backups, a folder and S3).
+Prints seconds per step and per 1,000 tables, the peak RSS of this process and of the lane workers,
+each step's growth from one size to the next against the growth of the tables (flagged superlinear above 1.1x
+the size ratio) and the competitors' time over lastline's; writes a JSON record to bench/records.
+"""
+from __future__ import annotations
+
+import argparse
+import functools
+import json
+import multiprocessing
+import os
+import shutil
+import sys
+import time
+from collections.abc import Callable
+from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import scale_backups  # noqa: E402
+from logical_bench import sh  # noqa: E402
+from logical_restore_bench import logs_to, target  # noqa: E402
+
+from lastline.core.option_files import option_file, option_file_text  # noqa: E402
+from lastline.core.servers import Server  # noqa: E402
+from lastline.logical import backup as lb  # noqa: E402
+from lastline.logical import restore as lr  # noqa: E402
+from lastline.logical.restore import report as restore_report  # noqa: E402
+from lastline_dev.sandbox import Instance  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+PER_TENANT = 25
+SHAPES = (  # (CREATE TABLE body, the SELECT over seq that fills it)
+    ("id INT UNSIGNED NOT NULL AUTO_INCREMENT PRIMARY KEY, customer_id INT NOT NULL, status VARCHAR(16) NOT NULL, "
+     "amount DECIMAL(10,2) NOT NULL, created DATETIME NOT NULL, note VARCHAR(200) NULL, KEY (customer_id), "
+     "KEY (status, created)",
+     "SELECT seq, seq % 97, ELT(1 + seq % 4, 'new', 'paid', 'shipped', 'void'), (seq % 1000) / 7, "
+     "'2026-01-01' + INTERVAL seq MINUTE, IF(seq % 5 = 0, NULL, MD5(seq))"),
+    ("k VARCHAR(64) NOT NULL PRIMARY KEY, v TEXT NOT NULL, updated DATETIME NOT NULL, KEY (updated)",
+     "SELECT CONCAT('key-', seq), REPEAT(SHA1(seq), 1 + seq % 4), '2026-01-01' + INTERVAL seq SECOND"),
+    ("a INT NOT NULL, b SMALLINT NOT NULL, qty INT NOT NULL, price DOUBLE NOT NULL, label CHAR(20) NOT NULL, "
+     "flag TINYINT NOT NULL, PRIMARY KEY (a, b), KEY (label), KEY (flag, qty)",
+     "SELECT seq DIV 10, seq % 10, seq % 50, seq * 1.25, LEFT(MD5(seq), 20), seq % 2"),
+)
+STEPS = ("backup preflight", "dump", "restore preflight", "snapshot_config", "prepare", "load", "finalize", "revert",
+         "verify", "report")
+
+
+def rows_of(i: int) -> int:
+    """Rows of table t<i> (1-based) in every tenant: two medium, three empty, the rest small."""
+    return {1: 5000, 2: 3000}.get(i, 0 if i > PER_TENANT - 3 else 20 + i * 53 % 280)
+
+
+def tenant_sql(db: str) -> str:
+    """One tenant as one multi-statement batch: its database, 25 tables and their rows, a trigger and a view."""
+    out = [f"CREATE DATABASE `{db}`", f"USE `{db}`", "SET SESSION sql_log_bin = 0"]
+    for i in range(1, PER_TENANT + 1):
+        body, select = SHAPES[(i - 1) % len(SHAPES)]
+        out.append(f"CREATE TABLE t{i:02d} ({body}) ENGINE=InnoDB")
+        if rows_of(i):
+            out.append(f"INSERT INTO t{i:02d} {select} FROM seq_1_to_{rows_of(i)}")
+    # ABS of a positive amount: the rows come out the same whether a restore loads before or after the trigger
+    out.append("CREATE TRIGGER t01_abs BEFORE INSERT ON t01 FOR EACH ROW SET NEW.amount = ABS(NEW.amount)")
+    out.append("CREATE VIEW v_status AS SELECT status, COUNT(*) AS n, SUM(amount) AS total FROM t01 GROUP BY status")
+    return ";\n".join(out)
+
+
+def batch(server: Server, sql: str) -> None:
+    """Run a multi-statement batch on a connection of its own (every result read, so an error surfaces)."""
+    conn = server.connect(multi_statements=True)
+    try:
+        cur = conn.cursor()
+        cur.execute(sql)
+        while cur.nextset():
+            pass
+    finally:
+        conn.close()
+
+
+def on_threads(fn: Callable[[str], Any], items: list[str], n: int = 4) -> list:
+    """fn(item) for every item on `n` threads (each opens its own connection); results in order."""
+    with ThreadPoolExecutor(n) as pool:
+        return list(pool.map(fn, items))
+
+
+def counts(server: Server, dbs: list[str]) -> dict[str, int]:
+    """Rows per table (`db.tNN`), one UNION ALL of COUNT(*)s per database."""
+    def one(db: str) -> list[tuple]:
+        return server.query(" UNION ALL ".join(f"SELECT '{db}.t{i:02d}', COUNT(*) FROM `{db}`.t{i:02d}"
+                                               for i in range(1, PER_TENANT + 1)))
+    return {name: int(n) for rows in on_threads(one, dbs) for name, n in rows}
+
+
+def check(label: str, tgt: Instance, dbs: list[str], expected: dict[str, int]) -> None:
+    """Stop the bench unless every table on the target holds the source's row count."""
+    try:
+        got = counts(tgt.server(), dbs)
+    except Exception as exc:  # a missing table or database
+        raise SystemExit(f"{label}: the restore is not exact: {exc}") from exc
+    bad = [f"{t}: {got.get(t)} rows, source {n}" for t, n in expected.items() if got.get(t) != n]
+    if bad:
+        raise SystemExit(f"{label}: the restore is not exact, {len(bad)} of {len(expected)} tables differ: " + "; ".join(bad[:5]))
+
+
+def hwm_mb(reset: bool = False) -> float:
+    """This process's peak RSS (VmHWM) in MB; `reset` starts it again from the current RSS."""
+    mb = next(int(line.split()[1]) for line in Path("/proc/self/status").read_text().splitlines()
+              if line.startswith("VmHWM:")) / 1024
+    if reset:
+        Path("/proc/self/clear_refs").write_text("5")
+    return mb
+
+
+def lane(plan: Any, name: str) -> tuple[float, float, list]:
+    """One lane in a forked worker: its seconds, its peak RSS (MB) and what lr.load_lane returned."""
+    hwm_mb(reset=True)
+    t0 = time.monotonic()
+    units = lr.load_lane(plan, name)
+    return time.monotonic() - t0, hwm_mb(), units
+
+
+def lastline(n_tables: int, dbs: list[str], work: Path, parallel: int, out: dict) -> None:
+    """Backup then restore, each step timed apart into out["steps"]; lanes and peak RSS into out."""
+    steps: dict[str, float] = out.setdefault("steps", {})
+
+    def timed(name: str, fn: Callable, *a: Any) -> Any:
+        t0 = time.monotonic()
+        try:
+            return fn(*a)
+        finally:
+            steps[name] = round(time.monotonic() - t0, 3)
+
+    dumps = work / "dumps" / "lastline"
+    shutil.rmtree(dumps, ignore_errors=True)
+    dumps.mkdir(parents=True)
+    hwm_mb(reset=True)
+    bplan = timed("backup preflight", lb.preflight, {"source_conn_id": "bench_ssrc", "destination": f"file://{dumps}",
+                                                     "databases": dbs, "parallel": parallel})
+    dumped = timed("dump", lb.dump, bplan)
+    out["dump"] = {"tables": dumped.tables, "rows": dumped.rows, "bytes": dumped.bytes, "seconds": dumped.seconds,
+                   "commits_held_seconds": dumped.commits_held_seconds, "ddl_held_seconds": dumped.ddl_held_seconds}
+    conf = {"target_conn_id": "bench_stgt", "backup": f"file://{dumps}/{bplan.backup_id}", "parallel": parallel,
+            "force": True, "databases": dbs, "tune": True, "restart_allowed": False, "aws_conn_id": None}
+    run_id = f"scale-{n_tables}"
+    plan = timed("restore preflight", lr.preflight, conf)
+    snap = timed("snapshot_config", lr.snapshot_config, plan, run_id)
+    try:
+        prepared, lanes = timed("prepare", lr.prepare, plan)
+        with ProcessPoolExecutor(len(lanes), mp_context=multiprocessing.get_context("fork")) as pool:
+            loads = timed("load", lambda: list(pool.map(functools.partial(lane, plan), lanes)))
+        finalized = timed("finalize", lr.finalize, plan)
+    finally:
+        reverted = timed("revert", lr.revert, plan)  # the DAG's teardown: after a failure too
+    verified = timed("verify", lr.verify, plan, snap)
+    timed("report", restore_report.write, plan, {**prepared, "finalize": finalized, "revert": reverted, "verify": verified},
+          [units for _s, _m, units in loads], "logical_restore_scale_bench", run_id)
+    out["lanes"] = {name: round(s, 2) for name, (s, _m, _u) in zip(lanes, loads, strict=True)}
+    out["finalize_parts"] = finalized.steps
+    out["peak_rss_mb"] = {"this process": round(hwm_mb(), 1), "lane workers": round(max(m for _s, m, _u in loads), 1)}
+
+
+def competitors(src: Instance, tgt: Instance, dbs: list[str], expected: dict[str, int], work: Path, n: int,
+                one: Path | None, out: dict) -> None:
+    """mydumper/myloader 0.10 (Debian) and 1.0 (`one`): dump and load seconds, or why they did not run."""
+    def drop() -> None:
+        on_threads(lambda db: tgt.server().query(f"DROP DATABASE IF EXISTS `{db}`"), dbs)
+
+    def cnf(inst: Instance, section: str, name: str) -> Path:  # 1.0 refuses the `protocol` line of the shared files
+        path = work / name
+        path.write_text("".join(line + "\n" for line in option_file_text(inst.server(), (section,)).splitlines()
+                                if not line.startswith("protocol=")))
+        path.chmod(0o600)
+        return path
+
+    regex = "--regex '^tenant_'"
+    if not (shutil.which("mydumper") and shutil.which("myloader")):
+        out["mydumper 0.10"] = {"not run": "mydumper/myloader not on PATH (LASTLINE_BENCH=1 scripts/setup.sh installs them)"}
+    else:
+        dump = work / "dumps" / "mydumper"
+        shutil.rmtree(dump, ignore_errors=True)
+        with option_file(src.server(), ("client", "mydumper")) as sopt, option_file(tgt.server(), ("client", "myloader")) as topt:
+            d = sh(f"mydumper --defaults-file={sopt} -G -t {n} {regex} -o {dump}")
+            drop()
+            load = sh(f"myloader --defaults-file={topt} -t {n} -d {dump}")
+        check("myloader 0.10", tgt, dbs, expected)
+        out["mydumper 0.10"] = {"dump": round(d, 3), "load": round(load, 3)}
+    if not one or not (one / "mydumper").exists() or not (one / "myloader").exists():
+        out["mydumper 1.0"] = {"not run": "no --myloader1 folder (or LASTLINE_MYDUMPER1_DIR) with mydumper and myloader 1.0"}
+        return
+    dump = work / "dumps" / "mydumper1"
+    shutil.rmtree(dump, ignore_errors=True)
+    d = sh(f"{one / 'mydumper'} --defaults-file={cnf(src, 'mydumper', 'mydumper1-source.cnf')} -G -t {n} {regex} "
+           f"--format=LOAD_DATA -o {dump}")
+    drop()
+    load = sh(f"{one / 'myloader'} --defaults-file={cnf(tgt, 'myloader', 'mydumper1-target.cnf')} -t {n} "
+              f"--optimize-keys=AFTER_IMPORT_ALL_TABLES -d {dump}")
+    check("myloader 1.0", tgt, dbs, expected)
+    out["mydumper 1.0"] = {"dump": round(d, 3), "load": round(load, 3)}
+
+
+def show(n_tables: int, res: dict) -> None:
+    """One size's figures."""
+    print(f"  {'step':<20} {'seconds':>9} {'s per 1,000 tables':>19}")
+    res["per_1000_tables"] = {s: round(v * 1000 / n_tables, 3) for s, v in res["steps"].items()}
+    for step, s in res["steps"].items():
+        print(f"  {step:<20} {s:9.2f} {s * 1000 / n_tables:19.3f}")
+    for total in ("backup", "restore"):
+        print(f"  {total + ' (all steps)':<20} {res[total]:9.2f} {res[total] * 1000 / n_tables:19.3f}")
+    print("  lanes: " + ", ".join(f"{k} {v:.2f} s" for k, v in res["lanes"].items())
+          + "; finalize: " + ", ".join(f"{k} {v:.2f} s" for k, v in res["finalize_parts"].items()))
+    rss = res["peak_rss_mb"]
+    print(f"  peak RSS: this process {rss['this process']:.0f} MB, lane workers {rss['lane workers']:.0f} MB "
+          f"(largest {max(rss.values()):.0f} MB); dump held commits {res['dump']['commits_held_seconds']:.3f} s")
+    for tool in ("mydumper 0.10", "mydumper 1.0"):
+        t = res[tool]
+        if "not run" in t:
+            print(f"  {tool}: not run ({t['not run']})")
+        else:
+            t["dump_over_lastline"] = round(t["dump"] / res["steps"]["dump"], 2)
+            t["load_over_lastline"] = round(t["load"] / res["restore"], 2)
+            print(f"  {tool}: dump {t['dump']:.2f} s ({t['dump_over_lastline']:.2f}x lastline's dump), load "
+                  f"{t['load']:.2f} s ({t['load_over_lastline']:.2f}x lastline's restore, all steps)")
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--tables", default="2000,10000", help="sizes, comma list (rounded up to whole tenants of 25 tables)")
+    p.add_argument("--parallel", type=int, default=2, help="lanes, dump connections and mydumper threads (default 2: our cores)")
+    p.add_argument("--myloader1", default=os.environ.get("LASTLINE_MYDUMPER1_DIR", ""),
+                   help="a folder with mydumper and myloader 1.0 built from their source (tag v1.0.1-3; not in Debian)")
+    p.add_argument("--backups", default="50,500", help="the many-backups shape's sizes, comma list (empty: not run)")
+    p.add_argument("--work", default=str(ROOT / "bench" / "results" / "scale"))
+    args = p.parse_args()
+    work = Path(args.work)
+    work.mkdir(parents=True, exist_ok=True)
+    os.environ.setdefault("LASTLINE_REPORT_DIR", str(work / "reports"))
+    sizes = sorted({-(-int(x) // PER_TENANT) * PER_TENANT for x in args.tables.split(",")})
+    src = Instance(work / "sandbox", "ssrc")
+    if src.exists():
+        src.destroy()
+    src.create()
+    (src.conf_d / "bench.cnf").write_text("[mysqld]\ninnodb-buffer-pool-size=1G\ninnodb-flush-log-at-trx-commit=2\n")
+    src.stop()
+    src.start()
+    os.environ["AIRFLOW_CONN_BENCH_SSRC"] = json.dumps(src.connection("bench_ssrc"))
+    tgt: Instance | None = None
+    results: dict[int, dict] = {}
+    many: dict[str, dict] = {}
+    try:
+        made: list[str] = []
+        for n_tables in sizes:
+            dbs = [f"tenant_{i:04d}" for i in range(1, n_tables // PER_TENANT + 1)]
+            t0 = time.monotonic()
+            on_threads(lambda db: batch(src.server(), tenant_sql(db)), dbs[len(made):])
+            made, generated = dbs, time.monotonic() - t0
+            print(f"\n== {n_tables:,} tables in {len(dbs)} databases: generated in {generated:.1f} s "
+                  "(not measured) ==", flush=True)
+            expected = counts(src.server(), dbs)
+            tgt = target(work, None)  # fresh, tuned as bench-restore's
+            os.environ["AIRFLOW_CONN_BENCH_STGT"] = json.dumps(tgt.connection("bench_stgt"))
+            res: dict[str, Any] = {"databases": len(dbs), "rows": sum(expected.values()), "generate_s": round(generated, 1)}
+            with logs_to(work / "lastline.log"):
+                lastline(n_tables, dbs, work, args.parallel, res)
+            check("lastline", tgt, dbs, expected)
+            res["backup"] = round(sum(res["steps"][s] for s in STEPS[:2]), 3)
+            res["restore"] = round(sum(res["steps"][s] for s in STEPS[2:]), 3)
+            competitors(src, tgt, dbs, expected, work, args.parallel, Path(args.myloader1) if args.myloader1 else None, res)
+            if n_tables == sizes[-1] and args.backups:  # many backups (last: its S3 server lives in this process)
+                small = work / "dumps" / "small"
+                shutil.rmtree(small, ignore_errors=True)
+                one = lb.dump(lb.preflight({"source_conn_id": "bench_ssrc", "destination": f"file://{small}",
+                                            "databases": dbs[:2]}))
+                print(f"\n== many backups: {args.backups} logical backups in a folder and in S3 ==", flush=True)
+                with logs_to(work / "lastline.log"):
+                    many = scale_backups.run([int(x) for x in args.backups.split(",")],
+                                             Path(one.manifest.removeprefix("file://")).parent, work, "bench_stgt", dbs[:2])
+            tgt.stop()
+            results[n_tables] = res
+            show(n_tables, res)
+    finally:
+        src.stop()
+        if tgt:
+            tgt.stop()
+    growth: dict[str, dict] = {}
+    for a, b in zip(sizes, sizes[1:], strict=False):
+        ratio = b / a
+        per = {s: round(results[b]["steps"][s] / max(results[a]["steps"][s], 1e-3), 2) for s in STEPS}
+        per |= {s: round(results[b][s] / results[a][s], 2) for s in ("backup", "restore")}
+        slow = [s for s, g in per.items() if g > 1.1 * ratio]
+        growth[f"{a}->{b}"] = {"size_ratio": round(ratio, 2), "steps": per, "superlinear": slow}
+        print(f"\n{a:,} -> {b:,} tables, {ratio:.1f}x the tables: " + ", ".join(f"{s} {g:.1f}x" for s, g in per.items()))
+        print("  superlinear (over 1.1x the size ratio): " + (", ".join(f"{s} {per[s]:.1f}x" for s in slow) or "none"))
+    record = ROOT / "bench" / "records" / f"scale-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}.json"
+    record.write_text(json.dumps({"args": {k: str(v) for k, v in vars(args).items()},
+                                  "sizes": {str(k): v for k, v in results.items()}, "growth": growth,
+                                  "many_backups": many}, indent=1))
+    print(f"recorded: {record.relative_to(ROOT)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
