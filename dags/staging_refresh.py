@@ -70,7 +70,7 @@ def staging_refresh():
     closed = step(quarantine.close)(plan["target_conn_id"], run, plan["databases"]).as_teardown(
         setups=locked, on_failure_fail_dagrun=True)  # unmasked data dropped, accounts unlocked
     locked >> restored >> detached >> masked >> verified >> late >> opened >> closed
-    closed >> step(sr.report)(plan, verified, masked, dag_id="{{ dag.dag_id }}")
+    [opened, closed] >> step(sr.report)(plan, verified, masked, dag_id="{{ dag.dag_id }}")  # the leaf: a failed open fails the run
 
 
 staging_refresh()

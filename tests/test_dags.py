@@ -119,6 +119,10 @@ def test_staging_refresh_shape(dagbag):
         < order.index("objects") < order.index("open") < order.index("close") < order.index("report")
     assert order.index("lock") < order.index("restore.preflight")  # nobody else reads staging from before the restore
     assert dag.get_task("close").is_teardown and dag.get_task("lock").is_setup
+    # the report is the run's one leaf and waits on open: a failed objects or open step fails the run (a teardown
+    # that succeeds must not make it a success)
+    assert {"open", "close"} <= dag.get_task("report").upstream_task_ids
+    assert [t.task_id for t in dag.tasks if not t.downstream_task_ids] == ["report"]
 
 
 def test_backup_deadline(monkeypatch):

@@ -182,7 +182,15 @@ def _wait_for_load(server, table: str, min_ledger: int, timeout: float = 60) -> 
 
 
 def _big_unit(plan: lr.RestorePlan) -> dict:
-    return next(u for u in lr.plan_load(plan) if u["name"].startswith("big.t"))
+    """A work unit holding every chunk of big.t (the plan may cut it in small units; the load of one unit is
+    what is killed here, and it must still be running when its first chunk is in the ledger)."""
+    from lastline.logical.restore.work_units import plan_units
+
+    manifest = lr.open_backup(plan)[1]
+    unit = next(u for u in plan_units(manifest, [t for t in manifest.tables if t.schema == "big"], 1, min_unit_bytes=1 << 40)
+                if u.name.startswith("big.t"))
+    assert sum(p.last - p.first + 1 for p in unit.parts) >= 3, unit
+    return unit.to_dict()
 
 
 @pytest.mark.faults

@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from lastline.manifest import PhysicalManifest
+from lastline.manifest import PhysicalManifest, read_manifest
+from lastline.storage import open_storage
 from lastline_dev.compare import compare, table_checksums
 
 pytestmark = pytest.mark.e2e
@@ -94,11 +95,24 @@ def test_s3_round_trip_with_pigz(run_dag, source, target, s3_server):
 @pytest.fixture(scope="module")
 def good_backup(source, tmp_path_factory):
     """One complete file backup made by the stage functions, copied by each failure test."""
+    from lastline.core.errors import IntegrityError
     from lastline.physical import backup as pb
 
     dest = tmp_path_factory.mktemp("good")
     plan = pb.preflight({"source_conn_id": "t_source", "destination": f"file://{dest}", "compression": "zstd"})
-    pb.finish(plan, pb.stream(plan))
+    stats = pb.stream(plan)
+    # on the way, what finish reads back: the stream's table list, written over in the folder before finish (longer,
+    # then as long), is refused; the list the stream wrote goes into the manifest
+    listing = dest / plan.backup_id / "tables.json"
+    written = listing.read_bytes()
+    for forged in (written.replace(b"[", b'[{"schema": "x", "name": "y", "engine": "InnoDB", "rows": 0, "bytes": 0}, ', 1),
+                   written.replace(b'"InnoDB"', b'"Innodb"', 1)):
+        listing.write_bytes(forged)
+        with pytest.raises(IntegrityError, match="is not the table list the stream wrote"):
+            pb.finish(plan, stats)
+    listing.write_bytes(written)
+    pb.finish(plan, stats)
+    assert len(read_manifest(open_storage(f"file://{dest}"), plan.backup_id, "physical").tables) == stats.tables > 0
     return _only_backup(dest)
 
 

@@ -42,6 +42,29 @@ def placeholders(items: Sized) -> str:
     return ", ".join(["%s"] * len(items))
 
 
+# what information_schema lists of each kind of schema object, by (schema, name), through the column the server uses to
+# open one database's tables only: TRIGGERS filtered on TRIGGER_SCHEMA reads every table of the server (34 ms a
+# query at 10,000 tables), on EVENT_OBJECT_SCHEMA (the same database: a trigger lives with its table) one database's
+_OBJECTS = {
+    "views": "SELECT TABLE_SCHEMA, TABLE_NAME FROM information_schema.VIEWS WHERE TABLE_SCHEMA IN",
+    "triggers": "SELECT EVENT_OBJECT_SCHEMA, TRIGGER_NAME FROM information_schema.TRIGGERS WHERE EVENT_OBJECT_SCHEMA IN",
+    "routines": "SELECT ROUTINE_SCHEMA, ROUTINE_NAME FROM information_schema.ROUTINES WHERE ROUTINE_SCHEMA IN",
+    "events": "SELECT EVENT_SCHEMA, EVENT_NAME FROM information_schema.EVENTS WHERE EVENT_SCHEMA IN",
+    "sequences": "SELECT TABLE_SCHEMA, TABLE_NAME FROM information_schema.TABLES WHERE TABLE_TYPE = 'SEQUENCE' AND TABLE_SCHEMA IN",
+}
+
+
+def objects_present(cur: Any, kind: str, databases: list[str]) -> set[tuple[str, str]]:
+    """(schema, name) of every object of `kind` (views, triggers, routines, events, sequences) in `databases`: one
+    query per 500 databases, not one per object."""
+    found: set[tuple[str, str]] = set()
+    for i in range(0, len(databases), 500):
+        batch = databases[i:i + 500]
+        cur.execute(f"{_OBJECTS[kind]} ({placeholders(batch)})", batch)
+        found |= {(_text(a), _text(b)) for a, b in cur.fetchall()}
+    return found
+
+
 def global_variables(cur: Any, names: tuple[str, ...] | list[str]) -> dict[str, str]:
     """Global variables by name (lower-case keys), through an open cursor; names the server lacks are left out."""
     cur.execute(

@@ -116,7 +116,7 @@ def stream(plan: BackupPlan) -> StreamResult:
         datadir_bytes=datadir_ops.used_bytes(host, datadir), binlog_file=facts["binlog_file"],
         binlog_position=facts["binlog_position"], gtid=facts["gtid"],
         server_version=facts["server_version"] or plan.server_version, tables=len(tables),
-        tables_sha256=hashlib.sha256(listed).hexdigest(), primary=primary_of(replica, mb_log))
+        tables_sha256=hashlib.sha256(listed).hexdigest(), tables_bytes=len(listed), primary=primary_of(replica, mb_log))
     log.info("backup stream done: %.1f MB in %.1f s (%.1f MB/s), binlog %s:%s, gtid %s", stats.bytes / 1e6, stats.seconds,
              stats.mb_per_s, stats.binlog_file, stats.binlog_position, stats.gtid)
     return stats
@@ -143,10 +143,13 @@ def finish(plan: BackupPlan, stats: StreamResult) -> str:
     size = storage.size(key)
     if size != stats.bytes:
         raise StorageError(f"{storage.location(key)} holds {size} bytes, the stream wrote {stats.bytes}: re-run the backup.")
-    listed = storage.read_bytes(f"{plan.backup_id}/{TABLES_FILE}")
+    listing = f"{plan.backup_id}/{TABLES_FILE}"
+    wrong = IntegrityError(f"{storage.location(listing)} is not the table list the stream wrote: re-run the backup.")
+    if storage.size_if_exists(listing) != stats.tables_bytes:  # the size first: never read more than was written
+        raise wrong
+    listed = storage.read_bytes(listing)
     if hashlib.sha256(listed).hexdigest() != stats.tables_sha256:
-        raise IntegrityError(f"{storage.location(f'{plan.backup_id}/{TABLES_FILE}')} is not the table list the stream "
-                             "wrote: re-run the backup.")
+        raise wrong
     manifest = PhysicalManifest(
         backup_id=plan.backup_id,
         source_conn_id=plan.source_conn_id,
@@ -156,7 +159,7 @@ def finish(plan: BackupPlan, stats: StreamResult) -> str:
         parallel=plan.parallel,
         source_identity=plan.source_identity,
         tables=[TableInfo(**t) for t in json.loads(listed)],
-        **{k: v for k, v in stats.to_dict().items() if k not in ("tables", "tables_sha256")},
+        **{k: v for k, v in stats.to_dict().items() if k not in ("tables", "tables_sha256", "tables_bytes")},
     )
     where = write_manifest(storage, manifest)
     log.info("manifest written: %s (%d tables)", where, len(manifest.tables))

@@ -63,6 +63,7 @@ class StreamResult(Result):
     server_version: str
     tables: int  # how many: the list itself waits in TABLES_FILE beside the artifact (XCom stays small at any count)
     tables_sha256: str  # of TABLES_FILE, as the stream wrote it: finish reads that very list into the manifest
+    tables_bytes: int  # its size: finish reads no more than that of a folder anyone may write to
     primary: dict | None = None  # from a replica: its primary's coordinates
 
 

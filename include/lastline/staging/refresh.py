@@ -18,7 +18,7 @@ from typing import Any
 from lastline import connections, reports
 from lastline.core.errors import IntegrityError, PreflightError, ProtectedTargetError
 from lastline.core.plans import Conf
-from lastline.core.sql import META_DB, never_restored, server_identity
+from lastline.core.sql import META_DB, never_restored, objects_present, server_identity
 from lastline.logical.format import dialect
 from lastline.logical.restore.backup_files import checked_schema
 from lastline.logical.restore.finalize import objects as create_objects
@@ -242,14 +242,9 @@ def late_objects(plan: StagingPlan) -> LateObjects:
     kinds = ("triggers", "events")
     definer = create_objects(server, schema, plan.databases, kinds=kinds)
     wanted = [(k, o["schema"], o["name"]) for k in kinds for o in schema[k] if o["schema"] in plan.databases]
-    with server.session() as cur:
-        missing = []
-        for kind, db, name in wanted:
-            table = "TRIGGERS" if kind == "triggers" else "EVENTS"
-            column = "TRIGGER" if kind == "triggers" else "EVENT"
-            cur.execute(f"SELECT COUNT(*) FROM information_schema.{table} WHERE {column}_SCHEMA = %s AND {column}_NAME = %s", (db, name))
-            if not cur.fetchone()[0]:
-                missing.append(f"{kind[:-1]} {db}.{name}")
+    with server.session() as cur:  # one query a kind, none per object
+        present = {k: {(a.casefold(), b.casefold()) for a, b in objects_present(cur, k, plan.databases)} for k in kinds}
+        missing = [f"{kind[:-1]} {db}.{name}" for kind, db, name in wanted if (db.casefold(), name.casefold()) not in present[kind]]
     if missing:
         raise IntegrityError("after the masking, these are missing: " + ", ".join(missing) + "; re-run the task.")
     log.info("triggers and events created after the masking: %d, as %s", len(wanted), definer)

@@ -238,8 +238,10 @@ def create_schema(plan: RestorePlan) -> SchemaCreated:
         else:
             cur.execute(create.replace("CREATE TABLE", "CREATE TABLE IF NOT EXISTS", 1))
 
-    # `parallel` connections at once (foreign key checks off: a table may name one not created yet)
-    over_connections(run_server(plan), plan.parallel, creates, run,
+    # `parallel` connections at once; one while a CREATE still carries a foreign key (defer_indexes off): two
+    # tables naming each other created at once can deadlock on their dictionary locks
+    keyed = not plan.defer_indexes and any(split_deferred(c)[2] for kind, _t, c in creates if kind == "tables")
+    over_connections(run_server(plan), 1 if keyed else plan.parallel, creates, run,
                      setup=(dialect.LOAD_SESSION, f"CALL {accounts.SESSION_PROCEDURE}()"))
     created = len(creates)
     with server.session() as cur:

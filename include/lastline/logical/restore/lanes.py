@@ -39,29 +39,31 @@ def load_lane(server: Server, storage: Storage, manifest: LogicalManifest, units
     """One lane: every unit, in plan order, that no other lane holds and that is not yet in whole; returns
     the results of the units this lane loaded. `on_table_done(cursor, schema, table)` runs in this lane once a
     table it loaded has every chunk in the ledger (once: the lane that finished the table's last unit), on one
-    connection the lane keeps for them (`setup` run on it first): a table costs no connection of its own."""
+    connection per unit (`setup` run on it first): a table costs no connection of its own."""
     results = []
     tables = {(t.schema, t.name): t for t in manifest.tables}
-    with contextlib.ExitStack() as held:
-        completing: Any = None
-        for unit in units:
-            with claimed(server, manifest.backup_id, unit) as cur:
-                if cur is None:
-                    continue
-                done = loaded_files(cur, manifest.backup_id)
-                if all(c.file in done for p in unit.parts for c in tables[(p.schema, p.table)].chunks[p.first: p.last + 1]):
-                    continue
-                log.info("%s: loading %s", label, unit.name)
-                results.append(load_unit(server, storage, manifest, unit, parallel))
-            if on_table_done is not None:
-                if completing is None:
-                    completing = held.enter_context(server.session())
-                    for sql in setup:
-                        completing.execute(sql)
+    for unit in units:
+        with claimed(server, manifest.backup_id, unit) as cur:
+            if cur is None:
+                continue
+            done = loaded_files(cur, manifest.backup_id)
+            if all(c.file in done for p in unit.parts for c in tables[(p.schema, p.table)].chunks[p.first: p.last + 1]):
+                for p in unit.parts:  # an earlier try loaded it whole: said as a unit loaded in part says it
+                    if p.last >= p.first:
+                        log.info("%s.%s: %d chunk(s) already in the ledger, skipped (%s)", p.schema, p.table,
+                                 p.last - p.first + 1, unit.name)
+                continue
+            log.info("%s: loading %s", label, unit.name)
+            results.append(load_unit(server, storage, manifest, unit, parallel))
+        if on_table_done is not None:
+            # one connection for the unit's tables, in autocommit: each check reads the ledger as it is now
+            with server.session(autocommit=True) as completing:
+                for sql in setup:
+                    completing.execute(sql)
                 for schema, name in dict.fromkeys((p.schema, p.table) for p in unit.parts):
                     _when_complete(completing, manifest, tables[(schema, name)],
                                    functools.partial(on_table_done, completing, schema, name))
-                results[-1] = dataclasses.replace(results[-1], finished_at=time.time())  # its span holds the index builds it led to
+            results[-1] = dataclasses.replace(results[-1], finished_at=time.time())  # its span holds the index builds it led to
     log.info("%s: done, %d unit(s) loaded here", label, len(results))
     return results
 
@@ -79,5 +81,6 @@ def _when_complete(cur: Any, manifest: LogicalManifest, table: LogicalTable, wor
         if loaded_count(cur, manifest.backup_id, [c.file for c in table.chunks]) == len(table.chunks):
             work()
     finally:
-        cur.execute("SELECT RELEASE_LOCK(%s)", (name,))
-        cur.fetchall()
+        with contextlib.suppress(Exception):  # a connection lost in work() took the lock with it: its error stands
+            cur.execute("SELECT RELEASE_LOCK(%s)", (name,))
+            cur.fetchall()

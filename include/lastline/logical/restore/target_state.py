@@ -104,7 +104,8 @@ def set_aside(cur: Any, db: str) -> None:
                 "definition LONGTEXT NOT NULL) ENGINE=InnoDB")
     saved = 0
     for kind, sql in (
-        ("TRIGGER", "SELECT TRIGGER_NAME FROM information_schema.TRIGGERS WHERE TRIGGER_SCHEMA = %s"),
+        # EVENT_OBJECT_SCHEMA, not TRIGGER_SCHEMA (the same database): the server then opens this database's tables alone
+        ("TRIGGER", "SELECT TRIGGER_NAME FROM information_schema.TRIGGERS WHERE EVENT_OBJECT_SCHEMA = %s"),
         ("VIEW", "SELECT TABLE_NAME FROM information_schema.VIEWS WHERE TABLE_SCHEMA = %s"),
         ("PROCEDURE", "SELECT ROUTINE_NAME FROM information_schema.ROUTINES WHERE ROUTINE_SCHEMA = %s AND ROUTINE_TYPE = 'PROCEDURE'"),
         ("FUNCTION", "SELECT ROUTINE_NAME FROM information_schema.ROUTINES WHERE ROUTINE_SCHEMA = %s AND ROUTINE_TYPE = 'FUNCTION'"),

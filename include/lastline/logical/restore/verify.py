@@ -21,7 +21,7 @@ from typing import Any
 from lastline.core import stopping
 from lastline.core.errors import IntegrityError
 from lastline.core.servers import Server, over_connections
-from lastline.core.sql import META_DB, NON_TRANSACTIONAL, placeholders, table_exists
+from lastline.core.sql import META_DB, NON_TRANSACTIONAL, objects_present, placeholders, table_exists
 from lastline.logical.format import dialect
 from lastline.logical.format.chunking import chunk_ranges
 from lastline.logical.format.plans import ConfigSnapshot, RestorePlan, Verified
@@ -151,20 +151,13 @@ def verify(plan: RestorePlan, snapshot: ConfigSnapshot | None) -> Verified:
     tables = sorted(selected(manifest, plan.databases), key=lambda t: -t.raw_bytes)
     bad += [r for r in over_connections(server, plan.parallel, tables, check, setup=("SET SESSION time_zone = '+00:00'",)) if r]
     with server.session() as cur:
-        for kind, sql in (
-            ("views", "SELECT COUNT(*) FROM information_schema.VIEWS WHERE TABLE_SCHEMA = %s AND TABLE_NAME = %s"),
-            ("triggers", "SELECT COUNT(*) FROM information_schema.TRIGGERS WHERE TRIGGER_SCHEMA = %s AND TRIGGER_NAME = %s"),
-            ("routines", "SELECT COUNT(*) FROM information_schema.ROUTINES WHERE ROUTINE_SCHEMA = %s AND ROUTINE_NAME = %s"),
-            ("events", "SELECT COUNT(*) FROM information_schema.EVENTS WHERE EVENT_SCHEMA = %s AND EVENT_NAME = %s"),
-            ("sequences", "SELECT COUNT(*) FROM information_schema.TABLES WHERE TABLE_SCHEMA = %s AND TABLE_NAME = %s AND TABLE_TYPE = 'SEQUENCE'"),
-        ):
+        for kind in ("views", "triggers", "routines", "events", "sequences"):
             if kind in ("triggers", "events") and server.role == "staging":
                 continue  # created once the masking is verified, and checked then (staging.refresh.late_objects)
-            for obj in schema[kind]:
-                if obj["schema"] in plan.databases:
-                    cur.execute(sql, (obj["schema"], obj["name"]))
-                    if not cur.fetchone()[0]:
-                        bad.append(f"{kind[:-1]} {obj['schema']}.{obj['name']} is missing")
+            # one query a kind, none per object; names compared as information_schema compares them (case aside)
+            present = {(a.casefold(), b.casefold()) for a, b in objects_present(cur, kind, plan.databases)}
+            bad += [f"{kind[:-1]} {o['schema']}.{o['name']} is missing" for o in schema[kind]
+                    if o["schema"] in plan.databases and (o["schema"].casefold(), o["name"].casefold()) not in present]
     differ = tuning.config_differs(server, snapshot.variables) if snapshot else {}
     bad += [f"configuration: {k} is {a!r}, was {b!r} before the restore" for k, (a, b) in sorted(differ.items())]
     if bad:
