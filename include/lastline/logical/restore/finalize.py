@@ -68,11 +68,13 @@ def finalize(plan: RestorePlan) -> Finalized:
         in_manifest = {(t.schema, t.name): t for t in manifest.tables}
         in_scope = sorted((t for t in schema["tables"] if t["schema"] in dbs),  # the biggest first: the shortest tail
                           key=lambda t: -in_manifest[(t["schema"], t["name"])].raw_bytes)
-        with run.session() as cur:  # the tables whose chunks were checked as they loaded
-            by_chunks = keep_chunk_sums(cur, manifest, [in_manifest[(t["schema"], t["name"])] for t in in_scope])
-        log.info("finalize: %d of %d tables were checked chunk by chunk as they loaded; the others are checked "
-                 "right after their indexes", len(by_chunks), len(in_scope))
-        checked = recorded_checks(server, manifest.backup_id)  # those, by the lanes (per_table) or an earlier try
+        kept = recorded_checks(server, manifest.backup_id)  # by the lanes (per_table) or an earlier try
+        with run.session() as cur:  # the others whose chunks were checked as they loaded
+            by_chunks = keep_chunk_sums(cur, manifest, [in_manifest[(t["schema"], t["name"])] for t in in_scope
+                                                        if (t["schema"], t["name"]) not in kept])
+        log.info("finalize: %d of %d tables were checked as they loaded, %d chunk by chunk; the others are checked "
+                 "right after their indexes", len(kept) + len(by_chunks), len(in_scope), len(by_chunks))
+        checked = kept.keys() | by_chunks
         have = index_names(server, dbs)  # one query, not one per table
         over_connections(run, plan.parallel, in_scope, lambda cur, t: complete_table(
             cur, manifest, t, None if (t["schema"], t["name"]) in checked else in_manifest[(t["schema"], t["name"])],
