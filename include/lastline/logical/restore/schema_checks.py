@@ -673,14 +673,16 @@ DEFERRED_KINDS = ("index", "foreign_key")  # held back by split_deferred (the pr
 
 
 @functools.lru_cache(maxsize=1 << 14)
-def split_deferred(create: str) -> tuple[str, list[str], list[str]]:
+def split_deferred(create: str, keep_indexes: bool = False) -> tuple[str, list[str], list[str]]:
     """CREATE TABLE without its secondary indexes and foreign keys, plus those definitions, each exactly one
     `[UNIQUE|FULLTEXT|SPATIAL] KEY `name` (...)` or `CONSTRAINT `name` FOREIGN KEY ...` on one line:
-    (create, index definitions, foreign keys). Read on tokens as the server reads them, every definition
-    checked against its grammar (schema_checks.table_definitions): IntegrityError for anything else. Remembered per
-    text (a process asks for one table's split several times: ~1 ms each at 10,000 tables); callers only read it."""
+    (create, index definitions, foreign keys); `keep_indexes`: the CREATE keeps its indexes (the foreign keys alone
+    held back). Read on tokens as the server reads them, every definition checked against its grammar
+    (schema_checks.table_definitions): IntegrityError for anything else. Remembered per text (a process asks for one
+    table's split several times: ~1 ms each at 10,000 tables); callers only read it."""
     body_start, definitions, _close = table_definitions(create)
-    kept = [d for d in definitions if d.kind not in DEFERRED_KINDS]
+    held = ("foreign_key",) if keep_indexes else DEFERRED_KINDS
+    kept = [d for d in definitions if d.kind not in held]
     body = ",".join(create[d.lead:d.end] for d in kept)
     indexes = [d.text for d in definitions if d.kind == "index"]
     fks = [d.text for d in definitions if d.kind == "foreign_key"]
