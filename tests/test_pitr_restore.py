@@ -73,8 +73,12 @@ class Writer:
 
     def pause(self) -> None:
         self.go.clear()
-        for _ in range(self.n):
-            assert self.idle.acquire(timeout=30), "a writer did not finish its transaction"
+        for _ in range(self.n):  # past a lock wait (innodb_lock_wait_timeout: 50 s) that a loaded machine can cause
+            if not self.idle.acquire(timeout=120):
+                shown = self.inst.server().query("SELECT ID, TIME, STATE, LEFT(INFO, 120) FROM information_schema.PROCESSLIST "
+                                                 "WHERE COMMAND <> 'Sleep'")
+                raise AssertionError(f"a writer did not finish its transaction in 120 s; errors {self.errors}; "
+                                     f"the server's sessions: {shown}")
 
     def resume(self) -> None:
         self.go.set()
