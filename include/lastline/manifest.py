@@ -304,25 +304,23 @@ def read_manifest(storage: Storage, backup_id: str, kind: str = "physical", sha2
     return manifest
 
 
-def newest_complete(storage: Storage, kind: str | None = None, limit: int = 1, before: str | None = None) -> list[str]:
-    """Up to `limit` newest complete backups (of `kind`, if given; older than `before`, if given), newest first.
-    Reads manifests from the newest down and stops once it has them: `latest` and the form's list cost the same
-    in a destination of 500 backups as in one of 5 (complete_backups reads them all)."""
+def newest_complete(storage: Storage, kind: str | None = None, limit: int | None = 1, before: str | None = None) -> list[str]:
+    """Up to `limit` (None: all) newest complete backups, those with a readable manifest (of `kind`, if given; older
+    than `before`, if given), newest first. Reads manifests from the newest down and stops once it has them: `latest`
+    and the form's list cost the same in a destination of 500 backups as in one of 5."""
     out: list[str] = []
     for b in sorted((b for b in storage.list_backups() if backup_time(b) and (before is None or b < before)), reverse=True):
         if storage.exists(f"{b}/{MANIFEST}") and (found := manifest_kind(storage, b)) is not None \
                 and (kind is None or found == kind):
             out.append(b)
-            if len(out) >= limit:
+            if limit is not None and len(out) >= limit:
                 break
     return out
 
 
 def complete_backups(storage: Storage, kind: str | None = None) -> list[str]:
-    """Ids of the backups that have a readable manifest (of `kind`, if given), oldest first."""
-    done = [b for b in storage.list_backups() if backup_time(b) and storage.exists(f"{b}/{MANIFEST}")]
-    kinds = {b: manifest_kind(storage, b) for b in done}
-    return [b for b in done if kinds[b] is not None and (kind is None or kinds[b] == kind)]
+    """Ids of the backups that have a readable manifest (of `kind`, if given), oldest first (each manifest read)."""
+    return newest_complete(storage, kind, None)[::-1]
 
 
 def split_backup_url(url: str) -> tuple[str, str]:

@@ -55,13 +55,14 @@ _OBJECTS = {
 
 
 def objects_present(cur: Any, kind: str, databases: list[str]) -> set[tuple[str, str]]:
-    """(schema, name) of every object of `kind` (views, triggers, routines, events, sequences) in `databases`: one
-    query per 500 databases, not one per object."""
+    """(schema, name) of every object of `kind` (views, triggers, routines, events, sequences) in `databases`, case
+    folded (compare `name.casefold()`: information_schema compares names regardless of case): one query per 500
+    databases, not one per object."""
     found: set[tuple[str, str]] = set()
     for i in range(0, len(databases), 500):
         batch = databases[i:i + 500]
         cur.execute(f"{_OBJECTS[kind]} ({placeholders(batch)})", batch)
-        found |= {(_text(a), _text(b)) for a, b in cur.fetchall()}
+        found |= {(as_text(a).casefold(), as_text(b).casefold()) for a, b in cur.fetchall()}
     return found
 
 
@@ -116,7 +117,7 @@ def tables_at_risk(cur: Any, databases: list[str] | None = None, limit: int = 20
         "ORDER BY DATA_LENGTH + INDEX_LENGTH DESC, TABLE_SCHEMA, TABLE_NAME",
         args,
     )
-    rows = [(_text(s), _text(t), int(n), int(b), _text(u) if u else None) for s, t, n, b, u in cur.fetchall()]
+    rows = [(as_text(s), as_text(t), int(n), int(b), as_text(u) if u else None) for s, t, n, b, u in cur.fetchall()]
     return {
         "databases": sorted({s for s, *_ in rows}),
         "tables": [{"table": f"{s}.{t}", "rows": n, "bytes": b, "updated": u} for s, t, n, b, u in rows[:limit]],
@@ -129,9 +130,6 @@ def tables_at_risk(cur: Any, databases: list[str] | None = None, limit: int = 20
 def as_text(value: Any) -> str:
     """A value as the driver returned it (bytes for binary columns), as text."""
     return value.decode() if isinstance(value, bytes) else str(value)
-
-
-_text = as_text
 
 
 LOST_CONNECTION = (2006, 2013, 1927)

@@ -243,7 +243,7 @@ def late_objects(plan: StagingPlan) -> LateObjects:
     definer = create_objects(server, schema, plan.databases, kinds=kinds)
     wanted = [(k, o["schema"], o["name"]) for k in kinds for o in schema[k] if o["schema"] in plan.databases]
     with server.session() as cur:  # one query a kind, none per object
-        present = {k: {(a.casefold(), b.casefold()) for a, b in objects_present(cur, k, plan.databases)} for k in kinds}
+        present = {k: objects_present(cur, k, plan.databases) for k in kinds}
         missing = [f"{kind[:-1]} {db}.{name}" for kind, db, name in wanted if (db.casefold(), name.casefold()) not in present[kind]]
     if missing:
         raise IntegrityError("after the masking, these are missing: " + ", ".join(missing) + "; re-run the task.")

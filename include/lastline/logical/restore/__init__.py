@@ -21,6 +21,7 @@ from lastline.logical.format import dialect
 from lastline.logical.format.plans import INDEX_BUILDS, ConfigSnapshot, RestorePlan, Reverted, SchemaCreated, Tuned, UnitLoaded
 from lastline.logical.restore import tuning
 from lastline.logical.restore.backup_files import (
+    RUN_SESSION,
     checked_schema,
     open_backup,
     require_chunk_files,
@@ -246,8 +247,7 @@ def create_schema(plan: RestorePlan) -> SchemaCreated:
     # `parallel` connections at once; one while a CREATE still carries a foreign key (defer_indexes off): two
     # tables naming each other created at once can deadlock on their dictionary locks
     keyed = not plan.defer_indexes and any(split_deferred(c)[2] for kind, _t, c in creates if kind == "tables")
-    over_connections(run_server(plan), 1 if keyed else plan.parallel, creates, run,
-                     setup=(dialect.LOAD_SESSION, f"CALL {accounts.SESSION_PROCEDURE}()"))
+    over_connections(run_server(plan), 1 if keyed else plan.parallel, creates, run, setup=RUN_SESSION)
     created = len(creates)
     with server.session() as cur:
         # tune relaxed log flushing: make the schema and the restore's state durable before loading, so a
@@ -297,8 +297,7 @@ def load_lane(plan: RestorePlan, lane: str) -> list[UnitLoaded]:
             indexes, check = complete_table(cur, manifest, tables[(schema, name)], None if kept else in_manifest[(schema, name)])
             log.info("%s: %s.%s: indexes built in %.1f s, checksum for verify in %.1f s", lane, schema, name, indexes, check)
 
-    return lane_loader(server, storage, manifest, units, lane, plan.parallel, on_table_done=built,
-                       setup=(dialect.LOAD_SESSION, f"CALL {accounts.SESSION_PROCEDURE}()"))
+    return lane_loader(server, storage, manifest, units, lane, plan.parallel, on_table_done=built, setup=RUN_SESSION)
 
 
 @stopping.stops_cleanly

@@ -12,11 +12,15 @@ from lastline import connections
 from lastline.core import accounts
 from lastline.core.errors import ConfigError, IntegrityError
 from lastline.core.servers import Server
+from lastline.logical.format import dialect
 from lastline.logical.format.plans import RestorePlan
 from lastline.manifest import LogicalManifest, read_manifest, resolve_backup
 from lastline.storage import Storage
 
 log = logging.getLogger(__name__)
+# the session every connection of the run account starts with: the load's sql_mode, time zone and checks, and the
+# binary log off through the session procedure (the run account may not set sql_log_bin itself)
+RUN_SESSION = (dialect.LOAD_SESSION, f"CALL {accounts.SESSION_PROCEDURE}()")
 
 
 def target_server(plan: RestorePlan) -> Server:

@@ -15,7 +15,7 @@ from lastline.core.sql import as_text, global_variables, placeholders
 from lastline.logical.format import dialect
 from lastline.logical.format.plans import Finalized, RestorePlan
 from lastline.logical.restore import tuning
-from lastline.logical.restore.backup_files import checked_schema, open_backup, run_server, target_server
+from lastline.logical.restore.backup_files import RUN_SESSION, checked_schema, open_backup, run_server, target_server
 from lastline.logical.restore.schema_checks import (
     checked_create,
     checked_grants,
@@ -63,7 +63,6 @@ def finalize(plan: RestorePlan) -> Finalized:
     t0 = time.monotonic()
     steps: dict[str, float] = {}
     s = time.monotonic()
-    session = (dialect.LOAD_SESSION, f"CALL {accounts.SESSION_PROCEDURE}()")
     if plan.defer_indexes:  # index builds: one table per connection, `parallel` at once; then the foreign keys
         in_manifest = {(t.schema, t.name): t for t in manifest.tables}
         in_scope = sorted((t for t in schema["tables"] if t["schema"] in dbs),  # the biggest first: the shortest tail
@@ -78,8 +77,8 @@ def finalize(plan: RestorePlan) -> Finalized:
         have = index_names(server, dbs)  # one query, not one per table
         over_connections(run, plan.parallel, in_scope, lambda cur, t: complete_table(
             cur, manifest, t, None if (t["schema"], t["name"]) in checked else in_manifest[(t["schema"], t["name"])],
-            have.get((t["schema"], t["name"]))), setup=session)  # a name not found as written: read per table
-        over_connections(run, 1, in_scope, _add_foreign_keys, setup=session)
+            have.get((t["schema"], t["name"]))), setup=RUN_SESSION)  # a name not found as written: read per table
+        over_connections(run, 1, in_scope, _add_foreign_keys, setup=RUN_SESSION)
     steps["indexes"] = time.monotonic() - s
     s = time.monotonic()
     counters = auto_increments(server, dbs)

@@ -21,7 +21,7 @@ from typing import Any
 from lastline.core import stopping
 from lastline.core.errors import IntegrityError
 from lastline.core.servers import Server, over_connections
-from lastline.core.sql import META_DB, NON_TRANSACTIONAL, objects_present, placeholders, table_exists
+from lastline.core.sql import META_DB, NON_TRANSACTIONAL, as_text, objects_present, placeholders, table_exists
 from lastline.logical.format import dialect
 from lastline.logical.format.chunking import chunk_ranges
 from lastline.logical.format.plans import ConfigSnapshot, RestorePlan, Verified
@@ -87,7 +87,7 @@ def keep_chunk_sums(cur: Any, manifest: LogicalManifest, tables: list[LogicalTab
         batch = files[i:i + 1000]
         cur.execute(f"SELECT file, rows_loaded, checksum_seen FROM {META_DB}.ledger WHERE backup_id = %s AND "
                     f"checksum_seen IS NOT NULL AND file IN ({placeholders(batch)})", (manifest.backup_id, *batch))
-        seen |= {_text(f): (int(r), int(_text(c))) for f, r, c in cur.fetchall()}
+        seen |= {as_text(f): (int(r), int(as_text(c))) for f, r, c in cur.fetchall()}
     kept = set()
     for t in tables:
         if not all(c.file in seen for c in t.chunks):
@@ -111,11 +111,7 @@ def recorded_checks(server: Server, backup_id: str) -> dict[tuple[str, str], tup
         if not table_exists(cur, META_DB, "table_checks"):
             return {}
         cur.execute(f"SELECT schema_name, table_name, rows_seen, checksum_seen FROM {CHECKS} WHERE backup_id = %s", (backup_id,))
-        return {(_text(a), _text(b)): (int(r), _text(c)) for a, b, r, c in cur.fetchall()}
-
-
-def _text(v: Any) -> str:
-    return v.decode() if isinstance(v, bytes) else str(v)
+        return {(as_text(a), as_text(b)): (int(r), as_text(c)) for a, b, r, c in cur.fetchall()}
 
 
 @stopping.stops_cleanly
@@ -138,7 +134,7 @@ def verify(plan: RestorePlan, snapshot: ConfigSnapshot | None) -> Verified:
     with server.session() as cur:  # what each name is on the target: the admin account reads base tables only
         cur.execute("SELECT TABLE_SCHEMA, TABLE_NAME, TABLE_TYPE FROM information_schema.TABLES WHERE TABLE_SCHEMA IN ("
                     + placeholders(plan.databases) + ")", plan.databases)
-        kinds = {(_text(a), _text(b)): _text(c) for a, b, c in cur.fetchall()}
+        kinds = {(as_text(a), as_text(b)): as_text(c) for a, b, c in cur.fetchall()}
 
     def check(cur: Any, t: Any) -> str | None:
         if kinds.get((t.schema, t.name)) != "BASE TABLE":  # a view (code a backup wrote) is never read as the admin
@@ -154,8 +150,7 @@ def verify(plan: RestorePlan, snapshot: ConfigSnapshot | None) -> Verified:
         for kind in ("views", "triggers", "routines", "events", "sequences"):
             if kind in ("triggers", "events") and server.role == "staging":
                 continue  # created once the masking is verified, and checked then (staging.refresh.late_objects)
-            # one query a kind, none per object; names compared as information_schema compares them (case aside)
-            present = {(a.casefold(), b.casefold()) for a, b in objects_present(cur, kind, plan.databases)}
+            present = objects_present(cur, kind, plan.databases)  # one query a kind, none per object
             bad += [f"{kind[:-1]} {o['schema']}.{o['name']} is missing" for o in schema[kind]
                     if o["schema"] in plan.databases and (o["schema"].casefold(), o["name"].casefold()) not in present]
     differ = tuning.config_differs(server, snapshot.variables) if snapshot else {}
