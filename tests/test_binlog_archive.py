@@ -218,6 +218,10 @@ def test_transactions_end_where_the_server_ends_them(source, tmp_path):
     moved = events.scan(late, "late")
     assert [t.gtid for t in moved.transactions] == [t.gtid for t in found.transactions]
     assert moved.transactions[2].start - moved.transactions[1].end == head - last and moved.end == len(data)
+    # a base's coordinate just after the late checkpoint follows the second group (what the restore rolls on from)
+    at = moved.transactions[2].start
+    assert events.scan(late[:at], "late").ending_at(at) == moved.transactions[1]
+    assert events.scan(late[:at - 1], "late").ending_at(at - 1) is None  # inside an event: no transaction ends there
     first = int(before.split("-")[2])
     assert [t.seq for t in found.transactions] == list(range(first + 1, first + 7))
     assert [t.transactional for t in found.transactions] == [False, False, True, True, False, True]

@@ -68,6 +68,11 @@ class Scan:
     server_ids: set[int] = field(default_factory=set)
     format_end: int = 0  # the byte after the format description event
 
+    def ending_at(self, position: int) -> Transaction | None:
+        """Of a scan of the bytes up to `position`: the transaction a coordinate there follows, when from its end
+        to `position` lie only events between groups (a Binlog_checkpoint the server wrote late, a Gtid_list)."""
+        return self.transactions[-1] if self.transactions and self.end == position else None
+
 
 def _gtid_of(data: bytes | bytearray, at: int, body: int, server_id: int) -> tuple[str, int]:
     seq, domain, flags2 = struct.unpack_from("<QIB", data, at + body)

@@ -158,7 +158,7 @@ def base_matches(storage: Storage, line: Line, at: int, position: int | None, gt
         return position is None or position <= 4 or events.includes(gtid, entry.start_gtids)
     found = events.scan(segment_bytes(storage, bid, entry.name, seg)[:position - seg["offset"]], entry.name,
                         seg["offset"], entry.checksum)
-    last = next((t for t in reversed(found.transactions) if t.end == position), None)
+    last = found.ending_at(position)
     if last is None:  # no transaction ends there: the base sits after the file's header events
         return not found.transactions and events.includes(gtid, entry.start_gtids)
     return gtid_of(gtid, last.domain) == last.gtid
