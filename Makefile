@@ -52,7 +52,7 @@ bench-pitr:  # point-in-time recovery: the archive's worst lag under load, paral
 	@LASTLINE_BENCH=1 scripts/setup.sh
 	@$(BENCH_ENV) .venv/bin/python bench/pitr_bench.py $(ARGS)
 
-bench-scale:  # many tables (issue 31): each backup and restore step's seconds at two sizes and how they grow (mydumper 0.10 installed here)
+bench-scale:  # issue 31: many tables (steps and DAG runs), many backups, big data (2 and 10 GB: over an hour); --myloader1 DIR adds mydumper/myloader 1.0
 	@LASTLINE_BENCH=1 scripts/setup.sh
 	@$(BENCH_ENV) .venv/bin/python bench/scale_bench.py $(ARGS)
 

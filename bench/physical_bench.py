@@ -67,6 +67,8 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--gb", type=float, default=1.0, help="size of generated data (default 1 GB)")
     p.add_argument("--work", default=str(ROOT / "bench" / "results" / "physical"))
+    p.add_argument("--no-codecs", action="store_true", help="skip the comparison of compressors (zstd is the default)")
+    p.add_argument("--record", default="", help="also write the figures as JSON to this file")
     args = p.parse_args()
     work = Path(args.work)
     root = work / "sandbox"
@@ -88,7 +90,9 @@ def main() -> int:
     rows = []
     with option_file(s, ("client", "mariabackup")) as opt:
         mb = f"mariabackup --defaults-extra-file={opt} --backup --stream=xbstream --parallel=2 --datadir={s.datadir} --target-dir=/tmp"
-        for name, comp in (("zstd -T2", "zstd -q -T2 -c"), ("pigz -p2", "pigz -c -p 2"), ("pigz --fast -p2", "pigz --fast -c -p 2")):
+        codecs = () if args.no_codecs else (("zstd -T2", "zstd -q -T2 -c"), ("pigz -p2", "pigz -c -p 2"),
+                                            ("pigz --fast -p2", "pigz --fast -c -p 2"))
+        for name, comp in codecs:
             out = files / f"codec.{name.split()[0]}"
             secs = sh(f"{mb} | {comp} > {out}")
             rows.append((name, secs, out.stat().st_size / 1e6))
@@ -133,6 +137,15 @@ def main() -> int:
     print(f"  DAGs, wall (dags test)     backup {b_wall:6.1f} s  restore {r_wall:6.1f} s  total {b_wall + r_wall:6.1f} s"
           f"  ratio {(b_wall + r_wall) / hand:.2f}x")
     print("  checksums: source == target after both restores")
+    if args.record:
+        Path(args.record).write_text(json.dumps({
+            "datadir_mb": round(datadir_mb), "codecs": {n: {"seconds": round(x, 1), "mb": round(m, 1)} for n, x, m in rows},
+            "hand": {"backup": round(hand_b, 1), "restore": round(hand_r, 1)},
+            "dag_span": {"backup": round(b_span, 1), "restore": round(r_span, 1)},
+            "dag_run": {"backup": round(b_run, 1), "restore": round(r_run, 1)},
+            "dag_wall": {"backup": round(b_wall, 1), "restore": round(r_wall, 1)}}, indent=1))
+    src.stop()
+    tgt.stop()
     return 0
 
 

@@ -19,6 +19,11 @@ DIR` (or LASTLINE_MYDUMPER1_DIR), mydumper/myloader 1.0 (`--format=LOAD_DATA`, `
 TABLES`); absent tools are reported as not run. Every restore is checked against the source, table by table, by
 row count. With `--backups 50,500` (the default), the many-backups shape too (bench/scale_backups.py: `latest`,
 the form's list, the restore's preflight and prune in a destination of 50 and 500 backups, a folder and S3).
+Then (unless --no-dags) the logical_backup and logical_restore DAGs on a running scheduler (`airflow standalone`
+with the deployment's settings, as bench-restore's): each run's seconds as the metadata DB records them against
+its tasks' span, and the time from the restore's trigger to its first chunk committed (the ledger's first row).
+With `--data 2,10` (the default; `--data ''` skips it), the big-data shape after them (bench/scale_data.py: the
+logical restore and the physical backup + restore at ~2 and ~10 GB against their anchors; over an hour).
 Prints seconds per step and per 1,000 tables, the peak RSS of this process and of the lane workers,
 each step's growth from one size to the next against the growth of the tables (flagged superlinear above 1.1x
 the size ratio) and the competitors' time over lastline's; writes a JSON record to bench/records.
@@ -32,23 +37,29 @@ import multiprocessing
 import os
 import shutil
 import sys
+import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+import MySQLdb
+
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import scale_backups  # noqa: E402
+import scale_data  # noqa: E402
 from logical_bench import sh  # noqa: E402
-from logical_restore_bench import logs_to, target  # noqa: E402
+from logical_restore_bench import logs_to, target, task_timeline  # noqa: E402
 
 from lastline.core.option_files import option_file, option_file_text  # noqa: E402
 from lastline.core.servers import Server  # noqa: E402
+from lastline.core.sql import META_DB  # noqa: E402
 from lastline.logical import backup as lb  # noqa: E402
 from lastline.logical import restore as lr  # noqa: E402
 from lastline.logical.restore import report as restore_report  # noqa: E402
 from lastline_dev.sandbox import Instance  # noqa: E402
+from lastline_dev.standalone import Standalone  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 PER_TENANT = 25
@@ -223,6 +234,66 @@ def competitors(src: Instance, tgt: Instance, dbs: list[str], expected: dict[str
     out["mydumper 1.0"] = {"dump": round(d, 3), "load": round(load, 3)}
 
 
+def first_row(server: Server, stop: threading.Event, out: dict) -> None:
+    """Poll the target's ledger until a chunk is in: out["at"], the epoch second its first chunk committed."""
+    while not stop.is_set():
+        try:
+            got = server.query(f"SELECT UNIX_TIMESTAMP(MIN(loaded_at)) FROM {META_DB}.ledger")[0][0]
+        except MySQLdb.Error:  # the ledger is not there yet (prepare creates it) or was dropped (finalize)
+            got = None
+        if got is not None:
+            out["at"] = float(got)
+            return
+        stop.wait(0.2)
+
+
+def span(timeline: list[dict]) -> float:
+    """From the first task's start to the last task's end."""
+    return max((t["start"] + t["seconds"] for t in timeline), default=0.0)
+
+
+def dags(n_tables: int, dbs: list[str], expected: dict[str, int], tgt: Instance, work: Path, n: int, out: dict) -> None:
+    """The logical_backup and logical_restore DAGs on a running scheduler (`airflow standalone`, the deployment's
+    settings): each run's seconds as the metadata DB records them against its tasks' span, and the time from the
+    restore's trigger to its first chunk committed (the ledger's first row)."""
+    env = dict(os.environ)
+    env.update(AIRFLOW__API__HOST="127.0.0.1", AIRFLOW__CORE__LOAD_EXAMPLES="False", LASTLINE_RETRIES="0",
+               AIRFLOW__SCHEDULER__SCHEDULER_IDLE_SLEEP_TIME="0.2", AIRFLOW__DAG_PROCESSOR__MIN_FILE_PROCESS_INTERVAL="300")
+    dest = work / "dumps" / "dag"
+    shutil.rmtree(dest, ignore_errors=True)
+    dest.mkdir(parents=True)
+    on_threads(lambda db: tgt.server().query(f"DROP DATABASE IF EXISTS `{db}`"), dbs)
+    with Standalone(env, work / "standalone.log") as af:
+        t0 = time.time()
+        run = af.wait("logical_backup", af.trigger("logical_backup", {
+            "source_conn_id": "bench_ssrc", "destination": f"file://{dest}", "databases": dbs, "parallel": n}))
+        if run["state"] != "success":
+            raise SystemExit(f"logical_backup at {n_tables} tables failed: see {work / 'standalone.log'}")
+        backup = {"run": round(run["seconds"], 2), "span": round(span(task_timeline(af.db, "logical_backup", run["run_id"])), 2),
+                  "trigger_to_end": round(time.time() - t0, 2)}
+        seen: dict[str, float] = {}
+        stop = threading.Event()
+        poller = threading.Thread(target=first_row, args=(tgt.server(), stop, seen), daemon=True)
+        poller.start()
+        t0 = time.time()
+        try:
+            run = af.wait("logical_restore", af.trigger("logical_restore", {
+                "target_conn_id": "bench_stgt", "backup": f"file://{dest}/latest", "parallel": n, "force": True,
+                "databases": dbs, "tune": True, "restart_allowed": False, "aws_conn_id": None}))
+        finally:
+            stop.set()
+            poller.join()
+        if run["state"] != "success":
+            raise SystemExit(f"logical_restore at {n_tables} tables failed: see {work / 'standalone.log'}")
+        timeline = task_timeline(af.db, "logical_restore", run["run_id"])
+        restore = {"run": round(run["seconds"], 2), "span": round(span(timeline), 2),
+                   "trigger_to_end": round(time.time() - t0, 2),
+                   "trigger_to_first_row": round(seen["at"] - t0, 2) if "at" in seen else None,
+                   "timeline": timeline}
+    check("logical_restore DAG", tgt, dbs, expected)
+    out["dags"] = {"logical_backup": backup, "logical_restore": restore}
+
+
 def show(n_tables: int, res: dict) -> None:
     """One size's figures."""
     print(f"  {'step':<20} {'seconds':>9} {'s per 1,000 tables':>19}")
@@ -245,6 +316,17 @@ def show(n_tables: int, res: dict) -> None:
             t["load_over_lastline"] = round(t["load"] / res["restore"], 2)
             print(f"  {tool}: dump {t['dump']:.2f} s ({t['dump_over_lastline']:.2f}x lastline's dump), load "
                   f"{t['load']:.2f} s ({t['load_over_lastline']:.2f}x lastline's restore, all steps)")
+    if d := res.get("dags"):
+        b, r = d["logical_backup"], d["logical_restore"]
+        print(f"  DAGs on a running scheduler: logical_backup run {b['run']:.1f} s (tasks' span {b['span']:.1f} s), "
+              f"logical_restore run {r['run']:.1f} s (tasks' span {r['span']:.1f} s); trigger to the first row "
+              f"loaded: {r['trigger_to_first_row'] if r['trigger_to_first_row'] is not None else 'not seen'} s")
+        for tool in ("mydumper 0.10", "mydumper 1.0"):
+            if "dump" in res[tool]:
+                res[tool]["dump_over_backup_dag"] = round(res[tool]["dump"] / b["run"], 2)
+                res[tool]["load_over_restore_dag"] = round(res[tool]["load"] / r["run"], 2)
+                print(f"  {tool} over the DAG runs: dump {res[tool]['dump_over_backup_dag']:.2f}x, load "
+                      f"{res[tool]['load_over_restore_dag']:.2f}x")
 
 
 def main() -> int:
@@ -253,13 +335,24 @@ def main() -> int:
     p.add_argument("--parallel", type=int, default=2, help="lanes, dump connections and mydumper threads (default 2: our cores)")
     p.add_argument("--myloader1", default=os.environ.get("LASTLINE_MYDUMPER1_DIR", ""),
                    help="a folder with mydumper and myloader 1.0 built from their source (tag v1.0.1-3; not in Debian)")
+    p.add_argument("--no-dags", dest="dags", action="store_false",
+                   help="skip the DAG runs on a running scheduler (run vs tasks' span, trigger to first row)")
     p.add_argument("--backups", default="50,500", help="the many-backups shape's sizes, comma list (empty: not run)")
+    p.add_argument("--data", default="2,10", help="the big-data shape's sizes in GB, comma list (empty: not run; "
+                   "bench/scale_data.py: over an hour at 10 GB)")
     p.add_argument("--work", default=str(ROOT / "bench" / "results" / "scale"))
     args = p.parse_args()
     work = Path(args.work)
     work.mkdir(parents=True, exist_ok=True)
     os.environ.setdefault("LASTLINE_REPORT_DIR", str(work / "reports"))
-    sizes = sorted({-(-int(x) // PER_TENANT) * PER_TENANT for x in args.tables.split(",")})
+    sizes = sorted({-(-int(x) // PER_TENANT) * PER_TENANT for x in args.tables.split(",") if x})
+    if not sizes:
+        if args.backups:
+            print("many backups: not run (it restores a backup of the many-tables shape: give --tables)")
+        if args.data:
+            scale_data.bench([float(x) for x in args.data.split(",") if x], {"logical", "physical"}, args.myloader1,
+                             args.parallel, work.parent / "scale-data")
+        return 0
     src = Instance(work / "sandbox", "ssrc")
     if src.exists():
         src.destroy()
@@ -293,6 +386,8 @@ def main() -> int:
             res["backup"] = round(sum(res["steps"][s] for s in STEPS[:2]), 3)
             res["restore"] = round(sum(res["steps"][s] for s in STEPS[2:]), 3)
             competitors(src, tgt, dbs, expected, work, args.parallel, Path(args.myloader1) if args.myloader1 else None, res)
+            if args.dags:
+                dags(n_tables, dbs, expected, tgt, work, args.parallel, res)
             if n_tables == sizes[-1] and args.backups:  # many backups (last: its S3 server lives in this process)
                 small = work / "dumps" / "small"
                 shutil.rmtree(small, ignore_errors=True)
@@ -314,6 +409,9 @@ def main() -> int:
         ratio = b / a
         per = {s: round(results[b]["steps"][s] / max(results[a]["steps"][s], 1e-3), 2) for s in STEPS}
         per |= {s: round(results[b][s] / results[a][s], 2) for s in ("backup", "restore")}
+        if "dags" in results[a] and "dags" in results[b]:
+            per |= {f"{dag} DAG run": round(results[b]["dags"][dag]["run"] / results[a]["dags"][dag]["run"], 2)
+                    for dag in ("logical_backup", "logical_restore")}
         slow = [s for s, g in per.items() if g > 1.1 * ratio]
         growth[f"{a}->{b}"] = {"size_ratio": round(ratio, 2), "steps": per, "superlinear": slow}
         print(f"\n{a:,} -> {b:,} tables, {ratio:.1f}x the tables: " + ", ".join(f"{s} {g:.1f}x" for s, g in per.items()))
@@ -323,6 +421,9 @@ def main() -> int:
                                   "sizes": {str(k): v for k, v in results.items()}, "growth": growth,
                                   "many_backups": many}, indent=1))
     print(f"recorded: {record.relative_to(ROOT)}")
+    if args.data:
+        scale_data.bench([float(x) for x in args.data.split(",") if x], {"logical", "physical"}, args.myloader1,
+                         args.parallel, work.parent / "scale-data")
     return 0
 
 

@@ -1,0 +1,178 @@
+"""Big data (issue 31): the logical restore and the physical backup + restore at two sizes, each against its
+anchors in the same run, and how each grows with the data.
+
+    make bench-scale ARGS="--tables '' --backups '' --data 2,10 --myloader1 DIR"
+    (or: .venv/bin/python bench/scale_data.py --data 2,10 --myloader1 DIR, with the Makefile's BENCH_ENV)
+
+Per size G (GB of rows as TSV for the logical shape, of datadir for the physical one), each bench in its own
+folder under --work, run as a child process with its own output (its figures, how it checks the restore):
+
+- logical: bench/logical_restore_bench.py with 8 sysbench-shaped tables and one 4x bigger (~194 bytes a row as
+  TSV), `--memory quarter` (a buffer pool of a quarter of the data, redo 128 MB: the regime of production
+  restores, where the data is several times the buffer pool), methods: the hand-run limit, myloader 1.0
+  (`--myloader1`, or Debian's 0.10 without it) and lastline's whole `logical_restore` DAG on a running
+  scheduler (a cold run, then a warm one: the warm run is the figure);
+- physical: bench/physical_bench.py `--gb G --no-codecs`: the raw pipeline by hand (stream | zstd > file; the
+  restore's stop, extract, prepare, start) against the physical_backup and physical_restore DAGs (`dags test`;
+  their tasks' span and the run's duration).
+
+Prints, per size, seconds and seconds per GB, each anchor's time over lastline's, and each figure's growth from
+one size to the next against the growth of the data; writes a JSON record to bench/records. The sandboxes of a
+size are removed before the next size starts (--keep keeps them).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+ROW_BYTES = 194  # a sysbench-shaped row as TSV (bench-restore: 12M rows, 2,329 MB)
+TABLES, BIG = 8, 4
+
+
+def rows_for(gb: float) -> int:
+    """Rows per table so that TABLES tables and one BIG times bigger hold about `gb` GB of TSV."""
+    return int(gb * 1e9 / ROW_BYTES / (TABLES + BIG))
+
+
+def run(cmd: list[str], log: Path) -> None:
+    """A child bench, its output to the terminal and to `log`; a failure ends this bench with the log named."""
+    print("$ " + " ".join(cmd), flush=True)
+    with open(log, "w") as fh:
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1)
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            sys.stdout.write("  | " + line)
+            fh.write(line)
+        if proc.wait() != 0:
+            raise SystemExit(f"{cmd[1]} failed (exit {proc.returncode}): see {log}")
+
+
+def logical(gb: float, work: Path, myloader1: str, parallel: int) -> dict[str, Any]:
+    """The logical restore bench at `gb`: its record's figures (seconds of each method, lastline's warm run)."""
+    work.mkdir(parents=True, exist_ok=True)
+    methods = "hand,myloader1,lastline" if myloader1 else "hand,myloader,lastline"
+    cmd = [sys.executable, str(ROOT / "bench" / "logical_restore_bench.py"), "--tables", str(TABLES), "--rows",
+           str(rows_for(gb)), "--big", str(BIG), "--memory", "quarter", "--methods", methods, "--index-builds",
+           "per_table", "--parallel", str(parallel), "--work", str(work)]
+    run(cmd + (["--myloader1", myloader1] if myloader1 else []), work / "bench.log")
+    record = json.loads(max(work.glob("restore-*.json"), key=lambda p: p.stat().st_mtime).read_text())
+    res = record["results"]
+
+    def mean(prefix: str) -> float | None:
+        hit = [v["seconds"] for k, v in res.items() if k.startswith(prefix) and k.endswith("mean of 2 runs")]
+        return hit[0] if hit else None
+
+    warm = next(v for k, v in res.items() if k.startswith("lastline DAG") and "warm run" in k)
+    anchor = "myloader 1.0" if myloader1 else "myloader -t"
+    return {"raw_mb": record["raw_mb"], "memory": record["memory"], "lastline_dag": warm["seconds"],
+            "lastline_load_step": warm["load_step"]["seconds"], "hand": mean("by hand"), "myloader": mean(anchor),
+            "myloader_name": "myloader 1.0" if myloader1 else "myloader 0.10",
+            "cold_dag": next(v["seconds"] for k, v in res.items() if k.startswith("lastline DAG") and "cold" in k)}
+
+
+def physical(gb: float, work: Path) -> dict[str, Any]:
+    """The physical bench at `gb`: the hand-run pipeline's seconds and the DAGs'."""
+    work.mkdir(parents=True, exist_ok=True)
+    record = work / "physical.json"
+    run([sys.executable, str(ROOT / "bench" / "physical_bench.py"), "--gb", str(gb), "--no-codecs", "--work",
+         str(work), "--record", str(record)], work / "bench.log")
+    return json.loads(record.read_text())
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--data", default="2,10", help="sizes in GB, comma list")
+    p.add_argument("--shapes", default="logical,physical", help="which to run (comma list)")
+    p.add_argument("--myloader1", default=os.environ.get("LASTLINE_MYDUMPER1_DIR", ""),
+                   help="a folder with mydumper and myloader 1.0 built from their source (tag v1.0.1-3; not in Debian)")
+    p.add_argument("--parallel", type=int, default=2)
+    p.add_argument("--keep", action="store_true", help="keep each size's sandboxes and backups")
+    p.add_argument("--work", default=str(ROOT / "bench" / "results" / "scale-data"))
+    args = p.parse_args()
+    bench([float(x) for x in args.data.split(",") if x], set(args.shapes.split(",")), args.myloader1, args.parallel,
+          Path(args.work), args.keep)
+    return 0
+
+
+def bench(sizes: list[float], shapes: set[str], myloader1: str, parallel: int, root: Path, keep: bool = False) -> Path:
+    """Every shape at every size (GB), the growth between sizes; returns the record written."""
+    sizes = sorted(sizes)
+    results: dict[float, dict[str, Any]] = {}
+    for gb in sizes:
+        work = root / f"{gb:g}gb"
+        print(f"\n== big data: {gb:g} GB ==", flush=True)
+        res: dict[str, Any] = {}
+        t0 = time.monotonic()
+        if "logical" in shapes:
+            res["logical"] = logical(gb, work / "restore", myloader1, parallel)
+        if "physical" in shapes:
+            res["physical"] = physical(gb, work / "physical")
+        res["bench_s"] = round(time.monotonic() - t0)
+        results[gb] = res
+        show(gb, res)
+        if not keep:
+            shutil.rmtree(work, ignore_errors=True)  # the children stopped their servers
+    growth = grow(sizes, results)
+    record = ROOT / "bench" / "records" / f"scale-data-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}.json"
+    record.write_text(json.dumps({"args": {"data": sizes, "shapes": sorted(shapes), "myloader1": myloader1,
+                                           "parallel": parallel}, "sizes": {f"{k:g}": v for k, v in results.items()},
+                                  "growth": growth}, indent=1))
+    print(f"recorded: {record.relative_to(ROOT)}")
+    return record
+
+
+def show(gb: float, res: dict[str, Any]) -> None:
+    """One size's figures: seconds, per GB, each anchor over lastline."""
+    if lo := res.get("logical"):
+        mb, dag = lo["raw_mb"], lo["lastline_dag"]
+        print(f"\nlogical restore, {mb:,.0f} MB of rows, {lo['memory']}:")
+        print(f"  lastline DAG (warm, whole run)  {dag:7.1f} s  {dag / mb * 1000:6.1f} s/GB  (load step {lo['lastline_load_step']:.1f} s;"
+              f" cold run {lo['cold_dag']:.1f} s)")
+        for name, key in ((lo["myloader_name"], "myloader"), ("hand-run limit", "hand")):
+            if lo[key]:
+                print(f"  {name:<31} {lo[key]:7.1f} s  {lo[key] / mb * 1000:6.1f} s/GB  {lo[key] / dag:.2f}x lastline's "
+                      "time (above 1.00: lastline faster)")
+    if ph := res.get("physical"):
+        mb, hand = ph["datadir_mb"], ph["hand"]["backup"] + ph["hand"]["restore"]
+        span = ph["dag_span"]["backup"] + ph["dag_span"]["restore"]
+        run_s = ph["dag_run"]["backup"] + ph["dag_run"]["restore"]
+        print(f"\nphysical backup + restore, {mb:,.0f} MB datadir:")
+        print(f"  by hand (raw pipeline)          {hand:7.1f} s  {hand / mb * 1000:6.1f} s/GB")
+        print(f"  DAGs, tasks' span               {span:7.1f} s  {span / mb * 1000:6.1f} s/GB  {span / hand:.2f}x the raw pipeline")
+        print(f"  DAGs, run duration              {run_s:7.1f} s  {run_s / mb * 1000:6.1f} s/GB  {run_s / hand:.2f}x the raw pipeline")
+
+
+def grow(sizes: list[float], results: dict[float, dict[str, Any]]) -> dict[str, Any]:
+    """Each figure's growth from one size to the next, against the data's (flagged above 1.1x the data's)."""
+    out: dict[str, Any] = {}
+    for a, b in zip(sizes, sizes[1:], strict=False):
+        ra, rb = results[a], results[b]
+        per: dict[str, float] = {}
+        data = None
+        if "logical" in ra and "logical" in rb:
+            data = rb["logical"]["raw_mb"] / ra["logical"]["raw_mb"]
+            for key in ("lastline_dag", "lastline_load_step", "myloader", "hand"):
+                if ra["logical"][key] and rb["logical"][key]:
+                    per[f"logical {key}"] = round(rb["logical"][key] / ra["logical"][key], 2)
+        if "physical" in ra and "physical" in rb:
+            data = data or rb["physical"]["datadir_mb"] / ra["physical"]["datadir_mb"]
+            for kind in ("hand", "dag_span", "dag_run"):
+                per[f"physical {kind}"] = round(sum(rb["physical"][kind].values()) / sum(ra["physical"][kind].values()), 2)
+        data = data or b / a
+        slow = [k for k, g in per.items() if g > 1.1 * data]
+        out[f"{a:g}->{b:g}"] = {"data_ratio": round(data, 2), "growth": per, "superlinear": slow}
+        print(f"\n{a:g} -> {b:g} GB, {data:.1f}x the data: " + ", ".join(f"{k} {g:.1f}x" for k, g in per.items()))
+        print("  superlinear (over 1.1x the data's growth): " + (", ".join(slow) or "none"))
+    return out
+
+
+if __name__ == "__main__":
+    sys.exit(main())
