@@ -230,36 +230,38 @@ def competitors(src: Instance, tgt: Instance, dbs: list[str], expected: dict[str
     limit = max(120.0, 3 * out["restore"])  # a tool that takes 3x lastline's restore is reported as hung, not waited on
     d = sh(f"{one / 'mydumper'} --defaults-file={cnf(src, 'mydumper', 'mydumper1-source.cnf')} -G -t {n} {regex} "
            f"--format=LOAD_DATA -o {dump}")
-    hung = []
+    failed = []
     for keys in ("AFTER_IMPORT_ALL_TABLES", "AFTER_IMPORT_PER_TABLE"):  # its fastest setting first, then its default
         drop()
-        load = bounded(f"{one / 'myloader'} --defaults-file={cnf(tgt, 'myloader', 'mydumper1-target.cnf')} -t {n} "
-                       f"--optimize-keys={keys} -d {dump}", limit)
+        load, why = bounded(f"{one / 'myloader'} --defaults-file={cnf(tgt, 'myloader', 'mydumper1-target.cnf')} -t {n} "
+                            f"--optimize-keys={keys} -d {dump}", limit)
         if load is not None:
             break
         made = tgt.server().query("SELECT COUNT(*) FROM information_schema.TABLES WHERE TABLE_SCHEMA LIKE 'tenant\\_%'")[0][0]
-        hung.append(f"--optimize-keys={keys} stopped after {limit:.0f} s with {made} of {len(expected)} tables created")
-        print(f"  myloader 1.0 {hung[-1]}", flush=True)
+        failed.append(f"--optimize-keys={keys} {why}, {made} of {len(expected)} tables created")
+        print(f"  myloader 1.0 {failed[-1]}", flush=True)
     if load is None:
-        out["mydumper 1.0"] = {"dump": round(d, 3), "not run": "; ".join(hung), "hung": hung}
+        out["mydumper 1.0"] = {"dump": round(d, 3), "not run": "; ".join(failed), "failed": failed}
         return
     check("myloader 1.0", tgt, dbs, expected)
-    out["mydumper 1.0"] = {"dump": round(d, 3), "load": round(load, 3), "optimize_keys": keys, "hung": hung}
+    out["mydumper 1.0"] = {"dump": round(d, 3), "load": round(load, 3), "optimize_keys": keys, "failed": failed}
 
 
-def bounded(cmd: str, limit: float) -> float | None:
-    """sh(cmd)'s seconds, or None if it ran past `limit` (then it is killed, its whole process group)."""
+def bounded(cmd: str, limit: float) -> tuple[float | None, str]:
+    """sh(cmd)'s seconds; or None and why: it failed, or it ran past `limit` (then its process group is killed)."""
     t0 = time.monotonic()
     proc = subprocess.Popen(["bash", "-o", "pipefail", "-c", cmd], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                             start_new_session=True)
     try:
-        if proc.wait(timeout=limit) != 0:
-            raise SystemExit(f"{cmd.split()[0]} failed with exit status {proc.returncode}")
+        status = proc.wait(timeout=limit)
     except subprocess.TimeoutExpired:
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
-        return None
-    return time.monotonic() - t0
+        return None, f"stopped after {limit:.0f} s (no progress expected: a hang)"
+    if status != 0:
+        return None, f"failed after {time.monotonic() - t0:.0f} s with " + (
+            f"signal {-status}" if status < 0 else f"exit status {status}" if status < 128 else f"signal {status - 128}")
+    return time.monotonic() - t0, ""
 
 
 def first_row(server: Server, stop: threading.Event, out: dict) -> None:

@@ -106,27 +106,37 @@ def bench(sizes: list[float], shapes: set[str], myloader1: str, parallel: int, r
     """Every shape at every size (GB), the growth between sizes; returns the record written."""
     sizes = sorted(sizes)
     results: dict[float, dict[str, Any]] = {}
+    record = ROOT / "bench" / "records" / f"scale-data-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}.json"
     for gb in sizes:
         work = root / f"{gb:g}gb"
         print(f"\n== big data: {gb:g} GB ==", flush=True)
         res: dict[str, Any] = {}
         t0 = time.monotonic()
-        if "logical" in shapes:
-            res["logical"] = logical(gb, work / "restore", myloader1, parallel)
-        if "physical" in shapes:
-            res["physical"] = physical(gb, work / "physical")
+        for shape in ("logical", "physical"):
+            if shape not in shapes:
+                continue
+            try:  # a shape that fails is recorded as such; the other still runs
+                res[shape] = (logical(gb, work / "restore", myloader1, parallel) if shape == "logical"
+                              else physical(gb, work / "physical"))
+            except (SystemExit, subprocess.CalledProcessError, ValueError, KeyError, StopIteration) as exc:
+                res[f"{shape} failed"] = str(exc)
+                print(f"{shape} at {gb:g} GB: failed: {exc}", flush=True)
         res["bench_s"] = round(time.monotonic() - t0)
         results[gb] = res
         show(gb, res)
         if not keep:
             shutil.rmtree(work, ignore_errors=True)  # the children stopped their servers
-    growth = grow(sizes, results)
-    record = ROOT / "bench" / "records" / f"scale-data-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}.json"
+        save(record, sizes, shapes, myloader1, parallel, results, {})  # each size as soon as it is measured
+    save(record, sizes, shapes, myloader1, parallel, results, grow(sizes, results))
+    print(f"recorded: {record.relative_to(ROOT)}")
+    return record
+
+
+def save(record: Path, sizes: list[float], shapes: set[str], myloader1: str, parallel: int,
+         results: dict[float, dict[str, Any]], growth: dict[str, Any]) -> None:
     record.write_text(json.dumps({"args": {"data": sizes, "shapes": sorted(shapes), "myloader1": myloader1,
                                            "parallel": parallel}, "sizes": {f"{k:g}": v for k, v in results.items()},
                                   "growth": growth}, indent=1))
-    print(f"recorded: {record.relative_to(ROOT)}")
-    return record
 
 
 def show(gb: float, res: dict[str, Any]) -> None:
