@@ -18,7 +18,8 @@ folder under --work, run as a child process with its own output (its figures, ho
 
 Prints, per size, seconds and seconds per GB, each anchor's time over lastline's, and each figure's growth from
 one size to the next against the growth of the data; writes a JSON record to bench/records. The sandboxes of a
-size are removed before the next size starts (--keep keeps them).
+size are removed before the next size starts (--keep keeps them; a size where a shape failed keeps its folder and
+its logs).
 """
 from __future__ import annotations
 
@@ -31,6 +32,8 @@ import sys
 import time
 from pathlib import Path
 from typing import Any
+
+from lastline_dev.sandbox import Instance
 
 ROOT = Path(__file__).resolve().parents[1]
 ROW_BYTES = 194  # a sysbench-shaped row as TSV (bench-restore: 12M rows, 2,329 MB)
@@ -82,8 +85,12 @@ def physical(gb: float, work: Path) -> dict[str, Any]:
     """The physical bench at `gb`: the hand-run pipeline's seconds and the DAGs'."""
     work.mkdir(parents=True, exist_ok=True)
     record = work / "physical.json"
-    run([sys.executable, str(ROOT / "bench" / "physical_bench.py"), "--gb", str(gb), "--no-codecs", "--work",
-         str(work), "--record", str(record)], work / "bench.log")
+    try:
+        run([sys.executable, str(ROOT / "bench" / "physical_bench.py"), "--gb", str(gb), "--no-codecs", "--work",
+             str(work), "--record", str(record)], work / "bench.log")
+    finally:  # a failed DAG leaves the bench's servers running: stopped by PID, their folders kept for the logs
+        for name in ("source", "target"):
+            Instance(work / "sandbox", name).stop()
     return json.loads(record.read_text())
 
 
@@ -124,7 +131,7 @@ def bench(sizes: list[float], shapes: set[str], myloader1: str, parallel: int, r
         res["bench_s"] = round(time.monotonic() - t0)
         results[gb] = res
         show(gb, res)
-        if not keep:
+        if not keep and not any(k.endswith(" failed") for k in res):  # a failed size keeps its logs
             shutil.rmtree(work, ignore_errors=True)  # the children stopped their servers
         save(record, sizes, shapes, myloader1, parallel, results, {})  # each size as soon as it is measured
     save(record, sizes, shapes, myloader1, parallel, results, grow(sizes, results))

@@ -156,6 +156,7 @@ def base_matches(storage: Storage, line: Line, at: int, position: int | None, gt
         if position and position > max(entry.size, 4):  # past the archived bytes: a closed file never grows there
             return None if at == len(line.files) - 1 and events.includes(gtid, entry.start_gtids) else False
         return position is None or position <= 4 or events.includes(gtid, entry.start_gtids)
+    assert position is not None  # a segment holds it
     found = events.scan(segment_bytes(storage, bid, entry.name, seg)[:position - seg["offset"]], entry.name,
                         seg["offset"], entry.checksum)
     last = found.ending_at(position)
