@@ -64,6 +64,7 @@ from lastline.logical.restore import report as restore_report  # noqa: E402
 from lastline.logical.restore.schema_checks import split_deferred  # noqa: E402
 from lastline.manifest import read_manifest  # noqa: E402
 from lastline.storage import open_storage  # noqa: E402
+from lastline_dev.deployment import SHARED_SETTINGS  # noqa: E402
 from lastline_dev.sandbox import Instance  # noqa: E402
 from lastline_dev.standalone import Standalone  # noqa: E402
 
@@ -202,6 +203,13 @@ def without_airflow(conf: dict, run_id: str) -> tuple[float, dict, float]:
                                   "logical_restore_without_airflow", run_id)
     checks = sum(unit.check_seconds for lane in loads for unit in lane)
     return time.monotonic() - t0, report, checks
+
+
+# a standalone scheduler (its own executor) with the deployment's settings (docker-compose.yaml, held to them by
+# tests/test_deploy.py): the scheduler loop sleeps 0.2 s when idle, not 1 s (each serial task would wait for it);
+# the DAG files are parsed every 300 s, not 30
+DEPLOYMENT_ENV = {**{k: v for k, v in SHARED_SETTINGS.items() if k != "AIRFLOW__CORE__EXECUTOR"},
+                  "AIRFLOW__API__HOST": "127.0.0.1", "LASTLINE_RETRIES": "0"}
 
 
 def task_timeline(db: Path, dag_id: str, run_id: str) -> list[dict]:
@@ -359,11 +367,7 @@ def main() -> int:
 
     drop(tgt)
     (ROOT / ".airflow").mkdir(exist_ok=True)
-    env.update(AIRFLOW__API__HOST="127.0.0.1", AIRFLOW__CORE__LOAD_EXAMPLES="False", LASTLINE_RETRIES="0",
-               LASTLINE_REPORT_DIR=str(work / "reports"),
-               # the deployment's settings (docker-compose.yaml): the scheduler loop sleeps 1 s when idle by
-               # default (each serial task would wait for it); the DAG files are parsed every 300 s, not 30
-               AIRFLOW__SCHEDULER__SCHEDULER_IDLE_SLEEP_TIME="0.2", AIRFLOW__DAG_PROCESSOR__MIN_FILE_PROCESS_INTERVAL="300")
+    env.update(DEPLOYMENT_ENV, LASTLINE_REPORT_DIR=str(work / "reports"))
     env.update(dict(a.split("=", 1) for a in args.airflow_env))
     with Standalone(env, work / "standalone.log") as af:
         # the first run after `standalone` starts pays the workers' first imports (once per deployment):

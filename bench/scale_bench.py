@@ -52,7 +52,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import scale_backups  # noqa: E402
 import scale_data  # noqa: E402
 from logical_bench import sh  # noqa: E402
-from logical_restore_bench import logs_to, target, task_timeline  # noqa: E402
+from logical_restore_bench import DEPLOYMENT_ENV, logs_to, target, task_timeline  # noqa: E402
 
 from lastline.core.option_files import option_file, option_file_text  # noqa: E402
 from lastline.core.servers import Server  # noqa: E402
@@ -286,9 +286,7 @@ def dags(n_tables: int, dbs: list[str], expected: dict[str, int], tgt: Instance,
     """The logical_backup and logical_restore DAGs on a running scheduler (`airflow standalone`, the deployment's
     settings): each run's seconds as the metadata DB records them against its tasks' span, and the time from the
     restore's trigger to its first chunk committed (the ledger's first row)."""
-    env = dict(os.environ)
-    env.update(AIRFLOW__API__HOST="127.0.0.1", AIRFLOW__CORE__LOAD_EXAMPLES="False", LASTLINE_RETRIES="0",
-               AIRFLOW__SCHEDULER__SCHEDULER_IDLE_SLEEP_TIME="0.2", AIRFLOW__DAG_PROCESSOR__MIN_FILE_PROCESS_INTERVAL="300")
+    env = {**os.environ, **DEPLOYMENT_ENV}
     dest = work / "dumps" / "dag"
     shutil.rmtree(dest, ignore_errors=True)
     dest.mkdir(parents=True)
@@ -376,12 +374,16 @@ def main() -> int:
     work.mkdir(parents=True, exist_ok=True)
     os.environ.setdefault("LASTLINE_REPORT_DIR", str(work / "reports"))
     sizes = sorted({-(-int(x) // PER_TENANT) * PER_TENANT for x in args.tables.split(",") if x})
+    data = [float(x) for x in args.data.split(",") if x]
+
+    def big_data() -> None:  # the last shape: over an hour at 10 GB
+        if data:
+            scale_data.bench(data, {"logical", "physical"}, args.myloader1, args.parallel, work.parent / "scale-data")
+
     if not sizes:
         if args.backups:
             print("many backups: not run (it restores a backup of the many-tables shape: give --tables)")
-        if args.data:
-            scale_data.bench([float(x) for x in args.data.split(",") if x], {"logical", "physical"}, args.myloader1,
-                             args.parallel, work.parent / "scale-data")
+        big_data()
         return 0
     src = Instance(work / "sandbox", "ssrc")
     if src.exists():
@@ -451,9 +453,7 @@ def main() -> int:
                                   "sizes": {str(k): v for k, v in results.items()}, "growth": growth,
                                   "many_backups": many}, indent=1))
     print(f"recorded: {record.relative_to(ROOT)}")
-    if args.data:
-        scale_data.bench([float(x) for x in args.data.split(",") if x], {"logical", "physical"}, args.myloader1,
-                         args.parallel, work.parent / "scale-data")
+    big_data()
     return 0
 
 
