@@ -97,10 +97,12 @@ class Tuned(Result):
 
 @dataclass(frozen=True)
 class SchemaCreated(Result):
-    """create_schema: tables and sequences created (their held-back indexes come later)."""
+    """create_schema: tables and sequences created (their held-back indexes come later); `in_lanes`: the tables left
+    to the lanes, each created by the lane that loads it."""
 
     tables: int
     seconds: float
+    in_lanes: int = 0
 
 
 @dataclass(frozen=True)
@@ -119,6 +121,8 @@ class UnitLoaded(Result):
     chunks: int = 0
     skipped: int = 0
     check_seconds: float = 0.0
+    created: int = 0  # tables this unit created before their first chunk (logical.restore.table_creates)
+    create_seconds: float = 0.0
 
 
 UNIT_TABLES = 20  # the slowest tables a UnitLoaded names

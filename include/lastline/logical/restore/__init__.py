@@ -3,6 +3,7 @@ revert, verify, report. Each is one Airflow task; see dags/logical_restore.py fo
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import logging
 import time
@@ -12,7 +13,7 @@ from typing import Any
 from lastline import connections
 from lastline.core import accounts, stopping
 from lastline.core import datadir as dd
-from lastline.core.errors import LastlineError, PreflightError
+from lastline.core.errors import IntegrityError, LastlineError, PreflightError
 from lastline.core.plans import PARALLEL, Conf
 from lastline.core.progress import plural
 from lastline.core.servers import base_version, over_connections, refuse_restore_into_source
@@ -34,12 +35,13 @@ from lastline.logical.restore.finalize import (
     finalize,  # noqa: F401 - the DAG's stages, in order, are this module's
 )
 from lastline.logical.restore.lanes import load_lane as lane_loader
-from lastline.logical.restore.load import ensure_ledger, load_unit
+from lastline.logical.restore.load import Creates, ensure_ledger, load_unit
 from lastline.logical.restore.schema_checks import checked_create, database_create, grant_reach, split_deferred, validate_schema
 from lastline.logical.restore.target_state import STATE, aside_name, clear_state, dbs_key, ensure_state, resuming, set_aside  # noqa: F401
 from lastline.logical.restore.verify import ensure_checks, forget_checks, keep_chunk_sums, verify  # noqa: F401
 from lastline.logical.restore.work_units import WorkUnit, plan_units
-from lastline.manifest import backup_age, read_manifest, resolve_backup
+from lastline.manifest import LogicalManifest, backup_age, read_manifest, resolve_backup
+from lastline.storage import Storage
 
 log = logging.getLogger(__name__)
 
@@ -195,11 +197,52 @@ def tune(plan: RestorePlan) -> Tuned:
     )
 
 
+def creates_in_lanes(plan: RestorePlan) -> bool:
+    """With defer_indexes (the default), each table is created by the lane that loads it, just before its first chunk
+    (table_creates): the first rows arrive after one CREATE instead of after every table's. Without it, prepare
+    creates them all first: a CREATE that carries its foreign keys can deadlock with another naming it."""
+    return plan.defer_indexes
+
+
+def table_create(plan: RestorePlan, t: dict, raw_bytes: int) -> str:
+    """A table's CREATE as the restore runs it: checked (schema_checks.checked_create), its secondary indexes held
+    back with defer_indexes unless it is small (INLINE_INDEXES_BELOW), its foreign keys always."""
+    create = checked_create("tables", t, plan.databases)
+    return split_deferred(create, raw_bytes < INLINE_INDEXES_BELOW)[0] if plan.defer_indexes else create
+
+
+def if_not_exists(create: str) -> str:
+    """A checked CREATE TABLE that leaves a table already made (by the try before) as it is."""
+    return create.replace("CREATE TABLE", "CREATE TABLE IF NOT EXISTS", 1)
+
+
+def table_creates(plan: RestorePlan, storage: Storage, manifest: LogicalManifest) -> Creates | None:
+    """Each table's CREATE by (schema, name), checked when a lane first asks for it (a lane checks only the tables it
+    loads); None when prepare created them (creates_in_lanes)."""
+    if not creates_in_lanes(plan):
+        return None
+    tables = {(t["schema"], t["name"]): t for t in checked_schema(storage, manifest)["tables"] if t["schema"] in plan.databases}
+    raw = {(t.schema, t.name): t.raw_bytes for t in manifest.tables}
+
+    @functools.cache
+    def create(schema: str, name: str) -> str:
+        t = tables.get((schema, name))
+        if t is None:
+            raise IntegrityError(
+                f"{schema}.{name} is in backup {manifest.backup_id}'s manifest but not in its schema.json, which the manifest "
+                "pins: the backup is inconsistent. Nothing of the table was loaded; restore another backup."
+            )
+        return if_not_exists(table_create(plan, t, raw.get((schema, name), 0)))
+
+    return create
+
+
 @stopping.stops_cleanly
 def create_schema(plan: RestorePlan) -> SchemaCreated:
-    """Databases and tables (secondary indexes and foreign keys held back when defer_indexes). lastline's own
-    statements (its bookkeeping, the set-aside, the databases rebuilt from checked names) run on the admin
-    connection; the tables' and sequences' statements, which come from the backup, run under the run account."""
+    """Databases, sequences, and the tables no lane creates (creates_in_lanes: every table without defer_indexes,
+    otherwise only those the manifest has no entry for). lastline's own statements (its bookkeeping, the set-aside,
+    the databases rebuilt from checked names) run on the admin connection; the tables' and sequences' statements,
+    which come from the backup, run under the run account."""
     storage, manifest = open_backup(plan)
     schema = checked_schema(storage, manifest)
     server = target_server(plan)
@@ -223,15 +266,15 @@ def create_schema(plan: RestorePlan) -> SchemaCreated:
             if d["name"] in plan.databases:
                 cur.execute(database_create(d))
     accounts.revoke_older_owners(server, plan.databases)  # before any row arrives, not only at the objects step
+    in_lanes = {(t.schema, t.name) for t in selected(manifest, plan.databases)} if creates_in_lanes(plan) else set()
     creates = []  # every statement checked before the first runs
     raw = {(t.schema, t.name): t.raw_bytes for t in manifest.tables}
-    for kind in ("tables", "sequences"):
-        for t in schema[kind]:
-            if t["schema"] in plan.databases:
-                create = checked_create(kind, t, plan.databases)
-                if plan.defer_indexes and kind == "tables":  # a small table keeps its indexes (INLINE_INDEXES_BELOW)
-                    create = split_deferred(create, raw.get((t["schema"], t["name"]), 0) < INLINE_INDEXES_BELOW)[0]
-                creates.append((kind, t, create))
+    for t in schema["tables"]:
+        if t["schema"] in plan.databases and (t["schema"], t["name"]) not in in_lanes:
+            creates.append(("tables", t, table_create(plan, t, raw.get((t["schema"], t["name"]), 0))))
+    for t in schema["sequences"]:
+        if t["schema"] in plan.databases:
+            creates.append(("sequences", t, checked_create("sequences", t, plan.databases)))
 
     def run(cur: Any, item: tuple[str, dict, str]) -> None:
         kind, t, create = item
@@ -242,7 +285,7 @@ def create_schema(plan: RestorePlan) -> SchemaCreated:
             cur.execute(f"DROP SEQUENCE IF EXISTS {dialect.qualified(t['schema'], t['name'])}")
             cur.execute(create)
         else:
-            cur.execute(create.replace("CREATE TABLE", "CREATE TABLE IF NOT EXISTS", 1))
+            cur.execute(if_not_exists(create))
 
     # `parallel` connections at once; one while a CREATE still carries a foreign key (defer_indexes off): two
     # tables naming each other created at once can deadlock on their dictionary locks
@@ -253,10 +296,11 @@ def create_schema(plan: RestorePlan) -> SchemaCreated:
         # tune relaxed log flushing: make the schema and the restore's state durable before loading, so a
         # crash of the target during the load finds them on restart and a new run resumes
         cur.execute("FLUSH ENGINE LOGS")
-    log.info("create_schema: %d tables and sequences in %s (%.1f s), created by the run account %s%s", created,
+    log.info("create_schema: %d tables and sequences in %s (%.1f s), created by the run account %s%s%s", created,
              ", ".join(plan.databases), time.monotonic() - t0, plan.restore_account,
+             f"; {len(in_lanes)} tables left to the lanes, each created just before its first chunk" if in_lanes else "",
              "; secondary indexes and foreign keys deferred" if plan.defer_indexes else "")
-    return SchemaCreated(created, round(time.monotonic() - t0, 3))
+    return SchemaCreated(created, round(time.monotonic() - t0, 3), in_lanes=len(in_lanes))
 
 
 def plan_load(plan: RestorePlan) -> list[dict]:
@@ -297,14 +341,16 @@ def load_lane(plan: RestorePlan, lane: str) -> list[UnitLoaded]:
             indexes, check = complete_table(cur, manifest, tables[(schema, name)], None if kept else in_manifest[(schema, name)])
             log.info("%s: %s.%s: indexes built in %.1f s, checksum for verify in %.1f s", lane, schema, name, indexes, check)
 
-    return lane_loader(server, storage, manifest, units, lane, plan.parallel, on_table_done=built, setup=RUN_SESSION)
+    return lane_loader(server, storage, manifest, units, lane, plan.parallel, on_table_done=built, setup=RUN_SESSION,
+                       create=table_creates(plan, storage, manifest))
 
 
 @stopping.stops_cleanly
 def load(plan: RestorePlan, unit: dict) -> UnitLoaded:
     """Load one work unit (a dict of work_units.WorkUnit, as plan_load gives it)."""
     storage, manifest = open_backup(plan)
-    return load_unit(run_server(plan), storage, manifest, WorkUnit.from_dict(unit), plan.parallel)
+    return load_unit(run_server(plan), storage, manifest, WorkUnit.from_dict(unit), plan.parallel,
+                     table_creates(plan, storage, manifest))
 
 
 def revert(plan: RestorePlan) -> Reverted:

@@ -2,7 +2,9 @@
 the plan's units in order, every unit that no other lane holds (a named lock per unit) and that the
 ledger does not already hold whole, until none is left: a lane that ends early takes the rest, a retried
 lane resumes. With index_build=per_table, the lane that commits a table's last chunk builds the table's
-held-back indexes at once, in its own slot, while the other lanes load."""
+held-back indexes at once, in its own slot, while the other lanes load. With defer_indexes, each table is created
+by the lane that loads it, just before its first chunk (logical.restore.table_creates): the first rows arrive
+after one CREATE, not after all of them, and the CREATEs run `parallel` at a time as the loads do."""
 from __future__ import annotations
 
 import contextlib
@@ -15,8 +17,9 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from lastline.core.servers import Server
+from lastline.core.sql import quote_ident
 from lastline.logical.format.plans import UnitLoaded
-from lastline.logical.restore.load import load_unit, loaded_count, loaded_files
+from lastline.logical.restore.load import Creates, load_unit, loaded_count, loaded_files
 from lastline.logical.restore.work_units import WorkUnit
 from lastline.manifest import LogicalManifest, LogicalTable
 from lastline.storage import Storage
@@ -35,11 +38,12 @@ def claimed(server: Server, backup_id: str, unit: WorkUnit) -> Iterator[Any]:
 
 def load_lane(server: Server, storage: Storage, manifest: LogicalManifest, units: list[WorkUnit], label: str,
               parallel: int, on_table_done: Callable[[Any, str, str], None] | None = None,
-              setup: tuple[str, ...] = ()) -> list[UnitLoaded]:
+              setup: tuple[str, ...] = (), create: Creates | None = None) -> list[UnitLoaded]:
     """One lane: every unit, in plan order, that no other lane holds and that is not yet in whole; returns
     the results of the units this lane loaded. `on_table_done(cursor, schema, table)` runs in this lane once a
     table it loaded has every chunk in the ledger (once: the lane that finished the table's last unit), on one
-    connection per unit (`setup` run on it first): a table costs no connection of its own."""
+    connection per unit (`setup` run on it first): a table costs no connection of its own. `create`: each table's
+    CREATE, run before its first chunk (None: the tables exist)."""
     results = []
     tables = {(t.schema, t.name): t for t in manifest.tables}
     for unit in units:
@@ -52,9 +56,11 @@ def load_lane(server: Server, storage: Storage, manifest: LogicalManifest, units
                     if p.last >= p.first:
                         log.info("%s.%s: %d chunk(s) already in the ledger, skipped (%s)", p.schema, p.table,
                                  p.last - p.first + 1, unit.name)
+                if create is not None:  # an empty table has no ledger row to say the try that stopped created it
+                    _create_empty(cur, unit, create, setup)
                 continue
             log.info("%s: loading %s", label, unit.name)
-            results.append(load_unit(server, storage, manifest, unit, parallel))
+            results.append(load_unit(server, storage, manifest, unit, parallel, create))
         if on_table_done is not None:
             # one connection for the unit's tables, in autocommit: each check reads the ledger as it is now
             with server.session(autocommit=True) as completing:
@@ -66,6 +72,19 @@ def load_lane(server: Server, storage: Storage, manifest: LogicalManifest, units
             results[-1] = dataclasses.replace(results[-1], finished_at=time.time())  # its span holds the index builds it led to
     log.info("%s: done, %d unit(s) loaded here", label, len(results))
     return results
+
+
+def _create_empty(cur: Any, unit: WorkUnit, create: Creates, setup: tuple[str, ...]) -> None:
+    """The empty tables of a unit skipped as loaded (`create`'s statements are IF NOT EXISTS), on `cur` with the
+    run session (`setup`)."""
+    empty = [p for p in unit.parts if p.last < p.first]
+    if empty:
+        cur.connection.commit()  # the ledger's read: the session's settings are set outside a transaction
+        for sql in setup:
+            cur.execute(sql)
+        for p in empty:
+            cur.execute(f"USE {quote_ident(p.schema)}")
+            cur.execute(create(p.schema, p.table))
 
 
 def _when_complete(cur: Any, manifest: LogicalManifest, table: LogicalTable, work: Callable[[], None]) -> None:

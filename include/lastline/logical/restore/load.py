@@ -23,6 +23,7 @@ import logging
 import os
 import tempfile
 import time
+from collections.abc import Callable
 from typing import Any
 
 from lastline.core import accounts, stopping
@@ -128,6 +129,11 @@ class Loader:
             self.conn.close()
         except Exception:  # noqa: BLE001
             pass
+
+    def create(self, schema: str, statement: str) -> None:
+        """Run a table's checked CREATE (IF NOT EXISTS: a retry finds it made) before its first chunk loads."""
+        self.cur.execute(f"USE {dialect.quote_ident(schema)}")
+        self.cur.execute(statement)
 
     def _stream_into(self, t: LogicalTable, c: ChunkInfo) -> int:
         """LOAD DATA one chunk through a FIFO inside the caller's transaction (its sha256 is known only at its
@@ -238,14 +244,20 @@ class Loader:
             pass
 
 
-def load_unit(server: Server, storage: Storage, manifest: LogicalManifest, unit: WorkUnit, parallel: int) -> UnitLoaded:
-    """Load every chunk of `unit` not yet in the ledger; returns its totals and its slowest tables' rows, bytes and
-    seconds (UnitLoaded)."""
+# a table's CREATE statement, as a lane runs it (logical.restore.table_creates), by (schema, name)
+Creates = Callable[[str, str], str]
+
+
+def load_unit(server: Server, storage: Storage, manifest: LogicalManifest, unit: WorkUnit, parallel: int,
+              create: Creates | None = None) -> UnitLoaded:
+    """Load every chunk of `unit` not yet in the ledger, each table created first when `create` gives its statement
+    (None: they exist already); returns its totals and its slowest tables' rows, bytes and seconds (UnitLoaded)."""
     tables = {(t.schema, t.name): t for t in manifest.tables}
     total_chunks = sum(p.last - p.first + 1 for p in unit.parts)
     progress = Progress(f"load {unit.name}", unit.bytes, counts={"chunks": total_chunks, "rows": None})
     stats: dict[str, dict] = {}
     started_at = time.time()
+    created, create_seconds = 0, 0.0
     with Lane(server, parallel, unit.name):
         loader = Loader(server, storage, manifest, progress)
         try:
@@ -254,6 +266,10 @@ def load_unit(server: Server, storage: Storage, manifest: LogicalManifest, unit:
             for part in unit.parts:
                 t = tables[(part.schema, part.table)]
                 chunks = t.chunks[part.first: part.last + 1]
+                if create is not None:  # every part: the ranges of a split table may reach other lanes first
+                    t0 = time.monotonic()
+                    loader.create(t.schema, create(t.schema, t.name))
+                    created, create_seconds = created + (part.first == 0), create_seconds + time.monotonic() - t0
                 t0, checks0 = time.monotonic(), loader.check_seconds
                 loaded_rows = loaded_bytes = skipped = 0
                 if t.engine.lower() in NON_TRANSACTIONAL:
@@ -296,9 +312,11 @@ def load_unit(server: Server, storage: Storage, manifest: LogicalManifest, unit:
             raise LastlineError(f"loading {unit.name} failed: {exc}") from exc
         finally:
             loader.close()
-    log.info("%s; of that, %.1f s reading chunks back for their checks", progress.line(), loader.check_seconds)
+    log.info("%s; of that, %.1f s reading chunks back for their checks%s", progress.line(), loader.check_seconds,
+             f", and {create_seconds:.1f} s creating {created} table(s) before their first chunk" if create else "")
     slowest = dict(sorted(stats.items(), key=lambda kv: -kv[1]["seconds"])[:UNIT_TABLES])
     return UnitLoaded(unit.name, slowest, round(time.monotonic() - progress.start, 3), started_at, time.time(),
                       table_count=sum(p.first == 0 for p in unit.parts),  # a split table: by its first unit alone
                       **{k: sum(s[k] for s in stats.values()) for k in ("rows", "bytes", "chunks", "skipped")},
-                      check_seconds=round(sum(s["check_seconds"] for s in stats.values()), 3))
+                      check_seconds=round(sum(s["check_seconds"] for s in stats.values()), 3),
+                      created=created, create_seconds=round(create_seconds, 3))
