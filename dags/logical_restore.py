@@ -16,6 +16,8 @@ of those databases, never the backup's DEFINER; events come back disabled unless
   drop-in in the connection's `config_dir` (`innodb_doublewrite=0`, `skip-log-bin`,
   `innodb_autoinc_lock_mode=2`) and a restart. `read_only=ON` keeps application writes out until
   revert (lastline's accounts hold READ_ONLY ADMIN).
+- **create_schema** (with defer_indexes): databases and sequences; each table is created by the lane that loads
+  it, just before its first chunk, so the first rows do not wait for every CREATE.
 - **plan**: bin-packs chunks into units of similar size: a table stays in one unit, in key order,
   unless it is bigger than a unit; small tables are batched.
 - **load**: each chunk streamed from the backup, sha256-checked, decompressed into a FIFO for

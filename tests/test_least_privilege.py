@@ -163,13 +163,14 @@ def _lines_split(create: str, keep_indexes: bool = False) -> tuple[str, list[str
 def _without_checks(monkeypatch) -> None:
     """Switch the statement checks off (as if an attack got past them): only privilege stands."""
     lf = importlib.import_module("lastline.logical.restore.finalize")  # the module (the package's `finalize` is its step)
+    lc = importlib.import_module("lastline.logical.restore.create")  # prepare's CREATEs and the lanes'
     monkeypatch.setattr(lr, "validate_schema", lambda *a, **k: None)
     passthrough = lambda kind, obj, *a, **k: obj["create"]  # noqa: E731
-    for module in (lr, lf, schema_checks):
+    for module in (lc, lf, schema_checks):
         monkeypatch.setattr(module, "checked_create", passthrough)
-    for module in (lr, lf):
+    for module in (lc, lf):
         monkeypatch.setattr(module, "split_deferred", _lines_split)
-    monkeypatch.setattr(lr, "INLINE_INDEXES_BELOW", 0)  # no table keeps its index lines in its CREATE
+    monkeypatch.setattr(lc, "INLINE_INDEXES_BELOW", 0)  # no table keeps its index lines in its CREATE
 
 
 def _restore(plan: dict) -> None:

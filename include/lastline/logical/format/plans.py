@@ -121,7 +121,7 @@ class UnitLoaded(Result):
     chunks: int = 0
     skipped: int = 0
     check_seconds: float = 0.0
-    created: int = 0  # tables this unit created before their first chunk (logical.restore.table_creates)
+    created: int = 0  # tables this unit created before their first chunk (logical.restore.create.table_creates)
     create_seconds: float = 0.0
 
 

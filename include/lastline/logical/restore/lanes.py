@@ -3,7 +3,7 @@ the plan's units in order, every unit that no other lane holds (a named lock per
 ledger does not already hold whole, until none is left: a lane that ends early takes the rest, a retried
 lane resumes. With index_build=per_table, the lane that commits a table's last chunk builds the table's
 held-back indexes at once, in its own slot, while the other lanes load. With defer_indexes, each table is created
-by the lane that loads it, just before its first chunk (logical.restore.table_creates): the first rows arrive
+by the lane that loads it, just before its first chunk (logical.restore.create.table_creates): the first rows arrive
 after one CREATE, not after all of them, and the CREATEs run `parallel` at a time as the loads do."""
 from __future__ import annotations
 

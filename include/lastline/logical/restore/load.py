@@ -40,7 +40,8 @@ from lastline.manifest import ChunkInfo, LogicalManifest, LogicalTable
 from lastline.storage import Storage
 
 log = logging.getLogger(__name__)
-
+# a table's CREATE statement, as a lane runs it (logical.restore.create.table_creates), by (schema, name)
+Creates = Callable[[str, str], str]
 
 
 def ensure_ledger(cur: Any) -> None:
@@ -242,10 +243,6 @@ class Loader:
             self.conn.rollback()
         except Exception:  # noqa: BLE001 - the connection may be gone; the server rolls back then
             pass
-
-
-# a table's CREATE statement, as a lane runs it (logical.restore.table_creates), by (schema, name)
-Creates = Callable[[str, str], str]
 
 
 def load_unit(server: Server, storage: Storage, manifest: LogicalManifest, unit: WorkUnit, parallel: int,

@@ -1,0 +1,137 @@
+"""Creating what a logical restore restores before its rows: the databases, sequences and tables (create_schema, in
+prepare), or, with defer_indexes, each table by the lane that loads it just before its first chunk (table_creates):
+the first rows then arrive after one CREATE instead of after all of them. Every statement from the backup is
+checked (schema_checks.checked_create) and runs under the run account."""
+from __future__ import annotations
+
+import functools
+import json
+import logging
+import time
+from typing import Any
+
+from lastline.core import accounts, stopping
+from lastline.core.errors import IntegrityError
+from lastline.core.servers import over_connections
+from lastline.logical.format import dialect
+from lastline.logical.format.plans import RestorePlan, SchemaCreated
+from lastline.logical.restore.backup_files import RUN_SESSION, checked_schema, open_backup, run_server, selected, target_server
+from lastline.logical.restore.load import Creates, ensure_ledger
+from lastline.logical.restore.schema_checks import checked_create, database_create, split_deferred
+from lastline.logical.restore.target_state import STATE, clear_state, dbs_key, ensure_state, resuming, set_aside
+from lastline.logical.restore.verify import ensure_checks, forget_checks
+from lastline.manifest import LogicalManifest
+from lastline.storage import Storage
+
+log = logging.getLogger(__name__)
+
+# with defer_indexes, a table smaller than this is created with its secondary indexes: building them afterwards costs an
+# ALTER TABLE (~4 ms here even for 20 rows: half a lane's time per table at 10,000 small tables), keeping them up while
+# its rows load costs nothing measurable; its foreign keys still wait for finalize
+INLINE_INDEXES_BELOW = 1 << 20
+
+
+def creates_in_lanes(plan: RestorePlan) -> bool:
+    """With defer_indexes (the default), each table is created by the lane that loads it, just before its first chunk
+    (table_creates): the first rows arrive after one CREATE instead of after every table's. Without it, prepare
+    creates them all first: a CREATE that carries its foreign keys can deadlock with another naming it."""
+    return plan.defer_indexes
+
+
+def table_create(plan: RestorePlan, t: dict, raw_bytes: int) -> str:
+    """A table's CREATE as the restore runs it: checked (schema_checks.checked_create), its secondary indexes held
+    back with defer_indexes unless it is small (INLINE_INDEXES_BELOW), its foreign keys always."""
+    create = checked_create("tables", t, plan.databases)
+    return split_deferred(create, raw_bytes < INLINE_INDEXES_BELOW)[0] if plan.defer_indexes else create
+
+
+def if_not_exists(create: str) -> str:
+    """A checked CREATE TABLE that leaves a table already made (by the try before) as it is."""
+    return create.replace("CREATE TABLE", "CREATE TABLE IF NOT EXISTS", 1)
+
+
+def table_creates(plan: RestorePlan, storage: Storage, manifest: LogicalManifest) -> Creates | None:
+    """Each table's CREATE by (schema, name), checked when a lane first asks for it (a lane checks only the tables it
+    loads); None when prepare created them (creates_in_lanes)."""
+    if not creates_in_lanes(plan):
+        return None
+    tables = {(t["schema"], t["name"]): t for t in checked_schema(storage, manifest)["tables"] if t["schema"] in plan.databases}
+    raw = {(t.schema, t.name): t.raw_bytes for t in manifest.tables}
+
+    @functools.cache
+    def create(schema: str, name: str) -> str:
+        t = tables.get((schema, name))
+        if t is None:
+            raise IntegrityError(
+                f"{schema}.{name} is in backup {manifest.backup_id}'s manifest but not in its schema.json, which the manifest "
+                "pins: the backup is inconsistent. Nothing of the table was loaded; restore another backup."
+            )
+        return if_not_exists(table_create(plan, t, raw.get((schema, name), 0)))
+
+    return create
+
+
+@stopping.stops_cleanly
+def create_schema(plan: RestorePlan) -> SchemaCreated:
+    """Databases, sequences, and the tables no lane creates (creates_in_lanes: every table without defer_indexes,
+    otherwise only those the manifest has no entry for). lastline's own statements (its bookkeeping, the set-aside,
+    the databases rebuilt from checked names) run on the admin connection; the tables' and sequences' statements,
+    which come from the backup, run under the run account."""
+    storage, manifest = open_backup(plan)
+    schema = checked_schema(storage, manifest)
+    server = target_server(plan)
+    t0 = time.monotonic()
+    with server.session() as cur:
+        ensure_ledger(cur)
+        ensure_checks(cur)
+        ensure_state(cur)
+        resume = resuming(cur, plan.backup_id, plan.databases)
+        if not resume:
+            for db in plan.databases:
+                set_aside(cur, db)  # force: the old tables stay until verify has passed
+            clear_state(cur, manifest, plan.databases)
+            forget_checks(cur, plan.backup_id)  # every table is loaded anew: checksums of an earlier run do not count
+            cur.execute(
+                f"INSERT INTO {STATE} VALUES (%s, %s, %s, CURRENT_TIMESTAMP(6), NULL)",
+                (plan.backup_id, dbs_key(plan.databases), json.dumps(sorted(plan.databases))),
+            )
+            cur.connection.commit()
+        for d in schema["databases"]:
+            if d["name"] in plan.databases:
+                cur.execute(database_create(d))
+    accounts.revoke_older_owners(server, plan.databases)  # before any row arrives, not only at the objects step
+    in_lanes = {(t.schema, t.name) for t in selected(manifest, plan.databases)} if creates_in_lanes(plan) else set()
+    creates = []  # every statement checked before the first runs
+    raw = {(t.schema, t.name): t.raw_bytes for t in manifest.tables}
+    for t in schema["tables"]:
+        if t["schema"] in plan.databases and (t["schema"], t["name"]) not in in_lanes:
+            creates.append(("tables", t, table_create(plan, t, raw.get((t["schema"], t["name"]), 0))))
+    for t in schema["sequences"]:
+        if t["schema"] in plan.databases:
+            creates.append(("sequences", t, checked_create("sequences", t, plan.databases)))
+
+    def run(cur: Any, item: tuple[str, dict, str]) -> None:
+        kind, t, create = item
+        cur.execute(f"USE {dialect.quote_ident(t['schema'])}")
+        if kind == "sequences":
+            # a sequence holds no loaded rows (finalize sets its value): always made anew, so that a
+            # resume after a crash never keeps one that came back without its row
+            cur.execute(f"DROP SEQUENCE IF EXISTS {dialect.qualified(t['schema'], t['name'])}")
+            cur.execute(create)
+        else:
+            cur.execute(if_not_exists(create))
+
+    # `parallel` connections at once; one while a CREATE still carries a foreign key (defer_indexes off): two
+    # tables naming each other created at once can deadlock on their dictionary locks
+    keyed = not plan.defer_indexes and any(split_deferred(c)[2] for kind, _t, c in creates if kind == "tables")
+    over_connections(run_server(plan), 1 if keyed else plan.parallel, creates, run, setup=RUN_SESSION)
+    created = len(creates)
+    with server.session() as cur:
+        # tune relaxed log flushing: make the schema and the restore's state durable before loading, so a
+        # crash of the target during the load finds them on restart and a new run resumes
+        cur.execute("FLUSH ENGINE LOGS")
+    log.info("create_schema: %d tables and sequences in %s (%.1f s), created by the run account %s%s%s", created,
+             ", ".join(plan.databases), time.monotonic() - t0, plan.restore_account,
+             f"; {len(in_lanes)} tables left to the lanes, each created just before its first chunk" if in_lanes else "",
+             "; secondary indexes and foreign keys deferred" if plan.defer_indexes else "")
+    return SchemaCreated(created, round(time.monotonic() - t0, 3), in_lanes=len(in_lanes))
