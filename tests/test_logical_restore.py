@@ -251,7 +251,7 @@ def test_preflight_refusals(backups, logical_target, tmp_path):
     set_conn("t_lprotected", logical_target, protected=True)
     with pytest.raises(ProtectedTargetError, match="protected"):
         lr.preflight(_conf(backups, target_conn_id="t_lprotected"))
-    with pytest.raises(PreflightError, match="already exist .* not empty: set force"):
+    with pytest.raises(PreflightError, match="already exist .* not empty.*: set force"):
         lr.preflight(_conf(backups))  # the databases hold the earlier tests' restores
     with pytest.raises(IntegrityError, match="no complete logical backup"):
         lr.preflight(_conf(tmp_path))
@@ -425,9 +425,12 @@ def _base_tables(server, dbs: tuple[str, ...]) -> set[str]:
 def test_each_table_is_created_by_the_lane_that_loads_it(backups, logical_source, logical_target, caplog):
     """With defer_indexes, prepare creates the databases and sequences and no table: each table is created by the
     lane that loads it, just before its first chunk, so the first rows come in while other tables do not exist yet
-    (the first row does not wait for every CREATE). A try that stopped after a unit's chunks were in but before its
-    empty table was created: the re-run finds the unit loaded and creates the empty table. The restore is exact."""
+    (the first row does not wait for every CREATE), on a connection of the run account without LOCAL INFILE. A unit
+    of empty tables alone, found "loaded" (no chunk to say otherwise), creates them. The restore is exact."""
     import logging
+
+    from lastline.logical.restore import lanes as restore_lanes
+    from lastline.logical.restore.work_units import Part, WorkUnit
 
     caplog.set_level(logging.INFO)
     dbs = ("sakila", "edge", "big")
@@ -435,29 +438,100 @@ def test_each_table_is_created_by_the_lane_that_loads_it(backups, logical_source
     snap = lr.snapshot_config(plan)
     steps, lanes = lr.prepare(plan)
     target = logical_target.server()
-    manifest = lr.open_backup(plan)[1]
+    storage, manifest = lr.open_backup(plan)
     tables = [t for t in manifest.tables if t.schema in dbs]
     assert steps["create_schema"].in_lanes == len(tables) and _base_tables(target, dbs) == set()
     assert target.query("SELECT COUNT(*) FROM information_schema.TABLES WHERE TABLE_SCHEMA = 'edge' AND TABLE_TYPE = 'SEQUENCE'")[0][0]
     units = lr.plan_load(plan)
     first = lr.load(plan, units[0])  # one unit: its tables exist and hold their rows, the others are not made yet
-    assert first.created == sum(p["first"] == 0 for p in units[0]["parts"]) and first.rows > 0
+    in_first = {f"{p['schema']}.{p['table']}" for p in units[0]["parts"]}
+    assert first.created == len(in_first) and first.rows > 0
     made = _base_tables(target, dbs)
-    assert made == {f"{p['schema']}.{p['table']}" for p in units[0]["parts"]} and len(made) < len(tables)
-    # a unit with an empty table, its chunks in but the empty table gone (the try stopped before its CREATE)
-    with_empty = next(u for u in units[1:] if any(p["last"] < p["first"] for p in u["parts"]) and any(p["last"] >= p["first"] for p in u["parts"]))
-    lr.load(plan, with_empty)
-    empty = next(p for p in with_empty["parts"] if p["last"] < p["first"])
-    target.query(f"DROP TABLE {dialect.qualified(empty['schema'], empty['table'])}")
+    assert made == in_first and len(made) < len(tables)
+    assert lr.load(plan, units[0]).created == 0  # again: every table there, nothing made, every chunk skipped
     for lane in lanes:
         lr.load_lane(plan, lane)
-    assert f"{empty['schema']}.{empty['table']}" in _base_tables(target, dbs)
     assert _base_tables(target, dbs) == {f"{t.schema}.{t.name}" for t in tables}
-    assert "creating" in caplog.text and "table(s) before their first chunk" in caplog.text
+    assert "table(s) before their first chunk" in caplog.text
+    empty = next(t for t in tables if not t.chunks)
+    target.query(f"DROP TABLE {dialect.qualified(empty.schema, empty.name)}")
+    only_empty = WorkUnit(len(units), "empty tables", 0, [Part(empty.schema, empty.name, 0, -1, 0, True)])
+    creates = lr.table_creates(plan, manifest, lr.checked_schema(storage, manifest))
+    assert restore_lanes.load_lane(lr.run_server(plan), storage, manifest, [only_empty], "lane x", 2, create=creates) == []
+    assert f"{empty.schema}.{empty.name}" in _base_tables(target, dbs)
     lr.finalize(plan)
     lr.revert(plan)
     assert lr.verify(plan, snap)
     assert _diff(_objects(logical_source.server(), dbs), _objects(target, dbs)) == []
+
+
+def test_a_create_the_target_refuses_fails_at_once_and_the_re_run_resumes(backups, logical_source, logical_target, tmp_path):
+    """A table's CREATE the target refuses (here a duplicated column, from a tampered schema.json) fails the lane at
+    once (a Refusal: no retry), naming the table; what was loaded stays in the ledger and a re-run resumes."""
+    from conftest import tamper_schema
+    from lastline.core.errors import Refusal
+
+    def duplicate_a_column(schema: dict) -> None:
+        t = next(t for t in schema["tables"] if t["schema"] == "edge" and t["name"] == "numbers")
+        lines = t["create"].split("\n")
+        t["create"] = "\n".join([lines[0], lines[1], *lines[1:]])
+
+    bad = tamper_schema(backups, tmp_path / "bad", duplicate_a_column)
+    plan = lr.preflight(_conf(bad, force=True, databases=["edge"]))
+    snap = lr.snapshot_config(plan)
+    try:
+        _steps, lanes = lr.prepare(plan)
+        with pytest.raises(Refusal, match=r"the target refused to create edge\.numbers: Duplicate column name .*re-run"):
+            for lane in lanes:
+                lr.load_lane(plan, lane)
+    finally:
+        lr.revert(plan)
+    again = lr.preflight(_conf(backups, databases=["edge"]))  # the untampered backup (the same id): it resumes
+    assert again.resume
+    lr.snapshot_config(again)
+    _steps, lanes = lr.prepare(again)
+    loaded = [u for lane in lanes for u in lr.load_lane(again, lane)]
+    assert sum(u.skipped for u in loaded) > 0  # what the refused run loaded was not loaded twice
+    lr.finalize(again)
+    lr.revert(again)
+    assert lr.verify(again, snap)
+    assert _diff(_objects(logical_source.server(), ("edge",)), _objects(logical_target.server(), ("edge",))) == []
+
+
+def test_tables_set_aside_by_a_run_that_created_none_yet_still_need_force(backups, logical_target):
+    """A forced run sets the old tables aside and stops before any lane created a table: the database is empty, but
+    another restore into it still needs force (and would ask for approval) - the old tables are what is at stake."""
+    target = logical_target.server()
+    target.query("CREATE DATABASE IF NOT EXISTS edge")
+    target.query("CREATE TABLE IF NOT EXISTS edge.precious (id INT PRIMARY KEY)")
+    plan = lr.preflight(_conf(backups, force=True, databases=["edge"]))
+    lr.snapshot_config(plan)
+    lr.prepare(plan)  # the old edge is set aside; no lane runs
+    lr.revert(plan)
+    assert _base_tables(target, ("edge",)) == set() and _base_tables(target, (lr.aside_name("edge"),))
+    with pytest.raises(PreflightError, match=r"edge(, big)? already exist.*set aside.*set force"):
+        lr.preflight(_conf(backups, databases=["edge", "big"]))
+    # the same restore resumes, and completes
+    again = lr.preflight(_conf(backups, databases=["edge"]))
+    assert again.resume
+    snap = lr.snapshot_config(again)
+    _steps, lanes = lr.prepare(again)
+    for lane in lanes:
+        lr.load_lane(again, lane)
+    lr.finalize(again)
+    lr.revert(again)
+    assert lr.verify(again, snap) and not _base_tables(target, (lr.aside_name("edge"),))
+
+
+def test_a_manifest_and_schema_json_naming_different_tables_are_refused_before_anything(backups, logical_target, tmp_path):
+    from conftest import tamper_schema
+
+    def drop_a_table(schema: dict) -> None:
+        schema["tables"] = [t for t in schema["tables"] if not (t["schema"] == "edge" and t["name"] == "numbers")]
+
+    bad = tamper_schema(backups, tmp_path / "bad", drop_a_table)
+    with pytest.raises(IntegrityError, match=r"do not name the same tables: edge\.numbers \(only in the manifest\)"):
+        lr.preflight(_conf(bad, force=True, databases=["edge"]))
 
 
 def test_without_defer_indexes_prepare_creates_every_table_with_its_keys(backups, logical_source, logical_target):

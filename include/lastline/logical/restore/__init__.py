@@ -10,7 +10,7 @@ from typing import Any
 from lastline import connections
 from lastline.core import accounts, stopping
 from lastline.core import datadir as dd
-from lastline.core.errors import LastlineError, PreflightError
+from lastline.core.errors import IntegrityError, LastlineError, PreflightError
 from lastline.core.plans import PARALLEL, Conf
 from lastline.core.progress import plural
 from lastline.core.servers import base_version, refuse_restore_into_source
@@ -41,7 +41,7 @@ from lastline.logical.restore.schema_checks import grant_reach, validate_schema
 from lastline.logical.restore.target_state import STATE, aside_name, clear_state, dbs_key, ensure_state, resuming, set_aside  # noqa: F401
 from lastline.logical.restore.verify import keep_chunk_sums, verify  # noqa: F401
 from lastline.logical.restore.work_units import WorkUnit, plan_units
-from lastline.manifest import backup_age, read_manifest, resolve_backup
+from lastline.manifest import LogicalManifest, backup_age, read_manifest, resolve_backup
 
 log = logging.getLogger(__name__)
 
@@ -83,6 +83,7 @@ def preflight(conf: dict, role: str | None = None) -> RestorePlan:
     if restore_grants and not manifest.include_grants:
         raise PreflightError(f"restore_grants: backup {backup_id} was taken without include_grants; it holds no accounts.")
     validate_schema(schema, wanted, restore_grants)  # every statement the restore would run is the CREATE it claims to be
+    same_tables(schema, manifest, wanted)
     require_chunk_files(storage, manifest, wanted)
     with server.session(local_infile=1) as cur:
         cur.execute("SELECT @@version, @@local_infile, @@datadir")
@@ -104,21 +105,24 @@ def preflight(conf: dict, role: str | None = None) -> RestorePlan:
         resume = resuming(cur, backup_id, wanted)
         nonempty, kept_bytes = [], 0
         for db in wanted:
+            # with the tables an earlier forced run set aside (aside_name): a run that stopped before it created any
+            # table leaves the database empty, and its old tables are still the ones at stake
             cur.execute("SELECT COUNT(*), COALESCE(SUM(DATA_LENGTH + INDEX_LENGTH), 0) FROM information_schema.TABLES "
-                        "WHERE TABLE_SCHEMA = %s", (db,))
+                        "WHERE TABLE_SCHEMA IN (%s, %s)", (db, aside_name(db)))
             count, size = cur.fetchone()
             if count:
                 nonempty.append(db)
                 kept_bytes += int(size)  # force keeps them until verify: both must fit
         if nonempty and not (params.flag("force") or resume):
             raise PreflightError(
-                f"database(s) {', '.join(nonempty)} already exist on {server.describe()} and are not empty: set force "
-                "to replace them, or choose other databases."
+                f"database(s) {', '.join(nonempty)} already exist on {server.describe()} and are not empty (or hold the "
+                "tables an unfinished forced restore set aside): set force to replace them, or choose other databases."
             )
         at_risk = None
         # a person approves the replacement first (the deployment or the connection says so, never the run)
         if nonempty and not resume and server.asks_approval():
-            at_risk = {**tables_at_risk(cur, nonempty), **backup_age(backup_id), "target": server.describe()}
+            at_risk = {**tables_at_risk(cur, nonempty + [aside_name(d) for d in nonempty]), **backup_age(backup_id),
+                       "target": server.describe()}
     need = sum(t.raw_bytes for t in selected(manifest, wanted))
     where = server.datadir or datadir
     if where:  # looked at on the server's own host (local or over SSH); set-aside tables stay in place
@@ -153,6 +157,21 @@ def preflight(conf: dict, role: str | None = None) -> RestorePlan:
         need / 1e6, server.describe(), " - resuming an unfinished restore of this backup" if resume else "",
     )
     return plan
+
+
+def same_tables(schema: dict, manifest: LogicalManifest, databases: list[str]) -> None:
+    """schema.json and the manifest name the same tables of `databases` (each pins the other: a table in one alone
+    would be found missing only in the middle of the load or at finalize)."""
+    in_schema = {(t.get("schema"), t.get("name")) for t in schema.get("tables", []) if t.get("schema") in databases}
+    in_manifest = {(t.schema, t.name) for t in selected(manifest, databases)}
+    if in_schema != in_manifest:
+        only = [f"{s}.{n} (only in the {where})" for where, names in (("manifest", in_manifest - in_schema),
+                                                                   ("schema.json", in_schema - in_manifest))
+                for s, n in sorted(names, key=str)]
+        raise IntegrityError(
+            f"backup {manifest.backup_id}: its manifest and schema.json do not name the same tables: {', '.join(only[:10])}"
+            f"{' ...' if len(only) > 10 else ''}. The backup is inconsistent; nothing was touched. Restore another backup."
+        )
 
 
 def refuse_wide_grants(cur: Any, schema: dict, databases: list[str]) -> None:
@@ -221,9 +240,10 @@ def load_lane(plan: RestorePlan, lane: str) -> list[UnitLoaded]:
     storage, manifest = open_backup(plan)
     units = plan_units(manifest, selected(manifest, plan.databases), plan.parallel)
     server = run_server(plan)  # the chunks, the held-back indexes and the checks: all under the run account
+    schema = checked_schema(storage, manifest)
     built = None
     if plan.index_build == "per_table":  # without defer_indexes the indexes are there: only the checksum
-        tables = {(t["schema"], t["name"]): t for t in checked_schema(storage, manifest)["tables"]}
+        tables = {(t["schema"], t["name"]): t for t in schema["tables"]}
         in_manifest = {(t.schema, t.name): t for t in manifest.tables}
 
         def built(cur: Any, schema: str, name: str) -> None:  # in this lane's slot, while the other lanes load
@@ -232,7 +252,7 @@ def load_lane(plan: RestorePlan, lane: str) -> list[UnitLoaded]:
             log.info("%s: %s.%s: indexes built in %.1f s, checksum for verify in %.1f s", lane, schema, name, indexes, check)
 
     return lane_loader(server, storage, manifest, units, lane, plan.parallel, on_table_done=built, setup=RUN_SESSION,
-                       create=table_creates(plan, storage, manifest))
+                       create=table_creates(plan, manifest, schema))
 
 
 @stopping.stops_cleanly
@@ -240,7 +260,7 @@ def load(plan: RestorePlan, unit: dict) -> UnitLoaded:
     """Load one work unit (a dict of work_units.WorkUnit, as plan_load gives it)."""
     storage, manifest = open_backup(plan)
     return load_unit(run_server(plan), storage, manifest, WorkUnit.from_dict(unit), plan.parallel,
-                     table_creates(plan, storage, manifest))
+                     table_creates(plan, manifest, checked_schema(storage, manifest)))
 
 
 def revert(plan: RestorePlan) -> Reverted:

@@ -8,22 +8,25 @@ import functools
 import json
 import logging
 import time
+from collections.abc import Callable
 from typing import Any
 
 from lastline.core import accounts, stopping
-from lastline.core.errors import IntegrityError
-from lastline.core.servers import over_connections
+from lastline.core.errors import IntegrityError, LastlineError, Refusal
+from lastline.core.servers import Server, over_connections
+from lastline.core.sql import LOST_CONNECTION, sql_error
 from lastline.logical.format import dialect
 from lastline.logical.format.plans import RestorePlan, SchemaCreated
 from lastline.logical.restore.backup_files import RUN_SESSION, checked_schema, open_backup, run_server, selected, target_server
-from lastline.logical.restore.load import Creates, ensure_ledger
 from lastline.logical.restore.schema_checks import checked_create, database_create, split_deferred
-from lastline.logical.restore.target_state import STATE, clear_state, dbs_key, ensure_state, resuming, set_aside
+from lastline.logical.restore.target_state import STATE, clear_state, dbs_key, ensure_ledger, ensure_state, resuming, set_aside
 from lastline.logical.restore.verify import ensure_checks, forget_checks
 from lastline.manifest import LogicalManifest
-from lastline.storage import Storage
 
 log = logging.getLogger(__name__)
+# a table's CREATE statement, as a lane runs it (table_creates), by (schema, name)
+Creates = Callable[[str, str], str]
+TRANSIENT = (1205, 1213, 1114, 1021)  # lock wait, deadlock, table full, disk full: not the CREATE's own fault
 
 # with defer_indexes, a table smaller than this is created with its secondary indexes: building them afterwards costs an
 # ALTER TABLE (~4 ms here even for 20 rows: half a lane's time per table at 10,000 small tables), keeping them up while
@@ -50,31 +53,27 @@ def if_not_exists(create: str) -> str:
     return create.replace("CREATE TABLE", "CREATE TABLE IF NOT EXISTS", 1)
 
 
-def table_creates(plan: RestorePlan, storage: Storage, manifest: LogicalManifest) -> Creates | None:
-    """Each table's CREATE by (schema, name), checked when a lane first asks for it (a lane checks only the tables it
-    loads); None when prepare created them (creates_in_lanes)."""
+def table_creates(plan: RestorePlan, manifest: LogicalManifest, schema: dict) -> Creates | None:
+    """Each table's CREATE by (schema, name) from `schema` (the backup's checked schema.json), checked when a lane
+    first asks for it (a lane checks only the tables it creates); None when prepare created them (creates_in_lanes)."""
     if not creates_in_lanes(plan):
         return None
-    tables = {(t["schema"], t["name"]): t for t in checked_schema(storage, manifest)["tables"] if t["schema"] in plan.databases}
+    tables = {(t["schema"], t["name"]): t for t in schema["tables"] if t["schema"] in plan.databases}
     raw = {(t.schema, t.name): t.raw_bytes for t in manifest.tables}
 
     @functools.cache
-    def create(schema: str, name: str) -> str:
-        t = tables.get((schema, name))
-        if t is None:
-            raise IntegrityError(
-                f"{schema}.{name} is in backup {manifest.backup_id}'s manifest but not in its schema.json, which the manifest "
-                "pins: the backup is inconsistent. Nothing of the table was loaded; restore another backup."
-            )
-        return if_not_exists(table_create(plan, t, raw.get((schema, name), 0)))
+    def create(db: str, name: str) -> str:
+        t = tables.get((db, name))
+        if t is None:  # preflight refuses such a backup (same_tables)
+            raise IntegrityError(f"{db}.{name} is in backup {manifest.backup_id}'s manifest but not in its schema.json.")
+        return if_not_exists(table_create(plan, t, raw.get((db, name), 0)))
 
     return create
 
 
 @stopping.stops_cleanly
 def create_schema(plan: RestorePlan) -> SchemaCreated:
-    """Databases, sequences, and the tables no lane creates (creates_in_lanes: every table without defer_indexes,
-    otherwise only those the manifest has no entry for). lastline's own statements (its bookkeeping, the set-aside,
+    """Databases, sequences, and the tables unless the lanes create them (creates_in_lanes). lastline's own statements (its bookkeeping, the set-aside,
     the databases rebuilt from checked names) run on the admin connection; the tables' and sequences' statements,
     which come from the backup, run under the run account."""
     storage, manifest = open_backup(plan)
@@ -100,11 +99,12 @@ def create_schema(plan: RestorePlan) -> SchemaCreated:
             if d["name"] in plan.databases:
                 cur.execute(database_create(d))
     accounts.revoke_older_owners(server, plan.databases)  # before any row arrives, not only at the objects step
-    in_lanes = {(t.schema, t.name) for t in selected(manifest, plan.databases)} if creates_in_lanes(plan) else set()
+    lanes_create = creates_in_lanes(plan)
+    in_lanes = len(selected(manifest, plan.databases)) if lanes_create else 0  # the same as schema.json's (same_tables)
     creates = []  # every statement checked before the first runs
     raw = {(t.schema, t.name): t.raw_bytes for t in manifest.tables}
     for t in schema["tables"]:
-        if t["schema"] in plan.databases and (t["schema"], t["name"]) not in in_lanes:
+        if t["schema"] in plan.databases and not lanes_create:
             creates.append(("tables", t, table_create(plan, t, raw.get((t["schema"], t["name"]), 0))))
     for t in schema["sequences"]:
         if t["schema"] in plan.databases:
@@ -132,6 +132,44 @@ def create_schema(plan: RestorePlan) -> SchemaCreated:
         cur.execute("FLUSH ENGINE LOGS")
     log.info("create_schema: %d tables and sequences in %s (%.1f s), created by the run account %s%s%s", created,
              ", ".join(plan.databases), time.monotonic() - t0, plan.restore_account,
-             f"; {len(in_lanes)} tables left to the lanes, each created just before its first chunk" if in_lanes else "",
+             f"; {in_lanes} tables left to the lanes, each created just before its first chunk" if in_lanes else "",
              "; secondary indexes and foreign keys deferred" if plan.defer_indexes else "")
-    return SchemaCreated(created, round(time.monotonic() - t0, 3), in_lanes=len(in_lanes))
+    return SchemaCreated(created, round(time.monotonic() - t0, 3), in_lanes=in_lanes)
+
+
+class TableMaker:
+    """Creates tables from the backup's checked CREATEs (`create`: IF NOT EXISTS, a retry finds them made) on a run
+    account session of its own with the restore's session settings: never on a loader's LOCAL INFILE connection."""
+
+    def __init__(self, server: Server, create: Creates) -> None:
+        self.create, self.conn = create, server.connect()
+        self.conn.autocommit(True)
+        self.cur = self.conn.cursor()
+        for sql in RUN_SESSION:
+            self.cur.execute(sql)
+
+    def make(self, schema: str, name: str) -> bool:
+        """Create `schema`.`name` unless it exists; whether this call made it. A CREATE the target refuses fails
+        at once (no retry can change it), naming the table and what to do."""
+        try:
+            self.cur.execute(f"USE {dialect.quote_ident(schema)}")
+            self.cur.execute(self.create(schema, name))
+        except Exception as exc:
+            code, msg = sql_error(exc)
+            if isinstance(exc, LastlineError) or code is None or code in LOST_CONNECTION or code in TRANSIENT:
+                raise
+            raise Refusal(
+                f"the target refused to create {schema}.{name}: {msg} ({code}). The tables and chunks loaded so far stay, "
+                "recorded in the ledger: change what the target refuses (its settings, engine or version), then re-run the "
+                "restore of this backup without force: it resumes after them."
+            ) from exc
+        if not self.conn.warning_count():
+            return True
+        self.cur.execute("SHOW WARNINGS")
+        return all(int(w[1]) != 1050 for w in self.cur.fetchall())  # 1050: it exists (IF NOT EXISTS made nothing)
+
+    def close(self) -> None:
+        try:
+            self.conn.close()
+        except Exception:  # noqa: BLE001
+            pass

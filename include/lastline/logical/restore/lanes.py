@@ -17,9 +17,8 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from lastline.core.servers import Server
-from lastline.core.sql import quote_ident
 from lastline.logical.format.plans import UnitLoaded
-from lastline.logical.restore.load import Creates, load_unit, loaded_count, loaded_files
+from lastline.logical.restore.load import Creates, TableMaker, load_unit, loaded_count, loaded_files
 from lastline.logical.restore.work_units import WorkUnit
 from lastline.manifest import LogicalManifest, LogicalTable
 from lastline.storage import Storage
@@ -56,8 +55,8 @@ def load_lane(server: Server, storage: Storage, manifest: LogicalManifest, units
                     if p.last >= p.first:
                         log.info("%s.%s: %d chunk(s) already in the ledger, skipped (%s)", p.schema, p.table,
                                  p.last - p.first + 1, unit.name)
-                if create is not None:  # an empty table has no ledger row to say the try that stopped created it
-                    _create_empty(cur, unit, create, setup)
+                if create is not None and all(p.last < p.first for p in unit.parts):
+                    _create_empty(server, unit, create)  # no chunk at all: no ledger row says its tables were made
                 continue
             log.info("%s: loading %s", label, unit.name)
             results.append(load_unit(server, storage, manifest, unit, parallel, create))
@@ -74,17 +73,15 @@ def load_lane(server: Server, storage: Storage, manifest: LogicalManifest, units
     return results
 
 
-def _create_empty(cur: Any, unit: WorkUnit, create: Creates, setup: tuple[str, ...]) -> None:
-    """The empty tables of a unit skipped as loaded (`create`'s statements are IF NOT EXISTS), on `cur` with the
-    run session (`setup`)."""
-    empty = [p for p in unit.parts if p.last < p.first]
-    if empty:
-        cur.connection.commit()  # the ledger's read: the session's settings are set outside a transaction
-        for sql in setup:
-            cur.execute(sql)
-        for p in empty:
-            cur.execute(f"USE {quote_ident(p.schema)}")
-            cur.execute(create(p.schema, p.table))
+def _create_empty(server: Server, unit: WorkUnit, create: Creates) -> None:
+    """The tables of a unit that holds no chunk (only empty tables), which a lane finds "loaded" with nothing in
+    the ledger to say so: created unless they exist."""
+    maker = TableMaker(server, create)
+    try:
+        for p in unit.parts:
+            maker.make(p.schema, p.table)
+    finally:
+        maker.close()
 
 
 def _when_complete(cur: Any, manifest: LogicalManifest, table: LogicalTable, work: Callable[[], None]) -> None:

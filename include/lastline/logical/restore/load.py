@@ -23,7 +23,6 @@ import logging
 import os
 import tempfile
 import time
-from collections.abc import Callable
 from typing import Any
 
 from lastline.core import accounts, stopping
@@ -34,26 +33,13 @@ from lastline.core.sql import LOST_CONNECTION, META_DB, NON_TRANSACTIONAL, place
 from lastline.logical.format import dialect, infile
 from lastline.logical.format.chunk_files import prove_chunk, write_chunk
 from lastline.logical.format.plans import UNIT_TABLES, UnitLoaded
+from lastline.logical.restore.create import Creates, TableMaker
 from lastline.logical.restore.verify import chunk_checks, table_checksum
 from lastline.logical.restore.work_units import WorkUnit
 from lastline.manifest import ChunkInfo, LogicalManifest, LogicalTable
 from lastline.storage import Storage
 
 log = logging.getLogger(__name__)
-# a table's CREATE statement, as a lane runs it (logical.restore.create.table_creates), by (schema, name)
-Creates = Callable[[str, str], str]
-
-
-def ensure_ledger(cur: Any) -> None:
-    """The ledger and restore-state tables on the target (idempotent)."""
-    cur.execute("SET SESSION sql_log_bin = 0")
-    cur.execute(f"CREATE DATABASE IF NOT EXISTS {META_DB}")
-    cur.execute(
-        f"CREATE TABLE IF NOT EXISTS {META_DB}.ledger (backup_id VARBINARY(64) NOT NULL, file VARBINARY(700) NOT NULL, "
-        "rows_loaded BIGINT NOT NULL, loaded_at TIMESTAMP(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6), "
-        "checksum_seen VARBINARY(64) NULL, PRIMARY KEY (backup_id, file)) ENGINE=InnoDB"
-    )  # checksum_seen: the chunk's check as it loaded (logical.verify); a ledger of an earlier version gains it
-    cur.execute(f"ALTER TABLE {META_DB}.ledger ADD COLUMN IF NOT EXISTS checksum_seen VARBINARY(64) NULL")
 
 
 def loaded_count(cur: Any, backup_id: str, files: list[str]) -> int:
@@ -130,11 +116,6 @@ class Loader:
             self.conn.close()
         except Exception:  # noqa: BLE001
             pass
-
-    def create(self, schema: str, statement: str) -> None:
-        """Run a table's checked CREATE (IF NOT EXISTS: a retry finds it made) before its first chunk loads."""
-        self.cur.execute(f"USE {dialect.quote_ident(schema)}")
-        self.cur.execute(statement)
 
     def _stream_into(self, t: LogicalTable, c: ChunkInfo) -> int:
         """LOAD DATA one chunk through a FIFO inside the caller's transaction (its sha256 is known only at its
@@ -257,16 +238,23 @@ def load_unit(server: Server, storage: Storage, manifest: LogicalManifest, unit:
     created, create_seconds = 0, 0.0
     with Lane(server, parallel, unit.name):
         loader = Loader(server, storage, manifest, progress)
+        maker = None
         try:
             done = loaded_files(loader.cur, manifest.backup_id)
             loader.conn.commit()
-            for part in unit.parts:
+            parts = unit.parts
+            if create is not None:
+                maker = TableMaker(server, create)
+                # its empty tables first: once any chunk of a unit is in the ledger, its tables without chunks exist
+                # (a unit found loaded whole creates nothing: lanes.load_lane)
+                parts = sorted(parts, key=lambda p: p.last >= p.first)
+            for part in parts:
                 t = tables[(part.schema, part.table)]
                 chunks = t.chunks[part.first: part.last + 1]
-                if create is not None:  # every part: the ranges of a split table may reach other lanes first
+                if maker is not None:  # every part: the ranges of a split table may reach other lanes first
                     t0 = time.monotonic()
-                    loader.create(t.schema, create(t.schema, t.name))
-                    created, create_seconds = created + (part.first == 0), create_seconds + time.monotonic() - t0
+                    created += maker.make(t.schema, t.name)
+                    create_seconds += time.monotonic() - t0
                 t0, checks0 = time.monotonic(), loader.check_seconds
                 loaded_rows = loaded_bytes = skipped = 0
                 if t.engine.lower() in NON_TRANSACTIONAL:
@@ -309,6 +297,8 @@ def load_unit(server: Server, storage: Storage, manifest: LogicalManifest, unit:
             raise LastlineError(f"loading {unit.name} failed: {exc}") from exc
         finally:
             loader.close()
+            if maker is not None:
+                maker.close()
     log.info("%s; of that, %.1f s reading chunks back for their checks%s", progress.line(), loader.check_seconds,
              f", and {create_seconds:.1f} s creating {created} table(s) before their first chunk" if create else "")
     slowest = dict(sorted(stats.items(), key=lambda kv: -kv[1]["seconds"])[:UNIT_TABLES])

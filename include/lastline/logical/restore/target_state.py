@@ -9,7 +9,7 @@ import logging
 from typing import Any
 
 from lastline.core.servers import Server
-from lastline.core.sql import ASIDE_PREFIX, table_exists
+from lastline.core.sql import ASIDE_PREFIX, META_DB, table_exists
 from lastline.logical.format import dialect
 from lastline.logical.restore import tuning
 from lastline.logical.restore.backup_files import selected
@@ -19,6 +19,18 @@ log = logging.getLogger(__name__)
 
 
 STATE = f"{tuning.META_DB}.restore_state"
+
+
+def ensure_ledger(cur: Any) -> None:
+    """The ledger and restore-state tables on the target (idempotent)."""
+    cur.execute("SET SESSION sql_log_bin = 0")
+    cur.execute(f"CREATE DATABASE IF NOT EXISTS {META_DB}")
+    cur.execute(
+        f"CREATE TABLE IF NOT EXISTS {META_DB}.ledger (backup_id VARBINARY(64) NOT NULL, file VARBINARY(700) NOT NULL, "
+        "rows_loaded BIGINT NOT NULL, loaded_at TIMESTAMP(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6), "
+        "checksum_seen VARBINARY(64) NULL, PRIMARY KEY (backup_id, file)) ENGINE=InnoDB"
+    )  # checksum_seen: the chunk's check as it loaded (logical.verify); a ledger of an earlier version gains it
+    cur.execute(f"ALTER TABLE {META_DB}.ledger ADD COLUMN IF NOT EXISTS checksum_seen VARBINARY(64) NULL")
 
 
 def dbs_key(databases: list[str]) -> str:
