@@ -322,6 +322,34 @@ def test_lost_connection_mid_dump_is_clear_and_leaves_no_manifest(logical_source
     assert not list((tmp_path / plan.backup_id).rglob("*.partial"))  # the part in flight was discarded
 
 
+def test_chunk_files_are_made_durable_at_once_before_the_manifest(logical_source, tmp_path, monkeypatch):
+    """Thousands of chunk files are not fsynced one by one (an fsync each cost a tenth of the dump at 10,000
+    tables): one syncfs of the destination's filesystem makes them all durable, and only then is the manifest
+    written, so a backup whose manifest exists is whole after any crash."""
+    from lastline.storage.file import FileStorage
+
+    events: list[str] = []
+    fsync, sync = os.fsync, FileStorage.sync
+
+    def counted_fsync(fd: int) -> None:
+        events.append("fsync " + os.readlink(f"/proc/self/fd/{fd}"))
+        fsync(fd)
+
+    def counted_sync(self: FileStorage) -> None:
+        events.append("sync")
+        sync(self)
+
+    monkeypatch.setattr(os, "fsync", counted_fsync)
+    monkeypatch.setattr(FileStorage, "sync", counted_sync)
+    manifest = _dump(tmp_path, databases=["sakila"], chunk_rows=1000)
+    chunks = sum(len(t.chunks) for t in manifest.tables)
+    assert chunks > 20
+    assert not [e for e in events if ".tsv" in e]  # no chunk file fsynced alone
+    manifest_at = next(i for i, e in enumerate(events) if e.startswith("fsync") and "manifest.json" in e)
+    assert "sync" in events[:manifest_at]  # the filesystem flushed before the manifest was
+    assert (tmp_path / manifest.backup_id / "manifest.json").exists()
+
+
 def test_full_destination_is_named_and_leaves_no_manifest(logical_source, tmp_path):
     mnt = tmp_path / "small"
     mnt.mkdir()

@@ -239,8 +239,10 @@ MANIFEST_CLASSES: dict[str, Any] = {"physical": PhysicalManifest, "logical": Log
 
 
 def write_manifest(storage: Storage, manifest: PhysicalManifest | LogicalManifest) -> str:
-    """Write the manifest (atomically); returns its location."""
+    """Write the manifest (atomically), once every file it names is durable (storage.sync): a backup whose manifest
+    exists is whole, whatever crashed; returns its location."""
     key = f"{manifest.backup_id}/{MANIFEST}"
+    storage.sync()
     storage.write_bytes(key, manifest.to_json().encode())
     return storage.location(key)
 

@@ -56,8 +56,12 @@ class Storage(abc.ABC):
     url: str
 
     @abc.abstractmethod
-    def writer(self, key: str) -> Writer:
-        """A writer for `key`; use as a context manager."""
+    def writer(self, key: str, durable: bool = True) -> Writer:
+        """A writer for `key`; use as a context manager. `durable=False`: its commit need not reach the disk yet
+        (sync() does, for every such object at once, before the manifest that makes them a backup is written)."""
+
+    def sync(self) -> None:  # noqa: B027 - a no-op where every commit is durable (S3, SSH)
+        """Make every object committed so far durable (where commits are not already: see writer)."""
 
     @abc.abstractmethod
     def reader(self, key: str, chunk: int = 1 << 20) -> Iterator[bytes]:

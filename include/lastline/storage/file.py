@@ -7,6 +7,7 @@ way is opened relative to the one before it with O_NOFOLLOW, the file last, and 
 """
 from __future__ import annotations
 
+import ctypes
 import errno
 import os
 import shutil
@@ -32,10 +33,10 @@ def private_dirs(path: str) -> None:
 
 
 class FileWriter(Writer):
-    """Writes `<key>.partial` (0600, folders 0700), fsyncs and renames it on commit."""
+    """Writes `<key>.partial` (0600, folders 0700), fsyncs (when `durable`) and renames it on commit."""
 
-    def __init__(self, path: str) -> None:
-        self.path, self.tmp = path, path + ".partial"
+    def __init__(self, path: str, durable: bool = True) -> None:
+        self.path, self.tmp, self.durable = path, path + ".partial", durable
         private_dirs(os.path.dirname(path))
         self.fh = os.fdopen(os.open(self.tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600), "wb")
 
@@ -49,11 +50,13 @@ class FileWriter(Writer):
     def commit(self) -> None:
         try:
             self.fh.flush()
-            os.fsync(self.fh.fileno())
+            if self.durable:
+                os.fsync(self.fh.fileno())
             self.fh.close()
         except OSError as exc:
             self.abort()
-            raise StorageError(f"cannot finish {self.tmp}: {exc.strerror}.") from exc
+            hint = " (the destination is full: free space or choose another destination)" if exc.errno == errno.ENOSPC else ""
+            raise StorageError(f"cannot finish {self.tmp}: {exc.strerror}{hint}.") from exc
         os.replace(self.tmp, self.path)
 
     def abort(self) -> None:
@@ -155,14 +158,29 @@ class FileStorage(Storage):
         os.set_blocking(fd, True)
         return fd
 
-    def writer(self, key: str) -> Writer:
+    def writer(self, key: str, durable: bool = True) -> Writer:
         try:
-            return FileWriter(self._path(key))
+            return FileWriter(self._path(key), durable)
         except OSError as exc:
             if exc.errno == errno.ELOOP:  # O_NOFOLLOW: a symlink where the file is written is never followed
                 raise IntegrityError(f"cannot write to {self.location(key)}: its .partial is a symlink, and lastline never "
                                      "writes through one; remove it (someone put it there) and re-run.") from exc
             raise StorageError(f"cannot write to {self.location(key)}: {exc.strerror}.") from exc
+
+    def sync(self) -> None:
+        """syncfs(2) on the filesystem that holds the root: every file and rename there reaches the disk, in one call
+        for the thousands of chunk files a logical backup writes (an fsync each cost a tenth of its dump at 10,000
+        tables); sync(2) where syncfs is missing."""
+        fd = os.open(self.real_root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        try:
+            syncfs = getattr(ctypes.CDLL(None, use_errno=True), "syncfs", None)
+            if syncfs is None:
+                os.sync()
+            elif syncfs(fd) != 0:
+                err = ctypes.get_errno()
+                raise StorageError(f"cannot flush {self.url} to disk: {os.strerror(err)}.")
+        finally:
+            os.close(fd)
 
     def reader(self, key: str, chunk: int = 1 << 20) -> Iterator[bytes]:
         with os.fdopen(self.open_file(key), "rb", buffering=0) as fh:

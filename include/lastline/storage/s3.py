@@ -174,7 +174,7 @@ class S3Storage(Storage):
         checked_key(key, self.url)
         return f"{self.prefix}/{key}" if self.prefix else key
 
-    def writer(self, key: str) -> Writer:
+    def writer(self, key: str, durable: bool = True) -> Writer:  # durable either way
         return S3Writer(self.client, self.bucket, self._key(key), extra=self.extra)
 
     def reader(self, key: str, chunk: int = 1 << 20) -> Iterator[bytes]:

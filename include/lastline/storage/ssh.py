@@ -109,7 +109,7 @@ class SshStorage(Storage):
     def _path(self, key: str) -> str:
         return f"{self.root}/{checked_key(key, self.url)}"
 
-    def writer(self, key: str) -> Writer:
+    def writer(self, key: str, durable: bool = True) -> Writer:  # durable either way
         return SshWriter(self.host, self._path(key), self.location(key))
 
     def reader(self, key: str, chunk: int = 1 << 20) -> Iterator[bytes]:

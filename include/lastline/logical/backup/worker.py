@@ -110,7 +110,7 @@ class PartWriter:
     def _drain(self) -> None:
         digest, n = hashlib.sha256(), 0
         try:
-            with self.storage.writer(self.key) as writer:
+            with self.storage.writer(self.key, durable=False) as writer:  # made durable at once before the manifest
                 while data := os.read(self.source, READ_BLOCK):
                     digest.update(data)
                     writer.write(data)
