@@ -244,6 +244,11 @@ def test_a_ddl_on_a_table_already_dumped_runs_at_once_and_writes_do_not_queue(ap
             time.sleep(0.3)
         assert writes.worst() < 1.0, f"a write waited {writes.worst():.2f} s"
         _read(worker, "ps.app", storage)  # the snapshot is still there, read with the new column
+        # ROLLBACK TO SAVEPOINT keeps the savepoint: the next chunk needs none set anew (the Dumper sets one a worker)
+        worker.execute(f"ROLLBACK TO SAVEPOINT {SAVEPOINT}")
+        t0 = time.monotonic()
+        other.cursor().execute("SET STATEMENT lock_wait_timeout = 5 FOR ALTER TABLE ps.app DROP COLUMN x")
+        assert time.monotonic() - t0 < 1.0
         other.close()
 
 
