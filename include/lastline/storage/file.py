@@ -10,8 +10,10 @@ from __future__ import annotations
 import ctypes
 import errno
 import os
+import re
 import shutil
 import stat
+import threading
 from collections.abc import Iterator
 
 from lastline.core.errors import IntegrityError, StorageError
@@ -73,6 +75,37 @@ def _kind(mode: int) -> str:
             else "a socket" if stat.S_ISSOCK(mode) else "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) else "not a regular file")
 
 
+# local filesystems whose syncfs(2) flushes what fsync(2) of each file would (FUSE and network mounts may not)
+SYNCFS_FILESYSTEMS = frozenset({"ext2", "ext3", "ext4", "xfs", "btrfs", "f2fs", "tmpfs"})
+
+
+def filesystem_type(path: str) -> str | None:
+    """The type of the filesystem holding `path` (resolved): its mount in /proc/self/mountinfo with the longest mount
+    point above it; None where that cannot be read."""
+    best, kind = "", None
+    try:
+        with open("/proc/self/mountinfo", encoding="utf-8", errors="replace") as fh:
+            for line in fh:
+                left, _, right = line.partition(" - ")
+                fields = left.split()
+                if len(fields) < 5 or not right:
+                    continue
+                point = re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), fields[4])
+                inside = path == point or path.startswith(point.rstrip("/") + "/")
+                if inside and len(point) >= len(best):
+                    best, kind = point, right.split()[0]
+    except OSError:
+        return None
+    return kind
+
+
+def syncfs_reports_errors() -> bool:
+    """Whether this kernel's syncfs(2) reports the write-back errors of files written since the descriptor it is given
+    was opened (Linux 5.8+), and the C library has it."""
+    numbers = [int(x) for x in re.findall(r"\d+", os.uname().release)[:2]]
+    return len(numbers) == 2 and tuple(numbers) >= (5, 8) and hasattr(ctypes.CDLL(None), "syncfs")
+
+
 class FileStorage(Storage):
     """Backups under a local directory."""
 
@@ -80,6 +113,9 @@ class FileStorage(Storage):
         self.root = root.rstrip("/") or "/"
         self.url = f"file://{self.root}"
         self.real_root = os.path.realpath(self.root)  # the deployment's choice: the one path ever resolved
+        self._lock = threading.Lock()
+        self._sync_fd: int | None = None  # open since the first deferred writer: syncfs reports errors from then on
+        self._deferrable: bool | None = None
 
     def _path(self, key: str) -> str:
         return os.path.join(self.root, checked_key(key, self.url))
@@ -158,9 +194,20 @@ class FileStorage(Storage):
         os.set_blocking(fd, True)
         return fd
 
+    def _defer(self) -> bool:
+        """Whether a writer may leave its fsync to sync(): only on a local filesystem whose syncfs reports every error
+        since the descriptor sync() will use was opened (opened here, before the first such file is written)."""
+        with self._lock:
+            if self._deferrable is None:
+                self._deferrable = syncfs_reports_errors() and filesystem_type(self.real_root) in SYNCFS_FILESYSTEMS
+            if self._deferrable and self._sync_fd is None:
+                self._sync_fd = os.open(self.real_root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+            return self._deferrable
+
     def writer(self, key: str, durable: bool = True) -> Writer:
         try:
-            return FileWriter(self._path(key), durable)
+            # through the root resolved once: what sync() flushes is the filesystem the files are written to
+            return FileWriter(os.path.join(self.real_root, checked_key(key, self.url)), durable or not self._defer())
         except OSError as exc:
             if exc.errno == errno.ELOOP:  # O_NOFOLLOW: a symlink where the file is written is never followed
                 raise IntegrityError(f"cannot write to {self.location(key)}: its .partial is a symlink, and lastline never "
@@ -168,19 +215,25 @@ class FileStorage(Storage):
             raise StorageError(f"cannot write to {self.location(key)}: {exc.strerror}.") from exc
 
     def sync(self) -> None:
-        """syncfs(2) on the filesystem that holds the root: every file and rename there reaches the disk, in one call
-        for the thousands of chunk files a logical backup writes (an fsync each cost a tenth of its dump at 10,000
-        tables); sync(2) where syncfs is missing."""
-        fd = os.open(self.real_root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        """The files written without their own fsync (writer's durable=False), all at once: syncfs(2) of the root's
+        filesystem on the descriptor opened before the first of them, so that a write-back error on any of them is
+        reported here even if another process saw it first (an fsync each cost a tenth of a dump of 10,000 tables).
+        Nothing to do when every file was fsynced (a physical backup, or a filesystem not in SYNCFS_FILESYSTEMS)."""
+        with self._lock:
+            fd, self._sync_fd = self._sync_fd, None
+        if fd is None:
+            return
         try:
-            syncfs = getattr(ctypes.CDLL(None, use_errno=True), "syncfs", None)
-            if syncfs is None:
-                os.sync()
-            elif syncfs(fd) != 0:
+            if ctypes.CDLL(None, use_errno=True).syncfs(fd) != 0:
                 err = ctypes.get_errno()
-                raise StorageError(f"cannot flush {self.url} to disk: {os.strerror(err)}.")
+                raise StorageError(f"cannot make the files written under {self.url} durable: {os.strerror(err)}; the backup "
+                                   "is left without its manifest (incomplete): check the destination's disk, then re-run.")
         finally:
             os.close(fd)
+
+    def __del__(self) -> None:
+        if getattr(self, "_sync_fd", None) is not None:
+            os.close(self._sync_fd)  # type: ignore[arg-type]
 
     def reader(self, key: str, chunk: int = 1 << 20) -> Iterator[bytes]:
         with os.fdopen(self.open_file(key), "rb", buffering=0) as fh:
