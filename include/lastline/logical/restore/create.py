@@ -73,9 +73,9 @@ def table_creates(plan: RestorePlan, manifest: LogicalManifest, schema: dict) ->
 
 @stopping.stops_cleanly
 def create_schema(plan: RestorePlan) -> SchemaCreated:
-    """Databases, sequences, and the tables unless the lanes create them (creates_in_lanes). lastline's own statements (its bookkeeping, the set-aside,
-    the databases rebuilt from checked names) run on the admin connection; the tables' and sequences' statements,
-    which come from the backup, run under the run account."""
+    """Databases, sequences, and the tables unless the lanes create them (creates_in_lanes). lastline's own statements
+    (its bookkeeping, the set-aside, the databases rebuilt from checked names) run on the admin connection; the
+    tables' and sequences' statements, which come from the backup, run under the run account."""
     storage, manifest = open_backup(plan)
     schema = checked_schema(storage, manifest)
     server = target_server(plan)
@@ -143,10 +143,14 @@ class TableMaker:
 
     def __init__(self, server: Server, create: Creates) -> None:
         self.create, self.conn = create, server.connect()
-        self.conn.autocommit(True)
-        self.cur = self.conn.cursor()
-        for sql in RUN_SESSION:
-            self.cur.execute(sql)
+        try:
+            self.conn.autocommit(True)
+            self.cur = self.conn.cursor()
+            for sql in RUN_SESSION:
+                self.cur.execute(sql)
+        except BaseException:
+            self.close()
+            raise
 
     def make(self, schema: str, name: str) -> bool:
         """Create `schema`.`name` unless it exists; whether this call made it. A CREATE the target refuses fails
