@@ -118,7 +118,8 @@ class FileStorage(Storage):
         self._deferrable: bool | None = None
 
     def _path(self, key: str) -> str:
-        return os.path.join(self.root, checked_key(key, self.url))
+        """Where `key` is written (or removed): under the root resolved once, the filesystem sync() flushes."""
+        return os.path.join(self.real_root, checked_key(key, self.url))
 
     def _folder(self, key: str) -> tuple[int, str] | None:
         """(descriptor of the folder holding `key`, the file's name) with no symlink followed on the way;
@@ -206,8 +207,7 @@ class FileStorage(Storage):
 
     def writer(self, key: str, durable: bool = True) -> Writer:
         try:
-            # through the root resolved once: what sync() flushes is the filesystem the files are written to
-            return FileWriter(os.path.join(self.real_root, checked_key(key, self.url)), durable or not self._defer())
+            return FileWriter(self._path(key), durable or not self._defer())
         except OSError as exc:
             if exc.errno == errno.ELOOP:  # O_NOFOLLOW: a symlink where the file is written is never followed
                 raise IntegrityError(f"cannot write to {self.location(key)}: its .partial is a symlink, and lastline never "

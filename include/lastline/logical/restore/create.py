@@ -103,8 +103,8 @@ def create_schema(plan: RestorePlan) -> SchemaCreated:
     in_lanes = len(selected(manifest, plan.databases)) if lanes_create else 0  # the same as schema.json's (same_tables)
     creates = []  # every statement checked before the first runs
     raw = {(t.schema, t.name): t.raw_bytes for t in manifest.tables}
-    for t in schema["tables"]:
-        if t["schema"] in plan.databases and not lanes_create:
+    for t in [] if lanes_create else schema["tables"]:
+        if t["schema"] in plan.databases:
             creates.append(("tables", t, table_create(plan, t, raw.get((t["schema"], t["name"]), 0))))
     for t in schema["sequences"]:
         if t["schema"] in plan.databases:

@@ -22,7 +22,7 @@ STATE = f"{tuning.META_DB}.restore_state"
 
 
 def ensure_ledger(cur: Any) -> None:
-    """The ledger and restore-state tables on the target (idempotent)."""
+    """The ledger table on the target, in lastline's own database (idempotent)."""
     cur.execute("SET SESSION sql_log_bin = 0")
     cur.execute(f"CREATE DATABASE IF NOT EXISTS {META_DB}")
     cur.execute(
