@@ -27,17 +27,19 @@ from lastline_dev.sandbox import Instance
 
 pytestmark = pytest.mark.e2e
 TABLES = ("orders", "stock", "accounts")
+RETRIED = (1205, 1213)  # lock wait timeout, deadlock: the server rolled the transaction (or its statement) back
 
 
 class Writer:
     """`threads` sessions, each committing multi-table transactions (an order, a stock update, a balance, now and
-    then a delete) until stopped; `pause()` returns once every session is between transactions."""
+    then a delete) until stopped, retrying one the server rolls back as a deadlock (the delete scans `orders` while
+    the others insert into it); `pause()` returns once every session is between transactions."""
 
     def __init__(self, inst: Instance, threads: int = 4) -> None:
         self.inst, self.n = inst, threads
         self.go, self.stop = threading.Event(), threading.Event()
         self.idle = threading.Semaphore(0)
-        self.commits = 0
+        self.commits = self.retried = 0
         self.errors: list[BaseException] = []
         self.threads = [threading.Thread(target=self._run, args=(i,), daemon=True) for i in range(threads)]
 
@@ -57,14 +59,21 @@ class Writer:
                         self.go.wait()
                         continue
                     item = rnd.randint(1, 50)
-                    cur.execute("INSERT INTO shop.orders (item, qty, note) VALUES (%s, %s, %s)",
-                                (item, rnd.randint(1, 5), f"t{k} " + "x" * rnd.randint(0, 200)))
-                    cur.execute("UPDATE shop.stock SET qty = qty - 1 WHERE id = %s", (item,))
-                    cur.execute("UPDATE shop.accounts SET balance = balance + %s WHERE id = %s",
-                                (rnd.randint(-100, 100), rnd.randint(1, 20)))
-                    if rnd.random() < 0.1:
-                        cur.execute("DELETE FROM shop.orders WHERE item = %s ORDER BY id LIMIT 1", (item,))
-                    cur.connection.commit()
+                    try:
+                        cur.execute("INSERT INTO shop.orders (item, qty, note) VALUES (%s, %s, %s)",
+                                    (item, rnd.randint(1, 5), f"t{k} " + "x" * rnd.randint(0, 200)))
+                        cur.execute("UPDATE shop.stock SET qty = qty - 1 WHERE id = %s", (item,))
+                        cur.execute("UPDATE shop.accounts SET balance = balance + %s WHERE id = %s",
+                                    (rnd.randint(-100, 100), rnd.randint(1, 20)))
+                        if rnd.random() < 0.1:
+                            cur.execute("DELETE FROM shop.orders WHERE item = %s ORDER BY id LIMIT 1", (item,))
+                        cur.connection.commit()
+                    except Exception as exc:  # noqa: BLE001 - a deadlock or lock wait is retried, as an application does
+                        if not exc.args or exc.args[0] not in RETRIED:
+                            raise
+                        cur.connection.rollback()
+                        self.retried += 1
+                        continue
                     self.commits += 1
                     time.sleep(0.002)
         except BaseException as exc:  # noqa: BLE001 - reported by the test
