@@ -5,7 +5,7 @@ set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
 
-PACKAGES=(mariadb-server mariadb-client mariadb-backup pigz zstd pkg-config libmariadb-dev libzstd-dev zlib1g-dev gcc procps openssh-server openssh-client pv
+PACKAGES=(mariadb-server mariadb-client mariadb-backup pigz zstd pkg-config libmariadb-dev libzstd-dev libssl-dev zlib1g-dev gcc procps openssh-server openssh-client pv
           chromium)  # chromium: the browser test drives Debian's build through Playwright (no browser download)
 # benchmarks compare against these; tests and the demo do not need them
 [ "${LASTLINE_BENCH:-0}" = 1 ] && PACKAGES+=(mydumper sysbench)  # the benches compare with mydumper, bench-impact loads with sysbench
@@ -59,7 +59,7 @@ build() {  # build SOURCE OUTPUT "PKG-CONFIG MODULES" [gcc flags...]
     echo "$want" > "$stamp"
   fi
 }
-build include/lastline/logical/native/tsvdump.c .venv/bin/lastline-tsvdump "libmariadb libzstd"
+build include/lastline/logical/native/tsvdump.c .venv/bin/lastline-tsvdump "libmariadb libzstd libcrypto"
 # zlib: the handler inflates pigz's gzip chunks itself (no decompressor process, and no other handler)
 build include/lastline/logical/native/infile.c .venv/lib/liblastline-infile.so "libmariadb libzstd zlib" -shared -fPIC
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import shutil
 import subprocess
 import tempfile
@@ -12,11 +13,11 @@ from pathlib import Path
 
 import pytest
 
-from lastline.core.errors import IntegrityError
+from lastline.core.errors import IntegrityError, StorageError
 from lastline.logical import backup as lb
 from lastline.logical import restore as lr
 from lastline.logical.backup.snapshot import SESSION
-from lastline.logical.backup.worker import DumpWorker, PartWriter, WorkerWarning
+from lastline.logical.backup.worker import DirectPart, DumpWorker, PartWriter, WorkerWarning, open_part
 from lastline.logical.format import chunking, dialect
 from lastline.manifest import LogicalManifest, read_manifest
 from lastline.storage import open_storage
@@ -231,6 +232,46 @@ def test_worker_reports_warnings_and_errors_by_code(huge, tmp_path):
         assert (result.rows, result.checksum, [p.rows for p in result.parts]) == (4, 28, [3, 1])
         assert (tmp_path / "p1.tsv").read_bytes() == b"4\t\\N\n"
         assert (tmp_path / "p0.tsv").read_bytes().startswith(b"1\t")  # the parts of the warned query were discarded
+    finally:
+        worker.close()
+
+
+def test_worker_writes_a_local_part_file_itself_and_its_count_and_hash_are_checked(huge, tmp_path):
+    """Into a local folder the worker writes each part's file through the descriptor it is handed (no pipe, no
+    thread): the bytes and sha256 it reports are the file's, zstd or raw; a file that does not hold what the worker
+    wrote is refused, and nothing of it stays."""
+    storage = open_storage(f"file://{tmp_path}")
+    worker = DumpWorker(huge.server())
+    try:
+        for compression, suffix in (("none", ""), ("zstd", ".zst")):
+            made: list = []
+
+            def parts(i: int, compression=compression, suffix=suffix, made=made) -> tuple:
+                made.append(open_part(storage, f"{compression}/p{i}.tsv{suffix}", compression))
+                return made[-1].key, made[-1]
+
+            result = worker.dump("SELECT id, escapes, 7 FROM huge.docs ORDER BY id", 3, parts, compression)
+            assert made and all(isinstance(p, DirectPart) for p in made)
+            assert [p.rows for p in result.parts] == [3, 1] and result.checksum == 28
+            for p in result.parts:
+                data = (tmp_path / p.key).read_bytes()
+                assert (p.bytes, p.sha256) == (len(data), hashlib.sha256(data).hexdigest())
+            if compression == "zstd":
+                raw = subprocess.run(["zstd", "-dc", str(tmp_path / result.parts[1].key)], capture_output=True, check=True).stdout
+                assert raw == b"4\t\\N\n"
+
+        class Cut(DirectPart):  # the file loses its last byte between the worker's write and the commit
+            def commit(self) -> tuple[int, str]:
+                os.ftruncate(self.write_fd, max(self.bytes - 1, 0))
+                return super().commit()
+
+        def cut(i: int) -> tuple:
+            writer = storage.writer(f"cut/p{i}.tsv", durable=False)
+            return f"cut/p{i}.tsv", Cut(f"cut/p{i}.tsv", writer, writer.fileno())
+
+        with pytest.raises(StorageError, match=r"the file holds \d+ bytes, the dump worker wrote"):
+            worker.dump("SELECT id, escapes, 7 FROM huge.docs ORDER BY id", 10, cut)
+        assert not [p for p in (tmp_path / "cut").rglob("*") if p.is_file()]
     finally:
         worker.close()
 

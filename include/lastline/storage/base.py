@@ -22,6 +22,11 @@ class Writer(abc.ABC):
     def abort(self) -> None:
         """Drop what was written."""
 
+    def fileno(self) -> int | None:
+        """The descriptor of the file being written, where the stream is one (a local folder): another process may then
+        write into it directly (the logical dump's worker does); None elsewhere."""
+        return None
+
     def __enter__(self) -> Writer:
         return self
 
@@ -54,6 +59,7 @@ class Storage(abc.ABC):
     """A place that holds backups as `<backup_id>/<name>` objects."""
 
     url: str
+    local_files = False  # whether its writers write local files (Writer.fileno gives their descriptor)
 
     @abc.abstractmethod
     def writer(self, key: str, durable: bool = True) -> Writer:

@@ -42,6 +42,9 @@ class FileWriter(Writer):
         private_dirs(os.path.dirname(path))
         self.fh = os.fdopen(os.open(self.tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600), "wb")
 
+    def fileno(self) -> int:
+        return self.fh.fileno()
+
     def write(self, data: bytes) -> None:
         try:
             self.fh.write(data)
@@ -108,6 +111,8 @@ def syncfs_reports_errors() -> bool:
 
 class FileStorage(Storage):
     """Backups under a local directory."""
+
+    local_files = True
 
     def __init__(self, root: str) -> None:
         self.root = root.rstrip("/") or "/"

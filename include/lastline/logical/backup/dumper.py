@@ -21,7 +21,7 @@ from lastline.core.progress import Progress
 from lastline.core.servers import Server
 from lastline.core.sql import LOST_CONNECTION, holds_any, sql_error
 from lastline.logical.backup.snapshot import SAVEPOINT, SESSION
-from lastline.logical.backup.worker import DumpWorker, PartWriter, WorkerError, WorkerWarning
+from lastline.logical.backup.worker import DumpWorker, Part, WorkerError, WorkerWarning, open_part
 from lastline.logical.format import chunking, dialect
 from lastline.manifest import (
     ChunkInfo,
@@ -366,9 +366,9 @@ class Dumper:
         where = chunking.range_where(plan.key, job.lower, job.upper) if plan.key else None
         limit = self.chunk_rows * 2 if plan.key else self.chunk_rows
 
-        def new_part(part: int) -> tuple[str, PartWriter]:
+        def new_part(part: int) -> tuple[str, Part]:
             key = chunk_key(self.backup_id, plan, job.seq, part, self.suffix)
-            return key, PartWriter(self.storage, key, self.compression, self.priority)
+            return key, open_part(self.storage, key, self.compression, self.priority)
 
         if self.savepoints:
             if worker.connection_id not in self.saved:

@@ -17,8 +17,12 @@
  *                           every other column is written as one TSV field; z: each part is one zstd
  *                           frame at level 1 with a content checksum (as `zstd -1` writes it), n: raw;
  *                           -> "NEED" (per part) ... "PART <rows> <raw_bytes> <checksum>" (raw: before compression)
+ *                              (for a part given with "F": ... "<written bytes> <sha256 hex>" appended)
  *                           -> "DONE <rows> <checksum>" | "ERR <errno> <msg>" | "WARN <n> <msg>"
+ *                              | "WFAIL <errno> <strerror>" (writing an "F" part's file failed: disk full, ...)
  *   "O" + one fd (SCM_RIGHTS)   the answer to NEED: where the part's lines go (the write end of a pipe)
+ *   "F" + one fd (SCM_RIGHTS)   the same, the part's file itself (a local destination): the worker counts and
+ *                           hashes what it writes, so the coordinator needs no pipe, no thread and no copy
  *   SIGUSR1                 give way: the dump in progress stops at its next row, drains its result and
  *                           answers "ERR 1317 gave way" (its parts are not complete); nothing if none runs
  *   "R" <bytes per second>  pace every later dump: the rows this connection fetches, at most that many
@@ -42,6 +46,7 @@
 #include <sys/uio.h>
 #include <time.h>
 #include <unistd.h>
+#include <openssl/evp.h>
 #include <zstd.h>
 
 #define MAX_MSG (1 << 20)
@@ -54,6 +59,10 @@ static size_t outlen;
 static int outfd = -1;
 static int outerr;
 static unsigned long long outbytes;
+static EVP_MD_CTX *hctx; /* the part file's sha256 ("F" parts only) */
+static int hashing;
+static unsigned long long written;
+static char part_sha[2 * EVP_MAX_MD_SIZE + 1];
 
 static void reply(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 static void reply(const char *fmt, ...) {
@@ -74,6 +83,10 @@ static void reply_error(void) {
 }
 
 static void write_all(const unsigned char *p, size_t n) {
+    if (hashing && n && !outerr) {
+        if (EVP_DigestUpdate(hctx, p, n) != 1) outerr = EIO;
+        written += n;
+    }
     while (n && !outerr) {
         ssize_t w = write(outfd, p, n);
         if (w < 0) {
@@ -214,7 +227,7 @@ static int open_part(char *buf) {
     int fd = -1;
     int n = recv_msg(buf, MAX_MSG, &fd);
     if (n < 0) _exit(0);
-    if (buf[0] != 'O' || fd < 0) {
+    if ((buf[0] != 'O' && buf[0] != 'F') || fd < 0) {
         if (fd >= 0) close(fd);
         return -1;
     }
@@ -222,6 +235,12 @@ static int open_part(char *buf) {
     outlen = 0;
     outbytes = 0;
     outerr = 0;
+    written = 0;
+    hashing = buf[0] == 'F';
+    if (hashing) {
+        if (!hctx) hctx = EVP_MD_CTX_new();
+        if (!hctx || EVP_DigestInit_ex(hctx, EVP_sha256(), NULL) != 1) return -1;
+    }
     if (compress_parts) {
         if (!zctx) {
             zctx = ZSTD_createCCtx();
@@ -244,6 +263,21 @@ static void close_part(void) {
     outlen = 0;
     close(outfd);
     outfd = -1;
+    part_sha[0] = 0;
+    if (hashing) {
+        unsigned char md[EVP_MAX_MD_SIZE];
+        unsigned int len = 0;
+        if (EVP_DigestFinal_ex(hctx, md, &len) != 1) outerr = EIO;
+        for (unsigned int i = 0; i < len; i++) snprintf(part_sha + 2 * i, 3, "%02x", md[i]);
+    }
+}
+
+/* "PART ...": the part's rows, raw bytes and row-hash sum; for a part file, what was written and its sha256 */
+static void reply_part(unsigned long long rows, unsigned long long sum) {
+    if (hashing)
+        reply("PART %llu %llu %llu %llu %s", rows, outbytes, sum, written, part_sha);
+    else
+        reply("PART %llu %llu %llu", rows, outbytes, sum);
 }
 
 static void report_warnings(unsigned int count) {
@@ -379,7 +413,7 @@ static void do_dump(char *buf, const char *sql, size_t len, unsigned long long l
         if (part_rows == limit) {
             close_part();
             if (outerr) break;
-            reply("PART %llu %llu %llu", part_rows, outbytes, part_sum);
+            reply_part(part_rows, part_sum);
             total_sum += part_sum;
             part_rows = part_sum = 0;
         }
@@ -392,7 +426,10 @@ static void do_dump(char *buf, const char *sql, size_t len, unsigned long long l
         outfd = -1;
         shutdown(mysql_get_socket(db), SHUT_RDWR);
         mysql_free_result(res);
-        reply("ERR 2013 writing the chunk failed (%s); the worker's connection was closed", strerror(e));
+        if (hashing) /* its own file: the destination refused the write */
+            reply("WFAIL %d %s", e, strerror(e));
+        else
+            reply("ERR 2013 writing the chunk failed (%s); the worker's connection was closed", strerror(e));
         _exit(1);
     }
     unsigned int err = mysql_errno(db);
@@ -411,10 +448,13 @@ static void do_dump(char *buf, const char *sql, size_t len, unsigned long long l
     if (outfd >= 0) {
         close_part();
         if (outerr) {
-            reply("ERR 0 writing the chunk failed: %s", strerror(outerr));
+            if (hashing)
+                reply("WFAIL %d %s", outerr, strerror(outerr));
+            else
+                reply("ERR 0 writing the chunk failed: %s", strerror(outerr));
             return;
         }
-        reply("PART %llu %llu %llu", part_rows, outbytes, part_sum);
+        reply_part(part_rows, part_sum);
         total_sum += part_sum;
     }
     unsigned int warnings = mysql_warning_count(db);
