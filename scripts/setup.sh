@@ -61,7 +61,7 @@ build() {  # build SOURCE OUTPUT "PKG-CONFIG MODULES" [gcc flags...]
 }
 build include/lastline/logical/native/tsvdump.c .venv/bin/lastline-tsvdump "libmariadb libzstd libcrypto"
 # zlib: the handler inflates pigz's gzip chunks itself (no decompressor process, and no other handler)
-build include/lastline/logical/native/infile.c .venv/lib/liblastline-infile.so "libmariadb libzstd zlib" -shared -fPIC
+build include/lastline/logical/native/infile.c .venv/lib/liblastline-infile.so "libmariadb libzstd zlib libcrypto" -shared -fPIC
 
 if [ ! -f .airflow/airflow.db ]; then
   echo "setup: migrating the project-local Airflow home (.airflow, SQLite)"

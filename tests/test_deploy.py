@@ -76,6 +76,21 @@ def test_image_installs_the_pins_the_suite_runs():
     assert re.search(r"^apache-airflow-providers-celery==", requirements, re.M)
 
 
+def test_image_builds_the_native_parts_as_setup_does():
+    """Each C file is compiled in the image with the pkg-config modules `make setup` uses, and the image installs
+    the headers of each (a library linked in one and not the other fails only where it is built)."""
+    setup = (ROOT / "scripts" / "setup.sh").read_text()
+    dockerfile = (ROOT / "docker" / "Dockerfile").read_text()
+    built = dict(re.findall(r'^build (\S+\.c) \S+ "([^"]+)"', setup, re.M))
+    assert len(built) == 2, built
+    dev = {"libmariadb": "libmariadb-dev", "libzstd": "libzstd-dev", "zlib": "zlib1g-dev", "libcrypto": "libssl-dev"}
+    for source, modules in built.items():
+        found = re.search(re.escape("/opt/lastline/" + source) + r" \$\(pkg-config --cflags --libs ([^)]+)\)", dockerfile)
+        assert found and found.group(1).split() == modules.split(), (source, modules)
+        for module in modules.split():
+            assert re.search(rf"\b{re.escape(dev[module])}\b", dockerfile) and re.search(rf"\b{re.escape(dev[module])}\b", setup), module
+
+
 def test_requirements_are_pinned():
     for line in (ROOT / "requirements.txt").read_text().splitlines():
         line = line.split("#")[0].strip()

@@ -236,10 +236,11 @@ def test_worker_reports_warnings_and_errors_by_code(huge, tmp_path):
         worker.close()
 
 
-def test_worker_writes_a_local_part_file_itself_and_its_count_and_hash_are_checked(huge, tmp_path):
+def test_worker_writes_a_local_part_file_itself_and_what_it_reports_is_the_file_s(huge, tmp_path):
     """Into a local folder the worker writes each part's file through the descriptor it is handed (no pipe, no
-    thread): the bytes and sha256 it reports are the file's, zstd or raw; a file that does not hold what the worker
-    wrote is refused, and nothing of it stays."""
+    thread): the bytes and sha256 it reports are the file's, zstd or raw, and no .partial is left; a file that does
+    not hold as many bytes as the worker wrote is refused, whichever part it is, and a write the destination
+    refuses is named as the destination's: nothing of either stays."""
     storage = open_storage(f"file://{tmp_path}")
     worker = DumpWorker(huge.server())
     try:
@@ -259,6 +260,7 @@ def test_worker_writes_a_local_part_file_itself_and_its_count_and_hash_are_check
             if compression == "zstd":
                 raw = subprocess.run(["zstd", "-dc", str(tmp_path / result.parts[1].key)], capture_output=True, check=True).stdout
                 assert raw == b"4\t\\N\n"
+            assert sorted(p.name for p in (tmp_path / compression).iterdir()) == [f"p{i}.tsv{suffix}" for i in (0, 1)]
 
         class Cut(DirectPart):  # the file loses its last byte between the worker's write and the commit
             def commit(self) -> tuple[int, str]:
@@ -269,9 +271,29 @@ def test_worker_writes_a_local_part_file_itself_and_its_count_and_hash_are_check
             writer = storage.writer(f"cut/p{i}.tsv", durable=False)
             return f"cut/p{i}.tsv", Cut(f"cut/p{i}.tsv", writer, writer.fileno())
 
-        with pytest.raises(StorageError, match=r"the file holds \d+ bytes, the dump worker wrote"):
-            worker.dump("SELECT id, escapes, 7 FROM huge.docs ORDER BY id", 10, cut)
-        assert not [p for p in (tmp_path / "cut").rglob("*") if p.is_file()]
+        for part_rows in (10, 3):  # the query's only part; its first part, found short once the second one ended
+            worker.close()  # a fresh worker each time: a dump that failed mid-query leaves its answers unread
+            worker = DumpWorker(huge.server())
+            with pytest.raises(StorageError, match=r"the file holds \d+ bytes, the dump worker wrote"):
+                worker.dump("SELECT id, escapes, 7 FROM huge.docs ORDER BY id", part_rows, cut)
+            assert not [p for p in (tmp_path / "cut").rglob("*") if p.is_file()]
+        worker.close()
+        worker = DumpWorker(huge.server())
+
+        handed: list[int] = []
+
+        def refused(i: int) -> tuple:  # the worker is handed a descriptor it cannot write through
+            writer = storage.writer(f"ro/p{i}.tsv", durable=False)
+            handed.append(os.open(tmp_path / f"ro/p{i}.tsv.partial", os.O_RDONLY | os.O_CLOEXEC))
+            return f"ro/p{i}.tsv", DirectPart(f"ro/p{i}.tsv", writer, handed[-1])
+
+        try:
+            with pytest.raises(StorageError, match=r"cannot write .*ro/p0\.tsv\.partial: Bad file descriptor \(check the destination\)"):
+                worker.dump("SELECT id, escapes, 7 FROM huge.docs ORDER BY id", 10, refused)
+        finally:
+            for fd in handed:
+                os.close(fd)
+        assert not [p for p in (tmp_path / "ro").rglob("*") if p.is_file()]
     finally:
         worker.close()
 

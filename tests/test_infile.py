@@ -5,6 +5,7 @@ server that asks for any file but the offered one gets nothing, whatever the cod
 library the loader refuses to start."""
 from __future__ import annotations
 
+import hashlib
 import os
 import subprocess
 import threading
@@ -153,6 +154,90 @@ def test_an_offer_opens_its_file_once_and_never_through_a_link(conn, tmp_path):
     handler.offer(str(link), "none", 100)
     with pytest.raises(Exception, match="lastline-infile: cannot be read: opening it failed"):
         cur.execute(sql, (str(link),))
+    conn.rollback()
+
+
+def load_fd(conn, handler: infile.Handler, path, codec: str, sha256: str, max_bytes: int = len(ROWS)) -> int:
+    """LOAD DATA LOCAL of the file at `path` offered as a descriptor (as the loader offers a local chunk)."""
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        token = handler.offer_fd(fd, codec, max_bytes, sha256)
+        cur = conn.cursor()
+        try:
+            cur.execute(f"LOAD DATA LOCAL INFILE %s INTO TABLE infile_db.{TABLE} CHARACTER SET binary", (token,))
+        finally:
+            handler.withdraw()
+        return cur.rowcount
+    finally:
+        os.close(fd)
+
+
+@pytest.mark.parametrize("codec", ["zstd", "pigz", "none"])
+def test_a_descriptor_offer_reads_the_file_and_fails_at_its_end_unless_its_sha256_is_the_manifest_s(conn, tmp_path, expected, codec):
+    """A local chunk is offered as a descriptor: the handler hashes what it reads; an intact file gives the raw file's
+    rows, one whose bytes differ from the manifest's sha256 (though it decompresses: a whole frame swapped) fails
+    the statement at its end, and the caller's rollback keeps nothing of it."""
+    handler = infile.install(conn)
+    path = tmp_path / "chunk"
+    packed = PACK[codec](ROWS[:HALF]) + PACK[codec](ROWS[HALF:])
+    path.write_bytes(packed)
+    assert load_fd(conn, handler, path, codec, hashlib.sha256(packed).hexdigest()) == 300_000
+    assert table_sum(conn) == expected
+    conn.rollback()
+    other = PACK[codec](ROWS[:HALF]) + PACK[codec](ROWS[HALF:].replace(b"value", b"VALUE", 1))
+    path.write_bytes(other)
+    with pytest.raises(Exception, match=r"lastline-infile: is corrupt: its sha256 differs from the manifest's"):
+        load_fd(conn, handler, path, codec, hashlib.sha256(packed).hexdigest())
+    conn.rollback()
+    assert table_sum(conn)[0] == 0
+
+
+def test_a_file_name_the_server_chose_never_reaches_a_format_string(conn, tmp_path):
+    """The client library formats the handler's message (my_set_error): a name the server asks for, echoed in the
+    refusal, has its `%` made `?`, so `%n` writes nothing and the connection says what happened."""
+    handler = infile.install(conn)
+    handler.offer(str(tmp_path / "offered"), "none", 100)
+    cur = conn.cursor()
+    with pytest.raises(Exception, match=r"did not offer: \?s\?s\?s\?n\?n") as err:
+        cur.execute(f"LOAD DATA LOCAL INFILE '%s%s%s%n%n' INTO TABLE infile_db.{TABLE} CHARACTER SET binary")
+    assert handler.refusal(err.value, "x") is not None
+    cur.execute("SELECT 1")
+    assert cur.fetchone() == (1,)
+    conn.rollback()
+
+
+def test_a_descriptor_offer_serves_one_statement_and_only_a_regular_file(conn, tmp_path):
+    """The token names the offer once; after withdraw() (the loader's, after every statement) it names nothing, so a
+    descriptor number closed and reused for another file is never read; a descriptor that is not a regular file
+    (a FIFO: it could block, or be fed by anyone) is refused."""
+    handler = infile.install(conn)
+    plain = tmp_path / "plain.tsv"
+    plain.write_bytes(b"1\tone\tx\n")
+    sha = hashlib.sha256(plain.read_bytes()).hexdigest()
+    fd = os.open(plain, os.O_RDONLY)
+    cur = conn.cursor()
+    sql = f"LOAD DATA LOCAL INFILE %s INTO TABLE infile_db.{TABLE} CHARACTER SET binary"
+    try:
+        token = handler.offer_fd(fd, "none", 100, sha)
+        cur.execute(sql, (token,))
+        assert cur.rowcount == 1
+        with pytest.raises(Exception, match="did not offer"):  # the same token again: used up
+            cur.execute(sql, (token,))
+        token = handler.offer_fd(fd, "none", 100, sha)
+        handler.withdraw()
+        with pytest.raises(Exception, match="did not offer"):
+            cur.execute(sql, (token,))
+    finally:
+        os.close(fd)
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    fd = os.open(fifo, os.O_RDWR)  # open without a writer waiting
+    try:
+        with pytest.raises(Exception, match="the descriptor offered is not a regular file"):
+            cur.execute(sql, (handler.offer_fd(fd, "none", 100, sha),))
+    finally:
+        handler.withdraw()
+        os.close(fd)
     conn.rollback()
 
 

@@ -19,7 +19,7 @@ from lastline import connections, reports
 from lastline.core.errors import IntegrityError, PreflightError, ProtectedTargetError
 from lastline.core.plans import Conf
 from lastline.core.sql import META_DB, never_restored, objects_present, server_identity
-from lastline.logical.format import dialect
+from lastline.logical.format import dialect, infile
 from lastline.logical.restore.backup_files import checked_schema
 from lastline.logical.restore.finalize import objects as create_objects
 from lastline.logical.restore.schema_checks import split_deferred
@@ -211,6 +211,7 @@ def mask(plan: StagingPlan, run_key: str) -> Masked:
     done, skipped = {}, []
     conn = server.connect(local_infile=1)  # LOCAL INFILE for set_key's own statement only (lastline's handler)
     try:
+        infile.install(conn)  # at once: before set_key's, no statement may meet the client library's own handler
         cur = conn.cursor()
         cur.execute("SET SESSION sql_log_bin = 0, foreign_key_checks = 0, autocommit = 0")
         masking.ensure_tables(cur)

@@ -66,6 +66,10 @@ class Storage(abc.ABC):
         """A writer for `key`; use as a context manager. `durable=False`: its commit need not reach the disk yet
         (sync() does, for every such object at once, before the manifest that makes them a backup is written)."""
 
+    def open_file(self, key: str) -> int:
+        """A descriptor on the regular file `key`, reached without following a link (where local_files)."""
+        raise NotImplementedError(f"{self.url} holds no local files")
+
     def sync(self) -> None:  # noqa: B027 - a no-op where every commit is durable (S3, SSH)
         """Make every object committed so far durable (where commits are not already: see writer)."""
 

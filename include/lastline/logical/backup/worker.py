@@ -3,8 +3,8 @@
 `lastline-tsvdump` (native/tsvdump.c, built by `make setup`) connects to the source with a 0600 option
 file, opens its transaction when the coordinator says so, and streams each chunk query's rows, escaped
 in one linear pass, into a pipe whose write end the coordinator hands over (SCM_RIGHTS) for each part.
-The coordinator (Python) only moves compressed bytes to storage; each worker has its own core and no
-interpreter lock. Into a local folder, with the worker compressing (zstd) or nothing to compress, the worker writes
+The coordinator (Python) moves compressed bytes to storage where a pipe carries them (S3, SSH, pigz); each worker has
+its own core and no interpreter lock. Into a local folder, with the worker compressing (zstd) or nothing to compress, the worker writes
 each part's file itself through a descriptor it is handed (DirectPart): no pipe, no thread, no copy per part (at
 10,000 tables a thread per part cost a quarter of the dump). See the C file for the message protocol.
 """
@@ -13,6 +13,7 @@ from __future__ import annotations
 import errno
 import hashlib
 import os
+import re
 import shutil
 import signal
 import socket
@@ -178,8 +179,6 @@ class DirectPart:
     writer makes it): the worker counts and hashes what it writes; commit() checks the file's size against that count
     and renames it. Same interface as PartWriter."""
 
-    direct = True
-
     def __init__(self, key: str, writer: Writer, fd: int) -> None:
         self.key, self.writer, self.write_fd = key, writer, fd
         self.bytes, self.sha256 = -1, ""
@@ -188,9 +187,12 @@ class DirectPart:
         """Nothing: the worker writes through its own copy of the descriptor and closes it at the part's end; ours
         stays open for the commit."""
 
-    def reported(self, nbytes: int, sha256: str) -> None:
-        """What the worker says it wrote into the file (its PART answer)."""
-        self.bytes, self.sha256 = nbytes, sha256
+    def reported(self, fields: list[str]) -> None:
+        """What the worker says it wrote into the file: the end of its PART answer (bytes, sha256)."""
+        if len(fields) != 2 or not fields[0].isdigit() or not re.fullmatch(r"[0-9a-f]{64}", fields[1]):
+            raise PipelineError(f"part {self.key}: the dump worker did not say what it wrote into the file ({fields!r}): an "
+                                f"older {BINARY}? Run `make setup` (or rebuild the image) so that it is built from {SOURCE.name}.")
+        self.bytes, self.sha256 = int(fields[0]), fields[1]
 
     def complete(self) -> None:
         """Nothing to wait for: the worker closed the file before it answered PART."""
@@ -203,7 +205,7 @@ class DirectPart:
     def commit(self) -> tuple[int, str]:
         """Check the file holds what the worker wrote, then make it visible; returns (bytes, sha256)."""
         size = os.fstat(self.write_fd).st_size
-        if self.bytes < 0 or len(self.sha256) != 64 or size != self.bytes:
+        if size != self.bytes:
             self.abort()
             raise StorageError(f"part {self.key}: the file holds {size} bytes, the dump worker wrote {self.bytes}; "
                                "the backup is incomplete (no manifest is written) and the task retries.")
@@ -310,8 +312,13 @@ class DumpWorker:
             nonlocal pending
             if pending is not None:
                 key, writer, rows, raw, checksum = pending
-                pending = None
-                nbytes, sha = writer.commit()
+                try:
+                    nbytes, sha = writer.commit()
+                except BaseException:
+                    writer.abort()  # whatever failed: nothing of it stays (abort twice is harmless)
+                    raise
+                finally:
+                    pending = None
                 parts.append(PartResult(key, rows, raw, checksum, nbytes, sha))
 
         try:
@@ -326,12 +333,11 @@ class DumpWorker:
                     rows_, raw_, checksum_, *file = rest.split()
                     rows, raw, checksum = int(rows_), int(raw_), int(checksum_)
                     key, writer = current  # type: ignore[misc]
-                    current = None
-                    if isinstance(writer, DirectPart) and len(file) == 2:
-                        writer.reported(int(file[0]), file[1])
+                    if isinstance(writer, DirectPart):
+                        writer.reported(file)
                     writer.complete()
-                    commit_pending()
-                    pending = (key, writer, rows, raw, checksum)
+                    commit_pending()  # the part before: if it fails, `current` (this one) is still aborted
+                    pending, current = (key, writer, rows, raw, checksum), None
                 elif verb == "DONE":
                     rows, checksum = (int(x) for x in rest.split())
                     commit_pending()

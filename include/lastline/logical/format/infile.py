@@ -19,6 +19,7 @@ import contextlib
 import ctypes
 import functools
 import os
+import re
 import sys
 import tempfile
 import threading
@@ -62,7 +63,9 @@ def codec_of(compression: str) -> int:
 class _Slot(ctypes.Structure):
     """native/infile.c's infile_slot (its size is checked against the library's)."""
 
-    _fields_ = [("expected", ctypes.c_char * PATH_LEN), ("codec", ctypes.c_int), ("max_bytes", ctypes.c_ulonglong)]
+    _fields_ = [("expected", ctypes.c_char * PATH_LEN), ("codec", ctypes.c_int), ("max_bytes", ctypes.c_ulonglong),
+                ("fd", ctypes.c_int), ("check", ctypes.c_int), ("sha256", ctypes.c_ubyte * 32), ("verified", ctypes.c_int),
+                ("verdict", ctypes.c_char * 512)]
 
 
 @functools.cache
@@ -108,6 +111,8 @@ class Handler:
     def __init__(self, lib: Any, conn: Any) -> None:
         self.conn = conn  # the slot must live as long as the connection that points at it
         self.slot = _Slot()
+        self.slot.fd = -1
+        self.offers = 0
         lib.lastline_infile_install(_native_pointer(conn), ctypes.byref(self.slot))
 
     def offer(self, path: str, compression: str, max_bytes: int) -> None:
@@ -118,7 +123,43 @@ class Handler:
             raise ValueError(f"path unfit for the LOAD DATA handler: {path!r}")
         self.slot.codec = codec_of(compression)
         self.slot.max_bytes = max(0, int(max_bytes))
+        self.slot.fd, self.slot.check, self.slot.verified, self.slot.verdict = -1, 0, 0, b""
         self.slot.expected = raw
+
+    def offer_fd(self, fd: int, compression: str, max_bytes: int, sha256: str) -> str:
+        """Let the next LOAD DATA LOCAL read the regular file open on `fd` (once; the handler reads a duplicate),
+        as `compression`, giving at most `max_bytes` bytes and failing the statement at the file's end unless its
+        bytes hash to `sha256`; returns the name the statement must give (a token: no path is opened). Withdraw
+        the offer once the statement ran (the descriptor's number may serve another file later)."""
+        if not re.fullmatch(r"[0-9a-f]{64}", sha256) or not isinstance(fd, int) or fd < 0:
+            raise IntegrityError(f"cannot offer descriptor {fd!r} with sha256 {sha256!r} to the LOAD DATA handler: the "
+                                 "manifest's sha256 must be 64 lowercase hex digits; nothing was loaded.")
+        self.offers += 1
+        token = f"lastline-chunk-{self.offers}"
+        self.slot.codec = codec_of(compression)
+        self.slot.max_bytes = max(0, int(max_bytes))
+        self.slot.sha256 = (ctypes.c_ubyte * 32)(*bytes.fromhex(sha256))
+        self.slot.check, self.slot.fd, self.slot.verified, self.slot.verdict = 1, fd, 0, b""
+        self.slot.expected = token.encode()
+        return token
+
+    @property
+    def verified(self) -> bool:
+        """Whether the last statement's file hashed to the sha256 offered with it (read to its end)."""
+        return bool(self.slot.verified)
+
+    def refusal(self, exc: BaseException, where: str) -> IntegrityError | None:
+        """refusal() of a failed statement, or else the handler's own verdict on it (a server error that followed
+        the handler's refusal replaces its message in the client library, not the fact that the file was refused)."""
+        found = refusal(exc, where)
+        if found is None and self.slot.verdict:
+            found = refusal(Exception(0, self.slot.verdict.decode(errors="replace")), where)
+        return found
+
+    def withdraw(self) -> None:
+        """Whatever the last offer left unused goes: no later statement can be given it."""
+        self.slot.expected = b""
+        self.slot.fd, self.slot.check, self.slot.verified, self.slot.verdict = -1, 0, 0, b""
 
 
 def install(conn: Any) -> Handler:

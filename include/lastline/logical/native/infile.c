@@ -21,6 +21,12 @@
  * decompressed is what was checked. Every error fails the statement with a message starting
  * "lastline-infile: ".
  *
+ * A chunk in a local folder is offered as a descriptor instead (infile.Handler.offer_fd): the caller opened the
+ * regular file by descriptor from the destination's root with no link followed (storage.file), and the name in
+ * the statement is only the offer's token. The handler reads its own duplicate of the descriptor, hashes every
+ * compressed byte it reads, and at the end of the file fails the statement unless the sha256 is the manifest's
+ * (the rows read before then go with the statement's transaction): no FIFO, no thread and no copy per chunk.
+ *
  * lastline_infile_measure runs the same reader over a file to nowhere: the loader proves a spooled chunk of
  * a non-transactional table decompresses within its cap before any byte of it reaches the table.
  */
@@ -33,6 +39,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include <openssl/evp.h>
 #include <zlib.h>
 #include <zstd.h>
 
@@ -46,6 +53,11 @@ typedef struct {
     char expected[PATH_LEN];      /* the one path the next LOAD DATA LOCAL may open ("" once used) */
     int codec;                    /* how its bytes are decompressed */
     unsigned long long max_bytes; /* the most bytes it may give */
+    int fd;                       /* >= 0: read (a duplicate of) this descriptor, not the path; -1 once used */
+    int check;                    /* 1: what is read must hash to sha256 (checked at its end) */
+    unsigned char sha256[32];
+    int verified;                 /* set when what was read hashed to sha256, at its end */
+    char verdict[512];            /* the handler's last refusal ("" if none): kept even if the server's error hides it */
 } infile_slot;
 
 typedef struct {
@@ -59,18 +71,29 @@ typedef struct {
     z_stream zs;
     int z_ready, member_open; /* member_open: input went into a gzip member that has not ended */
     unsigned char *block;
+    EVP_MD_CTX *md; /* while the input's sha256 is still to be checked */
+    unsigned char want[32];
+    infile_slot *slot; /* the offer's slot (NULL when measuring): told the verdict */
+    int failed;        /* once a read failed, every later one fails too */
     char msg[512];
 } reader;
 
+/* r->msg = "lastline-infile: what: detail", with every '%' and control byte made '?': the client library uses the
+   text as a printf format (my_set_error), and `detail` can be a name the server chose. Also the slot's verdict. */
 static int fail(reader *r, const char *what, const char *detail) {
     snprintf(r->msg, sizeof r->msg, "lastline-infile: %s%s%s", what, detail ? ": " : "", detail ? detail : "");
+    for (char *p = r->msg; *p; p++)
+        if (*p == '%' || (unsigned char)*p < 0x20 || *p == 0x7f) *p = '?';
+    if (r->slot) snprintf(r->slot->verdict, sizeof r->slot->verdict, "%s", r->msg);
+    r->failed = 1;
     return -1;
 }
 
-/* Open `path` for reading with `codec`, giving at most `max_bytes`; 0, or -1 with r->msg set. */
-static int reader_open(reader *r, const char *path, int codec, unsigned long long max_bytes) {
+/* Read `fd` (ours: closed by reader_close) or else open `path`, with `codec`, giving at most `max_bytes`; 0, or -1
+   with r->msg set. */
+static int reader_open(reader *r, const char *path, int fd, int codec, unsigned long long max_bytes) {
     struct stat st;
-    r->fd = -1;
+    r->fd = fd;
     r->codec = codec;
     r->max_bytes = max_bytes;
     if (codec != CODEC_NONE && codec != CODEC_ZSTD && codec != CODEC_GZIP) return fail(r, "cannot be sent: unknown codec", NULL);
@@ -81,10 +104,29 @@ static int reader_open(reader *r, const char *path, int codec, unsigned long lon
         if (inflateInit2(&r->zs, 16 + MAX_WBITS) != Z_OK) return fail(r, "cannot be sent: out of memory", NULL); /* gzip only */
         r->z_ready = 1;
     }
-    r->fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
-    if (r->fd < 0) return fail(r, "cannot be read: opening it failed", strerror(errno));
+    if (r->fd < 0) {
+        r->fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+        if (r->fd < 0) return fail(r, "cannot be read: opening it failed", strerror(errno));
+    } else if (!r->md) {
+        return fail(r, "cannot be sent: a descriptor is offered only with its sha256", NULL);
+    }
     if (fstat(r->fd, &st) != 0) return fail(r, "cannot be read", strerror(errno));
     if (!S_ISFIFO(st.st_mode) && !S_ISREG(st.st_mode)) return fail(r, "cannot be sent: it is not a pipe or a regular file", path);
+    if (fd >= 0 && !S_ISREG(st.st_mode)) return fail(r, "cannot be sent: the descriptor offered is not a regular file", path);
+    return 0;
+}
+
+/* Hash `n` bytes just read (n == 0: the end, where the digest must be the manifest's). 0, or -1 with r->msg set. */
+static int hashed(reader *r, const void *p, ssize_t n) {
+    if (!r->md) return 0;
+    if (n > 0) return EVP_DigestUpdate(r->md, p, (size_t)n) == 1 ? 0 : fail(r, "cannot be hashed", NULL);
+    unsigned char got[EVP_MAX_MD_SIZE];
+    unsigned int len = 0;
+    int ok = EVP_DigestFinal_ex(r->md, got, &len) == 1 && len == sizeof r->want && memcmp(got, r->want, len) == 0;
+    EVP_MD_CTX_free(r->md);
+    r->md = NULL;
+    if (!ok) return fail(r, "is corrupt: its sha256 differs from the manifest's", NULL);
+    if (r->slot) r->slot->verified = 1;
     return 0;
 }
 
@@ -92,6 +134,7 @@ static ssize_t read_block(reader *r) {
     ssize_t n;
     do n = read(r->fd, r->block, IN_BLOCK); while (n < 0 && errno == EINTR);
     if (n < 0) return fail(r, "cannot be read: reading it failed", strerror(errno));
+    if (hashed(r, r->block, n) != 0) return -1;
     return n;
 }
 
@@ -107,6 +150,7 @@ static long read_none(reader *r, char *buf, size_t len) {
     ssize_t n;
     do n = read(r->fd, buf, len); while (n < 0 && errno == EINTR);
     if (n < 0) return fail(r, "cannot be read: reading it failed", strerror(errno));
+    if (hashed(r, buf, n) != 0) return -1;
     return (long)n;
 }
 
@@ -162,6 +206,7 @@ static long read_gzip(reader *r, char *buf, size_t len) {
 
 /* Up to `len` bytes of output; 0 at the end; -1 with r->msg set. Never more than max_bytes in all. */
 static long reader_read(reader *r, char *buf, size_t len) {
+    if (r->failed) return -1;
     /* ask for one byte beyond the cap at most: enough to tell "more than declared" without making it */
     unsigned long long room = r->max_bytes - r->total;
     if (room < len) len = (size_t)room + 1;
@@ -177,23 +222,53 @@ static long reader_read(reader *r, char *buf, size_t len) {
 
 static void reader_close(reader *r) {
     if (r->fd >= 0) close(r->fd);
+    if (r->md) EVP_MD_CTX_free(r->md);
     ZSTD_freeDCtx(r->dctx);
     if (r->z_ready) inflateEnd(&r->zs);
     free(r->block);
 }
 
 static int li_init(void **ptr, const char *filename, void *userdata) {
-    reader *r = calloc(1, sizeof *r);
     infile_slot *slot = userdata;
+    infile_slot offer;
+    int matches = slot && slot->expected[0] && strcmp(filename, slot->expected) == 0;
+    if (slot) { /* the offer is used up (or withdrawn) here, whatever follows: nothing of it serves a later request */
+        memcpy(&offer, slot, sizeof offer);
+        slot->expected[0] = '\0';
+        slot->fd = -1;
+        slot->check = 0;
+        slot->verified = 0;
+        slot->verdict[0] = '\0';
+    }
+    reader *r = calloc(1, sizeof *r);
     *ptr = r;
     if (!r) return 1;
     r->fd = -1;
-    if (!slot || !slot->expected[0] || strcmp(filename, slot->expected) != 0) {
+    r->slot = slot;
+    if (!matches) {
         fail(r, "cannot be sent: the server asked for a file this connection did not offer", filename);
         return 1;
     }
-    slot->expected[0] = '\0'; /* one open per offer: a second request for the same path gets nothing */
-    return reader_open(r, filename, slot->codec, slot->max_bytes) != 0;
+    if (offer.check && offer.fd < 0) {
+        fail(r, "cannot be sent: a sha256 is offered only with a descriptor", NULL);
+        return 1;
+    }
+    int fd = -1;
+    if (offer.check) {
+        memcpy(r->want, offer.sha256, sizeof r->want);
+        if (!(r->md = EVP_MD_CTX_new()) || EVP_DigestInit_ex(r->md, EVP_sha256(), NULL) != 1) {
+            fail(r, "cannot be hashed", NULL);
+            return 1;
+        }
+    }
+    if (offer.fd >= 0) {
+        fd = fcntl(offer.fd, F_DUPFD_CLOEXEC, 0);
+        if (fd < 0) {
+            fail(r, "cannot be read: duplicating its descriptor failed", strerror(errno));
+            return 1;
+        }
+    }
+    return reader_open(r, filename, fd, offer.codec, offer.max_bytes) != 0;
 }
 
 static int li_read(void *ptr, char *buf, unsigned int len) {
@@ -230,7 +305,7 @@ long long lastline_infile_measure(const char *path, int codec, unsigned long lon
     r.fd = -1;
     char *buf = malloc(IN_BLOCK);
     if (!buf) fail(&r, "cannot be read: out of memory", NULL);
-    else if (reader_open(&r, path, codec, max_bytes) == 0) {
+    else if (reader_open(&r, path, -1, codec, max_bytes) == 0) {
         long n;
         while ((n = reader_read(&r, buf, IN_BLOCK)) > 0) {
         }

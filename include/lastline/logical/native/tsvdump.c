@@ -231,7 +231,6 @@ static int open_part(char *buf) {
         if (fd >= 0) close(fd);
         return -1;
     }
-    outfd = fd;
     outlen = 0;
     outbytes = 0;
     outerr = 0;
@@ -239,14 +238,20 @@ static int open_part(char *buf) {
     hashing = buf[0] == 'F';
     if (hashing) {
         if (!hctx) hctx = EVP_MD_CTX_new();
-        if (!hctx || EVP_DigestInit_ex(hctx, EVP_sha256(), NULL) != 1) return -1;
+        if (!hctx || EVP_DigestInit_ex(hctx, EVP_sha256(), NULL) != 1) {
+            close(fd);
+            return -1;
+        }
     }
     if (compress_parts) {
         if (!zctx) {
             zctx = ZSTD_createCCtx();
             zcap = ZSTD_CStreamOutSize() * 8;
             zbuf = malloc(zcap);
-            if (!zctx || !zbuf) return -1;
+            if (!zctx || !zbuf) {
+                close(fd);
+                return -1;
+            }
         }
         ZSTD_CCtx_reset(zctx, ZSTD_reset_session_only);
         ZSTD_CCtx_setParameter(zctx, ZSTD_c_compressionLevel, 1);
@@ -255,13 +260,14 @@ static int open_part(char *buf) {
         ZSTD_freeCCtx(zctx);
         zctx = NULL;
     }
+    outfd = fd; /* last: a part whose setup failed leaves no output open */
     return 0;
 }
 
 static void close_part(void) {
     emit(outbuf, outlen, ZSTD_e_end);
     outlen = 0;
-    close(outfd);
+    if (close(outfd) != 0 && !outerr && hashing) outerr = errno; /* a network filesystem may say it only here */
     outfd = -1;
     part_sha[0] = 0;
     if (hashing) {
@@ -342,6 +348,9 @@ static void on_give_way(int sig) {
 
 static void do_dump(char *buf, const char *sql, size_t len, unsigned long long limit) {
     give_way = 0; /* a signal meant for the dump before this one */
+    outerr = 0;   /* nor does an earlier dump's failed write, or its kind of part, carry over */
+    hashing = 0;
+    written = 0;
     if (mysql_real_query(db, sql, len)) {
         reply_error();
         return;
@@ -472,6 +481,7 @@ int main(int argc, char **argv) {
     }
     CTL = atoi(argv[2]);
     signal(SIGPIPE, SIG_IGN);
+    signal(SIGXFSZ, SIG_IGN); /* a file-size limit: write() fails with EFBIG (WFAIL), the process is not killed */
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
     sa.sa_handler = on_give_way; /* no SA_RESTART: the pacing sleep ends at once */

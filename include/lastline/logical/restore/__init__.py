@@ -85,7 +85,7 @@ def preflight(conf: dict, role: str | None = None) -> RestorePlan:
     validate_schema(schema, wanted, restore_grants)  # every statement the restore would run is the CREATE it claims to be
     same_tables(schema, manifest, wanted)
     require_chunk_files(storage, manifest, wanted)
-    with server.session(local_infile=1) as cur:
+    with server.session() as cur:  # @@local_infile is the server's: this connection allows no LOCAL INFILE itself
         cur.execute("SELECT @@version, @@local_infile, @@datadir")
         version, local_infile, datadir = cur.fetchone()
         refuse_restore_into_source(server, server_identity(cur), manifest.source_identity, manifest.source_conn_id,

@@ -1,9 +1,10 @@
 """Load a work unit's chunks exactly once: LOAD DATA from a FIFO, one transaction per chunk with its ledger row.
 
-Each chunk is streamed from the backup (file, S3 or SSH), its sha256 checked, into a named pipe read by
+Each chunk is streamed from the backup (S3 or SSH), its sha256 checked, into a named pipe read by
 `LOAD DATA LOCAL INFILE` (no temporary copy, memory bounded whatever the table size): chunks go in compressed
 and lastline's handler (logical.infile; never the client library's own) decompresses them in the client,
-capped at the chunk's raw size. The statement passes no args (the pipe is a literal): a `%` in a name stays
+capped at the chunk's raw size. A chunk in a local folder is offered to the handler as the descriptor the storage
+opened (no link followed, a regular file), and the handler checks its sha256 as it reads (Loader._read_local). The statement passes no args (the pipe is a literal): a `%` in a name stays
 a `%`. The chunk's ledger row (`_lastline.ledger`) is inserted first, in the same transaction
 as the rows: a retried task, a re-triggered run, a killed loader or a crashed server either finds
 the row (the chunk is in, skip it) or finds neither the row nor the data (load it again). A second
@@ -119,7 +120,10 @@ class Loader:
 
     def _stream_into(self, t: LogicalTable, c: ChunkInfo) -> int:
         """LOAD DATA one chunk through a FIFO inside the caller's transaction (its sha256 is known only at its
-        end: a refused chunk is rolled back with the transaction); returns rows loaded."""
+        end: a refused chunk is rolled back with the transaction); returns rows loaded. A chunk in a local folder
+        is read by the handler itself, from the descriptor storage.open_file gives (_read_local)."""
+        if self.in_client and self.storage.local_files:
+            return self._read_local(t, c)
         key, what = f"{self.manifest.backup_id}/{c.file}", f"{t.schema}.{t.name}"
 
         def pump(fh: Any) -> None:  # progress in raw bytes, estimated from the compressed ones
@@ -133,6 +137,31 @@ class Loader:
             raise errors[0]
         if errors:
             raise ServerError(f"chunk {self.storage.location(key)} ({what}): the server stopped reading it (did it go away?); the task retries.")
+        return self._loaded(t, c, rows)
+
+    def _read_local(self, t: LogicalTable, c: ChunkInfo) -> int:
+        """LOAD DATA one chunk of a local folder inside the caller's transaction: the file is opened by descriptor
+        from the root with no link followed (a regular file only), and the handler reads that descriptor, hashing
+        what it reads; a sha256 that is not the manifest's fails the statement at the file's end (rolled back with
+        the transaction). No FIFO, thread or copy per chunk. Returns rows loaded."""
+        key = f"{self.manifest.backup_id}/{c.file}"
+        fd = self.storage.open_file(key)
+        try:
+            size = os.fstat(fd).st_size
+            if size != c.bytes:  # before a byte is sent (and a file of frames that decompress to nothing is bounded)
+                raise IntegrityError(f"chunk {self.storage.location(key)} ({t.schema}.{t.name}) is {size} bytes, the manifest "
+                                     f"says {c.bytes}; nothing of it was loaded. Restore from another backup or re-run the backup.")
+            token = self.infile.offer_fd(fd, self.manifest.compression, c.raw_bytes, c.sha256)
+            try:
+                rows = self._load(t, c, token)
+                if not self.infile.verified:  # success means the handler read the file to its end and its hash matched
+                    raise IntegrityError(f"chunk {self.storage.location(key)} ({t.schema}.{t.name}) loaded without its "
+                                         "sha256 being checked at its end; nothing of it was kept.")
+            finally:
+                self.infile.withdraw()
+        finally:
+            os.close(fd)
+        self.progress.add(c.raw_bytes)
         return self._loaded(t, c, rows)
 
     def _load_proven(self, t: LogicalTable, c: ChunkInfo) -> int:
@@ -151,7 +180,7 @@ class Loader:
         try:
             self.cur.execute(dialect.load_sql(t.schema, t.name, [dialect.Column(**col) for col in t.columns], string_literal(path)))
         except BaseException as exc:
-            refused = infile.refusal(exc, f"{self.storage.location(f'{self.manifest.backup_id}/{c.file}')} ({t.schema}.{t.name})")
+            refused = self.infile.refusal(exc, f"{self.storage.location(f'{self.manifest.backup_id}/{c.file}')} ({t.schema}.{t.name})")
             if refused is not None:
                 raise refused from exc
             raise
