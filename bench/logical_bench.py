@@ -41,7 +41,8 @@ from pathlib import Path
 
 from lastline.core.option_files import option_file, option_file_text
 from lastline.logical import backup as lb
-from lastline.logical.backup.worker import DumpWorker, PartWriter
+from lastline.logical.backup.parts import PartWriter
+from lastline.logical.backup.worker import DumpWorker
 from lastline.storage import open_storage
 from lastline_dev.sandbox import Instance
 
@@ -296,13 +297,15 @@ def main() -> int:
     record("lastline dump, zstd", lastline_dump(out, n, r, "zstd", inst.pid(), args.tables * args.rows), out)
     record("lastline dump, uncompressed", lastline_dump(out, n, r, "none", inst.pid(), args.tables * args.rows), out)
     if args.design:
+        from lastline.logical.backup import parts
         from lastline.logical.backup import worker as tsvdump
 
-        in_worker, tsvdump.IN_WORKER = tsvdump.IN_WORKER, frozenset()  # the former way: a zstd process per part
+        in_worker = tsvdump.IN_WORKER
+        tsvdump.IN_WORKER = parts.IN_WORKER = frozenset()  # the former way: a zstd process per part, through a pipe
         try:
             record("lastline dump, zstd in a process per part", lastline_dump(out, n, r, "zstd", inst.pid(), args.tables * args.rows), out)
         finally:
-            tsvdump.IN_WORKER = in_worker
+            tsvdump.IN_WORKER = parts.IN_WORKER = in_worker
     if args.sweep:
         for rows in (100_000, 250_000, 1_000_000):
             record(f"lastline dump, zstd, {rows:,} rows per chunk", lastline_dump(out, n, rows, "zstd", inst.pid(), args.tables * args.rows), out)

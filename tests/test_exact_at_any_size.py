@@ -16,8 +16,9 @@ import pytest
 from lastline.core.errors import IntegrityError, StorageError
 from lastline.logical import backup as lb
 from lastline.logical import restore as lr
+from lastline.logical.backup.parts import DirectPart, PartWriter, open_part
 from lastline.logical.backup.snapshot import SESSION
-from lastline.logical.backup.worker import DirectPart, DumpWorker, PartWriter, WorkerWarning, open_part
+from lastline.logical.backup.worker import DumpWorker, WorkerWarning
 from lastline.logical.format import chunking, dialect
 from lastline.manifest import LogicalManifest, read_manifest
 from lastline.storage import open_storage

@@ -14,8 +14,9 @@ import pytest
 from lastline.core import impact
 from lastline.core.errors import PreflightError, ServerError
 from lastline.logical import backup as lb
+from lastline.logical.backup.parts import PartWriter
 from lastline.logical.backup.snapshot import SAVEPOINT, SnapshotPool, instance_lock, snapshot_method
-from lastline.logical.backup.worker import DumpWorker, PartWriter
+from lastline.logical.backup.worker import DumpWorker
 from lastline.manifest import read_manifest
 from lastline.physical import backup as pb
 from lastline.physical.tools import backup_stages

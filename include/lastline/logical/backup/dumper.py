@@ -20,8 +20,9 @@ from lastline.core.errors import IntegrityError, LastlineError, PipelineError, P
 from lastline.core.progress import Progress
 from lastline.core.servers import Server
 from lastline.core.sql import LOST_CONNECTION, holds_any, sql_error
+from lastline.logical.backup.parts import Part, open_part
 from lastline.logical.backup.snapshot import SAVEPOINT, SESSION
-from lastline.logical.backup.worker import DumpWorker, Part, WorkerError, WorkerWarning, open_part
+from lastline.logical.backup.worker import DumpWorker, WorkerError, WorkerWarning
 from lastline.logical.format import chunking, dialect
 from lastline.manifest import (
     ChunkInfo,

@@ -30,34 +30,18 @@ from lastline.core import accounts, stopping
 from lastline.core.errors import IntegrityError, LastlineError, ServerError
 from lastline.core.progress import Progress
 from lastline.core.servers import Server
-from lastline.core.sql import LOST_CONNECTION, META_DB, NON_TRANSACTIONAL, placeholders, sql_error, string_literal
+from lastline.core.sql import LOST_CONNECTION, META_DB, NON_TRANSACTIONAL, sql_error, string_literal
 from lastline.logical.format import dialect, infile
 from lastline.logical.format.chunk_files import prove_chunk, write_chunk
 from lastline.logical.format.plans import UNIT_TABLES, UnitLoaded
 from lastline.logical.restore.create import Creates, TableMaker
+from lastline.logical.restore.target_state import loaded_files
 from lastline.logical.restore.verify import chunk_checks, table_checksum
 from lastline.logical.restore.work_units import WorkUnit
 from lastline.manifest import ChunkInfo, LogicalManifest, LogicalTable
 from lastline.storage import Storage
 
 log = logging.getLogger(__name__)
-
-
-def loaded_count(cur: Any, backup_id: str, files: list[str]) -> int:
-    """How many of `files` (chunks of `backup_id`) the ledger says are in: their rows alone, by its primary key."""
-    found = 0
-    for i in range(0, len(files), 1000):
-        batch = files[i:i + 1000]
-        cur.execute(f"SELECT COUNT(*) FROM {META_DB}.ledger WHERE backup_id = %s AND file IN ({placeholders(batch)})",
-                    (backup_id, *batch))
-        found += int(cur.fetchone()[0])
-    return found
-
-
-def loaded_files(cur: Any, backup_id: str) -> set[str]:
-    """Chunk files of `backup_id` the ledger says are in."""
-    cur.execute(f"SELECT file FROM {META_DB}.ledger WHERE backup_id = %s", (backup_id,))
-    return {(f.decode() if isinstance(f, bytes) else f) for (f,) in cur.fetchall()}
 
 
 class Lane:
@@ -140,10 +124,8 @@ class Loader:
         return self._loaded(t, c, rows)
 
     def _read_local(self, t: LogicalTable, c: ChunkInfo) -> int:
-        """LOAD DATA one chunk of a local folder inside the caller's transaction: the file is opened by descriptor
-        from the root with no link followed (a regular file only), and the handler reads that descriptor, hashing
-        what it reads; a sha256 that is not the manifest's fails the statement at the file's end (rolled back with
-        the transaction). No FIFO, thread or copy per chunk. Returns rows loaded."""
+        """LOAD DATA one local chunk inside the caller's transaction: opened by descriptor (storage.open_file), read by
+        the handler, whose sha256 check at the file's end fails the statement (rolled back); returns rows loaded."""
         key = f"{self.manifest.backup_id}/{c.file}"
         fd = self.storage.open_file(key)
         try:

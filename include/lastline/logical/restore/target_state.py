@@ -9,7 +9,7 @@ import logging
 from typing import Any
 
 from lastline.core.servers import Server
-from lastline.core.sql import ASIDE_PREFIX, META_DB, table_exists
+from lastline.core.sql import ASIDE_PREFIX, META_DB, placeholders, table_exists
 from lastline.logical.format import dialect
 from lastline.logical.restore import tuning
 from lastline.logical.restore.backup_files import selected
@@ -148,3 +148,20 @@ def drop_aside(server: Server, databases: list[str]) -> list[str]:
                 cur.execute(f"DROP DATABASE {dialect.quote_ident(aside_name(db))}")
                 dropped.append(aside_name(db))
     return dropped
+
+
+def loaded_count(cur: Any, backup_id: str, files: list[str]) -> int:
+    """How many of `files` (chunks of `backup_id`) the ledger says are in: their rows alone, by its primary key."""
+    found = 0
+    for i in range(0, len(files), 1000):
+        batch = files[i:i + 1000]
+        cur.execute(f"SELECT COUNT(*) FROM {META_DB}.ledger WHERE backup_id = %s AND file IN ({placeholders(batch)})",
+                    (backup_id, *batch))
+        found += int(cur.fetchone()[0])
+    return found
+
+
+def loaded_files(cur: Any, backup_id: str) -> set[str]:
+    """Chunk files of `backup_id` the ledger says are in."""
+    cur.execute(f"SELECT file FROM {META_DB}.ledger WHERE backup_id = %s", (backup_id,))
+    return {(f.decode() if isinstance(f, bytes) else f) for (f,) in cur.fetchall()}
