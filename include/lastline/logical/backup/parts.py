@@ -172,7 +172,6 @@ def open_part(storage: Storage, key: str, compression: str, priority: str = "nor
     if storage.local_files and (compression in IN_WORKER or codec(compression).tool is None):
         writer = storage.writer(key, durable=False)
         fd = writer.fileno()
-        if fd is not None:
-            return DirectPart(key, writer, fd)
-        writer.abort()
+        assert fd is not None, "a storage with local_files writes files"
+        return DirectPart(key, writer, fd)
     return PartWriter(storage, key, compression, priority)

@@ -151,10 +151,7 @@ class Handler:
     def refusal(self, exc: BaseException, where: str) -> IntegrityError | None:
         """refusal() of a failed statement, or else the handler's own verdict on it (a server error that followed
         the handler's refusal replaces its message in the client library, not the fact that the file was refused)."""
-        found = refusal(exc, where)
-        if found is None and self.slot.verdict:
-            found = refusal(Exception(0, self.slot.verdict.decode(errors="replace")), where)
-        return found
+        return refusal(exc, where) or _refused(self.slot.verdict.decode(errors="replace"), where)
 
     def withdraw(self) -> None:
         """Whatever the last offer left unused goes: no later statement can be given it."""
@@ -170,7 +167,11 @@ def install(conn: Any) -> Handler:
 def refusal(exc: BaseException, where: str) -> IntegrityError | None:
     """The handler's own error in a failed statement (what it found in the chunk `where` names), as an
     IntegrityError; None for any other error."""
-    message = str(exc.args[1]) if len(getattr(exc, "args", ())) > 1 else str(exc)
+    return _refused(str(exc.args[1]) if len(getattr(exc, "args", ())) > 1 else str(exc), where)
+
+
+def _refused(message: str, where: str) -> IntegrityError | None:
+    """The IntegrityError for a message holding the handler's refusal; None for any other message."""
     if ERROR_PREFIX not in message:
         return None
     return IntegrityError(f"chunk {where} {message.split(ERROR_PREFIX, 1)[1]}; nothing of it was loaded.")
