@@ -208,8 +208,11 @@ def without_airflow(conf: dict, run_id: str) -> tuple[float, dict, float]:
 # a standalone scheduler (its own executor) with the deployment's settings (docker-compose.yaml, held to them by
 # tests/test_deploy.py): the scheduler loop sleeps 0.2 s when idle, not 1 s (each serial task would wait for it);
 # the DAG files are parsed every 300 s, not 30
+# the nightly schedules off: a bench triggers the backup DAGs, which unpauses them, and a scheduled run of the last
+# interval would then start beside the measured one (catchup is off, but the last interval still runs)
 DEPLOYMENT_ENV = {**{k: v for k, v in SHARED_SETTINGS.items() if k != "AIRFLOW__CORE__EXECUTOR"},
-                  "AIRFLOW__API__HOST": "127.0.0.1", "LASTLINE_RETRIES": "0"}
+                  "AIRFLOW__API__HOST": "127.0.0.1", "LASTLINE_RETRIES": "0",
+                  "LASTLINE_LOGICAL_BACKUP_SCHEDULE": "none", "LASTLINE_PHYSICAL_BACKUP_SCHEDULE": "none"}
 
 
 def task_timeline(db: Path, dag_id: str, run_id: str) -> list[dict]:
@@ -378,6 +381,7 @@ def main() -> int:
             start = cpu_seconds(tgt.pid())  # the trigger (two REST calls) is counted
             run = af.wait("logical_restore", af.trigger("logical_restore", {**conf, **BUILDS[build]}))
             run["cpu"] = cpu_since(start, tgt.pid())
+            run["peak_rss"] = af.task_peaks("logical_restore", run["run_id"])
             if run["state"] == "success" and rows_on(tgt) != expected:
                 raise SystemExit(f"index_build={build}: sbtest1 + sbtest_big hold {rows_on(tgt)} rows, expected {expected}")
             runs.append((build, run))
@@ -395,6 +399,10 @@ def main() -> int:
         record(name, run["seconds"], check=False, cpu=run["cpu"])  # rows checked right after the run
         results[name]["load_step"] = {"seconds": report["load_seconds"], "mb_per_s": report["load_mb_per_s"],
                                       "stages": report["stages"]}
+        results[name]["peak_rss"] = peaks = run["peak_rss"]
+        print(f"  {'  peak RSS: largest task process':<58} {peaks['largest_task']['mb']:7.0f} MB "
+              f"({peaks['largest_task']['task']}; the largest process a task started: "
+              f"{peaks['largest_child']['command']} {peaks['largest_child']['mb']:.0f} MB)", flush=True)
         print(f"  {'  of which: load step (lanes, in-lane index builds included)':<58} {report['load_seconds']:7.1f} s", flush=True)
         print(f"  {'  stages':<58} " + ", ".join(f"{k} {v:.1f} s" for k, v in report["stages"].items()), flush=True)
         timelines[name] = timeline = task_timeline(af.db, "logical_restore", run["run_id"])

@@ -27,9 +27,11 @@ from pathlib import Path
 
 from lastline.core.option_files import option_file
 from lastline_dev.compare import compare
+from lastline_dev.peaks import SessionPeaks
 from lastline_dev.sandbox import Instance
 
 ROOT = Path(__file__).resolve().parents[1]
+PEAKS: dict[str, dict] = {}  # dag_id: the peak RSS of its `dags test` process and of the largest process it started
 
 
 def sh(cmd: str, env: dict | None = None) -> float:
@@ -51,9 +53,16 @@ def dag(dag_id: str, conf: dict, env: dict, log: Path) -> tuple[float, float, fl
     which a deployed Airflow, whose api-server keeps running, does not pay per run."""
     t0 = time.monotonic()
     with open(log, "w") as fh:
-        subprocess.run([str(ROOT / "bin/airflow"), "dags", "test", dag_id, "-c", json.dumps(conf)],
-                       check=True, stdout=fh, stderr=subprocess.STDOUT, env=env)
+        proc = subprocess.Popen([str(ROOT / "bin/airflow"), "dags", "test", dag_id, "-c", json.dumps(conf)],
+                                stdout=fh, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+        peaks = SessionPeaks(proc.pid).start()
+        try:
+            if proc.wait() != 0:
+                raise subprocess.CalledProcessError(proc.returncode, f"airflow dags test {dag_id}")
+        finally:
+            peaks.stop()
     wall = time.monotonic() - t0
+    PEAKS[dag_id] = peaks.session(proc.pid)
     text = log.read_text()
     if "state=success" not in text:
         sys.exit(f"{dag_id} failed: see {log}")
@@ -141,6 +150,9 @@ def main() -> int:
           f"  ratio {(b_run + r_run) / hand:.2f}x")
     print(f"  DAGs, wall (dags test)     backup {b_wall:6.1f} s  restore {r_wall:6.1f} s  total {b_wall + r_wall:6.1f} s"
           f"  ratio {(b_wall + r_wall) / hand:.2f}x")
+    for dag_id, peak in PEAKS.items():
+        print(f"  peak RSS of {dag_id} (`dags test`, its tasks in-process): {peak['process_mb']} MB; the largest process "
+              f"it started: {peak['largest_child']['command']} {peak['largest_child']['mb']:.0f} MB")
     print("  checksums: source == target after both restores")
     if args.record:
         Path(args.record).write_text(json.dumps({
@@ -148,7 +160,7 @@ def main() -> int:
             "hand": {"backup": round(hand_b, 1), "restore": round(hand_r, 1)},
             "dag_span": {"backup": round(b_span, 1), "restore": round(r_span, 1)},
             "dag_run": {"backup": round(b_run, 1), "restore": round(r_run, 1)},
-            "dag_wall": {"backup": round(b_wall, 1), "restore": round(r_wall, 1)}}, indent=1))
+            "dag_wall": {"backup": round(b_wall, 1), "restore": round(r_wall, 1)}, "peak_rss": PEAKS}, indent=1))
     src.stop()
     tgt.stop()
     return 0

@@ -76,6 +76,7 @@ def logical(gb: float, work: Path, myloader1: str, parallel: int) -> dict[str, A
     warm = next(v for k, v in res.items() if k.startswith("lastline DAG") and "warm run" in k)
     anchor = "myloader 1.0" if myloader1 else "myloader -t"
     return {"raw_mb": record["raw_mb"], "memory": record["memory"], "lastline_dag": warm["seconds"],
+            "peak_rss": warm.get("peak_rss"),
             "lastline_load_step": warm["load_step"]["seconds"], "hand": mean("by hand"), "myloader": mean(anchor),
             "myloader_name": "myloader 1.0" if myloader1 else "myloader 0.10",
             "cold_dag": next(v["seconds"] for k, v in res.items() if k.startswith("lastline DAG") and "cold" in k)}
@@ -153,6 +154,9 @@ def show(gb: float, res: dict[str, Any]) -> None:
         print(f"\nlogical restore, {mb:,.0f} MB of rows, {lo['memory']}:")
         print(f"  lastline DAG (warm, whole run)  {dag:7.1f} s  {dag / mb * 1000:6.1f} s/GB  (load step {lo['lastline_load_step']:.1f} s;"
               f" cold run {lo['cold_dag']:.1f} s)")
+        if peaks := lo.get("peak_rss"):
+            print(f"  peak RSS of a task process       {peaks['largest_task']['mb']:7.0f} MB ({peaks['largest_task']['task']}; "
+                  f"the largest it started: {peaks['largest_child']['command']} {peaks['largest_child']['mb']:.0f} MB)")
         for name, key in ((lo["myloader_name"], "myloader"), ("hand-run limit", "hand")):
             if lo[key]:
                 print(f"  {name:<31} {lo[key]:7.1f} s  {lo[key] / mb * 1000:6.1f} s/GB  {lo[key] / dag:.2f}x lastline's "
@@ -165,6 +169,9 @@ def show(gb: float, res: dict[str, Any]) -> None:
         print(f"  by hand (raw pipeline)          {hand:7.1f} s  {hand / mb * 1000:6.1f} s/GB")
         print(f"  DAGs, tasks' span               {span:7.1f} s  {span / mb * 1000:6.1f} s/GB  {span / hand:.2f}x the raw pipeline")
         print(f"  DAGs, run duration              {run_s:7.1f} s  {run_s / mb * 1000:6.1f} s/GB  {run_s / hand:.2f}x the raw pipeline")
+        for dag_id, peaks in ph.get("peak_rss", {}).items():
+            print(f"  peak RSS, {dag_id:<21} {peaks['process_mb']:7.0f} MB (its tasks run in the `dags test` process; the "
+                  f"largest process they started: {peaks['largest_child']['command']} {peaks['largest_child']['mb']:.0f} MB)")
 
 
 def grow(sizes: list[float], results: dict[float, dict[str, Any]]) -> dict[str, Any]:

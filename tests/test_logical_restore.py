@@ -391,6 +391,7 @@ def test_per_table_index_builds_run_in_the_lanes_and_two_lanes_split_the_units(b
     import threading
 
     caplog.set_level(logging.INFO)
+    caplog.set_level(logging.DEBUG, logger="lastline.logical.restore")  # a table's line is at debug when it was quick
     dbs = ("sakila", "big")
     plan = lr.preflight(_conf(backups, force=True, databases=list(dbs), index_build="per_table"))
     snap = lr.snapshot_config(plan)

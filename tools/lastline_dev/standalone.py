@@ -16,6 +16,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from lastline_dev.deployment import Api
+from lastline_dev.peaks import SessionPeaks
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -33,6 +34,7 @@ class Standalone:
         self.env = {**env, "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": "lastline:admin",
                     "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE": str(self.passwords)}
         self.api = Api(f"http://127.0.0.1:{self.port}", "lastline", secrets.token_urlsafe(12))
+        self.peaks: SessionPeaks | None = None  # every process's peak RSS while it runs: task_peaks()
 
     def __enter__(self) -> Standalone:
         self.home.mkdir(parents=True, exist_ok=True)
@@ -41,6 +43,7 @@ class Standalone:
         fh = open(self.log, "w")
         self.proc = subprocess.Popen([str(ROOT / "bin/airflow"), "standalone"], env=self.env, stdout=fh,
                                      stderr=subprocess.STDOUT, start_new_session=True, cwd=ROOT)
+        self.peaks = SessionPeaks(self.proc.pid).start()
         deadline = time.monotonic() + 240
         try:
             while time.monotonic() < deadline:
@@ -92,8 +95,15 @@ class Standalone:
             time.sleep(1)
         raise TimeoutError(f"{dag_id} {run_id or run_type} did not finish in {timeout} s; see {self.log}")
 
+    def task_peaks(self, dag_id: str, run_id: str) -> dict:
+        """The peak RSS of a run's task processes and of what they started (SessionPeaks.tasks)."""
+        assert self.peaks is not None, "task_peaks() inside the with block"
+        return self.peaks.tasks(self.db, dag_id, run_id)
+
     def __exit__(self, *exc: object) -> None:
         """TERM the whole group, wait until every member (scheduler, workers) is gone, KILL after 60 s."""
+        if self.peaks:
+            self.peaks.stop()
         if not self.proc:
             return
         try:

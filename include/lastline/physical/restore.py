@@ -15,6 +15,9 @@ from __future__ import annotations
 import json
 import logging
 import time
+from typing import Any
+
+import MySQLdb
 
 from lastline import connections, reports
 from lastline.core import datadir as dd
@@ -25,7 +28,7 @@ from lastline.core.hosts import require_tools
 from lastline.core.pipeline import run_pipeline
 from lastline.core.plans import PARALLEL, Conf
 from lastline.core.progress import step_report
-from lastline.core.servers import Server, base_version, refuse_restore_into_source
+from lastline.core.servers import Server, base_version, over_connections, refuse_restore_into_source
 from lastline.core.sql import qualified, tables_at_risk
 from lastline.manifest import PhysicalManifest, backup_age, read_manifest, resolve_backup
 from lastline.physical import tools as physical
@@ -153,6 +156,9 @@ def start_target(plan: RestorePlan, timeout: float = 180) -> StepResult:
     return StepResult(round(seconds, 3))
 
 
+VERIFY_CONNECTIONS = 4
+
+
 def plausible(actual: int, estimate: int) -> bool:
     """Whether an exact row count fits InnoDB's estimate (estimates can be off by tens of percent)."""
     return abs(actual - estimate) <= max(1000, estimate * 0.6)
@@ -170,19 +176,27 @@ def verify(plan: RestorePlan, extracted: StepResult | None = None) -> Verified:
     version = server.variables("version")["version"]
     if base_version(version)[:2] != base_version(manifest.server_version)[:2]:
         raise IntegrityError(f"target runs {version}, the backup is of {manifest.server_version}.")
+    def count(cur: Any, t: Any) -> tuple[str, int | None, str | None]:
+        name = qualified(t.schema, t.name)
+        try:
+            cur.execute(f"SELECT COUNT(*) FROM {name}")
+            return name, int(cur.fetchone()[0]), None
+        except MySQLdb.Error as exc:  # collected and reported together
+            return name, None, str(exc)
+
     problems, counts = [], {}
-    with server.session() as cur:
-        for t in manifest.tables:
-            name = qualified(t.schema, t.name)
-            try:
-                cur.execute(f"SELECT COUNT(*) FROM {name}")
-                n = int(cur.fetchone()[0])
-            except Exception as exc:  # noqa: BLE001 - collected and reported together
-                problems.append(f"{name}: {exc}")
-                continue
-            counts[f"{t.schema}.{t.name}"] = n
-            if not plausible(n, t.rows):
-                problems.append(f"{name}: {n} rows, the backup estimated {t.rows}")
+    # on VERIFY_CONNECTIONS at least, the biggest tables first (the shortest tail). A table's first open after the
+    # start waits more than it works: 10,000 small tables took 23 s on one connection, 6.7 s on 2, 4.4 s on 4 and
+    # 4.0 s on 8 (2 cores)
+    tables = sorted(manifest.tables, key=lambda t: -t.rows)
+    on = max(plan.parallel, VERIFY_CONNECTIONS)
+    for t, (name, n, error) in zip(tables, over_connections(server, on, tables, count), strict=True):
+        if n is None:
+            problems.append(f"{name}: {error}")
+            continue
+        counts[f"{t.schema}.{t.name}"] = n
+        if not plausible(n, t.rows):
+            problems.append(f"{name}: {n} rows, the backup estimated {t.rows}")
     if problems:
         raise IntegrityError("restored server fails verification:\n  " + "\n  ".join(problems))
     if aside:

@@ -242,7 +242,8 @@ def late_objects(plan: StagingPlan) -> LateObjects:
     schema = checked_schema(storage, read_manifest(storage, backup_id, "logical", sha256=plan.manifest_sha256 or None))
     kinds = ("triggers", "events")
     definer = create_objects(server, schema, plan.databases, kinds=kinds)
-    wanted = [(k, o["schema"], o["name"]) for k in kinds for o in schema[k] if o["schema"] in plan.databases]
+    in_dbs = set(plan.databases)
+    wanted = [(k, o["schema"], o["name"]) for k in kinds for o in schema[k] if o["schema"] in in_dbs]
     with server.session() as cur:  # one query a kind, none per object
         present = {k: objects_present(cur, k, plan.databases) for k in kinds}
         missing = [f"{kind[:-1]} {db}.{name}" for kind, db, name in wanted if (db.casefold(), name.casefold()) not in present[kind]]

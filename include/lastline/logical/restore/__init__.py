@@ -14,7 +14,14 @@ from lastline.core.errors import IntegrityError, LastlineError, PreflightError
 from lastline.core.plans import PARALLEL, Conf
 from lastline.core.progress import plural
 from lastline.core.servers import base_version, refuse_restore_into_source
-from lastline.core.sql import ASIDE_PREFIX, SYSTEM_SCHEMAS, never_restored, server_identity, tables_at_risk  # noqa: F401
+from lastline.core.sql import (  # noqa: F401
+    ASIDE_PREFIX,
+    SYSTEM_SCHEMAS,
+    never_restored,
+    placeholders,
+    server_identity,
+    tables_at_risk,
+)
 from lastline.logical.format.plans import INDEX_BUILDS, ConfigSnapshot, RestorePlan, Reverted, SchemaCreated, Tuned, UnitLoaded
 from lastline.logical.restore import tuning
 from lastline.logical.restore.backup_files import (
@@ -103,16 +110,15 @@ def preflight(conf: dict, role: str | None = None) -> RestorePlan:
         if restore_grants:
             refuse_wide_grants(cur, schema, wanted)
         resume = resuming(cur, backup_id, wanted)
-        nonempty, kept_bytes = [], 0
-        for db in wanted:
-            # with the tables an earlier forced run set aside (aside_name): a run that stopped before it created any
-            # table leaves the database empty, and its old tables are still the ones at stake
-            cur.execute("SELECT COUNT(*), COALESCE(SUM(DATA_LENGTH + INDEX_LENGTH), 0) FROM information_schema.TABLES "
-                        "WHERE TABLE_SCHEMA IN (%s, %s)", (db, aside_name(db)))
-            count, size = cur.fetchone()
-            if count:
-                nonempty.append(db)
-                kept_bytes += int(size)  # force keeps them until verify: both must fit
+        # with the tables an earlier forced run set aside (aside_name): a run that stopped before it created any
+        # table leaves the database empty, and its old tables are still the ones at stake. One query for them all
+        # (one per database cost 6 ms each at 400 databases of 10,000 tables: the server reads no other database)
+        names = [*wanted, *(aside_name(db) for db in wanted)]
+        cur.execute("SELECT TABLE_SCHEMA, COALESCE(SUM(DATA_LENGTH + INDEX_LENGTH), 0) FROM information_schema.TABLES "
+                    f"WHERE TABLE_SCHEMA IN ({placeholders(names)}) GROUP BY TABLE_SCHEMA", names)
+        held = {schema.casefold(): int(size) for schema, size in cur.fetchall()}  # as the server matched them
+        nonempty = [db for db in wanted if db.casefold() in held or aside_name(db).casefold() in held]
+        kept_bytes = sum(held.values())  # force keeps them until verify: both must fit
         if nonempty and not (params.flag("force") or resume):
             raise PreflightError(
                 f"database(s) {', '.join(nonempty)} already exist on {server.describe()} and are not empty (or hold the "
@@ -249,7 +255,9 @@ def load_lane(plan: RestorePlan, lane: str) -> list[UnitLoaded]:
         def built(cur: Any, schema: str, name: str) -> None:  # in this lane's slot, while the other lanes load
             kept = keep_chunk_sums(cur, manifest, [in_manifest[(schema, name)]])
             indexes, check = complete_table(cur, manifest, tables[(schema, name)], None if kept else in_manifest[(schema, name)])
-            log.info("%s: %s.%s: indexes built in %.1f s, checksum for verify in %.1f s", lane, schema, name, indexes, check)
+            # said at info when it took a while: a line per table (10,000 of them) costs the task's log more than it tells
+            log.log(logging.INFO if indexes + check >= 1.0 else logging.DEBUG, "%s: %s.%s: indexes built in %.1f s, "
+                    "checksum for verify in %.1f s", lane, schema, name, indexes, check)
 
     return lane_loader(server, storage, manifest, units, lane, plan.parallel, on_table_done=built, setup=RUN_SESSION,
                        create=table_creates(plan, manifest, schema))

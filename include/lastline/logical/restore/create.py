@@ -58,7 +58,8 @@ def table_creates(plan: RestorePlan, manifest: LogicalManifest, schema: dict) ->
     first asks for it (a lane checks only the tables it creates); None when prepare created them (creates_in_lanes)."""
     if not creates_in_lanes(plan):
         return None
-    tables = {(t["schema"], t["name"]): t for t in schema["tables"] if t["schema"] in plan.databases}
+    wanted = set(plan.databases)  # a set: a list would cost tables x databases
+    tables = {(t["schema"], t["name"]): t for t in schema["tables"] if t["schema"] in wanted}
     raw = {(t.schema, t.name): t.raw_bytes for t in manifest.tables}
 
     @functools.cache
@@ -79,6 +80,7 @@ def create_schema(plan: RestorePlan) -> SchemaCreated:
     storage, manifest = open_backup(plan)
     schema = checked_schema(storage, manifest)
     server = target_server(plan)
+    wanted = set(plan.databases)  # a set: a list would cost objects x databases
     t0 = time.monotonic()
     with server.session() as cur:
         ensure_ledger(cur)
@@ -96,7 +98,7 @@ def create_schema(plan: RestorePlan) -> SchemaCreated:
             )
             cur.connection.commit()
         for d in schema["databases"]:
-            if d["name"] in plan.databases:
+            if d["name"] in wanted:
                 cur.execute(database_create(d))
     accounts.revoke_older_owners(server, plan.databases)  # before any row arrives, not only at the objects step
     lanes_create = creates_in_lanes(plan)
@@ -104,10 +106,10 @@ def create_schema(plan: RestorePlan) -> SchemaCreated:
     creates = []  # every statement checked before the first runs
     raw = {(t.schema, t.name): t.raw_bytes for t in manifest.tables}
     for t in [] if lanes_create else schema["tables"]:
-        if t["schema"] in plan.databases:
+        if t["schema"] in wanted:
             creates.append(("tables", t, table_create(plan, t, raw.get((t["schema"], t["name"]), 0))))
     for t in schema["sequences"]:
-        if t["schema"] in plan.databases:
+        if t["schema"] in wanted:
             creates.append(("sequences", t, checked_create("sequences", t, plan.databases)))
 
     def run(cur: Any, item: tuple[str, dict, str]) -> None:

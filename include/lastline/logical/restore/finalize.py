@@ -60,12 +60,13 @@ def finalize(plan: RestorePlan) -> Finalized:
     server = target_server(plan)
     run = run_server(plan)
     dbs = plan.databases
+    in_dbs = set(dbs)  # for the look-ups per table
     t0 = time.monotonic()
     steps: dict[str, float] = {}
     s = time.monotonic()
     if plan.defer_indexes:  # index builds: one table per connection, `parallel` at once; then the foreign keys
         in_manifest = {(t.schema, t.name): t for t in manifest.tables}
-        in_scope = sorted((t for t in schema["tables"] if t["schema"] in dbs),  # the biggest first: the shortest tail
+        in_scope = sorted((t for t in schema["tables"] if t["schema"] in in_dbs),  # the biggest first: the shortest tail
                           key=lambda t: -in_manifest[(t["schema"], t["name"])].raw_bytes)
         kept = recorded_checks(server, manifest.backup_id)  # by the lanes (per_table) or an earlier try
         with run.session() as cur:  # the others whose chunks were checked as they loaded
@@ -86,7 +87,7 @@ def finalize(plan: RestorePlan) -> Finalized:
         accounts.unlogged(cur)
         for t in manifest.tables:
             # a counter the load left where the backup had it needs no ALTER (one round trip and a table lock each)
-            if t.schema in dbs and t.auto_increment and counters.get((t.schema, t.name)) != int(t.auto_increment):
+            if t.schema in in_dbs and t.auto_increment and counters.get((t.schema, t.name)) != int(t.auto_increment):
                 cur.execute(f"ALTER TABLE {dialect.qualified(t.schema, t.name)} AUTO_INCREMENT = {int(t.auto_increment)}")
         steps["auto_increment"] = time.monotonic() - s
     s = time.monotonic()
@@ -101,11 +102,11 @@ def finalize(plan: RestorePlan) -> Finalized:
     with run.session() as cur:
         accounts.unlogged(cur)
         for seq in schema["sequences"]:
-            if seq["schema"] in dbs:
+            if seq["schema"] in in_dbs:
                 cur.execute(f"SELECT SETVAL({dialect.qualified(seq['schema'], seq['name'])}, {int(seq['next_value'])}, 0)")
                 cur.fetchall()
         s = time.monotonic()
-        names = [dialect.qualified(t.schema, t.name) for t in manifest.tables if t.schema in dbs]
+        names = [dialect.qualified(t.schema, t.name) for t in manifest.tables if t.schema in in_dbs]
         for i in range(0, len(names), ANALYZE_BATCH):  # many tables a statement: no round trip per table
             cur.execute("ANALYZE TABLE " + ", ".join(names[i:i + ANALYZE_BATCH]))
             cur.fetchall()
@@ -145,13 +146,14 @@ def objects(server: Server, schema: dict, dbs: list[str], enable_events: bool = 
     definer = server.definer
     owner = accounts.objects_owner(server, dbs) if definer is None else server
     trusted = _trust_routine_creators(server) if definer is None else None
+    in_dbs = frozenset(dbs)
     try:
         for kind in kinds:
             drop = DROP_WORDS.get(kind)
             for obj in schema[kind]:
-                if obj["schema"] not in dbs:
+                if obj["schema"] not in in_dbs:
                     continue
-                create = checked_create(kind, obj, dbs)  # a routine's type is checked there too
+                create = checked_create(kind, obj, in_dbs)  # a routine's type is checked there too
                 if definer != "backup":  # the connection's choice runs it, never a caller (SQL SECURITY DEFINER)
                     create = definer_security(kind, obj, without_definer(kind, create) if definer is None
                                               else with_definer(kind, create, definer))

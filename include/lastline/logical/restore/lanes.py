@@ -50,8 +50,8 @@ def load_lane(server: Server, storage: Storage, manifest: LogicalManifest, units
         with claimed(server, manifest.backup_id, unit) as cur:
             if cur is None:
                 continue
-            done = loaded_files(cur, manifest.backup_id)
-            if all(c.file in done for p in unit.parts for c in tables[(p.schema, p.table)].chunks[p.first: p.last + 1]):
+            files = [c.file for p in unit.parts for c in tables[(p.schema, p.table)].chunks[p.first: p.last + 1]]
+            if len(loaded_files(cur, manifest.backup_id, files)) == len(files):
                 for p in unit.parts:  # an earlier try loaded it whole: said as a unit loaded in part says it
                     if p.last >= p.first:
                         log.info("%s.%s: %d chunk(s) already in the ledger, skipped (%s)", p.schema, p.table,
@@ -60,7 +60,7 @@ def load_lane(server: Server, storage: Storage, manifest: LogicalManifest, units
                     _create_empty(server, unit, create)  # no chunk at all: no ledger row says its tables were made
                 continue
             log.info("%s: loading %s", label, unit.name)
-            results.append(load_unit(server, storage, manifest, unit, parallel, create))
+            results.append(load_unit(server, storage, manifest, unit, parallel, create, tables))
         if on_table_done is not None:
             # one connection for the unit's tables, in autocommit: each check reads the ledger as it is now
             with server.session(autocommit=True) as completing:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import functools
 import re
+from collections.abc import Collection
 from dataclasses import dataclass
 from typing import Any
 
@@ -308,7 +309,7 @@ def table_definitions(create: str) -> tuple[int, list[Definition], int]:
         raise _refuse(f"the table {create[:60]!r}...", str(e)) from None
 
 
-def _check_table(create: str, obj: dict, databases: set[str]) -> None:
+def _check_table(create: str, obj: dict, databases: Collection[str]) -> None:
     raw, idx, open_, close = _table(create)
     sig = [raw[k] for k in idx]
     _name(sig, 2, obj["schema"], obj["name"], "table", exact=True)
@@ -317,7 +318,8 @@ def _check_table(create: str, obj: dict, databases: set[str]) -> None:
     if end < len(sig) and not words_at(sig, end, "PARTITION", "BY"):
         raise _Bad(f"has something after its options that is not PARTITION BY at {_near(sig, end)}")
     for k, t in enumerate(sig):  # `db`.: the table's own database, or (foreign keys) one this restore restores
-        if is_op(t, ".") and (not _kind(sig[k - 1], IDENT) or st.ident_value(sig[k - 1]) not in databases):
+        if is_op(t, ".") and (not _kind(sig[k - 1], IDENT) or (
+                (db := st.ident_value(sig[k - 1])) != obj["schema"] and db not in databases)):
             raise _Bad(f"refers to database {sig[k - 1].text}, which this restore does not restore (at character {t.pos})")
 
 
@@ -417,7 +419,7 @@ def _check_program(kind: str, sig: list[Token], obj: dict) -> None:
         raise _Bad(f"holds more than one statement, or a body lastline cannot follow: {e}") from None
 
 
-def checked_create(kind: str, obj: dict, databases: list[str] | None = None) -> str:
+def checked_create(kind: str, obj: dict, databases: Collection[str] | None = None) -> str:
     """The CREATE statement of a schema.json object, refused (IntegrityError) unless it creates that very
     object as the server prints it: one statement, the object's own name and database (a trigger: on its own
     table); a table only with allowed definitions, engines and options, and foreign keys into its own database
@@ -427,7 +429,7 @@ def checked_create(kind: str, obj: dict, databases: list[str] | None = None) -> 
         raise IntegrityError(f"schema.json: a {kind[:-1]} entry without a name, database or statement: {str(obj)[:200]}")
     try:
         if kind == "tables":
-            _check_table(create, obj, {obj["schema"], *(databases or [])})
+            _check_table(create, obj, databases or ())  # no copy of `databases` per table: read only at a `db`.
         elif kind == "sequences":
             _check_sequence(create, obj)
         elif kind in _KIND_WORDS:
@@ -605,13 +607,14 @@ def grant_reach(grant: str, databases: list[str]) -> str | None:
 
 def validate_schema(schema: dict, databases: list[str], grants: bool = False) -> None:
     """Check every statement a restore of `databases` would run from schema.json (before anything is touched)."""
+    scope = frozenset(databases)  # asked once per object: a list would cost objects x databases
     for d in schema.get("databases", []):
-        if d.get("name") in databases:
+        if d.get("name") in scope:
             database_create(d)
     for kind in ("tables", "sequences", "views", "triggers", "routines", "events"):
         for obj in schema.get(kind, []):
-            if obj.get("schema") in databases:
-                checked_create(kind, obj, databases)
+            if obj.get("schema") in scope:
+                checked_create(kind, obj, scope)
                 session_name(obj.get("character_set_client"), "character_set_client")
                 session_name(obj.get("collation_connection"), "collation_connection")
     if grants:

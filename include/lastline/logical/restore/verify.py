@@ -146,13 +146,14 @@ def verify(plan: RestorePlan, snapshot: ConfigSnapshot | None) -> Verified:
 
     tables = sorted(selected(manifest, plan.databases), key=lambda t: -t.raw_bytes)
     bad += [r for r in over_connections(server, plan.parallel, tables, check, setup=("SET SESSION time_zone = '+00:00'",)) if r]
+    wanted = set(plan.databases)
     with server.session() as cur:
         for kind in ("views", "triggers", "routines", "events", "sequences"):
             if kind in ("triggers", "events") and server.role == "staging":
                 continue  # created once the masking is verified, and checked then (staging.refresh.late_objects)
             present = objects_present(cur, kind, plan.databases)  # one query a kind, none per object
             bad += [f"{kind[:-1]} {o['schema']}.{o['name']} is missing" for o in schema[kind]
-                    if o["schema"] in plan.databases and (o["schema"].casefold(), o["name"].casefold()) not in present]
+                    if o["schema"] in wanted and (o["schema"].casefold(), o["name"].casefold()) not in present]
     differ = tuning.config_differs(server, snapshot.variables) if snapshot else {}
     bad += [f"configuration: {k} is {a!r}, was {b!r} before the restore" for k, (a, b) in sorted(differ.items())]
     if bad:
@@ -167,6 +168,6 @@ def verify(plan: RestorePlan, snapshot: ConfigSnapshot | None) -> Verified:
     in_lanes = sum((t.schema, t.name) in recorded for t in tables)
     log.info("verify ok: %d tables with rows and checksums equal to the backup's (%d taken as each table "
              "completed), every object present, configuration back (%.1f s)", len(tables), in_lanes, time.monotonic() - t0)
-    objects = {kind: sum(1 for o in schema[kind] if o["schema"] in plan.databases)
+    objects = {kind: sum(1 for o in schema[kind] if o["schema"] in wanted)
                for kind in ("views", "triggers", "routines", "events", "sequences")}
     return Verified(len(tables), sum(int(t.rows) for t in tables), objects, not legacy, round(time.monotonic() - t0, 3))
