@@ -19,6 +19,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -59,6 +60,11 @@ def dag(dag_id: str, conf: dict, env: dict, log: Path) -> tuple[float, float, fl
         try:
             if proc.wait() != 0:
                 raise subprocess.CalledProcessError(proc.returncode, f"airflow dags test {dag_id}")
+        except BaseException:  # Ctrl-C too: its own session gets no SIGINT from the terminal
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGTERM)
+                proc.wait()
+            raise
         finally:
             peaks.stop()
     wall = time.monotonic() - t0

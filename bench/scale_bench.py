@@ -31,6 +31,7 @@ the size ratio) and the competitors' time over lastline's; writes a JSON record 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import functools
 import json
 import multiprocessing
@@ -247,6 +248,15 @@ def competitors(src: Instance, tgt: Instance, dbs: list[str], expected: dict[str
     out["mydumper 1.0"] = {"dump": round(d, 3), "load": round(load, 3), "optimize_keys": keys, "failed": failed}
 
 
+def du_mb(path: Path) -> float:
+    """MB of the files under `path` (a live datadir: a file that vanishes meanwhile is left out)."""
+    total = 0
+    for f in path.rglob("*"):
+        with contextlib.suppress(FileNotFoundError):
+            total += f.stat().st_size if f.is_file() else 0
+    return total / 1e6
+
+
 def physical_by_hand(src: Instance, tgt: Instance, dbs: list[str], expected: dict[str, int], work: Path, n: int,
                      out: dict) -> None:
     """The raw physical pipeline, as bench-physical's: `mariabackup --stream | zstd > file`, then stop the target,
@@ -268,7 +278,7 @@ def physical_by_hand(src: Instance, tgt: Instance, dbs: list[str], expected: dic
     restore = time.monotonic() - t0
     art.unlink()
     check("physical by hand", tgt, dbs, expected)
-    datadir_mb = sum(f.stat().st_size for f in src.datadir.rglob("*") if f.is_file()) / 1e6
+    datadir_mb = du_mb(src.datadir)
     out["physical"] = {"datadir_mb": round(datadir_mb), "hand": {"backup": round(backup, 2), "restore": round(restore, 2)}}
 
 

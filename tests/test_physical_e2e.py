@@ -272,3 +272,27 @@ def test_checksum_mismatch_is_named_and_the_target_stays_down(good_backup, targe
     for step in (pr.extract, pr.prepare, pr.start_target):
         step(good)
     assert target.pid() is not None
+
+
+def test_verify_names_each_missing_or_implausible_table_in_the_manifests_order(good_backup, target, tmp_path):
+    """verify counts every table of the manifest, several connections at once and the biggest first, and names each
+    one that is missing or whose count is far from the backup's estimate, in the manifest's order."""
+    from lastline.core.errors import IntegrityError
+    from lastline.physical import restore as pr
+
+    backup = _copy(good_backup, tmp_path)
+    manifest = json.loads((backup / "manifest.json").read_text())
+    tables = manifest["tables"]
+    big = max(tables, key=lambda t: t["rows"])
+    big["rows"] = big["rows"] * 10 + 5000  # ten times what it holds: not plausible
+    tables.insert(0, {"schema": big["schema"], "name": "no_such_table", "engine": "InnoDB", "rows": 0, "bytes": 0})
+    (backup / "manifest.json").write_text(json.dumps(manifest))
+    plan = pr.preflight({"target_conn_id": "t_target", "backup": backup.as_uri(), "force": True})
+    for step in (pr.stop_target, pr.extract, pr.prepare, pr.start_target):
+        step(plan)
+    with pytest.raises(IntegrityError) as err:
+        pr.verify(plan)
+    problems = str(err.value).splitlines()[1:]
+    assert len(problems) == 2, problems
+    assert "no_such_table" in problems[0] and "doesn't exist" in problems[0]
+    assert f"`{big['name']}`: " in problems[1] and f"the backup estimated {big['rows']}" in problems[1]

@@ -40,8 +40,15 @@ def _questions(server) -> int:
     return int(server.query("SHOW GLOBAL STATUS LIKE 'Questions'")[0][1])
 
 
-def _round_trip(source, target, tmp_path, prefix: str, tables: int) -> tuple[int, int]:
-    """Back up and restore `tables` tables, check them exact; the statements the source and the target were sent."""
+def _rows_sent(server) -> int:
+    """Rows the server has sent its clients (its Rows_sent counter)."""
+    return int(server.query("SHOW GLOBAL STATUS LIKE 'Rows_sent'")[0][1])
+
+
+def _round_trip(source, target, tmp_path, prefix: str, tables: int) -> tuple[int, int, int]:
+    """Back up and restore `tables` tables, check them exact; the statements the source and the target were sent,
+    and the rows the target sent the load's lanes (a lane that read the whole ledger per table would send tables x
+    chunks)."""
     src, tgt = source.server(), target.server()
     dbs = _tenants(src, prefix, tables)
     before = _questions(src)
@@ -54,8 +61,10 @@ def _round_trip(source, target, tmp_path, prefix: str, tables: int) -> tuple[int
                           "force": True, "parallel": 2, "tune": False})
     snap = lr.snapshot_config(rplan, prefix)
     _steps, lanes = lr.prepare(rplan)
+    rows = _rows_sent(tgt)
     for lane in lanes:
         lr.load_lane(rplan, lane)
+    lane_rows = _rows_sent(tgt) - rows
     lr.finalize(rplan)
     lr.revert(rplan)
     verified = lr.verify(rplan, snap)
@@ -67,16 +76,20 @@ def _round_trip(source, target, tmp_path, prefix: str, tables: int) -> tuple[int
         for db in dbs:
             cur.execute(f"DROP DATABASE `{db}`")
             tcur.execute(f"DROP DATABASE `{db}`")
-    return dumped, restored
+    return dumped, restored, lane_rows
 
 
 def test_statements_per_table_stay_constant_from_n_to_2n_tables(logical_source, logical_target, tmp_path):
     """100 and 200 tables (4 and 8 tenant databases): both round-trip exactly; the second costs each server at most
     twice the statements of the first (a per-table constant plus a fixed part; a count per pair of tables would make
-    it four times), and each table no more statements than PER_TABLE says."""
+    it four times), and each table no more statements than PER_TABLE says; the rows the lanes read grow as the tables
+    do (a ledger read whole once per table would grow as tables x chunks)."""
     small = _round_trip(logical_source, logical_target, tmp_path, "sg_a", 100)
     large = _round_trip(logical_source, logical_target, tmp_path, "sg_b", 200)
-    for side, (n, n2) in zip(("backup (source)", "restore (target)"), zip(small, large)):
+    rows, rows2 = small[2], large[2]
+    print(f"load lanes: the target sent {rows:,} rows for 100 tables, {rows2:,} for 200")
+    assert rows2 <= 2 * rows + 50, f"the lanes read {rows} rows for 100 tables, {rows2} for 200: more than linear"
+    for side, (n, n2) in zip(("backup (source)", "restore (target)"), zip(small[:2], large[:2])):
         per_table = (n2 - n) / 100
         print(f"{side}: {n:,} statements for 100 tables, {n2:,} for 200: {per_table:.1f} per table")
         assert n2 <= 2 * n + 50, f"{side}: {n} statements for 100 tables, {n2} for 200: more than linear"

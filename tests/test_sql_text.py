@@ -182,12 +182,16 @@ def test_a_held_back_index_is_exactly_one_index():
 
 def test_foreign_keys_reach_only_the_databases_being_restored():
     fk = BASE.replace("  KEY `k` (`c`)\n", "  KEY `k` (`c`),\n  CONSTRAINT `f` FOREIGN KEY (`c`) REFERENCES `db2`.`p` (`id`)\n")
-    assert sc.checked_create("tables", table(fk), ["db", "db2"]) == fk
-    for databases in (["db"], None):
+    for databases in (["db", "db2"], ["db2"], frozenset({"db2"}), {"db", "db2"}):  # however the caller holds them
+        assert sc.checked_create("tables", table(fk), databases) == fk
+    for databases in (["db"], None, [], frozenset(), frozenset({"db", "other"})):
         with pytest.raises(IntegrityError, match="database `db2`, which this restore does not restore"):
             sc.checked_create("tables", table(fk), databases)
     same_db = fk.replace("`db2`.`p`", "`p`")
     assert sc.checked_create("tables", table(same_db)) == same_db
+    own = fk.replace("`db2`.`p`", "`db`.`p`")  # its own database, named: whatever `databases` holds
+    for databases in (None, [], frozenset()):
+        assert sc.checked_create("tables", table(own), databases) == own
     assert split_deferred(fk)[2] == ["CONSTRAINT `f` FOREIGN KEY (`c`) REFERENCES `db2`.`p` (`id`)"]
 
 

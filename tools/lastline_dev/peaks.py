@@ -20,17 +20,19 @@ class Seen:
     hwm_mb: float
 
 
-def _sample(pid: int) -> Seen | None:
-    """The process's title, parent and VmHWM; None if it is gone or is a kernel thread."""
+def _sample(pid: int) -> tuple[int, Seen] | None:
+    """The process's start time (with its pid, who it is: pids are reused), title, parent and VmHWM; None if it is
+    gone or is a kernel thread."""
     try:
+        started = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19])
         status = Path(f"/proc/{pid}/status").read_text()
         title = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
-    except OSError:
+    except (OSError, IndexError, ValueError):
         return None
     fields = dict(line.split(":", 1) for line in status.splitlines() if ":" in line)
     if "VmHWM" not in fields:
         return None
-    return Seen(title, int(fields["PPid"]), int(fields["VmHWM"].split()[0]) / 1024)
+    return started, Seen(title, int(fields["PPid"]), int(fields["VmHWM"].split()[0]) / 1024)
 
 
 class SessionPeaks:
@@ -38,7 +40,8 @@ class SessionPeaks:
 
     def __init__(self, sid: int, every: float = 0.2) -> None:
         self.sid, self.every = sid, every
-        self.seen: dict[int, Seen] = {}
+        self.seen: dict[int, Seen] = {}  # by pid: the latest process of that pid
+        self._started: dict[int, int] = {}  # pid: its process's start time (a new one starts its peak anew)
         self._stop = threading.Event()
         self._lock = threading.Lock()
         self._thread = threading.Thread(target=self._run, name="session-peaks", daemon=True)
@@ -52,6 +55,12 @@ class SessionPeaks:
         self._thread.join()
 
     def _run(self) -> None:
+        try:
+            self._sample_until_stopped()
+        except Exception as exc:  # noqa: BLE001 - said, not silently lost: the figures then stop at that moment
+            print(f"session-peaks: sampling stopped: {exc!r}", flush=True)
+
+    def _sample_until_stopped(self) -> None:
         while not self._stop.is_set():
             for entry in os.scandir("/proc"):
                 if not entry.name.isdigit():
@@ -63,9 +72,13 @@ class SessionPeaks:
                 except OSError:
                     continue
                 if (got := _sample(pid)) is not None:
+                    started, now = got
                     with self._lock:
-                        old = self.seen.get(pid)
-                        self.seen[pid] = Seen(got.title, got.ppid, max(got.hwm_mb, old.hwm_mb if old else 0.0))
+                        old = self.seen.get(pid) if self._started.get(pid) == started else None
+                        self._started[pid] = started
+                        if old is not None and old.title != now.title:
+                            old = None  # sampled between fork and exec (the parent's memory then): exec starts anew
+                        self.seen[pid] = Seen(now.title, now.ppid, max(now.hwm_mb, old.hwm_mb if old else 0.0))
             self._stop.wait(self.every)
 
     def tasks(self, db: Path, dag_id: str, run_id: str) -> dict:

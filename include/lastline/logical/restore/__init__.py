@@ -114,9 +114,12 @@ def preflight(conf: dict, role: str | None = None) -> RestorePlan:
         # table leaves the database empty, and its old tables are still the ones at stake. One query for them all
         # (one per database cost 6 ms each at 400 databases of 10,000 tables: the server reads no other database)
         names = [*wanted, *(aside_name(db) for db in wanted)]
-        cur.execute("SELECT TABLE_SCHEMA, COALESCE(SUM(DATA_LENGTH + INDEX_LENGTH), 0) FROM information_schema.TABLES "
-                    f"WHERE TABLE_SCHEMA IN ({placeholders(names)}) GROUP BY TABLE_SCHEMA", names)
-        held = {schema.casefold(): int(size) for schema, size in cur.fetchall()}  # as the server matched them
+        held: dict[str, int] = {}  # by name casefolded, as the server matched them (`Sales` and `sales`: both)
+        if names:  # a backup of no database (accounts only) has none
+            cur.execute("SELECT TABLE_SCHEMA, COALESCE(SUM(DATA_LENGTH + INDEX_LENGTH), 0) FROM information_schema.TABLES "
+                        f"WHERE TABLE_SCHEMA IN ({placeholders(names)}) GROUP BY TABLE_SCHEMA", names)
+            for schema, size in cur.fetchall():
+                held[schema.casefold()] = held.get(schema.casefold(), 0) + int(size)
         nonempty = [db for db in wanted if db.casefold() in held or aside_name(db).casefold() in held]
         kept_bytes = sum(held.values())  # force keeps them until verify: both must fit
         if nonempty and not (params.flag("force") or resume):

@@ -163,7 +163,7 @@ def loaded_count(cur: Any, backup_id: str, files: list[str]) -> int:
 
 def loaded_files(cur: Any, backup_id: str, files: list[str]) -> set[str]:
     """Which of `files` (chunks of `backup_id`) the ledger says are in: their rows alone, by its primary key (a lane
-    asks once per unit: reading the backup's every row each time cost units x chunks)."""
+    asks once per unit, twice: reading the backup's every row each time sent up to 64 x the chunks)."""
     found: set[str] = set()
     for i in range(0, len(files), 1000):
         batch = files[i:i + 1000]
