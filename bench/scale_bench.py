@@ -19,9 +19,14 @@ DIR` (or LASTLINE_MYDUMPER1_DIR), mydumper/myloader 1.0 (`--format=LOAD_DATA`, `
 TABLES`); absent tools are reported as not run. Every restore is checked against the source, table by table, by
 row count. With `--backups 50,500` (the default), the many-backups shape too (bench/scale_backups.py: `latest`,
 the form's list, the restore's preflight and prune in a destination of 50 and 500 backups, a folder and S3).
-Then (unless --no-dags) the logical_backup and logical_restore DAGs on a running scheduler (`airflow standalone`
-with the deployment's settings, as bench-restore's): each run's seconds as the metadata DB records them against
-its tasks' span, and the time from the restore's trigger to its first chunk committed (the ledger's first row).
+Unless --no-physical, the raw physical pipeline by hand (`mariabackup --stream | zstd > file`; stop, extract,
+prepare, chown, start the target). Then (unless --no-dags) the DAGs on a running scheduler (`airflow standalone` with
+the deployment's settings, as bench-restore's): logical_backup twice (the first run after the scheduler starts pays
+its workers' first imports: recorded as cold; the second is the figure), logical_restore, and physical_backup and
+physical_restore against the pipeline by hand: each run's seconds as the metadata DB records them against its tasks'
+span, its task timeline, the peak RSS of each task process and of the largest process a task started (sampled from
+/proc: lastline_dev.peaks), and the time from the restore's trigger to its first chunk committed (the ledger's first
+row).
 With `--data 2,10` (the default; `--data ''` skips it), the big-data shape after them (bench/scale_data.py: the
 logical restore and the physical backup + restore at ~2 and ~10 GB against their anchors; over an hour).
 Prints seconds per step and per 1,000 tables, the peak RSS of this process and of the lane workers,

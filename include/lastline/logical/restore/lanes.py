@@ -50,7 +50,7 @@ def load_lane(server: Server, storage: Storage, manifest: LogicalManifest, units
         with claimed(server, manifest.backup_id, unit) as cur:
             if cur is None:
                 continue
-            files = [c.file for p in unit.parts for c in tables[(p.schema, p.table)].chunks[p.first: p.last + 1]]
+            files = unit.files(tables)
             if len(loaded_files(cur, manifest.backup_id, files)) == len(files):
                 for p in unit.parts:  # an earlier try loaded it whole: said as a unit loaded in part says it
                     if p.last >= p.first:

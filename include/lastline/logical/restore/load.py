@@ -240,10 +240,8 @@ class Loader:
 def load_unit(server: Server, storage: Storage, manifest: LogicalManifest, unit: WorkUnit, parallel: int,
               create: Creates | None = None, tables: dict[tuple[str, str], LogicalTable] | None = None) -> UnitLoaded:
     """Load every chunk of `unit` not yet in the ledger, each table created first when `create` gives its statement
-    (None: they exist already); returns its totals and its slowest tables' rows, bytes and seconds (UnitLoaded).
-    `tables`: the manifest's tables by (schema, name), when the caller has them (a lane: not built again per unit)."""
-    if tables is None:
-        tables = {(t.schema, t.name): t for t in manifest.tables}
+    (None: they exist already; `tables`: the manifest's by name, if the caller has them); returns UnitLoaded."""
+    tables = tables if tables is not None else {(t.schema, t.name): t for t in manifest.tables}
     total_chunks = sum(p.last - p.first + 1 for p in unit.parts)
     progress = Progress(f"load {unit.name}", unit.bytes, counts={"chunks": total_chunks, "rows": None})
     stats: dict[str, dict] = {}
@@ -253,8 +251,7 @@ def load_unit(server: Server, storage: Storage, manifest: LogicalManifest, unit:
         loader = Loader(server, storage, manifest, progress)
         maker = None
         try:
-            done = loaded_files(loader.cur, manifest.backup_id, [
-                c.file for p in unit.parts for c in tables[(p.schema, p.table)].chunks[p.first: p.last + 1]])
+            done = loaded_files(loader.cur, manifest.backup_id, unit.files(tables))
             loader.conn.commit()
             parts = unit.parts
             if create is not None:

@@ -63,6 +63,10 @@ class WorkUnit:
     def from_dict(cls, data: dict) -> WorkUnit:
         return cls(data["index"], data["name"], data["bytes"], [Part(**p) for p in data["parts"]])
 
+    def files(self, tables: dict[tuple[str, str], LogicalTable]) -> list[str]:
+        """The chunk files its parts load (`tables`: the manifest's, by (schema, name))."""
+        return [c.file for p in self.parts for c in tables[(p.schema, p.table)].chunks[p.first: p.last + 1]]
+
 
 def _size(t: LogicalTable) -> int:
     return max(t.raw_bytes, 1)
