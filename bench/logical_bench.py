@@ -28,6 +28,7 @@ lastline over mariadb-dump on the big values: at most 2), and writes a JSON reco
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import logging
 import os
@@ -63,8 +64,12 @@ def sh(cmd: str) -> float:
 
 
 def du(path: Path) -> float:
-    """MB under path."""
-    return sum(f.stat().st_size for f in path.rglob("*") if f.is_file()) / 1e6
+    """MB of the files under path (a live datadir's too: a file that vanishes meanwhile is left out)."""
+    total = 0
+    for f in path.rglob("*"):
+        with contextlib.suppress(FileNotFoundError):
+            total += f.stat().st_size if f.is_file() else 0
+    return total / 1e6
 
 
 def dataset(work: Path, name: str, sizes: dict[str, int], reuse: bool, cnf: str) -> Instance:

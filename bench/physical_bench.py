@@ -26,6 +26,8 @@ import time
 from datetime import datetime
 from pathlib import Path
 
+from logical_bench import du
+
 from lastline.core.option_files import option_file
 from lastline_dev.compare import compare
 from lastline_dev.peaks import SessionPeaks
@@ -40,6 +42,25 @@ def sh(cmd: str, env: dict | None = None) -> float:
     t0 = time.monotonic()
     subprocess.run(["bash", "-o", "pipefail", "-c", cmd], check=True, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     return time.monotonic() - t0
+
+
+def raw_pipeline(src: Instance, tgt: Instance, art: Path, n: int, use_memory: int) -> tuple[float, float]:
+    """The shell pipeline by hand, `n` threads: `mariabackup --stream | zstd > art`; then stop the target, extract,
+    prepare, chown and start it. Returns the backup's and the restore's seconds (the artifact is removed)."""
+    with option_file(src.server(), ("client", "mariabackup")) as opt:
+        backup = sh(f"mariabackup --defaults-extra-file={opt} --backup --stream=xbstream --parallel={n} "
+                    f"--datadir={src.datadir} --target-dir=/tmp | zstd -q -T{n} -c > {art}")
+    t0 = time.monotonic()
+    tgt.stop()
+    shutil.rmtree(tgt.datadir)
+    tgt.datadir.mkdir()
+    sh(f"zstd -q -d -c {art} | mbstream -x --parallel={n} -C {tgt.datadir}")
+    sh(f"mariabackup --prepare --target-dir={tgt.datadir} --use-memory={use_memory}")
+    sh(f"chown -R --reference={tgt.datadir.parent} {tgt.datadir}")
+    tgt.start()
+    restore = time.monotonic() - t0
+    art.unlink()
+    return backup, restore
 
 
 def _ts(line: str) -> float:
@@ -102,7 +123,7 @@ def main() -> int:
         tgt.create()
     tgt.start()
     s, t = src.server(), tgt.server()
-    datadir_mb = sum(f.stat().st_size for f in Path(s.datadir).rglob("*") if f.is_file()) / 1e6
+    datadir_mb = du(Path(s.datadir))
     print(f"bench: source datadir {datadir_mb:,.0f} MB, 2 threads everywhere", flush=True)
     files = work / "files"
     shutil.rmtree(files, ignore_errors=True)
@@ -121,21 +142,7 @@ def main() -> int:
     for name, secs, size in rows:
         print(f"  {name:<16} {secs:7.1f} s  {size:8.1f} MB  {datadir_mb / secs:6.1f} MB/s of datadir")
 
-    # the shell pipeline by hand
-    art = files / "hand.xbstream.zst"
-    with option_file(s, ("client", "mariabackup")) as opt:
-        hand_b = sh(f"mariabackup --defaults-extra-file={opt} --backup --stream=xbstream --parallel=2 "
-                    f"--datadir={s.datadir} --target-dir=/tmp | zstd -q -T2 -c > {art}")
-    t0 = time.monotonic()
-    tgt.stop()
-    data = Path(t.datadir)
-    shutil.rmtree(data)
-    data.mkdir()
-    sh(f"zstd -q -d -c {art} | mbstream -x --parallel=2 -C {data}")
-    sh(f"mariabackup --prepare --target-dir={data} --use-memory={2 << 30}")
-    sh(f"chown -R --reference={data.parent} {data}")
-    tgt.start()
-    hand_r = time.monotonic() - t0
+    hand_b, hand_r = raw_pipeline(src, tgt, files / "hand.xbstream.zst", 2, 2 << 30)
     assert compare(s, t) == [], "hand-run restore differs from the source"
 
     env = dict(os.environ)

@@ -36,7 +36,6 @@ the size ratio) and the competitors' time over lastline's; writes a JSON record 
 from __future__ import annotations
 
 import argparse
-import contextlib
 import functools
 import json
 import multiprocessing
@@ -57,8 +56,9 @@ import MySQLdb
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import scale_backups  # noqa: E402
 import scale_data  # noqa: E402
-from logical_bench import sh  # noqa: E402
+from logical_bench import du, sh  # noqa: E402
 from logical_restore_bench import DEPLOYMENT_ENV, logs_to, target, task_timeline  # noqa: E402
+from physical_bench import raw_pipeline  # noqa: E402
 
 from lastline.core.option_files import option_file, option_file_text  # noqa: E402
 from lastline.core.servers import Server  # noqa: E402
@@ -253,38 +253,15 @@ def competitors(src: Instance, tgt: Instance, dbs: list[str], expected: dict[str
     out["mydumper 1.0"] = {"dump": round(d, 3), "load": round(load, 3), "optimize_keys": keys, "failed": failed}
 
 
-def du_mb(path: Path) -> float:
-    """MB of the files under `path` (a live datadir: a file that vanishes meanwhile is left out)."""
-    total = 0
-    for f in path.rglob("*"):
-        with contextlib.suppress(FileNotFoundError):
-            total += f.stat().st_size if f.is_file() else 0
-    return total / 1e6
-
-
 def physical_by_hand(src: Instance, tgt: Instance, dbs: list[str], expected: dict[str, int], work: Path, n: int,
                      out: dict) -> None:
-    """The raw physical pipeline, as bench-physical's: `mariabackup --stream | zstd > file`, then stop the target,
-    extract, prepare, chown and start it; each half's seconds into out["physical"]."""
+    """The raw physical pipeline, bench-physical's (physical_bench.raw_pipeline), each half's seconds into
+    out["physical"]; the target checked table by table."""
     art = work / "dumps" / "physical-hand.xbstream.zst"
     art.parent.mkdir(parents=True, exist_ok=True)
-    data = tgt.datadir
-    with option_file(src.server(), ("client", "mariabackup")) as opt:
-        backup = sh(f"mariabackup --defaults-extra-file={opt} --backup --stream=xbstream --parallel={n} "
-                    f"--datadir={src.datadir} --target-dir=/tmp 2>/dev/null | zstd -q -T{n} -c > {art}")
-    t0 = time.monotonic()
-    tgt.stop()
-    shutil.rmtree(data)
-    data.mkdir()
-    subprocess.run(["bash", "-o", "pipefail", "-c", f"zstd -q -d -c {art} | mbstream -x --parallel={n} -C {data} && "
-                    f"mariabackup --prepare --target-dir={data} --use-memory={1 << 30} && chown -R --reference={data.parent} "
-                    f"{data}"], check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    tgt.start()
-    restore = time.monotonic() - t0
-    art.unlink()
+    backup, restore = raw_pipeline(src, tgt, art, n, 1 << 30)
     check("physical by hand", tgt, dbs, expected)
-    datadir_mb = du_mb(src.datadir)
-    out["physical"] = {"datadir_mb": round(datadir_mb), "hand": {"backup": round(backup, 2), "restore": round(restore, 2)}}
+    out["physical"] = {"datadir_mb": round(du(src.datadir)), "hand": {"backup": round(backup, 2), "restore": round(restore, 2)}}
 
 
 def bounded(cmd: str, limit: float) -> tuple[float | None, str]:
@@ -322,10 +299,20 @@ def span(timeline: list[dict]) -> float:
     return max((t["start"] + t["seconds"] for t in timeline), default=0.0)
 
 
+def measured(af: Standalone, dag_id: str, run: dict, n_tables: int, work: Path) -> dict:
+    """A finished DAG run's figures: its seconds, its tasks' span and timeline, its task processes' peak RSS (a failed
+    run ends the bench, naming the scheduler's log)."""
+    if run["state"] != "success":
+        raise SystemExit(f"{dag_id} at {n_tables} tables failed: see {work / 'standalone.log'}")
+    timeline = task_timeline(af.db, dag_id, run["run_id"])
+    return {"run": round(run["seconds"], 2), "span": round(span(timeline), 2), "timeline": timeline,
+            "peak_rss": af.task_peaks(dag_id, run["run_id"])}
+
+
 def dags(n_tables: int, dbs: list[str], expected: dict[str, int], tgt: Instance, work: Path, n: int, out: dict) -> None:
-    """The logical_backup and logical_restore DAGs on a running scheduler (`airflow standalone`, the deployment's
-    settings): each run's seconds as the metadata DB records them against its tasks' span, and the time from the
-    restore's trigger to its first chunk committed (the ledger's first row)."""
+    """The DAGs on a running scheduler (`airflow standalone`, the deployment's settings): logical_backup (cold, then
+    warm), logical_restore and, after physical_by_hand, physical_backup and physical_restore; each run as `measured`
+    gives it, and the time from the restore's trigger to its first chunk committed (the ledger's first row)."""
     env = {**os.environ, **DEPLOYMENT_ENV}
     dest = work / "dumps" / "dag"
     shutil.rmtree(dest, ignore_errors=True)
@@ -334,18 +321,12 @@ def dags(n_tables: int, dbs: list[str], expected: dict[str, int], tgt: Instance,
     with Standalone(env, work / "standalone.log") as af:
         # twice: the first run after the scheduler starts pays its workers' first imports (~2.7 s in its first task,
         # once per deployment), recorded as `cold`; the second is the figure, as bench-restore's warm run
-        cold = af.wait("logical_backup", af.trigger("logical_backup", {
-            "source_conn_id": "bench_ssrc", "destination": f"file://{dest}", "databases": dbs, "parallel": n}))
+        conf = {"source_conn_id": "bench_ssrc", "destination": f"file://{dest}", "databases": dbs, "parallel": n}
+        cold = measured(af, "logical_backup", af.wait("logical_backup", af.trigger("logical_backup", conf)), n_tables, work)
         t0 = time.time()
-        run = af.wait("logical_backup", af.trigger("logical_backup", {
-            "source_conn_id": "bench_ssrc", "destination": f"file://{dest}", "databases": dbs, "parallel": n}))
-        if run["state"] != "success" or cold["state"] != "success":
-            raise SystemExit(f"logical_backup at {n_tables} tables failed: see {work / 'standalone.log'}")
-        timeline = task_timeline(af.db, "logical_backup", run["run_id"])
-        backup = {"run": round(run["seconds"], 2), "span": round(span(timeline), 2),
-                  "trigger_to_end": round(time.time() - t0, 2), "timeline": timeline,
-                  "peak_rss": af.task_peaks("logical_backup", run["run_id"]),
-                  "cold": {"run": round(cold["seconds"], 2), "timeline": task_timeline(af.db, "logical_backup", cold["run_id"])}}
+        run = af.wait("logical_backup", af.trigger("logical_backup", conf))
+        backup = {**measured(af, "logical_backup", run, n_tables, work), "trigger_to_end": round(time.time() - t0, 2),
+                  "cold": cold}
         seen: dict[str, float] = {}
         stop = threading.Event()
         poller = threading.Thread(target=first_row, args=(tgt.server(), stop, seen), daemon=True)
@@ -358,13 +339,8 @@ def dags(n_tables: int, dbs: list[str], expected: dict[str, int], tgt: Instance,
         finally:
             stop.set()
             poller.join()
-        if run["state"] != "success":
-            raise SystemExit(f"logical_restore at {n_tables} tables failed: see {work / 'standalone.log'}")
-        timeline = task_timeline(af.db, "logical_restore", run["run_id"])
-        restore = {"run": round(run["seconds"], 2), "span": round(span(timeline), 2),
-                   "trigger_to_end": round(time.time() - t0, 2),
-                   "trigger_to_first_row": round(seen["at"] - t0, 2) if "at" in seen else None,
-                   "timeline": timeline, "peak_rss": af.task_peaks("logical_restore", run["run_id"])}
+        restore = {**measured(af, "logical_restore", run, n_tables, work), "trigger_to_end": round(time.time() - t0, 2),
+                   "trigger_to_first_row": round(seen["at"] - t0, 2) if "at" in seen else None}
         check("logical_restore DAG", tgt, dbs, expected)
         out["dags"] = {"logical_backup": backup, "logical_restore": restore}
         if "physical" in out:  # the physical DAGs on the same scheduler, against the raw pipeline run before
@@ -374,12 +350,7 @@ def dags(n_tables: int, dbs: list[str], expected: dict[str, int], tgt: Instance,
             for dag_id, conf in (("physical_backup", {"source_conn_id": "bench_ssrc", "destination": f"file://{phys}"}),
                                  ("physical_restore", {"target_conn_id": "bench_stgt", "backup": f"file://{phys}/latest",
                                                        "force": True, "use_memory": 1 << 30})):
-                run = af.wait(dag_id, af.trigger(dag_id, conf))
-                if run["state"] != "success":
-                    raise SystemExit(f"{dag_id} at {n_tables} tables failed: see {work / 'standalone.log'}")
-                timeline = task_timeline(af.db, dag_id, run["run_id"])
-                out["dags"][dag_id] = {"run": round(run["seconds"], 2), "span": round(span(timeline), 2),
-                                       "timeline": timeline, "peak_rss": af.task_peaks(dag_id, run["run_id"])}
+                out["dags"][dag_id] = measured(af, dag_id, af.wait(dag_id, af.trigger(dag_id, conf)), n_tables, work)
             shutil.rmtree(phys, ignore_errors=True)
             check("physical_restore DAG", tgt, dbs, expected)
 

@@ -14,15 +14,16 @@ TASK_TITLE = "airflow worker -- "
 
 @dataclass
 class Seen:
-    """One process as last sampled: its title, its parent's pid, its peak RSS in MB."""
+    """One process as last sampled: its start time (with its pid, who it is: pids are reused), its title, its
+    parent's pid, its peak RSS in MB."""
+    started: int
     title: str
     ppid: int
     hwm_mb: float
 
 
-def _sample(pid: int) -> tuple[int, Seen] | None:
-    """The process's start time (with its pid, who it is: pids are reused), title, parent and VmHWM; None if it is
-    gone or is a kernel thread."""
+def _sample(pid: int) -> Seen | None:
+    """The process as it is now; None if it is gone or is a kernel thread."""
     try:
         started = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19])
         status = Path(f"/proc/{pid}/status").read_text()
@@ -32,7 +33,7 @@ def _sample(pid: int) -> tuple[int, Seen] | None:
     fields = dict(line.split(":", 1) for line in status.splitlines() if ":" in line)
     if "VmHWM" not in fields:
         return None
-    return started, Seen(title, int(fields["PPid"]), int(fields["VmHWM"].split()[0]) / 1024)
+    return Seen(started, title, int(fields["PPid"]), int(fields["VmHWM"].split()[0]) / 1024)
 
 
 class SessionPeaks:
@@ -41,7 +42,6 @@ class SessionPeaks:
     def __init__(self, sid: int, every: float = 0.2) -> None:
         self.sid, self.every = sid, every
         self.seen: dict[int, Seen] = {}  # by pid: the latest process of that pid
-        self._started: dict[int, int] = {}  # pid: its process's start time (a new one starts its peak anew)
         self._stop = threading.Event()
         self._lock = threading.Lock()
         self._thread = threading.Thread(target=self._run, name="session-peaks", daemon=True)
@@ -71,14 +71,14 @@ class SessionPeaks:
                         continue
                 except OSError:
                     continue
-                if (got := _sample(pid)) is not None:
-                    started, now = got
+                if (now := _sample(pid)) is not None:
                     with self._lock:
-                        old = self.seen.get(pid) if self._started.get(pid) == started else None
-                        self._started[pid] = started
-                        if old is not None and old.title != now.title:
-                            old = None  # sampled between fork and exec (the parent's memory then): exec starts anew
-                        self.seen[pid] = Seen(now.title, now.ppid, max(now.hwm_mb, old.hwm_mb if old else 0.0))
+                        old = self.seen.get(pid)
+                        # the same process, the same program (one sampled between fork and exec showed its parent's
+                        # memory; a reused pid is another process): its peak so far stands, else it starts anew
+                        if old is not None and (old.started, old.title) == (now.started, now.title):
+                            now.hwm_mb = max(now.hwm_mb, old.hwm_mb)
+                        self.seen[pid] = now
             self._stop.wait(self.every)
 
     def tasks(self, db: Path, dag_id: str, run_id: str) -> dict:

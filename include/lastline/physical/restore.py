@@ -28,7 +28,7 @@ from lastline.core.plans import PARALLEL, Conf
 from lastline.core.progress import step_report
 from lastline.core.servers import Server, base_version, over_connections, refuse_restore_into_source
 from lastline.core.sql import qualified, sql_error, tables_at_risk
-from lastline.manifest import PhysicalManifest, backup_age, read_manifest, resolve_backup
+from lastline.manifest import PhysicalManifest, TableInfo, backup_age, read_manifest, resolve_backup
 from lastline.physical import tools as physical
 from lastline.physical.plans import RestorePlan, RestoreReport, StepResult, Verified
 from lastline.physical.target import check_datadir, prepare_datadir, start_server
@@ -175,7 +175,7 @@ def verify(plan: RestorePlan, extracted: StepResult | None = None) -> Verified:
     if base_version(version)[:2] != base_version(manifest.server_version)[:2]:
         raise IntegrityError(f"target runs {version}, the backup is of {manifest.server_version}.")
 
-    def count(cur: Any, t: Any) -> tuple[str, int | None, str | None]:
+    def count(cur: Any, t: TableInfo) -> tuple[str, int | None, str | None]:
         name = qualified(t.schema, t.name)
         try:
             cur.execute(f"SELECT COUNT(*) FROM {name}")
