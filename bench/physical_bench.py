@@ -10,7 +10,9 @@ Measures, on one sandbox source of about --gb GB:
 3. the physical_backup and physical_restore DAGs run by `airflow dags test` on the same data;
 and prints the DAGs' time over the hand-run pipeline's. `span` runs from the first task's start to
 the last task's end; `run` is the DAG run's duration (adds the one-time start-up of `dags test`'s
-in-process execution API); `wall` adds the `airflow` process start-up too.
+in-process execution API); `wall` adds the `airflow` process start-up too. `--rounds 2` runs hand and DAGs
+twice each, in turns (hand first, then the DAGs first), and `--cold` drops the page cache before every
+backup and restore, so that no leg reads what the one before left in memory; each task's seconds are printed.
 """
 from __future__ import annotations
 
@@ -23,6 +25,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
 
@@ -35,6 +38,8 @@ from lastline_dev.sandbox import Instance
 
 ROOT = Path(__file__).resolve().parents[1]
 PEAKS: dict[str, dict] = {}  # dag_id: the peak RSS of its `dags test` process and of the largest process it started
+HAND_STEPS: dict[int, dict[str, float]] = {}  # each raw_pipeline call: its steps' seconds
+TASKS: dict[str, dict[str, float]] = {}  # dag_id: each task's seconds, of its last run
 
 
 def sh(cmd: str, env: dict | None = None) -> float:
@@ -44,20 +49,29 @@ def sh(cmd: str, env: dict | None = None) -> float:
     return time.monotonic() - t0
 
 
-def raw_pipeline(src: Instance, tgt: Instance, art: Path, n: int, use_memory: int) -> tuple[float, float]:
+def raw_pipeline(src: Instance, tgt: Instance, art: Path, n: int, use_memory: int, drop: bool = False) -> tuple[float, float]:
     """The shell pipeline by hand, `n` threads: `mariabackup --stream | zstd > art`; then stop the target, extract,
-    prepare, chown and start it. Returns the backup's and the restore's seconds (the artifact is removed)."""
+    prepare, chown and start it. Returns the backup's and the restore's seconds (the artifact is removed). `drop`:
+    the page cache is dropped before each (cold)."""
+    cold(drop)
     with option_file(src.server(), ("client", "mariabackup")) as opt:
         backup = sh(f"mariabackup --defaults-extra-file={opt} --backup --stream=xbstream --parallel={n} "
                     f"--datadir={src.datadir} --target-dir=/tmp | zstd -q -T{n} -c > {art}")
+    cold(drop)
     t0 = time.monotonic()
-    tgt.stop()
-    shutil.rmtree(tgt.datadir)
-    tgt.datadir.mkdir()
-    sh(f"zstd -q -d -c {art} | mbstream -x --parallel={n} -C {tgt.datadir}")
-    sh(f"mariabackup --prepare --target-dir={tgt.datadir} --use-memory={use_memory}")
-    sh(f"chown -R --reference={tgt.datadir.parent} {tgt.datadir}")
-    tgt.start()
+    steps = HAND_STEPS.setdefault(len(HAND_STEPS), {"backup": round(backup, 1)})  # one entry per call
+
+    def timed(name: str, step: Callable[[], object]) -> None:
+        t = time.monotonic()
+        step()
+        steps[name] = round(time.monotonic() - t, 1)
+
+    timed("stop", tgt.stop)
+    timed("remove", lambda: (shutil.rmtree(tgt.datadir), tgt.datadir.mkdir()))
+    timed("extract", lambda: sh(f"zstd -q -d -c {art} | mbstream -x --parallel={n} -C {tgt.datadir}"))
+    timed("prepare", lambda: sh(f"mariabackup --prepare --target-dir={tgt.datadir} --use-memory={use_memory}"))
+    timed("chown", lambda: sh(f"chown -R --reference={tgt.datadir.parent} {tgt.datadir}"))
+    timed("start", tgt.start)
     restore = time.monotonic() - t0
     art.unlink()
     return backup, restore
@@ -96,7 +110,29 @@ def dag(dag_id: str, conf: dict, env: dict, log: Path) -> tuple[float, float, fl
     lines = text.splitlines()
     first = next(line for line in lines if "Task started" in line)
     last = [line for line in lines if "[DAG TEST] end task" in line][-1]
+    TASKS[dag_id] = tasks(lines)
     return wall, float(re.findall(r"run_duration=([\d.]+)", text)[-1]), _ts(last) - _ts(first)
+
+
+def tasks(lines: list[str]) -> dict[str, float]:
+    """Each task's seconds in a `dags test` log: from its `Task started` to its `end task`."""
+    current, started, took = None, {}, {}
+    for line in lines:
+        if m := re.search(r"\[DAG TEST\] starting task_id=(\S+)", line):
+            current = m.group(1)
+        elif "Task started" in line and current and current not in started:
+            started[current] = _ts(line)
+        elif (m := re.search(r"\[DAG TEST\] end task task_id=(\S+)", line)) and m.group(1) in started:
+            took[m.group(1)] = round(_ts(line) - started[m.group(1)], 1)
+    return took
+
+
+def cold(enabled: bool) -> None:
+    """With --cold: write back and drop the page cache, so that every leg starts from the same state (each reads
+    the datadir or the artifact from disk, as a server whose data outgrows its memory does)."""
+    if enabled:
+        os.sync()
+        Path("/proc/sys/vm/drop_caches").write_text("3\n")
 
 
 def main() -> int:
@@ -105,6 +141,8 @@ def main() -> int:
     p.add_argument("--work", default=str(ROOT / "bench" / "results" / "physical"))
     p.add_argument("--no-codecs", action="store_true", help="skip the comparison of compressors (zstd is the default)")
     p.add_argument("--record", default="", help="also write the figures as JSON to this file")
+    p.add_argument("--rounds", type=int, default=1, help="hand and DAGs this many times each, alternating which goes first")
+    p.add_argument("--cold", action="store_true", help="drop the page cache before every backup and restore (needs root)")
     args = p.parse_args()
     work = Path(args.work)
     root = work / "sandbox"
@@ -142,20 +180,35 @@ def main() -> int:
     for name, secs, size in rows:
         print(f"  {name:<16} {secs:7.1f} s  {size:8.1f} MB  {datadir_mb / secs:6.1f} MB/s of datadir")
 
-    hand_b, hand_r = raw_pipeline(src, tgt, files / "hand.xbstream.zst", 2, 2 << 30)
-    assert compare(s, t) == [], "hand-run restore differs from the source"
-
     env = dict(os.environ)
     env["AIRFLOW_CONN_BENCH_SOURCE"] = json.dumps(src.connection("bench_source"))
     env["AIRFLOW_CONN_BENCH_TARGET"] = json.dumps(tgt.connection("bench_target"))
     dest = f"file://{files / 'dag'}"
-    b_wall, b_run, b_span = dag("physical_backup", {"source_conn_id": "bench_source", "destination": dest}, env, work / "backup.log")
-    r_wall, r_run, r_span = dag("physical_restore", {"target_conn_id": "bench_target", "backup": f"{dest}/latest",
-                                             "force": True, "use_memory": 2 << 30}, env, work / "restore.log")
-    assert compare(s, t) == [], "DAG restore differs from the source"
+    hands, dags = [], []
+    for rnd in range(args.rounds):  # hand then DAGs, then DAGs then hand: what one leg leaves in the page cache evens out
+        for leg in ("hand", "dags") if rnd % 2 == 0 else ("dags", "hand"):
+            if leg == "hand":
+                hands.append(raw_pipeline(src, tgt, files / "hand.xbstream.zst", 2, 2 << 30, drop=args.cold))
+                assert compare(s, t) == [], "hand-run restore differs from the source"
+                continue
+            cold(args.cold)
+            b = dag("physical_backup", {"source_conn_id": "bench_source", "destination": dest}, env, work / "backup.log")
+            cold(args.cold)
+            r = dag("physical_restore", {"target_conn_id": "bench_target", "backup": f"{dest}/latest", "force": True,
+                                          "use_memory": 2 << 30}, env, work / "restore.log")
+            assert compare(s, t) == [], "DAG restore differs from the source"
+            dags.append((b, r, dict(TASKS)))
+            shutil.rmtree(files / "dag")  # the next round's backup is the only one there
 
+    def mean(xs: list[float]) -> float:
+        return sum(xs) / len(xs)
+
+    hand_b, hand_r = mean([h[0] for h in hands]), mean([h[1] for h in hands])
+    (b_wall, b_run, b_span), (r_wall, r_run, r_span) = [tuple(mean([d[i][j] for d in dags]) for j in range(3)) for i in (0, 1)]
     hand = hand_b + hand_r
-    print(f"\nbackup + restore of a {datadir_mb:,.0f} MB datadir (zstd -T2, parallel 2; the DAG restore also verifies row counts):")
+    how = f"mean of {args.rounds} rounds, alternating which goes first" if args.rounds > 1 else "one run"
+    print(f"\nbackup + restore of a {datadir_mb:,.0f} MB datadir (zstd -T2, parallel 2; the DAG restore also verifies row "
+          f"counts; {how}{', page cache dropped before each' if args.cold else ''}):")
     print(f"  by hand (shell pipeline)   backup {hand_b:6.1f} s  restore {hand_r:6.1f} s  total {hand:6.1f} s")
     print(f"  DAGs, tasks' span          backup {b_span:6.1f} s  restore {r_span:6.1f} s  total {b_span + r_span:6.1f} s"
           f"  ratio {(b_span + r_span) / hand:.2f}x")
@@ -163,17 +216,25 @@ def main() -> int:
           f"  ratio {(b_run + r_run) / hand:.2f}x")
     print(f"  DAGs, wall (dags test)     backup {b_wall:6.1f} s  restore {r_wall:6.1f} s  total {b_wall + r_wall:6.1f} s"
           f"  ratio {(b_wall + r_wall) / hand:.2f}x")
+    for i, ((hb, hr), d) in enumerate(zip(hands, dags, strict=True)):
+        print(f"  round {i + 1}: by hand {hb:.1f} + {hr:.1f} s ({', '.join(f'{k} {v}' for k, v in HAND_STEPS[i].items())}); "
+              f"DAGs' span {d[0][2]:.1f} + {d[1][2]:.1f} s; tasks: "
+              + "; ".join(f"{dag_id} " + ", ".join(f"{k} {v}" for k, v in took.items()) for dag_id, took in d[2].items()))
     for dag_id, peak in PEAKS.items():
         print(f"  peak RSS of {dag_id} (`dags test`, its tasks in-process): {peak['process_mb']} MB; the largest process "
               f"it started: {peak['largest_child']['command']} {peak['largest_child']['mb']:.0f} MB")
-    print("  checksums: source == target after both restores")
+    print("  checksums: source == target after every restore")
     if args.record:
         Path(args.record).write_text(json.dumps({
             "datadir_mb": round(datadir_mb), "codecs": {n: {"seconds": round(x, 1), "mb": round(m, 1)} for n, x, m in rows},
+            "rounds": args.rounds, "cold": args.cold,
             "hand": {"backup": round(hand_b, 1), "restore": round(hand_r, 1)},
             "dag_span": {"backup": round(b_span, 1), "restore": round(r_span, 1)},
             "dag_run": {"backup": round(b_run, 1), "restore": round(r_run, 1)},
-            "dag_wall": {"backup": round(b_wall, 1), "restore": round(r_wall, 1)}, "peak_rss": PEAKS}, indent=1))
+            "dag_wall": {"backup": round(b_wall, 1), "restore": round(r_wall, 1)},
+            "each_round": [{"hand": [round(hb, 1), round(hr, 1)], "hand_steps": HAND_STEPS[i], "dag_span": [round(d[0][2], 1), round(d[1][2], 1)],
+                            "tasks": d[2]} for i, ((hb, hr), d) in enumerate(zip(hands, dags, strict=True))],
+            "peak_rss": PEAKS}, indent=1))
     src.stop()
     tgt.stop()
     return 0
