@@ -16,7 +16,7 @@ from lastline.core.hosts import Stage
 from lastline.core.option_files import option_file, option_file_text
 from lastline.core.pipeline import run_pipeline
 from lastline.core.servers import Server
-from lastline.manifest import PhysicalManifest, TableInfo, backup_time, new_backup_id, plan_prune, split_backup_url
+from lastline.manifest import PhysicalManifest, TableInfo, backup_time, json_lines, new_backup_id, plan_prune, split_backup_url
 from lastline.physical import tools as physical
 from lastline.storage import open_storage
 from lastline.storage.s3 import MAX_PARTS, S3Storage, part_size, plan_capacity
@@ -212,6 +212,10 @@ def test_manifest_round_trip_and_format_check():
         seconds=1.0, mb_per_s=1.0, parallel=2, datadir_bytes=100, tables=[TableInfo("a", "b", "InnoDB", 1, 2)],
     )
     assert PhysicalManifest.from_json(m.to_json()) == m
+    lines = m.to_json().splitlines()  # one key a line, each table on its own line (json_lines)
+    assert lines[0] == "{" and ' "tables": [' in lines and '  {"bytes": 2, "engine": "InnoDB", "name": "b", "rows": 1, "schema": "a"}' in lines
+    assert json_lines({"b": [], "a": [{"x": 1}, {"y": "\u00e9"}], "c": {"d": [1]}}) == (
+        '{\n "a": [\n  {"x": 1},\n  {"y": "\\u00e9"}\n ],\n "b": [],\n "c": {"d": [1]}\n}\n')
     with pytest.raises(IntegrityError, match="unknown manifest format"):
         PhysicalManifest.from_json('{"format": "other"}')
 

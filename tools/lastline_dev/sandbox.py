@@ -142,12 +142,8 @@ class Instance:
         )
 
     def _service(self, verb: str) -> str:
-        # run from a task, it inherits the task runner's deliberately unusable metadata DB URLs, which would
-        # stop `import airflow` (through lastline.core.errors) from starting: the command does without it
-        return (
-            f"env -u AIRFLOW__DATABASE__SQL_ALCHEMY_CONN -u AIRFLOW__CORE__SQL_ALCHEMY_CONN {shlex.quote(sys.executable)} -m lastline_dev.sandbox "
-            f"--root {shlex.quote(str(self.root))} {verb} {shlex.quote(self.name)}"
-        )
+        """The connection's service command (service.sh: plain shell, the stand-in for systemctl)."""
+        return f"sh {shlex.quote(str(Path(__file__).with_name('service.sh')))} {verb} {shlex.quote(str(self.dir))}"
 
     def connection(self, conn_id: str | None = None) -> dict:
         """The Airflow connection (JSON form of AIRFLOW_CONN_*)."""

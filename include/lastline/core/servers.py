@@ -49,6 +49,7 @@ from lastline.core.sql import global_variables, server_identity
 
 DEFAULT_SERVICE_START = "systemctl start mariadb"
 DEFAULT_SERVICE_STOP = "systemctl stop mariadb"
+POLL = 0.2  # seconds between the tries of a server that is starting or stopping
 
 
 @dataclass(frozen=True)
@@ -140,7 +141,7 @@ class Server:
         while self.answers():
             if time.monotonic() - t0 > timeout:
                 raise ServerError(f"{self.describe()} still answers {timeout:.0f} s after `{self.service_stop}`.")
-            time.sleep(0.5)
+            time.sleep(POLL)
         return time.monotonic() - t0
 
     def start_service(self, timeout: float = 180) -> float:
@@ -150,7 +151,7 @@ class Server:
         while not self.answers():
             if time.monotonic() - t0 > timeout:
                 raise ServerError(f"{self.describe()} does not answer {timeout:.0f} s after `{self.service_start}`.")
-            time.sleep(0.5)
+            time.sleep(POLL)
         return time.monotonic() - t0
 
     def refuse_if_protected(self, action: str = "restores into it") -> None:

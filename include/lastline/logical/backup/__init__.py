@@ -12,7 +12,6 @@ computed from the stored values, which the manifest sums per chunk and per table
 from __future__ import annotations
 
 import hashlib
-import json
 import logging
 import time
 from datetime import UTC, datetime, timedelta
@@ -35,6 +34,7 @@ from lastline.manifest import (
     FileInfo,
     LogicalManifest,
     LogicalTable,
+    json_lines,
     new_backup_id,
     prune_backups,
     write_manifest,
@@ -169,7 +169,7 @@ def dump(plan: BackupPlan) -> DumpResult:
         dumper.run(pool.workers)
     schema = held["schema"]
     schema_files = []
-    for name, data in ((SCHEMA_FILE, json.dumps(schema, indent=1, sort_keys=True).encode()), (SCHEMA_SQL, render_sql(schema).encode())):
+    for name, data in ((SCHEMA_FILE, json_lines(schema).encode()), (SCHEMA_SQL, render_sql(schema).encode())):
         storage.write_bytes(f"{backup_id}/{name}", data)
         schema_files.append(FileInfo(name, len(data), hashlib.sha256(data).hexdigest()))
     seconds = time.monotonic() - t0
