@@ -296,3 +296,15 @@ def test_verify_names_each_missing_or_implausible_table_in_the_manifests_order(g
     assert len(problems) == 2, problems
     assert "no_such_table" in problems[0] and "doesn't exist" in problems[0]
     assert f"`{big['name']}`: " in problems[1] and f"the backup estimated {big['rows']}" in problems[1]
+
+    # an account that may hold only 2 connections at once (restored with the source's users): verify counts on one
+    # connection, not eight, and names the same two problems (not "more than max_user_connections")
+    from lastline.core.servers import Server
+    from lastline_dev.sandbox import USER
+
+    with Server(conn_id="root", socket=str(target.sock), user="root").session() as cur:
+        for host in ("127.0.0.1", "localhost"):
+            cur.execute(f"ALTER USER IF EXISTS '{USER}'@'{host}' WITH MAX_USER_CONNECTIONS 2")
+    with pytest.raises(IntegrityError) as err:
+        pr.verify(plan)
+    assert str(err.value).splitlines()[1:] == problems

@@ -83,6 +83,29 @@ def test_version_check():
         physical.check_versions("10.11.19-MariaDB", "11.4.2-MariaDB")
 
 
+def test_a_datadir_with_more_tablespaces_than_open_files_is_refused_before_the_stream(tmp_path):
+    """mariabackup keeps every .ibd open: a datadir that needs more descriptors than the host's hard limit (a real
+    shell's `ulimit -Hn`, lowered to 150 here) is refused in the preflight, naming both numbers and the remedy."""
+    from lastline.core.errors import PreflightError
+    from lastline.core.hosts import LocalHost
+
+    class Limited(LocalHost):
+        def sh(self, script: str, *args: str, **kwargs) -> str:
+            return super().sh("ulimit -n 150; " + script, *args, **kwargs)  # soft and hard
+
+    for i in range(49):
+        (tmp_path / f"db {i % 3}").mkdir(exist_ok=True)
+        (tmp_path / f"db {i % 3}" / f"t{i}.ibd").write_bytes(b"")
+    (tmp_path / "db 0" / "t0.frm").write_bytes(b"")
+    assert physical.check_open_files(Limited(), str(tmp_path), "source s") == 49  # 149 files: fits
+    (tmp_path / "db 1" / "t99.ibd").write_bytes(b"")
+    (tmp_path / "db 1" / "t100.ibd").write_bytes(b"")
+    with pytest.raises(PreflightError) as err:
+        physical.check_open_files(Limited(), str(tmp_path), "source s")
+    assert "51 InnoDB tablespaces" in str(err.value) and "about 151 open files" in str(err.value)
+    assert "at most 150 (`ulimit -Hn`)" in str(err.value) and "LimitNOFILE=" in str(err.value)
+
+
 # -- servers and option files -------------------------------------------------------------------
 
 class _Conn:

@@ -50,6 +50,7 @@ def preflight(conf: dict) -> BackupPlan:
     priority = params.choice("priority", tuple(impact.PRIORITIES), impact.DEFAULT_PRIORITY)
     max_read = impact.read_cap(params.number("max_read_mb_per_s", 0, minimum=0))
     require_tools("mariabackup", c.tool, *impact.tools(priority, max_read), host=host)
+    physical.check_open_files(host, server.require_datadir(), server.describe())
     max_lag = params.number("max_replica_lag", MAX_REPLICA_LAG, minimum=0)
     replica = replica_source.check(server, max_lag, single=True) \
         if replica_source.wanted(server, params.flag("from_replica")) else None

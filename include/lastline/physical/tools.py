@@ -21,6 +21,29 @@ ARTIFACT_BASE = "backup.xbstream"
 LOG_COPY_INTERVAL_MS = 20
 
 
+# what mariabackup --backup holds open besides the tablespaces: system and undo tablespaces, redo, the stream, its
+# connection, libraries
+OPEN_FILES_MARGIN = 100
+
+
+def check_open_files(host: Host, datadir: str, what: str) -> int:
+    """mariabackup --backup opens every InnoDB tablespace (.ibd file) of `datadir` and keeps it open until the copy
+    ends (it raises its own limit to the hard one, never past it): refuse, before anything streams, a datadir whose
+    tablespaces need more descriptors than a process on `host` may open. Returns the number of tablespaces.
+    (Measured: 20,000 tables against a hard limit of 20,000 failed half-way with "Too many open files".)"""
+    out = host.sh('ulimit -Hn; find "$1" -name "*.ibd" -type f | wc -l', datadir).split()
+    hard, spaces = out[0], int(out[1])
+    need = spaces + OPEN_FILES_MARGIN
+    if hard != "unlimited" and need > int(hard):
+        raise PreflightError(
+            f"{what}: its datadir {datadir} holds {spaces:,} InnoDB tablespaces (.ibd files), and mariabackup keeps "
+            f"each one open until the copy ends: it needs about {need:,} open files, but a process on {host.name} may "
+            f"open at most {int(hard):,} (`ulimit -Hn`). Raise that hard limit to at least {need:,} for whatever runs "
+            "the backup there (LimitNOFILE= in the worker's or sshd's systemd unit, or nofile in "
+            "/etc/security/limits.conf), or take a logical backup of this server. Nothing was copied.")
+    return spaces
+
+
 def artifact_name(compression: str) -> str:
     """The artifact's file name inside the backup folder."""
     return ARTIFACT_BASE + codec(compression).suffix

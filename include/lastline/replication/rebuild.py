@@ -77,6 +77,7 @@ def preflight(conf: dict) -> RebuildPlan:
     c = physical.codec(compression)
     limit = params.number("max_mb_per_s", 0)
     require_tools("mariabackup", c.tool, "pv" if limit else None, host=src_host)
+    physical.check_open_files(src_host, src_dir, f"source {source.describe()}")
     require_tools("mariabackup", "mbstream", c.tool, host=tgt_host)
     physical.check_versions(physical.tool_version(src_host), version)
     physical.check_versions(physical.tool_version(tgt_host), version)
