@@ -302,9 +302,17 @@ def test_verify_names_each_missing_or_implausible_table_in_the_manifests_order(g
     from lastline.core.servers import Server
     from lastline_dev.sandbox import USER
 
-    with Server(conn_id="root", socket=str(target.sock), user="root").session() as cur:
-        for host in ("127.0.0.1", "localhost"):
-            cur.execute(f"ALTER USER IF EXISTS '{USER}'@'{host}' WITH MAX_USER_CONNECTIONS 2")
-    with pytest.raises(IntegrityError) as err:
-        pr.verify(plan)
-    assert str(err.value).splitlines()[1:] == problems
+    root = Server(conn_id="root", socket=str(target.sock), user="root")
+
+    def limit(n: int) -> None:
+        with root.session() as cur:
+            for host in ("127.0.0.1", "localhost"):
+                cur.execute(f"ALTER USER IF EXISTS '{USER}'@'{host}' WITH MAX_USER_CONNECTIONS {n}")
+
+    limit(2)
+    try:
+        with pytest.raises(IntegrityError) as err:
+            pr.verify(plan)
+        assert str(err.value).splitlines()[1:] == problems
+    finally:
+        limit(0)  # the target serves the tests after this one

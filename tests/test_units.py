@@ -84,24 +84,31 @@ def test_version_check():
 
 
 def test_a_datadir_with_more_tablespaces_than_open_files_is_refused_before_the_stream(tmp_path):
-    """mariabackup keeps every .ibd open: a datadir that needs more descriptors than the host's hard limit (a real
-    shell's `ulimit -Hn`, lowered to 150 here) is refused in the preflight, naming both numbers and the remedy."""
+    """mariabackup keeps every tablespace open: a datadir that needs more descriptors than the host's hard limit (a
+    real shell's, lowered to 150 here, its soft one to 60) is refused in the preflight, naming both numbers and the
+    remedy; one that fits gets mariabackup run with --open-files-limit at the hard limit, not the soft one."""
     from lastline.core.errors import PreflightError
     from lastline.core.hosts import LocalHost
 
     class Limited(LocalHost):
         def sh(self, script: str, *args: str, **kwargs) -> str:
-            return super().sh("ulimit -n 150; " + script, *args, **kwargs)  # soft and hard
+            return super().sh("ulimit -Sn 60; ulimit -Hn 150; " + script, *args, **kwargs)
 
-    for i in range(49):
-        (tmp_path / f"db {i % 3}").mkdir(exist_ok=True)
-        (tmp_path / f"db {i % 3}" / f"t{i}.ibd").write_bytes(b"")
-    (tmp_path / "db 0" / "t0.frm").write_bytes(b"")
-    assert physical.check_open_files(Limited(), str(tmp_path), "source s") == 49  # 149 files: fits
-    (tmp_path / "db 1" / "t99.ibd").write_bytes(b"")
-    (tmp_path / "db 1" / "t100.ibd").write_bytes(b"")
+    datadir = tmp_path / "data"
+    (datadir / "db 0").mkdir(parents=True)
+    for name in ("ibdata1", "undo001", "undo002", "t0.frm"):
+        (datadir / name).write_bytes(b"")
+    for i in range(46):
+        (datadir / f"db {i % 3}").mkdir(exist_ok=True)
+        (datadir / f"db {i % 3}" / f"t{i}.ibd").write_bytes(b"")
+    link = tmp_path / "link"  # a symlinked datadir is followed
+    link.symlink_to(datadir)
+    assert physical.check_open_files(Limited(), str(link), "source s") == 150  # 49 tablespaces + 100: fits
+    assert "--open-files-limit=150" in physical.backup_stages("/o", "/d", 2, "zstd", open_files=150)[0].argv
+    (datadir / "db 1" / "t99.ibd").write_bytes(b"")
+    (datadir / "db 1" / "t100.isl").write_bytes(b"/elsewhere/t100.ibd")  # DATA DIRECTORY: its .ibd lies elsewhere
     with pytest.raises(PreflightError) as err:
-        physical.check_open_files(Limited(), str(tmp_path), "source s")
+        physical.check_open_files(Limited(), str(link), "source s")
     assert "51 InnoDB tablespaces" in str(err.value) and "about 151 open files" in str(err.value)
     assert "at most 150 (`ulimit -Hn`)" in str(err.value) and "LimitNOFILE=" in str(err.value)
 

@@ -143,7 +143,7 @@ class Instance:
 
     def _service(self, verb: str) -> str:
         """The connection's service command (service.sh: plain shell, the stand-in for systemctl)."""
-        return f"sh {shlex.quote(str(Path(__file__).with_name('service.sh')))} {verb} {shlex.quote(str(self.dir))}"
+        return f"sh {shlex.quote(str(Path(__file__).with_name('service.sh')))} {verb} {shlex.quote(str(self.dir.resolve()))}"
 
     def connection(self, conn_id: str | None = None) -> dict:
         """The Airflow connection (JSON form of AIRFLOW_CONN_*)."""

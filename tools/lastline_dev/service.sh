@@ -6,7 +6,8 @@
 # only after its recovery), a pid is believed only if it is a mariadbd's, and stop returns once the process is gone.
 #   service.sh start|stop INSTANCE_DIR [TIMEOUT_SECONDS]   (default 60 to start, 100 to stop: lastline waits 120)
 set -u
-verb=$1 dir=$2 timeout=${3:-}
+verb=$1 timeout=${3:-}
+dir=$(cd "$2" 2>/dev/null && pwd -P) || { echo "service.sh: no instance folder $2" >&2; exit 2; }
 case $timeout in *[!0-9]*) echo "service.sh: the timeout is whole seconds, not $timeout" >&2; exit 2 ;; esac
 command -v mariadb-admin >/dev/null && command -v mariadbd >/dev/null || {
     echo "service.sh: mariadbd and mariadb-admin must be on the PATH ($PATH)" >&2; exit 127; }
@@ -16,7 +17,7 @@ ours() {  # whether pid $1 is a running (not zombie) mariadbd of this instance (
     [ "$(cat "/proc/$1/comm" 2>/dev/null)" = mariadbd ] || return 1
     grep -q '^State:[[:space:]]*Z' "/proc/$1/status" 2>/dev/null && return 1
     f=$(tr '\0' '\n' <"/proc/$1/cmdline" 2>/dev/null | sed -n 's/^--defaults-file=//p' | head -n 1)
-    [ -n "$f" ] && [ "$(readlink -f "$f")" = "$cnf" ]
+    [ -n "$f" ] && [ "$(cd "/proc/$1/cwd" 2>/dev/null && readlink -f "$f")" = "$cnf" ]  # relative to its own cwd
 }
 mariadbd_pid() {  # the pid in file $1 if it is ours
     p=$(cat "$1" 2>/dev/null) && ours "$p" && echo "$p"
@@ -30,10 +31,12 @@ deadline=$(( $(date +%s) + timeout ))
 before() { [ "$(date +%s)" -lt "$deadline" ]; }
 case $verb in
 start)
-    while running >/dev/null && before; do  # starting up, or stopping and not yet gone
+    while running >/dev/null; do  # starting up, or stopping and not yet gone: never a second server beside it
         answers && exit 0
+        before || { echo "sandbox $dir: its server neither answers nor stops (pid $(running)); not started again" >&2; exit 1; }
         sleep 0.1
     done
+    deadline=$(( $(date +%s) + timeout ))
     setsid mariadbd --defaults-file="$dir/my.cnf" >>"$dir/mariadbd.out" 2>&1 </dev/null &
     spawned=$!
     echo "$spawned" > "$dir/service.pid"
@@ -56,7 +59,7 @@ stop)
     kill -KILL "$pid"
     n=100
     while ours "$pid" && [ "$n" -gt 0 ]; do sleep 0.1; n=$((n - 1)); done
-    [ "$n" -gt 0 ] ;;
+    ! ours "$pid" ;;
 *)
     echo "usage: service.sh start|stop INSTANCE_DIR [TIMEOUT_SECONDS]" >&2; exit 2 ;;
 esac

@@ -91,6 +91,7 @@ def stream(plan: BackupPlan) -> StreamResult:
     host = server.runner()
     storage = open_storage(plan.destination, plan.aws_conn_id)
     tables = table_estimates(server)
+    open_files = physical.check_open_files(host, datadir, server.describe())  # again: the datadir may have grown
     replica = None
     if plan.replica is not None:  # mariabackup leaves a SQL thread it finds stopped as it is
         replica = replica_source.attempt(server, plan.replica, plan.max_replica_lag, single=True)
@@ -98,7 +99,8 @@ def stream(plan: BackupPlan) -> StreamResult:
     key = f"{plan.backup_id}/{plan.artifact}"
     with option_file(server, ("client", "mariabackup"), on_host=True) as opt, storage.writer(key) as writer:
         stages = physical.backup_stages(opt, datadir, plan.parallel, plan.compression, host=host, priority=plan.priority,
-                                        max_read_mb_per_s=plan.max_read_mb_per_s, replica=plan.replica is not None)
+                                        max_read_mb_per_s=plan.max_read_mb_per_s, replica=plan.replica is not None,
+                                        open_files=open_files)
         log.info("stream: %s", " | ".join(s.display() for s in stages))
         try:
             result = run_pipeline(stages, sink=writer.write, label="backup stream")

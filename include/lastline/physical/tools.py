@@ -21,27 +21,39 @@ ARTIFACT_BASE = "backup.xbstream"
 LOG_COPY_INTERVAL_MS = 20
 
 
-# what mariabackup --backup holds open besides the tablespaces: system and undo tablespaces, redo, the stream, its
-# connection, libraries
+# what mariabackup --backup holds open besides the tablespaces it counts: redo, the stream, its connection, libraries
 OPEN_FILES_MARGIN = 100
+# a datadir's tablespaces: each table's or partition's .ibd; an .isl where DATA DIRECTORY put the .ibd elsewhere;
+# the undo tablespaces and the system tablespace. -L: a symlinked datadir or database folder is followed
+_COUNT_SPACES = ('echo "hard=$(ulimit -Hn)"; '
+                 'echo "spaces=$(find -L "$1"/ -type f \\( -name "*.ibd" -o -name "*.isl" -o -name "undo[0-9]*" '
+                 '-o -name "ibdata*" \\) | wc -l)"')
 
 
 def check_open_files(host: Host, datadir: str, what: str) -> int:
-    """mariabackup --backup opens every InnoDB tablespace (.ibd file) of `datadir` and keeps it open until the copy
-    ends (it raises its own limit to the hard one, never past it): refuse, before anything streams, a datadir whose
-    tablespaces need more descriptors than a process on `host` may open. Returns the number of tablespaces.
-    (Measured: 20,000 tables against a hard limit of 20,000 failed half-way with "Too many open files".)"""
-    out = host.sh('ulimit -Hn; find "$1" -name "*.ibd" -type f | wc -l', datadir).split()
-    hard, spaces = out[0], int(out[1])
+    """mariabackup --backup opens every InnoDB tablespace of `datadir` and keeps it open until the copy ends, within
+    the open-files limit it runs under (the soft one, unless --open-files-limit raises it: never past the hard one).
+    Refuse, before anything streams, a datadir whose tablespaces need more descriptors than a process on `host` may
+    open; return the --open-files-limit to run mariabackup with (the hard limit, or twice the need if unlimited).
+    Measured: 20,000 tables under a limit of 20,000 failed half-way with "Too many open files"."""
+    out = host.sh(_COUNT_SPACES, datadir)
+    found = dict(re.findall(r"^(hard|spaces)=(\S+)$", out, re.M))
+    if set(found) != {"hard", "spaces"} or not found["spaces"].isdigit() or not (
+            found["hard"] == "unlimited" or found["hard"].isdigit()):
+        raise PreflightError(f"{what}: cannot read the open-files limit and the tablespaces of {datadir} on {host.name} "
+                             f"(the check printed {out.strip()[:300]!r}); check the shell there, then re-run.")
+    spaces = int(found["spaces"])
     need = spaces + OPEN_FILES_MARGIN
-    if hard != "unlimited" and need > int(hard):
+    if found["hard"] == "unlimited":
+        return max(2 * need, 65536)
+    if need > int(found["hard"]):
         raise PreflightError(
-            f"{what}: its datadir {datadir} holds {spaces:,} InnoDB tablespaces (.ibd files), and mariabackup keeps "
-            f"each one open until the copy ends: it needs about {need:,} open files, but a process on {host.name} may "
-            f"open at most {int(hard):,} (`ulimit -Hn`). Raise that hard limit to at least {need:,} for whatever runs "
-            "the backup there (LimitNOFILE= in the worker's or sshd's systemd unit, or nofile in "
-            "/etc/security/limits.conf), or take a logical backup of this server. Nothing was copied.")
-    return spaces
+            f"{what}: its datadir {datadir} holds {spaces:,} InnoDB tablespaces, and mariabackup keeps each one open "
+            f"until the copy ends: it needs about {need:,} open files, but a process on {host.name} may open at most "
+            f"{int(found['hard']):,} (`ulimit -Hn`). Raise the open-files limit to at least {need:,} for whatever runs "
+            "mariabackup there (LimitNOFILE= in the worker's or sshd's systemd unit, or nofile, soft and hard, in "
+            "/etc/security/limits.conf); for a backup, a logical one needs no such limit. Nothing was copied.")
+    return int(found["hard"])
 
 
 def artifact_name(compression: str) -> str:
@@ -51,7 +63,7 @@ def artifact_name(compression: str) -> str:
 
 def backup_stages(optfile: str, datadir: str, parallel: int, compression: str, tmpdir: str = "/tmp",
                   host: Host | None = None, priority: str = "normal", max_read_mb_per_s: float = 0,
-                  replica: bool = False) -> list[Stage]:
+                  replica: bool = False, open_files: int = 0) -> list[Stage]:
     """The backup stream's stages, on the source's `host`: mariabackup, a read cap (pv, if asked), then the
     compressor (if any), each at `priority` (core.impact; mariabackup at its I/O priority only). From a `replica`: its primary's coordinates
     (--slave-info), and its SQL thread stopped while no temporary table is open (--safe-slave-backup), so the
@@ -62,6 +74,8 @@ def backup_stages(optfile: str, datadir: str, parallel: int, compression: str, t
         f"--parallel={parallel}", f"--datadir={datadir}", f"--target-dir={tmpdir}",
         f"--log-copy-interval={LOG_COPY_INTERVAL_MS}",
     ]
+    if open_files:  # check_open_files: without it, mariabackup stays within the soft limit (often 1,024)
+        argv.append(f"--open-files-limit={open_files}")
     if replica:
         argv += ["--slave-info", "--safe-slave-backup"]
     stages = [Stage("mariabackup", impact.prefix(priority, cpu=False) + argv, keep_stderr=True, host=host)]

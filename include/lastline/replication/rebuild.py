@@ -131,7 +131,8 @@ def stream_stages(source: Server, target: Server, optfile: str, plan: RebuildPla
     limit = float(plan.max_mb_per_s or 0)
     throttle = [Stage("throttle", ["pv", "-q", "-L", f"{int(limit * 1e6)}"], host=src_host)] if limit else []
     return (
-        physical.backup_stages(optfile, plan.source_datadir, plan.parallel, plan.compression, host=src_host)
+        physical.backup_stages(optfile, plan.source_datadir, plan.parallel, plan.compression, host=src_host,
+                               open_files=physical.check_open_files(src_host, plan.source_datadir, "the source"))
         + throttle
         + [tap_stage("sent", host=src_host), tap_stage("received", host=tgt_host)]
         + physical.restore_stages(plan.datadir, plan.parallel, plan.compression, host=tgt_host)
