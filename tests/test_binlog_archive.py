@@ -217,7 +217,9 @@ def test_transactions_end_where_the_server_ends_them(source, tmp_path):
     late = data[:last] + data[head:found.transactions[1].end] + data[last:head] + data[found.transactions[1].end:]
     moved = events.scan(late, "late")
     assert [t.gtid for t in moved.transactions] == [t.gtid for t in found.transactions]
-    assert moved.transactions[2].start - moved.transactions[1].end == head - last and moved.end == len(data)
+    # the checkpoint moved in, besides what the server itself wrote there (a late checkpoint of its own, on a loaded machine)
+    gap = found.transactions[2].start - found.transactions[1].end
+    assert moved.transactions[2].start - moved.transactions[1].end == head - last + gap and moved.end == len(data)
     # a base's coordinate just after the late checkpoint follows the second group (what the restore rolls on from)
     at = moved.transactions[2].start
     assert events.scan(late[:at], "late").ending_at(at) == moved.transactions[1]
