@@ -63,6 +63,13 @@ def sh(cmd: str) -> float:
     return time.monotonic() - t0
 
 
+# the nightly schedules off, for every bench that runs the backup DAGs: a bench triggers them, which unpauses them, and
+# a scheduled run of the last interval would then start beside the measured one (catchup is off, but the last
+# interval still runs); `dags test` also serialises the DAGs, schedules included, into the metadata DB a later
+# scheduler starts on
+SCHEDULES_OFF = {"LASTLINE_LOGICAL_BACKUP_SCHEDULE": "none", "LASTLINE_PHYSICAL_BACKUP_SCHEDULE": "none"}
+
+
 def du(path: Path) -> float:
     """MB of the files under path (a live datadir's too: a file that vanishes meanwhile is left out)."""
     total = 0

@@ -55,7 +55,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from logical_bench import dataset, sh  # noqa: E402
+from logical_bench import SCHEDULES_OFF, dataset, sh  # noqa: E402
 
 from lastline.core.option_files import option_file, option_file_text  # noqa: E402
 from lastline.logical import backup as lb  # noqa: E402
@@ -207,12 +207,9 @@ def without_airflow(conf: dict, run_id: str) -> tuple[float, dict, float]:
 
 # a standalone scheduler (its own executor) with the deployment's settings (docker-compose.yaml, held to them by
 # tests/test_deploy.py): the scheduler loop sleeps 0.2 s when idle, not 1 s (each serial task would wait for it);
-# the DAG files are parsed every 300 s, not 30
-# the nightly schedules off: a bench triggers the backup DAGs, which unpauses them, and a scheduled run of the last
-# interval would then start beside the measured one (catchup is off, but the last interval still runs)
+# the DAG files are parsed every 300 s, not 30; the nightly schedules off (logical_bench.SCHEDULES_OFF)
 DEPLOYMENT_ENV = {**{k: v for k, v in SHARED_SETTINGS.items() if k != "AIRFLOW__CORE__EXECUTOR"},
-                  "AIRFLOW__API__HOST": "127.0.0.1", "LASTLINE_RETRIES": "0",
-                  "LASTLINE_LOGICAL_BACKUP_SCHEDULE": "none", "LASTLINE_PHYSICAL_BACKUP_SCHEDULE": "none"}
+                  "AIRFLOW__API__HOST": "127.0.0.1", "LASTLINE_RETRIES": "0", **SCHEDULES_OFF}
 
 
 def task_timeline(db: Path, dag_id: str, run_id: str) -> list[dict]:

@@ -29,7 +29,7 @@ from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
 
-from logical_bench import du
+from logical_bench import SCHEDULES_OFF, du
 
 from lastline.core.option_files import option_file
 from lastline_dev.compare import compare
@@ -180,9 +180,7 @@ def main() -> int:
     for name, secs, size in rows:
         print(f"  {name:<16} {secs:7.1f} s  {size:8.1f} MB  {datadir_mb / secs:6.1f} MB/s of datadir")
 
-    # the nightly schedules off, as the other benches' deployment settings: `dags test` serialises the DAGs into the
-    # project's metadata DB, and a scheduler started on it later (bench-scale's) would run a nightly backup it found due
-    env = {**os.environ, "LASTLINE_LOGICAL_BACKUP_SCHEDULE": "none", "LASTLINE_PHYSICAL_BACKUP_SCHEDULE": "none"}
+    env = {**os.environ, **SCHEDULES_OFF}
     env["AIRFLOW_CONN_BENCH_SOURCE"] = json.dumps(src.connection("bench_source"))
     env["AIRFLOW_CONN_BENCH_TARGET"] = json.dumps(tgt.connection("bench_target"))
     dest = f"file://{files / 'dag'}"
