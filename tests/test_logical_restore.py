@@ -499,6 +499,44 @@ def test_a_create_the_target_refuses_fails_at_once_and_the_re_run_resumes(backup
     assert _diff(_objects(logical_source.server(), ("edge",)), _objects(logical_target.server(), ("edge",))) == []
 
 
+@pytest.mark.parametrize("first", [True, False], ids=["deferred-then-not", "not-then-deferred"])
+def test_a_resume_keeps_the_defer_indexes_its_tables_were_created_with(first, backups, logical_source, logical_target, caplog):
+    """A run stopped after its lanes (its tables created with defer_indexes=`first`) is resumed by a run that asks the
+    opposite: the resume keeps the first run's setting, so that the held-back indexes and foreign keys are built once,
+    neither left out (big.t without its KEY k, sakila without its foreign keys) nor added twice. A plan that still
+    disagrees is refused by create_schema before it creates anything."""
+    import dataclasses
+    import logging
+
+    dbs = ("sakila", "big")
+    plan = lr.preflight(_conf(backups, force=True, databases=list(dbs), defer_indexes=first, index_build="after_all"))
+    snap = lr.snapshot_config(plan)
+    try:
+        _steps, lanes = lr.prepare(plan)
+        for lane in lanes:
+            lr.load_lane(plan, lane)
+    finally:
+        lr.revert(plan)  # stopped before finalize: the restore is unfinished
+    with caplog.at_level(logging.WARNING, logger="lastline"):
+        again = lr.preflight(_conf(backups, databases=list(dbs), defer_indexes=not first))
+    assert again.resume and again.defer_indexes is first
+    assert f"defer_indexes={not first} asked, but the unfinished restore this run resumes created its tables with " \
+           f"defer_indexes={first}: kept" in caplog.text
+    lr.snapshot_config(again)
+    with pytest.raises(IntegrityError, match=rf"plan has defer_indexes={not first}, but the unfinished restore .* with "
+                                             rf"defer_indexes={first}.*from its preflight"):
+        lr.create_schema(dataclasses.replace(again, defer_indexes=not first))
+    _steps, lanes = lr.prepare(again)
+    for lane in lanes:
+        lr.load_lane(again, lane)
+    try:
+        lr.finalize(again)
+    finally:
+        lr.revert(again)
+    assert lr.verify(again, snap)
+    assert _diff(_objects(logical_source.server(), dbs), _objects(logical_target.server(), dbs)) == []
+
+
 def test_tables_set_aside_by_a_run_that_created_none_yet_still_need_force(backups, logical_target):
     """A forced run sets the old tables aside and stops before any lane created a table: the database is empty, but
     another restore into it still needs force (and would ask for approval) - the old tables are what is at stake."""

@@ -19,7 +19,16 @@ from lastline.logical.format import dialect
 from lastline.logical.format.plans import RestorePlan, SchemaCreated
 from lastline.logical.restore.backup_files import RUN_SESSION, checked_schema, open_backup, run_server, selected, target_server
 from lastline.logical.restore.schema_checks import checked_create, database_create, split_deferred
-from lastline.logical.restore.target_state import STATE, clear_state, dbs_key, ensure_ledger, ensure_state, resuming, set_aside
+from lastline.logical.restore.target_state import (
+    STATE,
+    clear_state,
+    dbs_key,
+    ensure_ledger,
+    ensure_state,
+    recorded_defer_indexes,
+    resuming,
+    set_aside,
+)
 from lastline.logical.restore.verify import ensure_checks, forget_checks
 from lastline.manifest import LogicalManifest
 
@@ -87,14 +96,21 @@ def create_schema(plan: RestorePlan) -> SchemaCreated:
         ensure_checks(cur)
         ensure_state(cur)
         resume = resuming(cur, plan.backup_id, plan.databases)
+        kept = recorded_defer_indexes(cur, plan.backup_id, plan.databases) if resume else None
+        if kept is not None and kept != plan.defer_indexes:  # preflight adopts it: a plan made elsewhere did not
+            raise IntegrityError(
+                f"this run's plan has defer_indexes={plan.defer_indexes}, but the unfinished restore of {plan.backup_id} "
+                f"it resumes created its tables with defer_indexes={kept}: their indexes would be left unbuilt or built "
+                "twice. Run the restore again from its preflight (which keeps the unfinished run's setting).")
         if not resume:
             for db in plan.databases:
                 set_aside(cur, db)  # force: the old tables stay until verify has passed
             clear_state(cur, manifest, plan.databases)
             forget_checks(cur, plan.backup_id)  # every table is loaded anew: checksums of an earlier run do not count
             cur.execute(
-                f"INSERT INTO {STATE} VALUES (%s, %s, %s, CURRENT_TIMESTAMP(6), NULL)",
-                (plan.backup_id, dbs_key(plan.databases), json.dumps(sorted(plan.databases))),
+                f"INSERT INTO {STATE} (backup_id, dbs_key, dbs, started_at, finished_at, defer_indexes) "
+                "VALUES (%s, %s, %s, CURRENT_TIMESTAMP(6), NULL, %s)",
+                (plan.backup_id, dbs_key(plan.databases), json.dumps(sorted(plan.databases)), int(plan.defer_indexes)),
             )
             cur.connection.commit()
         for d in schema["databases"]:

@@ -57,6 +57,21 @@ def resuming(cur: Any, backup_id: str, databases: list[str]) -> bool:
     return bool(cur.fetchone()[0])
 
 
+def recorded_defer_indexes(cur: Any, backup_id: str, databases: list[str]) -> bool | None:
+    """defer_indexes as the unfinished restore of this backup into these databases created its tables; None where
+    none is unfinished or it was started by a lastline that did not record it."""
+    if not state_current(cur):
+        return None
+    cur.execute("SELECT COUNT(*) FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = %s AND TABLE_NAME = 'restore_state' "
+                "AND COLUMN_NAME = 'defer_indexes'", (tuning.META_DB,))
+    if not cur.fetchone()[0]:
+        return None
+    cur.execute(f"SELECT defer_indexes FROM {STATE} WHERE backup_id = %s AND dbs_key = %s AND finished_at IS NULL",
+                (backup_id, dbs_key(databases)))
+    row = cur.fetchone()
+    return None if row is None or row[0] is None else bool(row[0])
+
+
 def ensure_state(cur: Any) -> None:
     """The restore-state table; one of an older shape (keyed on the backup alone) is replaced."""
     if table_exists(cur, tuning.META_DB, "restore_state") and not state_current(cur):
@@ -66,8 +81,9 @@ def ensure_state(cur: Any) -> None:
     cur.execute(
         f"CREATE TABLE IF NOT EXISTS {STATE} (backup_id VARBINARY(64) NOT NULL, dbs_key CHAR(64) NOT NULL, "
         "dbs TEXT NOT NULL, started_at TIMESTAMP(6) NULL, finished_at TIMESTAMP(6) NULL, "
-        "PRIMARY KEY (backup_id, dbs_key)) ENGINE=InnoDB"
-    )
+        "defer_indexes TINYINT NULL, PRIMARY KEY (backup_id, dbs_key)) ENGINE=InnoDB"
+    )  # defer_indexes: how the run created its tables, which a resume keeps; a table of an earlier version gains it
+    cur.execute(f"ALTER TABLE {STATE} ADD COLUMN IF NOT EXISTS defer_indexes TINYINT NULL")
 
 
 def clear_state(cur: Any, manifest: LogicalManifest, databases: list[str]) -> None:
