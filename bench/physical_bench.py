@@ -12,7 +12,9 @@ and prints the DAGs' time over the hand-run pipeline's. `span` runs from the fir
 the last task's end; `run` is the DAG run's duration (adds the one-time start-up of `dags test`'s
 in-process execution API); `wall` adds the `airflow` process start-up too. `--rounds 2` runs hand and DAGs
 twice each, in turns (hand first, then the DAGs first), and `--cold` drops the page cache before every
-backup and restore, so that no leg reads what the one before left in memory; each task's seconds are printed.
+backup and restore, so that no leg reads what the one before left in memory; each task's seconds are printed,
+and each round's ratio with their median. `--stream-costs N` times only the backup stream, by hand and as the
+stream task runs it (sha256 in Python), each at normal and at the default priority, N rounds in turns.
 """
 from __future__ import annotations
 
@@ -135,6 +137,59 @@ def cold(enabled: bool) -> None:
         Path("/proc/sys/vm/drop_caches").write_text("3\n")
 
 
+def stream_costs(s, files: Path, rounds: int, drop: bool) -> dict[str, list[float]]:
+    """The backup stream alone, four ways in turns, the page cache dropped before each (with `drop`): the hand
+    pipeline at normal priority and at the DAG's default one, and the stream task's own pipeline (run_pipeline:
+    sha256 and byte count in Python, into the destination's writer, fsynced) at both. No Airflow: what the task's
+    stream costs over `mariabackup --stream | zstd > file`, and why."""
+    from lastline.core.impact import DEFAULT_PRIORITY
+    from lastline.core.pipeline import run_pipeline
+    from lastline.physical import tools as physical
+    from lastline.storage import open_storage
+
+    art = files / "costs.xbstream.zst"
+    storage = open_storage(f"file://{files / 'costs'}")
+    took: dict[str, list[float]] = {}
+    with option_file(s, ("client", "mariabackup")) as opt:
+        def stages(priority: str) -> list:
+            return physical.backup_stages(opt, s.datadir, 2, "zstd", priority=priority, open_files=20_000)
+
+        def hand(priority: str) -> None:
+            sh(" | ".join(st.display() for st in stages(priority)) + f" > {art}")
+            art.unlink()
+
+        def task(priority: str) -> None:
+            with storage.writer("costs.xbstream.zst") as writer:
+                run_pipeline(stages(priority), sink=writer.write, label="backup stream", progress_every=None)
+            shutil.rmtree(files / "costs")
+
+        ways: dict[str, Callable[[], None]] = {
+            "by hand, normal priority": lambda: hand("normal"),
+            f"by hand, priority {DEFAULT_PRIORITY}": lambda: hand(DEFAULT_PRIORITY),
+            "run_pipeline (sha256 in Python), normal priority": lambda: task("normal"),
+            f"run_pipeline (sha256 in Python), priority {DEFAULT_PRIORITY}": lambda: task(DEFAULT_PRIORITY),
+        }
+        for rnd in range(rounds):
+            for name in (list(ways) if rnd % 2 == 0 else list(reversed(ways))):
+                cold(drop)
+                t0 = time.monotonic()
+                ways[name]()
+                took.setdefault(name, []).append(round(time.monotonic() - t0, 1))
+                print(f"  {name}: {took[name][-1]} s", flush=True)
+    base = median(took["by hand, normal priority"])
+    print(f"\nthe backup stream alone, {rounds} rounds in turns{', page cache dropped before each' if drop else ''} (median; "
+          "over the hand pipeline at normal priority):")
+    for name, xs in took.items():
+        print(f"  {name:<52} {median(xs):6.1f} s  {median(xs) / base:.2f}x   ({', '.join(map(str, xs))})")
+    return took
+
+
+def median(xs: list[float]) -> float:
+    """The middle value (the mean of the two middle ones for an even count)."""
+    ys, n = sorted(xs), len(xs)
+    return ys[n // 2] if n % 2 else (ys[n // 2 - 1] + ys[n // 2]) / 2
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--gb", type=float, default=1.0, help="size of generated data (default 1 GB)")
@@ -143,6 +198,9 @@ def main() -> int:
     p.add_argument("--record", default="", help="also write the figures as JSON to this file")
     p.add_argument("--rounds", type=int, default=1, help="hand and DAGs this many times each, alternating which goes first")
     p.add_argument("--cold", action="store_true", help="drop the page cache before every backup and restore (needs root)")
+    p.add_argument("--stream-costs", type=int, default=0, metavar="N",
+                   help="only time the backup stream four ways (by hand and as the task streams, each at normal and at the "
+                        "default priority), N rounds in turns, then stop")
     args = p.parse_args()
     work = Path(args.work)
     root = work / "sandbox"
@@ -166,6 +224,14 @@ def main() -> int:
     files = work / "files"
     shutil.rmtree(files, ignore_errors=True)
     files.mkdir(parents=True)
+    if args.stream_costs:
+        took = stream_costs(s, files, args.stream_costs, args.cold)
+        if args.record:
+            Path(args.record).write_text(json.dumps({"datadir_mb": round(datadir_mb), "cold": args.cold,
+                                                     "stream_costs": took}, indent=1))
+        src.stop()
+        tgt.stop()
+        return 0
     rows = []
     with option_file(s, ("client", "mariabackup")) as opt:
         mb = f"mariabackup --defaults-extra-file={opt} --backup --stream=xbstream --parallel=2 --datadir={s.datadir} --target-dir=/tmp"
@@ -213,7 +279,7 @@ def main() -> int:
     print(f"  DAGs, tasks' span          backup {b_span:6.1f} s  restore {r_span:6.1f} s  total {b_span + r_span:6.1f} s"
           f"  ratio {(b_span + r_span) / hand:.2f}x")
     pairs = sorted((d[0][2] + d[1][2]) / (hb + hr) for (hb, hr), d in zip(hands, dags, strict=True))
-    mid = pairs[len(pairs) // 2] if len(pairs) % 2 else (pairs[len(pairs) // 2 - 1] + pairs[len(pairs) // 2]) / 2
+    mid = median(pairs)
     if len(pairs) > 1:  # each round's DAGs over the hand run beside them: the machine's drift cancels pair by pair
         print(f"  round by round, DAGs' span over by hand: {', '.join(f'{x:.2f}x' for x in pairs)}; median {mid:.2f}x")
     print(f"  DAGs, run duration         backup {b_run:6.1f} s  restore {r_run:6.1f} s  total {b_run + r_run:6.1f} s"
