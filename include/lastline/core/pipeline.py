@@ -199,8 +199,10 @@ def run_pipeline(
             if sink is not None:
                 out = procs[-1].stdout
                 assert out is not None  # a PIPE: sink is set
+                # what one read returns (a buffered pipe's read1): read() gathers CHUNK in copies, 2x the system CPU
+                read = getattr(out, "read1", out.read)
                 while True:
-                    chunk = out.read1(CHUNK)  # what one read returns: read() gathers CHUNK in copies (2x the system CPU)
+                    chunk = read(CHUNK)
                     if not chunk:
                         break
                     out_hash.update(chunk)
