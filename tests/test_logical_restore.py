@@ -499,42 +499,65 @@ def test_a_create_the_target_refuses_fails_at_once_and_the_re_run_resumes(backup
     assert _diff(_objects(logical_source.server(), ("edge",)), _objects(logical_target.server(), ("edge",))) == []
 
 
-@pytest.mark.parametrize("first", [True, False], ids=["deferred-then-not", "not-then-deferred"])
-def test_a_resume_keeps_the_defer_indexes_its_tables_were_created_with(first, backups, logical_source, logical_target, caplog):
+def _committed(server, sql: str, args: tuple) -> None:
+    with server.session() as cur:
+        cur.execute(sql, args)
+        cur.connection.commit()
+
+
+@pytest.mark.parametrize("first,recorded", [(True, True), (False, True), (True, False), (False, False)],
+                         ids=["deferred-then-not", "not-then-deferred", "unrecorded-deferred-then-not", "unrecorded-not-then-deferred"])
+def test_a_resume_keeps_the_defer_indexes_its_tables_were_created_with(first, recorded, backups, logical_source, logical_target,
+                                                                        caplog):
     """A run stopped after its lanes (its tables created with defer_indexes=`first`) is resumed by a run that asks the
     opposite: the resume keeps the first run's setting, so that the held-back indexes and foreign keys are built once,
-    neither left out (big.t without its KEY k, sakila without its foreign keys) nor added twice. A plan that still
-    disagrees is refused by create_schema before it creates anything."""
+    neither left out (big.t without its KEY k, sakila without its foreign keys) nor added twice. A state an earlier
+    lastline left (`recorded` False: no setting in it) resumes with defer_indexes on, under which finalize adds whatever
+    a table lacks, either way; create_schema records it. A plan that still disagrees is refused by create_schema
+    before it creates anything."""
     import dataclasses
     import logging
 
     dbs = ("sakila", "big")
+    ours = json.dumps(sorted(dbs))  # the state's row of this restore
+    target = logical_target.server()
     plan = lr.preflight(_conf(backups, force=True, databases=list(dbs), defer_indexes=first, index_build="after_all"))
     snap = lr.snapshot_config(plan)
     try:
-        _steps, lanes = lr.prepare(plan)
+        try:
+            _steps, lanes = lr.prepare(plan)
+            for lane in lanes:
+                lr.load_lane(plan, lane)
+        finally:
+            lr.revert(plan)  # stopped before finalize: the restore is unfinished
+        if not recorded:  # as a lastline before the setting was kept left it
+            _committed(target, f"UPDATE {lr.STATE} SET defer_indexes = NULL WHERE dbs = %s", (ours,))
+        kept = first if recorded else True
+        with caplog.at_level(logging.WARNING, logger="lastline"):
+            again = lr.preflight(_conf(backups, databases=list(dbs), defer_indexes=not first))
+        assert again.resume and again.defer_indexes is kept
+        if kept == first:
+            assert f"defer_indexes={not first} asked, but the unfinished restore this run resumes " + (
+                f"created its tables with defer_indexes={first}: kept" if recorded else
+                "was started by an earlier lastline, which did not record how it created its tables: resumed with "
+                "defer_indexes=True") in caplog.text
+        lr.snapshot_config(again)
+        with pytest.raises(IntegrityError, match=rf"plan has defer_indexes={not kept}, but the unfinished restore .* "
+                                                 rf"defer_indexes={kept}.*from its preflight"):
+            lr.create_schema(dataclasses.replace(again, defer_indexes=not kept))
+        _steps, lanes = lr.prepare(again)
+        assert target.query(f"SELECT defer_indexes FROM {lr.STATE} WHERE dbs = %s", (ours,)) == [(int(kept),)]  # from now on
         for lane in lanes:
-            lr.load_lane(plan, lane)
-    finally:
-        lr.revert(plan)  # stopped before finalize: the restore is unfinished
-    with caplog.at_level(logging.WARNING, logger="lastline"):
-        again = lr.preflight(_conf(backups, databases=list(dbs), defer_indexes=not first))
-    assert again.resume and again.defer_indexes is first
-    assert f"defer_indexes={not first} asked, but the unfinished restore this run resumes created its tables with " \
-           f"defer_indexes={first}: kept" in caplog.text
-    lr.snapshot_config(again)
-    with pytest.raises(IntegrityError, match=rf"plan has defer_indexes={not first}, but the unfinished restore .* with "
-                                             rf"defer_indexes={first}.*from its preflight"):
-        lr.create_schema(dataclasses.replace(again, defer_indexes=not first))
-    _steps, lanes = lr.prepare(again)
-    for lane in lanes:
-        lr.load_lane(again, lane)
-    try:
-        lr.finalize(again)
-    finally:
-        lr.revert(again)
+            lr.load_lane(again, lane)
+        try:
+            lr.finalize(again)
+        finally:
+            lr.revert(again)
+    except BaseException:  # later tests must not resume what this one left
+        _committed(target, f"DELETE FROM {lr.STATE} WHERE dbs = %s", (ours,))
+        raise
     assert lr.verify(again, snap)
-    assert _diff(_objects(logical_source.server(), dbs), _objects(logical_target.server(), dbs)) == []
+    assert _diff(_objects(logical_source.server(), dbs), _objects(target, dbs)) == []
 
 
 def test_tables_set_aside_by_a_run_that_created_none_yet_still_need_force(backups, logical_target):

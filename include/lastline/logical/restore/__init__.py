@@ -51,7 +51,7 @@ from lastline.logical.restore.target_state import (  # noqa: F401
     clear_state,
     dbs_key,
     ensure_state,
-    recorded_defer_indexes,
+    resume_defer_indexes,
     resuming,
     set_aside,
 )
@@ -120,10 +120,13 @@ def preflight(conf: dict, role: str | None = None) -> RestorePlan:
             refuse_wide_grants(cur, schema, wanted)
         resume = resuming(cur, backup_id, wanted)
         defer_indexes = params.flag("defer_indexes", RestorePlan.defer_indexes)
-        kept = recorded_defer_indexes(cur, backup_id, wanted) if resume else None
-        if kept is not None and kept != defer_indexes:  # its tables were created one way: their indexes are built that way
-            log.warning("defer_indexes=%s asked, but the unfinished restore this run resumes created its tables with "
-                        "defer_indexes=%s: kept, so that every table gets its indexes exactly once", defer_indexes, kept)
+        kept, recorded = resume_defer_indexes(cur, backup_id, wanted) if resume else (defer_indexes, True)
+        if kept != defer_indexes:  # its tables were created one way: their indexes are built that way
+            log.warning("defer_indexes=%s asked, but " + (
+                "the unfinished restore this run resumes created its tables with defer_indexes=%s: kept" if recorded else
+                "the unfinished restore this run resumes was started by an earlier lastline, which did not record how "
+                "it created its tables: resumed with defer_indexes=%s, under which finalize adds every held-back index "
+                "and foreign key a table lacks") + ", so that every table gets its indexes exactly once", defer_indexes, kept)
             defer_indexes = kept
         # with the tables an earlier forced run set aside (aside_name): a run that stopped before it created any
         # table leaves the database empty, and its old tables are still the ones at stake. One query for them all

@@ -25,7 +25,7 @@ from lastline.logical.restore.target_state import (
     dbs_key,
     ensure_ledger,
     ensure_state,
-    recorded_defer_indexes,
+    resume_defer_indexes,
     resuming,
     set_aside,
 )
@@ -96,12 +96,17 @@ def create_schema(plan: RestorePlan) -> SchemaCreated:
         ensure_checks(cur)
         ensure_state(cur)
         resume = resuming(cur, plan.backup_id, plan.databases)
-        kept = recorded_defer_indexes(cur, plan.backup_id, plan.databases) if resume else None
-        if kept is not None and kept != plan.defer_indexes:  # preflight adopts it: a plan made elsewhere did not
+        kept, recorded = resume_defer_indexes(cur, plan.backup_id, plan.databases) if resume else (plan.defer_indexes, True)
+        if kept != plan.defer_indexes:  # preflight adopts it: a plan made elsewhere did not
             raise IntegrityError(
                 f"this run's plan has defer_indexes={plan.defer_indexes}, but the unfinished restore of {plan.backup_id} "
-                f"it resumes created its tables with defer_indexes={kept}: their indexes would be left unbuilt or built "
-                "twice. Run the restore again from its preflight (which keeps the unfinished run's setting).")
+                f"it resumes {'created its tables with' if recorded else 'can only be resumed safely with'} "
+                f"defer_indexes={kept}: their indexes would be left unbuilt or built twice. Run the restore again from "
+                "its preflight (which keeps the unfinished run's setting).")
+        if not recorded:  # from now on it is
+            cur.execute(f"UPDATE {STATE} SET defer_indexes = %s WHERE backup_id = %s AND dbs_key = %s AND defer_indexes IS NULL",
+                        (int(kept), plan.backup_id, dbs_key(plan.databases)))
+            cur.connection.commit()
         if not resume:
             for db in plan.databases:
                 set_aside(cur, db)  # force: the old tables stay until verify has passed

@@ -72,6 +72,15 @@ def recorded_defer_indexes(cur: Any, backup_id: str, databases: list[str]) -> bo
     return None if row is None or row[0] is None else bool(row[0])
 
 
+def resume_defer_indexes(cur: Any, backup_id: str, databases: list[str]) -> tuple[bool, bool]:
+    """(the defer_indexes a resume of this unfinished restore must use, whether its state recorded it). Unrecorded
+    (a restore started by a lastline that did not keep it): True, under which the lanes create what is missing
+    without held-back definitions and finalize adds every held-back index and foreign key a table lacks, by name,
+    whichever way its tables were created."""
+    got = recorded_defer_indexes(cur, backup_id, databases)
+    return (True, False) if got is None else (got, True)
+
+
 def ensure_state(cur: Any) -> None:
     """The restore-state table; one of an older shape (keyed on the backup alone) is replaced."""
     if table_exists(cur, tuning.META_DB, "restore_state") and not state_current(cur):
