@@ -142,6 +142,7 @@ def stream_costs(s, files: Path, rounds: int, drop: bool) -> dict[str, list[floa
     pipeline at normal priority and at the DAG's default one, and the stream task's own pipeline (run_pipeline:
     sha256 and byte count in Python, into the destination's writer, fsynced) at both. No Airflow: what the task's
     stream costs over `mariabackup --stream | zstd > file`, and why."""
+    from lastline.core.hosts import LOCAL
     from lastline.core.impact import DEFAULT_PRIORITY
     from lastline.core.pipeline import run_pipeline
     from lastline.physical import tools as physical
@@ -150,9 +151,10 @@ def stream_costs(s, files: Path, rounds: int, drop: bool) -> dict[str, list[floa
     art = files / "costs.xbstream.zst"
     storage = open_storage(f"file://{files / 'costs'}")
     took: dict[str, list[float]] = {}
+    open_files = physical.check_open_files(LOCAL, s.datadir, "the bench's source")  # as the stream task runs it
     with option_file(s, ("client", "mariabackup")) as opt:
         def stages(priority: str) -> list:
-            return physical.backup_stages(opt, s.datadir, 2, "zstd", priority=priority, open_files=20_000)
+            return physical.backup_stages(opt, s.datadir, 2, "zstd", priority=priority, open_files=open_files)
 
         def hand(priority: str) -> None:
             sh(" | ".join(st.display() for st in stages(priority)) + f" > {art}")
