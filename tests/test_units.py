@@ -113,6 +113,36 @@ def test_a_datadir_with_more_tablespaces_than_open_files_is_refused_before_the_s
     assert "at most 150 (`ulimit -Hn`)" in str(err.value) and "LimitNOFILE=" in str(err.value)
 
 
+def test_a_second_move_aside_in_the_same_second_gets_its_own_folder(tmp_path, monkeypatch):
+    """A restore whose verify failed keeps the old datadir aside; a forced restore in the same second (a retry,
+    the next test) moves the new contents into a folder of its own, `-2`, `-3`, and never into the kept one.
+    A folder that cannot be made at all fails at once with mkdir's own reason."""
+    from lastline.core import datadir as dd
+    from lastline.core.hosts import LocalHost
+
+    class Frozen(datetime):
+        @classmethod
+        def now(cls, tz=None):
+            return datetime(2026, 11, 27, 12, 4, 40, tzinfo=UTC)
+
+    monkeypatch.setattr(dd, "datetime", Frozen)
+    data = tmp_path / "data"
+    asides = []
+    for i in range(3):
+        data.mkdir(exist_ok=True)
+        (data / f"ibdata{i}").write_text(str(i))
+        (data / "lost+found").mkdir(exist_ok=True)
+        asides.append(dd.move_aside(LocalHost(), str(data)))
+    base = f"{data}.lastline-aside-20261127T120440Z"
+    assert asides == [base, f"{base}-2", f"{base}-3"]
+    assert [sorted(p.name for p in (tmp_path / a).iterdir()) for a in asides] == [[f"ibdata{i}"] for i in range(3)]
+    assert sorted(p.name for p in data.iterdir()) == ["lost+found"]
+
+    (tmp_path / "file").write_text("not a folder")
+    with pytest.raises(PipelineError, match="Not a directory"):  # not "exists": no second name is tried
+        dd.move_aside(LocalHost(), str(tmp_path / "file" / "data"))
+
+
 # -- servers and option files -------------------------------------------------------------------
 
 class _Conn:

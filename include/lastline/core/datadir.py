@@ -26,7 +26,12 @@ if [ -n "$(ls -A "$d" | grep -vx 'lost+found')" ]; then echo data; else echo emp
 '''
 _CLEAR = r'''find "$1" -mindepth 1 -maxdepth 1 ! -name 'lost+found' -exec rm -rf {} +'''
 _ASIDE = r'''
-mkdir "$2" && find "$1" -mindepth 1 -maxdepth 1 ! -name 'lost+found' -exec mv -t "$2" {} +
+a=$2; n=1
+until mkdir "$a" 2>/dev/null; do
+  [ -e "$a" ] && [ "$n" -lt 100 ] || { mkdir "$a"; exit 1; }
+  n=$((n+1)); a="$2-$n"
+done
+find "$1" -mindepth 1 -maxdepth 1 ! -name 'lost+found' -exec mv -t "$a" {} + && printf '%s' "$a"
 '''
 _FREE = r'''
 p=$1
@@ -65,9 +70,10 @@ def clear(host: Host, path: str) -> None:
 
 
 def move_aside(host: Host, path: str) -> str:
-    """Move the datadir's contents into a sibling folder; return its path."""
-    aside = f"{path.rstrip('/')}.lastline-aside-{datetime.now(UTC).strftime('%Y%m%dT%H%M%SZ')}"
-    host.sh(_ASIDE, path, aside)
+    """Move the datadir's contents into a new sibling folder; return its path. A folder of the same second that
+    a restore kept (its verify failed) is never reused: the name gains `-2`, `-3`, ... (`mkdir` picks, atomically)."""
+    stamp = datetime.now(UTC).strftime('%Y%m%dT%H%M%SZ')
+    aside = host.sh(_ASIDE, path, f"{path.rstrip('/')}.lastline-aside-{stamp}")
     log.info("moved the old datadir contents aside to %s on %s (deleted once the restore is verified)", aside, host.name)
     return aside
 
