@@ -1,6 +1,7 @@
 """Logical restores through the DAG on real servers: exact round trips, crashes and re-runs, bad input."""
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
@@ -687,3 +688,92 @@ def test_small_tables_are_created_with_their_indexes_and_big_ones_wait_for_their
     assert indexes("big", "t") == {"PRIMARY", "k"}
     dbs = ("sakila", "big")
     assert _diff(_objects(logical_source.server(), dbs), _objects(target, dbs)) == []
+
+
+def _restore(plan: lr.RestorePlan) -> None:
+    """Every step of a logical restore, in process, revert always; verify last."""
+    snap = lr.snapshot_config(plan)
+    try:
+        _steps, lanes = lr.prepare(plan)
+        for lane in lanes:
+            lr.load_lane(plan, lane)
+        lr.finalize(plan)
+    finally:
+        lr.revert(plan)
+    assert lr.verify(plan, snap)
+
+
+def test_a_table_whose_engine_the_target_lacks_is_refused_never_made_with_another(backups, logical_source, logical_target, tmp_path):
+    """An ARCHIVE table (the plugin installed on the source alone) is refused in preflight, naming the table, the engine
+    and the remedy, before anything is touched. A schema.json that says ARCHIVE where the manifest says InnoDB (a
+    tampered folder) gets past preflight: the server then refuses the CREATE, never making the table InnoDB in its
+    place (the load session's NO_ENGINE_SUBSTITUTION), and the re-run from the untampered backup resumes. With the
+    plugin installed on the target, the backup restores exactly, as ARCHIVE."""
+    from conftest import tamper_schema
+    from lastline.core.errors import Refusal
+    from lastline.core.servers import Server
+
+    def root(inst) -> Server:
+        return Server(conn_id="root", socket=str(inst.sock), user="root")
+
+    with root(logical_source).session() as cur:
+        cur.execute("INSTALL SONAME 'ha_archive'")
+        cur.execute("CREATE DATABASE arch")
+        cur.execute("CREATE TABLE arch.`log book` (id INT NOT NULL, msg TEXT) ENGINE=ARCHIVE")
+        cur.execute("INSERT INTO arch.`log book` SELECT seq, CONCAT('tab\\there\\\\', seq) FROM mysql.seq_1_to_5000")
+    try:
+        dest = tmp_path / "arch"
+        lb.dump(lb.preflight({"source_conn_id": "t_lsource", "destination": f"file://{dest}", "databases": ["arch"]}))
+        with pytest.raises(PreflightError) as err:
+            lr.preflight(_conf(dest, databases=["arch"]))
+        message = str(err.value)
+        assert "ARCHIVE (1 table(s): arch.log book)" in message and "INSTALL SONAME 'ha_archive'" in message, message
+        assert "Nothing was touched" in message
+        assert not logical_target.server().query("SHOW DATABASES LIKE 'arch'")
+
+        def archive_numbers(schema: dict) -> None:
+            t = next(t for t in schema["tables"] if t["schema"] == "edge" and t["name"] == "numbers")
+            assert "ENGINE=InnoDB" in t["create"]
+            t["create"] = t["create"].replace("ENGINE=InnoDB", "ENGINE=ARCHIVE")
+
+        bad = tamper_schema(backups, tmp_path / "bad", archive_numbers)
+        plan = lr.preflight(_conf(bad, force=True, databases=["edge"]))  # the manifest still says InnoDB
+        lr.snapshot_config(plan)
+        try:
+            with pytest.raises(Refusal, match=r"edge\.numbers: Unknown storage engine 'ARCHIVE'"):
+                _steps, lanes = lr.prepare(plan)
+                for lane in lanes:
+                    lr.load_lane(plan, lane)
+        finally:
+            lr.revert(plan)
+        assert not logical_target.server().query(  # not made with another engine
+            "SELECT ENGINE FROM information_schema.TABLES WHERE TABLE_SCHEMA = 'edge' AND TABLE_NAME = 'numbers'")
+        again = lr.preflight(_conf(backups, databases=["edge"]))  # the untampered backup (the same id): it resumes
+        assert again.resume
+        _restore(again)
+        assert _diff(_objects(logical_source.server(), ("edge",)), _objects(logical_target.server(), ("edge",))) == []
+
+        with root(logical_target).session() as cur:
+            cur.execute("INSTALL SONAME 'ha_archive'")
+        _restore(lr.preflight(_conf(dest, databases=["arch"])))
+        assert _objects(logical_source.server(), ("arch",)) == _objects(logical_target.server(), ("arch",))
+        restored = _objects(logical_target.server(), ("arch",))
+        assert "ENGINE=ARCHIVE" in restored["table arch.log book"][0]
+        # a reload after a try that left rows (ARCHIVE deletes none: swapped for an empty copy), and a spare a crash left
+        from lastline.logical.restore.target_state import empty_table
+        with logical_target.server().session() as cur:
+            cur.execute(f"CREATE TABLE arch.`__lastline_empty_{hashlib.sha1(b'log book').hexdigest()[:20]}` (x INT)")
+            empty_table(cur, "arch", "log book", "ARCHIVE")
+            cur.execute("SELECT COUNT(*) FROM arch.`log book`")
+            assert cur.fetchone()[0] == 0
+            cur.execute("SELECT TABLE_NAME FROM information_schema.TABLES WHERE TABLE_SCHEMA = 'arch'")
+            assert cur.fetchall() == (("log book",),)
+            cur.execute("SHOW CREATE TABLE arch.`log book`")
+            assert cur.fetchone()[1] == restored["table arch.log book"][0]
+    finally:
+        for inst in (logical_source, logical_target):
+            with root(inst).session() as cur:
+                cur.execute("DROP DATABASE IF EXISTS arch")
+                cur.execute("SELECT COUNT(*) FROM information_schema.PLUGINS WHERE PLUGIN_NAME = 'ARCHIVE'")
+                if cur.fetchone()[0]:
+                    cur.execute("UNINSTALL SONAME 'ha_archive'")

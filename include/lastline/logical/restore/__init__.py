@@ -29,6 +29,7 @@ from lastline.logical.restore.backup_files import (
     checked_schema,
     open_backup,
     require_chunk_files,
+    require_engines,
     run_server,
     selected,
     target_server,
@@ -116,6 +117,7 @@ def preflight(conf: dict, role: str | None = None) -> RestorePlan:
                 f"backup {backup_id} comes from {manifest.server_version}, newer than the target's {version}: its DDL may "
                 "not load there. Restore into a server of the same or a newer version."
             )
+        require_engines(cur, manifest, wanted, server.describe())
         if restore_grants:
             refuse_wide_grants(cur, schema, wanted)
         resume = resuming(cur, backup_id, wanted)

@@ -7,11 +7,13 @@ import hashlib
 import json
 import logging
 import time
+from typing import Any
 
 from lastline import connections
 from lastline.core import accounts
-from lastline.core.errors import ConfigError, IntegrityError
+from lastline.core.errors import ConfigError, IntegrityError, PreflightError
 from lastline.core.servers import Server
+from lastline.core.sql import as_text
 from lastline.logical.format import dialect
 from lastline.logical.format.plans import RestorePlan
 from lastline.manifest import LogicalManifest, read_manifest, resolve_backup
@@ -58,6 +60,24 @@ def selected(manifest: LogicalManifest, databases: list[str]) -> list:
     """The manifest's tables of `databases` (a set for the look-ups: a list would cost tables x databases)."""
     wanted = set(databases)
     return [t for t in manifest.tables if t.schema in wanted]
+
+
+def require_engines(cur: Any, manifest: LogicalManifest, databases: list[str], target: str) -> None:
+    """Every storage engine the restored tables use is one the target has (SHOW ENGINES: YES or DEFAULT). The load
+    session never lets the server substitute another (dialect.LOAD_SESSION: NO_ENGINE_SUBSTITUTION); this names
+    the tables and the remedy before anything is touched, not at the first CREATE."""
+    cur.execute("SELECT UPPER(ENGINE) FROM information_schema.ENGINES WHERE SUPPORT IN ('YES', 'DEFAULT')")
+    have = {as_text(e) for (e,) in cur.fetchall()} | {"HEAP"}  # HEAP: MEMORY's other name
+    lacking: dict[str, list[str]] = {}
+    for t in selected(manifest, databases):
+        if t.engine and t.engine.upper() not in have:
+            lacking.setdefault(t.engine.upper(), []).append(f"{t.schema}.{t.name}")
+    if lacking:
+        raise PreflightError(
+            f"{target} lacks the storage engine(s) of these tables: " + "; ".join(
+                f"{e} ({len(ts)} table(s): {', '.join(ts[:5])}{', ...' if len(ts) > 5 else ''})" for e, ts in sorted(lacking.items()))
+            + ". Install them there first (e.g. INSTALL SONAME 'ha_archive' for ARCHIVE), or leave those databases out; "
+            "lastline never lets the server create a table with another engine. Nothing was touched.")
 
 
 def require_chunk_files(storage: Storage, manifest: LogicalManifest, databases: list[str]) -> None:

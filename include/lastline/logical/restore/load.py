@@ -12,7 +12,7 @@ loader racing on the same chunk waits on the ledger row's lock, then skips it. W
 key ranges, each chunk's rows are checked against the manifest before its commit (logical.verify).
 
 Non-transactional tables (MyISAM, Aria) cannot share a transaction with the ledger: they are loaded
-whole by one unit, and reloaded from scratch (TRUNCATE) unless every chunk of theirs is recorded. They keep
+whole by one unit, and reloaded from scratch (emptied first) unless every chunk of theirs is recorded. They keep
 the rows of a failed statement, so each chunk of theirs is proven first in a private copy (chunk_files.prove_chunk).
 
 Each unit takes one of `parallel` named locks on the target, so two runs on one target never load more
@@ -35,7 +35,7 @@ from lastline.logical.format import dialect, infile
 from lastline.logical.format.chunk_files import prove_chunk, write_chunk
 from lastline.logical.format.plans import UNIT_TABLES, UnitLoaded
 from lastline.logical.restore.create import Creates, TableMaker
-from lastline.logical.restore.target_state import loaded_files
+from lastline.logical.restore.target_state import empty_table, loaded_files
 from lastline.logical.restore.verify import chunk_checks, table_checksum
 from lastline.logical.restore.work_units import WorkUnit
 from lastline.manifest import ChunkInfo, LogicalManifest, LogicalTable
@@ -219,8 +219,8 @@ class Loader:
                          (checksum, self.manifest.backup_id, c.file))
 
     def load_whole(self, t: LogicalTable) -> None:
-        """Reload a non-transactional table from scratch, then record all its chunks."""
-        self.cur.execute(f"TRUNCATE TABLE {dialect.qualified(t.schema, t.name)}")
+        """Reload a non-transactional table from scratch (target_state.empty_table), then record all its chunks."""
+        empty_table(self.cur, t.schema, t.name, t.engine)
         for c in t.chunks:
             self._load_proven(t, c)
             self.progress.count(chunks=1, rows=c.rows)

@@ -175,6 +175,27 @@ def drop_aside(server: Server, databases: list[str]) -> list[str]:
     return dropped
 
 
+def empty_table(cur: Any, schema: str, name: str, engine: str) -> None:
+    """Take out the rows an earlier try left in a non-transactional table (a table just made has none: untouched).
+    TRUNCATE; an ARCHIVE table, which deletes no row, is swapped for an empty copy in one RENAME (a crash leaves
+    either the old table or the new one under its name, and a spare this drops the next time)."""
+    table = dialect.qualified(schema, name)
+    tag = hashlib.sha1(name.encode()).hexdigest()[:20]
+    spare, old = dialect.qualified(schema, f"__lastline_empty_{tag}"), dialect.qualified(schema, f"__lastline_old_{tag}")
+    archive = engine.lower() == "archive"
+    if archive:
+        cur.execute(f"DROP TABLE IF EXISTS {spare}, {old}")
+    cur.execute(f"SELECT 1 FROM {table} LIMIT 1")
+    if not cur.fetchall():
+        return
+    if not archive:
+        cur.execute(f"TRUNCATE TABLE {table}")
+        return
+    cur.execute(f"CREATE TABLE {spare} LIKE {table}")
+    cur.execute(f"RENAME TABLE {table} TO {old}, {spare} TO {table}")
+    cur.execute(f"DROP TABLE {old}")
+
+
 def loaded_count(cur: Any, backup_id: str, files: list[str]) -> int:
     """How many of `files` (chunks of `backup_id`) the ledger says are in: their rows alone, by its primary key."""
     found = 0
