@@ -703,32 +703,41 @@ def _restore(plan: lr.RestorePlan) -> None:
     assert lr.verify(plan, snap)
 
 
+def _root(inst):
+    from lastline.core.servers import Server
+    return Server(conn_id="root", socket=str(inst.sock), user="root")
+
+
+def _archive_plugin(inst, on: bool) -> None:
+    with _root(inst).session() as cur:
+        cur.execute("SELECT COUNT(*) FROM information_schema.PLUGINS WHERE PLUGIN_NAME = 'ARCHIVE'")
+        if bool(cur.fetchone()[0]) != on:
+            cur.execute(f"{'INSTALL' if on else 'UNINSTALL'} SONAME 'ha_archive'")
+
+
 def test_a_table_whose_engine_the_target_lacks_is_refused_never_made_with_another(backups, logical_source, logical_target, tmp_path):
-    """An ARCHIVE table (the plugin installed on the source alone) is refused in preflight, naming the table, the engine
-    and the remedy, before anything is touched. A schema.json that says ARCHIVE where the manifest says InnoDB (a
-    tampered folder) gets past preflight: the server then refuses the CREATE, never making the table InnoDB in its
-    place (the load session's NO_ENGINE_SUBSTITUTION), and the re-run from the untampered backup resumes. With the
-    plugin installed on the target, the backup restores exactly, as ARCHIVE."""
+    """Before anything is touched, preflight refuses: an ARCHIVE table on a target without the plugin, or any
+    MyISAM/Aria table on one whose enforce_storage_engine makes every table InnoDB (naming the tables, the engine and
+    the remedy); a schema.json whose CREATE names another engine than the manifest (which decides how a table is
+    loaded). A target that loses the engine after preflight refuses the CREATE: the load session never lets it make
+    the table InnoDB instead (NO_ENGINE_SUBSTITUTION). With the plugin back, the re-run restores exactly, as ARCHIVE."""
     from conftest import tamper_schema
     from lastline.core.errors import Refusal
-    from lastline.core.servers import Server
+    from lastline.logical.restore.target_state import empty_table
 
-    def root(inst) -> Server:
-        return Server(conn_id="root", socket=str(inst.sock), user="root")
-
-    with root(logical_source).session() as cur:
-        cur.execute("INSTALL SONAME 'ha_archive'")
-        cur.execute("CREATE DATABASE arch")
-        cur.execute("CREATE TABLE arch.`log book` (id INT NOT NULL, msg TEXT) ENGINE=ARCHIVE")
-        cur.execute("INSERT INTO arch.`log book` SELECT seq, CONCAT('tab\\there\\\\', seq) FROM mysql.seq_1_to_5000")
     try:
+        _archive_plugin(logical_source, True)
+        with _root(logical_source).session() as cur:
+            cur.execute("CREATE DATABASE arch")
+            cur.execute("CREATE TABLE arch.`log book` (id INT NOT NULL, msg TEXT) ENGINE=ARCHIVE")
+            cur.execute("INSERT INTO arch.`log book` SELECT seq, CONCAT('tab\\there\\\\', seq) FROM mysql.seq_1_to_5000")
         dest = tmp_path / "arch"
         lb.dump(lb.preflight({"source_conn_id": "t_lsource", "destination": f"file://{dest}", "databases": ["arch"]}))
         with pytest.raises(PreflightError) as err:
             lr.preflight(_conf(dest, databases=["arch"]))
         message = str(err.value)
-        assert "ARCHIVE (1 table(s): arch.log book)" in message and "INSTALL SONAME 'ha_archive'" in message, message
-        assert "Nothing was touched" in message
+        assert "lacks the storage engine(s) of these tables: ARCHIVE (1: arch.log book)" in message, message
+        assert "INSTALL SONAME 'ha_archive'" in message and "Nothing was touched" in message, message
         assert not logical_target.server().query("SHOW DATABASES LIKE 'arch'")
 
         def archive_numbers(schema: dict) -> None:
@@ -736,31 +745,42 @@ def test_a_table_whose_engine_the_target_lacks_is_refused_never_made_with_anothe
             assert "ENGINE=InnoDB" in t["create"]
             t["create"] = t["create"].replace("ENGINE=InnoDB", "ENGINE=ARCHIVE")
 
-        bad = tamper_schema(backups, tmp_path / "bad", archive_numbers)
-        plan = lr.preflight(_conf(bad, force=True, databases=["edge"]))  # the manifest still says InnoDB
+        with pytest.raises(IntegrityError, match=r"disagree on the engine of 1 table\(s\): edge\.numbers \(InnoDB in the "
+                                                 r"manifest, ARCHIVE in schema\.json\)"):
+            lr.preflight(_conf(tamper_schema(backups, tmp_path / "bad", archive_numbers), force=True, databases=["edge"]))
+
+        with _root(logical_target).session() as cur:
+            cur.execute("SET GLOBAL enforce_storage_engine = 'InnoDB'")
+        try:
+            with pytest.raises(PreflightError, match=r"makes every table INNODB \(enforce_storage_engine\) and so refuses "
+                                                     r"the storage engine\(s\) of these tables: ARIA \(1: edge\.aria_t\); MYISAM"):
+                lr.preflight(_conf(backups, force=True, databases=["edge"]))
+        finally:
+            with _root(logical_target).session() as cur:
+                cur.execute("SET GLOBAL enforce_storage_engine = NULL")
+
+        _archive_plugin(logical_target, True)
+        plan = lr.preflight(_conf(dest, databases=["arch"]))
+        _archive_plugin(logical_target, False)  # the target changed after its preflight
         lr.snapshot_config(plan)
         try:
-            with pytest.raises(Refusal, match=r"edge\.numbers: Unknown storage engine 'ARCHIVE'"):
+            with pytest.raises(Refusal, match=r"arch\.log book: Unknown storage engine 'ARCHIVE'"):
                 _steps, lanes = lr.prepare(plan)
                 for lane in lanes:
                     lr.load_lane(plan, lane)
         finally:
             lr.revert(plan)
         assert not logical_target.server().query(  # not made with another engine
-            "SELECT ENGINE FROM information_schema.TABLES WHERE TABLE_SCHEMA = 'edge' AND TABLE_NAME = 'numbers'")
-        again = lr.preflight(_conf(backups, databases=["edge"]))  # the untampered backup (the same id): it resumes
+            "SELECT ENGINE FROM information_schema.TABLES WHERE TABLE_SCHEMA = 'arch'")
+
+        _archive_plugin(logical_target, True)
+        again = lr.preflight(_conf(dest, databases=["arch"]))
         assert again.resume
         _restore(again)
-        assert _diff(_objects(logical_source.server(), ("edge",)), _objects(logical_target.server(), ("edge",))) == []
-
-        with root(logical_target).session() as cur:
-            cur.execute("INSTALL SONAME 'ha_archive'")
-        _restore(lr.preflight(_conf(dest, databases=["arch"])))
-        assert _objects(logical_source.server(), ("arch",)) == _objects(logical_target.server(), ("arch",))
         restored = _objects(logical_target.server(), ("arch",))
+        assert _objects(logical_source.server(), ("arch",)) == restored
         assert "ENGINE=ARCHIVE" in restored["table arch.log book"][0]
         # a reload after a try that left rows (ARCHIVE deletes none: swapped for an empty copy), and a spare a crash left
-        from lastline.logical.restore.target_state import empty_table
         with logical_target.server().session() as cur:
             cur.execute(f"CREATE TABLE arch.`__lastline_empty_{hashlib.sha1(b'log book').hexdigest()[:20]}` (x INT)")
             empty_table(cur, "arch", "log book", "ARCHIVE")
@@ -772,8 +792,6 @@ def test_a_table_whose_engine_the_target_lacks_is_refused_never_made_with_anothe
             assert cur.fetchone()[1] == restored["table arch.log book"][0]
     finally:
         for inst in (logical_source, logical_target):
-            with root(inst).session() as cur:
+            with _root(inst).session() as cur:
                 cur.execute("DROP DATABASE IF EXISTS arch")
-                cur.execute("SELECT COUNT(*) FROM information_schema.PLUGINS WHERE PLUGIN_NAME = 'ARCHIVE'")
-                if cur.fetchone()[0]:
-                    cur.execute("UNINSTALL SONAME 'ha_archive'")
+            _archive_plugin(inst, False)

@@ -115,8 +115,9 @@ def test_a_datadir_with_more_tablespaces_than_open_files_is_refused_before_the_s
 
 def test_a_second_move_aside_in_the_same_second_gets_its_own_folder(tmp_path, monkeypatch):
     """A restore whose verify failed keeps the old datadir aside; a forced restore in the same second (a retry,
-    the next test) moves the new contents into a folder of its own, `-2`, `-3`, and never into the kept one.
-    A folder that cannot be made at all fails at once with mkdir's own reason."""
+    the next test) moves the new contents into a folder of its own, `-2`, `-3`, and never into the kept one (nor
+    a dangling link's). A folder that cannot be made at all fails at once with mkdir's own reason; output that is not
+    the folder's name (a chatty login shell over SSH) is not taken for it."""
     from lastline.core import datadir as dd
     from lastline.core.hosts import LocalHost
 
@@ -141,6 +142,20 @@ def test_a_second_move_aside_in_the_same_second_gets_its_own_folder(tmp_path, mo
     (tmp_path / "file").write_text("not a folder")
     with pytest.raises(PipelineError, match="Not a directory"):  # not "exists": no second name is tried
         dd.move_aside(LocalHost(), str(tmp_path / "file" / "data"))
+
+    other = tmp_path / "other"  # a dangling link holds the first name: the next one is used
+    other.mkdir()
+    (other / "ibdata1").write_text("x")
+    (tmp_path / "other.lastline-aside-20261127T120440Z").symlink_to(tmp_path / "nowhere")
+    assert dd.move_aside(LocalHost(), str(other)) == f"{other}.lastline-aside-20261127T120440Z-2"
+
+    class Chatty(LocalHost):  # a login shell that prints a banner: its output is not taken for the folder
+        def sh(self, script: str, *args: str, **kwargs) -> str:
+            return super().sh("echo Welcome; " + script, *args, **kwargs)
+
+    (other / "ibdata1").write_text("y")
+    with pytest.raises(PipelineError, match=r"printed 'Welcome\\n.*-3', not the folder it made"):
+        dd.move_aside(Chatty(), str(other))
 
 
 # -- servers and option files -------------------------------------------------------------------

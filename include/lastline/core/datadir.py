@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 from datetime import UTC, datetime
 
-from lastline.core.errors import PreflightError
+from lastline.core.errors import PipelineError, PreflightError
 from lastline.core.hosts import Host
 
 log = logging.getLogger(__name__)
@@ -28,7 +29,8 @@ _CLEAR = r'''find "$1" -mindepth 1 -maxdepth 1 ! -name 'lost+found' -exec rm -rf
 _ASIDE = r'''
 a=$2; n=1
 until mkdir "$a" 2>/dev/null; do
-  [ -e "$a" ] && [ "$n" -lt 100 ] || { mkdir "$a"; exit 1; }
+  if [ ! -e "$a" ] && [ ! -L "$a" ]; then mkdir "$a" && break; exit 1; fi
+  [ "$n" -lt 100 ] || { echo "$2 and $2-2 to $2-100 exist already: remove the ones no longer needed" >&2; exit 1; }
   n=$((n+1)); a="$2-$n"
 done
 find "$1" -mindepth 1 -maxdepth 1 ! -name 'lost+found' -exec mv -t "$a" {} + && printf '%s' "$a"
@@ -72,8 +74,11 @@ def clear(host: Host, path: str) -> None:
 def move_aside(host: Host, path: str) -> str:
     """Move the datadir's contents into a new sibling folder; return its path. A folder of the same second that
     a restore kept (its verify failed) is never reused: the name gains `-2`, `-3`, ... (`mkdir` picks, atomically)."""
-    stamp = datetime.now(UTC).strftime('%Y%m%dT%H%M%SZ')
-    aside = host.sh(_ASIDE, path, f"{path.rstrip('/')}.lastline-aside-{stamp}")
+    base = f"{path.rstrip('/')}.lastline-aside-{datetime.now(UTC).strftime('%Y%m%dT%H%M%SZ')}"
+    aside = host.sh(_ASIDE, path, base)
+    if aside != base and not re.fullmatch(re.escape(base) + r"-[0-9]{1,3}", aside):  # a login shell's chatter, say
+        raise PipelineError(f"moving {path} aside on {host.name} printed {aside[:200]!r}, not the folder it made "
+                            f"({base} or {base}-N): find the old datadir's contents there and check that host's shell.")
     log.info("moved the old datadir contents aside to %s on %s (deleted once the restore is verified)", aside, host.name)
     return aside
 

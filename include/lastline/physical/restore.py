@@ -6,7 +6,7 @@ file operation and command on it goes through that host (see :mod:`lastline.data
 Safety rules:
 - the target is never started while `<datadir>/.lastline-restore-in-progress` exists (a restore that
   did not finish leaves it, so half-restored data never serves);
-- with `force`, what the datadir held is moved aside to `<datadir>.lastline-aside-<time>` and
+- with `force`, what the datadir held is moved aside to `<datadir>.lastline-aside-<time>[-N]` and
   deleted only once the restored server has been verified;
 - a retry finds its own marker and starts the extraction again on a clean datadir.
 """
@@ -204,7 +204,8 @@ def verify(plan: RestorePlan, extracted: StepResult | None = None) -> Verified:
         if not plausible(n, t.rows):
             problems.append(f"{name}: {n} rows, the backup estimated {t.rows}")
     if problems:
-        raise IntegrityError("restored server fails verification:\n  " + "\n  ".join(problems))
+        raise IntegrityError("restored server fails verification:\n  " + "\n  ".join(problems) + (
+            f"\nThe datadir's previous contents are kept in {aside} on {server.runner().name}." if aside else ""))
     if aside:
         dd.remove(server.runner(), aside)
         log.info("restore verified: removed the old datadir contents at %s", aside)

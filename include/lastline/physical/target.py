@@ -22,7 +22,7 @@ def check_datadir(server: Server, need: int, force: bool) -> str:
     if state == "data" and not force:
         raise PreflightError(
             f"target datadir {datadir} on {host.name} is not empty: set force=true to move its contents aside "
-            f"(to {datadir}.lastline-aside-<time>, deleted only after a verified restore), or empty it yourself."
+            f"(to {datadir}.lastline-aside-<time>[-N], deleted only after a verified restore), or empty it yourself."
         )
     dd.require_room(host, datadir, need, "the unpacked backup")
     return state

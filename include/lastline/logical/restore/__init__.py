@@ -99,7 +99,7 @@ def preflight(conf: dict, role: str | None = None) -> RestorePlan:
         )
     if restore_grants and not manifest.include_grants:
         raise PreflightError(f"restore_grants: backup {backup_id} was taken without include_grants; it holds no accounts.")
-    validate_schema(schema, wanted, restore_grants)  # every statement the restore would run is the CREATE it claims to be
+    engines = validate_schema(schema, wanted, restore_grants)  # every statement the restore would run is the CREATE it claims to be
     same_tables(schema, manifest, wanted)
     require_chunk_files(storage, manifest, wanted)
     with server.session() as cur:  # @@local_infile is the server's: this connection allows no LOCAL INFILE itself
@@ -117,7 +117,7 @@ def preflight(conf: dict, role: str | None = None) -> RestorePlan:
                 f"backup {backup_id} comes from {manifest.server_version}, newer than the target's {version}: its DDL may "
                 "not load there. Restore into a server of the same or a newer version."
             )
-        require_engines(cur, manifest, wanted, server.describe())
+        require_engines(cur, manifest, wanted, engines, server.describe())
         if restore_grants:
             refuse_wide_grants(cur, schema, wanted)
         resume = resuming(cur, backup_id, wanted)

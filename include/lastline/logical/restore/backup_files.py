@@ -13,7 +13,7 @@ from lastline import connections
 from lastline.core import accounts
 from lastline.core.errors import ConfigError, IntegrityError, PreflightError
 from lastline.core.servers import Server
-from lastline.core.sql import as_text
+from lastline.core.sql import as_text, sql_error
 from lastline.logical.format import dialect
 from lastline.logical.format.plans import RestorePlan
 from lastline.manifest import LogicalManifest, read_manifest, resolve_backup
@@ -62,22 +62,57 @@ def selected(manifest: LogicalManifest, databases: list[str]) -> list:
     return [t for t in manifest.tables if t.schema in wanted]
 
 
-def require_engines(cur: Any, manifest: LogicalManifest, databases: list[str], target: str) -> None:
-    """Every storage engine the restored tables use is one the target has (SHOW ENGINES: YES or DEFAULT). The load
-    session never lets the server substitute another (dialect.LOAD_SESSION: NO_ENGINE_SUBSTITUTION); this names
-    the tables and the remedy before anything is touched, not at the first CREATE."""
+def require_engines(cur: Any, manifest: LogicalManifest, databases: list[str],
+                    named: dict[tuple[str, str], frozenset[str]], target: str) -> None:
+    """Every table is made with the engine the manifest says it has (which decides how it is loaded: in one
+    transaction with its ledger row, or whole), and the target has every engine the restored tables and sequences use
+    (SHOW ENGINES: YES or DEFAULT; only the one `enforce_storage_engine` names, if it is set). `named`: the engines each
+    CREATE names (schema_checks.validate_schema; none: the target's default). The load session never lets the server
+    substitute one (dialect.LOAD_SESSION: NO_ENGINE_SUBSTITUTION); this names the tables and the remedy first."""
     cur.execute("SELECT UPPER(ENGINE) FROM information_schema.ENGINES WHERE SUPPORT IN ('YES', 'DEFAULT')")
-    have = {as_text(e) for (e,) in cur.fetchall()} | {"HEAP"}  # HEAP: MEMORY's other name
+    have = {as_text(e) for (e,) in cur.fetchall()}
+    cur.execute("SELECT UPPER(@@default_storage_engine)")
+    default = as_text(cur.fetchone()[0])
+    enforced = _enforced_engine(cur)
+    made = {key: engines or frozenset({default}) for key, engines in named.items()}
+    differ = [f"{t.schema}.{t.name} ({t.engine} in the manifest, {', '.join(sorted(made[(t.schema, t.name)]))} in schema.json)"
+              for t in selected(manifest, databases) if made.get((t.schema, t.name), frozenset()) != {_engine(t.engine)}]
+    if differ:
+        raise IntegrityError(
+            f"backup {manifest.backup_id}: the manifest and schema.json disagree on the engine of {len(differ)} table(s): "
+            + "; ".join(differ[:5]) + ". The backup folder was altered or is damaged: restore another backup. Nothing was touched.")
     lacking: dict[str, list[str]] = {}
-    for t in selected(manifest, databases):
-        if t.engine and t.engine.upper() not in have:
-            lacking.setdefault(t.engine.upper(), []).append(f"{t.schema}.{t.name}")
+    for (schema, name), engines in made.items():
+        for e in engines:
+            if e not in have or (enforced and e != enforced):
+                lacking.setdefault(e, []).append(f"{schema}.{name}")
     if lacking:
         raise PreflightError(
-            f"{target} lacks the storage engine(s) of these tables: " + "; ".join(
-                f"{e} ({len(ts)} table(s): {', '.join(ts[:5])}{', ...' if len(ts) > 5 else ''})" for e, ts in sorted(lacking.items()))
-            + ". Install them there first (e.g. INSTALL SONAME 'ha_archive' for ARCHIVE), or leave those databases out; "
-            "lastline never lets the server create a table with another engine. Nothing was touched.")
+            f"{target} " + (f"makes every table {enforced} (enforce_storage_engine) and so refuses" if enforced else "lacks")
+            + " the storage engine(s) of these tables: " + "; ".join(
+                f"{e} ({len(ts)}: {', '.join(sorted(ts)[:5])}{', ...' if len(ts) > 5 else ''})" for e, ts in sorted(lacking.items()))
+            + ". " + ("Unset enforce_storage_engine there (my.cnf, then a restart)" if enforced else
+                      "Install them there first (e.g. INSTALL SONAME 'ha_archive' for ARCHIVE)")
+            + ", or leave those databases out: lastline never lets the server make a table with another engine than "
+            "the backup's. Nothing was touched.")
+
+
+def _engine(name: str | None) -> str:
+    """An engine's name as SHOW ENGINES gives it (HEAP is MEMORY's other name)."""
+    upper = str(name or "").upper()
+    return "MEMORY" if upper == "HEAP" else upper
+
+
+def _enforced_engine(cur: Any) -> str | None:
+    """The engine MariaDB's enforce_storage_engine makes every new table use, if set (MySQL has no such variable)."""
+    try:
+        cur.execute("SELECT UPPER(@@enforce_storage_engine)")
+    except Exception as exc:  # noqa: BLE001 - 1193: unknown system variable
+        if sql_error(exc)[0] != 1193:
+            raise
+        return None
+    value = cur.fetchone()[0]
+    return as_text(value) if value else None
 
 
 def require_chunk_files(storage: Storage, manifest: LogicalManifest, databases: list[str]) -> None:

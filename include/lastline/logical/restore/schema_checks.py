@@ -200,14 +200,18 @@ def _definition(d: list[Token]) -> tuple[str, str | None]:
     raise _Bad(f"has a definition that is not a column, key or constraint at {_near(d, 0)}")
 
 
-def _check_engines(sig: list[Token]) -> None:
-    """Every ENGINE [=] name (of the table and of each partition) names an engine of the allow-list."""
+def _check_engines(sig: list[Token]) -> frozenset[str]:
+    """Every ENGINE [=] name (of the table and of each partition) names an engine of the allow-list: those named,
+    upper case, HEAP as MEMORY (empty: none is, and the server uses its default)."""
+    named = set()
     for k in range(len(sig)):
         if word_at(sig, k) == "ENGINE":
             v = _at(sig, k + 1 + is_op(_at(sig, k + 1), "="))
             value = (st.string_value(v) if v.kind == STRING else st.ident_value(v)) if v else None
             if str(value).upper() not in ENGINES:
                 raise _Bad(f"uses the engine {value!r}, which lastline does not restore (it restores {', '.join(sorted(ENGINES))})")
+            named.add("MEMORY" if str(value).upper() == "HEAP" else str(value).upper())
+    return frozenset(named)
 
 
 def _scan_table(sig: list[Token]) -> None:
@@ -309,7 +313,8 @@ def table_definitions(create: str) -> tuple[int, list[Definition], int]:
         raise _refuse(f"the table {create[:60]!r}...", str(e)) from None
 
 
-def _check_table(create: str, obj: dict, databases: Collection[str]) -> None:
+def _check_table(create: str, obj: dict, databases: Collection[str]) -> frozenset[str]:
+    """Checks a table's CREATE; returns the engines it names (_check_engines)."""
     raw, idx, open_, close = _table(create)
     sig = [raw[k] for k in idx]
     _name(sig, 2, obj["schema"], obj["name"], "table", exact=True)
@@ -321,18 +326,21 @@ def _check_table(create: str, obj: dict, databases: Collection[str]) -> None:
         if is_op(t, ".") and (not _kind(sig[k - 1], IDENT) or (
                 (db := st.ident_value(sig[k - 1])) != obj["schema"] and db not in databases)):
             raise _Bad(f"refers to database {sig[k - 1].text}, which this restore does not restore (at character {t.pos})")
+    return _check_engines(sig)
 
 
-def _check_sequence(create: str, obj: dict) -> None:
+def _check_sequence(create: str, obj: dict) -> frozenset[str]:
+    """Checks a sequence's CREATE; returns the engines it names (_check_engines)."""
     sig = st.significant(_load_session_tokens(create))
     if any(is_op(t, ";") for t in sig) or not words_at(sig, 0, "CREATE", "SEQUENCE"):
         raise _Bad("is not a CREATE of that sequence, or holds more than one statement (a `;`)")
     i = _name(sig, 2, obj["schema"], obj["name"], "sequence", exact=True)
-    _check_engines(sig)
+    engines = _check_engines(sig)
     while i < len(sig) and (word_at(sig, i) in SEQUENCE_WORDS or sig[i].kind == NUMBER or sig[i].text in ("=", "-", "+")):
         i += 1
     if _table_options(sig, i) < len(sig):
         raise _Bad(f"has a sequence option lastline does not allow at {_near(sig, _table_options(sig, i))}")
+    return engines
 
 
 # --- views, triggers, routines, events ---------------------------------------------------------------
@@ -419,19 +427,21 @@ def _check_program(kind: str, sig: list[Token], obj: dict) -> None:
         raise _Bad(f"holds more than one statement, or a body lastline cannot follow: {e}") from None
 
 
-def checked_create(kind: str, obj: dict, databases: Collection[str] | None = None) -> str:
+def checked_create(kind: str, obj: dict, databases: Collection[str] | None = None,
+                   engines: dict[tuple[str, str], frozenset[str]] | None = None) -> str:
     """The CREATE statement of a schema.json object, refused (IntegrityError) unless it creates that very
     object as the server prints it: one statement, the object's own name and database (a trigger: on its own
     table); a table only with allowed definitions, engines and options, and foreign keys into its own database
-    or one of `databases` (the restore's; None: its own only). Objects are read under their own sql_mode."""
+    or one of `databases` (the restore's; None: its own only). Objects are read under their own sql_mode.
+    `engines`: a table's or sequence's engines as its CREATE names them are put there, by (schema, name)."""
     create = obj.get("create")
     if not isinstance(create, str) or not isinstance(obj.get("name"), str) or not isinstance(obj.get("schema"), str):
         raise IntegrityError(f"schema.json: a {kind[:-1]} entry without a name, database or statement: {str(obj)[:200]}")
     try:
-        if kind == "tables":
-            _check_table(create, obj, databases or ())  # no copy of `databases` per table: read only at a `db`.
-        elif kind == "sequences":
-            _check_sequence(create, obj)
+        if kind in ("tables", "sequences"):  # no copy of `databases` per table: read only at a `db`.
+            named = _check_table(create, obj, databases or ()) if kind == "tables" else _check_sequence(create, obj)
+            if engines is not None:
+                engines[(obj["schema"], obj["name"])] = named
         elif kind in _KIND_WORDS:
             session_mode(obj.get("sql_mode"))
             tokens = _never_run(st.tokenize(create, **st.mode_options(obj.get("sql_mode"))))
@@ -605,21 +615,24 @@ def grant_reach(grant: str, databases: list[str]) -> str | None:
     return None
 
 
-def validate_schema(schema: dict, databases: list[str], grants: bool = False) -> None:
-    """Check every statement a restore of `databases` would run from schema.json (before anything is touched)."""
+def validate_schema(schema: dict, databases: list[str], grants: bool = False) -> dict[tuple[str, str], frozenset[str]]:
+    """Check every statement a restore of `databases` would run from schema.json (before anything is touched).
+    Returns the engines each table's and sequence's CREATE names, by (schema, name), read on the checked tokens."""
     scope = frozenset(databases)  # asked once per object: a list would cost objects x databases
+    engines: dict[tuple[str, str], frozenset[str]] = {}
     for d in schema.get("databases", []):
         if d.get("name") in scope:
             database_create(d)
     for kind in ("tables", "sequences", "views", "triggers", "routines", "events"):
         for obj in schema.get(kind, []):
             if obj.get("schema") in scope:
-                checked_create(kind, obj, scope)
+                checked_create(kind, obj, scope, engines)
                 session_name(obj.get("character_set_client"), "character_set_client")
                 session_name(obj.get("collation_connection"), "collation_connection")
     if grants:
         for g in schema.get("grants", []):
             checked_grants(g)
+    return engines
 
 
 # every sql_mode name MariaDB and MySQL print (a schema.json value must be a comma list of these, as a string:

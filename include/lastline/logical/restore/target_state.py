@@ -176,20 +176,18 @@ def drop_aside(server: Server, databases: list[str]) -> list[str]:
 
 
 def empty_table(cur: Any, schema: str, name: str, engine: str) -> None:
-    """Take out the rows an earlier try left in a non-transactional table (a table just made has none: untouched).
-    TRUNCATE; an ARCHIVE table, which deletes no row, is swapped for an empty copy in one RENAME (a crash leaves
-    either the old table or the new one under its name, and a spare this drops the next time)."""
+    """Take out the rows an earlier try left in a non-transactional table: TRUNCATE (which rebuilds a table a crash
+    marked as crashed without reading it). ARCHIVE deletes no row: a table with rows is swapped for an empty copy in
+    one RENAME (a crash leaves the old table or the new one under its name, and a spare this drops next time)."""
     table = dialect.qualified(schema, name)
+    if engine.lower() != "archive":
+        cur.execute(f"TRUNCATE TABLE {table}")
+        return
     tag = hashlib.sha1(name.encode()).hexdigest()[:20]
     spare, old = dialect.qualified(schema, f"__lastline_empty_{tag}"), dialect.qualified(schema, f"__lastline_old_{tag}")
-    archive = engine.lower() == "archive"
-    if archive:
-        cur.execute(f"DROP TABLE IF EXISTS {spare}, {old}")
+    cur.execute(f"DROP TABLE IF EXISTS {spare}, {old}")
     cur.execute(f"SELECT 1 FROM {table} LIMIT 1")
-    if not cur.fetchall():
-        return
-    if not archive:
-        cur.execute(f"TRUNCATE TABLE {table}")
+    if not cur.fetchall():  # the table was just made
         return
     cur.execute(f"CREATE TABLE {spare} LIKE {table}")
     cur.execute(f"RENAME TABLE {table} TO {old}, {spare} TO {table}")
