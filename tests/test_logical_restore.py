@@ -795,3 +795,36 @@ def test_a_table_whose_engine_the_target_lacks_is_refused_never_made_with_anothe
             with _root(inst).session() as cur:
                 cur.execute("DROP DATABASE IF EXISTS arch")
             _archive_plugin(inst, False)
+
+
+def test_a_restore_of_memory_tables_with_rows_never_restarts_the_target(logical_source, logical_target, tmp_path, caplog):
+    """A MEMORY table loses its rows when the server restarts, and revert restarts the target after the load when a
+    restart profile was applied: with restart_allowed, such a restore would fail its verify every time (shown here
+    on a plan that forces it). preflight leaves the restart profile out instead, says why, and the restore is exact."""
+    import dataclasses
+
+    with _root(logical_source).session() as cur:
+        cur.execute("CREATE DATABASE mem")
+        cur.execute("CREATE TABLE mem.cache (k INT PRIMARY KEY, v VARCHAR(40)) ENGINE=MEMORY")
+        cur.execute("INSERT INTO mem.cache SELECT seq, CONCAT('v', seq) FROM mysql.seq_1_to_3000")
+        cur.execute("CREATE TABLE mem.kept (k INT PRIMARY KEY) ENGINE=InnoDB")
+        cur.execute("INSERT INTO mem.kept SELECT seq FROM mysql.seq_1_to_100")
+    try:
+        dest = tmp_path / "mem"
+        lb.dump(lb.preflight({"source_conn_id": "t_lsource", "destination": f"file://{dest}", "databases": ["mem"]}))
+        with caplog.at_level("WARNING"):
+            plan = lr.preflight(_conf(dest, databases=["mem"], restart_allowed=True))
+        assert not plan.restart_allowed
+        assert "no restart profile for this restore: 1 MEMORY table(s) with rows (mem.cache)" in caplog.text
+
+        forced = dataclasses.replace(plan, restart_allowed=True)
+        with pytest.raises(IntegrityError, match=r"mem`?\.`?cache"):
+            _restore(forced)
+        assert lr.preflight(_conf(dest, databases=["mem"], force=True)).resume is False  # verify failed: the run is over
+        _restore(lr.preflight(_conf(dest, databases=["mem"], force=True, restart_allowed=True)))
+        assert _objects(logical_source.server(), ("mem",)) == _objects(logical_target.server(), ("mem",))
+    finally:
+        for inst in (logical_source, logical_target):
+            with _root(inst).session() as cur:
+                cur.execute("DROP DATABASE IF EXISTS mem")
+                cur.execute(f"DROP DATABASE IF EXISTS `{lr.aside_name('mem')}`")

@@ -153,6 +153,12 @@ def preflight(conf: dict, role: str | None = None) -> RestorePlan:
             at_risk = {**tables_at_risk(cur, nonempty + [aside_name(d) for d in nonempty]), **backup_age(backup_id),
                        "target": server.describe()}
     need = sum(t.raw_bytes for t in selected(manifest, wanted))
+    restart_allowed = params.flag("restart_allowed")
+    volatile = [f"{t.schema}.{t.name}" for t in selected(manifest, wanted) if t.engine.upper() in ("MEMORY", "HEAP") and t.rows]
+    if restart_allowed and volatile:  # revert's restart would empty them after their load, and verify fail
+        log.warning("restart_allowed: no restart profile for this restore: %s MEMORY table(s) with rows (%s) would lose "
+                    "them when revert restarts the target", len(volatile), ", ".join(volatile[:5]))
+        restart_allowed = False
     where = server.datadir or datadir
     if where:  # looked at on the server's own host (local or over SSH); set-aside tables stay in place
         dd.require_room(server.runner(), where, int(need * 1.3),
@@ -167,7 +173,7 @@ def preflight(conf: dict, role: str | None = None) -> RestorePlan:
         databases=wanted,
         parallel=params.integer("parallel", PARALLEL, minimum=1),
         tune=params.flag("tune", RestorePlan.tune),
-        restart_allowed=params.flag("restart_allowed"),
+        restart_allowed=restart_allowed,
         defer_indexes=defer_indexes,
         index_build=params.choice("index_build", INDEX_BUILDS, INDEX_BUILDS[0]),
         force=params.flag("force"),

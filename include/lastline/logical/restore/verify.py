@@ -9,7 +9,7 @@ Checksums are taken where the rows are still in the buffer pool, so no step read
 - per table otherwise: right after the table's held-back indexes are built (`record_check`), by the lane
   that completes it (index_build=per_table) or by finalize (after_all).
 Both are kept in `_lastline.table_checks`; verify compares them to the manifest instead of reading the table
-again, and computes the others. A table's data does not change between the two (its chunks are all in;
+again, and computes the others, and every MEMORY table's (a restart, as revert's, empties it after its check). A table's data does not change between the two (its chunks are all in;
 read_only keeps applications out).
 """
 from __future__ import annotations
@@ -32,6 +32,9 @@ from lastline.manifest import LogicalManifest, LogicalTable
 
 log = logging.getLogger(__name__)
 CHECKS = f"{META_DB}.table_checks"
+# engines whose rows a restart of the server takes away (revert may restart the target): read again in verify, never
+# taken from a check kept before
+VOLATILE = frozenset({"memory", "heap"})
 
 
 def table_checksum(cur: Any, manifest: LogicalManifest, t: LogicalTable, where: str | None = None) -> tuple[int, str]:
@@ -139,7 +142,8 @@ def verify(plan: RestorePlan, snapshot: ConfigSnapshot | None) -> Verified:
     def check(cur: Any, t: Any) -> str | None:
         if kinds.get((t.schema, t.name)) != "BASE TABLE":  # a view (code a backup wrote) is never read as the admin
             return f"{t.schema}.{t.name}: is {kinds.get((t.schema, t.name), 'missing').lower()} on the target, not a table"
-        rows, checksum = recorded.get((t.schema, t.name)) or table_checksum(cur, manifest, t)
+        kept = None if t.engine.lower() in VOLATILE else recorded.get((t.schema, t.name))
+        rows, checksum = kept or table_checksum(cur, manifest, t)
         if (rows, checksum) != (t.rows, t.checksum):
             return f"{t.schema}.{t.name}: {rows} rows, checksum {checksum}; backup: {t.rows} rows, checksum {t.checksum}"
         return None
@@ -165,7 +169,7 @@ def verify(plan: RestorePlan, snapshot: ConfigSnapshot | None) -> Verified:
     dropped = drop_aside(server, plan.databases)
     if dropped:
         log.info("verify: dropped the old tables force had kept: %s", ", ".join(dropped))
-    in_lanes = sum((t.schema, t.name) in recorded for t in tables)
+    in_lanes = sum((t.schema, t.name) in recorded and t.engine.lower() not in VOLATILE for t in tables)
     log.info("verify ok: %d tables with rows and checksums equal to the backup's (%d taken as each table "
              "completed), every object present, configuration back (%.1f s)", len(tables), in_lanes, time.monotonic() - t0)
     objects = {kind: sum(1 for o in schema[kind] if o["schema"] in wanted)
