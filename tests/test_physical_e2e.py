@@ -316,3 +316,35 @@ def test_verify_names_each_missing_or_implausible_table_in_the_manifests_order(g
         assert str(err.value).splitlines()[1:] == problems
     finally:
         limit(0)  # the target serves the tests after this one
+
+
+def test_memory_tables_come_back_empty_and_verify_says_so(source, target, tmp_path, caplog):
+    """A physical backup copies no MEMORY table's rows (the server starts them empty, as after any restart): verify
+    does not take 5,000 rows on the source and none restored for a damaged restore (it had refused every such
+    backup), and says which tables came back empty."""
+    from lastline.core.servers import Server
+    from lastline.physical import backup as pb
+    from lastline.physical import restore as pr
+
+    root = Server(conn_id="root", socket=str(source.sock), user="root")
+    with root.session() as cur:
+        cur.execute("CREATE DATABASE mem")
+        cur.execute("CREATE TABLE mem.cache (k INT PRIMARY KEY, v VARCHAR(40)) ENGINE=MEMORY")
+        cur.execute("INSERT INTO mem.cache SELECT seq, CONCAT('v', seq) FROM mysql.seq_1_to_5000")
+    try:
+        plan = pb.preflight({"source_conn_id": "t_source", "destination": f"file://{tmp_path}", "compression": "zstd"})
+        pb.finish(plan, pb.stream(plan))
+    finally:
+        with root.session() as cur:
+            cur.execute("DROP DATABASE mem")
+    entry = next(t for t in read_manifest(open_storage(f"file://{tmp_path}"), plan.backup_id, "physical").tables
+                 if (t.schema, t.name) == ("mem", "cache"))
+    assert (entry.engine, entry.rows) == ("MEMORY", 5000)
+    restore = pr.preflight({"target_conn_id": "t_target", "backup": f"file://{tmp_path}/{plan.backup_id}", "force": True})
+    for step in (pr.stop_target, pr.extract, pr.prepare, pr.start_target):
+        step(restore)
+    with caplog.at_level("WARNING"):
+        verified = pr.verify(restore)
+    assert verified.tables == len(read_manifest(open_storage(f"file://{tmp_path}"), plan.backup_id, "physical").tables)
+    assert "1 MEMORY table(s) came back empty, as after any restart" in caplog.text and "`mem`.`cache` (5000 rows" in caplog.text
+    assert target.server().query("SELECT COUNT(*) FROM mem.cache")[0][0] == 0
