@@ -828,3 +828,53 @@ def test_a_restore_of_memory_tables_with_rows_never_restarts_the_target(logical_
             with _root(inst).session() as cur:
                 cur.execute("DROP DATABASE IF EXISTS mem")
                 cur.execute(f"DROP DATABASE IF EXISTS `{lr.aside_name('mem')}`")
+
+
+def test_names_with_capitals_restore_into_a_server_that_ignores_their_case(logical_source, sandbox_root, tmp_path):
+    """A target with lower_case_table_names=1 stores `CaseDb`.`Users` as `casedb`.`users`: the restore loads, indexes
+    and verifies them there (verify had called every such table missing, after loading all of it). Two names the
+    backup keeps apart only by case (`Users` and `users`) would be one table there: refused before anything."""
+    from conftest import set_conn
+    from lastline_dev.sandbox import Instance
+
+    inst = Instance(sandbox_root, "nocase")
+    inst.conf_d.mkdir(parents=True, exist_ok=True)
+    (inst.conf_d / "case.cnf").write_text("[mysqld]\nlower_case_table_names=1\n")
+    inst.create()
+    set_conn("t_nocase", inst)
+    try:
+        with _root(logical_source).session() as cur:
+            cur.execute("CREATE DATABASE CaseDb")
+            cur.execute("CREATE TABLE CaseDb.Users (id INT PRIMARY KEY AUTO_INCREMENT, Name VARCHAR(20), KEY ByName (Name))")
+            cur.execute("INSERT INTO CaseDb.Users (Name) SELECT CONCAT('n', seq) FROM mysql.seq_1_to_2000")
+            cur.execute("CREATE TABLE CaseDb.`Order Lines` (id INT PRIMARY KEY, user_id INT, "
+                        "CONSTRAINT ToUser FOREIGN KEY (user_id) REFERENCES Users (id))")
+            cur.execute("INSERT INTO CaseDb.`Order Lines` SELECT seq, seq FROM mysql.seq_1_to_500")
+            cur.execute("CREATE VIEW CaseDb.Recent AS SELECT id, Name FROM CaseDb.Users WHERE id > 1990")
+        dest = tmp_path / "case"
+        lb.dump(lb.preflight({"source_conn_id": "t_lsource", "destination": f"file://{dest}", "databases": ["CaseDb"]}))
+        conf = {**_conf(dest, databases=["CaseDb"]), "target_conn_id": "t_nocase"}
+        _restore(lr.preflight(conf))
+        target = inst.server()
+        assert [tuple(r) for r in target.query("SELECT TABLE_NAME FROM information_schema.TABLES WHERE TABLE_SCHEMA = "
+                                               "'casedb' ORDER BY 1")] == [("order lines",), ("recent",), ("users",)]
+        for table in ("Users", "`Order Lines`", "Recent"):
+            assert target.query(f"CHECKSUM TABLE CaseDb.{table}")[0][1] == logical_source.server().query(
+                f"CHECKSUM TABLE CaseDb.{table}")[0][1]
+        assert target.query("SELECT COUNT(*) FROM information_schema.STATISTICS WHERE TABLE_SCHEMA = 'casedb' "
+                            "AND INDEX_NAME = 'ByName'")[0][0] == 1
+        assert target.query("SELECT COUNT(*) FROM information_schema.TABLE_CONSTRAINTS WHERE TABLE_SCHEMA = 'casedb' "
+                            "AND CONSTRAINT_NAME = 'ToUser'")[0][0] == 1
+
+        with _root(logical_source).session() as cur:
+            cur.execute("CREATE TABLE CaseDb.users (id INT PRIMARY KEY)")
+        lb.dump(lb.preflight({"source_conn_id": "t_lsource", "destination": f"file://{dest}", "databases": ["CaseDb"]}))
+        with pytest.raises(PreflightError, match=r"cannot hold both of 1 pair\(s\) of names the backup keeps apart: "
+                                                 r"CaseDb\.Users and CaseDb\.users\. Restore into a server with "
+                                                 r"lower_case_table_names=0"):
+            lr.preflight({**conf, "force": True})
+        assert target.query("SELECT COUNT(*) FROM casedb.users")[0][0] == 2000  # untouched
+    finally:
+        with _root(logical_source).session() as cur:
+            cur.execute("DROP DATABASE IF EXISTS CaseDb")
+        inst.destroy()

@@ -2,7 +2,7 @@
 schema names, and the few information_schema reads that take an open cursor."""
 from __future__ import annotations
 
-from collections.abc import Sized
+from collections.abc import Callable, Sized
 from typing import Any
 
 SYSTEM_SCHEMAS = ("mysql", "information_schema", "performance_schema", "sys")
@@ -64,6 +64,22 @@ def objects_present(cur: Any, kind: str, databases: list[str]) -> set[tuple[str,
         cur.execute(f"{_OBJECTS[kind]} ({placeholders(batch)})", batch)
         found |= {(as_text(a).casefold(), as_text(b).casefold()) for a, b in cur.fetchall()}
     return found
+
+
+def folds_case(cur: Any) -> bool:
+    """Whether the server matches database and table names regardless of case (lower_case_table_names 1: it stores
+    them lower case; 2: as written) or as written (0)."""
+    cur.execute("SELECT @@lower_case_table_names")
+    return bool(int(cur.fetchone()[0]))
+
+
+def name_folding(cur: Any) -> Callable[[str], str]:
+    """A key for the database and table names information_schema gives back, as the server matches them (folds_case)."""
+    return str.casefold if folds_case(cur) else _as_written
+
+
+def _as_written(name: str) -> str:
+    return name
 
 
 def global_variables(cur: Any, names: tuple[str, ...] | list[str]) -> dict[str, str]:

@@ -28,6 +28,7 @@ from lastline.logical.restore.backup_files import (
     RUN_SESSION,
     checked_schema,
     open_backup,
+    refuse_names_one_by_case,
     require_chunk_files,
     require_engines,
     run_server,
@@ -118,6 +119,7 @@ def preflight(conf: dict, role: str | None = None) -> RestorePlan:
                 "not load there. Restore into a server of the same or a newer version."
             )
         require_engines(cur, manifest, wanted, engines, server.describe())
+        refuse_names_one_by_case(cur, schema, wanted, server.describe())
         if restore_grants:
             refuse_wide_grants(cur, schema, wanted)
         resume = resuming(cur, backup_id, wanted)

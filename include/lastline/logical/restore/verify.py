@@ -21,7 +21,7 @@ from typing import Any
 from lastline.core import stopping
 from lastline.core.errors import IntegrityError
 from lastline.core.servers import Server, over_connections
-from lastline.core.sql import META_DB, NON_TRANSACTIONAL, as_text, objects_present, placeholders, table_exists
+from lastline.core.sql import META_DB, NON_TRANSACTIONAL, as_text, name_folding, objects_present, placeholders, table_exists
 from lastline.logical.format import dialect
 from lastline.logical.format.chunking import chunk_ranges
 from lastline.logical.format.plans import ConfigSnapshot, RestorePlan, Verified
@@ -135,13 +135,15 @@ def verify(plan: RestorePlan, snapshot: ConfigSnapshot | None) -> Verified:
         )
     recorded = recorded_checks(server, manifest.backup_id)
     with server.session() as cur:  # what each name is on the target: the admin account reads base tables only
+        fold = name_folding(cur)  # with lower_case_table_names=1, `Users` of the backup is `users` here
         cur.execute("SELECT TABLE_SCHEMA, TABLE_NAME, TABLE_TYPE FROM information_schema.TABLES WHERE TABLE_SCHEMA IN ("
                     + placeholders(plan.databases) + ")", plan.databases)
-        kinds = {(as_text(a), as_text(b)): as_text(c) for a, b, c in cur.fetchall()}
+        kinds = {(fold(as_text(a)), fold(as_text(b))): as_text(c) for a, b, c in cur.fetchall()}
 
     def check(cur: Any, t: Any) -> str | None:
-        if kinds.get((t.schema, t.name)) != "BASE TABLE":  # a view (code a backup wrote) is never read as the admin
-            return f"{t.schema}.{t.name}: is {kinds.get((t.schema, t.name), 'missing').lower()} on the target, not a table"
+        kind = kinds.get((fold(t.schema), fold(t.name)), "missing")
+        if kind != "BASE TABLE":  # a view (code a backup wrote) is never read as the admin
+            return f"{t.schema}.{t.name}: is {kind.lower()} on the target, not a table"
         kept = None if t.engine.lower() in VOLATILE else recorded.get((t.schema, t.name))
         rows, checksum = kept or table_checksum(cur, manifest, t)
         if (rows, checksum) != (t.rows, t.checksum):
