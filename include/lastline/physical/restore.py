@@ -201,7 +201,7 @@ def verify(plan: RestorePlan, extracted: StepResult | None = None) -> Verified:
             problems.append(f"{name}: {error}")
             continue
         counts[f"{t.schema}.{t.name}"] = n
-        if t.engine.upper() in ("MEMORY", "HEAP"):  # a physical backup holds no MEMORY rows: they start empty
+        if (t.engine or "").upper() in ("MEMORY", "HEAP"):  # a physical backup holds no MEMORY rows: they start empty
             emptied += [f"{name} ({t.rows} rows on the source)"] if t.rows else []
         elif not plausible(n, t.rows):
             problems.append(f"{name}: {n} rows, the backup estimated {t.rows}")
