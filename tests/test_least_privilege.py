@@ -164,7 +164,8 @@ def _without_checks(monkeypatch) -> None:
     """Switch the statement checks off (as if an attack got past them): only privilege stands."""
     lf = importlib.import_module("lastline.logical.restore.finalize")  # the module (the package's `finalize` is its step)
     lc = importlib.import_module("lastline.logical.restore.create")  # prepare's CREATEs and the lanes'
-    monkeypatch.setattr(lr, "validate_schema", lambda *a, **k: None)
+    monkeypatch.setattr(lr, "validate_schema", lambda *a, **k: {})
+    monkeypatch.setattr(lr, "require_engines", lambda *a, **k: None)  # the engines' allow-list and their agreement
     passthrough = lambda kind, obj, *a, **k: obj["create"]  # noqa: E731
     for module in (lc, lf, schema_checks):
         monkeypatch.setattr(module, "checked_create", passthrough)

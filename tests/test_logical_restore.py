@@ -818,7 +818,8 @@ def test_a_restore_of_memory_tables_with_rows_never_restarts_the_target(logical_
         assert "no restart profile for this restore: 1 MEMORY table(s) with rows (mem.cache)" in caplog.text
 
         forced = dataclasses.replace(plan, restart_allowed=True)
-        with pytest.raises(IntegrityError, match=r"mem`?\.`?cache"):
+        with pytest.raises(IntegrityError, match=r"mem\.cache: 0 rows, .* \(a MEMORY table: a restart of the target after its "
+                                                 r"load emptied it; re-run the restore with force\)"):
             _restore(forced)
         assert lr.preflight(_conf(dest, databases=["mem"], force=True)).resume is False  # verify failed: the run is over
         _restore(lr.preflight(_conf(dest, databases=["mem"], force=True, restart_allowed=True)))
@@ -832,17 +833,18 @@ def test_a_restore_of_memory_tables_with_rows_never_restarts_the_target(logical_
 
 def test_names_with_capitals_restore_into_a_server_that_ignores_their_case(logical_source, sandbox_root, tmp_path):
     """A target with lower_case_table_names=1 stores `CaseDb`.`Users` as `casedb`.`users`: the restore loads, indexes
-    and verifies them there (verify had called every such table missing, after loading all of it). Two names the
-    backup keeps apart only by case (`Users` and `users`) would be one table there: refused before anything."""
+    and verifies them there (verify had called every such table missing, after loading all of it). Names that would
+    be one there are refused before anything, by the server's own rule, not Python's casefold: `Users` and `users`,
+    `İx` and `ix` (but not `Straße` and `strasse`), and a database `_LASTLİNE`, which is lastline's own `_lastline`."""
     from conftest import set_conn
     from lastline_dev.sandbox import Instance
 
     inst = Instance(sandbox_root, "nocase")
-    inst.conf_d.mkdir(parents=True, exist_ok=True)
-    (inst.conf_d / "case.cnf").write_text("[mysqld]\nlower_case_table_names=1\n")
-    inst.create()
-    set_conn("t_nocase", inst)
     try:
+        inst.conf_d.mkdir(parents=True, exist_ok=True)
+        (inst.conf_d / "case.cnf").write_text("[mysqld]\nlower_case_table_names=1\n")
+        inst.create()
+        set_conn("t_nocase", inst)
         with _root(logical_source).session() as cur:
             cur.execute("CREATE DATABASE CaseDb")
             cur.execute("CREATE TABLE CaseDb.Users (id INT PRIMARY KEY AUTO_INCREMENT, Name VARCHAR(20), KEY ByName (Name))")
@@ -851,13 +853,15 @@ def test_names_with_capitals_restore_into_a_server_that_ignores_their_case(logic
                         "CONSTRAINT ToUser FOREIGN KEY (user_id) REFERENCES Users (id))")
             cur.execute("INSERT INTO CaseDb.`Order Lines` SELECT seq, seq FROM mysql.seq_1_to_500")
             cur.execute("CREATE VIEW CaseDb.Recent AS SELECT id, Name FROM CaseDb.Users WHERE id > 1990")
+            cur.execute("CREATE TABLE CaseDb.`Straße` (id INT PRIMARY KEY)")
+            cur.execute("CREATE TABLE CaseDb.strasse (id INT PRIMARY KEY)")  # two tables on the server, whatever its case rule
         dest = tmp_path / "case"
         lb.dump(lb.preflight({"source_conn_id": "t_lsource", "destination": f"file://{dest}", "databases": ["CaseDb"]}))
         conf = {**_conf(dest, databases=["CaseDb"]), "target_conn_id": "t_nocase"}
         _restore(lr.preflight(conf))
         target = inst.server()
-        assert [tuple(r) for r in target.query("SELECT TABLE_NAME FROM information_schema.TABLES WHERE TABLE_SCHEMA = "
-                                               "'casedb' ORDER BY 1")] == [("order lines",), ("recent",), ("users",)]
+        assert {r[0] for r in target.query("SELECT TABLE_NAME FROM information_schema.TABLES WHERE TABLE_SCHEMA = 'casedb'")} == {
+            "order lines", "recent", "strasse", "straße", "users"}
         for table in ("Users", "`Order Lines`", "Recent"):
             assert target.query(f"CHECKSUM TABLE CaseDb.{table}")[0][1] == logical_source.server().query(
                 f"CHECKSUM TABLE CaseDb.{table}")[0][1]
@@ -868,13 +872,23 @@ def test_names_with_capitals_restore_into_a_server_that_ignores_their_case(logic
 
         with _root(logical_source).session() as cur:
             cur.execute("CREATE TABLE CaseDb.users (id INT PRIMARY KEY)")
-        lb.dump(lb.preflight({"source_conn_id": "t_lsource", "destination": f"file://{dest}", "databases": ["CaseDb"]}))
-        with pytest.raises(PreflightError, match=r"cannot hold both of 1 pair\(s\) of names the backup keeps apart: "
-                                                 r"CaseDb\.Users and CaseDb\.users\. Restore into a server with "
-                                                 r"lower_case_table_names=0"):
+            cur.execute("CREATE TABLE CaseDb.`İx` (id INT PRIMARY KEY)")
+            cur.execute("CREATE TABLE CaseDb.ix (id INT PRIMARY KEY)")
+            cur.execute("CREATE DATABASE `_LASTLİNE`")
+            cur.execute("CREATE TABLE `_LASTLİNE`.ledger (id INT PRIMARY KEY)")
+        lb.dump(lb.preflight({"source_conn_id": "t_lsource", "destination": f"file://{dest}",
+                              "databases": ["CaseDb", "_LASTLİNE"]}))
+        with pytest.raises(PreflightError, match=r"there _LASTLİNE would be _lastline, a system schema or lastline's own"):
+            lr.preflight({**conf, "force": True, "databases": ["CaseDb", "_LASTLİNE"]})
+        with pytest.raises(PreflightError) as err:
             lr.preflight({**conf, "force": True})
+        message = str(err.value)
+        assert "cannot hold both of 2 pair(s) of names the backup keeps apart: " in message, message
+        assert "names the backup keeps apart: CaseDb.Users and CaseDb.users; CaseDb.ix and CaseDb.İx. " in message, message
+        assert "Straße" not in message and "Restore into a server with lower_case_table_names=0" in message
         assert target.query("SELECT COUNT(*) FROM casedb.users")[0][0] == 2000  # untouched
     finally:
         with _root(logical_source).session() as cur:
             cur.execute("DROP DATABASE IF EXISTS CaseDb")
+            cur.execute("DROP DATABASE IF EXISTS `_LASTLİNE`")
         inst.destroy()

@@ -341,10 +341,15 @@ def test_memory_tables_come_back_empty_and_verify_says_so(source, target, tmp_pa
                  if (t.schema, t.name) == ("mem", "cache"))
     assert (entry.engine, entry.rows) == ("MEMORY", 5000)
     restore = pr.preflight({"target_conn_id": "t_target", "backup": f"file://{tmp_path}/{plan.backup_id}", "force": True})
-    for step in (pr.stop_target, pr.extract, pr.prepare, pr.start_target):
-        step(restore)
+    pr.stop_target(restore)
+    extracted = pr.extract(restore)
+    pr.prepare(restore)
+    pr.start_target(restore)
     with caplog.at_level("WARNING"):
-        verified = pr.verify(restore)
+        verified = pr.verify(restore, extracted)  # and the old datadir, moved aside, is removed
     assert verified.tables == len(read_manifest(open_storage(f"file://{tmp_path}"), plan.backup_id, "physical").tables)
     assert "1 MEMORY table(s) came back empty, as after any restart" in caplog.text and "`mem`.`cache` (5000 rows" in caplog.text
-    assert target.server().query("SELECT COUNT(*) FROM mem.cache")[0][0] == 0
+    with Server(conn_id="root", socket=str(target.sock), user="root").session() as cur:
+        cur.execute("SELECT COUNT(*) FROM mem.cache")
+        assert cur.fetchone()[0] == 0
+        cur.execute("DROP DATABASE mem")  # the target serves the tests after this one

@@ -2,7 +2,7 @@
 schema names, and the few information_schema reads that take an open cursor."""
 from __future__ import annotations
 
-from collections.abc import Callable, Sized
+from collections.abc import Iterable, Sized
 from typing import Any
 
 SYSTEM_SCHEMAS = ("mysql", "information_schema", "performance_schema", "sys")
@@ -73,13 +73,32 @@ def folds_case(cur: Any) -> bool:
     return bool(int(cur.fetchone()[0]))
 
 
-def name_folding(cur: Any) -> Callable[[str], str]:
-    """A key for the database and table names information_schema gives back, as the server matches them (folds_case)."""
-    return str.casefold if folds_case(cur) else _as_written
+class NameKeys:
+    """Keys for database and table names that are equal when the server takes them for one name: the name as
+    written (lower_case_table_names=0), or lowered by the server's own rule (utf8mb3_general_ci's, asked of the
+    server: Python's casefold differs on İ, ß, ſ, ς, so `_LASTLİNE` is `_lastline` there, `Straße` not `strasse`).
+    `learn` the names first (a query per 500); a name not learnt costs a query of its own. Used within the session
+    of the cursor it was given."""
 
+    def __init__(self, cur: Any) -> None:
+        self.cur, self.folds = cur, folds_case(cur)
+        self.lowered: dict[str, str] = {}
 
-def _as_written(name: str) -> str:
-    return name
+    def learn(self, names: Iterable[str]) -> NameKeys:
+        if self.folds:
+            new = [n for n in dict.fromkeys(names) if n not in self.lowered]
+            for i in range(0, len(new), 500):
+                batch = new[i:i + 500]
+                self.cur.execute("SELECT " + ", ".join(["LOWER(CONVERT(%s USING utf8mb3) COLLATE utf8mb3_general_ci)"] * len(batch)), batch)
+                self.lowered.update(zip(batch, (as_text(v) for v in self.cur.fetchone()), strict=True))
+        return self
+
+    def __call__(self, name: str) -> str:
+        if not self.folds:
+            return name
+        if name not in self.lowered:
+            self.learn([name])
+        return self.lowered[name]
 
 
 def global_variables(cur: Any, names: tuple[str, ...] | list[str]) -> dict[str, str]:

@@ -17,6 +17,7 @@ from lastline.core.servers import base_version, refuse_restore_into_source
 from lastline.core.sql import (  # noqa: F401
     ASIDE_PREFIX,
     SYSTEM_SCHEMAS,
+    as_text,
     never_restored,
     placeholders,
     server_identity,
@@ -119,7 +120,7 @@ def preflight(conf: dict, role: str | None = None) -> RestorePlan:
                 "not load there. Restore into a server of the same or a newer version."
             )
         require_engines(cur, manifest, wanted, engines, server.describe())
-        refuse_names_one_by_case(cur, schema, wanted, server.describe())
+        keys = refuse_names_one_by_case(cur, schema, wanted, server.describe())
         if restore_grants:
             refuse_wide_grants(cur, schema, wanted)
         resume = resuming(cur, backup_id, wanted)
@@ -136,13 +137,15 @@ def preflight(conf: dict, role: str | None = None) -> RestorePlan:
         # table leaves the database empty, and its old tables are still the ones at stake. One query for them all
         # (one per database cost 6 ms each at 400 databases of 10,000 tables: the server reads no other database)
         names = [*wanted, *(aside_name(db) for db in wanted)]
-        held: dict[str, int] = {}  # by name casefolded, as the server matched them (`Sales` and `sales`: both)
+        # by name casefolded, as information_schema matched them (`Sales` and `sales`: both), or as the server does
+        key = keys.learn(names) if keys.folds else str.casefold
+        held: dict[str, int] = {}
         if names:  # a backup of no database (accounts only) has none
             cur.execute("SELECT TABLE_SCHEMA, COALESCE(SUM(DATA_LENGTH + INDEX_LENGTH), 0) FROM information_schema.TABLES "
                         f"WHERE TABLE_SCHEMA IN ({placeholders(names)}) GROUP BY TABLE_SCHEMA", names)
             for schema, size in cur.fetchall():
-                held[schema.casefold()] = held.get(schema.casefold(), 0) + int(size)
-        nonempty = [db for db in wanted if db.casefold() in held or aside_name(db).casefold() in held]
+                held[key(as_text(schema))] = held.get(key(as_text(schema)), 0) + int(size)
+        nonempty = [db for db in wanted if key(db) in held or key(aside_name(db)) in held]
         kept_bytes = sum(held.values())  # force keeps them until verify: both must fit
         if nonempty and not (params.flag("force") or resume):
             raise PreflightError(

@@ -13,7 +13,7 @@ from lastline import connections
 from lastline.core import accounts
 from lastline.core.errors import ConfigError, IntegrityError, PreflightError
 from lastline.core.servers import Server
-from lastline.core.sql import as_text, folds_case, sql_error
+from lastline.core.sql import NameKeys, as_text, never_restored, sql_error
 from lastline.logical.format import dialect
 from lastline.logical.format.plans import RestorePlan
 from lastline.manifest import LogicalManifest, read_manifest, resolve_backup
@@ -97,26 +97,36 @@ def require_engines(cur: Any, manifest: LogicalManifest, databases: list[str],
             "the backup's. Nothing was touched.")
 
 
-def refuse_names_one_by_case(cur: Any, schema: dict, databases: list[str], target: str) -> None:
-    """On a target that matches names regardless of case (sql.folds_case), two databases, or two tables, views or
-    sequences of one database, whose names differ only in case would be one: refused before anything is touched (the
-    second CREATE would find the first made, and both tables' rows go into it)."""
-    if not folds_case(cur):
-        return
+def refuse_names_one_by_case(cur: Any, schema: dict, databases: list[str], target: str) -> NameKeys:
+    """On a target that matches names regardless of case (sql.NameKeys, by the server's own rule): a database that is
+    one of never_restored's there (`_LASTLİNE` is `_lastline`), and two databases, or two tables, views or sequences of
+    one database, that would be one (the second CREATE would find the first made, and both tables' rows go into it):
+    refused before anything is touched. Returns the keys, for the preflight's other look-ups."""
+    keys = NameKeys(cur)
+    if not keys.folds:
+        return keys
+    wanted = set(databases)
+    objects = [(o["schema"], o["name"]) for kind in ("tables", "views", "sequences") for o in schema.get(kind, [])
+               if o["schema"] in wanted]
+    keys.learn([*databases, *(n for pair in objects for n in pair)])
+    reserved = [db for db in databases if never_restored(keys(db))]
+    if reserved:
+        raise PreflightError(
+            f"{target} matches database names regardless of case (lower_case_table_names is not 0): there "
+            f"{', '.join(reserved)} would be {', '.join(keys(db) for db in reserved)}, a system schema or lastline's own. "
+            "Leave them out of databases. Nothing was touched.")
     groups: dict[tuple[str, ...], list[str]] = {}
     for db in databases:
-        groups.setdefault((db.casefold(),), []).append(f"database {db}")
-    wanted = set(databases)
-    for kind in ("tables", "views", "sequences"):
-        for obj in schema.get(kind, []):
-            if obj["schema"] in wanted:
-                groups.setdefault((obj["schema"].casefold(), obj["name"].casefold()), []).append(f"{obj['schema']}.{obj['name']}")
-    clashes = [" and ".join(names) for names in groups.values() if len(names) > 1]
+        groups.setdefault((keys(db),), []).append(f"database {db}")
+    for db, name in objects:
+        groups.setdefault((keys(db), keys(name)), []).append(f"{db}.{name}")
+    clashes = sorted(" and ".join(sorted(names)) for names in groups.values() if len(names) > 1)
     if clashes:
         raise PreflightError(
             f"{target} matches database and table names regardless of case (lower_case_table_names is not 0): it cannot "
             f"hold both of {len(clashes)} pair(s) of names the backup keeps apart: " + "; ".join(clashes[:5])
             + ". Restore into a server with lower_case_table_names=0, or leave those databases out. Nothing was touched.")
+    return keys
 
 
 def _engine(name: str | None) -> str:

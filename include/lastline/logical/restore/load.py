@@ -300,11 +300,11 @@ def load_unit(server: Server, storage: Storage, manifest: LogicalManifest, unit:
                 ) from exc
             if isinstance(exc, LastlineError):
                 raise
-            if code in (1114, 1021):  # the table is full / disk full: the datadir's filesystem ran out
+            if code in (1114, 1021):  # the table is full / disk full: the datadir's filesystem ran out (or a MEMORY table)
                 raise ServerError(
-                    f"loading {unit.name} failed: {msg}: the target's datadir filesystem is full. Free space there, "
-                    "then re-run: chunks committed so far are in the ledger and the re-run resumes after them."
-                ) from exc
+                    f"loading {unit.name} failed: {msg}: the target's datadir filesystem is full (or a MEMORY table reached "
+                    "max_heap_table_size). Free space there, then re-run: chunks committed so far are in the ledger and the "
+                    "re-run resumes after them.") from exc
             raise LastlineError(f"loading {unit.name} failed: {exc}") from exc
         finally:
             loader.close()

@@ -21,7 +21,7 @@ from typing import Any
 from lastline.core import stopping
 from lastline.core.errors import IntegrityError
 from lastline.core.servers import Server, over_connections
-from lastline.core.sql import META_DB, NON_TRANSACTIONAL, as_text, name_folding, objects_present, placeholders, table_exists
+from lastline.core.sql import META_DB, NON_TRANSACTIONAL, NameKeys, as_text, objects_present, placeholders, table_exists
 from lastline.logical.format import dialect
 from lastline.logical.format.chunking import chunk_ranges
 from lastline.logical.format.plans import ConfigSnapshot, RestorePlan, Verified
@@ -135,10 +135,12 @@ def verify(plan: RestorePlan, snapshot: ConfigSnapshot | None) -> Verified:
         )
     recorded = recorded_checks(server, manifest.backup_id)
     with server.session() as cur:  # what each name is on the target: the admin account reads base tables only
-        fold = name_folding(cur)  # with lower_case_table_names=1, `Users` of the backup is `users` here
         cur.execute("SELECT TABLE_SCHEMA, TABLE_NAME, TABLE_TYPE FROM information_schema.TABLES WHERE TABLE_SCHEMA IN ("
                     + placeholders(plan.databases) + ")", plan.databases)
-        kinds = {(fold(as_text(a)), fold(as_text(b))): as_text(c) for a, b, c in cur.fetchall()}
+        found = [(as_text(a), as_text(b), as_text(c)) for a, b, c in cur.fetchall()]
+        # as the server matches names: with lower_case_table_names=1, `Users` of the backup is `users` here
+        fold = NameKeys(cur).learn([n for a, b, _c in found for n in (a, b)] + [n for t in manifest.tables for n in (t.schema, t.name)])
+        kinds = {(fold(a), fold(b)): c for a, b, c in found}
 
     def check(cur: Any, t: Any) -> str | None:
         kind = kinds.get((fold(t.schema), fold(t.name)), "missing")
@@ -147,7 +149,10 @@ def verify(plan: RestorePlan, snapshot: ConfigSnapshot | None) -> Verified:
         kept = None if t.engine.lower() in VOLATILE else recorded.get((t.schema, t.name))
         rows, checksum = kept or table_checksum(cur, manifest, t)
         if (rows, checksum) != (t.rows, t.checksum):
-            return f"{t.schema}.{t.name}: {rows} rows, checksum {checksum}; backup: {t.rows} rows, checksum {t.checksum}"
+            emptied = t.engine.lower() in VOLATILE and rows == 0 < t.rows
+            return (f"{t.schema}.{t.name}: {rows} rows, checksum {checksum}; backup: {t.rows} rows, checksum {t.checksum}"
+                    + (" (a MEMORY table: a restart of the target after its load emptied it; re-run the restore with "
+                       "force)" if emptied else ""))
         return None
 
     tables = sorted(selected(manifest, plan.databases), key=lambda t: -t.raw_bytes)
