@@ -892,3 +892,26 @@ def test_names_with_capitals_restore_into_a_server_that_ignores_their_case(logic
             cur.execute("DROP DATABASE IF EXISTS CaseDb")
             cur.execute("DROP DATABASE IF EXISTS `_LASTLİNE`")
         inst.destroy()
+
+
+def test_a_table_the_source_made_without_innodb_strict_mode_is_made_the_same_way(logical_source, logical_target, tmp_path):
+    """A table whose rows could exceed an InnoDB page, made with innodb_strict_mode off (the default before MariaDB
+    10.2.2; legacy schemas have them), restores exactly: the target, strict by default, had refused its CREATE."""
+    with _root(logical_source).session() as cur:
+        cur.execute("SET SESSION innodb_strict_mode = OFF")
+        cur.execute("CREATE DATABASE wide")
+        cur.execute("CREATE TABLE wide.t (id INT PRIMARY KEY, " + ", ".join(f"c{i} CHAR(255)" for i in range(40))
+                    + ", KEY k1 (c1)) CHARSET=latin1 ROW_FORMAT=DYNAMIC")
+        cur.execute("SHOW WARNINGS")
+        assert any(w[1] == 139 for w in cur.fetchall())  # Row size too large: made anyway
+        cur.execute("INSERT INTO wide.t (id, c1, c39) SELECT seq, CONCAT('x', seq), REPEAT('y', 200) FROM mysql.seq_1_to_500")
+    try:
+        dest = tmp_path / "wide"
+        lb.dump(lb.preflight({"source_conn_id": "t_lsource", "destination": f"file://{dest}", "databases": ["wide"]}))
+        assert logical_target.server().variables("innodb_strict_mode") == {"innodb_strict_mode": "ON"}
+        _restore(lr.preflight(_conf(dest, databases=["wide"])))
+        assert _objects(logical_source.server(), ("wide",)) == _objects(logical_target.server(), ("wide",))
+    finally:
+        for inst in (logical_source, logical_target):
+            with _root(inst).session() as cur:
+                cur.execute("DROP DATABASE IF EXISTS wide")
