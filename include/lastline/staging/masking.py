@@ -77,7 +77,11 @@ def set_key(conn: Any, key: str, run_key: str) -> None:
     handler = infile.install(conn)
     cur = conn.cursor()
     cur.execute("SET SESSION sql_log_bin = 0")  # a statement-format binary log would carry the LOAD DATA's bytes
+    # MEMORY, never another engine's files on disk (NO_ENGINE_SUBSTITUTION: refused, not made InnoDB, where the server says so)
+    cur.execute("SET @lastline_mode = @@SESSION.sql_mode, SESSION sql_mode = CONCAT_WS(',', NULLIF(@@SESSION.sql_mode, ''), "
+                "'NO_ENGINE_SUBSTITUTION')")
     cur.execute(f"CREATE TEMPORARY TABLE {META_DB}.lastline_pads (name VARCHAR(8) NOT NULL PRIMARY KEY, v VARBINARY(128) NOT NULL) ENGINE=MEMORY")
+    cur.execute("SET SESSION sql_mode = @lastline_mode")
     def feed(fh: BinaryIO) -> None:
         fh.write(data)
 

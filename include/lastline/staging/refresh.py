@@ -20,7 +20,7 @@ from lastline.core.errors import IntegrityError, PreflightError, ProtectedTarget
 from lastline.core.plans import Conf
 from lastline.core.sql import META_DB, never_restored, objects_present, server_identity
 from lastline.logical.format import dialect, infile
-from lastline.logical.restore.backup_files import checked_schema
+from lastline.logical.restore.backup_files import checked_schema, enforced_engine
 from lastline.logical.restore.finalize import objects as create_objects
 from lastline.logical.restore.schema_checks import split_deferred
 from lastline.manifest import read_manifest, resolve_backup
@@ -133,6 +133,12 @@ def preflight(conf: dict, rules: Any) -> StagingPlan:
                 f"target {server.describe()} is the server backup {backup_id} was taken from ({manifest.source_conn_id}): "
                 "a staging refresh never writes into production. Nothing was touched."
             )
+        enforced = enforced_engine(cur)
+        if enforced not in (None, "MEMORY"):
+            raise PreflightError(
+                f"{server.describe()} makes every new table {enforced} (enforce_storage_engine): the masking key "
+                "is held in a MEMORY temporary table, never on disk, which this server would refuse. Unset "
+                "enforce_storage_engine there (my.cnf, then a restart). Nothing was touched.")
     in_backup = [d["name"] for d in manifest.databases]
     databases = params.names("databases") or [d for d in in_backup if not never_restored(d)]
     if any(never_restored(d) for d in databases):

@@ -73,7 +73,7 @@ def require_engines(cur: Any, manifest: LogicalManifest, databases: list[str],
     have = {as_text(e) for (e,) in cur.fetchall()}
     cur.execute("SELECT UPPER(@@default_storage_engine)")
     default = as_text(cur.fetchone()[0])
-    enforced = _enforced_engine(cur)
+    enforced = enforced_engine(cur)
     made = {key: engines or frozenset({default}) for key, engines in named.items()}
     differ = [f"{t.schema}.{t.name} ({t.engine} in the manifest, {', '.join(sorted(made[(t.schema, t.name)]))} in schema.json)"
               for t in selected(manifest, databases) if made.get((t.schema, t.name), frozenset()) != {_engine(t.engine)}]
@@ -135,7 +135,7 @@ def _engine(name: str | None) -> str:
     return "MEMORY" if upper == "HEAP" else upper
 
 
-def _enforced_engine(cur: Any) -> str | None:
+def enforced_engine(cur: Any) -> str | None:
     """The engine MariaDB's enforce_storage_engine makes every new table use, if set (MySQL has no such variable)."""
     try:
         cur.execute("SELECT UPPER(@@enforce_storage_engine)")
