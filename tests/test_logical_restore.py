@@ -894,9 +894,14 @@ def test_names_with_capitals_restore_into_a_server_that_ignores_their_case(logic
         inst.destroy()
 
 
-def test_a_table_the_source_made_without_innodb_strict_mode_is_made_the_same_way(logical_source, logical_target, tmp_path):
+def test_a_table_only_a_non_strict_server_makes_is_refused_naming_the_setting_then_resumes(logical_source, logical_target,
+                                                                                          tmp_path):
     """A table whose rows could exceed an InnoDB page, made with innodb_strict_mode off (the default before MariaDB
-    10.2.2; legacy schemas have them), restores exactly: the target, strict by default, had refused its CREATE."""
+    10.2.2; legacy schemas have them), is refused by a strict target at once, naming the setting: the restore never
+    turns strict mode off itself (off, InnoDB makes a table it cannot compress uncompressed, with the same SHOW CREATE
+    TABLE). With the setting off on the target, the re-run resumes and restores it exactly."""
+    from lastline.core.errors import Refusal
+
     with _root(logical_source).session() as cur:
         cur.execute("SET SESSION innodb_strict_mode = OFF")
         cur.execute("CREATE DATABASE wide")
@@ -905,13 +910,32 @@ def test_a_table_the_source_made_without_innodb_strict_mode_is_made_the_same_way
         cur.execute("SHOW WARNINGS")
         assert any(w[1] == 139 for w in cur.fetchall())  # Row size too large: made anyway
         cur.execute("INSERT INTO wide.t (id, c1, c39) SELECT seq, CONCAT('x', seq), REPEAT('y', 200) FROM mysql.seq_1_to_500")
+    target = _root(logical_target)
     try:
         dest = tmp_path / "wide"
         lb.dump(lb.preflight({"source_conn_id": "t_lsource", "destination": f"file://{dest}", "databases": ["wide"]}))
         assert logical_target.server().variables("innodb_strict_mode") == {"innodb_strict_mode": "ON"}
-        _restore(lr.preflight(_conf(dest, databases=["wide"])))
+        plan = lr.preflight(_conf(dest, databases=["wide"]))
+        lr.snapshot_config(plan)
+        try:
+            with pytest.raises(Refusal, match=r"the target refused to create wide\.t: Row size too large .*\(1118\) \(the "
+                                              r"source made this table with innodb_strict_mode off.*SET GLOBAL "
+                                              r"innodb_strict_mode = OFF on the target for this restore"):
+                _steps, lanes = lr.prepare(plan)
+                for lane in lanes:
+                    lr.load_lane(plan, lane)
+        finally:
+            lr.revert(plan)
+        with target.session() as cur:
+            cur.execute("SET GLOBAL innodb_strict_mode = OFF")
+        again = lr.preflight(_conf(dest, databases=["wide"]))
+        assert again.resume
+        _restore(again)
         assert _objects(logical_source.server(), ("wide",)) == _objects(logical_target.server(), ("wide",))
     finally:
+        with target.session() as cur:
+            cur.execute("SET GLOBAL innodb_strict_mode = ON")
         for inst in (logical_source, logical_target):
             with _root(inst).session() as cur:
                 cur.execute("DROP DATABASE IF EXISTS wide")
+                cur.execute(f"DROP DATABASE IF EXISTS `{lr.aside_name('wide')}`")

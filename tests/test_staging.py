@@ -192,6 +192,7 @@ def test_wrong_targets_and_unlisted_pii_are_refused_with_nothing_written(crm, lo
     _untouched(tgt, before)
     with pytest.raises(ProtectedTargetError, match="taken from .*never writes into production"):
         sr.preflight(_conf(backup, target_conn_id="t_crm_as_staging"), RULES)
+    (enforced,), = tgt.query("SELECT @@GLOBAL.enforce_storage_engine")
     tgt.query("SET GLOBAL enforce_storage_engine = 'InnoDB'")  # the key's MEMORY table would be refused (or on disk)
     try:
         with pytest.raises(PreflightError, match=r"makes every new table INNODB \(enforce_storage_engine\): the masking key is "
@@ -202,15 +203,18 @@ def test_wrong_targets_and_unlisted_pii_are_refused_with_nothing_written(crm, lo
         tgt.query("CREATE DATABASE IF NOT EXISTS _lastline")  # the key's table is made there
         conn = tgt.connect(local_infile=1)
         try:  # past the preflight, the key's table is refused, never made InnoDB (on disk), whatever the server's sql_mode
-            conn.cursor().execute("SET SESSION sql_mode = ''")
+            conn.cursor().execute("SET SESSION sql_mode = 'ANSI_QUOTES'")
             with pytest.raises(Exception, match="running with the NO_ENGINE_SUBSTITUTION option so it cannot execute"):
                 masking.set_key(conn, "k" * 32, "run")
+            cur = conn.cursor()
+            cur.execute("SELECT @@SESSION.sql_mode")
+            assert cur.fetchone()[0] == "ANSI_QUOTES"  # for that statement alone
         finally:
             conn.close()
             if made:
                 tgt.query("DROP DATABASE _lastline")
     finally:
-        tgt.query("SET GLOBAL enforce_storage_engine = NULL")
+        tgt.query("SET GLOBAL enforce_storage_engine = %s", (enforced,))
     _untouched(tgt, before)
 
     unlisted = {k: v for k, v in RULES.items() if k not in ("crm.customers.phone", "crm.payments.memo")}

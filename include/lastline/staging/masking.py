@@ -77,11 +77,12 @@ def set_key(conn: Any, key: str, run_key: str) -> None:
     handler = infile.install(conn)
     cur = conn.cursor()
     cur.execute("SET SESSION sql_log_bin = 0")  # a statement-format binary log would carry the LOAD DATA's bytes
-    # MEMORY, never another engine's files on disk (NO_ENGINE_SUBSTITUTION: refused, not made InnoDB, where the server says so)
-    cur.execute("SET @lastline_mode = @@SESSION.sql_mode, SESSION sql_mode = CONCAT_WS(',', NULLIF(@@SESSION.sql_mode, ''), "
-                "'NO_ENGINE_SUBSTITUTION')")
-    cur.execute(f"CREATE TEMPORARY TABLE {META_DB}.lastline_pads (name VARCHAR(8) NOT NULL PRIMARY KEY, v VARBINARY(128) NOT NULL) ENGINE=MEMORY")
-    cur.execute("SET SESSION sql_mode = @lastline_mode")
+    # MEMORY, never another engine's files on disk: NO_ENGINE_SUBSTITUTION for this statement alone (refused, not made
+    # InnoDB, where enforce_storage_engine says so), whatever the session's sql_mode
+    cur.execute("SELECT @@SESSION.sql_mode")
+    mode = ",".join(m for m in [*str(cur.fetchone()[0] or "").split(","), "NO_ENGINE_SUBSTITUTION"] if m)
+    cur.execute(f"SET STATEMENT sql_mode = %s FOR CREATE TEMPORARY TABLE {META_DB}.lastline_pads "
+                "(name VARCHAR(8) NOT NULL PRIMARY KEY, v VARBINARY(128) NOT NULL) ENGINE=MEMORY", (mode,))
     def feed(fh: BinaryIO) -> None:
         fh.write(data)
 

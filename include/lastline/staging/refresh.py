@@ -138,7 +138,7 @@ def preflight(conf: dict, rules: Any) -> StagingPlan:
             raise PreflightError(
                 f"{server.describe()} makes every new table {enforced} (enforce_storage_engine): the masking key "
                 "is held in a MEMORY temporary table, never on disk, which this server would refuse. Unset "
-                "enforce_storage_engine there (my.cnf, then a restart). Nothing was touched.")
+                "enforce_storage_engine there (SET GLOBAL enforce_storage_engine = NULL, and in my.cnf). Nothing was touched.")
     in_backup = [d["name"] for d in manifest.databases]
     databases = params.names("databases") or [d for d in in_backup if not never_restored(d)]
     if any(never_restored(d) for d in databases):

@@ -91,7 +91,7 @@ def require_engines(cur: Any, manifest: LogicalManifest, databases: list[str],
             f"{target} " + (f"makes every table {enforced} (enforce_storage_engine) and so refuses" if enforced else "lacks")
             + " the storage engine(s) of these tables: " + "; ".join(
                 f"{e} ({len(ts)}: {', '.join(sorted(ts)[:5])}{', ...' if len(ts) > 5 else ''})" for e, ts in sorted(lacking.items()))
-            + ". " + ("Unset enforce_storage_engine there (my.cnf, then a restart)" if enforced else
+            + ". " + ("Unset enforce_storage_engine there (SET GLOBAL enforce_storage_engine = NULL, and in my.cnf)" if enforced else
                       "Install them there first (e.g. INSTALL SONAME 'ha_archive' for ARCHIVE)")
             + ", or leave those databases out: lastline never lets the server make a table with another engine than "
             "the backup's. Nothing was touched.")

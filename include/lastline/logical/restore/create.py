@@ -142,7 +142,12 @@ def create_schema(plan: RestorePlan) -> SchemaCreated:
             cur.execute(f"DROP SEQUENCE IF EXISTS {dialect.qualified(t['schema'], t['name'])}")
             cur.execute(create)
         else:
-            cur.execute(if_not_exists(create))
+            try:
+                cur.execute(if_not_exists(create))
+            except Exception as exc:
+                if (refusal := refused_create(t["schema"], t["name"], exc)) is None:
+                    raise
+                raise refusal from exc
 
     # `parallel` connections at once; one while a CREATE still carries a foreign key (defer_indexes off): two
     # tables naming each other created at once can deadlock on their dictionary locks
@@ -158,6 +163,21 @@ def create_schema(plan: RestorePlan) -> SchemaCreated:
              f"; {in_lanes} tables left to the lanes, each created just before its first chunk" if in_lanes else "",
              "; secondary indexes and foreign keys deferred" if plan.defer_indexes else "")
     return SchemaCreated(created, round(time.monotonic() - t0, 3), in_lanes=in_lanes)
+
+
+def refused_create(schema: str, name: str, exc: Exception) -> Refusal | None:
+    """The Refusal a failed CREATE of `schema`.`name` raises, naming the table and what to do (no retry can change it);
+    None when the error itself should stand (it may pass: a lost connection, a lock wait; or it is lastline's)."""
+    code, msg = sql_error(exc)
+    if isinstance(exc, LastlineError) or code is None or code in LOST_CONNECTION or code in TRANSIENT:
+        return None
+    hint = (" (the source made this table with innodb_strict_mode off, whose rows could exceed a page: SET GLOBAL "
+            "innodb_strict_mode = OFF on the target for this restore, if a table like the source's is what you want)"
+            if code == 1118 else "")
+    return Refusal(
+        f"the target refused to create {schema}.{name}: {msg} ({code}){hint}. The tables and chunks loaded so far stay, "
+        "recorded in the ledger: change what the target refuses (its settings, engine or version), then re-run the "
+        "restore of this backup without force: it resumes after them.")
 
 
 class TableMaker:
@@ -182,14 +202,9 @@ class TableMaker:
             self.cur.execute(f"USE {dialect.quote_ident(schema)}")
             self.cur.execute(self.create(schema, name))
         except Exception as exc:
-            code, msg = sql_error(exc)
-            if isinstance(exc, LastlineError) or code is None or code in LOST_CONNECTION or code in TRANSIENT:
+            if (refusal := refused_create(schema, name, exc)) is None:
                 raise
-            raise Refusal(
-                f"the target refused to create {schema}.{name}: {msg} ({code}). The tables and chunks loaded so far stay, "
-                "recorded in the ledger: change what the target refuses (its settings, engine or version), then re-run the "
-                "restore of this backup without force: it resumes after them."
-            ) from exc
+            raise refusal from exc
         if not self.conn.warning_count():
             return True
         self.cur.execute("SHOW WARNINGS")
