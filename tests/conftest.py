@@ -247,3 +247,19 @@ def tamper_schema(src: Path, dst: Path, change) -> Path:
             f.update(bytes=len(data), sha256=manifest["schema_sha256"])
     (folder / "manifest.json").write_text(json.dumps(manifest))
     return dst
+
+
+def restore_steps(plan, run: str = ""):
+    """Every step of a logical restore after its preflight, in process, revert always; returns the configuration
+    snapshot (for verify)."""
+    from lastline.logical import restore as lr
+
+    snap = lr.snapshot_config(plan, run)
+    try:
+        _steps, lanes = lr.prepare(plan)
+        for lane in lanes:
+            lr.load_lane(plan, lane)
+        lr.finalize(plan)
+    finally:
+        lr.revert(plan)
+    return snap

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import set_conn, tamper_schema
+from conftest import restore_steps, set_conn, tamper_schema
 from lastline.core import accounts
 from lastline.core.errors import ConfigError, IntegrityError, PreflightError
 from lastline.logical import backup as lb
@@ -175,14 +175,7 @@ def _without_checks(monkeypatch) -> None:
 
 
 def _restore(plan: dict) -> None:
-    lr.snapshot_config(plan, "lp-attack")
-    try:
-        _steps, lanes = lr.prepare(plan)
-        for lane in lanes:
-            lr.load_lane(plan, lane)
-        lr.finalize(plan)
-    finally:
-        lr.revert(plan)
+    restore_steps(plan, "lp-attack")
 
 
 def _table(schema: dict, name: str) -> dict:
