@@ -10,6 +10,14 @@ META_DB = "_lastline"  # lastline's own bookkeeping on a restore target (config 
 ASIDE_PREFIX = "lastline_aside_"  # where a forced restore keeps the old tables until it is verified
 # engines whose rows cannot share a transaction with the load ledger: loaded whole, never split
 NON_TRANSACTIONAL = frozenset({"myisam", "aria", "memory", "csv", "archive", "merge", "mrg_myisam"})
+# engines whose rows a restart of the server takes away (and a physical backup never holds)
+VOLATILE = frozenset({"memory", "heap"})
+
+
+def engine_name(name: str | None) -> str:
+    """An engine's name as SHOW ENGINES gives it: upper case, HEAP as MEMORY (its other name)."""
+    upper = str(name or "").upper()
+    return "MEMORY" if upper == "HEAP" else upper
 
 
 def never_restored(database: str) -> bool:

@@ -27,7 +27,7 @@ from lastline.core.pipeline import run_pipeline
 from lastline.core.plans import PARALLEL, Conf
 from lastline.core.progress import step_report
 from lastline.core.servers import Server, base_version, over_connections, refuse_restore_into_source
-from lastline.core.sql import qualified, sql_error, tables_at_risk
+from lastline.core.sql import VOLATILE, qualified, sql_error, tables_at_risk
 from lastline.manifest import PhysicalManifest, TableInfo, backup_age, read_manifest, resolve_backup
 from lastline.physical import tools as physical
 from lastline.physical.plans import RestorePlan, RestoreReport, StepResult, Verified
@@ -201,7 +201,7 @@ def verify(plan: RestorePlan, extracted: StepResult | None = None) -> Verified:
             problems.append(f"{name}: {error}")
             continue
         counts[f"{t.schema}.{t.name}"] = n
-        if (t.engine or "").upper() in ("MEMORY", "HEAP"):  # a physical backup holds no MEMORY rows: they start empty
+        if (t.engine or "").lower() in VOLATILE:  # a physical backup holds no MEMORY rows: they start empty
             emptied += [f"{name} ({t.rows} rows on the source)"] if t.rows else []
         elif not plausible(n, t.rows):
             problems.append(f"{name}: {n} rows, the backup estimated {t.rows}")

@@ -17,6 +17,7 @@ from lastline.core.servers import base_version, refuse_restore_into_source
 from lastline.core.sql import (  # noqa: F401
     ASIDE_PREFIX,
     SYSTEM_SCHEMAS,
+    VOLATILE,
     as_text,
     never_restored,
     placeholders,
@@ -159,7 +160,7 @@ def preflight(conf: dict, role: str | None = None) -> RestorePlan:
                        "target": server.describe()}
     need = sum(t.raw_bytes for t in selected(manifest, wanted))
     restart_allowed = params.flag("restart_allowed")
-    volatile = [f"{t.schema}.{t.name}" for t in selected(manifest, wanted) if t.engine.upper() in ("MEMORY", "HEAP") and t.rows]
+    volatile = [f"{t.schema}.{t.name}" for t in selected(manifest, wanted) if t.engine.lower() in VOLATILE and t.rows]
     if restart_allowed and volatile:  # revert's restart would empty them after their load, and verify fail
         log.warning("restart_allowed: no restart profile for this restore: %s MEMORY table(s) with rows (%s) would lose "
                     "them when revert restarts the target", len(volatile), ", ".join(volatile[:5]))

@@ -13,7 +13,7 @@ from lastline import connections
 from lastline.core import accounts
 from lastline.core.errors import ConfigError, IntegrityError, PreflightError
 from lastline.core.servers import Server
-from lastline.core.sql import NameKeys, as_text, never_restored, sql_error
+from lastline.core.sql import NameKeys, as_text, engine_name, never_restored, sql_error
 from lastline.logical.format import dialect
 from lastline.logical.format.plans import RestorePlan
 from lastline.manifest import LogicalManifest, read_manifest, resolve_backup
@@ -76,7 +76,7 @@ def require_engines(cur: Any, manifest: LogicalManifest, databases: list[str],
     enforced = enforced_engine(cur)
     made = {key: engines or frozenset({default}) for key, engines in named.items()}
     differ = [f"{t.schema}.{t.name} ({t.engine} in the manifest, {', '.join(sorted(made[(t.schema, t.name)]))} in schema.json)"
-              for t in selected(manifest, databases) if made.get((t.schema, t.name), frozenset()) != {_engine(t.engine)}]
+              for t in selected(manifest, databases) if made.get((t.schema, t.name), frozenset()) != {engine_name(t.engine)}]
     if differ:
         raise IntegrityError(
             f"backup {manifest.backup_id}: the manifest and schema.json disagree on the engine of {len(differ)} table(s): "
@@ -127,12 +127,6 @@ def refuse_names_one_by_case(cur: Any, schema: dict, databases: list[str], targe
             f"hold both of {len(clashes)} pair(s) of names the backup keeps apart: " + "; ".join(clashes[:5])
             + ". Restore into a server with lower_case_table_names=0, or leave those databases out. Nothing was touched.")
     return keys
-
-
-def _engine(name: str | None) -> str:
-    """An engine's name as SHOW ENGINES gives it (HEAP is MEMORY's other name)."""
-    upper = str(name or "").upper()
-    return "MEMORY" if upper == "HEAP" else upper
 
 
 def enforced_engine(cur: Any) -> str | None:

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from lastline.core.errors import ConfigError, IntegrityError
-from lastline.core.sql import quote_ident
+from lastline.core.sql import engine_name, quote_ident
 from lastline.logical.format import sql_text as st
 from lastline.logical.format.sql_text import (
     AT_NAME,
@@ -210,7 +210,7 @@ def _check_engines(sig: list[Token]) -> frozenset[str]:
             value = (st.string_value(v) if v.kind == STRING else st.ident_value(v)) if v else None
             if str(value).upper() not in ENGINES:
                 raise _Bad(f"uses the engine {value!r}, which lastline does not restore (it restores {', '.join(sorted(ENGINES))})")
-            named.add("MEMORY" if str(value).upper() == "HEAP" else str(value).upper())
+            named.add(engine_name(value))
     return frozenset(named)
 
 

@@ -9,8 +9,8 @@ Checksums are taken where the rows are still in the buffer pool, so no step read
 - per table otherwise: right after the table's held-back indexes are built (`record_check`), by the lane
   that completes it (index_build=per_table) or by finalize (after_all).
 Both are kept in `_lastline.table_checks`; verify compares them to the manifest instead of reading the table
-again, and computes the others, and every MEMORY table's (a restart, as revert's, empties it after its check). A table's data does not change between the two (its chunks are all in;
-read_only keeps applications out).
+again, and computes the others, and every MEMORY table's (sql.VOLATILE: a restart, as revert's, empties it after its
+check). A table's data does not change between the two (its chunks are all in; read_only keeps applications out).
 """
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ from typing import Any
 from lastline.core import stopping
 from lastline.core.errors import IntegrityError
 from lastline.core.servers import Server, over_connections
-from lastline.core.sql import META_DB, NON_TRANSACTIONAL, NameKeys, as_text, objects_present, placeholders, table_exists
+from lastline.core.sql import META_DB, NON_TRANSACTIONAL, VOLATILE, NameKeys, as_text, objects_present, placeholders, table_exists
 from lastline.logical.format import dialect
 from lastline.logical.format.chunking import chunk_ranges
 from lastline.logical.format.plans import ConfigSnapshot, RestorePlan, Verified
@@ -32,9 +32,6 @@ from lastline.manifest import LogicalManifest, LogicalTable
 
 log = logging.getLogger(__name__)
 CHECKS = f"{META_DB}.table_checks"
-# engines whose rows a restart of the server takes away (revert may restart the target): read again in verify, never
-# taken from a check kept before
-VOLATILE = frozenset({"memory", "heap"})
 
 
 def table_checksum(cur: Any, manifest: LogicalManifest, t: LogicalTable, where: str | None = None) -> tuple[int, str]:
