@@ -2,7 +2,7 @@
 # `make docs` builds the documentation site (docs/, mkdocs.yml) strictly: a broken link or page fails it.
 .PHONY: docs setup demo ui test test-fast test-distributed faults bench bench-physical bench-logical bench-restore bench-rebuild bench-impact bench-pitr bench-scale lint clean
 # the benchmarks' deployment settings: their runs keep backups under bench/results (or a --work elsewhere in /tmp), unattended
-BENCH_ENV = LASTLINE_BACKUP_ROOTS="file://$(CURDIR)/bench/results,file:///tmp,s3://,ssh://" LASTLINE_APPROVAL=false
+BENCH_ENV = LASTLINE_BACKUP_ROOTS="file://$(CURDIR)/bench/results,file:///tmp,s3://?aws_conn_id=bench_s3,ssh://" LASTLINE_APPROVAL=false
 
 setup:
 	@scripts/setup.sh

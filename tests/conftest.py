@@ -28,7 +28,8 @@ os.environ.update(
     # suite, which has the REST API, approves and rejects for real
     LASTLINE_APPROVAL="false",
     # where runs may read and write backups (a deployment setting): the tests' temporary folders, S3 and SSH
-    LASTLINE_BACKUP_ROOTS=f"file://{tempfile.gettempdir()},s3://,ssh://",
+    # an S3 root names the AWS connection it is reached through: the tests' moto server, and the throttling proxy
+    LASTLINE_BACKUP_ROOTS=f"file://{tempfile.gettempdir()},s3://?aws_conn_id=t_s3,s3://?aws_conn_id=t_s3slow,ssh://",
     # dag.test() of Airflow 3.3.2 fails at the end of a run whose DAG has a deadline (it looks the alert up
     # by a dict); the distributed suite proves the deadline under the real scheduler
     LASTLINE_BACKUP_DEADLINE_MINUTES="0",

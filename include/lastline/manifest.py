@@ -363,8 +363,8 @@ def split_backup_url(url: str) -> tuple[str, str]:
 def resolve_backup(url: str, aws_conn_id: str | None = None, kind: str = "physical") -> tuple[Storage, str]:
     """Open the storage of `url` and resolve `latest` to the newest complete backup of `kind`."""
     dest, backup_id = split_backup_url(url)
-    require_allowed(dest, "backup")  # a run's conf names backups only under the deployment's roots
-    storage = open_storage(dest, aws_conn_id)
+    # a run's conf names backups only under the deployment's roots, through the connection a root is bound to
+    storage = open_storage(require_allowed(dest, "backup", aws_conn_id), aws_conn_id)
     if backup_id == "latest":
         done = newest_complete(storage, kind)
         if not done:
