@@ -31,7 +31,7 @@ from lastline.core.plans import Conf
 from lastline.core.servers import Server
 from lastline.pitr import events
 from lastline.pitr.chain import BRANCH_ID, Branch, Entry, SourceFile, branch_id, plan, split_name
-from lastline.storage import Storage, open_allowed
+from lastline.storage import Storage, auth, control, open_allowed
 
 log = logging.getLogger(__name__)
 
@@ -72,36 +72,59 @@ def source_files(server: Server) -> tuple[str, list[SourceFile]]:
     return binlog_dir, files
 
 
-def branches(storage: Storage) -> list[dict[str, Any]]:
+def _authenticated(storage: Storage, key: str, found: control.Control, use: str | None) -> None:
+    """Refuse a control file of the archive that is not authenticated: always for `use` (a restore), else whenever
+    the deployment has a storage key (the archiver and the check: a forged chain must never be signed anew by the
+    archiver). Called once its shape is checked, before anything in it is used."""
+    if use or auth.deployment_keys() is not None:
+        auth.require(found.auth, storage.location(key), use or "the binlog archive")
+
+
+def branches(storage: Storage, use: str | None = None) -> list[dict[str, Any]]:
     """Every branch of the archive, oldest first (empty: nothing archived yet). Read from the destination, so
-    checked: every id of the shape branch_id makes (it becomes part of storage keys)."""
+    checked: authenticated (see _control), and every id of the shape branch_id makes (it becomes part of storage
+    keys). branches.json is `{"branches": [...]}` (a bare list in archives written before it was signed)."""
     key = f"{PREFIX}/branches.json"
-    known = json.loads(storage.read_bytes(key)) if storage.exists(key) else []
-    bad = [b.get("id") for b in known if not isinstance(b, dict) or not BRANCH_ID.match(str(b.get("id")))]
+    if not storage.exists(key):
+        return []
+    found = control.read(storage, key)
+    known = found.data.get("branches") if isinstance(found.data, dict) else found.data
+    if not isinstance(known, list):
+        raise IntegrityError(f"{storage.location(key)} is not a list of branches lastline wrote; refused.")
+    bad = [b.get("id") if isinstance(b, dict) else b for b in known
+           if not isinstance(b, dict) or not BRANCH_ID.match(str(b.get("id")))]
     if bad:
         raise IntegrityError(f"{storage.location(key)} names branches lastline never makes ({bad[:3]!r}); refused.")
+    _authenticated(storage, key, found, use)
     return known
 
 
-def read_branch(storage: Storage, bid: str) -> Branch:
-    """One branch's chain (its id checked; its file names checked to be binlog names)."""
+def read_branch(storage: Storage, bid: str, use: str | None = None) -> Branch:
+    """One branch's chain (its id checked; authenticated, see _control; its file names checked to be binlog names)."""
     if not BRANCH_ID.match(bid):
         raise IntegrityError(f"{bid!r} is not a branch id of the binlog archive; refused.")
     key = f"{PREFIX}/{bid}/chain.json"
+    found = control.read(storage, key)
+    data = found.data
     try:
-        data = json.loads(storage.read_bytes(key))
         entries = [Entry(**e) for e in data["entries"]]
         for e in entries:
             split_name(e.name)
             for seg in e.segments:
                 int(seg["offset"]), int(seg["size"]), str(seg["sha256"])
-        return Branch(bid, entries, data.get("parent"), data.get("fork_after"), data.get("covered"))
+        branch = Branch(bid, entries, data.get("parent"), data.get("fork_after"), data.get("covered"))
     except (TypeError, KeyError, ValueError, AttributeError) as exc:
         raise IntegrityError(f"{storage.location(key)} is not a chain lastline wrote ({exc!r}); refused.") from exc
+    _authenticated(storage, key, found, use)
+    return branch
 
 
 def _write_branch(storage: Storage, branch: Branch) -> None:
-    storage.write_bytes(f"{PREFIX}/{branch.id}/chain.json", json.dumps(asdict(branch), indent=1).encode())
+    control.write(storage, f"{PREFIX}/{branch.id}/chain.json", json.dumps(asdict(branch), indent=1))
+
+
+def _write_branches(storage: Storage, known: list[dict[str, Any]]) -> None:
+    control.write(storage, f"{PREFIX}/branches.json", json.dumps({"branches": known}, indent=1))
 
 
 def _segment_key(branch: Branch, name: str, offset: int) -> str:
@@ -167,7 +190,7 @@ def _start(storage: Storage, known: list[dict[str, Any]], bid: str, parent: str 
     branch = Branch(bid, [], parent, shared)
     _write_branch(storage, branch)  # its chain first: branches.json never names a branch without one
     known.append({"id": bid, "parent": parent, "fork_after": shared, "started": datetime.now(UTC).isoformat(), "reason": reason})
-    storage.write_bytes(f"{PREFIX}/branches.json", json.dumps(known, indent=1).encode())
+    _write_branches(storage, known)
     return branch
 
 
