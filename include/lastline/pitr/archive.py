@@ -127,6 +127,59 @@ def _write_branches(storage: Storage, known: list[dict[str, Any]]) -> None:
     control.write(storage, f"{PREFIX}/branches.json", json.dumps({"branches": known}, indent=1))
 
 
+def head(storage: Storage) -> dict[str, Any] | None:
+    """The archive's head, recorded outside the storage after each run (lastline.airflow.assets): the newest branch,
+    its last archived file, the bytes archived of it, its last segment's sha256, the GTID state after it and the
+    covered position; None for an empty archive."""
+    known = branches(storage)
+    if not known:
+        return None
+    branch = read_branch(storage, known[-1]["id"])
+    last = next((e for e in reversed(branch.entries) if e.segments), None)
+    if last is None:
+        return None
+    seg = last.segments[-1]
+    return {"branch": branch.id, "branches": len(known), "file": last.name, "size": last.size,
+            "segment": {"offset": int(seg["offset"]), "size": int(seg["size"]), "sha256": str(seg["sha256"])},
+            "end_gtids": last.end_gtids, "covered": branch.covered}
+
+
+def check_head(storage: Storage, recorded: dict[str, Any] | None, use: str) -> str:
+    """Refuse (IntegrityError) an archive that ends before, or differs from, the head recorded in Airflow after the
+    last run (`recorded`): an older, validly signed state put back, or files dropped from a chain. Returns one
+    sentence for the report (which also says when there is no record to compare with)."""
+    where = storage.location(PREFIX)
+    if auth.storage_trusted():
+        return "anti-rollback: not checked (the deployment declares its storage trusted)"
+    if not recorded:
+        log.warning("%s: no head of this archive is recorded in Airflow (its first run has not ended, or the record was "
+                    "removed): %s cannot tell whether the archive was rolled back", where, use)
+        return "anti-rollback: no recorded head to compare with (first run?): not checked"
+    known = [b["id"] for b in branches(storage, use)]
+    bid, name, size = str(recorded.get("branch")), str(recorded.get("file")), int(recorded.get("size") or 0)
+    seg = recorded.get("segment") or {}
+    refuse = (f"{where} ends before, or differs from, the head recorded in Airflow after its last run (branch {bid}, "
+              f"{name} up to byte {size:,}, GTID {recorded.get('end_gtids')}): {{}}. Someone who can write the storage "
+              "put an older state back or removed files; nothing was restored. Find out who, restore the archive from a "
+              "copy, or run binlog_archive again once the source's history is known to be whole.")
+    if bid not in known or len(known) < int(recorded.get("branches") or 0):
+        raise IntegrityError(refuse.format(f"branch {bid} is missing" if bid not in known else
+                                           f"it lists {len(known)} branches, {recorded.get('branches')} were recorded"))
+    branch = read_branch(storage, bid, use)
+    entry = next((e for e in branch.entries if e.name == name), None)
+    if entry is None:
+        later = [e.name for e in branch.entries if e.seq >= split_name(name)[1]]
+        raise IntegrityError(refuse.format(f"{name} is missing from its chain" + (f" (it holds {later})" if later else
+                                           f", which ends at {branch.entries[-1].name if branch.entries else 'nothing'}")))
+    if entry.size < size:
+        raise IntegrityError(refuse.format(f"{name} is archived up to byte {entry.size:,} only: bytes "
+                                           f"{entry.size:,}-{size:,} are missing"))
+    if not any(int(s["offset"]) == int(seg.get("offset", -1)) and int(s["size"]) == int(seg.get("size", -1))
+               and str(s["sha256"]) == str(seg.get("sha256")) for s in entry.segments):
+        raise IntegrityError(refuse.format(f"its segment of {name} at byte {seg.get('offset')} is not the one recorded"))
+    return f"anti-rollback: the archive holds the head recorded in Airflow ({bid}, {name} up to byte {size:,})"
+
+
 def _segment_key(branch: Branch, name: str, offset: int) -> str:
     return f"{PREFIX}/{branch.id}/{name}/{offset:012d}"
 
@@ -294,7 +347,7 @@ def run(conf: dict, stop: Any = None) -> dict[str, Any]:
     if params.flag("until_current", False):
         result = ship(server, storage)
         _log_result(storage, result)
-        return result
+        return {**result, "head": head(storage)}
     every = params.number("ship_every_seconds", 5, minimum=0.5)
     deadline = time.monotonic() + 60 * params.number("stream_minutes", 0.8, minimum=0.1)
     total: dict[str, Any] = {"bytes": 0, "holes": [], "forks": [], "runs": 0}
@@ -313,7 +366,7 @@ def run(conf: dict, stop: Any = None) -> dict[str, Any]:
             time.sleep(wait)
     log.info("binlog archive: streamed for %d rounds, %s bytes, at %s", total["runs"], f"{total['bytes']:,}",
              total.get("position"))
-    return total
+    return {**total, "head": head(storage)}  # recorded in Airflow by the DAG (anti-rollback: check_head)
 
 
 def _log_result(storage: Storage, result: dict[str, Any]) -> None:
