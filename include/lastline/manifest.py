@@ -283,7 +283,8 @@ def manifest_kind(storage: Storage, backup_id: str) -> str | None:
         data = control.parse(control.read_bytes(storage, f"{backup_id}/{MANIFEST}"), storage.location(f"{backup_id}/{MANIFEST}"))
         kind = data.get("kind", "physical") if isinstance(data, dict) else None
     except IntegrityError as exc:  # unreadable, too big, too deep, or not a regular file
-        log.warning("%s: that backup is skipped", exc)
+        log.warning("%s is unreadable (%s): that backup is skipped; look at it or remove it",
+                    storage.location(f"{backup_id}/{MANIFEST}"), getattr(exc, "reason", exc))
         return None
     if kind not in MANIFEST_CLASSES:
         log.warning("%s is of no kind lastline knows (%r): that backup is skipped", storage.location(f"{backup_id}/{MANIFEST}"), kind)
@@ -310,7 +311,7 @@ def read_manifest(storage: Storage, backup_id: str, kind: str = "physical", sha2
     try:
         text = control.read_bytes(storage, key)
     except control.Unreadable as exc:
-        raise IntegrityError(damaged.format(exc)) from exc
+        raise IntegrityError(damaged.format(exc.reason)) from exc
     read_sha256 = hashlib.sha256(text).hexdigest()
     if sha256 and read_sha256 != sha256:
         raise IntegrityError(
@@ -321,7 +322,7 @@ def read_manifest(storage: Storage, backup_id: str, kind: str = "physical", sha2
     try:
         data = control.parse(text, storage.location(key))
     except control.Unreadable as exc:
-        raise IntegrityError(damaged.format(exc)) from exc
+        raise IntegrityError(damaged.format(exc.reason)) from exc
     authenticity = auth.check(key, text, data)
     if require or (require is None and kind == "physical"):
         auth.require(authenticity, storage.location(key), require if isinstance(require, str) else "a physical restore")

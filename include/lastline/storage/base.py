@@ -10,6 +10,10 @@ from lastline.core.errors import IntegrityError, StorageError
 class Unreadable(IntegrityError):
     """A control file too big, too deep or not JSON (storage.control): never used, named in the message."""
 
+    def __init__(self, location: str, reason: str) -> None:
+        super().__init__(f"{location} is unreadable ({reason}): it is not used; look at it or remove it.")
+        self.location, self.reason = location, reason
+
 
 class Writer(abc.ABC):
     """A stream being written; it becomes visible only on commit(), and abort() leaves nothing."""
@@ -125,8 +129,8 @@ class Storage(abc.ABC):
             return b"".join(self.reader(key))
         size = self.size_if_exists(key)
         if size is not None and size > limit:
-            raise Unreadable(f"{self.location(key)} is {size:,} bytes, over the {limit:,} a control file may have "
-                             "(LASTLINE_CONTROL_FILE_MAX_MB): it is not read; look at it or remove it.")
+            raise Unreadable(self.location(key), f"{size:,} bytes, over the {limit:,} bytes a control file may have "
+                                                 "(LASTLINE_CONTROL_FILE_MAX_MB); not read")
         got, total = [], 0
         chunks = self.reader(key, min(limit + 1, 1 << 20))
         try:
@@ -134,8 +138,8 @@ class Storage(abc.ABC):
                 got.append(chunk)
                 total += len(chunk)
                 if total > limit:
-                    raise Unreadable(f"{self.location(key)} grew past the {limit:,} bytes a control file may have "
-                                     "(LASTLINE_CONTROL_FILE_MAX_MB) while it was read: it is not used.")
+                    raise Unreadable(self.location(key), f"over the {limit:,} bytes a control file may have "
+                                                         "(LASTLINE_CONTROL_FILE_MAX_MB); read no further")
         finally:
             close = getattr(chunks, "close", None)
             if close is not None:

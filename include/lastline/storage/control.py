@@ -67,10 +67,9 @@ def parse(data: bytes, where: str) -> Any:
         value = json.loads(data.decode("utf-8"))
     except (UnicodeDecodeError, ValueError, RecursionError, MemoryError, TypeError) as exc:
         why = "nested too deep" if isinstance(exc, RecursionError) else f"{type(exc).__name__}: {str(exc)[:120]}"
-        raise Unreadable(f"{where} is unreadable ({why}): it is not used; look at it or remove it.") from None
+        raise Unreadable(where, why) from None
     if _deeper_than(value, MAX_DEPTH):
-        raise Unreadable(f"{where} is unreadable (nested more than {MAX_DEPTH} deep, lastline never writes that): "
-                         "it is not used; look at it or remove it.")
+        raise Unreadable(where, f"nested more than {MAX_DEPTH} deep, which lastline never writes")
     return value
 
 
