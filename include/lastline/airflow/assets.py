@@ -4,10 +4,10 @@ Each complete backup emits one event whose extra says which backup it was: its U
 kind, size, the manifest's sha256, whether the manifest is authenticated (storage.auth) and the binlog/GTID
 position it is consistent with, read back from the manifest just written.
 
-Anti-rollback: the binlog archive's head (archive.head: its newest branch, last file, bytes, last segment's sha256,
+Anti-rollback: the binlog archive's head (pitr.catalog.head: its newest branch, last file, bytes, last segment's sha256,
 GTID state and covered position) is recorded after each run in Airflow, out of reach of whoever can write the
 storage: on the archive's Asset event and in the Variable `lastline_archive_head_<digest of the destination>`, which a
-point-in-time restore reads (archive.check_head).
+point-in-time restore reads (pitr.catalog.check_head).
 """
 from __future__ import annotations
 

@@ -14,7 +14,7 @@ from lastline.core.errors import ConfigError, Refusal
 from lastline.core.plans import PARALLEL, Conf
 from lastline.core.sql import never_restored
 from lastline.manifest import ID_RE, MANIFEST, complete_backups, manifest_kind, read_manifest
-from lastline.pitr import archive, scoped, window
+from lastline.pitr import catalog, scoped, window
 from lastline.pitr import span as span_of
 from lastline.pitr.plans import PitrPlan, ReplayPlan
 from lastline.pitr.replay import METHODS
@@ -58,11 +58,11 @@ USE = "a point-in-time restore"
 
 def authenticate(storage: Storage, recorded: dict[str, Any] | None) -> str:
     """Refuse, before any byte of it is used, an archive whose control files are not authenticated (storage.auth) or
-    that ends before, or differs from, the head recorded in Airflow (`recorded`, archive.check_head); returns the
+    that ends before, or differs from, the head recorded in Airflow (`recorded`, catalog.check_head); returns the
     anti-rollback sentence for the log."""
-    for b in archive.branches(storage, USE):
-        archive.read_branch(storage, b["id"], USE)
-    return archive.check_head(storage, recorded, USE)
+    for b in catalog.branches(storage, USE):
+        catalog.read_branch(storage, b["id"], USE)
+    return catalog.check_head(storage, recorded, USE)
 
 
 def preflight(conf: dict[str, Any], recorded: dict[str, Any] | None = None) -> PitrPlan:
