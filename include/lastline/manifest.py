@@ -342,6 +342,8 @@ def read_manifest(storage: Storage, backup_id: str, kind: str = "physical", sha2
     manifest.authenticity = authenticity
     if not authenticity.ok:
         log.warning("%s is %s", storage.location(key), authenticity.describe())
+    elif require is not False:
+        log.info("%s is %s", storage.location(key), authenticity.describe())
     if manifest.backup_id != backup_id:
         raise IntegrityError(
             f"{storage.location(key)} says it is backup {manifest.backup_id!r}, but it is in folder {backup_id!r}: a "
