@@ -111,3 +111,28 @@ def test_archive_control_files_nested_or_oversized_are_refused_not_crashed(tmp_p
     (tmp_path / "binlogs" / "1-000001-0123abcd" / "chain.json").write_bytes(b'{"entries": "' + b"x" * (2 << 20) + b'"}')
     with pytest.raises(IntegrityError, match=r"chain.json is unreadable \(2,097,16. bytes, over the 1,048,576"):
         archive.read_branch(storage, "1-000001-0123abcd")
+
+
+def test_an_oversized_manifest_in_s3_is_refused_without_downloading_it(s3_server, monkeypatch):
+    """On S3 the size comes first (HEAD): nothing of an oversized manifest is downloaded; where no size is known, the
+    download stops one chunk past the cap and the connection is closed."""
+    monkeypatch.setenv("LASTLINE_CONTROL_FILE_MAX_MB", "1")
+    prefix = f"s3://backups/control-{os.getpid()}"
+    storage = open_storage(prefix, "t_s3")
+    _good(storage, GOOD[0])
+    storage.write_bytes(f"{OVERSIZED}/{MANIFEST}", b'{"kind": "physical", "pad": "' + b"x" * (5 << 20) + b'"}')
+    got = []
+    real = storage.client.get_object
+    monkeypatch.setattr(storage.client, "get_object", lambda **kw: got.append(kw["Key"]) or real(**kw))
+    with pytest.raises(IntegrityError, match=f"{OVERSIZED}/{MANIFEST} cannot be read .*5,242,9.. bytes, over the 1,048,576"):
+        read_manifest(storage, OVERSIZED, "physical")
+    assert resolve_backup(f"{prefix}/latest", "t_s3", "physical")[1] == GOOD[0]
+    assert not [k for k in got if OVERSIZED in k]  # refused from its size alone
+    monkeypatch.setattr(storage, "size_if_exists", lambda key: None)
+    read = []
+    real_reader = storage.reader
+    monkeypatch.setattr(storage, "reader", lambda key, chunk=1 << 20: (read.append(len(c)) or c
+                                                                       for c in real_reader(key, chunk)))
+    with pytest.raises(IntegrityError, match="over the 1,048,576 bytes a control file may have"):
+        read_manifest(storage, OVERSIZED, "physical")
+    assert sum(read) <= 2 << 20
