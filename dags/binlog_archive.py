@@ -22,7 +22,7 @@ from __future__ import annotations
 from airflow.sdk import dag, get_current_context, task
 
 from lastline.airflow.alerts import send
-from lastline.airflow.assets import BINLOG_ARCHIVE
+from lastline.airflow.assets import BINLOG_ARCHIVE, record_archive_head
 from lastline.airflow.defaults import dag_args, schedule
 from lastline.airflow.params import params
 from lastline.airflow.routing import on_server
@@ -45,9 +45,11 @@ def binlog_archive():
     @task(outlets=[BINLOG_ARCHIVE])
     def check_chain(shipped: dict, params=None) -> dict:
         context = get_current_context()
+        record_archive_head(params["destination"], shipped.get("head"))  # anti-rollback (pitr.catalog.check_head)
         result = check.run(dict(params), context["dag"].dag_id, context["run_id"])
         newest = result["windows"][-1] if result["windows"] else {}
-        context["outlet_events"][BINLOG_ARCHIVE].extra = {k: newest.get(k) for k in ("branch", "to_time", "to_gtid")}
+        context["outlet_events"][BINLOG_ARCHIVE].extra = {**{k: newest.get(k) for k in ("branch", "to_time", "to_gtid")},
+                                                          "head": shipped.get("head")}
         if result["alert"]:
             send("binlog_chain", "lastline: " + ("; ".join(result["problems"]) or "the binlog archive is whole again"),
                  {"dag_id": context["dag"].dag_id, "run_id": context["run_id"], "problems": result["problems"]})

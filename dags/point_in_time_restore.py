@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from airflow.sdk import dag, task
 
+from lastline.airflow.assets import recorded_archive_head
 from lastline.airflow.defaults import dag_args
 from lastline.airflow.params import params
 from lastline.airflow.routing import on_server
@@ -44,7 +45,8 @@ from lastline.pitr import restore as pitr
 def point_in_time_restore():
     @task(multiple_outputs=True, **on_server("target_conn_id", long=False))
     def plan(params=None) -> dict:
-        return pitr.preflight(dict(params)).to_dict()
+        # the archive's head Airflow recorded after its last run: a restore refuses an archive rolled back from it
+        return pitr.preflight(dict(params), recorded_archive_head(params["destination"])).to_dict()
 
     @task.branch
     def base_kind(kind: str) -> str:

@@ -33,6 +33,10 @@ os.environ.update(
     # dag.test() of Airflow 3.3.2 fails at the end of a run whose DAG has a deadline (it looks the alert up
     # by a dict); the distributed suite proves the deadline under the real scheduler
     LASTLINE_BACKUP_DEADLINE_MINUTES="0",
+    # the deployment's storage key (storage.auth): every control file the tests write is signed and checked
+    LASTLINE_STORAGE_KEY_CONN_ID="lastline_storage_key",
+    AIRFLOW_CONN_LASTLINE_STORAGE_KEY=json.dumps({"conn_type": "generic", "login": "tests-k1",
+                                                  "password": hashlib.sha256(b"lastline tests' storage key").hexdigest()}),
 )
 
 from lastline_dev.sandbox import Instance  # noqa: E402

@@ -122,6 +122,15 @@ def _copy(good: Path, tmp_path: Path) -> Path:
     return dest / good.name
 
 
+def _rewrite_signed(backup: Path, manifest: dict) -> None:
+    """Write a changed manifest signed with the deployment's storage key, as lastline would have written it (what the
+    restore checks after the MAC; a manifest changed without the key is refused first: test_storage_auth)."""
+    from lastline.storage import auth, control
+
+    data = {k: v for k, v in manifest.items() if k != auth.FIELD}
+    control.write(open_storage(backup.parent.as_uri()), f"{backup.name}/manifest.json", json.dumps(data))
+
+
 def test_corrupt_artifact_fails_and_target_is_not_started(run_dag, good_backup, target, tmp_path):
     backup = _copy(good_backup, tmp_path)
     artifact = backup / "backup.xbstream.zst"
@@ -258,7 +267,7 @@ def test_checksum_mismatch_is_named_and_the_target_stays_down(good_backup, targe
     backup = _copy(good_backup, tmp_path)
     manifest = json.loads((backup / "manifest.json").read_text())
     manifest["sha256"] = "0" * 64
-    (backup / "manifest.json").write_text(json.dumps(manifest))
+    _rewrite_signed(backup, manifest)
     plan = pr.preflight({"target_conn_id": "t_target", "backup": backup.as_uri(), "force": True})
     pr.stop_target(plan)
     with pytest.raises(IntegrityError, match="the artifact is corrupt"):
@@ -286,7 +295,7 @@ def test_verify_names_each_missing_or_implausible_table_in_the_manifests_order(g
     big = max(tables, key=lambda t: t["rows"])
     big["rows"] = big["rows"] * 10 + 5000  # ten times what it holds: not plausible
     tables.insert(0, {"schema": big["schema"], "name": "no_such_table", "engine": "InnoDB", "rows": 0, "bytes": 0})
-    (backup / "manifest.json").write_text(json.dumps(manifest))
+    _rewrite_signed(backup, manifest)
     plan = pr.preflight({"target_conn_id": "t_target", "backup": backup.as_uri(), "force": True})
     for step in (pr.stop_target, pr.extract, pr.prepare, pr.start_target):
         step(plan)

@@ -78,3 +78,19 @@ def secret(conn_id: str) -> str:
         raise ConfigError(f"connection {conn_id!r} has no password: put the secret in its password field "
                           f"(e.g. AIRFLOW_CONN_{conn_id.upper()}='{{\"conn_type\": \"generic\", \"password\": \"...\"}}').")
     return value
+
+
+def key_ring(conn_id: str) -> tuple[str, str, str, dict]:
+    """(type, login, password, extras) of a connection that holds keys (storage.auth's); every secret in it is
+    handed to Airflow's log masker first."""
+    conn = _connection(conn_id, "generic")
+    extra = conn.extra_dejson or {}
+    try:
+        from airflow.sdk.log import mask_secret
+
+        for secret in [conn.password, *((extra.get("keys") or {}).values() if isinstance(extra.get("keys"), dict) else [])]:
+            if isinstance(secret, str) and secret:
+                mask_secret(secret)
+    except ImportError:  # pragma: no cover - without Airflow nothing prints task logs
+        pass
+    return conn.conn_type or "generic", conn.login or "", conn.password or "", extra

@@ -21,7 +21,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from lastline.core.errors import ConfigError, IntegrityError
-from lastline.storage import Storage, open_storage, require_allowed
+from lastline.storage import Storage, auth, control, open_storage, require_allowed
 
 log = logging.getLogger(__name__)
 
@@ -96,9 +96,12 @@ def _to_json(manifest: Any) -> str:
     return json_lines(_fields_of(manifest))
 
 
-def _parsed(text: str | bytes, *expected: str) -> dict:
-    """The JSON of a manifest, checked to be of one of the `expected` formats."""
-    data = json.loads(text)
+def _parsed(text: str | bytes | dict, *expected: str) -> dict:
+    """The JSON of a manifest (or its data, parsed by storage.control), checked to be of one of the `expected` formats."""
+    data = text if isinstance(text, dict) else control.parse(text.encode() if isinstance(text, str) else text, "manifest")
+    if not isinstance(data, dict):
+        raise IntegrityError(f"a manifest is a JSON object, not {type(data).__name__}.")
+    data.pop(auth.FIELD, None)
     if data.get("format") not in expected:
         raise IntegrityError(f"unknown manifest format {data.get('format')!r}; expected {' or '.join(map(repr, expected))}.")
     return data
@@ -147,7 +150,7 @@ class PhysicalManifest:
         return _to_json(self)
 
     @classmethod
-    def from_json(cls, text: str | builtins.bytes) -> PhysicalManifest:
+    def from_json(cls, text: str | builtins.bytes | dict) -> PhysicalManifest:
         """Parse and check the format."""
         data = _parsed(text, FORMAT)
         data["tables"] = [TableInfo(**t) for t in data.get("tables", [])]
@@ -242,7 +245,7 @@ class LogicalManifest:
         return _to_json(self)
 
     @classmethod
-    def from_json(cls, text: str | builtins.bytes) -> LogicalManifest:
+    def from_json(cls, text: str | builtins.bytes | dict) -> LogicalManifest:
         """Parse and check the format."""
         data = _parsed(text, *LOGICAL_FORMATS)
         data["tables"] = [LogicalTable(**{**t, "chunks": [ChunkInfo(**c) for c in t["chunks"]]}) for t in data["tables"]]
@@ -269,19 +272,19 @@ def write_manifest(storage: Storage, manifest: PhysicalManifest | LogicalManifes
     exists is whole, whatever crashed; returns its location."""
     key = f"{manifest.backup_id}/{MANIFEST}"
     storage.sync()
-    storage.write_bytes(key, manifest.to_json().encode())
+    control.write(storage, key, manifest.to_json())  # signed with the deployment's storage key (storage.auth)
     return storage.location(key)
 
 
 def manifest_kind(storage: Storage, backup_id: str) -> str | None:
     """`physical` or `logical`: which kind of backup a complete backup folder holds; None (with a warning
     naming it) for a manifest that cannot be read, so one broken folder never breaks `latest` or prune."""
-    try:
-        data = json.loads(storage.read_bytes(f"{backup_id}/{MANIFEST}"))
+    try:  # bounded in size and depth, whatever the folder holds (storage.control)
+        data = control.parse(control.read_bytes(storage, f"{backup_id}/{MANIFEST}"), storage.location(f"{backup_id}/{MANIFEST}"))
         kind = data.get("kind", "physical") if isinstance(data, dict) else None
-    except (ValueError, UnicodeDecodeError) as exc:
+    except IntegrityError as exc:  # unreadable, too big, too deep, or not a regular file
         log.warning("%s is unreadable (%s): that backup is skipped; look at it or remove it",
-                    storage.location(f"{backup_id}/{MANIFEST}"), exc)
+                    storage.location(f"{backup_id}/{MANIFEST}"), getattr(exc, "reason", exc))
         return None
     if kind not in MANIFEST_CLASSES:
         log.warning("%s is of no kind lastline knows (%r): that backup is skipped", storage.location(f"{backup_id}/{MANIFEST}"), kind)
@@ -289,18 +292,26 @@ def manifest_kind(storage: Storage, backup_id: str) -> str | None:
     return kind
 
 
-def read_manifest(storage: Storage, backup_id: str, kind: str = "physical", sha256: str | None = None) -> Any:
-    """The manifest of a backup of `kind`, or a clear error if the backup is incomplete or another kind. Its
-    bytes' sha256 is kept as `.read_sha256`: a preflight pins it in its plan, and every later task passes it
-    as `sha256`, so a manifest (and through it schema.json and every chunk) changed after the preflight
-    checked it is refused, not used."""
+def read_manifest(storage: Storage, backup_id: str, kind: str = "physical", sha256: str | None = None,
+                  require: str | bool | None = None) -> Any:
+    """The manifest of a backup of `kind`, or a clear error if the backup is incomplete or another kind. Read once,
+    bounded (storage.control); its bytes' sha256 is kept as `.read_sha256` (a preflight pins it in its plan, and every
+    later task passes it as `sha256`, so a manifest changed after the preflight is refused) and its MAC's verdict as
+    `.authenticity`. `require` names the use (e.g. "a point-in-time restore") that refuses a manifest not
+    authenticated (storage.auth.require) before anything else of it is used; unset, a physical manifest is read so
+    (a logical restore's trust model holds without a key); False only reads the verdict (a report)."""
     key = f"{backup_id}/{MANIFEST}"
     if not storage.exists(key):
         raise IntegrityError(
             f"{storage.location(backup_id)} has no {MANIFEST}: the backup is incomplete (it failed or is "
             f"still running) and is never restored; choose another backup or use {storage.url}/latest."
         )
-    text = storage.read_bytes(key)
+    damaged = (f"{storage.location(key)} cannot be read ({{}}): the manifest is damaged, so this backup is never "
+               f"restored; choose another one (`latest` passes over it).")
+    try:
+        text = control.read_bytes(storage, key)
+    except control.Unreadable as exc:
+        raise IntegrityError(damaged.format(exc.reason)) from exc
     read_sha256 = hashlib.sha256(text).hexdigest()
     if sha256 and read_sha256 != sha256:
         raise IntegrityError(
@@ -308,22 +319,31 @@ def read_manifest(storage: Storage, backup_id: str, kind: str = "physical", sha2
             f"preflight read {sha256}): someone wrote to the backup meanwhile. Nothing more is read from it; restore another backup "
             "or start a new run."
         )
-    damaged = (f"{storage.location(key)} cannot be read ({{}}): the manifest is damaged, so this backup is never "
-               f"restored; choose another one (`latest` passes over it).")
     try:
-        found = json.loads(text).get("kind", "physical")
-    except (ValueError, AttributeError) as exc:
-        raise IntegrityError(damaged.format(exc)) from exc
+        data = control.parse(text, storage.location(key))
+    except control.Unreadable as exc:
+        raise IntegrityError(damaged.format(exc.reason)) from exc
+    authenticity = auth.check(key, text, data)
+    if require or (require is None and kind == "physical"):
+        auth.require(authenticity, storage.location(key), require if isinstance(require, str) else "a physical restore")
+    found = data.get("kind", "physical") if isinstance(data, dict) else None
+    if not isinstance(data, dict):
+        raise IntegrityError(damaged.format(f"a {type(data).__name__}, not an object"))
     if found != kind:
         raise IntegrityError(
             f"{storage.location(backup_id)} is a {found} backup; a {kind} restore cannot use it "
             f"(use the {found}_restore DAG, or choose a {kind} backup)."
         )
     try:
-        manifest = MANIFEST_CLASSES[kind].from_json(text)
-    except (TypeError, KeyError, ValueError) as exc:
+        manifest = MANIFEST_CLASSES[kind].from_json(data)
+    except (TypeError, KeyError, ValueError, AttributeError) as exc:
         raise IntegrityError(damaged.format(f"{type(exc).__name__}: {exc}")) from exc
     manifest.read_sha256 = read_sha256
+    manifest.authenticity = authenticity
+    if not authenticity.ok:
+        log.warning("%s is %s", storage.location(key), authenticity.describe())
+    elif require is not False:
+        log.info("%s is %s", storage.location(key), authenticity.describe())
     if manifest.backup_id != backup_id:
         raise IntegrityError(
             f"{storage.location(key)} says it is backup {manifest.backup_id!r}, but it is in folder {backup_id!r}: a "

@@ -75,8 +75,11 @@ def save_connections(found: dict[str, Instance]) -> Path:
                        ("staging", "the demo's staging server (role staging): staging_refresh writes here, masked"),
                        ("drill", "the demo's drill server (role drill): restore_drill replaces its data each time")):
         conns[f"lastline_{name}"]["description"] = what
-    conns["lastline_masking"] = {"conn_type": "generic", "password": _masking_key(),
+    conns["lastline_masking"] = {"conn_type": "generic", "password": _key("masking"),
                                  "description": "the demo's masking key (staging_refresh): a key of its own"}
+    conns[STORAGE_KEY_CONN] = {"conn_type": "generic", "login": "demo-1", "password": _key("storage"),
+                               "description": "the demo's storage key: signs every manifest and archive file "
+                                              "(LASTLINE_STORAGE_KEY_CONN_ID); its login is the key's id"}
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)  # passwords: readable by their owner only
     with os.fdopen(fd, "w") as fh:
         json.dump(conns, fh, indent=1)
@@ -88,9 +91,12 @@ def save_connections(found: dict[str, Instance]) -> Path:
     return path
 
 
-def _masking_key() -> str:
-    """The demo's masking key: made once, kept 0600 under .demo."""
-    path = DEMO / "masking.key"
+STORAGE_KEY_CONN = "lastline_storage_key"
+
+
+def _key(name: str) -> str:
+    """One of the demo's keys (masking, storage): made once, kept 0600 under .demo."""
+    path = DEMO / f"{name}.key"
     if not path.exists():
         DEMO.mkdir(exist_ok=True)
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
@@ -124,14 +130,16 @@ def main() -> int:
         + f" ({time.monotonic() - t0:.1f} s)")
     save_connections(found)
     say("connections lastline_source, lastline_target, lastline_staging (role staging), lastline_drill (role drill) and "
-        "lastline_masking are in the project's Airflow database: every DAG can be triggered from `make ui`")
+        "the keys lastline_masking and lastline_storage_key are in the project's Airflow database: every DAG can be triggered from `make ui`")
     dest = f"file://{DEMO / 'backups'}"  # both kinds of backup: `latest` picks the newest of the restore's kind
     # the demo's deployment settings: its folder is where runs may keep backups, and it runs unattended (the
     # approval a person gives in the UI before data is replaced is a setting of the deployment, not of a run)
-    env = {**os.environ, "LASTLINE_DESTINATION": dest, "LASTLINE_APPROVAL": "false"}
+    # and its backups are signed with its storage key (a physical restore refuses an unsigned one)
+    env = {**os.environ, "LASTLINE_DESTINATION": dest, "LASTLINE_APPROVAL": "false",
+           "LASTLINE_STORAGE_KEY_CONN_ID": STORAGE_KEY_CONN}
     b = run_dag("physical_backup", {"source_conn_id": "lastline_source", "destination": dest}, env)
     storage = open_storage(dest)
-    m = read_manifest(storage, complete_backups(storage, "physical")[-1])
+    m = read_manifest(storage, complete_backups(storage, "physical")[-1], require=False)  # the restore checks its MAC
     say(f"backup {m.backup_id}: {m.bytes / 1e6:.1f} MB ({m.compression}) of a {m.datadir_bytes / 1e6:.0f} MB datadir, "
         f"sha256 {m.sha256[:16]}..., binlog {m.binlog_file}:{m.binlog_position}, GTID {m.gtid}, {len(m.tables)} tables")
     r = run_dag("physical_restore", {"target_conn_id": "lastline_target", "backup": f"{dest}/latest", "force": True}, env)

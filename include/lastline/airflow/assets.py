@@ -1,14 +1,22 @@
 """The Assets lastline's backups update: a downstream DAG (staging_refresh, a drill) is scheduled on them.
 
 Each complete backup emits one event whose extra says which backup it was: its URL (<destination>/<id>), id,
-kind, size, the manifest's sha256 and the binlog/GTID position it is consistent with, read back from the manifest
-just written.
+kind, size, the manifest's sha256, whether the manifest is authenticated (storage.auth) and the binlog/GTID
+position it is consistent with, read back from the manifest just written.
+
+Anti-rollback: the binlog archive's head (pitr.catalog.head: its newest branch, last file, bytes, last segment's sha256,
+GTID state and covered position) is recorded after each run in Airflow, out of reach of whoever can write the
+storage: on the archive's Asset event and in the Variable `lastline_archive_head_<digest of the destination>`, which a
+point-in-time restore reads (pitr.catalog.check_head).
 """
 from __future__ import annotations
 
+import hashlib
+import json
 import logging
+from typing import Any
 
-from airflow.sdk import Asset, get_current_context
+from airflow.sdk import Asset, Variable, get_current_context
 
 from lastline import backup_report, reports
 from lastline.manifest import read_manifest
@@ -27,10 +35,11 @@ def announce(asset: Asset, kind: str, destination: str, backup_id: str, aws_conn
     kind, coordinates, size and the manifest's sha256; and save the run's report (lastline.backup_report: what was
     backed up, against the backups before it, and how far the binlog archive rolls it forward)."""
     storage = open_storage(destination, aws_conn_id)
-    manifest = read_manifest(storage, backup_id, kind)
+    manifest = read_manifest(storage, backup_id, kind, require=False)
     url = f"{destination.rstrip('/')}/{backup_id}"
     extra = {"url": url, "backup_id": backup_id, "kind": kind, "bytes": manifest.bytes,
-             "manifest_sha256": manifest.read_sha256, "binlog_file": manifest.binlog_file,
+             "manifest_sha256": manifest.read_sha256, "authenticated": manifest.authenticity.key_id,
+             "binlog_file": manifest.binlog_file,
              "binlog_position": manifest.binlog_position, "gtid": manifest.gtid}
     context = get_current_context()
     context["outlet_events"][asset].extra = extra
@@ -57,3 +66,24 @@ def backup_from_event(default: str) -> str:
     """The backup a run was triggered for (its asset event's URL), else `default` (the Param)."""
     found = triggering_backup()
     return str(found["url"]) if found else default
+
+
+def head_variable(destination: str) -> str:
+    """The Variable that holds the recorded head of the binlog archive in `destination`."""
+    return "lastline_archive_head_" + hashlib.sha256(destination.rstrip("/").encode()).hexdigest()[:16]
+
+
+def record_archive_head(destination: str, head: dict[str, Any] | None) -> None:
+    """Record the archive's head after a run (nothing for an empty archive)."""
+    if head:
+        Variable.set(head_variable(destination), json.dumps({**head, "destination": destination.rstrip("/")}),
+                     description="lastline: the binlog archive's head after its last run (anti-rollback); do not edit")
+
+
+def recorded_archive_head(destination: str) -> dict[str, Any] | None:
+    """The head recorded for the archive in `destination`, or None (no run has recorded one)."""
+    text = Variable.get(head_variable(destination), default=None)
+    if not text:
+        return None
+    head = json.loads(text)
+    return head if isinstance(head, dict) and head.get("destination") == destination.rstrip("/") else None

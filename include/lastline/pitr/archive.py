@@ -1,7 +1,8 @@
 """The binlog archive: ship the source's binary logs to a destination, exactly once and in order (issue 29).
 
 Layout, under `<destination>/binlogs/`: `branches.json` (every branch; the newest is the one the source writes
-now) and, per branch, `<branch>/chain.json` (its files, holes and segments, see chain.Entry) and
+now) and, per branch, `<branch>/chain.json` (its files, holes and segments, see chain.Entry; both read authenticated
+and written signed by pitr.catalog) and
 `<branch>/<file>/<offset>` (the bytes [offset, offset + size) of one binlog file: a file still being written is
 archived in segments, object stores having no append). A segment is written first and the chain after it: a
 run that dies in between ships the same bytes again to the same key, so nothing is doubled or lost.
@@ -14,12 +15,10 @@ source writes every few seconds for most of its minute, keeping the archive seco
 from __future__ import annotations
 
 import hashlib
-import json
 import logging
 import posixpath
 import re
 import time
-from dataclasses import asdict
 from datetime import UTC, datetime
 from typing import Any
 
@@ -30,12 +29,14 @@ from lastline.core.pipeline import run_pipeline
 from lastline.core.plans import Conf
 from lastline.core.servers import Server
 from lastline.pitr import events
-from lastline.pitr.chain import BRANCH_ID, Branch, Entry, SourceFile, branch_id, plan, split_name
+from lastline.pitr.catalog import PREFIX, _write_branch, _write_branches, branches, head, read_branch
+from lastline.pitr.chain import Branch, Entry, SourceFile, branch_id, plan, split_name
 from lastline.storage import Storage, open_allowed
+
+__all__ = ["PREFIX", "branches", "head", "read_branch", "run", "ship", "source_files"]
 
 log = logging.getLogger(__name__)
 
-PREFIX = "binlogs"
 _GTID_LIST = re.compile(r"^\[(?P<list>[0-9,\- ]*)\]$")
 
 
@@ -70,38 +71,6 @@ def source_files(server: Server) -> tuple[str, list[SourceFile]]:
     from), as the source shows them now."""
     binlog_dir, files, _ = _source_now(server)
     return binlog_dir, files
-
-
-def branches(storage: Storage) -> list[dict[str, Any]]:
-    """Every branch of the archive, oldest first (empty: nothing archived yet). Read from the destination, so
-    checked: every id of the shape branch_id makes (it becomes part of storage keys)."""
-    key = f"{PREFIX}/branches.json"
-    known = json.loads(storage.read_bytes(key)) if storage.exists(key) else []
-    bad = [b.get("id") for b in known if not isinstance(b, dict) or not BRANCH_ID.match(str(b.get("id")))]
-    if bad:
-        raise IntegrityError(f"{storage.location(key)} names branches lastline never makes ({bad[:3]!r}); refused.")
-    return known
-
-
-def read_branch(storage: Storage, bid: str) -> Branch:
-    """One branch's chain (its id checked; its file names checked to be binlog names)."""
-    if not BRANCH_ID.match(bid):
-        raise IntegrityError(f"{bid!r} is not a branch id of the binlog archive; refused.")
-    key = f"{PREFIX}/{bid}/chain.json"
-    try:
-        data = json.loads(storage.read_bytes(key))
-        entries = [Entry(**e) for e in data["entries"]]
-        for e in entries:
-            split_name(e.name)
-            for seg in e.segments:
-                int(seg["offset"]), int(seg["size"]), str(seg["sha256"])
-        return Branch(bid, entries, data.get("parent"), data.get("fork_after"), data.get("covered"))
-    except (TypeError, KeyError, ValueError, AttributeError) as exc:
-        raise IntegrityError(f"{storage.location(key)} is not a chain lastline wrote ({exc!r}); refused.") from exc
-
-
-def _write_branch(storage: Storage, branch: Branch) -> None:
-    storage.write_bytes(f"{PREFIX}/{branch.id}/chain.json", json.dumps(asdict(branch), indent=1).encode())
 
 
 def _segment_key(branch: Branch, name: str, offset: int) -> str:
@@ -167,7 +136,7 @@ def _start(storage: Storage, known: list[dict[str, Any]], bid: str, parent: str 
     branch = Branch(bid, [], parent, shared)
     _write_branch(storage, branch)  # its chain first: branches.json never names a branch without one
     known.append({"id": bid, "parent": parent, "fork_after": shared, "started": datetime.now(UTC).isoformat(), "reason": reason})
-    storage.write_bytes(f"{PREFIX}/branches.json", json.dumps(known, indent=1).encode())
+    _write_branches(storage, known)
     return branch
 
 
@@ -271,7 +240,7 @@ def run(conf: dict, stop: Any = None) -> dict[str, Any]:
     if params.flag("until_current", False):
         result = ship(server, storage)
         _log_result(storage, result)
-        return result
+        return {**result, "head": head(storage)}
     every = params.number("ship_every_seconds", 5, minimum=0.5)
     deadline = time.monotonic() + 60 * params.number("stream_minutes", 0.8, minimum=0.1)
     total: dict[str, Any] = {"bytes": 0, "holes": [], "forks": [], "runs": 0}
@@ -290,7 +259,7 @@ def run(conf: dict, stop: Any = None) -> dict[str, Any]:
             time.sleep(wait)
     log.info("binlog archive: streamed for %d rounds, %s bytes, at %s", total["runs"], f"{total['bytes']:,}",
              total.get("position"))
-    return total
+    return {**total, "head": head(storage)}  # recorded in Airflow by the DAG (anti-rollback: catalog.check_head)
 
 
 def _log_result(storage: Storage, result: dict[str, Any]) -> None:

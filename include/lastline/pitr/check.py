@@ -10,13 +10,13 @@ import time
 from typing import Any
 
 from lastline import reports
-from lastline.core.errors import LastlineError
+from lastline.core.errors import IntegrityError, LastlineError
 from lastline.core.plans import Conf
 from lastline.manifest import complete_backups, manifest_kind, read_manifest
 from lastline.pitr import archive, events, window
 from lastline.pitr.archive import PREFIX
 from lastline.pitr.restore import coordinates
-from lastline.storage import Storage, open_allowed
+from lastline.storage import Storage, auth, control, open_allowed
 
 log = logging.getLogger(__name__)
 STATUS = f"{PREFIX}/status.json"  # the last check's problems: an alert goes out when they change
@@ -78,8 +78,15 @@ def check(storage: Storage, max_age: float, now: float | None = None) -> dict[st
 
 def changed(storage: Storage, problems: list[str]) -> bool:
     """Whether `problems` differ from the last check's (recorded in the archive): an alert goes out only then."""
-    before = json.loads(storage.read_bytes(STATUS)).get("problems") if storage.exists(STATUS) else []
-    storage.write_bytes(STATUS, json.dumps({"problems": problems}, indent=1).encode())
+    before: Any = []
+    if storage.exists(STATUS):  # bounded and authenticated; one unreadable or forged is as good as none (one alert more)
+        try:
+            found = control.read(storage, STATUS)
+            if found.auth.ok or auth.deployment_keys() is None:
+                before = found.data.get("problems") if isinstance(found.data, dict) else None
+        except IntegrityError as exc:
+            log.warning("%s", exc)
+    control.write(storage, STATUS, json.dumps({"problems": problems}, indent=1))
     return before != problems
 
 

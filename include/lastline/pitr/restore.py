@@ -14,7 +14,7 @@ from lastline.core.errors import ConfigError, Refusal
 from lastline.core.plans import PARALLEL, Conf
 from lastline.core.sql import never_restored
 from lastline.manifest import ID_RE, MANIFEST, complete_backups, manifest_kind, read_manifest
-from lastline.pitr import scoped, window
+from lastline.pitr import catalog, scoped, window
 from lastline.pitr import span as span_of
 from lastline.pitr.plans import PitrPlan, ReplayPlan
 from lastline.pitr.replay import METHODS
@@ -53,14 +53,29 @@ def _candidates(storage: Storage, base: str, kind: str) -> list[tuple[str, str]]
     return found
 
 
-def preflight(conf: dict[str, Any]) -> PitrPlan:
+USE = "a point-in-time restore"
+
+
+def authenticate(storage: Storage, recorded: dict[str, Any] | None) -> str:
+    """Refuse, before any byte of it is used, an archive whose control files are not authenticated (storage.auth) or
+    that ends before, or differs from, the head recorded in Airflow (`recorded`, catalog.check_head); returns the
+    anti-rollback sentence for the log."""
+    for b in catalog.branches(storage, USE):
+        catalog.read_branch(storage, b["id"], USE)
+    return catalog.check_head(storage, recorded, USE)
+
+
+def preflight(conf: dict[str, Any], recorded: dict[str, Any] | None = None) -> PitrPlan:
     """Read-only: the base, the line of history and the span to replay; refuses before anything is touched an
-    `until` in a hole, past the archive's end or before the base (the restore's own preflight follows)."""
+    unauthenticated or rolled-back archive (`recorded`: the head Airflow recorded, see authenticate), an `until` in a
+    hole, past the archive's end or before the base (the restore's own preflight follows)."""
     params = Conf(conf)
     target_conn_id = params.required("target_conn_id")
     connections.server(target_conn_id).require_target(None)
     destination = params.required("destination").rstrip("/")
     storage = open_allowed(destination, params.text("aws_conn_id"))
+    rollback = authenticate(storage, recorded)
+    log.info("point-in-time restore: %s", rollback)
     until = window.Until.parse(params.text("until", "latest"))
     method = params.choice("replay_method", METHODS, "auto")
     branch = params.text("branch") or None
@@ -68,7 +83,7 @@ def preflight(conf: dict[str, Any]) -> PitrPlan:
     refusals: list[str] = []
     for backup_id, kind in _candidates(storage, params.text("base", "auto") or "auto",
                                        params.choice("base_kind", ("any", "physical", "logical"), "any")):
-        manifest = read_manifest(storage, backup_id, kind=kind)
+        manifest = read_manifest(storage, backup_id, kind=kind, require=USE)
         if until.kind == "time" and _started(manifest) > (until.time or 0):
             if named:
                 raise Refusal(f"until {until.describe()} is before the base {backup_id}, begun at "
@@ -85,9 +100,9 @@ def preflight(conf: dict[str, Any]) -> PitrPlan:
                 continue
             raise
         log.info("point-in-time restore: %s base %s (%s:%s, GTID %s) on branch %s, until %s: %d binlog files; the "
-                 "last transaction applied will be %s (%s); not applied: %s", kind, backup_id, file, position, gtid,
-                 line.branch, until.describe(), len(span.files), span.last_gtid, window.utc(span.last_time),
-                 span.not_applied)
+                 "last transaction applied will be %s (%s); not applied: %s; base %s", kind, backup_id, file, position,
+                 gtid, line.branch, until.describe(), len(span.files), span.last_gtid, window.utc(span.last_time),
+                 span.not_applied, manifest.authenticity.describe())
         parallel = params.integer("parallel", PARALLEL, minimum=1)
         restore: dict[str, Any] = {"target_conn_id": target_conn_id, "backup": f"{destination}/{backup_id}",
                    "aws_conn_id": params.text("aws_conn_id"), "force": params.flag("force"), "parallel": parallel,

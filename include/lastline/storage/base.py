@@ -7,6 +7,14 @@ from collections.abc import Iterator
 from lastline.core.errors import IntegrityError, StorageError
 
 
+class Unreadable(IntegrityError):
+    """A control file too big, too deep or not JSON (storage.control): never used, named in the message."""
+
+    def __init__(self, location: str, reason: str) -> None:
+        super().__init__(f"{location} is unreadable ({reason}): it is not used; look at it or remove it.")
+        self.location, self.reason = location, reason
+
+
 class Writer(abc.ABC):
     """A stream being written; it becomes visible only on commit(), and abort() leaves nothing."""
 
@@ -114,9 +122,29 @@ class Storage(abc.ABC):
                 "free space or choose another destination."
             )
 
-    def read_bytes(self, key: str) -> bytes:
-        """The whole (small) object."""
-        return b"".join(self.reader(key))
+    def read_bytes(self, key: str, limit: int | None = None) -> bytes:
+        """The whole (small) object; with `limit`, refused (Unreadable) beyond `limit` bytes, of which at most
+        limit + 1 are ever read (a bigger object is refused by its size where the backend tells it first)."""
+        if limit is None:
+            return b"".join(self.reader(key))
+        size = self.size_if_exists(key)
+        if size is not None and size > limit:
+            raise Unreadable(self.location(key), f"{size:,} bytes, over the {limit:,} bytes a control file may have "
+                                                 "(LASTLINE_CONTROL_FILE_MAX_MB); not read")
+        got, total = [], 0
+        chunks = self.reader(key, min(limit + 1, 1 << 20))
+        try:
+            for chunk in chunks:
+                got.append(chunk)
+                total += len(chunk)
+                if total > limit:
+                    raise Unreadable(self.location(key), f"over the {limit:,} bytes a control file may have "
+                                                         "(LASTLINE_CONTROL_FILE_MAX_MB); read no further")
+        finally:
+            close = getattr(chunks, "close", None)
+            if close is not None:
+                close()  # the backend's reader stops (and closes its stream) at once
+        return b"".join(got)
 
     def write_bytes(self, key: str, data: bytes) -> None:
         """Write a whole (small) object atomically."""

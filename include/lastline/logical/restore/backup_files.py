@@ -4,7 +4,6 @@ restore selects, and every chunk file present with its size before anything is t
 from __future__ import annotations
 
 import hashlib
-import json
 import logging
 import time
 from typing import Any
@@ -17,7 +16,7 @@ from lastline.core.sql import NameKeys, as_text, engine_name, never_restored, sq
 from lastline.logical.format import dialect
 from lastline.logical.format.plans import RestorePlan
 from lastline.manifest import LogicalManifest, read_manifest, resolve_backup
-from lastline.storage import Storage
+from lastline.storage import Storage, control
 
 log = logging.getLogger(__name__)
 # the session every connection of the run account starts with: the load's sql_mode, time zone and checks, and the
@@ -45,7 +44,7 @@ def open_backup(plan: RestorePlan) -> tuple[Storage, LogicalManifest]:
 
 def checked_schema(storage: Storage, manifest: LogicalManifest) -> dict:
     """schema.json, used only if its sha256 is the manifest's (a backup folder is untrusted input)."""
-    data = storage.read_bytes(f"{manifest.backup_id}/{manifest.schema_file}")
+    data = control.read_bytes(storage, f"{manifest.backup_id}/{manifest.schema_file}")  # bounded: never read whole
     sha = hashlib.sha256(data).hexdigest()
     if sha != manifest.schema_sha256:
         raise IntegrityError(
@@ -53,7 +52,7 @@ def checked_schema(storage: Storage, manifest: LogicalManifest) -> dict:
             f"{manifest.schema_sha256}: the file was changed after the backup. Nothing was restored from it; "
             "restore another backup."
         )
-    return json.loads(data)
+    return control.parse(data, storage.location(f"{manifest.backup_id}/{manifest.schema_file}"))
 
 
 def selected(manifest: LogicalManifest, databases: list[str]) -> list:

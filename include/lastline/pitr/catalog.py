@@ -1,0 +1,127 @@
+"""The binlog archive's control files, under `<destination>/binlogs/`: `branches.json` (every branch) and each branch's
+`<branch>/chain.json` (its files, holes and segments), read bounded and authenticated (storage.control,
+storage.auth) and written signed; and the archive's head, which Airflow records after each run so that a restore
+refuses an archive rolled back from it (anti-rollback).
+"""
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import asdict
+from typing import Any
+
+from lastline.core.errors import IntegrityError
+from lastline.pitr.chain import BRANCH_ID, Branch, Entry, split_name
+from lastline.storage import Storage, auth, control
+
+log = logging.getLogger(__name__)
+
+PREFIX = "binlogs"
+
+
+def _authenticated(storage: Storage, key: str, found: control.Control, use: str | None) -> None:
+    """Refuse a control file of the archive that is not authenticated: always for `use` (a restore), else whenever
+    the deployment has a storage key (the archiver and the check: a forged chain must never be signed anew by the
+    archiver). Called once its shape is checked, before anything in it is used."""
+    if use or auth.deployment_keys() is not None:
+        auth.require(found.auth, storage.location(key), use or "the binlog archive")
+
+
+def branches(storage: Storage, use: str | None = None) -> list[dict[str, Any]]:
+    """Every branch of the archive, oldest first (empty: nothing archived yet). Read from the destination, so
+    checked: authenticated (see _control), and every id of the shape branch_id makes (it becomes part of storage
+    keys). branches.json is `{"branches": [...]}` (a bare list in archives written before it was signed)."""
+    key = f"{PREFIX}/branches.json"
+    if not storage.exists(key):
+        return []
+    found = control.read(storage, key)
+    known = found.data.get("branches") if isinstance(found.data, dict) else found.data
+    if not isinstance(known, list):
+        raise IntegrityError(f"{storage.location(key)} is not a list of branches lastline wrote; refused.")
+    bad = [b.get("id") if isinstance(b, dict) else b for b in known
+           if not isinstance(b, dict) or not BRANCH_ID.match(str(b.get("id")))]
+    if bad:
+        raise IntegrityError(f"{storage.location(key)} names branches lastline never makes ({bad[:3]!r}); refused.")
+    _authenticated(storage, key, found, use)
+    return known
+
+
+def read_branch(storage: Storage, bid: str, use: str | None = None) -> Branch:
+    """One branch's chain (its id checked; authenticated, see _control; its file names checked to be binlog names)."""
+    if not BRANCH_ID.match(bid):
+        raise IntegrityError(f"{bid!r} is not a branch id of the binlog archive; refused.")
+    key = f"{PREFIX}/{bid}/chain.json"
+    found = control.read(storage, key)
+    data = found.data
+    try:
+        entries = [Entry(**e) for e in data["entries"]]
+        for e in entries:
+            split_name(e.name)
+            for seg in e.segments:
+                int(seg["offset"]), int(seg["size"]), str(seg["sha256"])
+        branch = Branch(bid, entries, data.get("parent"), data.get("fork_after"), data.get("covered"))
+    except (TypeError, KeyError, ValueError, AttributeError) as exc:
+        raise IntegrityError(f"{storage.location(key)} is not a chain lastline wrote ({exc!r}); refused.") from exc
+    _authenticated(storage, key, found, use)
+    return branch
+
+
+def _write_branch(storage: Storage, branch: Branch) -> None:
+    control.write(storage, f"{PREFIX}/{branch.id}/chain.json", json.dumps(asdict(branch), indent=1))
+
+
+def _write_branches(storage: Storage, known: list[dict[str, Any]]) -> None:
+    control.write(storage, f"{PREFIX}/branches.json", json.dumps({"branches": known}, indent=1))
+
+
+def head(storage: Storage) -> dict[str, Any] | None:
+    """The archive's head, recorded outside the storage after each run (lastline.airflow.assets): the newest branch,
+    its last archived file, the bytes archived of it, its last segment's sha256, the GTID state after it and the
+    covered position; None for an empty archive."""
+    known = branches(storage)
+    if not known:
+        return None
+    branch = read_branch(storage, known[-1]["id"])
+    last = next((e for e in reversed(branch.entries) if e.segments), None)
+    if last is None:
+        return None
+    seg = last.segments[-1]
+    return {"branch": branch.id, "branches": len(known), "file": last.name, "size": last.size,
+            "segment": {"offset": int(seg["offset"]), "size": int(seg["size"]), "sha256": str(seg["sha256"])},
+            "end_gtids": last.end_gtids, "covered": branch.covered}
+
+
+def check_head(storage: Storage, recorded: dict[str, Any] | None, use: str) -> str:
+    """Refuse (IntegrityError) an archive that ends before, or differs from, the head recorded in Airflow after the
+    last run (`recorded`): an older, validly signed state put back, or files dropped from a chain. Returns one
+    sentence for the report (which also says when there is no record to compare with)."""
+    where = storage.location(PREFIX)
+    if auth.storage_trusted():
+        return "anti-rollback: not checked (the deployment declares its storage trusted)"
+    if not recorded:
+        log.warning("%s: no head of this archive is recorded in Airflow (its first run has not ended, or the record was "
+                    "removed): %s cannot tell whether the archive was rolled back", where, use)
+        return "anti-rollback: no recorded head to compare with (first run?): not checked"
+    known = [b["id"] for b in branches(storage, use)]
+    bid, name, size = str(recorded.get("branch")), str(recorded.get("file")), int(recorded.get("size") or 0)
+    seg = recorded.get("segment") or {}
+    refuse = (f"{where} ends before, or differs from, the head recorded in Airflow after its last run (branch {bid}, "
+              f"{name} up to byte {size:,}, GTID {recorded.get('end_gtids')}): {{}}. Someone who can write the storage "
+              "put an older state back or removed files; nothing was restored. Find out who, restore the archive from a "
+              "copy, or run binlog_archive again once the source's history is known to be whole.")
+    if bid not in known or len(known) < int(recorded.get("branches") or 0):
+        raise IntegrityError(refuse.format(f"branch {bid} is missing" if bid not in known else
+                                           f"it lists {len(known)} branches, {recorded.get('branches')} were recorded"))
+    branch = read_branch(storage, bid, use)
+    entry = next((e for e in branch.entries if e.name == name), None)
+    if entry is None:
+        later = [e.name for e in branch.entries if e.seq >= split_name(name)[1]]
+        raise IntegrityError(refuse.format(f"{name} is missing from its chain" + (f" (it holds {later})" if later else
+                                           f", which ends at {branch.entries[-1].name if branch.entries else 'nothing'}")))
+    if entry.size < size:
+        raise IntegrityError(refuse.format(f"{name} is archived up to byte {entry.size:,} only: bytes "
+                                           f"{entry.size:,}-{size:,} are missing"))
+    if not any(int(s["offset"]) == int(seg.get("offset", -1)) and int(s["size"]) == int(seg.get("size", -1))
+               and str(s["sha256"]) == str(seg.get("sha256")) for s in entry.segments):
+        raise IntegrityError(refuse.format(f"its segment of {name} at byte {seg.get('offset')} is not the one recorded"))
+    return f"anti-rollback: the archive holds the head recorded in Airflow ({bid}, {name} up to byte {size:,})"
