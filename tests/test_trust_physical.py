@@ -274,3 +274,41 @@ def test_extract_and_prepare_run_as_the_datadirs_owner(good, owned_target, world
     lines = [line for line in log.read_text().splitlines() if " -x " in line or " --prepare " in line]
     assert sorted(line.split()[0] for line in lines) == ["mariabackup", "mbstream"], log.read_text()
     assert all(f"uid={uid} " in line for line in lines), lines
+
+
+def test_an_older_manifest_without_recorded_options_restores_through_the_allow_list(good, owned_target, tmp_path):
+    """A backup from before the options were recorded: mariabackup's own backup-my.cnf passes the allow-list (its
+    undo folder written as the datadir itself), and the restore is whole."""
+    backup = forge(good, tmp_path, {}, lambda m: m.pop("prepare_options"))
+    restore(backup)
+    assert "innodb_page_size=16384" in (owned_target.datadir / "backup-my.cnf").read_text()
+    assert owned_target.pid() is not None
+
+
+STRACE_SHIM = """#!/bin/sh
+case " $* " in *" --prepare "*) exec strace -f -qq -e trace=openat,open -o {trace} {real} "$@";; esac
+exec {real} "$@"
+"""
+
+
+def test_prepare_reads_no_option_file_but_lastlines(good, owned_target, world, monkeypatch):
+    """mariabackup --prepare reads its options from <target-dir>/backup-my.cnf alone (no /etc/mysql, no ~/.my.cnf,
+    no --defaults-extra-file): seen with strace, so lastline's file is the only configuration it gets."""
+    if not shutil.which("strace"):
+        pytest.skip("strace is not installed")
+    folder = world / "strace-shim"
+    folder.mkdir(exist_ok=True)
+    trace = world / "prepare.trace"
+    trace.unlink(missing_ok=True)
+    (folder / "mariabackup").write_text(STRACE_SHIM.format(trace=trace, real=shutil.which("mariabackup")))
+    (folder / "mariabackup").chmod(0o755)
+    world.chmod(0o777)  # strace, as the datadir's owner, writes the trace here
+    try:
+        monkeypatch.setenv("PATH", f"{folder}:{os.environ['PATH']}")
+        restore(good)
+    finally:
+        world.chmod(0o755)
+    opened = {os.path.join(owned_target.datadir, line.split('"')[1])  # relative: prepare works in the target dir
+              for line in trace.read_text().splitlines() if '"' in line}
+    options = {p for p in opened if p.endswith((".cnf", ".ini")) or "/mysql/" in p and "conf" in p}
+    assert options == {f"{owned_target.datadir}/backup-my.cnf"}, sorted(options)

@@ -132,7 +132,13 @@ def as_owner(host: Host, path: str) -> list[str]:
         raise PreflightError(
             f"{path} on {host.name} belongs to uid {uid}, and lastline extracts and prepares a backup as that user, "
             "never as root, with setpriv: install it there (util-linux), then re-run. Nothing was changed.")
-    return [setpriv, f"--reuid={uid}", f"--regid={gid}", "--clear-groups", "--no-new-privs", "--"]
+    prefix = [setpriv, f"--reuid={uid}", f"--regid={gid}", "--clear-groups", "--no-new-privs", "--"]
+    if host.run([*prefix, "sh", "-c", 'cd "$1" && [ -w . ]', "lastline", path], check=False).returncode != 0:
+        raise PreflightError(
+            f"{path} on {host.name} belongs to uid {uid}, and lastline extracts and prepares a backup as that user, "
+            "never as root, but that user cannot enter or write it (a parent folder closed to it?): give it access "
+            "as the server itself needs, then re-run. Nothing was changed.")
+    return prefix
 
 
 def size_text(n: float) -> str:
