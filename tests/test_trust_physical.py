@@ -109,9 +109,9 @@ def evil_so(world: Path) -> tuple[bytes, Path]:
     return out.read_bytes(), marker
 
 
-def forge(good: Path, tmp_path: Path, files: dict[str, bytes], manifest_change=None) -> Path:
-    """A copy of `good` whose stream also holds `files` (replacing any of the same name), re-packed and recompressed,
-    with the manifest's sha256 and sizes rewritten to match, as a storage writer would."""
+def forge(good: Path, tmp_path: Path, files: dict[str, bytes], manifest_change=None, drop: tuple[str, ...] = ()) -> Path:
+    """A copy of `good` whose stream also holds `files` (replacing any of the same name) and lacks `drop`, re-packed
+    and recompressed, with the manifest's sha256 and sizes rewritten to match, as a storage writer would."""
     folder = tmp_path / "forged" / good.name
     shutil.copytree(good, folder)
     manifest = json.loads((folder / "manifest.json").read_text())
@@ -123,6 +123,8 @@ def forge(good: Path, tmp_path: Path, files: dict[str, bytes], manifest_change=N
     for name, data in files.items():
         (work / name).parent.mkdir(parents=True, exist_ok=True)
         (work / name).write_bytes(data)
+    for name in drop:
+        (work / name).unlink(missing_ok=True)
     names = sorted(str(p.relative_to(work)) for p in work.rglob("*") if p.is_file())
     packed = subprocess.run(["mbstream", "-c", *names], cwd=work, check=True, capture_output=True).stdout
     artifact.write_bytes(subprocess.run(["zstd", "-q", "-c"], input=packed, check=True, capture_output=True).stdout)
@@ -312,3 +314,62 @@ def test_prepare_reads_no_option_file_but_lastlines(good, owned_target, world, m
               for line in trace.read_text().splitlines() if '"' in line}
     options = {p for p in opened if p.endswith((".cnf", ".ini")) or "/mysql/" in p and "conf" in p}
     assert options == {f"{owned_target.datadir}/backup-my.cnf"}, sorted(options)
+
+
+def test_a_forged_isl_never_points_the_restored_server_at_a_file_outside_its_datadir(good, small_source, owned_target,
+                                                                                      tmp_path):
+    """An .isl file (InnoDB's link to a tablespace elsewhere, as DATA DIRECTORY makes) in the stream, naming the
+    source's own live tablespace on this host, the table's .ibd left out: the restored server would share that file
+    with the source. lastline removes every .isl before prepare (tables restore into the datadir), so the server never
+    opens it, and verify names the table the backup lacks."""
+    from lastline.core.errors import IntegrityError
+
+    victim = small_source.datadir / "shop" / "orders.ibd"
+    backup = forge(good, tmp_path, {"shop/orders.isl": f"{victim}\n".encode()}, drop=("shop/orders.ibd", "shop/orders.new"))
+    plan = pr.preflight({"target_conn_id": "t_ptgt", "backup": backup.as_uri(), "force": True})
+    pr.stop_target(plan)
+    extracted = pr.extract(plan)
+    pr.prepare(plan)
+    logged = owned_target.errlog.stat().st_size
+    pr.start_target(plan)
+    with pytest.raises(IntegrityError, match="orders"):
+        pr.verify(plan, extracted)
+    pid = owned_target.pid()
+    fds = Path(f"/proc/{pid}/fd")
+    opened = {os.readlink(fd) for fd in fds.iterdir() if fd.is_symlink()}
+    assert str(victim) not in opened, "the restored server opened the source's tablespace"
+    with open(owned_target.errlog) as fh:
+        fh.seek(logged)
+        assert str(victim) not in fh.read(), "the restored server looked at the source's tablespace"
+    assert not list(owned_target.datadir.rglob("*.isl"))
+    with small_source.server().session() as cur:  # the source's table is whole
+        cur.execute("SELECT COUNT(*) FROM shop.orders")
+        assert cur.fetchone()[0] == 3000
+    restore(good)
+
+
+def test_a_data_directory_table_restores_into_the_datadir(small_source, owned_target, world, tmp_path):
+    """A table made with DATA DIRECTORY: the backup brings its tablespace and an .isl naming the source's folder; the
+    restore puts it in the target's datadir and never opens the source's file."""
+    from lastline.core.servers import Server
+
+    remote = world / "remote"
+    remote.mkdir(exist_ok=True)
+    root = Server(conn_id="root", socket=str(small_source.sock), user="root")
+    with root.session() as cur:
+        cur.execute(f"CREATE TABLE shop.far (id INT PRIMARY KEY, v CHAR(20)) ENGINE=InnoDB DATA DIRECTORY='{remote}'")
+        cur.execute("INSERT INTO shop.far SELECT seq, CONCAT('v', seq) FROM mysql.seq_1_to_700")
+        cur.execute("COMMIT")
+    try:
+        plan = pb.preflight({"source_conn_id": "t_psrc", "destination": f"file://{tmp_path}", "compression": "zstd"})
+        pb.finish(plan, pb.stream(plan))
+    finally:
+        with root.session() as cur:
+            cur.execute("DROP TABLE shop.far")
+    restore(tmp_path / plan.backup_id)
+    with Server(conn_id="root", socket=str(owned_target.sock), user="root").session() as cur:
+        cur.execute("SELECT COUNT(*) FROM shop.far")
+        assert cur.fetchone()[0] == 700
+        cur.execute("SELECT FILENAME FROM information_schema.INNODB_SYS_TABLESPACES WHERE NAME = 'shop/far'")
+        assert cur.fetchone()[0] == "./shop/far.ibd"
+    assert not list(owned_target.datadir.rglob("*.isl"))

@@ -51,6 +51,9 @@ def prepare_datadir(server: Server, datadir: str, use_memory: int, options: dict
         log.info("%s records no prepare options: read the backup's %s through the allow-list", where,
                  prepare_options.CNF)
     write_prepare_cnf(host, datadir, prepare_options.checked(options, where), run_as)
+    if links := remove_links(host, datadir, run_as):
+        log.info("%s: removed %d .isl file(s) (links to tablespaces outside the datadir), their tables restore into "
+                 "the datadir: %s", where, len(links), ", ".join(links[:10]))
     run_logged([*run_as, *physical.prepare_argv(datadir, use_memory)], "prepare", host=host)
     dd.own_like_folder(host, datadir)
     dd.remove_marker(host, datadir)
@@ -70,6 +73,18 @@ def _backup_cnf(host: Host, datadir: str, run_as: list[str], where: str) -> str:
         raise IntegrityError(f"{where}: the backup's {prepare_options.CNF} is missing, not a plain file, or over "
                              f"{prepare_options.MAX_CNF_BYTES} bytes: choose another backup; the target stays down.")
     return out.stdout.decode("utf-8", "replace")
+
+
+_REMOVE_LINKS = 'cd "$1" && find . -name "*.isl" ! -type d -print -exec rm -f -- {} +'
+
+
+def remove_links(host: Host, datadir: str, run_as: list[str]) -> list[str]:
+    """Remove every .isl file (InnoDB's link to a tablespace outside the datadir: DATA DIRECTORY) from an extracted
+    backup, as the datadir's owner, before prepare: the backup chose those paths, and the server would open them
+    (another server's live tablespace on the same host, say). The stream brings each tablespace itself, which prepare
+    puts in the datadir. Returns the files removed."""
+    out = host.run([*run_as, "sh", "-c", _REMOVE_LINKS, "lastline", datadir])
+    return out.stdout.decode("utf-8", "replace").split()
 
 
 def write_prepare_cnf(host: Host, datadir: str, options: dict[str, str], run_as: list[str]) -> None:
