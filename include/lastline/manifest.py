@@ -142,6 +142,7 @@ class PhysicalManifest:
     primary: dict | None = None  # from a replica: its primary's gtid/binlog_file/binlog_position (replication.source)
     tables: list[TableInfo] = field(default_factory=list)
     source_identity: str | None = None  # servers.server_identity of the source (None in older backups)
+    prepare_options: dict[str, str] | None = None  # physical.prepare_options, from the source (None in older backups)
     format: str = FORMAT
     kind: str = "physical"
 

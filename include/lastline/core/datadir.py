@@ -108,6 +108,39 @@ def own_like_folder(host: Host, path: str) -> None:
     host.run(["chown", "-R", "--reference", path, path])
 
 
+_OWNER = r'''
+[ -d "$1" ] || { echo missing; exit 0; }
+printf '%s %s %s %s\n' "$(id -u)" "$(stat -L -c %u "$1")" "$(stat -L -c %g "$1")" "$(command -v setpriv || echo -)"
+'''
+
+
+def as_owner(host: Host, path: str) -> list[str]:
+    """The argv prefix that runs a command on `host` as the owner of the folder `path` (the server's OS user): setpriv
+    to its uid and gid, no other groups, no new privileges, when commands there run as root and the folder is another
+    user's; nothing when they run as that user already, as another non-root user, or as root on a root-owned folder."""
+    out = host.sh(_OWNER, path).strip()
+    if out == "missing":
+        return []
+    found = re.fullmatch(r"([0-9]+) ([0-9]+) ([0-9]+) (\S+)", out)
+    if not found:
+        raise PreflightError(f"cannot read the owner of {path} on {host.name} (the check printed {out[:200]!r}): "
+                             "check the shell there, then re-run.")
+    me, uid, gid, setpriv = found.groups()
+    if me != "0" or uid == "0":
+        return []
+    if setpriv == "-":
+        raise PreflightError(
+            f"{path} on {host.name} belongs to uid {uid}, and lastline extracts and prepares a backup as that user, "
+            "never as root, with setpriv: install it there (util-linux), then re-run. Nothing was changed.")
+    prefix = [setpriv, f"--reuid={uid}", f"--regid={gid}", "--clear-groups", "--no-new-privs", "--"]
+    if host.run([*prefix, "sh", "-c", 'cd "$1" && [ -w . ]', "lastline", path], check=False).returncode != 0:
+        raise PreflightError(
+            f"{path} on {host.name} belongs to uid {uid}, and lastline extracts and prepares a backup as that user, "
+            "never as root, but that user cannot enter or write it (a parent folder closed to it?): give it access "
+            "as the server itself needs, then re-run. Nothing was changed.")
+    return prefix
+
+
 def size_text(n: float) -> str:
     """Bytes for people: `12.3 MB` below a GB, `1.23 GB` above."""
     return f"{n / 1e9:.2f} GB" if n >= 1e9 else f"{n / 1e6:.1f} MB"

@@ -20,6 +20,7 @@ from lastline.core.sql import SYSTEM_SCHEMAS
 from lastline.manifest import PhysicalManifest, TableInfo, new_backup_id, prune_backups, write_manifest
 from lastline.physical import tools as physical
 from lastline.physical.plans import BackupPlan, StreamResult
+from lastline.physical.target import options_of
 from lastline.replication import source as replica_source
 from lastline.storage import open_allowed, open_storage
 
@@ -95,6 +96,7 @@ def stream(plan: BackupPlan) -> StreamResult:
     replica = None
     if plan.replica is not None:  # mariabackup leaves a SQL thread it finds stopped as it is
         replica = replica_source.attempt(server, plan.replica, plan.max_replica_lag, single=True)
+    options = options_of(server)  # what the restore's prepare will read, never the stream's backup-my.cnf
     started = datetime.now(UTC)
     key = f"{plan.backup_id}/{plan.artifact}"
     with option_file(server, ("client", "mariabackup"), on_host=True) as opt, storage.writer(key) as writer:
@@ -119,7 +121,8 @@ def stream(plan: BackupPlan) -> StreamResult:
         datadir_bytes=datadir_ops.used_bytes(host, datadir), binlog_file=facts["binlog_file"],
         binlog_position=facts["binlog_position"], gtid=facts["gtid"],
         server_version=facts["server_version"] or plan.server_version, tables=len(tables),
-        tables_sha256=hashlib.sha256(listed).hexdigest(), tables_bytes=len(listed), primary=primary_of(replica, mb_log))
+        tables_sha256=hashlib.sha256(listed).hexdigest(), tables_bytes=len(listed), primary=primary_of(replica, mb_log),
+        prepare_options=options)
     log.info("backup stream done: %.1f MB in %.1f s (%.1f MB/s), binlog %s:%s, gtid %s", stats.bytes / 1e6, stats.seconds,
              stats.mb_per_s, stats.binlog_file, stats.binlog_position, stats.gtid)
     return stats

@@ -29,6 +29,7 @@ from lastline.core.progress import step_report
 from lastline.core.servers import Server, base_version, over_connections, refuse_restore_into_source
 from lastline.core.sql import VOLATILE, qualified, sql_error, tables_at_risk
 from lastline.manifest import PhysicalManifest, TableInfo, backup_age, read_manifest, resolve_backup
+from lastline.physical import prepare_options
 from lastline.physical import tools as physical
 from lastline.physical.plans import RestorePlan, RestoreReport, StepResult, Verified
 from lastline.physical.target import check_datadir, prepare_datadir, start_server
@@ -67,6 +68,8 @@ def preflight(conf: dict, role: str | None = None) -> RestorePlan:
             f"{storage.location(key)} is {size} bytes, the manifest says {manifest.bytes}: the artifact is "
             "truncated or was replaced. Choose another backup; the target was not touched."
         )
+    if manifest.prepare_options is not None:  # checked again when prepare writes them
+        prepare_options.checked(manifest.prepare_options, f"backup {backup_id}")
     c = physical.codec(manifest.compression)
     require_tools("mariabackup", "mbstream", c.tool, host=host)
     physical.check_versions(physical.tool_version(host), manifest.server_version)
@@ -108,14 +111,15 @@ def stop_target(plan: RestorePlan, timeout: float = 120) -> StepResult:
 
 @stopping.stops_cleanly
 def extract(plan: RestorePlan) -> StepResult:
-    """fetch | decompress | mbstream -x into the datadir (on the target's host), checking sha256 and size
-    while reading."""
+    """fetch | decompress | mbstream -x into the datadir (on the target's host, as the datadir's owner), checking
+    sha256 and size while reading."""
     datadir = plan.datadir
     host = _target(plan).runner()
     storage, manifest = _manifest(plan)
     aside = dd.prepare_for_restore(host, datadir, plan.force, manifest.backup_id)
     key = f"{manifest.backup_id}/{manifest.artifact}"
-    stages = physical.restore_stages(datadir, plan.parallel, manifest.compression, host=host)
+    stages = physical.restore_stages(datadir, plan.parallel, manifest.compression, host=host,
+                                     run_as=dd.as_owner(host, datadir))
     log.info("extract: %s | %s (on %s)", storage.location(key), " | ".join(s.display() for s in stages), host.name)
     try:
         result = run_pipeline(
@@ -140,8 +144,11 @@ def extract(plan: RestorePlan) -> StepResult:
 
 @stopping.stops_cleanly
 def prepare(plan: RestorePlan) -> StepResult:
-    """mariabackup --prepare, then give the files the datadir's owner; clears the in-progress marker."""
-    seconds = prepare_datadir(_target(plan), plan.datadir, plan.use_memory)
+    """mariabackup --prepare as the datadir's owner, reading the options the manifest records (never the backup's own
+    backup-my.cnf), then give the files the datadir's owner; clears the in-progress marker."""
+    _storage, manifest = _manifest(plan)
+    seconds = prepare_datadir(_target(plan), plan.datadir, plan.use_memory, manifest.prepare_options,
+                              f"backup {manifest.backup_id}")
     log.info("prepare ok in %.1f s (use_memory %d MiB); ownership set", seconds, plan.use_memory >> 20)
     return StepResult(round(seconds, 3))
 

@@ -8,8 +8,10 @@ import time
 from lastline.core import datadir as dd
 from lastline.core.datadir import MARKER
 from lastline.core.errors import IntegrityError, PreflightError
+from lastline.core.hosts import Host
 from lastline.core.pipeline import run_logged
 from lastline.core.servers import Server
+from lastline.physical import prepare_options
 from lastline.physical import tools as physical
 
 log = logging.getLogger(__name__)
@@ -25,20 +27,71 @@ def check_datadir(server: Server, need: int, force: bool) -> str:
             f"(to {datadir}.lastline-aside-<time>[-N], deleted only after a verified restore), or empty it yourself."
         )
     dd.require_room(host, datadir, need, "the unpacked backup")
+    dd.as_owner(host, datadir)  # refuses a host where extract and prepare could not drop root
     return state
 
 
-def prepare_datadir(server: Server, datadir: str, use_memory: int) -> float:
-    """mariabackup --prepare on the server's host, then the datadir's owner on every file; clears the
-    in-progress marker. Returns seconds."""
+def options_of(server: Server) -> dict[str, str]:
+    """The options prepare needs for a backup of `server`, from its global variables (prepare_options.ALLOWED)."""
+    return prepare_options.from_variables(server.variables(*prepare_options.ALLOWED))
+
+
+def prepare_datadir(server: Server, datadir: str, use_memory: int, options: dict[str, str] | None,
+                    where: str) -> float:
+    """mariabackup --prepare on the server's host, as the datadir's owner, reading the backup-my.cnf lastline writes
+    from `options` (a manifest's recorded prepare options; None for a backup that records none: the extracted file,
+    through the allow-list); then the datadir's owner on every file; clears the in-progress marker. Returns seconds."""
     host = server.runner()
     if dd.state(host, datadir) != "partial":
         raise PreflightError(f"{datadir} holds no extracted backup ({MARKER} missing): run the extract step first.")
     t0 = time.monotonic()
-    run_logged(physical.prepare_argv(datadir, use_memory), "prepare", host=host)
+    run_as = dd.as_owner(host, datadir)
+    if options is None:
+        options = prepare_options.parse(_backup_cnf(host, datadir, run_as, where), where)
+        log.info("%s records no prepare options: read the backup's %s through the allow-list", where,
+                 prepare_options.CNF)
+    write_prepare_cnf(host, datadir, prepare_options.checked(options, where), run_as)
+    if links := remove_links(host, datadir, run_as):
+        log.info("%s: removed %d .isl file(s) (links to tablespaces outside the datadir), their tables restore into "
+                 "the datadir: %s", where, len(links), ", ".join(links[:10]))
+    run_logged([*run_as, *physical.prepare_argv(datadir, use_memory)], "prepare", host=host)
     dd.own_like_folder(host, datadir)
     dd.remove_marker(host, datadir)
     return time.monotonic() - t0
+
+
+_READ_CNF = 'f="$1/$2"; { [ -f "$f" ] && [ ! -L "$f" ]; } || exit 3; head -c "$3" "$f"'
+_WRITE_CNF = 'f="$1/$2"; rm -rf -- "$f" && set -C && cat > "$f" && chmod 0644 "$f"'
+
+
+def _backup_cnf(host: Host, datadir: str, run_as: list[str], where: str) -> str:
+    """The extracted backup-my.cnf's text, read as the datadir's owner, never through a symlink, at most
+    MAX_CNF_BYTES (IntegrityError beyond, or if it is not a plain file)."""
+    out = host.run([*run_as, "sh", "-c", _READ_CNF, "lastline", datadir, prepare_options.CNF,
+                    str(prepare_options.MAX_CNF_BYTES + 1)], check=False)
+    if out.returncode != 0 or len(out.stdout) > prepare_options.MAX_CNF_BYTES:
+        raise IntegrityError(f"{where}: the backup's {prepare_options.CNF} is missing, not a plain file, or over "
+                             f"{prepare_options.MAX_CNF_BYTES} bytes: choose another backup; the target stays down.")
+    return out.stdout.decode("utf-8", "replace")
+
+
+_REMOVE_LINKS = 'cd "$1" && find . -name "*.isl" ! -type d -print -exec rm -f -- {} +'
+
+
+def remove_links(host: Host, datadir: str, run_as: list[str]) -> list[str]:
+    """Remove every .isl file (InnoDB's link to a tablespace outside the datadir: DATA DIRECTORY) from an extracted
+    backup, as the datadir's owner, before prepare: the backup chose those paths, and the server would open them
+    (another server's live tablespace on the same host, say). The stream brings each tablespace itself, which prepare
+    puts in the datadir. Returns the files removed."""
+    out = host.run([*run_as, "sh", "-c", _REMOVE_LINKS, "lastline", datadir])
+    return out.stdout.decode("utf-8", "replace").split()
+
+
+def write_prepare_cnf(host: Host, datadir: str, options: dict[str, str], run_as: list[str]) -> None:
+    """Replace the backup's backup-my.cnf (whatever it is: file, folder, symlink) with lastline's, the only option file
+    prepare reads, as the datadir's owner; created anew (noclobber: never written through a link)."""
+    host.run([*run_as, "sh", "-c", _WRITE_CNF, "lastline", datadir, prepare_options.CNF],
+             input=prepare_options.render(options).encode())
 
 
 def start_server(server: Server, timeout: float = 180) -> float:

@@ -27,7 +27,7 @@ from lastline.core.progress import step_report
 from lastline.core.servers import Server, base_version
 from lastline.physical import tools as physical
 from lastline.physical.plans import StepResult
-from lastline.physical.target import check_datadir, prepare_datadir, start_server
+from lastline.physical.target import check_datadir, options_of, prepare_datadir, start_server
 from lastline.replication import flavour as replication
 from lastline.replication.plans import Attached, CaughtUp, Marker, RebuildPlan, Streamed
 
@@ -135,7 +135,8 @@ def stream_stages(source: Server, target: Server, optfile: str, plan: RebuildPla
                                open_files=physical.check_open_files(src_host, plan.source_datadir, "the source"))
         + throttle
         + [tap_stage("sent", host=src_host), tap_stage("received", host=tgt_host)]
-        + physical.restore_stages(plan.datadir, plan.parallel, plan.compression, host=tgt_host)
+        + physical.restore_stages(plan.datadir, plan.parallel, plan.compression, host=tgt_host,
+                                  run_as=dd.as_owner(tgt_host, plan.datadir))
     )
 
 
@@ -181,8 +182,10 @@ def stream(plan: RebuildPlan) -> Streamed:
 
 def prepare(plan: RebuildPlan) -> StepResult:
     """mariabackup --prepare on the target's host, ownership, then the in-progress marker goes."""
-    _source, target = _servers(plan)
-    seconds = prepare_datadir(target, plan.datadir, plan.use_memory)
+    source, target = _servers(plan)
+    # the options the source runs with (static ones: page size, data files), never the stream's own backup-my.cnf
+    seconds = prepare_datadir(target, plan.datadir, plan.use_memory, options_of(source),
+                              f"the rebuild from {source.describe()}")
     log.info("prepare ok on %s in %.1f s", target.runner().name, seconds)
     return StepResult(round(seconds, 3))
 
