@@ -14,7 +14,12 @@ Two ways, one result:
 
 `auto` takes `parallel` unless the target would skip or filter events there (its server_id is one the binlogs
 carry, replication filters or `slave_skip_errors` are set) or would write them to its own binlog
-(`log_slave_updates`); it says which and why.
+(`log_slave_updates`); it says which and why, as a warning.
+
+Both run what the archive holds with every privilege, so for a physical base every event kept passes
+:mod:`lastline.pitr.event_check` while the span is cut, before either method starts: one that reaches beyond data
+refuses the replay, named. The pipe's client never reads a local file or runs a client command (no LOCAL INFILE,
+sandbox mode, binary mode, no option file but lastline's own, Annotate_rows never printed).
 """
 from __future__ import annotations
 
@@ -32,6 +37,7 @@ from lastline.core.pipeline import run_pipeline
 from lastline.core.servers import Server
 from lastline.core.sql import META_DB
 from lastline.pitr import applier, events, scoped
+from lastline.pitr.event_check import CheckedCutter
 from lastline.pitr.events import gtid_map, includes
 from lastline.pitr.plans import Cleaned, ReplayPlan
 from lastline.pitr.span import Span
@@ -61,13 +67,13 @@ def _ledger(cur: Any) -> None:
 def _cut_files(storage: Storage, span: Span, applied: dict[int, int], host: Host, folder: str,
                base: str) -> tuple[list[str], list[events.Transaction], int]:
     """Write each file of the span, cut to what is still to apply, as `<base>.NNNNNN` in `folder` on `host`; every
-    archived segment read is checked against its sha256 before the replay starts. Returns the paths, the
-    transactions kept, and the bytes written."""
+    archived segment read is checked against its sha256, and every event kept passes the physical base's check
+    (event_check), before the replay starts. Returns the paths, the transactions kept, and the bytes written."""
     paths: list[str] = []
     kept: list[events.Transaction] = []
     written = 0
     for k, f in enumerate(span.files, start=1):
-        cutter = events.Cutter(f.name, f.start, f.stop, applied)
+        cutter = CheckedCutter(f.name, f.start, f.stop, applied)
         path = posixpath.join(folder, f"{base}.{k:06d}")
         written += write_relay(storage, f, cutter, f is span.files[-1], host, path)
         kept += cutter.kept
@@ -76,14 +82,17 @@ def _cut_files(storage: Storage, span: Span, applied: dict[int, int], host: Host
 
 
 def _pipe(server: Server, paths: list[str]) -> dict[str, Any]:
-    """mariadb-binlog FILES | mariadb, one session (temporary tables live across files), binary logging off."""
+    """mariadb-binlog FILES | mariadb, one session (temporary tables live across files), binary logging off. The
+    client reads only lastline's option file, never a local file (LOCAL INFILE off) and no client command but
+    DELIMITER (binary mode; sandbox mode refuses the ones that touch files or run programs)."""
     started = time.monotonic()
     with option_file(server, on_host=True) as opt:
         # the files are cut to what the target lacks, so a domain's sequence starts past the file's Gtid_list: the
         # tool's own continuity check would refuse that (the cut itself is checked, transaction by transaction)
-        stages = [Stage("mariadb-binlog", ["mariadb-binlog", "--skip-gtid-strict-mode", *paths]),
-                  Stage("mariadb", ["mariadb", f"--defaults-extra-file={opt}", "--binary-mode",
-                                    "--init-command=SET SESSION sql_log_bin=0"])]
+        stages = [Stage("mariadb-binlog", ["mariadb-binlog", "--skip-gtid-strict-mode", "--skip-annotate-row-events",
+                                           *paths]),
+                  Stage("mariadb", ["mariadb", f"--defaults-file={opt}", "--local-infile=0", "--sandbox", "--binary-mode",
+                                    "--batch", "--init-command=SET SESSION sql_log_bin=0"])]
         try:
             run_pipeline(stages, label="binlog replay", host=server.runner())
         except PipelineError as exc:
@@ -143,6 +152,8 @@ def apply(server: Server, storage: Storage, span: Span, run_id: str, method: str
                 chosen, why = str(row[0]), "resuming this run's replay"
             else:
                 chosen, why = applier.choose_method(cur, method, {t.server_id for t in kept})
+                if method == "auto" and chosen != "parallel":
+                    log.warning("replay: auto chose %s, not the target's applier: %s", chosen, why)
                 if databases and chosen != "parallel":
                     raise Refusal(f"a logical base is rolled forward by the target's own applier only (mariadb-binlog | "
                                   f"mariadb would run every event with full rights), and here it cannot: {why}.")
