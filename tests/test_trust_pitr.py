@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import json
+import os
 import struct
 import zlib
 from collections.abc import Iterator
@@ -237,3 +239,65 @@ def test_an_honest_archive_with_statements_and_rows_still_rolls_forward_through_
     assert server.query("SELECT COUNT(*) FROM information_schema.TABLES WHERE TABLE_SCHEMA = 'shop' AND "
                         "TABLE_NAME LIKE 'ph%'") == [(len(h["attacks"]),)]
 
+
+
+def _killed_mid_use(tmp_path: Path, script: str, secret: str, env: dict[str, str]) -> list[Path]:
+    """Run `script` (it prints `ready` once a child holds the credential), kill -9 it there, end its children by
+    pid, and return every file under its temp dir that holds `secret`."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True,
+                            env={**os.environ, **env, "TMPDIR": str(tmp), "PYTHONPATH": os.pathsep.join(sys.path)})
+    assert proc.stdout is not None
+    line = proc.stdout.readline().split()
+    assert line and line[0] == "ready", line
+    time.sleep(0.5)
+    os.kill(proc.pid, signal.SIGKILL)  # the task process, where the credential used to be written from
+    proc.wait()
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(int(line[1]), signal.SIGKILL)  # its child (the client), started by this test's script
+    return [p for p in tmp.rglob("*") if p.is_file() and secret.encode() in p.read_bytes()]
+
+
+def test_no_option_file_with_a_password_survives_a_kill_9(forged_history, tmp_path):
+    """A task killed while its client runs with lastline's option file leaves no file holding the password; the
+    client did read it (it logged in with it)."""
+    import secrets
+
+    password = "pw-" + secrets.token_hex(12)
+    server = connections.server("t_tp_tgt")
+    with server.session() as cur:
+        cur.execute("CREATE USER IF NOT EXISTS 'secret_probe'@'127.0.0.1' IDENTIFIED BY %s", (password,))
+        cur.execute("ALTER USER 'secret_probe'@'127.0.0.1' IDENTIFIED BY %s", (password,))
+    port = server.port
+    script = (
+        "import subprocess\n"
+        "from lastline.core.option_files import option_file\n"
+        "from lastline.core.servers import Server\n"
+        f"s = Server(conn_id='probe', host='127.0.0.1', port={port}, user='secret_probe', password={password!r})\n"
+        "with option_file(s) as opt:\n"
+        "    p = subprocess.Popen(['mariadb', f'--defaults-extra-file={opt}', '--unbuffered', '-N', '-e', "
+        "\"SELECT 'ready', CONNECTION_ID(); SELECT SLEEP(60)\"], stdout=subprocess.PIPE, text=True)\n"
+        "    print(p.stdout.readline().split()[0], p.pid, flush=True)\n"
+        "    p.wait()\n")
+    assert _killed_mid_use(tmp_path, script, password, {}) == []
+
+
+def test_no_ssh_key_survives_a_kill_9(sshd, tmp_path):
+    """A task killed while an SSH command runs leaves no file holding the connection's private key; ssh did use it
+    (the command ran on the remote host)."""
+    key = json.loads(os.environ["AIRFLOW_CONN_T_SSH"])["extra"]["private_key"]
+    secret = key.strip().splitlines()[1]  # a line of the key's body
+    script = (
+        "import subprocess\n"
+        "from lastline.hooks.ssh import ssh_host\n"
+        "h = ssh_host('t_ssh')\n"
+        "p = h.popen_script('echo ready; sleep 60')\n"
+        "print(p.stdout.readline().decode().strip(), p.pid, flush=True)\n"
+        "p.wait()\n")
+    assert _killed_mid_use(tmp_path, script, secret, {}) == []

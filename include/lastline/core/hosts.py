@@ -13,7 +13,6 @@ import re
 import shlex
 import shutil
 import subprocess
-import tempfile
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -125,18 +124,28 @@ class LocalHost(Host):
 
     @contextlib.contextmanager
     def private_file(self, text: str) -> Iterator[str]:
-        fd, path = tempfile.mkstemp(prefix="lastline-", suffix=".cnf")
-        try:
-            os.fchmod(fd, 0o600)
-            with os.fdopen(fd, "w") as fh:
-                fh.write(text)
+        """`text` in an anonymous file (memfd, 0600) this process holds open, as a path its children open by name:
+        nothing is named on disk, so a kill -9 leaves nothing behind."""
+        with anonymous_file(text) as path:
             yield path
-        finally:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(path)
 
 
 LOCAL = LocalHost()
+
+
+@contextlib.contextmanager
+def anonymous_file(text: str, name: str = "lastline-secret") -> Iterator[str]:
+    """A 0600 memfd holding `text`, open in this process; yields `/proc/<pid>/fd/<n>`, which a child of the same
+    user opens by name (no descriptor to pass). Gone with the descriptor, or with the process, whatever ends it."""
+    fd = os.memfd_create(name, os.MFD_CLOEXEC)
+    try:
+        os.fchmod(fd, 0o600)  # a memfd is made 0777; option files readable by others are ignored, ssh keys refused
+        data = text.encode()
+        while data:
+            data = data[os.write(fd, data):]
+        yield f"/proc/{os.getpid()}/fd/{fd}"
+    finally:
+        os.close(fd)
 
 _STATUS = "@@lastline-stage"
 _STATUS_RE = re.compile(rf"^{_STATUS} (\d+) (\d+)$", re.M)
