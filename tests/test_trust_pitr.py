@@ -51,6 +51,8 @@ def _attacks(root: Path) -> dict[str, str]:
         "shutdown": "SHUTDOWN",
         "mysql_write": "INSERT INTO mysql.global_priv VALUES ('%', 'evil3', '{}')",
         "hidden": "INSERT INTO shop.notes (v) VALUES (1) /*!; GRANT ALL ON *.* TO 'evil4'@'%' IDENTIFIED BY 'x' */",
+        "program_tail": "CREATE PROCEDURE shop.p() BEGIN SELECT 1; END; USE mysql; "
+                        "INSERT INTO global_priv VALUES ('%', 'evil5', '{}')",
     }
 
 
@@ -162,7 +164,7 @@ def effects(tgt: Instance, root: Path) -> dict:
 
 
 ATTACKS = ["account", "grant", "outfile", "load_file", "local_infile", "set_global", "plugin", "change_master",
-           "shutdown", "mysql_write", "hidden", "mysql_rows"]
+           "shutdown", "mysql_write", "hidden", "program_tail", "mysql_rows"]
 
 
 @pytest.mark.parametrize("method", ["parallel", "pipe", "auto"])

@@ -31,6 +31,7 @@ from lastline.logical.format.sql_text import (
     WORD,
     SqlTextError,
     Token,
+    check_body,
     is_op,
     significant,
     tokenize,
@@ -129,6 +130,11 @@ def statement_problem(query: Query) -> str | None:
     elif head not in _TRANSACTION | _DATA and not (head == "FLUSH" and set(words[1:]) <= {
             "LOCAL", "NO_WRITE_TO_BINLOG", "TABLE", "TABLES", "PRIVILEGES", ""}):
         return f"it is {head or sig[0].text!r}, not a data change lastline replays"
+    if program:
+        try:  # a `;` only inside the body's compound statements, nothing after the body's end
+            check_body(sig, 0)
+        except SqlTextError as exc:
+            return f"it holds more than one statement, or a body lastline cannot follow ({exc})"
     for i, tok in enumerate(sig):
         w = words[i]
         if w in _BEYOND and not (w == "PREPARE" and head == "XA"):

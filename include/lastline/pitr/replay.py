@@ -19,7 +19,7 @@ carry, replication filters or `slave_skip_errors` are set) or would write them t
 Both run what the archive holds with every privilege, so for a physical base every event kept passes
 :mod:`lastline.pitr.event_check` while the span is cut, before either method starts: one that reaches beyond data
 refuses the replay, named. The pipe's client never reads a local file or runs a client command (no LOCAL INFILE,
-sandbox mode, binary mode, no option file but lastline's own, Annotate_rows never printed).
+sandbox mode, binary mode, comments sent as written, no option file but lastline's own, Annotate_rows never printed).
 """
 from __future__ import annotations
 
@@ -92,7 +92,7 @@ def _pipe(server: Server, paths: list[str]) -> dict[str, Any]:
         stages = [Stage("mariadb-binlog", ["mariadb-binlog", "--skip-gtid-strict-mode", "--skip-annotate-row-events",
                                            *paths]),
                   Stage("mariadb", ["mariadb", f"--defaults-file={opt}", "--local-infile=0", "--sandbox", "--binary-mode",
-                                    "--batch", "--init-command=SET SESSION sql_log_bin=0"])]
+                                    "--batch", "--comments", "--init-command=SET SESSION sql_log_bin=0"])]
         try:
             run_pipeline(stages, label="binlog replay", host=server.runner())
         except PipelineError as exc:
