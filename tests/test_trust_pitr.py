@@ -243,9 +243,10 @@ def test_an_honest_archive_with_statements_and_rows_still_rolls_forward_through_
 
 
 
-def _killed_mid_use(tmp_path: Path, script: str, secret: str, env: dict[str, str]) -> list[Path]:
+def _killed_mid_use(tmp_path: Path, script: str, secret: str, env: dict[str, str], remote: str = "") -> list[Path]:
     """Run `script` (it prints `ready` once a child holds the credential), kill -9 it there, end its children by
-    pid, and return every file under its temp dir that holds `secret`."""
+    pid, and return every file under its temp dir (and the `remote` glob: an SSH host's temp files, here) that
+    holds `secret`."""
     import signal
     import subprocess
     import sys
@@ -263,7 +264,10 @@ def _killed_mid_use(tmp_path: Path, script: str, secret: str, env: dict[str, str
     proc.wait()
     with contextlib.suppress(ProcessLookupError):
         os.kill(int(line[1]), signal.SIGKILL)  # its child (the client), started by this test's script
-    return [p for p in tmp.rglob("*") if p.is_file() and secret.encode() in p.read_bytes()]
+    time.sleep(1)  # the remote end sees its channel close
+    found = [p for p in tmp.rglob("*") if p.is_file() and secret.encode() in p.read_bytes()]
+    held = Path("/").glob(remote.lstrip("/")) if remote else iter(())
+    return found + [p for p in held if p.is_file() and secret.encode() in p.read_bytes()]
 
 
 def test_no_option_file_with_a_password_survives_a_kill_9(forged_history, tmp_path):
@@ -303,3 +307,19 @@ def test_no_ssh_key_survives_a_kill_9(sshd, tmp_path):
         "print(p.stdout.readline().decode().strip(), p.pid, flush=True)\n"
         "p.wait()\n")
     assert _killed_mid_use(tmp_path, script, secret, {}) == []
+
+
+def test_no_option_file_on_an_ssh_host_survives_a_kill_9(sshd, tmp_path):
+    """An option file lastline hands a tool on an SSH host (mariabackup, the pipe's client) is held open there with
+    no name: the remote command reads it, and a kill -9 of the worker leaves no file with the password on the host."""
+    import secrets
+
+    password = "pw-" + secrets.token_hex(12)
+    script = (
+        "from lastline.hooks.ssh import ssh_host\n"
+        "h = ssh_host('t_ssh')\n"
+        f"with h.private_file('[client]\\npassword={password}\\n') as p:\n"
+        f"    proc = h.popen_script('grep -c {password} \"$1\"; sleep 60', p)\n"
+        "    print('ready' if proc.stdout.readline().strip() == b'1' else 'unreadable', proc.pid, flush=True)\n"
+        "    proc.wait()\n")
+    assert _killed_mid_use(tmp_path, script, password, {}, remote="/tmp/lastline-*") == []

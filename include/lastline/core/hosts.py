@@ -39,6 +39,12 @@ class Stage:
         return f"cd {shlex.quote(self.cwd)} && exec {self.display()}" if self.cwd else f"exec {self.display()}"
 
 
+# keep stdin's first $1 bytes in a file nobody else can read, open it as fd 3, unlink it, print where it is held,
+# then hold it (as cat, same pid) until stdin closes
+_HOLD = ('umask 077 && f=$(mktemp "${TMPDIR:-/tmp}/lastline-XXXXXX") || exit 1; head -c "$1" > "$f" && exec 3<"$f"; '
+         'rm -f -- "$f"; [ -e /proc/$$/fd/3 ] || exit 1; echo "/proc/$$/fd/3"; exec cat > /dev/null')
+
+
 class Host:
     """Where server-side commands run: :class:`LocalHost` here, :class:`SshHost` over SSH."""
 
@@ -78,14 +84,32 @@ class Host:
 
     @contextlib.contextmanager
     def private_file(self, text: str) -> Iterator[str]:
-        """A 0600 file holding `text` on this host (an option file with credentials); removed afterwards.
-        The text travels on stdin, never on a command line."""
-        path = self.sh('umask 077 && f=$(mktemp "${TMPDIR:-/tmp}/lastline-XXXXXX") && cat > "$f" && echo "$f"',
-                       input=text.encode()).strip()
+        """`text` (an option file with credentials) on this host as `/proc/<pid>/fd/3` of a holder process that
+        keeps it open with no name: written 0600, opened and unlinked at once, held until this context ends or
+        lastline's end of the channel closes (a kill -9 of the worker closes it), so no named file outlives the
+        run. The text travels on stdin, never on a command line."""
+        data = text.encode()
+        holder = self.popen_script(_HOLD, str(len(data)), stdin=subprocess.PIPE)
+        assert holder.stdin is not None and holder.stdout is not None
         try:
+            holder.stdin.write(data)
+            holder.stdin.flush()
+            path = holder.stdout.readline().decode().strip()
+            if not path.startswith("/proc/"):
+                err = holder.stderr.read().decode("utf-8", "replace")[-500:] if holder.stderr else ""
+                raise PipelineError(f"could not hold a private file{self._where()}: {err or path!r}")
             yield path
         finally:
-            self.run(["rm", "-f", path], check=False)
+            with contextlib.suppress(OSError):
+                holder.stdin.close()
+            try:
+                holder.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                holder.kill()
+                holder.wait()
+
+    def _where(self) -> str:
+        return ""
 
 
 class LocalHost(Host):
@@ -118,9 +142,6 @@ class LocalHost(Host):
             tail = "\n".join(proc.stderr.decode("utf-8", "replace").strip().splitlines()[-15:])
             raise PipelineError(f"`{shlex.join(shown)}` exited with status {proc.returncode}{self._where()}:\n{tail}")
         return proc
-
-    def _where(self) -> str:
-        return ""
 
     @contextlib.contextmanager
     def private_file(self, text: str) -> Iterator[str]:
