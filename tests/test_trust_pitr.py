@@ -211,23 +211,34 @@ def _relay(storage, span: Span, path: Path) -> list[str]:
 @pytest.mark.parametrize("text", [
     "LOAD DATA LOCAL INFILE '/proc/self/environ' INTO TABLE shop.env",
     "INSERT INTO shop.notes (v) VALUES ('a')\n\\! touch {marker}\nsystem touch {marker}\n\\. /proc/self/environ\n",
+    # past the check, the pipe's session itself may not: write a file, set a global, grant, replicate, shut down
+    # (CREATE USER it may: MariaDB lets INSERT on mysql.* make accounts, and data rights on *.* include mysql.*)
+    "SELECT 'pwned' INTO OUTFILE '{root}/outfile.txt'",
+    "SET GLOBAL max_connections=4242",
+    "GRANT ALL ON *.* TO 'probe_app'@'%' WITH GRANT OPTION",
+    "CHANGE MASTER 'evil' TO MASTER_HOST='127.0.0.1', MASTER_PORT=9",
+    "SHUTDOWN",
 ])
 def test_the_pipe_client_reads_no_local_file_and_runs_no_client_command(forged_history, tmp_path, text, monkeypatch):
     """Past the check (forged text handed to the pipe directly): the client refuses LOCAL INFILE and never runs a
-    program or sources a file; the worker's environment (with a secret in it) never reaches the target."""
+    program or sources a file; the worker's environment (with a secret in it) never reaches the target; the pipe's
+    session is denied a file, a global setting, a grant, a replication connection and a shutdown."""
     h = forged_history
     monkeypatch.setenv("LASTLINE_TEST_SECRET", "s3cret-in-the-worker-env")
     marker = tmp_path / "ran"
     tmp_path.chmod(0o777)
     server = connections.server("t_tp_tgt")
+    server.query("CREATE USER IF NOT EXISTS 'probe_app'@'%' IDENTIFIED BY 'x'")  # an application's account
     before = effects(h["tgt"], h["root"])
-    with forged(h["storage"], h["dest"], _placeholder(0).encode(), text.format(marker=marker).encode()):
+    with forged(h["storage"], h["dest"], _placeholder(0).encode(),
+                text.format(marker=marker, root=h["root"]).encode()):
         span = Span.of(pitr.preflight(h["conf"]).replay["span"])
         paths = _relay(h["storage"], span, tmp_path)
     with pytest.raises(Refusal, match="failed part way"):
         replay._pipe(server, paths)
     assert not marker.exists()
     assert effects(h["tgt"], h["root"]) == before  # no environment row: the forged event was the first, nothing ran
+    assert server.query("SELECT COUNT(*) FROM mysql.global_priv WHERE User = %s", (replay.REPLAY_USER,)) == [(0,)]
 
 
 def test_an_honest_archive_with_statements_and_rows_still_rolls_forward_through_the_pipe(forged_history):
