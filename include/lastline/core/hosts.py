@@ -13,7 +13,6 @@ import re
 import shlex
 import shutil
 import subprocess
-import tempfile
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -38,6 +37,12 @@ class Stage:
     def shell_line(self) -> str:
         """The command as a line for a shell, with its cwd."""
         return f"cd {shlex.quote(self.cwd)} && exec {self.display()}" if self.cwd else f"exec {self.display()}"
+
+
+# keep stdin's first $1 bytes in a file nobody else can read, open it as fd 3, unlink it, print where it is held,
+# then hold it (as cat, same pid) until stdin closes
+_HOLD = ('umask 077 && f=$(mktemp "${TMPDIR:-/tmp}/lastline-XXXXXX") || exit 1; head -c "$1" > "$f" && exec 3<"$f"; '
+         'rm -f -- "$f"; [ -e /proc/$$/fd/3 ] || exit 1; echo "/proc/$$/fd/3"; exec cat > /dev/null')
 
 
 class Host:
@@ -79,14 +84,32 @@ class Host:
 
     @contextlib.contextmanager
     def private_file(self, text: str) -> Iterator[str]:
-        """A 0600 file holding `text` on this host (an option file with credentials); removed afterwards.
-        The text travels on stdin, never on a command line."""
-        path = self.sh('umask 077 && f=$(mktemp "${TMPDIR:-/tmp}/lastline-XXXXXX") && cat > "$f" && echo "$f"',
-                       input=text.encode()).strip()
+        """`text` (an option file with credentials) on this host as `/proc/<pid>/fd/3` of a holder process that
+        keeps it open with no name: written 0600, opened and unlinked at once, held until this context ends or
+        lastline's end of the channel closes (a kill -9 of the worker closes it), so no named file outlives the
+        run. The text travels on stdin, never on a command line."""
+        data = text.encode()
+        holder = self.popen_script(_HOLD, str(len(data)), stdin=subprocess.PIPE)
+        assert holder.stdin is not None and holder.stdout is not None
         try:
+            holder.stdin.write(data)
+            holder.stdin.flush()
+            path = holder.stdout.readline().decode().strip()
+            if not path.startswith("/proc/"):
+                err = holder.stderr.read().decode("utf-8", "replace")[-500:] if holder.stderr else ""
+                raise PipelineError(f"could not hold a private file{self._where()}: {err or path!r}")
             yield path
         finally:
-            self.run(["rm", "-f", path], check=False)
+            with contextlib.suppress(OSError):
+                holder.stdin.close()
+            try:
+                holder.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                holder.kill()
+                holder.wait()
+
+    def _where(self) -> str:
+        return ""
 
 
 class LocalHost(Host):
@@ -120,23 +143,30 @@ class LocalHost(Host):
             raise PipelineError(f"`{shlex.join(shown)}` exited with status {proc.returncode}{self._where()}:\n{tail}")
         return proc
 
-    def _where(self) -> str:
-        return ""
-
     @contextlib.contextmanager
     def private_file(self, text: str) -> Iterator[str]:
-        fd, path = tempfile.mkstemp(prefix="lastline-", suffix=".cnf")
-        try:
-            os.fchmod(fd, 0o600)
-            with os.fdopen(fd, "w") as fh:
-                fh.write(text)
+        """`text` in an anonymous file (memfd, 0600) this process holds open, as a path its children open by name:
+        nothing is named on disk, so a kill -9 leaves nothing behind."""
+        with anonymous_file(text) as path:
             yield path
-        finally:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(path)
 
 
 LOCAL = LocalHost()
+
+
+@contextlib.contextmanager
+def anonymous_file(text: str, name: str = "lastline-secret") -> Iterator[str]:
+    """A 0600 memfd holding `text`, open in this process; yields `/proc/<pid>/fd/<n>`, which a child of the same
+    user opens by name (no descriptor to pass). Gone with the descriptor, or with the process, whatever ends it."""
+    fd = os.memfd_create(name, os.MFD_CLOEXEC)
+    try:
+        os.fchmod(fd, 0o600)  # a memfd is made 0777; option files readable by others are ignored, ssh keys refused
+        data = text.encode()
+        while data:
+            data = data[os.write(fd, data):]
+        yield f"/proc/{os.getpid()}/fd/{fd}"
+    finally:
+        os.close(fd)
 
 _STATUS = "@@lastline-stage"
 _STATUS_RE = re.compile(rf"^{_STATUS} (\d+) (\d+)$", re.M)

@@ -14,12 +14,14 @@ from lastline.core.errors import ConfigError
 from lastline.core.hosts import SshHost
 from lastline.core.plans import as_bool
 
-_HOSTS: dict[str, SshHost] = {}
+_HOSTS: dict[tuple[str, int], SshHost] = {}  # per process: a key's /proc/<pid>/fd path names this process
 _DIR: list[str] = []
+_KEYS: list[int] = []  # the memfds holding private keys, open for the process's life
 
 
 def _private_dir() -> str:
-    """A 0700 folder for this process's key and known_hosts files, removed at exit."""
+    """A 0700 folder for this process's known_hosts files and master connection sockets (no secret), removed at
+    exit."""
     if not _DIR:
         path = tempfile.mkdtemp(prefix="lastline-ssh-")
         os.chmod(path, 0o700)
@@ -36,10 +38,22 @@ def _write(name: str, text: str) -> str:
     return path
 
 
+def _key(text: str) -> str:
+    """A private key in an anonymous file (memfd, 0600) open for this process's life, as the path ssh opens it by
+    (/proc/<pid>/fd/<n>): nothing named holds the key, so a kill -9 leaves none behind."""
+    fd = os.memfd_create("lastline-ssh-key", os.MFD_CLOEXEC)
+    os.fchmod(fd, 0o600)  # ssh refuses a key others may read (a memfd is made 0777)
+    data = (text if text.endswith("\n") else text + "\n").encode()
+    while data:
+        data = data[os.write(fd, data):]
+    _KEYS.append(fd)
+    return f"/proc/{os.getpid()}/fd/{fd}"
+
+
 def ssh_host(conn_id: str) -> SshHost:
     """The SshHost of an Airflow SSH connection, read by the provider's SSHHook (cached per process)."""
-    if conn_id in _HOSTS:
-        return _HOSTS[conn_id]
+    if (conn_id, os.getpid()) in _HOSTS:
+        return _HOSTS[(conn_id, os.getpid())]
     from airflow.providers.ssh.hooks.ssh import SSHHook
 
     try:
@@ -58,7 +72,7 @@ def ssh_host(conn_id: str) -> SshHost:
         raise ConfigError(f"SSH connection {conn_id!r}: its private_key has a passphrase; lastline runs OpenSSH without a "
                           "prompt, so give it a key without one (kept in the connection, 0600 on the worker) or a key_file.")
     elif hook.pkey is not None and extra.get("private_key"):  # the key as the provider read it, for OpenSSH
-        key_file = _write(f"{conn_id}.key", str(extra["private_key"]))
+        key_file = _key(str(extra["private_key"]))
     else:
         raise ConfigError(f"SSH connection {conn_id!r} has no key: set the extra key_file (a path) or private_key (the "
                           "key itself). lastline uses key authentication only.")
@@ -69,5 +83,6 @@ def ssh_host(conn_id: str) -> SshHost:
     known = _write(f"{conn_id}.known_hosts", f"{pattern} {hook.host_key.get_name()} {hook.host_key.get_base64()}")
     # compression only where the extra asks (the provider's default is on; it only slows a compressed stream)
     compress = as_bool(extra.get("compress", False))
-    _HOSTS[conn_id] = SshHost(f"{conn_id} ({user}@{host}:{port})", host, port, user, key_file, known, compress=compress)
-    return _HOSTS[conn_id]
+    _HOSTS[(conn_id, os.getpid())] = SshHost(f"{conn_id} ({user}@{host}:{port})", host, port, user, key_file, known,
+                                             compress=compress)
+    return _HOSTS[(conn_id, os.getpid())]

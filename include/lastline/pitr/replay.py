@@ -14,14 +14,23 @@ Two ways, one result:
 
 `auto` takes `parallel` unless the target would skip or filter events there (its server_id is one the binlogs
 carry, replication filters or `slave_skip_errors` are set) or would write them to its own binlog
-(`log_slave_updates`); it says which and why.
+(`log_slave_updates`); it says which and why, as a warning.
+
+Both run what the archive holds with every privilege, so for a physical base every event kept passes
+:mod:`lastline.pitr.event_check` while the span is cut, before either method starts: one that reaches beyond data
+refuses the replay, named. The pipe's client never reads a local file or runs a client command (no LOCAL INFILE,
+sandbox mode, binary mode, comments sent as written, no option file but lastline's own, Annotate_rows never printed).
 """
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import json
 import logging
 import posixpath
+import secrets
 import time
+from collections.abc import Iterator
 from typing import Any
 
 from lastline import connections
@@ -32,6 +41,7 @@ from lastline.core.pipeline import run_pipeline
 from lastline.core.servers import Server
 from lastline.core.sql import META_DB
 from lastline.pitr import applier, events, scoped
+from lastline.pitr.event_check import CheckedCutter
 from lastline.pitr.events import gtid_map, includes
 from lastline.pitr.plans import Cleaned, ReplayPlan
 from lastline.pitr.span import Span
@@ -61,13 +71,13 @@ def _ledger(cur: Any) -> None:
 def _cut_files(storage: Storage, span: Span, applied: dict[int, int], host: Host, folder: str,
                base: str) -> tuple[list[str], list[events.Transaction], int]:
     """Write each file of the span, cut to what is still to apply, as `<base>.NNNNNN` in `folder` on `host`; every
-    archived segment read is checked against its sha256 before the replay starts. Returns the paths, the
-    transactions kept, and the bytes written."""
+    archived segment read is checked against its sha256, and every event kept passes the physical base's check
+    (event_check), before the replay starts. Returns the paths, the transactions kept, and the bytes written."""
     paths: list[str] = []
     kept: list[events.Transaction] = []
     written = 0
     for k, f in enumerate(span.files, start=1):
-        cutter = events.Cutter(f.name, f.start, f.stop, applied)
+        cutter = CheckedCutter(f.name, f.start, f.stop, applied)
         path = posixpath.join(folder, f"{base}.{k:06d}")
         written += write_relay(storage, f, cutter, f is span.files[-1], host, path)
         kept += cutter.kept
@@ -75,15 +85,59 @@ def _cut_files(storage: Storage, span: Span, applied: dict[int, int], host: Host
     return paths, kept, written
 
 
+REPLAY_USER = "lastline_pitr_replay"  # the pipe's session: data rights, no FILE, SUPER, SHUTDOWN, accounts, grants
+REPLAY_PRIVILEGES = ("SELECT, INSERT, UPDATE, DELETE, CREATE, DROP, REFERENCES, INDEX, ALTER, CREATE TEMPORARY TABLES, "
+                     "LOCK TABLES, EXECUTE, CREATE VIEW, SHOW VIEW, CREATE ROUTINE, ALTER ROUTINE, EVENT, TRIGGER, "
+                     "DELETE HISTORY, RELOAD, BINLOG REPLAY, BINLOG ADMIN, SET USER")
+
+
+def _drop_replay_account(cur: Any) -> None:
+    cur.execute("SET SESSION sql_log_bin=0")
+    cur.execute("SELECT Host FROM mysql.global_priv WHERE User=%s", (REPLAY_USER,))
+    for (host,) in cur.fetchall():
+        cur.execute("DROP USER IF EXISTS %s@%s", (REPLAY_USER, host))
+
+
+@contextlib.contextmanager
+def _replay_account(server: Server) -> Iterator[Server]:
+    """`server` as a short-lived account that holds what mariadb-binlog's output needs and nothing that reaches
+    beyond data (no FILE, SUPER, SHUTDOWN, PROCESS, CREATE USER, GRANT OPTION, replication admin): an archived
+    statement that slipped past the check fails there with "denied". Where the target cannot make it (an account
+    without those grants, a server before MariaDB 10.5.2), the connection's own account, with a warning. Dropped
+    after; a worker killed mid-replay leaves it (its password never stored), and the next pipe or the DAG's
+    teardown drops it."""
+    password, made = secrets.token_urlsafe(24), True
+    try:
+        with server.session(autocommit=True) as cur:
+            _drop_replay_account(cur)
+            cur.execute("SELECT SUBSTRING_INDEX(CURRENT_USER(), '@', -1)")
+            for host in sorted({str(cur.fetchone()[0]), "localhost"}):
+                cur.execute("CREATE USER %s@%s IDENTIFIED BY %s", (REPLAY_USER, host, password))
+                cur.execute(f"GRANT {REPLAY_PRIVILEGES} ON *.* TO %s@%s", (REPLAY_USER, host))
+    except Exception as exc:  # noqa: BLE001 - any refusal by the target: its own account runs the pipe, said so
+        log.warning("replay: the pipe runs under %s's own account: the target could not make a narrower one (%s)",
+                    server.describe(), exc)
+        made = False
+    try:
+        yield dataclasses.replace(server, user=REPLAY_USER, password=password) if made else server
+    finally:
+        with server.session(autocommit=True) as cur:
+            _drop_replay_account(cur)
+
+
 def _pipe(server: Server, paths: list[str]) -> dict[str, Any]:
-    """mariadb-binlog FILES | mariadb, one session (temporary tables live across files), binary logging off."""
+    """mariadb-binlog FILES | mariadb, one session (temporary tables live across files), binary logging off. The
+    client reads only lastline's option file, never a local file (LOCAL INFILE off) and no client command but
+    DELIMITER (binary mode; sandbox mode refuses the ones that touch files or run programs); its session is a
+    narrower account (_replay_account)."""
     started = time.monotonic()
-    with option_file(server, on_host=True) as opt:
+    with _replay_account(server) as narrow, option_file(narrow, on_host=True) as opt:
         # the files are cut to what the target lacks, so a domain's sequence starts past the file's Gtid_list: the
         # tool's own continuity check would refuse that (the cut itself is checked, transaction by transaction)
-        stages = [Stage("mariadb-binlog", ["mariadb-binlog", "--skip-gtid-strict-mode", *paths]),
-                  Stage("mariadb", ["mariadb", f"--defaults-extra-file={opt}", "--binary-mode",
-                                    "--init-command=SET SESSION sql_log_bin=0"])]
+        stages = [Stage("mariadb-binlog", ["mariadb-binlog", "--skip-gtid-strict-mode", "--skip-annotate-row-events",
+                                           *paths]),
+                  Stage("mariadb", ["mariadb", f"--defaults-file={opt}", "--local-infile=0", "--sandbox", "--binary-mode",
+                                    "--batch", "--comments", "--init-command=SET SESSION sql_log_bin=0"])]
         try:
             run_pipeline(stages, label="binlog replay", host=server.runner())
         except PipelineError as exc:
@@ -143,6 +197,8 @@ def apply(server: Server, storage: Storage, span: Span, run_id: str, method: str
                 chosen, why = str(row[0]), "resuming this run's replay"
             else:
                 chosen, why = applier.choose_method(cur, method, {t.server_id for t in kept})
+                if method == "auto" and chosen != "parallel":
+                    log.warning("replay: auto chose %s, not the target's applier: %s", chosen, why)
                 if databases and chosen != "parallel":
                     raise Refusal(f"a logical base is rolled forward by the target's own applier only (mariadb-binlog | "
                                   f"mariadb would run every event with full rights), and here it cannot: {why}.")
@@ -209,6 +265,7 @@ def cleanup(plan: ReplayPlan, run_key: str) -> Cleaned:
         if not row or not row[0]:
             return Cleaned(False)
         applier.put_back(cur, json.loads(row[0]))
+        _drop_replay_account(cur)
     return Cleaned(True)
 
 

@@ -1,0 +1,336 @@
+"""Issue 42, on real servers: someone who can write the binlog archive forges archived events (a statement-format
+event's text rewritten in place, a table map's database renamed, each event's CRC32 and the segment's sha256 in
+chain.json made to match, as the writer can) to reach beyond data on a point-in-time target with a physical base:
+accounts, grants, files written and read by the server, the worker's environment through LOCAL INFILE, global
+settings, plugins, replication, shutdown, the mysql schema. Through every replay method (parallel, pipe, auto) the
+restore refuses, naming the event, before anything is applied, and nothing of it happened on the target. The
+pipe's client, handed forged text past the check, reads no local file and runs no client command."""
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import struct
+import zlib
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from conftest import set_conn
+from lastline import connections
+from lastline.core.errors import Refusal
+from lastline.physical import backup as pb
+from lastline.physical import restore as pr
+from lastline.pitr import archive, events, replay
+from lastline.pitr import restore as pitr
+from lastline.pitr.span import Span
+from lastline.pitr.split import write_relay
+from lastline.storage import open_storage
+from lastline_dev.sandbox import Instance
+
+pytestmark = pytest.mark.e2e
+PAD = 230  # the placeholder's COMMENT: room for the longest attack's text
+
+
+def _placeholder(k: int) -> str:
+    return f"CREATE TABLE shop.ph{k:02d} (a INT) COMMENT '{'x' * PAD}'"
+
+
+def _attacks(root: Path) -> dict[str, str]:
+    return {
+        "account": "CREATE USER 'evil1'@'%' IDENTIFIED BY 'x'",
+        "grant": "GRANT ALL ON *.* TO 'evil2'@'%' IDENTIFIED BY 'x' WITH GRANT OPTION",
+        "outfile": f"SELECT 'pwned' INTO OUTFILE '{root / 'outfile.txt'}'",
+        "load_file": f"CREATE TABLE shop.lf SELECT LOAD_FILE('{root / 'secret.txt'}') AS v",
+        "local_infile": "LOAD DATA LOCAL INFILE '/proc/self/environ' INTO TABLE shop.env",
+        "set_global": "SET GLOBAL max_connections=4242",
+        "plugin": "INSTALL SONAME 'ha_archive'",
+        "change_master": "CHANGE MASTER 'evil' TO MASTER_HOST='127.0.0.1', MASTER_PORT=9",
+        "shutdown": "SHUTDOWN",
+        "mysql_write": "INSERT INTO mysql.global_priv VALUES ('%', 'evil3', '{}')",
+        "hidden": "INSERT INTO shop.notes (v) VALUES (1) /*!; GRANT ALL ON *.* TO 'evil4'@'%' IDENTIFIED BY 'x' */",
+        "program_tail": "CREATE PROCEDURE shop.p() BEGIN SELECT 1; END; USE mysql; "
+                        "INSERT INTO global_priv VALUES ('%', 'evil5', '{}')",
+    }
+
+
+@pytest.fixture(scope="module")
+def forged_history(sandbox_root, tmp_path_factory):
+    """A source with a physical base, then (archived) one harmless placeholder DDL per attack, statement-format
+    data changes, and a row change on `mysqx.plugin` (a table map the row attack renames to mysql); a target
+    with the base restored once (a refused replay leaves it as it is, so every attack reuses it)."""
+    src, tgt = Instance(sandbox_root, "tp_src"), Instance(sandbox_root, "tp_tgt")
+    src.create()
+    tgt.create()
+    try:
+        set_conn("t_tp_src", src)
+        set_conn("t_tp_tgt", tgt)
+        root = tmp_path_factory.mktemp("trust_pitr")
+        root.chmod(0o777)  # the servers write their OUTFILE here (if they ever did)
+        (root / "secret.txt").write_text("the-worker-secret\n")
+        dest = root / "dest"
+        storage = open_storage(f"file://{dest}")
+        server = connections.server("t_tp_src")
+        with server.session() as cur:
+            cur.execute("CREATE DATABASE shop")
+            cur.execute("CREATE TABLE shop.env (line TEXT)")
+            cur.execute("CREATE TABLE shop.notes (id INT AUTO_INCREMENT PRIMARY KEY, v TEXT)")
+            cur.execute("CREATE DATABASE mysqx")
+            cur.execute("CREATE TABLE mysqx.plugin (name VARCHAR(64) CHARACTER SET utf8mb3 NOT NULL DEFAULT '' "
+                        "PRIMARY KEY, dl VARCHAR(128) CHARACTER SET utf8mb3 NOT NULL DEFAULT '') ENGINE=Aria")
+        archive.ship(server, storage)
+        plan = pb.preflight({"source_conn_id": "t_tp_src", "destination": f"file://{dest}"})
+        pb.finish(plan, pb.stream(plan))
+        attacks = _attacks(root)
+        with server.session() as cur:
+            for k in range(len(attacks)):
+                cur.execute(_placeholder(k))
+            cur.execute("SET SESSION binlog_format='STATEMENT'")
+            cur.execute("INSERT INTO shop.notes (v) VALUES ('it''s \\\\ fine'), (\"double\")")
+            cur.connection.commit()
+            cur.execute("SET SESSION binlog_format='ROW'")
+            cur.execute("INSERT INTO mysqx.plugin VALUES ('evilplug', 'ha_archive.so')")
+            cur.connection.commit()
+        server.query("FLUSH BINARY LOGS")
+        archive.ship(server, storage)
+        conf = {"target_conn_id": "t_tp_tgt", "destination": f"file://{dest}", "until": "latest"}
+        rplan = pr.preflight({**pitr.preflight(conf).physical, "force": True})
+        for step in (pr.stop_target, pr.extract, pr.prepare, pr.start_target):
+            step(rplan)
+        yield {"root": root, "dest": dest, "storage": storage, "conf": conf, "attacks": attacks, "tgt": tgt}
+    finally:
+        src.destroy()
+        tgt.destroy()
+
+
+@contextlib.contextmanager
+def forged(storage, dest: Path, old: bytes, new: bytes) -> Iterator[str]:
+    """The archive with `old` (inside one event) rewritten to `new` (padded to its length with spaces), the event's
+    CRC32 and its segment's sha256 in chain.json made to match; yields the archived file's name; puts every byte
+    back afterwards."""
+    assert len(new) <= len(old), (new, old)
+    saved: dict[Path, bytes] = {}
+    try:
+        for branch in archive.branches(storage):
+            chain_key = f"binlogs/{branch['id']}/chain.json"
+            chain = archive.read_branch(storage, branch["id"])
+            for entry in chain.entries:
+                for seg in entry.segments:
+                    path = dest / "binlogs" / branch["id"] / entry.name / f"{int(seg['offset']):012d}"
+                    data = bytearray(path.read_bytes())
+                    i = data.find(old)
+                    if i < 0:
+                        continue
+                    at = 4 if int(seg["offset"]) == 0 else 0
+                    while True:
+                        size = struct.unpack_from("<I", data, at + 9)[0]
+                        if at + size > i:
+                            break
+                        at += size
+                    data[i:i + len(old)] = new.ljust(len(old), b" ")
+                    data[at + size - 4:at + size] = struct.pack("<I", zlib.crc32(bytes(data[at:at + size - 4])))
+                    saved[path] = path.read_bytes()
+                    saved[dest / chain_key] = (dest / chain_key).read_bytes()
+                    path.write_bytes(data)
+                    seg["sha256"] = hashlib.sha256(data).hexdigest()
+                    archive._write_branch(storage, chain)
+                    yield entry.name
+                    return
+        raise AssertionError(f"{old!r} is in no archived segment")
+    finally:
+        for path, raw in saved.items():
+            path.write_bytes(raw)
+
+
+def effects(tgt: Instance, root: Path) -> dict:
+    """What an attack would change on the target (or next to it)."""
+    server = tgt.server()
+    return {
+        "accounts": server.query("SELECT User, Host FROM mysql.global_priv ORDER BY 1, 2"),
+        "grants": server.query("SELECT GRANTEE, PRIVILEGE_TYPE, IS_GRANTABLE FROM information_schema.USER_PRIVILEGES "
+                               "ORDER BY 1, 2"),
+        "plugins": server.query("SELECT PLUGIN_NAME, PLUGIN_STATUS FROM information_schema.PLUGINS ORDER BY 1"),
+        "mysql.plugin": server.query("SELECT name, dl FROM mysql.plugin ORDER BY 1"),
+        "globals": server.query("SELECT @@GLOBAL.max_connections, @@GLOBAL.gtid_slave_pos, @@GLOBAL.read_only"),
+        "replication": server.query("SHOW ALL SLAVES STATUS"),
+        "tables": server.query("SELECT TABLE_SCHEMA, TABLE_NAME FROM information_schema.TABLES WHERE TABLE_SCHEMA IN "
+                               "('shop', 'mysqx') ORDER BY 1, 2"),
+        "env rows": server.query("SELECT COUNT(*) FROM shop.env"),
+        "notes": server.query("SELECT COUNT(*) FROM shop.notes"),
+        "outfile": (root / "outfile.txt").exists(),
+    }
+
+
+ATTACKS = ["account", "grant", "outfile", "load_file", "local_infile", "set_global", "plugin", "change_master",
+           "shutdown", "mysql_write", "hidden", "program_tail", "mysql_rows"]
+
+
+@pytest.mark.parametrize("method", ["parallel", "pipe", "auto"])
+@pytest.mark.parametrize("attack", ATTACKS)
+def test_a_forged_archived_event_is_refused_by_name_before_anything_is_applied(forged_history, attack, method):
+    h = forged_history
+    tgt, root, storage = h["tgt"], h["root"], h["storage"]
+    if attack == "mysql_rows":
+        old, new = b"\x05mysqx\x00\x06plugin\x00", b"\x05mysql\x00\x06plugin\x00"
+        named = "row events on mysql.plugin"
+    else:
+        k = list(h["attacks"]).index(attack)
+        old, new = _placeholder(k).encode(), h["attacks"][attack].encode()
+        named = h["attacks"][attack][:30]
+    server = connections.server("t_tp_tgt")
+    before = effects(tgt, root)
+    if method == "auto":  # a target whose applier would fire triggers again: auto takes the pipe
+        server.query("SET GLOBAL slave_run_triggers_for_rbr='YES'")
+    try:
+        with forged(storage, h["dest"], old, new) as name:
+            span = pitr.preflight(h["conf"]).replay["span"]
+            with pytest.raises(Refusal) as refused:
+                replay.apply(server, storage, Span.of(span), f"forged-{attack}-{method}", method)
+    finally:
+        server.query("SET GLOBAL slave_run_triggers_for_rbr='NO'")
+    message = str(refused.value)
+    assert f"{name} at byte " in message and "transaction 0-" in message and named in message, message
+    assert "Nothing was applied" in message
+    assert effects(tgt, root) == before  # no account, grant, file, row, plugin, setting, replica; still running
+    assert server.query("SELECT COUNT(*) FROM _lastline.pitr_replay WHERE run_id LIKE 'forged-%'") == [(0,)]
+
+
+def _relay(storage, span: Span, path: Path) -> list[str]:
+    """The span cut to relay files WITHOUT the check (what reached the pipe's client before issue 42)."""
+    paths = []
+    for k, f in enumerate(span.files, start=1):
+        cutter = events.Cutter(f.name, f.start, f.stop, events.gtid_map(span.base_gtid))
+        out = path / f"relay.{k:06d}"
+        write_relay(storage, f, cutter, f is span.files[-1], connections.server("t_tp_tgt").runner(), str(out))
+        paths.append(str(out))
+    return paths
+
+
+@pytest.mark.parametrize("text", [
+    "LOAD DATA LOCAL INFILE '/proc/self/environ' INTO TABLE shop.env",
+    "INSERT INTO shop.notes (v) VALUES ('a')\n\\! touch {marker}\nsystem touch {marker}\n\\. /proc/self/environ\n",
+    # past the check, the pipe's session itself may not: write a file, set a global, grant, replicate, shut down
+    # (CREATE USER it may: MariaDB lets INSERT on mysql.* make accounts, and data rights on *.* include mysql.*)
+    "SELECT 'pwned' INTO OUTFILE '{root}/outfile.txt'",
+    "SET GLOBAL max_connections=4242",
+    "GRANT ALL ON *.* TO 'probe_app'@'%' WITH GRANT OPTION",
+    "CHANGE MASTER 'evil' TO MASTER_HOST='127.0.0.1', MASTER_PORT=9",
+    "SHUTDOWN",
+])
+def test_the_pipe_client_reads_no_local_file_and_runs_no_client_command(forged_history, tmp_path, text, monkeypatch):
+    """Past the check (forged text handed to the pipe directly): the client refuses LOCAL INFILE and never runs a
+    program or sources a file; the worker's environment (with a secret in it) never reaches the target; the pipe's
+    session is denied a file, a global setting, a grant, a replication connection and a shutdown."""
+    h = forged_history
+    monkeypatch.setenv("LASTLINE_TEST_SECRET", "s3cret-in-the-worker-env")
+    marker = tmp_path / "ran"
+    tmp_path.chmod(0o777)
+    server = connections.server("t_tp_tgt")
+    server.query("CREATE USER IF NOT EXISTS 'probe_app'@'%' IDENTIFIED BY 'x'")  # an application's account
+    before = effects(h["tgt"], h["root"])
+    with forged(h["storage"], h["dest"], _placeholder(0).encode(),
+                text.format(marker=marker, root=h["root"]).encode()):
+        span = Span.of(pitr.preflight(h["conf"]).replay["span"])
+        paths = _relay(h["storage"], span, tmp_path)
+    with pytest.raises(Refusal, match="failed part way"):
+        replay._pipe(server, paths)
+    assert not marker.exists()
+    assert effects(h["tgt"], h["root"]) == before  # no environment row: the forged event was the first, nothing ran
+    assert server.query("SELECT COUNT(*) FROM mysql.global_priv WHERE User = %s", (replay.REPLAY_USER,)) == [(0,)]
+
+
+def test_an_honest_archive_with_statements_and_rows_still_rolls_forward_through_the_pipe(forged_history):
+    h = forged_history
+    server = connections.server("t_tp_tgt")
+    span = Span.of(pitr.preflight(h["conf"]).replay["span"])
+    result = replay.apply(server, h["storage"], span, "honest", "pipe")
+    assert result["method"] == "pipe" and result["transactions"] >= len(h["attacks"]) + 2
+    assert server.query("SELECT v FROM shop.notes ORDER BY id") == [("it's \\ fine",), ("double",)]
+    assert server.query("SELECT name FROM mysqx.plugin") == [("evilplug",)]
+    assert server.query("SELECT COUNT(*) FROM information_schema.TABLES WHERE TABLE_SCHEMA = 'shop' AND "
+                        "TABLE_NAME LIKE 'ph%'") == [(len(h["attacks"]),)]
+
+
+
+def _killed_mid_use(tmp_path: Path, script: str, secret: str, env: dict[str, str], remote: str = "") -> list[Path]:
+    """Run `script` (it prints `ready` once a child holds the credential), kill -9 it there, end its children by
+    pid, and return every file under its temp dir (and the `remote` glob: an SSH host's temp files, here) that
+    holds `secret`."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True,
+                            env={**os.environ, **env, "TMPDIR": str(tmp), "PYTHONPATH": os.pathsep.join(sys.path)})
+    assert proc.stdout is not None
+    line = proc.stdout.readline().split()
+    assert line and line[0] == "ready", line
+    time.sleep(0.5)
+    os.kill(proc.pid, signal.SIGKILL)  # the task process, where the credential used to be written from
+    proc.wait()
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(int(line[1]), signal.SIGKILL)  # its child (the client), started by this test's script
+    time.sleep(1)  # the remote end sees its channel close
+    found = [p for p in tmp.rglob("*") if p.is_file() and secret.encode() in p.read_bytes()]
+    held = Path("/").glob(remote.lstrip("/")) if remote else iter(())
+    return found + [p for p in held if p.is_file() and secret.encode() in p.read_bytes()]
+
+
+def test_no_option_file_with_a_password_survives_a_kill_9(forged_history, tmp_path):
+    """A task killed while its client runs with lastline's option file leaves no file holding the password; the
+    client did read it (it logged in with it)."""
+    import secrets
+
+    password = "pw-" + secrets.token_hex(12)
+    server = connections.server("t_tp_tgt")
+    with server.session() as cur:
+        cur.execute("CREATE USER IF NOT EXISTS 'secret_probe'@'127.0.0.1' IDENTIFIED BY %s", (password,))
+        cur.execute("ALTER USER 'secret_probe'@'127.0.0.1' IDENTIFIED BY %s", (password,))
+    port = server.port
+    script = (
+        "import subprocess\n"
+        "from lastline.core.option_files import option_file\n"
+        "from lastline.core.servers import Server\n"
+        f"s = Server(conn_id='probe', host='127.0.0.1', port={port}, user='secret_probe', password={password!r})\n"
+        "with option_file(s) as opt:\n"
+        "    p = subprocess.Popen(['mariadb', f'--defaults-extra-file={opt}', '--unbuffered', '-N', '-e', "
+        "\"SELECT 'ready', CONNECTION_ID(); SELECT SLEEP(60)\"], stdout=subprocess.PIPE, text=True)\n"
+        "    print(p.stdout.readline().split()[0], p.pid, flush=True)\n"
+        "    p.wait()\n")
+    assert _killed_mid_use(tmp_path, script, password, {}) == []
+
+
+def test_no_ssh_key_survives_a_kill_9(sshd, tmp_path):
+    """A task killed while an SSH command runs leaves no file holding the connection's private key; ssh did use it
+    (the command ran on the remote host)."""
+    key = json.loads(os.environ["AIRFLOW_CONN_T_SSH"])["extra"]["private_key"]
+    secret = key.strip().splitlines()[1]  # a line of the key's body
+    script = (
+        "import subprocess\n"
+        "from lastline.hooks.ssh import ssh_host\n"
+        "h = ssh_host('t_ssh')\n"
+        "p = h.popen_script('echo ready; sleep 60')\n"
+        "print(p.stdout.readline().decode().strip(), p.pid, flush=True)\n"
+        "p.wait()\n")
+    assert _killed_mid_use(tmp_path, script, secret, {}) == []
+
+
+def test_no_option_file_on_an_ssh_host_survives_a_kill_9(sshd, tmp_path):
+    """An option file lastline hands a tool on an SSH host (mariabackup, the pipe's client) is held open there with
+    no name: the remote command reads it, and a kill -9 of the worker leaves no file with the password on the host."""
+    import secrets
+
+    password = "pw-" + secrets.token_hex(12)
+    script = (
+        "from lastline.hooks.ssh import ssh_host\n"
+        "h = ssh_host('t_ssh')\n"
+        f"with h.private_file('[client]\\npassword={password}\\n') as p:\n"
+        f"    proc = h.popen_script('grep -c {password} \"$1\"; sleep 60', p)\n"
+        "    print('ready' if proc.stdout.readline().strip() == b'1' else 'unreadable', proc.pid, flush=True)\n"
+        "    proc.wait()\n")
+    assert _killed_mid_use(tmp_path, script, password, {}, remote="/tmp/lastline-*") == []
