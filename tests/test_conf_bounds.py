@@ -6,6 +6,7 @@ replica paused by a backup whose worker died is resumed, with an alert, by the n
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -18,15 +19,18 @@ import MySQLdb
 import pytest
 
 from conftest import set_conn
+from lastline import backup_report
 from lastline.core import bounds
 from lastline.core.errors import PreflightError, Refusal
 from lastline.core.servers import Server
 from lastline.logical import backup as lb
 from lastline.logical import restore as lr
+from lastline.manifest import read_manifest
 from lastline.physical import backup as pb
 from lastline.physical import restore as pb_restore
 from lastline.replication import flavour
 from lastline.replication import source as replica_source
+from lastline.storage import open_storage
 from lastline_dev.sandbox import Instance
 
 DB = "cb"
@@ -238,6 +242,11 @@ def test_a_120_s_ftwrl_attempt_is_refused_and_the_report_tells_how_long_writes_r
     assert writes.worst() > 2, "the control case: FLUSH TABLES WITH READ LOCK queues writes behind the SELECT"
     assert result.writes_blocked_seconds >= writes.worst() - 0.3, (result, writes.worst())
     assert result.commits_held_seconds < 1.0  # what the log used to call "every write held"
+    storage = open_storage(f"file://{tmp_path / 'c'}")
+    manifest = read_manifest(storage, result.manifest.split("/")[-2], "logical")
+    page = backup_report.markdown(backup_report.build(storage, manifest, "logical", "u", "no archive"))
+    shown = re.search(r"\*\*Writes blocked:\*\* up to ([0-9.]+) s", page)
+    assert shown and abs(float(shown[1]) - result.writes_blocked_seconds) < 0.002, page
 
 
 def test_parallel_400_is_refused_or_clamped_to_free_connections_and_the_application_still_connects(app, deployment, tmp_path):

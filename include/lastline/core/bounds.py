@@ -144,8 +144,8 @@ def free_connections(server: Server, wanted: int, own: int = 0, label: str = "co
     with server.session() as cur:
         cur.execute("SELECT @@GLOBAL.max_connections, @@SESSION.max_user_connections, @@GLOBAL.max_user_connections")
         total, user_cap, global_user_cap = (int(x or 0) for x in cur.fetchone())
-        cur.execute("SELECT VARIABLE_VALUE FROM information_schema.GLOBAL_STATUS WHERE VARIABLE_NAME = 'THREADS_CONNECTED'")
-        connected = int(cur.fetchone()[0])
+        cur.execute("SHOW GLOBAL STATUS LIKE 'Threads_connected'")  # MySQL 8 has no information_schema.GLOBAL_STATUS
+        connected = int(cur.fetchone()[1])
         cur.execute("SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE USER = SUBSTRING_INDEX(USER(), '@', 1)")
         mine = int(cur.fetchone()[0])
     # this session is one of `connected` and of `mine`, and it ends before the work starts
