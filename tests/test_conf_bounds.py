@@ -21,7 +21,7 @@ import pytest
 from conftest import set_conn
 from lastline import backup_report
 from lastline.core import bounds
-from lastline.core.errors import PreflightError, Refusal
+from lastline.core.errors import PreflightError, Refusal, ServerError
 from lastline.core.servers import Server
 from lastline.logical import backup as lb
 from lastline.logical import restore as lr
@@ -217,6 +217,21 @@ def test_killing_with_a_zero_guard_on_a_protected_source_is_refused_and_the_repo
             _backup(tmp_path / "b", **{**harsh, "source_conn_id": "t_lsource"})
         assert report.alive()
     assert report.error is None and report.result == ((0,),), report.error
+    assert writes.worst() < 1.0, f"an application write waited {writes.worst():.2f} s"
+
+
+def test_where_killing_is_allowed_a_statement_younger_than_the_guard_is_never_killed(app, deployment, tmp_path):
+    """The guard used to kill, at the end of its wait, every statement older than 1 s that held its lock, whatever
+    long_query_guard said. Now it kills only statements past the guard: a 12 s batch UPDATE, 3 s old when the wait
+    ends, runs to its end, the backup gives up naming it, and no write waits over 1 s meanwhile."""
+    deployment.setenv("LASTLINE_ALLOW_KILL_LONG_QUERIES", "true")
+    deployment.setenv("LASTLINE_ALLOW_FTWRL", "true")
+    batch = f"UPDATE {DB}.report SET id = 1 WHERE id = 1 AND SLEEP(12) = 0"
+    with Writer(app, f"{DB}.orders") as writes, LongSelect(app, 12, batch) as update:
+        with pytest.raises(ServerError, match="did not take its lock") as gave_up:
+            _backup(tmp_path, source_conn_id="t_lsource", lock_method="ftwrl", kill_long_queries=True, long_query_wait=2)
+        assert update.alive() and f"id {update.id} by " in str(gave_up.value)
+    assert update.error is None, update.error
     assert writes.worst() < 1.0, f"an application write waited {writes.worst():.2f} s"
 
 
