@@ -193,11 +193,13 @@ def test_the_backups_run_at_low_priority_and_under_their_read_cap(app, tmp_path)
           f"physical: {stats.bytes / 1e6 / stats.seconds:.1f} MB/s capped at 40")
 
 
-def test_the_guard_waits_for_a_long_statement_names_it_and_kills_it_only_when_asked(app, tmp_path):
+def test_the_guard_waits_for_a_long_statement_names_it_and_kills_it_only_when_asked(app, tmp_path, monkeypatch):
     """FLUSH TABLES WITH READ LOCK (MySQL, older MariaDB; forced here) would queue every write behind the UPDATE:
     the guard waits instead, then gives up naming it (id, user, seconds, first characters); with
     kill_long_queries it kills it and the backup completes. No write waits over 1 s either way."""
     guard = {"lock_method": "ftwrl", "long_query_guard": 1, "long_query_wait": 2}
+    for name, value in (("ALLOW_FTWRL", "true"), ("ALLOW_KILL_LONG_QUERIES", "true"), ("MIN_LONG_QUERY_GUARD", "1")):
+        monkeypatch.setenv(f"LASTLINE_{name}", value)  # the deployment allows what this run asks (lastline.core.bounds)
     with Writes(app, "ps.app") as writes, BatchWrite(app, LONG_UPDATE) as batch:
         t0 = time.monotonic()
         with pytest.raises(ServerError) as refused:

@@ -290,8 +290,10 @@ def test_sigterm_stops_the_task_within_seconds_and_leaves_no_query_on_the_source
             "chunk_rows": 250_000, "compression": "zstd", "parallel": 2, "include_grants": False,
             "lock_nontransactional": True, "aws_conn_id": None, "keep": 7, "incomplete_grace_hours": 24,
             "lock_method": "ftwrl", "lock_timeout": 600, "long_query_wait": 600}  # one lock attempt that waits
+    allow = {"LASTLINE_ALLOW_FTWRL": "true", "LASTLINE_MAX_LOCK_TIMEOUT": "600"}  # the deployment's own bounds
     proc = subprocess.Popen([sys.executable, "-m", "airflow", "dags", "test", "logical_backup", "-c", json.dumps(conf)],
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
+                            env={**os.environ, **allow})
     try:
         deadline = time.monotonic() + 90
         while not _lastline_queries(src, "%FLUSH TABLES WITH READ LOCK%"):

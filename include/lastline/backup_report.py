@@ -57,6 +57,8 @@ def build(storage: Storage, manifest: Manifest, kind: str, url: str, window: str
         "kind": kind, "url": url, **now, "compression": manifest.compression, "server_version": manifest.server_version,
         "binlog_file": manifest.binlog_file, "binlog_position": manifest.binlog_position, "gtid": manifest.gtid,
         "primary_gtid": primary.get("gtid"), "manifest_sha256": getattr(manifest, "read_sha256", None), "point_in_time": window,
+        # a logical backup's longest write wait behind its snapshot, the wait for the lock included (manifest lock_seconds)
+        "writes_blocked_seconds": float(manifest.lock_seconds) if isinstance(manifest, LogicalManifest) else None,
         "compared": {key: _change(float(now[key] or 0), median(key)) for key in ("bytes", "seconds", "mb_per_s", "rows")},
         "recent": recent,
     }
@@ -80,6 +82,9 @@ def markdown(report: dict[str, Any]) -> str:
         + (f"; its primary's GTID `{report['primary_gtid']}`" if report["primary_gtid"] else ""),
         f"- **{report['point_in_time']}**", "",
     ]
+    if report.get("writes_blocked_seconds") is not None:
+        lines[-1:-1] = [f"- **Writes blocked:** up to {report['writes_blocked_seconds']:.3f} s by the snapshot's lock, its wait "
+                        "for the lock included"]
     if report["recent"]:
         lines += ["## The backups before it", "", "| backup | bytes | seconds | MB/s | ratio | rows |", "|---|---:|---:|---:|---:|---:|"]
         for r in reversed(report["recent"]):

@@ -51,6 +51,28 @@ CONN_FIELDS: dict[str, dict[str, Any]] = {
                      "backup: the backup's own DEFINER"),
     "restore_grants": _flag("Restores may create accounts", "lets the restore_grants Param recreate a backup's accounts "
                             "here, with the backup's passwords"),
+    # bounds on what a run's conf may ask of this server (lastline.core.bounds); empty: the deployment's LASTLINE_* setting
+    "allow_kill_long_queries": _text("Runs may kill long statements", "empty: the deployment's LASTLINE_ALLOW_KILL_LONG_QUERIES "
+                                     "(off by default); never on a protected server", "", ["", "true", "false"]),
+    "min_long_query_guard": _text("Kill only statements older than (s)", "with kill_long_queries: the floor of "
+                                  "long_query_guard (empty: LASTLINE_MIN_LONG_QUERY_GUARD, default 60)"),
+    "max_long_query_wait": _text("Longest wait for long statements (s)", "the ceiling of long_query_wait (empty: "
+                                 "LASTLINE_MAX_LONG_QUERY_WAIT, default 1800)"),
+    "max_lock_timeout": _text("Longest lock attempt (s)", "the ceiling of lock_timeout, so the longest any write waits behind "
+                              "a backup's lock attempt (empty: LASTLINE_MAX_LOCK_TIMEOUT, default 0.5)"),
+    "allow_ftwrl": _text("Runs may use FLUSH TABLES WITH READ LOCK", "where BACKUP STAGE exists (empty: LASTLINE_ALLOW_FTWRL, "
+                         "off by default)", "", ["", "true", "false"]),
+    "max_parallel": _text("Most parallel work", "the ceiling of parallel here (empty: LASTLINE_MAX_PARALLEL, default 16)"),
+    "connection_reserve": _text("Connections kept for the application", "parallel never takes these of max_connections "
+                                "(empty: LASTLINE_CONNECTION_RESERVE, default 10)"),
+    "max_read_mb_per_s": _text("Read cap (MB/s)", "the highest max_read_mb_per_s, and the cap of a run that sets none "
+                               "(empty: LASTLINE_MAX_READ_MB_PER_S, default none)"),
+    "max_priority": _text("Harshest priority", "the harshest priority a run may ask (empty: LASTLINE_MAX_PRIORITY, default "
+                          "low)", "", ["", "idle", "low", "normal"]),
+    "max_replica_lag": _text("Highest replica lag limit (s)", "the ceiling of max_replica_lag; 0: any lag may be asked "
+                             "(empty: LASTLINE_MAX_REPLICA_LAG, default 3600)"),
+    "max_replay_threads": _text("Most replay threads", "applier threads a point-in-time replay starts here (empty: "
+                                "LASTLINE_MAX_REPLAY_THREADS, default 16)"),
     "queue": _text("Celery queue", "the queue of a worker next to this server: its heavy tasks run there"),
     "pool": _text("Airflow pool", "caps heavy work on this server across every DAG (default: lastline_<connection id> when "
                   "that pool exists)"),

@@ -93,18 +93,26 @@ SPECS: dict[str, Spec] = {
                                    "dump MyISAM/Aria tables under the lock (consistent with the rest)", BACKUP),
     "lock_method": Spec("auto", "Snapshot method", "how the backup opens its snapshot: auto (BACKUP STAGE on MariaDB 10.4.1+, "
                         "which holds commits for milliseconds; FLUSH TABLES WITH READ LOCK elsewhere, after the long-statement "
-                        "guard), backup_stage or ftwrl", BACKUP, {"enum": ["auto", "backup_stage", "ftwrl"]}),
+                        "guard), backup_stage or ftwrl (where BACKUP STAGE exists: only if the deployment allows it, LASTLINE_ALLOW_FTWRL "
+                        "or the connection's allow_ftwrl)", BACKUP, {"enum": ["auto", "backup_stage", "ftwrl"]}),
     "long_query_guard": Spec(60.0, "Long statement (s)", "a statement running longer than this is waited for rather than "
-                             "locked behind (FLUSH TABLES WITH READ LOCK would make every write queue behind it)", BACKUP,
+                             "locked behind (FLUSH TABLES WITH READ LOCK would make every write queue behind it); with kill_long_queries, at "
+                             "least the deployment's floor (LASTLINE_MIN_LONG_QUERY_GUARD, default 60)", BACKUP,
                              {"type": "number", "minimum": 0}),
     "long_query_wait": Spec(300.0, "Wait for long statements (s)", "how long the backup waits for them, and retries its "
-                            "lock, before it gives up naming them (or kills them, with kill_long_queries)", BACKUP,
+                            "lock, before it gives up naming them (or kills them, with kill_long_queries); at most the deployment's "
+                            "ceiling (LASTLINE_MAX_LONG_QUERY_WAIT, default 1800)", BACKUP,
                             {"type": "number", "minimum": 0}),
     "kill_long_queries": _flag(False, "Kill long statements", "at the end of the wait, KILL QUERY the statements that "
-                               "keep the backup from its lock instead of giving up", BACKUP),
+                               "keep the backup from its lock instead of giving up: only where the deployment allows it "
+                               "(LASTLINE_ALLOW_KILL_LONG_QUERIES or the connection's allow_kill_long_queries), never on a "
+                               "protected server", BACKUP),
     "lock_timeout": Spec(0.5, "Lock attempt (s)", "the longest one lock attempt waits, so the longest any write waits "
-                         "behind the backup; a timed-out attempt is retried", BACKUP, {"type": "number", "minimum": 0.01}),
-    "parallel": Spec(PARALLEL, "Parallel", "how many work at once", SPEED, {"type": "integer", "minimum": 1}),
+                         "behind the backup; a timed-out attempt is retried; at most the deployment's ceiling "
+                         "(LASTLINE_MAX_LOCK_TIMEOUT, default 0.5)", BACKUP, {"type": "number", "minimum": 0.01}),
+    "parallel": Spec(PARALLEL, "Parallel", "how many work at once: at most the deployment's ceiling (LASTLINE_MAX_PARALLEL, "
+                     "default 16, or the connection's max_parallel), and no more connections than the server leaves free "
+                     "beyond a reserve (fewer are taken, with a warning)", SPEED, {"type": "integer", "minimum": 1}),
     "tune": _flag(LogicalRestorePlan.tune, "Tune for the load", "apply the bulk-load profile while loading (always reverted)", SPEED),
     "restart_allowed": _flag(LogicalRestorePlan.restart_allowed, "Restart allowed",
                              "may restart the target for doublewrite, binlog and autoinc settings (reverted by a restart)", SPEED),
@@ -118,15 +126,18 @@ SPECS: dict[str, Spec] = {
                        "quarter of free RAM, at most 8G", SPEED, SIZE),
     "priority": Spec(DEFAULT_PRIORITY, "Priority on the source's host", "CPU and I/O priority of the backup's own processes "
                      "(mariabackup, compressor, dump workers): low (nice 10, ionice best-effort 7), idle (nice 19, ionice "
-                     "idle: may never finish on a busy disk) or normal", SPEED, {"enum": ["low", "idle", "normal"]}),
+                     "idle: may never finish on a busy disk) or normal; no harsher than the deployment's LASTLINE_MAX_PRIORITY "
+                     "(default low)", SPEED, {"enum": ["low", "idle", "normal"]}),
     "max_read_mb_per_s": Spec(0, "Cap on reads (MB/s)", "cap the bytes the backup reads from the source per second "
                               "(physical: pv -L on the uncompressed stream; logical: the dump workers' rows, shared "
-                              "between them); 0: no cap", SPEED, {"type": "number", "minimum": 0}),
+                              "between them); 0: no cap of the run's own (the deployment's LASTLINE_MAX_READ_MB_PER_S, if set, then "
+                              "applies; a higher cap is refused)", SPEED, {"type": "number", "minimum": 0}),
     "from_replica": _flag(False, "The source is a replica", "record the primary's coordinates (GTID, binlog file and "
                           "position) and pause the replica's SQL thread only for the snapshot (also: \"replica\": true "
                           "in the connection's extra)", BACKUP),
     "max_replica_lag": Spec(MAX_REPLICA_LAG, "Replica lag limit (s)", "a replica further behind its primary than this is not backed "
-                            "up (0: any lag, stopped replication too)", BACKUP, {"type": "number", "minimum": 0}),
+                            "up (0: any lag, stopped replication too, only where the deployment's ceiling LASTLINE_MAX_REPLICA_LAG is 0; "
+                            "at most that ceiling, default 3600)", BACKUP, {"type": "number", "minimum": 0}),
     "until_current": _flag(False, "Until the current position", "ship up to the source's position at the start of the "
                            "run, then end (tests, drills, catching up by hand); off (the default): stream, shipping "
                            "what the source writes every ship_every_seconds for stream_minutes", BACKUP),

@@ -49,6 +49,10 @@ from lastline.core.sql import global_variables, server_identity
 
 DEFAULT_SERVICE_START = "systemctl start mariadb"
 DEFAULT_SERVICE_STOP = "systemctl stop mariadb"
+# the connection extras that bound what a run's conf may ask of this server (lastline.core.bounds reads them)
+LIMIT_EXTRAS = ("allow_kill_long_queries", "min_long_query_guard", "max_long_query_wait", "max_lock_timeout",
+                "allow_ftwrl", "max_parallel", "connection_reserve", "max_read_mb_per_s", "max_priority",
+                "max_replica_lag", "max_replay_threads")
 POLL = 0.2  # seconds between the tries of a server that is starting or stopping
 
 
@@ -76,6 +80,7 @@ class Server:
     definer: str | None = None  # who restored objects run as (None: lastline's objects owner; "backup": the backup's)
     restore_grants: bool = False  # whether restores may create the accounts a backup holds (the restore_grants Param)
     replica: bool = False  # a replica: backups record its primary's coordinates (replication.source)
+    limits: dict | None = field(default=None, compare=False)  # the extras that bound a run's knobs (core.bounds)
     remote: Host | None = field(default=None, compare=False, repr=False)  # the ssh_conn_id's host, once resolved
 
     @classmethod
@@ -103,6 +108,7 @@ class Server:
             definer=str(extra["definer"]).strip() or None if extra.get("definer") else None,
             restore_grants=bool(safety_flag(extra.get("restore_grants"), "restore_grants", False)),
             replica=as_bool(extra.get("replica", False)),
+            limits={k: v for k, v in extra.items() if k in LIMIT_EXTRAS and v not in (None, "")},
         )
 
     def require_datadir(self) -> str:

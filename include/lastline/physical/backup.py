@@ -4,12 +4,13 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+from contextlib import nullcontext
 from dataclasses import asdict
 from datetime import UTC, datetime, timedelta
 
 from lastline import connections
+from lastline.core import bounds, impact, stopping
 from lastline.core import datadir as datadir_ops
-from lastline.core import impact, stopping
 from lastline.core.errors import IntegrityError, PipelineError, StorageError
 from lastline.core.hosts import require_tools
 from lastline.core.option_files import option_file
@@ -48,13 +49,16 @@ def preflight(conf: dict) -> BackupPlan:
     host = server.runner()
     compression = params.text("compression", physical.DEFAULT_COMPRESSION)
     c = physical.codec(compression)
-    priority = params.choice("priority", tuple(impact.PRIORITIES), impact.DEFAULT_PRIORITY)
-    max_read = impact.read_cap(params.number("max_read_mb_per_s", 0, minimum=0))
+    priority = bounds.priority(server, params.choice("priority", tuple(impact.PRIORITIES), impact.DEFAULT_PRIORITY))
+    max_read = bounds.read_cap(server, impact.read_cap(params.number("max_read_mb_per_s", 0, minimum=0)))
+    parallel = bounds.parallel(server, params.integer("parallel", PARALLEL, minimum=1))  # mariabackup's copy threads
     require_tools("mariabackup", c.tool, *impact.tools(priority, max_read), host=host)
     physical.check_open_files(host, server.require_datadir(), server.describe())
     max_lag = params.number("max_replica_lag", MAX_REPLICA_LAG, minimum=0)
-    replica = replica_source.check(server, max_lag, single=True) \
-        if replica_source.wanted(server, params.flag("from_replica")) else None
+    replica = None
+    if replica_source.wanted(server, params.flag("from_replica")):
+        max_lag = bounds.replica_lag(server, max_lag)
+        replica = replica_source.check(server, max_lag, single=True)
     version, identity = server.variables("version")["version"], server.identity()
     tool = physical.tool_version(host)
     physical.check_versions(tool, version)
@@ -70,7 +74,7 @@ def preflight(conf: dict) -> BackupPlan:
         destination=storage.url,
         aws_conn_id=params.text("aws_conn_id"),
         compression=compression,
-        parallel=params.integer("parallel", PARALLEL, minimum=1),
+        parallel=parallel,
         artifact=physical.artifact_name(compression),
         server_version=version,
         tool_version=tool,
@@ -99,7 +103,10 @@ def stream(plan: BackupPlan) -> StreamResult:
     options = options_of(server)  # what the restore's prepare will read, never the stream's backup-my.cnf
     started = datetime.now(UTC)
     key = f"{plan.backup_id}/{plan.artifact}"
-    with option_file(server, ("client", "mariabackup"), on_host=True) as opt, storage.writer(key) as writer:
+    # mariabackup --safe-slave-backup pauses the replica's SQL thread: recorded for as long as the stream runs
+    pause = replica_source.recorded(server, plan.replica["sql_running"], f"physical backup {plan.backup_id}") \
+        if plan.replica is not None else nullcontext()
+    with pause, option_file(server, ("client", "mariabackup"), on_host=True) as opt, storage.writer(key) as writer:
         stages = physical.backup_stages(opt, datadir, plan.parallel, plan.compression, host=host, priority=plan.priority,
                                         max_read_mb_per_s=plan.max_read_mb_per_s, replica=plan.replica is not None,
                                         open_files=open_files)

@@ -18,8 +18,8 @@ import time
 from typing import Any
 
 from lastline import connections, reports
+from lastline.core import bounds, stopping, svg
 from lastline.core import datadir as dd
-from lastline.core import stopping, svg
 from lastline.core.datadir import MARKER
 from lastline.core.errors import IntegrityError, PipelineError
 from lastline.core.hosts import require_tools
@@ -52,6 +52,7 @@ def preflight(conf: dict, role: str | None = None) -> RestorePlan:
     params = Conf(conf)
     server = connections.server(params.required("target_conn_id"))
     server.require_target(role)  # role: the DAG's (restore_drill), never the conf's
+    parallel = bounds.parallel(server, params.integer("parallel", PARALLEL, minimum=1))  # mariabackup's threads
     datadir = server.require_datadir()
     host = server.runner()
     storage, backup_id = resolve_backup(params.required("backup"), params.text("aws_conn_id"))
@@ -88,7 +89,7 @@ def preflight(conf: dict, role: str | None = None) -> RestorePlan:
         backup=f"{storage.url}/{backup_id}",
         backup_id=backup_id,
         aws_conn_id=params.text("aws_conn_id"),
-        parallel=params.integer("parallel", PARALLEL, minimum=1),
+        parallel=parallel,
         use_memory=params.size("use_memory", 0) or physical.default_use_memory(host),
         force=force,
         datadir=datadir,

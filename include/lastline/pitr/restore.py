@@ -10,6 +10,7 @@ from datetime import datetime
 from typing import Any
 
 from lastline import connections
+from lastline.core import bounds
 from lastline.core.errors import ConfigError, Refusal
 from lastline.core.plans import PARALLEL, Conf
 from lastline.core.sql import never_restored
@@ -71,7 +72,9 @@ def preflight(conf: dict[str, Any], recorded: dict[str, Any] | None = None) -> P
     hole, past the archive's end or before the base (the restore's own preflight follows)."""
     params = Conf(conf)
     target_conn_id = params.required("target_conn_id")
-    connections.server(target_conn_id).require_target(None)
+    target = connections.server(target_conn_id)
+    target.require_target(None)
+    parallel = bounds.parallel(target, params.integer("parallel", PARALLEL, minimum=1))  # before anything is read
     destination = params.required("destination").rstrip("/")
     storage = open_allowed(destination, params.text("aws_conn_id"))
     rollback = authenticate(storage, recorded)
@@ -103,12 +106,12 @@ def preflight(conf: dict[str, Any], recorded: dict[str, Any] | None = None) -> P
                  "last transaction applied will be %s (%s); not applied: %s; base %s", kind, backup_id, file, position,
                  gtid, line.branch, until.describe(), len(span.files), span.last_gtid, window.utc(span.last_time),
                  span.not_applied, manifest.authenticity.describe())
-        parallel = params.integer("parallel", PARALLEL, minimum=1)
         restore: dict[str, Any] = {"target_conn_id": target_conn_id, "backup": f"{destination}/{backup_id}",
                    "aws_conn_id": params.text("aws_conn_id"), "force": params.flag("force"), "parallel": parallel,
                    "restore_into_source": params.text("restore_into_source"), "manifest_sha256": manifest.read_sha256}
         replay = ReplayPlan(target_conn_id=target_conn_id, destination=destination, aws_conn_id=params.text("aws_conn_id"),
-                            method=method, threads=max(2, parallel * 2), span=span.to_dict())
+                            method=method, threads=bounds.replay_threads(target, max(2, parallel * 2)),
+                            span=span.to_dict())
         if kind == "logical":  # the replay reaches the databases the logical restore restores, and no others
             in_backup = [d["name"] for d in manifest.databases]
             databases = params.names("databases") or [d for d in in_backup if not never_restored(d)]

@@ -15,8 +15,8 @@ import time
 import uuid
 
 from lastline import connections
+from lastline.core import bounds, stopping
 from lastline.core import datadir as dd
-from lastline.core import stopping
 from lastline.core.datadir import MARKER
 from lastline.core.errors import IntegrityError, PipelineError, PreflightError, ReplicationError, ServerError
 from lastline.core.hosts import Stage, require_tools
@@ -101,7 +101,7 @@ def preflight(conf: dict) -> RebuildPlan:
         target_conn_id=target.conn_id,
         replication_conn_id=repl.conn_id,
         compression=compression,
-        parallel=params.integer("parallel", PARALLEL, minimum=1),
+        parallel=bounds.parallel(source, params.integer("parallel", PARALLEL, minimum=1)),  # mariabackup's threads
         use_memory=params.size("use_memory", 0) or physical.default_use_memory(tgt_host),
         force=force,
         source_datadir=src_dir,

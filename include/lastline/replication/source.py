@@ -13,6 +13,12 @@ and retry until none are; open the snapshot and read the coordinates; start the 
 (a `finally`, a SIGTERM handler; for a worker killed outright, the next attempt's start and the DAG's
 `resume_replica` teardown, which act only when the backup task did not succeed).
 The physical backup passes `--slave-info --safe-slave-backup` to mariabackup, which does the same.
+
+Every pause is recorded on the replica itself before it starts (`_lastline.replica_pauses`: the connection name
+and the id of the session that holds the pause, written unlogged so that no local transaction reaches the
+replica's binlog), and its row is deleted once the thread runs again. A worker that died mid-pause leaves its row
+behind a session that no longer exists: the next preflight of any backup of that replica starts the thread
+again, with an alert, before it measures the lag (`resume_abandoned`).
 """
 from __future__ import annotations
 
@@ -27,12 +33,13 @@ from lastline import connections
 from lastline.core import stopping
 from lastline.core.errors import PreflightError, ReplicationError
 from lastline.core.servers import Server
-from lastline.core.sql import holds_any
+from lastline.core.sql import META_DB, holds_any, sql_error, table_exists
 from lastline.replication.flavour import Flavour, broken, describe_status, field, flavour, replica_status, running
 
 log = logging.getLogger(__name__)
 
 TEMP_TABLE_WAIT = 300.0  # seconds, as mariabackup's --safe-slave-backup-timeout
+PAUSES = "replica_pauses"  # in META_DB on the replica: one row per SQL thread a live or dead backup paused
 
 
 def wanted(server: Server, asked: bool) -> bool:
@@ -56,10 +63,13 @@ def check(server: Server, max_lag: float, single: bool = False) -> dict[str, Any
     error, it is at most `max_lag` seconds behind (0: any lag), and the account may stop its SQL thread.
     `single`: one replication connection only (mariabackup pauses the default one alone). Returns what the
     pause and the teardown need (which SQL threads ran)."""
+    resume_abandoned(server)
     with server.session() as cur:
         fl = flavour(cur)
         statuses = replica_status(cur, fl)
         may_stop = holds_any(cur, "ALL PRIVILEGES ON *.*", "SUPER", "REPLICATION SLAVE ADMIN", "REPLICATION_SLAVE_ADMIN")
+        if statuses:
+            unlogged(cur, server)
     if not statuses:
         raise PreflightError(
             f"{server.describe()} is not a replica (no replication connection is configured): back it up without "
@@ -148,8 +158,111 @@ def primary_coordinates(cur: Any, fl: Flavour, paused: list[str] | None = None) 
             "connections": connections}
 
 
+def unlogged(cur: Any, server: Server) -> None:
+    """This session writes nothing to the replica's binlog (a pause's record must not become a local transaction
+    there, which a failover would carry); an account that may not do so is refused, saying what to grant."""
+    try:
+        _unlog(cur)
+    except Exception as exc:
+        if sql_error(exc)[0] not in (1227, 1044, 1045):
+            raise
+        raise PreflightError(
+            f"{server.conn_id}'s account may not turn binary logging off for its session ({sql_error(exc)[1]}): a backup from "
+            "a replica records each pause of its SQL thread on the replica, unlogged, so that the next run can resume a "
+            "pause a dead run left. GRANT BINLOG ADMIN ON *.* (SUPER before MariaDB 10.5.2), and CREATE, INSERT, DELETE, "
+            f"SELECT ON {META_DB}.*."
+        ) from exc
+
+
+def _unlog(cur: Any) -> None:
+    """Binary logging off for this session (outside a transaction, which the server requires: the reads before
+    it opened one)."""
+    cur.connection.commit()
+    cur.execute("SET SESSION sql_log_bin = 0")
+
+
+def _record(cur: Any, names: list[str], what: str) -> None:
+    """Record, before the pause, that this session pauses the SQL threads of `names` (committed at once)."""
+    unlogged_table(cur)
+    for name in names:
+        cur.execute(f"REPLACE INTO `{META_DB}`.`{PAUSES}` (connection_name, holder, server_id, paused_at, what) "
+                    "VALUES (%s, CONNECTION_ID(), @@server_id, UTC_TIMESTAMP(6), %s)", (name, what[:255]))
+    cur.connection.commit()
+
+
+def _clear(cur: Any) -> None:
+    """This session's pauses are over: their rows go."""
+    cur.execute(f"DELETE FROM `{META_DB}`.`{PAUSES}` WHERE holder = CONNECTION_ID()")
+    cur.connection.commit()
+
+
+def unlogged_table(cur: Any) -> None:
+    """The pauses' table on the replica (this session unlogged: see `unlogged`)."""
+    _unlog(cur)
+    cur.execute(f"CREATE DATABASE IF NOT EXISTS `{META_DB}`")
+    cur.execute(f"CREATE TABLE IF NOT EXISTS `{META_DB}`.`{PAUSES}` (connection_name VARCHAR(64) NOT NULL, "
+                "holder BIGINT UNSIGNED NOT NULL, server_id INT UNSIGNED NOT NULL, paused_at DATETIME(6) NOT NULL, "
+                "what VARCHAR(255) NOT NULL, PRIMARY KEY (connection_name, holder)) ENGINE=InnoDB")
+
+
 @contextmanager
-def paused(server: Server, timeout: float = TEMP_TABLE_WAIT) -> Iterator[dict[str, Any]]:
+def recorded(server: Server, names: list[str], what: str) -> Iterator[None]:
+    """A pause someone else makes (mariabackup --safe-slave-backup) recorded for as long as the block runs: a
+    session of this process holds the record, so a worker that dies leaves it behind a session that is gone."""
+    conn = server.connect()
+    cur = conn.cursor()
+    try:
+        cur.execute("SET SESSION wait_timeout = 86400")
+        _record(cur, names, what)
+        yield
+        _clear(cur)
+    finally:
+        conn.close()
+
+
+def resume_abandoned(server: Server) -> list[str]:
+    """Start again the SQL threads that a run which is gone paused (its record's session no longer exists), and
+    alert: a replica left paused falls behind until someone notices. A thread stopped on an error is left for a
+    person, its record kept. Returns the connections started."""
+    with server.session() as cur:
+        if not table_exists(cur, META_DB, PAUSES):
+            return []
+        # a row of another server_id came with a copy of the datadir (a physical backup holds its own pause's row)
+        cur.execute(f"SELECT COUNT(*) FROM `{META_DB}`.`{PAUSES}` WHERE server_id <> @@server_id")
+        copied = cur.fetchone()[0]
+        cur.execute(f"SELECT connection_name, holder, paused_at, what FROM `{META_DB}`.`{PAUSES}` WHERE server_id = @@server_id "
+                    "AND holder NOT IN (SELECT ID FROM information_schema.PROCESSLIST)")
+        left = cur.fetchall()
+        if not left and not copied:
+            return []
+        unlogged(cur, server)
+        cur.execute(f"DELETE FROM `{META_DB}`.`{PAUSES}` WHERE server_id <> @@server_id")
+        fl = flavour(cur)
+        statuses = {_name(s): s for s in replica_status(cur, fl)}
+        started = []
+        for name, holder, at, what in left:
+            status = statuses.get(str(name))
+            if status is not None and _error(status):
+                log.warning("replica %s: %s, paused by %s at %s, is stopped on an error (%s): left for a person",
+                            server.describe(), name or "default", what, at, _error(status))
+                continue
+            if status is not None and running(status)[1] != "Yes":
+                cur.execute(_sql_thread(fl, "START", str(name)))
+                started.append(str(name) or "default")
+            cur.execute(f"DELETE FROM `{META_DB}`.`{PAUSES}` WHERE connection_name = %s AND holder = %s", (name, holder))
+        cur.connection.commit()
+    if started:
+        text = (f"replica {server.describe()}: started the SQL thread of {', '.join(started)} again; a backup ({left[0][3]}, "
+                f"paused at {left[0][2]} UTC) ended without resuming it. Look at why that run died.")
+        log.warning("%s", text)
+        from lastline.airflow.alerts import send  # the alert goes where the deployment's alert connection says
+
+        send("replica_resumed", text, {"server": server.conn_id, "connections": started})
+    return started
+
+
+@contextmanager
+def paused(server: Server, timeout: float = TEMP_TABLE_WAIT, what: str = "a backup's snapshot") -> Iterator[dict[str, Any]]:
     """Stop the SQL threads running now (waiting until no replicated temporary table is open) and yield
     ``{"read": <the primary's coordinates, checked to be still paused>}``; start exactly those threads again on
     the way out, whatever happened. A thread someone else stopped is left as it is."""
@@ -168,6 +281,7 @@ def paused(server: Server, timeout: float = TEMP_TABLE_WAIT) -> Iterator[dict[st
 
     undo = stopping.add(f"START SLAVE SQL_THREAD on {server.describe()}", start)
     try:
+        _record(cur, [_name(s) for s in replica_status(cur, fl) if running(s)[1] == "Yes"], what)
         deadline = time.monotonic() + timeout
         while True:
             for status in replica_status(cur, fl):
@@ -192,6 +306,7 @@ def paused(server: Server, timeout: float = TEMP_TABLE_WAIT) -> Iterator[dict[st
     finally:
         try:
             start()
+            _clear(cur)
         finally:
             stopping.remove(undo)
             conn.close()

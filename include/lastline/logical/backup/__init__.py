@@ -18,14 +18,15 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from lastline import connections
-from lastline.core import impact, stopping
+from lastline.core import bounds, impact, stopping
 from lastline.core.compression import DEFAULT_COMPRESSION, codec
 from lastline.core.errors import PreflightError, Refusal
 from lastline.core.hosts import require_tools
 from lastline.core.plans import KEEP, MAX_REPLICA_LAG, PARALLEL, Conf
+from lastline.core.servers import Server
 from lastline.core.sql import placeholders
 from lastline.logical.backup.dumper import Dumper, TableState
-from lastline.logical.backup.snapshot import METHODS, Guard, SnapshotPool
+from lastline.logical.backup.snapshot import METHODS, Guard, SnapshotPool, snapshot_method
 from lastline.logical.format import chunking, dialect
 from lastline.logical.format.plans import BackupPlan, DumpResult
 from lastline.logical.format.schema import auto_increment, read_schema, render_sql, resolve_databases
@@ -71,7 +72,7 @@ def preflight(conf: dict) -> BackupPlan:
     params = Conf(conf)
     server = connections.server(params.required("source_conn_id"))
     compression = params.text("compression", DEFAULT_COMPRESSION)
-    priority = params.choice("priority", tuple(impact.PRIORITIES), impact.DEFAULT_PRIORITY)
+    priority = bounds.priority(server, params.choice("priority", tuple(impact.PRIORITIES), impact.DEFAULT_PRIORITY))
     require_tools(codec(compression).tool, *impact.tools(priority, pv=False))
     chunk_rows = params.integer("chunk_rows", DEFAULT_CHUNK_ROWS)
     if chunk_rows < 1000:
@@ -82,8 +83,18 @@ def preflight(conf: dict) -> BackupPlan:
         cur.execute("SELECT @@version")
         version = cur.fetchone()[0]
         plans = chunking.table_plans(cur, databases)
+    guard = snapshot_guard(server, params, version)
+    lock_method = params.choice("lock_method", METHODS, "auto")
+    bounds.lock_method(server, lock_method, snapshot_method(version) == "backup_stage")
+    snapshot_method(version, lock_method)  # backup_stage on a server without it: refused now
+    parallel = bounds.parallel(server, params.integer("parallel", PARALLEL, minimum=1))
+    parallel = bounds.free_connections(server, parallel, own=2, label="dump workers")  # + control, replica pause
+    max_read = bounds.read_cap(server, impact.read_cap(params.number("max_read_mb_per_s", 0, minimum=0)))
     max_lag = params.number("max_replica_lag", MAX_REPLICA_LAG, minimum=0)
-    replica = replica_source.check(server, max_lag) if replica_source.wanted(server, params.flag("from_replica")) else None
+    replica = None
+    if replica_source.wanted(server, params.flag("from_replica")):
+        max_lag = bounds.replica_lag(server, max_lag)
+        replica = replica_source.check(server, max_lag)
     storage = open_allowed(params.required("destination"), params.text("aws_conn_id"))
     storage.check_writable()
     est = sum(p.est_bytes for p in plans)
@@ -96,17 +107,17 @@ def preflight(conf: dict) -> BackupPlan:
         databases=databases,
         compression=compression,
         chunk_rows=chunk_rows,
-        parallel=params.integer("parallel", PARALLEL, minimum=1),
+        parallel=parallel,
         include_grants=params.flag("include_grants"),
         lock_nontransactional=params.flag("lock_nontransactional", True),
-        lock_method=params.choice("lock_method", METHODS, "auto"),
-        long_query_guard=params.number("long_query_guard", 60.0, minimum=0),
-        long_query_wait=params.number("long_query_wait", 300.0, minimum=0),
-        kill_long_queries=params.flag("kill_long_queries"),
-        lock_timeout=params.number("lock_timeout", 0.5, minimum=0.01),
+        lock_method=lock_method,
+        long_query_guard=guard.threshold,
+        long_query_wait=guard.wait,
+        kill_long_queries=guard.kill,
+        lock_timeout=guard.lock_timeout,
         server_version=version,
         priority=priority,
-        max_read_mb_per_s=impact.read_cap(params.number("max_read_mb_per_s", 0, minimum=0)),
+        max_read_mb_per_s=max_read,
         max_replica_lag=max_lag,
         replica=replica,
     )
@@ -115,6 +126,18 @@ def preflight(conf: dict) -> BackupPlan:
         server.describe(), len(databases), len(plans), est / 1e6, storage.url, plan.backup_id,
     )
     return plan
+
+
+def snapshot_guard(server: Server, params: Conf, version: str) -> Guard:
+    """The long-statement guard a run asks for, within its server's bounds (lastline.core.bounds): killing only where
+    allowed and past the floor, the lock attempt and the wait under their ceilings."""
+    threshold = params.number("long_query_guard", 60.0, minimum=0)
+    return Guard(
+        threshold=threshold,
+        wait=bounds.long_query_wait(server, params.number("long_query_wait", 300.0, minimum=0)),
+        kill=bounds.kill_long_queries(server, params.flag("kill_long_queries"), threshold),
+        lock_timeout=bounds.lock_timeout(server, params.number("lock_timeout", 0.5, minimum=0.01)),
+    )
 
 
 @stopping.stops_cleanly
@@ -133,7 +156,8 @@ def dump(plan: BackupPlan) -> DumpResult:
     if plan.replica is not None:  # what an earlier, killed attempt left stopped runs again; the lag is checked anew
         replica = replica_source.attempt(server, plan.replica, plan.max_replica_lag)
     held: dict[str, Any] = {}
-    with SnapshotPool(server, plan.parallel, guard, plan.lock_method, plan.priority, plan.max_read_mb_per_s) as pool:
+    workers = bounds.free_connections(server, plan.parallel, own=2, label="dump workers")  # the load may have grown
+    with SnapshotPool(server, workers, guard, plan.lock_method, plan.priority, plan.max_read_mb_per_s) as pool:
 
         def frozen() -> None:
             """DDL waits (and, with backup_stage, writes to non-transactional tables): the table list, the schema
@@ -158,7 +182,7 @@ def dump(plan: BackupPlan) -> DumpResult:
         if replica is None:
             coords, primary = pool.open(frozen), None
         else:  # the SQL thread stands still while the snapshot opens: the primary's coordinates are exact
-            with replica_source.paused(server) as paused:
+            with replica_source.paused(server, what=f"logical backup {plan.backup_id}") as paused:
                 coords = pool.open(frozen)
                 primary = {**paused["read"](), "primaries": replica["primaries"], "lag_seconds": replica["lag_seconds"]}
             log.info("the primary's coordinates: GTID %s, binlog %s:%s", primary["gtid"], primary["binlog_file"],
@@ -174,18 +198,19 @@ def dump(plan: BackupPlan) -> DumpResult:
         schema_files.append(FileInfo(name, len(data), hashlib.sha256(data).hexdigest()))
     seconds = time.monotonic() - t0
     log.info("%s", dumper.progress.line(final=True))
-    manifest = build_manifest(plan, coords, states, schema, schema_files, started_at, seconds, pool.lock_seconds, primary)
+    manifest = build_manifest(plan, coords, states, schema, schema_files, started_at, seconds, pool.writes_blocked_seconds,
+                              primary)
     where = write_manifest(storage, manifest)
     log.info(
-        "logical backup complete: %d tables, %s rows, %.1f MB raw -> %.1f MB in %.1f s (%.1f MB/s); %s: commits held %.3f s, "
-        "DDL held %.2f s; manifest %s",
+        "logical backup complete: %d tables, %s rows, %.1f MB raw -> %.1f MB in %.1f s (%.1f MB/s); %s: writes blocked up "
+        "to %.3f s (the wait for the lock included; held %.3f s), DDL blocked %.2f s; manifest %s",
         len(manifest.tables), f"{manifest.rows:,}", manifest.raw_bytes / 1e6, manifest.bytes / 1e6, seconds, manifest.mb_per_s,
-        pool.method, pool.lock_seconds, pool.ddl_seconds, where,
+        pool.method, pool.writes_blocked_seconds, pool.lock_seconds, pool.ddl_seconds, where,
     )
     return DumpResult(
         manifest=where, tables=len(manifest.tables), rows=manifest.rows, bytes=manifest.bytes, seconds=round(seconds, 3),
         lock_method=pool.method, commits_held_seconds=round(pool.lock_seconds, 4), ddl_held_seconds=round(pool.ddl_seconds, 3),
-        ddl_yields=dumper.yields,
+        ddl_yields=dumper.yields, writes_blocked_seconds=round(pool.writes_blocked_seconds, 4),
     )
 
 
@@ -193,7 +218,8 @@ def build_manifest(
     plan: BackupPlan, coords: Any, states: list[TableState], schema: dict, schema_files: list[FileInfo],
     started_at: datetime, seconds: float, lock_seconds: float, primary: dict | None = None,
 ) -> LogicalManifest:
-    """The manifest of a finished dump: every table with its chunks, every file with its sha256."""
+    """The manifest of a finished dump: every table with its chunks, every file with its sha256; `lock_seconds`: the
+    longest a write could wait behind the snapshot, the wait for its lock included."""
     creates = {(t["schema"], t["name"]): t["create"] for t in schema["tables"]}
     tables = [
         LogicalTable(

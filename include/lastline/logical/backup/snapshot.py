@@ -16,7 +16,12 @@ The method is chosen by server version (`snapshot_method`):
 
 Every lock attempt is bounded by `guard.lock_timeout` (a fraction of a second): one that times out gives
 its place back to the writes queued behind it, and the backup tries again until `guard.wait` has passed,
-then fails naming the statements that held it (id, user, seconds, first characters).
+then fails naming the statements that held it (id, user, seconds, first characters). With `guard.kill` it kills
+only statements older than `guard.threshold`, never a younger one that merely runs as the wait ends.
+
+What the backup reports is how long a write could have waited behind it: from the start of the lock attempt
+that succeeded (its wait for the lock included) to the release, or a timed-out attempt's whole length if longer
+(`writes_blocked_seconds`), beside how long the lock was held once taken (`lock_seconds`).
 
 The workers are dump worker processes (tsvdump), each with its own connection; they share the snapshot
 because each opened its transaction while commits were held (as mydumper's threads do). After each chunk a
@@ -124,7 +129,9 @@ class SnapshotPool:
         self.control: Any = None
         self.workers: list[DumpWorker] = []
         self.method = ""
-        self.lock_seconds = 0.0  # how long commits were held (ftwrl: every write)
+        self.lock_seconds = 0.0  # how long commits were held once the lock was taken (ftwrl: every write)
+        self.writes_blocked_seconds = 0.0  # the longest a write could wait behind the backup: attempts' waits included
+        self._attempt_at = 0.0  # when the attempt that took the lock began (its wait for the lock included)
         self.ddl_seconds = 0.0  # how long DDL (and non-transactional writes) waited
         self.savepoints = False
         self._stage = False
@@ -163,10 +170,12 @@ class SnapshotPool:
         started = time.monotonic()
         self._acquire(cur, ("BACKUP STAGE START", "BACKUP STAGE BLOCK_DDL"), "BACKUP STAGE END", wait_first=False)
         self._stage = True
-        ddl_at = time.monotonic()
+        ddl_at = self._attempt_at  # BLOCK_DDL held non-transactional writes from its attempt's start
         frozen()
         # commits in flight only (a running statement is not waited for): a short wait, or the task retries
+        commit_at = time.monotonic()
         if not self._attempt(cur, "BACKUP STAGE BLOCK_COMMIT"):
+            self.writes_blocked_seconds = max(self.writes_blocked_seconds, time.monotonic() - commit_at)
             blockers = self._running(cur, 0)
             self._end(cur)
             raise ServerError(f"BACKUP STAGE BLOCK_COMMIT waited over {self.guard.lock_timeout} s for commits in flight"
@@ -177,8 +186,10 @@ class SnapshotPool:
         self._stage = False
         now = time.monotonic()
         self.lock_seconds, self.ddl_seconds = now - held_at, now - ddl_at
-        log.info("snapshot (backup_stage) opened on %d connections in %.2f s: commits held %.3f s, DDL and non-transactional "
-                 "writes held %.2f s; binlog %s:%s, gtid %s", self.n, now - started, self.lock_seconds, self.ddl_seconds,
+        self.writes_blocked_seconds = max(self.writes_blocked_seconds, now - commit_at)
+        log.info("snapshot (backup_stage) opened on %d connections in %.2f s: commits blocked up to %.3f s (the wait for "
+                 "the lock included; held %.3f s), DDL and non-transactional writes blocked %.2f s; binlog %s:%s, gtid %s",
+                 self.n, now - started, self.writes_blocked_seconds, self.lock_seconds, self.ddl_seconds,
                  coords.binlog_file, coords.binlog_position, coords.gtid)
         return coords
 
@@ -191,9 +202,13 @@ class SnapshotPool:
         coords = self._snapshots(cur)
         frozen()
         cur.execute("UNLOCK TABLES")
-        self.lock_seconds = self.ddl_seconds = time.monotonic() - held_at
-        log.info("snapshot (ftwrl) opened on %d connections in %.2f s: every write held %.2f s; binlog %s:%s, gtid %s",
-                 self.n, time.monotonic() - started, self.lock_seconds, coords.binlog_file, coords.binlog_position, coords.gtid)
+        now = time.monotonic()
+        self.lock_seconds = now - held_at
+        # FLUSH TABLES WITH READ LOCK makes every write queue from the moment it starts waiting for the lock
+        self.writes_blocked_seconds = self.ddl_seconds = max(self.writes_blocked_seconds, now - self._attempt_at)
+        log.info("snapshot (ftwrl) opened on %d connections in %.2f s: every write blocked up to %.2f s (the wait for the "
+                 "lock included; held %.2f s); binlog %s:%s, gtid %s", self.n, now - started, self.writes_blocked_seconds,
+                 self.lock_seconds, coords.binlog_file, coords.binlog_position, coords.gtid)
         return coords
 
     def _snapshots(self, cur: Any) -> Coordinates:
@@ -213,15 +228,15 @@ class SnapshotPool:
             long = self._running(cur, g.threshold) if wait_first else []
             if not long:
                 attempts += 1
-                if all(self._attempt(cur, sql) for sql in statements):
+                if self._try(cur, statements, undo):
                     if attempts > 1:
                         log.info("lock taken at attempt %d", attempts)
                     return
-                self._undo(cur, undo)
             if time.monotonic() >= deadline:
                 blockers = long or self._running(cur, min(g.threshold, 1.0))
-                if g.kill and blockers:
-                    for b in blockers:
+                old = [b for b in blockers if b.seconds >= g.threshold]  # a younger statement is never killed
+                if g.kill and old:
+                    for b in old:
                         log.warning("kill_long_queries: KILL QUERY %s", b.describe())
                         try:
                             cur.execute(f"KILL QUERY {int(b.id)}")
@@ -229,9 +244,8 @@ class SnapshotPool:
                             if sql_error(exc)[0] != 1094:
                                 raise
                     time.sleep(0.2)
-                    if all(self._attempt(cur, sql) for sql in statements):
+                    if self._try(cur, statements, undo):
                         return
-                    self._undo(cur, undo)
                 names = "; ".join(b.describe() for b in blockers[:5]) or "none seen (a lock held by LOCK TABLES or a backup?)"
                 raise ServerError(
                     f"the backup did not take its lock ({' + '.join(statements)}) within {g.wait:.0f} s without holding "
@@ -242,6 +256,16 @@ class SnapshotPool:
                 said = True
                 log.info("waiting for %d long statement(s) before locking: %s", len(long), "; ".join(b.describe() for b in long[:3]))
             time.sleep(min(1.0, max(0.05, deadline - time.monotonic())))
+
+    def _try(self, cur: Any, statements: tuple[str, ...], undo: str) -> bool:
+        """One attempt at `statements`; its start is kept (writes queue from then on), and a timed-out attempt's
+        length counts towards how long writes were blocked."""
+        self._attempt_at = time.monotonic()
+        if all(self._attempt(cur, sql) for sql in statements):
+            return True
+        self._undo(cur, undo)
+        self.writes_blocked_seconds = max(self.writes_blocked_seconds, time.monotonic() - self._attempt_at)
+        return False
 
     @staticmethod
     def _undo(cur: Any, undo: str) -> None:

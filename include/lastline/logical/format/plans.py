@@ -48,6 +48,7 @@ class DumpResult(Result):
     commits_held_seconds: float
     ddl_held_seconds: float
     ddl_yields: int  # times the dump let a waiting DDL statement through (dumper.Dumper.yields)
+    writes_blocked_seconds: float = 0.0  # the longest a write could wait behind the snapshot, the lock's wait included
 
 
 @dataclass(frozen=True)

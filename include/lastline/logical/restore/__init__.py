@@ -8,7 +8,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from lastline import connections
-from lastline.core import accounts, stopping
+from lastline.core import accounts, bounds, stopping
 from lastline.core import datadir as dd
 from lastline.core.errors import IntegrityError, LastlineError, PreflightError
 from lastline.core.plans import PARALLEL, Conf
@@ -75,6 +75,7 @@ def preflight(conf: dict, role: str | None = None) -> RestorePlan:
     params = Conf(conf)
     server = connections.server(params.required("target_conn_id"))
     server.require_target(role)  # role: the DAG's (staging_refresh, restore_drill), never the conf's
+    parallel = bounds.parallel(server, params.integer("parallel", PARALLEL, minimum=1))  # refused before anything is read
     storage, backup_id = resolve_backup(params.required("backup"), params.text("aws_conn_id"), "logical")
     # a staging refresh pins the manifest its PII guard read: the restore reads that very one
     manifest = read_manifest(storage, backup_id, "logical", sha256=params.text("manifest_sha256"))
@@ -177,7 +178,7 @@ def preflight(conf: dict, role: str | None = None) -> RestorePlan:
         backup_id=backup_id,
         aws_conn_id=params.text("aws_conn_id"),
         databases=wanted,
-        parallel=params.integer("parallel", PARALLEL, minimum=1),
+        parallel=bounds.free_connections(server, parallel, own=2, label="restore lanes"),  # one connection each
         tune=params.flag("tune", RestorePlan.tune),
         restart_allowed=restart_allowed,
         defer_indexes=defer_indexes,
