@@ -141,7 +141,8 @@ def test_schema_objects_are_kept_apart_and_ordered(corpus_backup):
     greet = next(r for r in schema["routines"] if r["name"] == "greet")
     assert "ANSI_QUOTES" in greet["sql_mode"] and "PIPES_AS_CONCAT" in greet["sql_mode"]
     assert any(r["name"] == "count_audit" and "fake delimiter" in r["create"] for r in schema["routines"])
-    assert [e["name"] for e in schema["events"]] == ["purge_audit"]
+    assert [e["name"] for e in schema["events"] if e["schema"] == "edge"] == ["purge_audit"]
+    assert [e["name"] for e in schema["events"] if e["schema"] == "store"] == ["purge_rental_log"]
     seqs = {s["name"]: s["next_value"] for s in schema["sequences"]}
     assert seqs["seq_orders"] >= 110 and seqs["seq_plain"] == 2
     assert {d["name"]: d["charset"] for d in schema["databases"]}["edge"] == "latin1"

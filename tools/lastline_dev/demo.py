@@ -138,6 +138,7 @@ def start_servers() -> dict[str, Instance]:
         if inst.exists() and not _usable(inst):
             inst.destroy()
         if not inst.exists():
+            inst.destroy()  # what a try killed before the instance was whole left (a datadir half made, a server)
             say(f"creating the {name} sandbox (.demo/sandbox/{name})"
                 + (f": the store dataset + {bulk_mb} MB of generated rows" if name == "source" else ": empty"))
             try:
