@@ -116,8 +116,9 @@ def _loaded(root: Path, name: str, *loads) -> Instance:
 
 @pytest.fixture(scope="session")
 def source(sandbox_root):
-    """A source server with the store dataset and a few MB of generated rows."""
-    inst = _loaded(sandbox_root, "source", Instance.load_store, lambda i: i.load_bulk(8, tables=2))
+    """A source server with the store dataset (and its system-versioned `store_history`, which physical backups
+    carry) and a few MB of generated rows."""
+    inst = _loaded(sandbox_root, "source", lambda i: i.load_store(versioned=True), lambda i: i.load_bulk(8, tables=2))
     set_conn("t_source", inst)
     yield inst
     inst.destroy()

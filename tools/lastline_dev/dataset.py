@@ -458,7 +458,9 @@ def generate(seed: int = DEFAULT_SEED, versioned: bool = False) -> Dataset:
     inventory = [(f, s) for f in range(1, 1001) for s in (1, 2) for _ in range(r.choice((0, 1, 2, 2, 3, 3, 4)))]
     table("inventory", "inventory_id film_id store_id last_update",
           [(i, f, s, _STAMP) for i, (f, s) in enumerate(inventory, 1)])
-    rentals, payments, log = [], [], []
+    rentals: list[tuple] = []
+    payments: list[tuple] = []
+    log: list[tuple] = []
     when = _EPOCH
     rates = {f[0]: f[7] for f in films}
     for i in range(1, 16045):
