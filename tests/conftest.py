@@ -121,8 +121,9 @@ def _loaded(root: Path, name: str, *loads) -> Instance:
 
 @pytest.fixture(scope="session")
 def source(sandbox_root):
-    """A source server with Sakila and a few MB of generated rows."""
-    inst = _loaded(sandbox_root, "source", Instance.load_sakila, lambda i: i.load_bulk(8, tables=2))
+    """A source server with the store dataset (and its system-versioned `store_history`, which physical backups
+    carry) and a few MB of generated rows."""
+    inst = _loaded(sandbox_root, "source", lambda i: i.load_store(versioned=True), lambda i: i.load_bulk(8, tables=2))
     set_conn("t_source", inst)
     yield inst
     inst.destroy()
@@ -196,8 +197,8 @@ CORPUS = ROOT / "tests" / "corpus" / "edge_cases.sql"
 
 @pytest.fixture(scope="session")
 def logical_source(sandbox_root):
-    """A source for logical backups: Sakila and the edge-case corpus (database `edge`)."""
-    inst = _loaded(sandbox_root, "lsource", Instance.load_sakila, lambda i: i.load_sql_file(CORPUS))
+    """A source for logical backups: the store dataset and the edge-case corpus (database `edge`)."""
+    inst = _loaded(sandbox_root, "lsource", Instance.load_store, lambda i: i.load_sql_file(CORPUS))
     set_conn("t_lsource", inst)
     yield inst
     inst.destroy()

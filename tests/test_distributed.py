@@ -38,7 +38,7 @@ CHUNK = 20_000
 
 @pytest.fixture(scope="module")
 def servers(sandbox_root):
-    """A source (Sakila + two 400k-row tables), a physical target and a logical target of the suite's own."""
+    """A source (the store dataset + two 400k-row tables), a physical target and a logical target of the suite's own."""
     if missing := services_available():
         pytest.skip(f"the distributed suite needs PostgreSQL and Redis: {missing}")
     made = []
@@ -47,7 +47,7 @@ def servers(sandbox_root):
             inst = Instance(sandbox_root, name)
             inst.create()
             made.append(inst)
-        made[0].load_sakila()
+        made[0].load_store()
         made[0].load_tables("dist_big", BIG)
         yield dict(zip(("source", "target", "ltarget", "drill"), made))
     finally:
@@ -121,7 +121,7 @@ def test_logical_backup_and_restore_spread_lanes_over_both_workers(deployment, s
     api = deployment.api
     dest = f"file://{deployment.dest}/logical"
     backup = api.trigger("logical_backup", {"source_conn_id": "d_source", "destination": dest, "chunk_rows": CHUNK,
-                                            "databases": ["sakila", "dist_big"]})
+                                            "databases": ["store", "dist_big"]})
     assert api.wait(backup, 300)["state"] == "success", deployment.logs()
     # Both lane locks are held here until both lane tasks run: each claims a unit and waits for a lane, so the
     # work is shared whichever worker starts first (a Celery worker can finish its previous task seconds late).
@@ -173,14 +173,14 @@ def _awaiting_approval(api, run, deadline: float) -> dict:
 def test_a_restore_that_replaces_data_waits_for_approval_and_a_rejection_touches_nothing(deployment, servers):
     api = deployment.api
     target = servers["ltarget"].server()
-    before = target.query("CHECKSUM TABLE dist_big.t1, sakila.film")
+    before = target.query("CHECKSUM TABLE dist_big.t1, store.film")
     # the connection asks for approval; a run's conf could not skip it (`approval` there is not a Param any more)
     conf = {"target_conn_id": "d_ltarget_ask", "backup": f"file://{deployment.dest}/logical/latest", "force": True, "approval": False}
     rejected = api.trigger("logical_restore", conf)
     ask = _awaiting_approval(api, rejected, time.monotonic() + 120)
     # what the person is shown: the tables to be replaced with their rows and last write, the backup and its age
     assert ask["subject"].startswith("Replace ") and "dist_big" not in ask["subject"]  # the counts; the tables are below
-    for text in ("`sakila.film`", "last write", "hours old", "Reject"):
+    for text in ("`store.film`", "last write", "hours old", "Reject"):
         assert text in ask["body"], (text, ask["body"])
     rows = int(re.search(r"\| `dist_big.t1` \| ([\d,]+) \|", ask["body"]).group(1).replace(",", ""))
     assert 300_000 < rows < 500_000  # InnoDB's estimate of its 400,000 rows
@@ -193,7 +193,7 @@ def test_a_restore_that_replaces_data_waits_for_approval_and_a_rejection_touches
     states = {ti["task_id"]: ti["state"] for ti in api.task_instances(rejected)}
     assert states["approve"] == "failed" and states["snapshot_config"] == "upstream_failed", states
     assert [t["try_number"] for t in api.tries(rejected, "approve")] == [1]  # a refusal: no retry asks again
-    assert target.query("CHECKSUM TABLE dist_big.t1, sakila.film") == before  # nothing touched
+    assert target.query("CHECKSUM TABLE dist_big.t1, store.film") == before  # nothing touched
     assert not target.query("SHOW DATABASES LIKE 'lastline_aside%'")
 
     approved = api.trigger("logical_restore", conf)
@@ -262,7 +262,7 @@ def test_a_completed_backup_is_drilled_under_the_scheduler(deployment, servers):
     api = deployment.api
     api.call("PATCH", "/api/v2/dags/restore_drill", json={"is_paused": False})
     backup = api.trigger("logical_backup", {"source_conn_id": "d_source", "destination": f"file://{deployment.dest}/drill",
-                                            "databases": ["sakila"]})
+                                            "databases": ["store"]})
     assert api.wait(backup, 300)["state"] == "success", deployment.logs()
     deadline = time.monotonic() + 120
     while not (runs := [r for r in _runs(api, "restore_drill") if r["run_type"] == "asset_triggered"]):
@@ -276,8 +276,8 @@ def test_a_completed_backup_is_drilled_under_the_scheduler(deployment, servers):
     assert page.status_code == 200 and '<img alt="restore_drill.svg"' in page.text  # the history's chart
     entry = json.loads(api.call_raw("GET", f"/lastline/reports/restore_drill/{drill[1]}/restore_drill.json").text)
     assert entry["ok"] and entry["kind"] == "logical" and entry["rto_seconds"] > 0 and entry["backup_id"] in entry["backup"]
-    sakila = "CHECKSUM TABLE sakila.film, sakila.payment, sakila.rental"
-    assert servers["drill"].server().query(sakila) == servers["source"].server().query(sakila)
+    checked = "CHECKSUM TABLE store.film, store.payment, store.rental"
+    assert servers["drill"].server().query(checked) == servers["source"].server().query(checked)
 
 
 MANUAL = ("logical_restore", "physical_restore", "replica_rebuild", "replica_detach", "staging_refresh", "restore_drill",

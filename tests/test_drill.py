@@ -38,7 +38,7 @@ def both_backups(source, tmp_path_factory) -> Path:
     dest = tmp_path_factory.mktemp("drills")
     plan = pb.preflight({"source_conn_id": "t_source", "destination": f"file://{dest}"})
     pb.finish(plan, pb.stream(plan))
-    lb.dump(lb.preflight({"source_conn_id": "t_source", "destination": f"file://{dest}", "databases": ["sakila", "bulk"]}))
+    lb.dump(lb.preflight({"source_conn_id": "t_source", "destination": f"file://{dest}", "databases": ["store", "bulk"]}))
     return dest
 
 

@@ -92,7 +92,7 @@ def test_s3_answering_500_503_and_slowdown_for_a_while(logical_source, s3_server
         "extra": {"endpoint_url": proxy.url, "region_name": "us-east-1"},
     })
     plan = lb.preflight({"source_conn_id": "t_lsource", "destination": "s3://backups/throttled", "aws_conn_id": "t_s3slow",
-                         "databases": ["sakila"], "chunk_rows": 2000})
+                         "databases": ["store"], "chunk_rows": 2000})
     result = lb.dump(plan)
     assert proxy.failed == 9, "the proxy never throttled the backup"
     # read back around the proxy: every file the manifest lists is there, whole

@@ -29,11 +29,11 @@ pytestmark = pytest.mark.e2e
 
 @pytest.fixture(scope="module")
 def backup(logical_source, tmp_path_factory) -> Path:
-    """sakila (triggers, views, routines with DEFINER root) and the edge corpus (MyISAM, Aria, sequences...)."""
+    """store (triggers, views, routines with the loading account as DEFINER) and the edge corpus (MyISAM, Aria, sequences...)."""
     _commit(logical_source.server(), "CREATE DATABASE IF NOT EXISTS `lp_a_b`",  # `_` is a wildcard in GRANT: it must not reach lp_aXb
             "CREATE TABLE IF NOT EXISTS `lp_a_b`.t (id INT PRIMARY KEY, v VARCHAR(10))", "REPLACE INTO `lp_a_b`.t VALUES (1, 'one')")
     dest = tmp_path_factory.mktemp("least-privilege")
-    lb.dump(lb.preflight({"source_conn_id": "t_lsource", "destination": f"file://{dest}", "databases": ["sakila", "edge", "lp_a_b"]}))
+    lb.dump(lb.preflight({"source_conn_id": "t_lsource", "destination": f"file://{dest}", "databases": ["store", "edge", "lp_a_b"]}))
     return dest
 
 
@@ -66,7 +66,7 @@ def _commit(server, *statements: str) -> None:
 
 
 def _conf(dest: Path, **kw) -> dict:
-    return {"target_conn_id": "t_ltarget", "backup": f"file://{dest}/latest", "databases": ["sakila", "edge", "lp_a_b"],
+    return {"target_conn_id": "t_ltarget", "backup": f"file://{dest}/latest", "databases": ["store", "edge", "lp_a_b"],
             "force": True, "parallel": 2, "tune": True, "redo_log_bytes": 128 << 20, **kw}
 
 
@@ -104,7 +104,7 @@ def test_the_run_account_holds_only_the_restored_databases_runs_the_backup_and_i
         text = "\n".join(grants)
         # the restored databases (their names escaped: `lp_a_b` matches no lp_aXb), lastline's two tables, the
         # session procedure, READ_ONLY ADMIN: nothing else; no FILE, SUPER, mysql.*, or another database
-        assert "ON `lp\\_a\\_b`.*" in text and "ON `sakila`.*" in text and "ON `edge`.*" in text, text
+        assert "ON `lp\\_a\\_b`.*" in text and "ON `store`.*" in text and "ON `edge`.*" in text, text
         assert "ON `_lastline`.`ledger`" in text and "ON `_lastline`.`table_checks`" in text, text
         assert "EXECUTE ON PROCEDURE `_lastline`.`restore_session`" in text, text
         globally = [g for g in grants if " ON *.* " in g]
@@ -127,19 +127,19 @@ def test_the_run_account_holds_only_the_restored_databases_runs_the_backup_and_i
     for like in ("CREATE TRIGGER%", "CREATE %VIEW%", "CREATE %PROCEDURE%", "CREATE %FUNCTION%"):
         assert _who_ran(target, like) == {owner}, (like, _who_ran(target, like))
     # the objects run as the owner, not as the backup's root, and it cannot log in; it reaches these databases only
-    definers = {r[0] for r in target.query("SELECT DEFINER FROM information_schema.TRIGGERS WHERE TRIGGER_SCHEMA = 'sakila' "
-                                           "UNION SELECT DEFINER FROM information_schema.VIEWS WHERE TABLE_SCHEMA = 'sakila' "
-                                           "UNION SELECT DEFINER FROM information_schema.ROUTINES WHERE ROUTINE_SCHEMA = 'sakila'")}
+    definers = {r[0] for r in target.query("SELECT DEFINER FROM information_schema.TRIGGERS WHERE TRIGGER_SCHEMA = 'store' "
+                                           "UNION SELECT DEFINER FROM information_schema.VIEWS WHERE TABLE_SCHEMA = 'store' "
+                                           "UNION SELECT DEFINER FROM information_schema.ROUTINES WHERE ROUTINE_SCHEMA = 'store'")}
     assert len(definers) == 1 and next(iter(definers)).startswith(owner + "@"), definers
     assert "ACCOUNT LOCK" in target.query(f"SHOW CREATE USER {accounts.account_sql(owner, next(iter(definers)).split('@')[1])}")[0][0]
     owner_text = "\n".join(_grants(target, owner))
     assert "lp_other" not in owner_text and "SUPER" not in owner_text and "restore_session" not in owner_text
     # and the objects work: a trigger fires as its (locked) owner, a view and a routine answer
-    _commit(target, "INSERT INTO sakila.film (film_id, title, language_id) VALUES (30000, 'LP', 1)")
-    assert target.query("SELECT title FROM sakila.film_text WHERE film_id = 30000") == [("LP",)]  # written by ins_film
-    _commit(target, "DELETE FROM sakila.film WHERE film_id = 30000")
-    assert target.query("SELECT COUNT(*) FROM sakila.actor_info")[0][0] == 200
-    assert target.query("SELECT sakila.inventory_in_stock(1)")[0][0] in (0, 1)
+    _commit(target, "INSERT INTO store.film (film_id, title, language_id) VALUES (30000, 'LP', 1)")
+    assert target.query("SELECT title FROM store.film_text WHERE film_id = 30000") == [("LP",)]  # written by ins_film
+    _commit(target, "DELETE FROM store.film WHERE film_id = 30000")
+    assert target.query("SELECT COUNT(*) FROM store.actor_info")[0][0] == 200
+    assert target.query("SELECT store.inventory_in_stock(1)")[0][0] in (0, 1)
     assert target.query("SELECT * FROM lp_a_b.t") == [(1, "one")]
 
 

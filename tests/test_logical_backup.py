@@ -1,4 +1,4 @@
-"""Logical backups on real servers: Sakila and the edge-case corpus, checked against the source."""
+"""Logical backups on real servers: the store dataset and the edge-case corpus, checked against the source."""
 from __future__ import annotations
 
 import contextlib
@@ -19,6 +19,7 @@ from lastline.logical.format import dialect
 from lastline.logical.format.chunk_files import read_chunk
 from lastline.manifest import LogicalManifest, read_manifest
 from lastline.storage import open_storage
+from lastline_dev.dataset import generate
 
 pytestmark = pytest.mark.e2e
 
@@ -64,13 +65,13 @@ def _lines(data: bytes) -> list[bytes]:
 @pytest.fixture(scope="module")
 def corpus_backup(logical_source, tmp_path_factory):
     dest = tmp_path_factory.mktemp("lbackups")
-    return dest, _dump(dest, databases=["sakila", "edge"], chunk_rows=1000)
+    return dest, _dump(dest, databases=["store", "edge"], chunk_rows=1000)
 
 
-def test_dag_backs_up_sakila_and_corpus_with_manifest_equal_to_source(run_dag, logical_source, tmp_path):
+def test_dag_backs_up_store_and_corpus_with_manifest_equal_to_source(run_dag, logical_source, tmp_path):
     dest = tmp_path / "b"
     state, tis, logs = run_dag("logical_backup", {
-        "source_conn_id": "t_lsource", "destination": f"file://{dest}", "databases": ["sakila", "edge"], "chunk_rows": 1000,
+        "source_conn_id": "t_lsource", "destination": f"file://{dest}", "databases": ["store", "edge"], "chunk_rows": 1000,
     })
     assert state == "success", tis
     assert logical_source.server().password not in logs
@@ -79,7 +80,7 @@ def test_dag_backs_up_sakila_and_corpus_with_manifest_equal_to_source(run_dag, l
     manifest = LogicalManifest.from_json((backup / "manifest.json").read_text())
     assert _source_sums(logical_source.server(), manifest) == {f"{t.schema}.{t.name}": (t.rows, t.checksum) for t in manifest.tables}
     names = {f"{t.schema}.{t.name}" for t in manifest.tables}
-    assert {"sakila.payment", "sakila.film_text", "edge.no_key", "edge.we!rd tab`le/x"} <= names
+    assert {"store.payment", "store.film_text", "edge.no_key", "edge.we!rd tab`le/x"} <= names
     assert manifest.binlog_file and manifest.binlog_position and manifest.gtid
     assert manifest.rows == sum(t.rows for t in manifest.tables) > 40000
 
@@ -90,7 +91,7 @@ def test_chunking_follows_the_key_and_files_hold_what_the_manifest_says(corpus_b
     assert tables["edge.key_enum"].chunking.startswith("no usable key")
     assert tables["edge.unique_notnull"].chunking == "unique key uu ranges" and tables["edge.unique_notnull"].key == ["u"]
     assert tables["edge.key_composite"].key == ["a", "b", "c"]
-    for name in ("edge.key_string", "edge.key_composite", "edge.key_datetime", "edge.key_binary", "sakila.payment"):
+    for name in ("edge.key_string", "edge.key_composite", "edge.key_datetime", "edge.key_binary", "store.payment"):
         assert len(tables[name].chunks) >= 2, name  # big enough to be cut at chunk_rows=1000
     assert [c.rows for c in tables["edge.no_key"].chunks] == [1000, 1000, 502]
     storage = open_storage(f"file://{dest}")
@@ -140,7 +141,8 @@ def test_schema_objects_are_kept_apart_and_ordered(corpus_backup):
     greet = next(r for r in schema["routines"] if r["name"] == "greet")
     assert "ANSI_QUOTES" in greet["sql_mode"] and "PIPES_AS_CONCAT" in greet["sql_mode"]
     assert any(r["name"] == "count_audit" and "fake delimiter" in r["create"] for r in schema["routines"])
-    assert [e["name"] for e in schema["events"]] == ["purge_audit"]
+    assert [e["name"] for e in schema["events"] if e["schema"] == "edge"] == ["purge_audit"]
+    assert [e["name"] for e in schema["events"] if e["schema"] == "store"] == ["purge_rental_log"]
     seqs = {s["name"]: s["next_value"] for s in schema["sequences"]}
     assert seqs["seq_orders"] >= 110 and seqs["seq_plain"] == 2
     assert {d["name"]: d["charset"] for d in schema["databases"]}["edge"] == "latin1"
@@ -225,7 +227,7 @@ def test_concurrent_writes_after_the_snapshot_are_absent_in_every_table(logical_
     th.start()
     while count[0] < 200:
         time.sleep(0.01)
-    m = _dump(tmp_path, databases=["conc", "sakila", "edge"], chunk_rows=1000)
+    m = _dump(tmp_path, databases=["conc", "store", "edge"], chunk_rows=1000)
     during = count[0]
     time.sleep(0.2)
     stop.set()
@@ -241,25 +243,27 @@ def test_concurrent_writes_after_the_snapshot_are_absent_in_every_table(logical_
 def test_s3_destination_with_pigz(run_dag, logical_source, s3_server):
     state, tis, _logs = run_dag("logical_backup", {
         "source_conn_id": "t_lsource", "destination": "s3://backups/logical", "aws_conn_id": "t_s3",
-        "databases": ["sakila"], "compression": "pigz", "chunk_rows": 5000,
+        "databases": ["store"], "compression": "pigz", "chunk_rows": 5000,
     })
     assert state == "success", tis
     from lastline.manifest import resolve_backup
 
     storage, backup_id = resolve_backup("s3://backups/logical/latest", "t_s3", "logical")
     m = read_manifest(storage, backup_id, "logical")
-    assert m.compression == "pigz" and len(m.tables) == 16
+    store = generate()  # what the source's `store` database holds (conftest's logical_source loads this seed)
+    # every base table of the generated dataset (its sequence is schema, not a table of rows)
+    assert m.compression == "pigz" and {t.name for t in m.tables} == set(store.rows) - {"invoice_number"}
     payment = next(t for t in m.tables if t.name == "payment")
     assert len(payment.chunks) >= 3 and all(c.file.endswith(".tsv.gz") for c in payment.chunks)
     lines = _lines(b"".join(
         b"".join(read_chunk(storage, f"{backup_id}/{c.file}", "pigz", c.sha256)) for c in payment.chunks
     ))
-    assert len(lines) == payment.rows == 16049
+    assert len(lines) == payment.rows == store.rows["payment"] > 16000
 
 
 def test_unknown_database_is_named(run_dag, logical_source, tmp_path):
     state, tis, logs = run_dag("logical_backup", {
-        "source_conn_id": "t_lsource", "destination": f"file://{tmp_path}", "databases": ["sakila", "nope"],
+        "source_conn_id": "t_lsource", "destination": f"file://{tmp_path}", "databases": ["store", "nope"],
     })
     assert state == "failed" and tis["preflight"] == "failed"
     assert "unknown database(s) nope" in logs
@@ -277,7 +281,7 @@ def test_missing_reload_privilege_is_named_and_leaves_no_manifest(run_dag, logic
     weak = json.loads(os.environ["AIRFLOW_CONN_T_WEAK"])
     weak.update(login="weak", password="weak-pw-1")
     os.environ["AIRFLOW_CONN_T_WEAK"] = json.dumps(weak)
-    state, tis, logs = run_dag("logical_backup", {"source_conn_id": "t_weak", "destination": f"file://{tmp_path}", "databases": ["sakila"]})
+    state, tis, logs = run_dag("logical_backup", {"source_conn_id": "t_weak", "destination": f"file://{tmp_path}", "databases": ["store"]})
     logical_source.server().query("DROP USER 'weak'@'127.0.0.1'")  # other tests back up the source's accounts
     assert state == "failed" and tis["dump"] == "failed"
     assert "RELOAD" in logs
@@ -341,7 +345,7 @@ def test_chunk_files_are_made_durable_at_once_before_the_manifest(logical_source
 
     monkeypatch.setattr(os, "fsync", counted_fsync)
     monkeypatch.setattr(FileStorage, "sync", counted_sync)
-    manifest = _dump(tmp_path, databases=["sakila"], chunk_rows=1000)
+    manifest = _dump(tmp_path, databases=["store"], chunk_rows=1000)
     chunks = sum(len(t.chunks) for t in manifest.tables)
     assert chunks > 20
     assert not [e for e in events if ".tsv" in e]  # no chunk file fsynced alone
@@ -351,7 +355,7 @@ def test_chunk_files_are_made_durable_at_once_before_the_manifest(logical_source
     # where syncfs would not vouch for them (a FUSE or network mount, a kernel before 5.8), each file is fsynced
     events.clear()
     monkeypatch.setattr("lastline.storage.file.filesystem_type", lambda path: "fuse.sshfs")
-    _dump(tmp_path / "fuse", databases=["sakila"], chunk_rows=1000)
+    _dump(tmp_path / "fuse", databases=["store"], chunk_rows=1000)
     assert len([e for e in events if ".tsv" in e]) == chunks and "sync" in events  # the sync then has nothing to do
 
 
@@ -361,7 +365,7 @@ def test_full_destination_is_named_and_leaves_no_manifest(logical_source, tmp_pa
     if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(mnt)], capture_output=True).returncode:
         pytest.skip("cannot mount a small tmpfs here (needs root or CAP_SYS_ADMIN)")
     try:
-        plan = lb.preflight({"source_conn_id": "t_lsource", "destination": f"file://{mnt}", "databases": ["sakila"], "compression": "none"})
+        plan = lb.preflight({"source_conn_id": "t_lsource", "destination": f"file://{mnt}", "databases": ["store"], "compression": "none"})
         from lastline.core.errors import StorageError
 
         with pytest.raises(StorageError, match="destination is full"):

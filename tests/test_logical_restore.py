@@ -79,10 +79,10 @@ def _diff(a: dict, b: dict) -> list[str]:
 
 @pytest.fixture(scope="module")
 def backups(logical_source, tmp_path_factory) -> Path:
-    """One logical backup of sakila + edge + big (300k rows in 100k-row chunks)."""
+    """One logical backup of store + edge + big (300k rows in 100k-row chunks)."""
     logical_source.load_tables("big", {"t": 300_000})
     dest = tmp_path_factory.mktemp("lrestore")
-    plan = lb.preflight({"source_conn_id": "t_lsource", "destination": f"file://{dest}", "databases": ["sakila", "edge", "big"],
+    plan = lb.preflight({"source_conn_id": "t_lsource", "destination": f"file://{dest}", "databases": ["store", "edge", "big"],
                          "chunk_rows": 100_000})
     lb.dump(plan)
     return dest
@@ -96,11 +96,11 @@ def _conf(dest: Path, **kw) -> dict:
     }
 
 
-def test_round_trip_of_sakila_and_corpus_is_exact_and_config_comes_back(run_dag, backups, logical_source, logical_target):
+def test_round_trip_of_store_and_corpus_is_exact_and_config_comes_back(run_dag, backups, logical_source, logical_target):
     before = _variables(logical_target.server())
     state, tis, logs = run_dag("logical_restore", _conf(backups, force=True))
     assert state == "success", (tis, _errors(logs))
-    dbs = ("sakila", "edge", "big")
+    dbs = ("store", "edge", "big")
     src, dst = _objects(logical_source.server(), dbs), _objects(logical_target.server(), dbs)
     assert _diff(src, dst) == []
     assert _variables(logical_target.server()) == before
@@ -108,7 +108,7 @@ def test_round_trip_of_sakila_and_corpus_is_exact_and_config_comes_back(run_dag,
     assert "load " in logs and "MB/s" in logs and "revert: restored" in logs and "verify ok" in logs
     chart = next(line.split("report: chart ", 1)[1].split(",")[0] for line in logs.splitlines() if "report: chart " in line)
     svg = Path(chart.removeprefix("file://")).read_text()  # where the UI's report link reads it
-    assert svg.startswith("<svg") and "seconds per stage" in svg and "sakila." in svg  # a chart, its tables named
+    assert svg.startswith("<svg") and "seconds per stage" in svg and "store." in svg  # a chart, its tables named
     summary = Path(chart.removeprefix("file://")).with_name("summary.md").read_text()  # the Report tab's first page
     assert summary.splitlines()[2].startswith("**Verified: all ") and "tables hold exactly the backup's" in summary
     assert "row hashes, summed per table, equal the ones computed on the source" in summary
@@ -120,7 +120,7 @@ def test_round_trip_of_sakila_and_corpus_is_exact_and_config_comes_back(run_dag,
 
 
 def test_corrupt_chunk_is_named_nothing_of_it_is_kept_and_revert_runs(run_dag, backups, logical_source, logical_target, tmp_path):
-    dbs = ("sakila", "edge", "big")
+    dbs = ("store", "edge", "big")
     state, tis, logs = run_dag("logical_restore", _conf(backups, force=True))  # a good restore to replace
     assert state == "success", (tis, _errors(logs))
     old = _objects(logical_target.server(), dbs)
@@ -150,7 +150,7 @@ def test_corrupt_chunk_is_named_nothing_of_it_is_kept_and_revert_runs(run_dag, b
         for (t,) in rows:
             checksum = target.query(f"CHECKSUM TABLE {dialect.qualified(aside[db], t)}")[0][1]
             assert checksum == old[f"table {db}.{t}"][1], (db, t)
-    saved = {(k, n) for k, n in target.query(f"SELECT kind, name FROM {dialect.qualified(aside['sakila'], '__lastline_objects')}")}
+    saved = {(k, n) for k, n in target.query(f"SELECT kind, name FROM {dialect.qualified(aside['store'], '__lastline_objects')}")}
     assert ("TRIGGER", "customer_create_date") in saved and ("VIEW", "actor_info") in saved
     assert "kept in lastline_aside_" in logs
     # a re-run that verifies replaces the partial restore and only then drops the old tables
@@ -207,7 +207,7 @@ def test_load_task_killed_mid_chunk_then_rerun_is_exact(run_dag, backups, logica
     child.wait()
     state, tis, logs = run_dag("logical_restore", _conf(backups))  # no force: it resumes this backup's restore
     assert state == "success", (tis, _errors(logs))
-    dbs = ("sakila", "edge", "big")
+    dbs = ("store", "edge", "big")
     assert _diff(_objects(logical_source.server(), dbs), _objects(logical_target.server(), dbs)) == []
     skipped = next(line for line in logs.splitlines() if "already in the ledger, skipped" in line)
     fault("kill -9 of a load task", f"the load task died (SIGKILL); the re-run resumed: {skipped[skipped.index('big.t:'):]}",
@@ -239,7 +239,7 @@ def test_target_killed_mid_load_then_rerun_is_exact(run_dag, backups, logical_so
     state, tis, logs = run_dag("logical_restore", _conf(backups))  # resumes; its revert restores the first run's snapshot
     assert state == "success", (tis, _errors(logs))
     assert "never reverted" in logs
-    dbs = ("sakila", "edge", "big")
+    dbs = ("store", "edge", "big")
     assert _diff(_objects(logical_source.server(), dbs), _objects(logical_target.server(), dbs)) == []
     seen = next(line for line in _errors(first_logs).splitlines() if "lost the connection to the target" in line)
     fault("kill -9 of the target server", seen.split("ServerError: ")[-1],
@@ -289,14 +289,14 @@ def test_restart_profile_is_applied_then_removed(run_dag, backups, logical_sourc
 
     th = threading.Thread(target=watch, daemon=True)
     th.start()
-    state, tis, logs = run_dag("logical_restore", _conf(backups, force=True, restart_allowed=True, databases=["sakila"]))
+    state, tis, logs = run_dag("logical_restore", _conf(backups, force=True, restart_allowed=True, databases=["store"]))
     stop.set()
     th.join()
     assert state == "success", tis
     assert {"innodb_doublewrite": "OFF", "log_bin": "OFF", "innodb_autoinc_lock_mode": "2"} in seen
     assert not drop_in.exists() and "restarting the target" in logs
     assert server.variables("innodb_doublewrite", "log_bin", "innodb_autoinc_lock_mode") == before
-    assert _diff(_objects(logical_source.server(), ("sakila",)), _objects(server, ("sakila",))) == []
+    assert _diff(_objects(logical_source.server(), ("store",)), _objects(server, ("store",))) == []
 
 
 def test_restore_from_s3(run_dag, logical_source, logical_target, s3_server):
@@ -353,10 +353,10 @@ def test_a_format_1_backup_still_restores_and_verify_says_its_checksum_is_weaker
         del data[key]
     data["format"] = "lastline-logical/1"
     (folder / "manifest.json").write_text(json.dumps(data))
-    state, tis, logs = run_dag("logical_restore", _conf(dest, force=True, databases=["sakila"]))
+    state, tis, logs = run_dag("logical_restore", _conf(dest, force=True, databases=["store"]))
     assert state == "success", (tis, _errors(logs))
     assert "predates row-hash checksums" in logs and "verify ok" in logs
-    assert _diff(_objects(src, ("sakila",)), _objects(logical_target.server(), ("sakila",))) == []
+    assert _diff(_objects(src, ("store",)), _objects(logical_target.server(), ("store",))) == []
 
 
 def test_an_interrupted_run_for_one_database_lets_no_other_run_skip_force(backups, logical_target):
@@ -393,7 +393,7 @@ def test_per_table_index_builds_run_in_the_lanes_and_two_lanes_split_the_units(b
 
     caplog.set_level(logging.INFO)
     caplog.set_level(logging.DEBUG, logger="lastline.logical.restore")  # a table's line is at debug when it was quick
-    dbs = ("sakila", "big")
+    dbs = ("store", "big")
     plan = lr.preflight(_conf(backups, force=True, databases=list(dbs), index_build="per_table"))
     snap = lr.snapshot_config(plan)
     lr.prepare(plan)
@@ -408,10 +408,10 @@ def test_per_table_index_builds_run_in_the_lanes_and_two_lanes_split_the_units(b
     loaded = [u.unit for lane in lanes for u in results[lane]]
     assert sorted(loaded) == sorted(u["name"] for u in lr.plan_load(plan))  # every unit once, none twice
     target = logical_target.server()
-    indexes = target.query("SELECT COUNT(DISTINCT INDEX_NAME) FROM information_schema.STATISTICS WHERE TABLE_SCHEMA = 'sakila' "
+    indexes = target.query("SELECT COUNT(DISTINCT INDEX_NAME) FROM information_schema.STATISTICS WHERE TABLE_SCHEMA = 'store' "
                            "AND TABLE_NAME = 'rental' AND INDEX_NAME <> 'PRIMARY'")[0][0]
     assert indexes >= 3  # built in a lane, before finalize
-    assert "sakila.rental: indexes built in" in caplog.text
+    assert "store.rental: indexes built in" in caplog.text
     # and each table's checksum, taken in the lane while its pages were in memory, is what verify compares
     assert recorded_checks(target, plan.backup_id) == _backup_checks(plan, dbs)
     lr.finalize(plan)
@@ -435,7 +435,7 @@ def test_each_table_is_created_by_the_lane_that_loads_it(backups, logical_source
     from lastline.logical.restore.work_units import Part, WorkUnit
 
     caplog.set_level(logging.INFO)
-    dbs = ("sakila", "edge", "big")
+    dbs = ("store", "edge", "big")
     plan = lr.preflight(_conf(backups, force=True, databases=list(dbs)))
     snap = lr.snapshot_config(plan)
     steps, lanes = lr.prepare(plan)
@@ -512,14 +512,14 @@ def test_a_resume_keeps_the_defer_indexes_its_tables_were_created_with(first, re
                                                                         caplog):
     """A run stopped after its lanes (its tables created with defer_indexes=`first`) is resumed by a run that asks the
     opposite: the resume keeps the first run's setting, so that the held-back indexes and foreign keys are built once,
-    neither left out (big.t without its KEY k, sakila without its foreign keys) nor added twice. A state an earlier
+    neither left out (big.t without its KEY k, store without its foreign keys) nor added twice. A state an earlier
     lastline left (`recorded` False: no setting in it) resumes with defer_indexes on, under which finalize adds whatever
     a table lacks, either way; create_schema records it. A plan that still disagrees is refused by create_schema
     before it creates anything."""
     import dataclasses
     import logging
 
-    dbs = ("sakila", "big")
+    dbs = ("store", "big")
     ours = json.dumps(sorted(dbs))  # the state's row of this restore
     target = logical_target.server()
     plan = lr.preflight(_conf(backups, force=True, databases=list(dbs), defer_indexes=first, index_build="after_all"))
@@ -600,7 +600,7 @@ def test_a_manifest_and_schema_json_naming_different_tables_are_refused_before_a
 def test_without_defer_indexes_prepare_creates_every_table_with_its_keys(backups, logical_source, logical_target):
     """defer_indexes off: a CREATE carries its foreign keys, so prepare creates every table (one at a time where
     keys name other tables) and the lanes create none."""
-    dbs = ("sakila",)
+    dbs = ("store",)
     plan = lr.preflight(_conf(backups, force=True, databases=list(dbs), defer_indexes=False))
     snap = lr.snapshot_config(plan)
     steps, lanes = lr.prepare(plan)
@@ -622,7 +622,7 @@ def test_after_all_finalize_takes_each_checksum_right_after_the_tables_indexes(b
     import logging
 
     caplog.set_level(logging.INFO)
-    dbs = ("sakila", "big")
+    dbs = ("store", "big")
     plan = lr.preflight(_conf(backups, force=True, databases=list(dbs), index_build="after_all"))
     snap = lr.snapshot_config(plan)
     lr.prepare(plan)
@@ -666,7 +666,7 @@ def test_small_tables_are_created_with_their_indexes_and_big_ones_wait_for_their
     afterwards costs more than their upkeep while so few rows load), a big one (big.t, 58 MB) gets them once its
     rows are in; foreign keys wait for finalize either way. The restore is exact."""
     target = logical_target.server()
-    plan = lr.preflight(_conf(backups, force=True, databases=["sakila", "big"], index_build="after_all"))
+    plan = lr.preflight(_conf(backups, force=True, databases=["store", "big"], index_build="after_all"))
 
     def indexes(db: str, table: str) -> set[str]:
         return {r[0] for r in target.query("SELECT DISTINCT INDEX_NAME FROM information_schema.STATISTICS "
@@ -677,16 +677,16 @@ def test_small_tables_are_created_with_their_indexes_and_big_ones_wait_for_their
         _steps, lanes = lr.prepare(plan)
         for lane in lanes:  # each creates the tables it loads
             lr.load_lane(plan, lane)
-        assert indexes("sakila", "actor") == {"PRIMARY", "idx_actor_last_name"}  # 200 rows: with its index
+        assert indexes("store", "actor") == {"PRIMARY", "idx_actor_last_name"}  # 200 rows: with its index
         assert indexes("big", "t") == {"PRIMARY"}  # 58 MB: its KEY k after its rows (after_all: in finalize)
-        assert not target.query("SELECT COUNT(*) FROM information_schema.TABLE_CONSTRAINTS WHERE TABLE_SCHEMA = 'sakila' "
+        assert not target.query("SELECT COUNT(*) FROM information_schema.TABLE_CONSTRAINTS WHERE TABLE_SCHEMA = 'store' "
                                 "AND CONSTRAINT_TYPE = 'FOREIGN KEY'")[0][0]
         lr.finalize(plan)
     finally:
         lr.revert(plan)
     assert lr.verify(plan, snap).tables
     assert indexes("big", "t") == {"PRIMARY", "k"}
-    dbs = ("sakila", "big")
+    dbs = ("store", "big")
     assert _diff(_objects(logical_source.server(), dbs), _objects(target, dbs)) == []
 
 

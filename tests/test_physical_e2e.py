@@ -69,7 +69,7 @@ def test_file_round_trip_checksums_match_and_password_stays_secret(run_dag, sour
     assert manifest.binlog_file and manifest.binlog_position and manifest.gtid
     assert manifest.server_version.startswith("10.")
     names = {f"{t.schema}.{t.name}" for t in manifest.tables}
-    assert {"sakila.film", "sakila.rental", "bulk.t1"} <= names
+    assert {"store.film", "store.rental", "bulk.t1"} <= names
 
     state, tis, logs = run_dag("physical_restore", {"target_conn_id": "t_target", "backup": f"file://{dest}/latest", "force": True})
     assert state == "success", tis

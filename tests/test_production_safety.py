@@ -119,7 +119,7 @@ LONG_UPDATE = "UPDATE ps.batch SET v = v + 1 + SLEEP(40) WHERE id = 1"
 
 
 def _backup(dest: Path, **conf) -> tuple[lb.DumpResult, object]:
-    plan = lb.preflight({"source_conn_id": "t_lsource", "destination": f"file://{dest}", "databases": ["ps", "sakila"],
+    plan = lb.preflight({"source_conn_id": "t_lsource", "destination": f"file://{dest}", "databases": ["ps", "store"],
                          "chunk_rows": 1000, **conf})
     result = lb.dump(plan)
     return result, read_manifest(open_storage(f"file://{dest}"), plan.backup_id, "logical")

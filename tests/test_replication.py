@@ -28,7 +28,7 @@ REPL_PASSWORD = "repl-'pw\"#1"
 
 @pytest.fixture(scope="module")
 def rsource(sandbox_root):
-    """A source with Sakila, 60 MB of rows (a stream long enough to cut) and a replication user."""
+    """A source with the store dataset, 60 MB of rows (a stream long enough to cut) and a replication user."""
     def repl_user(inst: Instance) -> None:
         conn = inst.server().connect()
         cur = conn.cursor()
@@ -36,7 +36,7 @@ def rsource(sandbox_root):
         cur.execute("GRANT REPLICATION SLAVE ON *.* TO 'repl'@'127.0.0.1'")
         conn.close()
 
-    inst = _loaded(sandbox_root, "rsource", Instance.load_sakila, lambda i: i.load_bulk(60, tables=2), repl_user)
+    inst = _loaded(sandbox_root, "rsource", Instance.load_store, lambda i: i.load_bulk(60, tables=2), repl_user)
     set_conn("t_rsource", inst)
     os.environ["AIRFLOW_CONN_T_REPL"] = json.dumps({
         "conn_type": "mysql", "host": "127.0.0.1", "port": inst.meta()["port"], "login": "repl", "password": REPL_PASSWORD,
@@ -83,8 +83,8 @@ def _accepted(sshd: dict) -> int:
 def _write(inst: Instance, value: str) -> None:
     conn = inst.server().connect()
     cur = conn.cursor()
-    cur.execute("CREATE TABLE IF NOT EXISTS sakila.repl_probe (v VARCHAR(64) PRIMARY KEY)")
-    cur.execute("INSERT INTO sakila.repl_probe VALUES (%s)", (value,))
+    cur.execute("CREATE TABLE IF NOT EXISTS store.repl_probe (v VARCHAR(64) PRIMARY KEY)")
+    cur.execute("INSERT INTO store.repl_probe VALUES (%s)", (value,))
     conn.commit()
     conn.close()
 
@@ -93,7 +93,7 @@ def _arrives(inst: Instance, value: str, within: float) -> bool:
     deadline = time.monotonic() + within
     while time.monotonic() < deadline:
         try:
-            if inst.server().query("SELECT COUNT(*) FROM sakila.repl_probe WHERE v = %s", (value,))[0][0]:
+            if inst.server().query("SELECT COUNT(*) FROM store.repl_probe WHERE v = %s", (value,))[0][0]:
                 return True
         except Exception:  # noqa: BLE001 - the table may not have replicated yet
             pass

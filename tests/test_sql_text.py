@@ -1,6 +1,6 @@
 """SQL read as the server reads it (logical.format.sql_text) and the schema checks built on it (logical.restore.schema_checks):
 the tokenizer on tricky text, every attack a review found against the regex checks, the DEFINER and event
-edits; then a real backup of Sakila and the edge-case corpus, checked and rebuilt on a real server."""
+edits; then a real backup of the store dataset and the edge-case corpus, checked and rebuilt on a real server."""
 from __future__ import annotations
 
 import json
@@ -332,7 +332,7 @@ def backup_schema(logical_source, tmp_path_factory) -> dict:
     from lastline.logical import backup as lb
 
     dest = tmp_path_factory.mktemp("sql_text")
-    lb.dump(lb.preflight({"source_conn_id": "t_lsource", "destination": f"file://{dest}", "databases": ["sakila", "edge"]}))
+    lb.dump(lb.preflight({"source_conn_id": "t_lsource", "destination": f"file://{dest}", "databases": ["store", "edge"]}))
     (folder,) = [p for p in dest.iterdir() if p.is_dir()]
     return json.loads((folder / "schema.json").read_text())
 
@@ -356,7 +356,7 @@ def test_a_real_backup_passes_and_its_rewritten_statements_run_on_a_real_server(
     from lastline.core.sql import qualified, quote_ident
     from lastline.logical.format.dialect import LOAD_SESSION
 
-    schema, dbs = backup_schema, ["sakila", "edge"]
+    schema, dbs = backup_schema, ["store", "edge"]
     sc.validate_schema(schema, dbs)
     with scratch.session() as cur:
         cur.execute(LOAD_SESSION)
@@ -389,10 +389,10 @@ def test_a_real_backup_passes_and_its_rewritten_statements_run_on_a_real_server(
     assert len(seen) == sum(len(schema[k]) for k in ("triggers", "views", "routines", "events")) > 20
     me = scratch.query("SELECT CURRENT_USER()")[0][0]
     definers = scratch.query(
-        "SELECT DEFINER FROM information_schema.VIEWS WHERE TABLE_SCHEMA IN ('sakila', 'edge') UNION ALL "
-        "SELECT DEFINER FROM information_schema.TRIGGERS WHERE TRIGGER_SCHEMA IN ('sakila', 'edge') UNION ALL "
-        "SELECT DEFINER FROM information_schema.ROUTINES WHERE ROUTINE_SCHEMA IN ('sakila', 'edge') UNION ALL "
-        "SELECT DEFINER FROM information_schema.EVENTS WHERE EVENT_SCHEMA IN ('sakila', 'edge')")
+        "SELECT DEFINER FROM information_schema.VIEWS WHERE TABLE_SCHEMA IN ('store', 'edge') UNION ALL "
+        "SELECT DEFINER FROM information_schema.TRIGGERS WHERE TRIGGER_SCHEMA IN ('store', 'edge') UNION ALL "
+        "SELECT DEFINER FROM information_schema.ROUTINES WHERE ROUTINE_SCHEMA IN ('store', 'edge') UNION ALL "
+        "SELECT DEFINER FROM information_schema.EVENTS WHERE EVENT_SCHEMA IN ('store', 'edge')")
     assert {d for (d,) in definers} == {me} and len(definers) == len(seen)
     assert {s for (s,) in scratch.query("SELECT STATUS FROM information_schema.EVENTS")} == {"DISABLED"}
     # another definer, named by the deployment, is accepted by the server as the statement's own

@@ -22,9 +22,9 @@ pytestmark = pytest.mark.e2e
 
 
 @pytest.fixture(scope="module")
-def sakila_backup(logical_source, tmp_path_factory) -> Path:
+def store_backup(logical_source, tmp_path_factory) -> Path:
     dest = tmp_path_factory.mktemp("trust")
-    lb.dump(lb.preflight({"source_conn_id": "t_lsource", "destination": f"file://{dest}", "databases": ["sakila"]}))
+    lb.dump(lb.preflight({"source_conn_id": "t_lsource", "destination": f"file://{dest}", "databases": ["store"]}))
     return dest
 
 
@@ -43,7 +43,7 @@ def sentinel(logical_target):
 
 
 def _conf(dest: Path, **kw) -> dict:
-    return {"target_conn_id": "t_ltarget", "backup": f"file://{dest}/latest", "databases": ["sakila"], "force": True, **kw}
+    return {"target_conn_id": "t_ltarget", "backup": f"file://{dest}/latest", "databases": ["store"], "force": True, **kw}
 
 
 def test_connections_run_one_statement_and_read_no_local_file(sentinel):
@@ -61,8 +61,8 @@ def test_connections_run_one_statement_and_read_no_local_file(sentinel):
 
 
 @pytest.mark.parametrize("change, refusal", [
-    (lambda s: s["tables"].append({"schema": "sakila", "name": "loot",
-                                   "create": "LOAD DATA LOCAL INFILE '/proc/self/environ' INTO TABLE sakila.loot"}),
+    (lambda s: s["tables"].append({"schema": "store", "name": "loot",
+                                   "create": "LOAD DATA LOCAL INFILE '/proc/self/environ' INTO TABLE store.loot"}),
      "is not a CREATE of that table"),
     (lambda s: s["tables"][0].update(create=s["tables"][0]["create"].replace("CREATE TABLE ", "CREATE TABLE `trust_sentinel`.", 1)),
      "is not a CREATE of that table"),
@@ -87,29 +87,29 @@ def test_connections_run_one_statement_and_read_no_local_file(sentinel):
 ], ids=["load-data-local", "other-database", "second-statement", "create-select", "view", "trigger-table", "charset", "collation",
         "select-hidden-by-a-comment", "merge-union", "data-directory", "index-line-with-rename"])
 def test_a_schema_statement_that_is_not_its_own_create_is_refused_before_anything_is_touched(
-        sakila_backup, sentinel, tmp_path, change, refusal):
-    copy = tamper_schema(sakila_backup, tmp_path / "copy", change)
+        store_backup, sentinel, tmp_path, change, refusal):
+    copy = tamper_schema(store_backup, tmp_path / "copy", change)
     t0 = time.monotonic()
     with pytest.raises(IntegrityError, match=refusal):
         lr.preflight(_conf(copy))
     assert time.monotonic() - t0 < 30
 
 
-def test_storage_keys_stay_inside_their_folder(tmp_path, sakila_backup):
+def test_storage_keys_stay_inside_their_folder(tmp_path, store_backup):
     storage = open_storage(f"file://{tmp_path}")
     for key in ("/etc/passwd", "../x", "a//b", "a/./b", ""):
         with pytest.raises(IntegrityError, match="refusing storage key"):
             storage.read_bytes(key)
     # a manifest moved into another folder is not trusted: its ids must name the folder it is in
-    (folder,) = [p for p in sakila_backup.iterdir() if p.is_dir()]
+    (folder,) = [p for p in store_backup.iterdir() if p.is_dir()]
     shutil.copytree(folder, tmp_path / "20300101T000000Z")
     with pytest.raises(IntegrityError, match="is in folder '20300101T000000Z'"):
         read_manifest(open_storage(f"file://{tmp_path}"), "20300101T000000Z", "logical")
 
 
-def test_a_manifest_naming_files_outside_its_layout_is_refused(tmp_path, sakila_backup):
+def test_a_manifest_naming_files_outside_its_layout_is_refused(tmp_path, store_backup):
     dest = tmp_path / "copy"
-    shutil.copytree(sakila_backup, dest)
+    shutil.copytree(store_backup, dest)
     (folder,) = [p for p in dest.iterdir() if p.is_dir()]
     manifest = json.loads((folder / "manifest.json").read_text())
     manifest["tables"][0]["chunks"][0]["file"] = "data/../../../../etc/passwd"
@@ -149,7 +149,7 @@ def test_refusals_are_airflow_fail_now_and_transient_errors_are_not():
         assert not issubclass(transient, AirflowFailException), transient
 
 
-def test_a_refusal_fails_the_run_at_once_despite_retries(airflow_db, logical_target, sakila_backup, monkeypatch):
+def test_a_refusal_fails_the_run_at_once_despite_retries(airflow_db, logical_target, store_backup, monkeypatch):
     """Retries 2, 300 s apart: a protected target is still refused in seconds, on the first try."""
     from airflow.dag_processing.dagbag import DagBag
     from airflow.models.taskinstance import TaskInstance
@@ -163,7 +163,7 @@ def test_a_refusal_fails_the_run_at_once_despite_retries(airflow_db, logical_tar
     dag = DagBag(dag_folder=str(ROOT / "dags" / "logical_restore.py")).get_dag("logical_restore")
     assert dag.default_args["retries"] == 2
     t0 = time.monotonic()
-    dr = dag.test(run_conf={**_conf(sakila_backup, target_conn_id="t_lprotected"), "redo_log_bytes": 128 << 20,
+    dr = dag.test(run_conf={**_conf(store_backup, target_conn_id="t_lprotected"), "redo_log_bytes": 128 << 20,
                             "parallel": 2, "tune": True, "restart_allowed": False, "defer_indexes": True, "aws_conn_id": None})
     took = time.monotonic() - t0
     with create_session() as session:
@@ -198,7 +198,7 @@ def test_latest_and_prune_survive_an_unreadable_manifest_and_touch_only_backup_i
 
 
 def test_every_path_that_writes_honours_protected_and_the_source_is_refused_unless_named(
-        logical_source, logical_target, sakila_backup):
+        logical_source, logical_target, store_backup):
     from conftest import set_conn
     from lastline.replication import detach as replica_detach
 
@@ -207,25 +207,25 @@ def test_every_path_that_writes_honours_protected_and_the_source_is_refused_unle
         replica_detach.check("t_lprotected")
     # the backup came from t_lsource: restoring into that very server is refused...
     with pytest.raises(ProtectedTargetError, match="is the server this backup was taken from"):
-        lr.preflight(_conf(sakila_backup, target_conn_id="t_lsource"))
-    # ...unless the Param names it; then the ordinary rules apply (sakila exists there: force needed)
+        lr.preflight(_conf(store_backup, target_conn_id="t_lsource"))
+    # ...unless the Param names it; then the ordinary rules apply (store exists there: force needed)
     with pytest.raises(PreflightError, match="already exist"):
-        lr.preflight(_conf(sakila_backup, target_conn_id="t_lsource", force=False, restore_into_source="t_lsource"))
+        lr.preflight(_conf(store_backup, target_conn_id="t_lsource", force=False, restore_into_source="t_lsource"))
 
 
-def test_lastline_s_own_schema_is_never_backed_up_nor_restored(logical_source, logical_target, sakila_backup):
+def test_lastline_s_own_schema_is_never_backed_up_nor_restored(logical_source, logical_target, store_backup):
     logical_source.server().query("CREATE DATABASE IF NOT EXISTS _lastline")
     with pytest.raises(PreflightError, match="lastline's own _lastline are not dumped"):
         lb.preflight({"source_conn_id": "t_lsource", "destination": "file:///tmp", "databases": ["_lastline"]})
     with pytest.raises(PreflightError, match="never restored"):
-        lr.preflight(_conf(sakila_backup, databases=["_lastline"]))
+        lr.preflight(_conf(store_backup, databases=["_lastline"]))
     plan = lb.preflight({"source_conn_id": "t_lsource", "destination": "file:///tmp/unused"})
     assert "_lastline" not in plan.databases
     logical_source.server().query("DROP DATABASE _lastline")
 
 
-def test_backup_files_are_private(sakila_backup):
-    (folder,) = [p for p in sakila_backup.iterdir() if p.is_dir()]
+def test_backup_files_are_private(store_backup):
+    (folder,) = [p for p in store_backup.iterdir() if p.is_dir()]
     files = [p for p in folder.rglob("*") if p.is_file()]
     assert files and all(p.stat().st_mode & 0o777 == 0o600 for p in files)
     assert all(p.stat().st_mode & 0o777 == 0o700 for p in [folder, *folder.rglob("*")] if p.is_dir())
@@ -233,37 +233,37 @@ def test_backup_files_are_private(sakila_backup):
 
 @pytest.mark.faults
 @pytest.mark.parametrize("damage", ["truncate", "remove"])
-def test_a_missing_or_truncated_chunk_is_found_before_anything_is_touched(sakila_backup, sentinel, tmp_path, damage, fault):
+def test_a_missing_or_truncated_chunk_is_found_before_anything_is_touched(store_backup, sentinel, tmp_path, damage, fault):
     dest = tmp_path / "copy"
-    shutil.copytree(sakila_backup, dest)
+    shutil.copytree(store_backup, dest)
     (folder,) = [p for p in dest.iterdir() if p.is_dir()]
     victim = sorted((folder / "data").rglob("*.tsv.zst"))[-1]
     if damage == "truncate":
         victim.write_bytes(victim.read_bytes()[:-10])
     else:
         victim.unlink()
-    before = sentinel.query("SELECT COUNT(*) FROM information_schema.TABLES WHERE TABLE_SCHEMA = 'sakila'")
+    before = sentinel.query("SELECT COUNT(*) FROM information_schema.TABLES WHERE TABLE_SCHEMA = 'store'")
     with pytest.raises(IntegrityError, match="missing or truncated") as err:
         lr.preflight(_conf(dest))
-    assert sentinel.query("SELECT COUNT(*) FROM information_schema.TABLES WHERE TABLE_SCHEMA = 'sakila'") == before
+    assert sentinel.query("SELECT COUNT(*) FROM information_schema.TABLES WHERE TABLE_SCHEMA = 'store'") == before
     if damage == "truncate":
         fault("truncated chunk", str(err.value).split("\n")[1], "refused in preflight: the target's databases untouched")
 
 
 @pytest.mark.faults
-def test_a_corrupt_manifest_is_refused_and_latest_passes_over_it(sakila_backup, sentinel, tmp_path, fault):
+def test_a_corrupt_manifest_is_refused_and_latest_passes_over_it(store_backup, sentinel, tmp_path, fault):
     dest = tmp_path / "copy"
-    shutil.copytree(sakila_backup, dest)
+    shutil.copytree(store_backup, dest)
     (folder,) = [p for p in dest.iterdir() if p.is_dir()]
     manifest = folder / "manifest.json"
     manifest.write_bytes(manifest.read_bytes()[:200])  # cut in the middle, as a half-copied file
-    before = sentinel.query("SELECT COUNT(*) FROM information_schema.TABLES WHERE TABLE_SCHEMA = 'sakila'")
+    before = sentinel.query("SELECT COUNT(*) FROM information_schema.TABLES WHERE TABLE_SCHEMA = 'store'")
     with pytest.raises(IntegrityError) as err:
         lr.preflight(_conf(dest, backup=f"file://{dest}/{folder.name}"))
     assert "cannot be read" in str(err.value)
     with pytest.raises(IntegrityError, match="holds no complete logical backup"):
         lr.preflight(_conf(dest))  # latest skips it (with a warning), and there is no other
-    assert sentinel.query("SELECT COUNT(*) FROM information_schema.TABLES WHERE TABLE_SCHEMA = 'sakila'") == before
+    assert sentinel.query("SELECT COUNT(*) FROM information_schema.TABLES WHERE TABLE_SCHEMA = 'store'") == before
     fault("corrupt manifest", str(err.value), "refused before anything is touched; latest passes over it")
 
 
@@ -285,8 +285,8 @@ def test_sigterm_stops_the_task_within_seconds_and_leaves_no_query_on_the_source
 
     src = logical_source.server()
     blocker = src.connect()
-    blocker.cursor().execute("LOCK TABLES sakila.actor WRITE")  # the global read lock waits for it
-    conf = {"source_conn_id": "t_lsource", "destination": f"file://{tmp_path}", "databases": ["sakila"],
+    blocker.cursor().execute("LOCK TABLES store.actor WRITE")  # the global read lock waits for it
+    conf = {"source_conn_id": "t_lsource", "destination": f"file://{tmp_path}", "databases": ["store"],
             "chunk_rows": 250_000, "compression": "zstd", "parallel": 2, "include_grants": False,
             "lock_nontransactional": True, "aws_conn_id": None, "keep": 7, "incomplete_grace_hours": 24,
             "lock_method": "ftwrl", "lock_timeout": 600, "long_query_wait": 600}  # one lock attempt that waits
@@ -425,7 +425,7 @@ def test_connections_use_tls_when_the_connection_asks_for_it(tls_source, tmp_pat
     assert m.tables[0].rows == 3000
 
 
-def test_server_side_files_are_looked_at_on_the_server_s_own_host(logical_target, sakila_backup, tmp_path):
+def test_server_side_files_are_looked_at_on_the_server_s_own_host(logical_target, store_backup, tmp_path):
     """For a target reached over ssh_conn_id, the restart drop-in and the datadir's free space are looked at
     on that host. Its sshd runs in a mount namespace of its own, where the folder the connection names is a
     1 MB tmpfs holding a stray drop-in; the worker sees an empty folder on a big disk."""
@@ -451,6 +451,6 @@ def test_server_side_files_are_looked_at_on_the_server_s_own_host(logical_target
         with pytest.raises(PreflightError, match="exists but no config snapshot records it"):
             tuning.take_snapshot(server, "run", "now")
         with pytest.raises(PreflightError, match=r"remote-only on t_ssh_ns \(.*\) has 1\.0 MB free"):
-            lr.preflight(_conf(sakila_backup, target_conn_id="t_remote"))
+            lr.preflight(_conf(store_backup, target_conn_id="t_remote"))
     finally:
         sshd.stop()

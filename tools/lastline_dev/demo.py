@@ -17,10 +17,12 @@ from pathlib import Path
 from lastline.manifest import complete_backups, read_manifest
 from lastline.storage import open_storage
 from lastline_dev.compare import compare, table_checksums
-from lastline_dev.sandbox import Instance
+from lastline_dev.dataset import DATABASE, DEFAULT_SEED
+from lastline_dev.sandbox import Instance, bulk_rows
 
 ROOT = Path(__file__).resolve().parents[2]
 DEMO = ROOT / ".demo"
+SEED = int(os.environ.get("LASTLINE_DEMO_SEED", DEFAULT_SEED))  # the store dataset's seed
 
 
 def say(text: str) -> None:
@@ -70,7 +72,7 @@ def save_connections(found: dict[str, Instance]) -> Path:
     conns = {f"lastline_{name}": inst.connection(f"lastline_{name}") for name, inst in found.items()}
     for name in ("staging", "drill"):
         conns[f"lastline_{name}"]["extra"]["role"] = name
-    for name, what in (("source", "the demo's source: Sakila and generated rows; the backups are taken here"),
+    for name, what in (("source", "the demo's source: the store dataset and generated rows; the backups are taken here"),
                        ("target", "the demo's target: restores write here"),
                        ("staging", "the demo's staging server (role staging): staging_refresh writes here, masked"),
                        ("drill", "the demo's drill server (role drill): restore_drill replaces its data each time")):
@@ -105,19 +107,52 @@ def _key(name: str) -> str:
     return path.read_text().strip()
 
 
+def _usable(inst: Instance) -> bool:
+    """Whether a sandbox an earlier try left starts and lets lastline's account in (a try killed while it was
+    being created leaves one that does not)."""
+    try:
+        inst.start()
+        inst.server().query("SELECT 1")
+        return True
+    except Exception as exc:  # noqa: BLE001 - any failure means: make it anew
+        say(f"the {inst.name} sandbox an earlier try left does not answer ({str(exc).splitlines()[0][:200]}): making it anew")
+        return False
+
+
+def _fill_source(source: Instance, bulk_mb: int) -> None:
+    """Load what the source lacks: the store dataset (checked by its marker and row counts) and the bulk rows.
+
+    An earlier try that failed or was killed half way leaves a source without them; it is filled again here, so
+    that no later step compares two empty servers and calls them equal."""
+    if amiss := source.holds_store(SEED):
+        say(f"loading the store dataset (seed {SEED}) into the source: {amiss}")
+        source.load_store(SEED)
+        if still := source.holds_store(SEED):
+            raise SystemExit(f"demo: the store dataset did not load whole ({still}); run `make clean` and try again")
+    bulk = bulk_rows(bulk_mb)
+    if amiss := source.holds_tables("bulk", bulk):
+        say(f"generating {bulk_mb} MB of rows in bulk.* on the source: {amiss}")
+        source.load_tables("bulk", bulk)
+
+
 def start_servers() -> dict[str, Instance]:
-    """The demo's four sandboxes, created once (the source with Sakila and generated rows), started."""
+    """The demo's four sandboxes, created when missing or unusable, started; the source holds the store dataset
+    and the generated rows (loaded again when an earlier try left them incomplete)."""
     bulk_mb = int(os.environ.get("LASTLINE_DEMO_BULK_MB", "50"))
     found = servers()
     for name, inst in found.items():
+        if inst.exists() and not _usable(inst):
+            inst.destroy()
         if not inst.exists():
+            inst.destroy()  # what a try killed before the instance was whole left (a datadir half made, a server)
             say(f"creating the {name} sandbox (.demo/sandbox/{name})"
-                + (f": Sakila + {bulk_mb} MB of generated rows" if name == "source" else ": empty"))
-            inst.create()
-            if name == "source":
-                inst.load_sakila()
-                inst.load_bulk(bulk_mb)
-        inst.start()
+                + (f": the store dataset + {bulk_mb} MB of generated rows" if name == "source" else ": empty"))
+            try:
+                inst.create()
+            except BaseException:
+                inst.destroy()  # nothing half made is left for the next try to reuse
+                raise
+    _fill_source(found["source"], bulk_mb)
     return found
 
 
@@ -145,9 +180,12 @@ def main() -> int:
     r = run_dag("physical_restore", {"target_conn_id": "lastline_target", "backup": f"{dest}/latest", "force": True}, env)
 
     sums = table_checksums(source.server())
+    if not any(name.startswith(f"{DATABASE}.") for name in sums) or not any(name.startswith("bulk.") for name in sums):
+        say(f"the source holds no {DATABASE}.* or bulk.* tables: a comparison would prove nothing; run `make clean`")
+        return 1
     diff = compare(source.server(), target.server())
     say(f"CHECKSUM TABLE on {len(sums)} tables: " + ("all equal on source and target" if not diff else f"DIFFER: {diff}"))
-    for name in ("sakila.film", "sakila.payment", "bulk.t1"):
+    for name in (f"{DATABASE}.film", f"{DATABASE}.payment", "bulk.t1"):
         if name in sums:
             say(f"  {name:<16} {sums[name]}")
     say(f"physical: backup DAG {b:.1f} s, restore DAG {r:.1f} s (wall time of `airflow dags test`, start-up included)")

@@ -4,7 +4,7 @@ Each instance lives in `<root>/<name>/`: its own datadir, socket, loopback port,
 log and an option file that includes a `conf.d/` folder. Instances are started as child daemons
 and stopped by PID; the machine's own MariaDB service is never touched.
 
-    python -m lastline_dev.sandbox --root .sandbox start source --sakila --bulk-mb 50
+    python -m lastline_dev.sandbox --root .sandbox start source --store --bulk-mb 50
     python -m lastline_dev.sandbox --root .sandbox conn source     # the Airflow connection, as JSON
     python -m lastline_dev.sandbox --root .sandbox stop source
 """
@@ -28,9 +28,10 @@ from pathlib import Path
 from lastline.core.errors import ServerError
 from lastline.core.option_files import option_file
 from lastline.core.servers import Server
+from lastline.core.sql import qualified
 from lastline.get_provider_info import field_defaults
+from lastline_dev import dataset
 
-SAKILA_DIR = Path(__file__).resolve().parents[3] / "shared" / "datasets" / "sakila"
 USER = "lastline"
 
 
@@ -39,6 +40,13 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def bulk_rows(megabytes: int, tables: int = 4) -> dict[str, int]:
+    """The tables `load_bulk` makes for about `megabytes` MB, with their row counts."""
+    row_bytes = 300  # id + ints + a 200-char payload + the secondary index, as InnoDB stores it
+    rows = max(1, megabytes * 1_000_000 // row_bytes // tables)
+    return {f"t{t}": rows for t in range(1, tables + 1)}
 
 
 def alive(pid: int) -> bool:
@@ -55,12 +63,13 @@ def alive(pid: int) -> bool:
         return False
 
 
-def find_sakila() -> Path:
-    """The Sakila folder: $LASTLINE_SAKILA_DIR, or shared/datasets/sakila beside the repo."""
-    for cand in (os.environ.get("LASTLINE_SAKILA_DIR"), SAKILA_DIR, Path.cwd().parent / "shared/datasets/sakila"):
-        if cand and (Path(cand) / "sakila-schema.sql").exists():
-            return Path(cand)
-    raise FileNotFoundError("Sakila not found: set LASTLINE_SAKILA_DIR to the folder with sakila-schema.sql")
+def find_sakila() -> Path | None:
+    """The Sakila folder named by $LASTLINE_SAKILA_DIR, if it holds sakila-schema.sql: an optional extra, never
+    looked for elsewhere (the demo and the tests use lastline's own dataset, `store`)."""
+    cand = os.environ.get("LASTLINE_SAKILA_DIR")
+    if cand and (Path(cand) / "sakila-schema.sql").exists():
+        return Path(cand)
+    return None
 
 
 @dataclass
@@ -251,22 +260,49 @@ class Instance:
 
     def load_sql_file(self, path: Path) -> None:
         """Feed an SQL file to the `mariadb` client."""
-        with option_file(self.server()) as opt, open(path, "rb") as fh:
-            proc = subprocess.run(["mariadb", f"--defaults-extra-file={opt}", "--comments"], stdin=fh, capture_output=True)
+        self.load_sql(path.read_bytes(), str(path))
+
+    def load_sql(self, sql: bytes, what: str = "SQL") -> None:
+        """Feed SQL text to the `mariadb` client (on its stdin)."""
+        with option_file(self.server()) as opt:
+            proc = subprocess.run(["mariadb", f"--defaults-extra-file={opt}", "--comments"], input=sql, capture_output=True)
         if proc.returncode != 0:
-            raise ServerError(f"loading {path} failed: {proc.stderr.decode()[-2000:]}")
+            raise ServerError(f"loading {what} failed: {proc.stderr.decode()[-2000:]}")
+
+    def load_store(self, seed: int = dataset.DEFAULT_SEED, versioned: bool = False) -> None:
+        """(Re)create lastline's own dataset, the rental store `store`, from `seed` (`store_history` too when
+        `versioned`); its marker table is written last."""
+        self.load_sql(dataset.generate(seed, versioned).sql.encode(), f"the {dataset.DATABASE} dataset (seed {seed})")
+
+    def holds_store(self, seed: int = dataset.DEFAULT_SEED) -> str | None:
+        """None when this server holds the store dataset of `seed` whole, else what is amiss."""
+        return dataset.holds(self.server(), seed)
 
     def load_sakila(self) -> None:
-        """Load the Sakila sample database."""
+        """Load the Sakila sample database from $LASTLINE_SAKILA_DIR (an optional extra: nothing requires it)."""
         d = find_sakila()
+        if d is None:
+            raise FileNotFoundError("Sakila not found: set LASTLINE_SAKILA_DIR to the folder with sakila-schema.sql")
         self.load_sql_file(d / "sakila-schema.sql")
         self.load_sql_file(d / "sakila-data.sql")
 
     def load_bulk(self, megabytes: int, tables: int = 4) -> None:
         """Generate about `megabytes` MB of InnoDB rows in `bulk.t1..tN` (sequence engine, in-server)."""
-        row_bytes = 300  # id + ints + a 200-char payload + the secondary index, as InnoDB stores it
-        rows = max(1, megabytes * 1_000_000 // row_bytes // tables)
-        self.load_tables("bulk", {f"t{t}": rows for t in range(1, tables + 1)})
+        self.load_tables("bulk", bulk_rows(megabytes, tables))
+
+    def holds_tables(self, database: str, rows: dict[str, int]) -> str | None:
+        """None when `database` has each table of `rows` with that many rows, else what is amiss."""
+        with self.server().session() as cur:
+            for name, n in rows.items():
+                cur.execute("SELECT COUNT(*) FROM information_schema.TABLES WHERE TABLE_SCHEMA = %s AND TABLE_NAME = %s",
+                            (database, name))
+                if not cur.fetchone()[0]:
+                    return f"{database}.{name} is missing"
+                cur.execute(f"SELECT COUNT(*) FROM {qualified(database, name)}")
+                got = cur.fetchone()[0]
+                if got != n:
+                    return f"{database}.{name} has {got} rows, not {n}"
+        return None
 
     def load_tables(self, database: str, rows: dict[str, int]) -> None:
         """(Re)create sysbench-shaped tables (id, k, c, pad; KEY k) with the given row counts, in-server."""
@@ -302,7 +338,9 @@ def main(argv: list[str] | None = None) -> int:
     s = sub.add_parser("start", help="create (first time) and start an instance")
     s.add_argument("name")
     s.add_argument("--port", type=int)
-    s.add_argument("--sakila", action="store_true", help="load Sakila on creation")
+    s.add_argument("--store", action="store_true", help="load lastline's own dataset (database store) on creation")
+    s.add_argument("--seed", type=int, default=dataset.DEFAULT_SEED, help="the store dataset's seed")
+    s.add_argument("--sakila", action="store_true", help="load Sakila from $LASTLINE_SAKILA_DIR on creation (optional)")
     s.add_argument("--bulk-mb", type=int, default=0, help="generate this many MB of bulk rows on creation")
     s.add_argument("--protected", action="store_true", help="mark the connection as production")
     for verb in ("stop", "destroy", "conn"):
@@ -321,6 +359,8 @@ def main(argv: list[str] | None = None) -> int:
             inst.start()
         else:
             inst.create(port=args.port, protected=args.protected)
+            if args.store:
+                inst.load_store(args.seed)
             if args.sakila:
                 inst.load_sakila()
             if args.bulk_mb:
