@@ -29,6 +29,8 @@ from airflow.sdk import BaseNotifier, Connection
 from airflow.sdk.definitions.callback import AsyncCallback
 from airflow.sdk.definitions.deadline import DeadlineAlert, DeadlineReference
 
+from lastline.core import alerting
+
 log = logging.getLogger(__name__)
 ALERT_CONN_ID = os.environ.get("LASTLINE_ALERT_CONN_ID", "lastline_alerts")  # (defaults imports this module)
 
@@ -55,6 +57,9 @@ def send(event: str, text: str, details: dict[str, Any], conn_id: str = ALERT_CO
         log.warning("ALERT (%s) could not be sent through connection %r (%s; check the connection): %s", event, conn_id,
                     type(exc).__name__, text)
         return ""
+
+
+alerting.install(send)  # alerts raised below this layer (a resumed replica, ...) go where this deployment says
 
 
 def _send(conn: Any, event: str, text: str, details: dict[str, Any], conn_id: str) -> str:

@@ -31,6 +31,7 @@ from typing import Any
 
 from lastline import connections
 from lastline.core import stopping
+from lastline.core.alerting import alert
 from lastline.core.errors import PreflightError, ReplicationError
 from lastline.core.servers import Server
 from lastline.core.sql import META_DB, holds_any, sql_error, table_exists
@@ -255,9 +256,7 @@ def resume_abandoned(server: Server) -> list[str]:
         text = (f"replica {server.describe()}: started the SQL thread of {', '.join(started)} again; a backup ({left[0][3]}, "
                 f"paused at {left[0][2]} UTC) ended without resuming it. Look at why that run died.")
         log.warning("%s", text)
-        from lastline.airflow.alerts import send  # the alert goes where the deployment's alert connection says
-
-        send("replica_resumed", text, {"server": server.conn_id, "connections": started})
+        alert("replica_resumed", text, {"server": server.conn_id, "connections": started})  # where the deployment says
     return started
 
 
