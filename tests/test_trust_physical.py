@@ -373,3 +373,47 @@ def test_a_data_directory_table_restores_into_the_datadir(small_source, owned_ta
         cur.execute("SELECT FILENAME FROM information_schema.INNODB_SYS_TABLESPACES WHERE NAME = 'shop/far'")
         assert cur.fetchone()[0] == "./shop/far.ibd"
     assert not list(owned_target.datadir.rglob("*.isl"))
+
+
+def master_info(port: int, user: str, password: str) -> bytes:
+    """A master.info as MariaDB writes it after CHANGE MASTER (host, user, password, port, ...)."""
+    lines = ["33", "", "4", "127.0.0.1", user, password, str(port), "1", "0", "", "", "", "", "", "0", "30.000", "", "0",
+             "", "0", *([""] * 13), "using_gtid=0", "do_domain_ids=0", "ignore_domain_ids=0", "END_MARKER"]
+    return ("\n".join(lines) + "\n").encode()
+
+
+@pytest.mark.parametrize("state", ["master.info", "multi-master.info", "mariadb-bin.index"])
+def test_a_stream_that_brings_replication_or_binlog_state_is_refused(state, good, small_source, owned_target, world,
+                                                                      tmp_path):
+    """Files a server reads at startup and acts on, which mariabackup never puts in a backup: a master.info (the
+    restored server would connect to a primary the storage writer runs and apply its events with full rights; here
+    the small source plays that primary), a multi-master.info naming such a connection, a binlog index naming files
+    outside the datadir (the server opens them and purges them). Refused by name before prepare; the target stays down."""
+    meta = small_source.meta()
+    info = master_info(meta["port"], "lastline", meta["password"])
+    victim = world / "victim.000001"
+    victim.write_text("not a binlog")
+    files = {"master.info": {"master.info": info},
+             "multi-master.info": {"multi-master.info": b"evil\n", "master-evil.info": info},
+             "mariadb-bin.index": {"mariadb-bin.index": f"{victim}\n".encode()}}[state]
+    backup = forge(good, tmp_path, files)
+    plan = pr.preflight({"target_conn_id": "t_ptgt", "backup": backup.as_uri(), "force": True})
+    pr.stop_target(plan)
+    extracted = pr.extract(plan)
+    try:
+        with pytest.raises(LastlineError, match=state.replace(".", r"\.")):
+            pr.prepare(plan)
+    except BaseException:
+        if owned_target.pid() is None:  # today's code: see what the restored server does
+            pr.start_target(plan)
+            pr.verify(plan, extracted)
+        with owned_target.server().session() as cur:
+            cur.execute("SHOW ALL SLAVES STATUS")
+            assert not cur.fetchall(), "the restored server replicates from a primary the backup named"
+        raise
+    assert owned_target.pid() is None
+    assert victim.read_text() == "not a binlog"
+    restore(good)
+    with owned_target.server().session() as cur:
+        cur.execute("SHOW ALL SLAVES STATUS")
+        assert not cur.fetchall()
