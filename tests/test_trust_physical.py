@@ -382,20 +382,22 @@ def master_info(port: int, user: str, password: str) -> bytes:
     return ("\n".join(lines) + "\n").encode()
 
 
-@pytest.mark.parametrize("state", ["master.info", "multi-master.info", "mariadb-bin.index"])
+@pytest.mark.parametrize("state", ["master.info", "multi-master.info", "mariadb-bin.index", "ddl_recovery.log"])
 def test_a_stream_that_brings_replication_or_binlog_state_is_refused(state, good, small_source, owned_target, world,
                                                                       tmp_path):
     """Files a server reads at startup and acts on, which mariabackup never puts in a backup: a master.info (the
     restored server would connect to a primary the storage writer runs and apply its events with full rights; here
     the small source plays that primary), a multi-master.info naming such a connection, a binlog index naming files
-    outside the datadir (the server opens them and purges them). Refused by name before prepare; the target stays down."""
+    outside the datadir (the server opens them and purges them), a DDL recovery log (actions the server replays on
+    files at startup). Refused by name before prepare; the target stays down."""
     meta = small_source.meta()
     info = master_info(meta["port"], "lastline", meta["password"])
     victim = world / "victim.000001"
     victim.write_text("not a binlog")
     files = {"master.info": {"master.info": info},
              "multi-master.info": {"multi-master.info": b"evil\n", "master-evil.info": info},
-             "mariadb-bin.index": {"mariadb-bin.index": f"{victim}\n".encode()}}[state]
+             "mariadb-bin.index": {"mariadb-bin.index": f"{victim}\n".encode()},
+             "ddl_recovery.log": {"ddl_recovery.log": b"\xfe\x01" + bytes(4094)}}[state]
     backup = forge(good, tmp_path, files)
     plan = pr.preflight({"target_conn_id": "t_ptgt", "backup": backup.as_uri(), "force": True})
     pr.stop_target(plan)

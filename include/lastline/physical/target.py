@@ -77,21 +77,23 @@ def _backup_cnf(host: Host, datadir: str, run_as: list[str], where: str) -> str:
 
 
 # what a server reads at startup from its datadir and acts on (replication: which primary to connect to and apply;
-# binlog and relay log indexes: files it opens, and purges): mariabackup never puts any of them in a backup
+# binlog and relay log indexes: files it opens, and purges; the DDL and XA recovery logs: actions it replays on
+# tables and files): mariabackup never puts any of them in a backup
 _SERVER_STATE = ('cd "$1" && for f in master.info relay-log.info multi-master.info master-*.info relay-log-*.info '
-                 '*.index; do if [ -e "$f" ] || [ -L "$f" ]; then printf "%s\\n" "$f"; fi; done')
+                 '*.index ddl_recovery.log tc.log; do if [ -e "$f" ] || [ -L "$f" ]; then printf "%s\\n" "$f"; fi; '
+                 'done')
 
 
 def refuse_server_state(host: Host, datadir: str, run_as: list[str], where: str) -> None:
     """IntegrityError naming the replication or binlog state files an extracted backup brings (before prepare: the
     target stays down), since a restored server would act on them: connect to the primary a master.info names and
-    apply its events with full rights, open and purge the files a binlog index lists."""
+    apply its events with full rights, open and purge the files a binlog index lists, replay a DDL log's actions."""
     out = host.run([*run_as, "sh", "-c", _SERVER_STATE, "lastline", datadir]).stdout.decode("utf-8", "replace")
     if found := out.split():
         raise IntegrityError(
             f"{where}: the backup's stream holds {', '.join(found[:10])}: replication or binlog state that a server "
             "reads at startup and acts on (connecting to the primary it names and applying its events, opening and "
-            "purging the files an index lists). mariabackup never writes these into a backup, so it was changed "
+            "purging the files an index lists, replaying recovery actions). mariabackup never writes these into a backup, so it was changed "
             "after it was written: choose another backup. The target stays down, its datadir marked as an "
             "unfinished restore.")
 
