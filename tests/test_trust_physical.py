@@ -137,13 +137,13 @@ def forge(good: Path, tmp_path: Path, files: dict[str, bytes], manifest_change=N
 
 
 def shims(world: Path, monkeypatch) -> Path:
-    """mbstream and mariabackup, first on PATH, log the uid they run as before running the real tool."""
+    """mbstream, mariabackup and zstd, first on PATH, log the uid they run as before running the real tool."""
     folder = world / "shims"
     folder.mkdir(exist_ok=True)
     log = world / "shims.log"
     log.write_text("")
     log.chmod(0o666)
-    for tool in ("mbstream", "mariabackup"):
+    for tool in ("mbstream", "mariabackup", "zstd"):
         real = shutil.which(tool, path=os.environ["PATH"].replace(f"{folder}:", ""))
         (folder / tool).write_text(SHIM.format(log=log, real=real))
         (folder / tool).chmod(0o755)
@@ -268,13 +268,13 @@ def test_backup_records_prepare_options(good, small_source):
 
 
 def test_extract_and_prepare_run_as_the_datadirs_owner(good, owned_target, world, monkeypatch):
-    """Extract (mbstream) and prepare (mariabackup) run as the datadir's owner, not as root: what a stream holds is
-    written, and what prepare does is done, with that user's rights only."""
+    """Extract (the decompressor and mbstream) and prepare (mariabackup) run as the datadir's owner, not as root: what
+    a stream holds is parsed and written, and what prepare does is done, with that user's rights only."""
     log = shims(world, monkeypatch)
     restore(good)
     uid = pwd.getpwnam(OWNER).pw_uid
-    lines = [line for line in log.read_text().splitlines() if " -x " in line or " --prepare " in line]
-    assert sorted(line.split()[0] for line in lines) == ["mariabackup", "mbstream"], log.read_text()
+    lines = [line for line in log.read_text().splitlines() if " -x " in line or " --prepare " in line or " -d" in line]
+    assert sorted(line.split()[0] for line in lines) == ["mariabackup", "mbstream", "zstd"], log.read_text()
     assert all(f"uid={uid} " in line for line in lines), lines
 
 
