@@ -93,9 +93,9 @@ def refuse_server_state(host: Host, datadir: str, run_as: list[str], where: str)
         raise IntegrityError(
             f"{where}: the backup's stream holds {', '.join(found[:10])}: replication or binlog state that a server "
             "reads at startup and acts on (connecting to the primary it names and applying its events, opening and "
-            "purging the files an index lists, replaying recovery actions). mariabackup never writes these into a backup, so it was changed "
-            "after it was written: choose another backup. The target stays down, its datadir marked as an "
-            "unfinished restore.")
+            "purging the files an index lists, replaying recovery actions). mariabackup never writes these into a "
+            "backup, so it was changed after it was written: choose another backup. The target stays down, its "
+            "datadir marked as an unfinished restore.")
 
 
 _REMOVE_LINKS = 'cd "$1" && find . -name "*.isl" ! -type d -print -exec rm -f -- {} +'
