@@ -137,13 +137,13 @@ def forge(good: Path, tmp_path: Path, files: dict[str, bytes], manifest_change=N
 
 
 def shims(world: Path, monkeypatch) -> Path:
-    """mbstream and mariabackup, first on PATH, log the uid they run as before running the real tool."""
+    """mbstream, mariabackup and zstd, first on PATH, log the uid they run as before running the real tool."""
     folder = world / "shims"
     folder.mkdir(exist_ok=True)
     log = world / "shims.log"
     log.write_text("")
     log.chmod(0o666)
-    for tool in ("mbstream", "mariabackup"):
+    for tool in ("mbstream", "mariabackup", "zstd"):
         real = shutil.which(tool, path=os.environ["PATH"].replace(f"{folder}:", ""))
         (folder / tool).write_text(SHIM.format(log=log, real=real))
         (folder / tool).chmod(0o755)
@@ -268,13 +268,13 @@ def test_backup_records_prepare_options(good, small_source):
 
 
 def test_extract_and_prepare_run_as_the_datadirs_owner(good, owned_target, world, monkeypatch):
-    """Extract (mbstream) and prepare (mariabackup) run as the datadir's owner, not as root: what a stream holds is
-    written, and what prepare does is done, with that user's rights only."""
+    """Extract (the decompressor and mbstream) and prepare (mariabackup) run as the datadir's owner, not as root: what
+    a stream holds is parsed and written, and what prepare does is done, with that user's rights only."""
     log = shims(world, monkeypatch)
     restore(good)
     uid = pwd.getpwnam(OWNER).pw_uid
-    lines = [line for line in log.read_text().splitlines() if " -x " in line or " --prepare " in line]
-    assert sorted(line.split()[0] for line in lines) == ["mariabackup", "mbstream"], log.read_text()
+    lines = [line for line in log.read_text().splitlines() if " -x " in line or " --prepare " in line or " -d" in line]
+    assert sorted(line.split()[0] for line in lines) == ["mariabackup", "mbstream", "zstd"], log.read_text()
     assert all(f"uid={uid} " in line for line in lines), lines
 
 
@@ -373,3 +373,100 @@ def test_a_data_directory_table_restores_into_the_datadir(small_source, owned_ta
         cur.execute("SELECT FILENAME FROM information_schema.INNODB_SYS_TABLESPACES WHERE NAME = 'shop/far'")
         assert cur.fetchone()[0] == "./shop/far.ibd"
     assert not list(owned_target.datadir.rglob("*.isl"))
+
+
+def master_info(port: int, user: str, password: str) -> bytes:
+    """A master.info as MariaDB writes it after CHANGE MASTER (host, user, password, port, ...)."""
+    lines = ["33", "", "4", "127.0.0.1", user, password, str(port), "1", "0", "", "", "", "", "", "0", "30.000", "", "0",
+             "", "0", *([""] * 13), "using_gtid=0", "do_domain_ids=0", "ignore_domain_ids=0", "END_MARKER"]
+    return ("\n".join(lines) + "\n").encode()
+
+
+@pytest.mark.parametrize("state", ["master.info", "multi-master.info", "mariadb-bin.index", "ddl_recovery.log"])
+def test_a_stream_that_brings_replication_or_binlog_state_is_refused(state, good, small_source, owned_target, world,
+                                                                      tmp_path):
+    """Files a server reads at startup and acts on, which mariabackup never puts in a backup: a master.info (the
+    restored server would connect to a primary the storage writer runs and apply its events with full rights; here
+    the small source plays that primary), a multi-master.info naming such a connection, a binlog index naming files
+    outside the datadir (the server opens them and purges them), a DDL recovery log (actions the server replays on
+    files at startup). Refused by name before prepare; the target stays down."""
+    meta = small_source.meta()
+    info = master_info(meta["port"], "lastline", meta["password"])
+    victim = world / "victim.000001"
+    victim.write_text("not a binlog")
+    files = {"master.info": {"master.info": info},
+             "multi-master.info": {"multi-master.info": b"evil\n", "master-evil.info": info},
+             "mariadb-bin.index": {"mariadb-bin.index": f"{victim}\n".encode()},
+             "ddl_recovery.log": {"ddl_recovery.log": b"\xfe\x01" + bytes(4094)}}[state]
+    backup = forge(good, tmp_path, files)
+    plan = pr.preflight({"target_conn_id": "t_ptgt", "backup": backup.as_uri(), "force": True})
+    pr.stop_target(plan)
+    extracted = pr.extract(plan)
+    try:
+        with pytest.raises(LastlineError, match=state.replace(".", r"\.")):
+            pr.prepare(plan)
+    except BaseException:
+        if owned_target.pid() is None:  # today's code: see what the restored server does
+            pr.start_target(plan)
+            pr.verify(plan, extracted)
+        with owned_target.server().session() as cur:
+            cur.execute("SHOW ALL SLAVES STATUS")
+            assert not cur.fetchall(), "the restored server replicates from a primary the backup named"
+        raise
+    assert owned_target.pid() is None
+    assert victim.read_text() == "not a binlog"
+    restore(good)
+    with owned_target.server().session() as cur:
+        cur.execute("SHOW ALL SLAVES STATUS")
+        assert not cur.fetchall()
+
+
+MARIABACKUP_CNF = """# This options file was generated by innobackupex.
+
+# The server
+[mysqld]
+innodb_checksum_algorithm=crc32
+innodb_data_file_path=ibdata1:12M:autoextend
+innodb_log_file_size=67108864
+innodb_page_size=16384
+innodb_undo_directory=./
+innodb_undo_tablespaces=0
+innodb_compression_level=6
+
+"""
+
+
+@pytest.mark.parametrize("line", [
+    "plugin_load=evil=evil.so", "plugin-dir=/tmp", "plugin_load_add=x", "!include /etc/x.cnf", "!includedir /etc",
+    "[client]", "innodb_data_home_dir=/tmp", "innodb_log_group_home_dir=/tmp", "tmpdir=/tmp",
+    "innodb_undo_directory=/tmp", "innodb_page_size=16384", "innodb_data_file_path=../ibdata1:12M",
+    "innodb_data_file_path=/var/lib/ibdata1:12M", "innodb_log_file_size=64M", "innodb_checksum_algorithm=crc32 x",
+    "innodb_compression_level", "file_key_management_filename=/etc/keys",
+])
+def test_the_allow_list_refuses_every_other_line_of_a_backup_cnf(line):
+    """mariabackup's own file passes; one more line of any other kind (another option, group or include, a folder, a
+    value of the wrong type, an option twice) is refused, naming it."""
+    from lastline.core.errors import IntegrityError
+    from lastline.physical import prepare_options
+
+    assert prepare_options.parse(MARIABACKUP_CNF, "b")["innodb_page_size"] == "16384"
+    with pytest.raises(IntegrityError, match="never hands a backup's option file") as err:
+        prepare_options.parse(MARIABACKUP_CNF + line + "\n", "b")
+    assert line[:20] in str(err.value) or "valid" in str(err.value)
+
+
+def test_recorded_options_come_from_the_sources_variables_by_file_name():
+    """At backup: data files by name only (as mariabackup writes them), the checksum name in lower case, only the
+    allow-listed options, and the file prepare reads holds them and the undo folder, nothing else."""
+    from lastline.physical import prepare_options
+
+    got = prepare_options.from_variables({
+        "innodb_checksum_algorithm": "FULL_CRC32", "innodb_data_file_path": "/data/ibdata1:12M;ibdata2:1G:autoextend",
+        "innodb_log_file_size": "100663296", "innodb_page_size": "16384", "innodb_undo_tablespaces": "3",
+        "innodb_compression_level": "6", "plugin_dir": "/usr/lib/mysql/plugin"})
+    assert got == {"innodb_checksum_algorithm": "full_crc32", "innodb_data_file_path": "ibdata1:12M;ibdata2:1G:autoextend",
+                   "innodb_log_file_size": "100663296", "innodb_page_size": "16384", "innodb_undo_tablespaces": "3",
+                   "innodb_compression_level": "6"}
+    text = prepare_options.render(got)
+    assert [line.split("=")[0] for line in text.splitlines()[2:]] == [*got, "innodb_undo_directory"]
+    assert "plugin" not in text and "!" not in text

@@ -46,6 +46,7 @@ def prepare_datadir(server: Server, datadir: str, use_memory: int, options: dict
         raise PreflightError(f"{datadir} holds no extracted backup ({MARKER} missing): run the extract step first.")
     t0 = time.monotonic()
     run_as = dd.as_owner(host, datadir)
+    refuse_server_state(host, datadir, run_as, where)
     if options is None:
         options = prepare_options.parse(_backup_cnf(host, datadir, run_as, where), where)
         log.info("%s records no prepare options: read the backup's %s through the allow-list", where,
@@ -73,6 +74,28 @@ def _backup_cnf(host: Host, datadir: str, run_as: list[str], where: str) -> str:
         raise IntegrityError(f"{where}: the backup's {prepare_options.CNF} is missing, not a plain file, or over "
                              f"{prepare_options.MAX_CNF_BYTES} bytes: choose another backup; the target stays down.")
     return out.stdout.decode("utf-8", "replace")
+
+
+# what a server reads at startup from its datadir and acts on (replication: which primary to connect to and apply;
+# binlog and relay log indexes: files it opens, and purges; the DDL and XA recovery logs: actions it replays on
+# tables and files): mariabackup never puts any of them in a backup
+_SERVER_STATE = ('cd "$1" && for f in master.info relay-log.info multi-master.info master-*.info relay-log-*.info '
+                 '*.index ddl_recovery.log tc.log; do if [ -e "$f" ] || [ -L "$f" ]; then printf "%s\\n" "$f"; fi; '
+                 'done')
+
+
+def refuse_server_state(host: Host, datadir: str, run_as: list[str], where: str) -> None:
+    """IntegrityError naming the replication or binlog state files an extracted backup brings (before prepare: the
+    target stays down), since a restored server would act on them: connect to the primary a master.info names and
+    apply its events with full rights, open and purge the files a binlog index lists, replay a DDL log's actions."""
+    out = host.run([*run_as, "sh", "-c", _SERVER_STATE, "lastline", datadir]).stdout.decode("utf-8", "replace")
+    if found := out.split():
+        raise IntegrityError(
+            f"{where}: the backup's stream holds {', '.join(found[:10])}: replication or binlog state that a server "
+            "reads at startup and acts on (connecting to the primary it names and applying its events, opening and "
+            "purging the files an index lists, replaying recovery actions). mariabackup never writes these into a "
+            "backup, so it was changed after it was written: choose another backup. The target stays down, its "
+            "datadir marked as an unfinished restore.")
 
 
 _REMOVE_LINKS = 'cd "$1" && find . -name "*.isl" ! -type d -print -exec rm -f -- {} +'

@@ -90,11 +90,11 @@ def backup_stages(optfile: str, datadir: str, parallel: int, compression: str, t
 def restore_stages(datadir: str, parallel: int, compression: str, host: Host | None = None,
                    run_as: list[str] | None = None) -> list[Stage]:
     """The restore stream's stages, on the target's `host`: decompressor (if any), then mbstream into
-    the datadir, as the datadir's owner (`run_as`: core.datadir.as_owner)."""
+    the datadir, both as the datadir's owner (`run_as`: core.datadir.as_owner): they parse what storage holds."""
     c = codec(compression)
-    stages = [Stage("decompress", c.decompress_argv(parallel), host=host)] if c.decompress else []
-    stages.append(Stage("mbstream", [*(run_as or []), "mbstream", "-x", f"--parallel={parallel}", "-C", datadir],
-                        host=host))
+    run_as = run_as or []
+    stages = [Stage("decompress", [*run_as, *c.decompress_argv(parallel)], host=host)] if c.decompress else []
+    stages.append(Stage("mbstream", [*run_as, "mbstream", "-x", f"--parallel={parallel}", "-C", datadir], host=host))
     return stages
 
 

@@ -181,7 +181,8 @@ def stream(plan: RebuildPlan) -> Streamed:
 
 
 def prepare(plan: RebuildPlan) -> StepResult:
-    """mariabackup --prepare on the target's host, ownership, then the in-progress marker goes."""
+    """mariabackup --prepare on the target's host as the datadir's owner, with the source's options (never the
+    stream's backup-my.cnf), ownership, then the in-progress marker goes."""
     source, target = _servers(plan)
     # the options the source runs with (static ones: page size, data files), never the stream's own backup-my.cnf
     seconds = prepare_datadir(target, plan.datadir, plan.use_memory, options_of(source),
