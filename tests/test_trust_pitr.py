@@ -334,3 +334,37 @@ def test_no_option_file_on_an_ssh_host_survives_a_kill_9(sshd, tmp_path):
         "    print('ready' if proc.stdout.readline().strip() == b'1' else 'unreadable', proc.pid, flush=True)\n"
         "    proc.wait()\n")
     assert _killed_mid_use(tmp_path, script, password, {}, remote="/tmp/lastline-*") == []
+
+
+NO_BACKSLASH, ANSI = 1 << 20, 1 << 2
+
+
+@pytest.mark.parametrize("text, mode, charset, refused", [
+    ("INSERT INTO shop.t VALUES ('it\\'s', \"GRANT\")", 0, 45, None),
+    ("CREATE TABLE t (password VARCHAR(9), user INT, role INT) ENGINE=InnoDB COMMENT 'INTO OUTFILE'", 0, 45, None),
+    ("UPDATE users SET password = 'x', user = 1 WHERE id = 2", 0, 45, None),
+    ("CREATE TABLE t (a INT) WITH SYSTEM VERSIONING", 0, 45, None),
+    ("CREATE DEFINER=`root`@`localhost` TRIGGER tr BEFORE INSERT ON t FOR EACH ROW BEGIN "
+     "IF NEW.a > 1 THEN SET NEW.a = 1; END IF; END", 0, 45, None),
+    ("XA END X'31',X'',1", 0, 45, None),
+    ("ROLLBACK TO SAVEPOINT sp1", 0, 45, None),
+    # the event's sql_mode decides where a string ends: without backslash escapes, 'a\' ends before LOAD_FILE
+    ("INSERT INTO t VALUES ('a\\', LOAD_FILE('/etc/shadow'))", NO_BACKSLASH, 45, "it holds LOAD_FILE"),
+    ("INSERT INTO t VALUES ('a\\', LOAD_FILE('/etc/shadow'))", 0, 45, "cannot read"),  # with them: not one string
+    ('INSERT INTO "mysql".global_priv VALUES (1)', ANSI, 45, "it names mysql"),
+    ("/*!99999 GRANT ALL ON *.* TO x */", 0, 45, "GRANT"),  # an executable comment is read as code
+    ("INSERT INTO t VALUES (1) /* ' */ ; GRANT ALL ON *.* TO x", 0, 45, "second statement"),  # a quote in a comment
+    ("SELECT @@global.max_connections", 0, 45, "@@global"),
+    ("BEGIN NOT ATOMIC SELECT 1; END", 0, 45, "compound statement"),
+    ("CREATE TABLE t (a INT) ENGINE=CONNECT TABLE_TYPE=CSV FILE_NAME='/etc/passwd'", 0, 45, "ENGINE CONNECT"),
+    ("CREATE TABLE t (a INT) DATA DIRECTORY = '/tmp'", 0, 45, "DIRECTORY"),
+    ("INSERT INTO t VALUES ('x/*!*/;')", 0, 45, "client"),  # mariadb-binlog's delimiter inside a string
+    ("INSERT INTO t VALUES (0x27)", 0, 28, "character set"),  # gbk: a quote can hide in a multi-byte character
+])
+def test_the_statement_check_reads_as_the_server_does(text, mode, charset, refused):
+    from lastline.pitr.event_check import statement_problem
+    from lastline.pitr.statements import Query, Status
+
+    why = statement_problem(Query(0, 0, "shop", 0, Status(sql_mode=mode, charset=(charset, charset, charset)),
+                                  text.encode()))
+    assert why is None if refused is None else (why is not None and refused in why), why
