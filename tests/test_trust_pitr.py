@@ -99,7 +99,7 @@ def forged_history(sandbox_root, tmp_path_factory):
         rplan = pr.preflight({**pitr.preflight(conf).physical, "force": True})
         for step in (pr.stop_target, pr.extract, pr.prepare, pr.start_target):
             step(rplan)
-        yield {"root": root, "dest": dest, "storage": storage, "conf": conf, "attacks": attacks, "tgt": tgt}
+        yield {"root": root, "dest": dest, "storage": storage, "conf": conf, "attacks": attacks, "tgt": tgt, "src": src}
     finally:
         src.destroy()
         tgt.destroy()
@@ -368,3 +368,52 @@ def test_the_statement_check_reads_as_the_server_does(text, mode, charset, refus
     why = statement_problem(Query(0, 0, "shop", 0, Status(sql_mode=mode, charset=(charset, charset, charset)),
                                   text.encode()))
     assert why is None if refused is None else (why is not None and refused in why), why
+
+
+def _descendants(pid: int) -> list[int]:
+    """The pids of every process below `pid` (read from /proc)."""
+    children: dict[int, list[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        with contextlib.suppress(OSError, ValueError, IndexError):
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+            children.setdefault(int(fields[1]), []).append(int(stat.parent.name))
+    out, todo = [], [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            out.append(child)
+            todo.append(child)
+    return out
+
+
+def test_no_secret_file_survives_a_kill_9_in_the_middle_of_a_physical_backup(forged_history, tmp_path):
+    """A physical backup task killed (SIGKILL) while mariabackup streams, logged in with lastline's option file:
+    no file under the task's temp dir holds the source's password."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    password = forged_history["src"].meta()["password"]
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    script = ("from lastline.physical import backup as pb\n"
+              f"plan = pb.preflight({{'source_conn_id': 't_tp_src', 'destination': 'file://{tmp_path / 'dest'}'}})\n"
+              "pb.finish(plan, pb.stream(plan))\n")
+    proc = subprocess.Popen([sys.executable, "-c", script], env={**os.environ, "TMPDIR": str(tmp),
+                                                                  "PYTHONPATH": os.pathsep.join(sys.path)})
+    deadline, below = time.monotonic() + 120, []
+    while time.monotonic() < deadline and proc.poll() is None:
+        below = _descendants(proc.pid)
+        if any(b"mariabackup" in Path(f"/proc/{p}/cmdline").read_bytes() for p in below
+               if Path(f"/proc/{p}/cmdline").exists()):
+            break
+        time.sleep(0.05)
+    else:
+        pytest.fail(f"mariabackup never ran (exit {proc.poll()})")
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    for pid in below:  # what the killed task had started (mariabackup, its pipeline)
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    time.sleep(0.5)
+    assert [p for p in tmp.rglob("*") if p.is_file() and password.encode() in p.read_bytes()] == []
