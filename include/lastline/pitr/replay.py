@@ -118,7 +118,7 @@ def _replay_account(server: Server) -> Iterator[Server]:
                 cur.execute(f"GRANT {REPLAY_PRIVILEGES} ON *.* TO %s@%s", (REPLAY_USER, host))
     except Exception as exc:  # noqa: BLE001 - any refusal by the target: its own account runs the pipe, said so
         log.warning("replay: the pipe runs under %s's own account: the target could not make a narrower one (%s)",
-                    server.describe(), exc)
+                    server.describe(), str(exc).replace(password, "***"))
         made = False
         _drop_replay_account_of(server)
     try:
