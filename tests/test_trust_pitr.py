@@ -99,7 +99,7 @@ def forged_history(sandbox_root, tmp_path_factory):
         rplan = pr.preflight({**pitr.preflight(conf).physical, "force": True})
         for step in (pr.stop_target, pr.extract, pr.prepare, pr.start_target):
             step(rplan)
-        yield {"root": root, "dest": dest, "storage": storage, "conf": conf, "attacks": attacks, "tgt": tgt}
+        yield {"root": root, "dest": dest, "storage": storage, "conf": conf, "attacks": attacks, "tgt": tgt, "src": src}
     finally:
         src.destroy()
         tgt.destroy()
@@ -334,3 +334,86 @@ def test_no_option_file_on_an_ssh_host_survives_a_kill_9(sshd, tmp_path):
         "    print('ready' if proc.stdout.readline().strip() == b'1' else 'unreadable', proc.pid, flush=True)\n"
         "    proc.wait()\n")
     assert _killed_mid_use(tmp_path, script, password, {}, remote="/tmp/lastline-*") == []
+
+
+NO_BACKSLASH, ANSI = 1 << 20, 1 << 2
+
+
+@pytest.mark.parametrize("text, mode, charset, refused", [
+    ("INSERT INTO shop.t VALUES ('it\\'s', \"GRANT\")", 0, 45, None),
+    ("CREATE TABLE t (password VARCHAR(9), user INT, role INT) ENGINE=InnoDB COMMENT 'INTO OUTFILE'", 0, 45, None),
+    ("UPDATE users SET password = 'x', user = 1 WHERE id = 2", 0, 45, None),
+    ("CREATE TABLE t (a INT) WITH SYSTEM VERSIONING", 0, 45, None),
+    ("CREATE DEFINER=`root`@`localhost` TRIGGER tr BEFORE INSERT ON t FOR EACH ROW BEGIN "
+     "IF NEW.a > 1 THEN SET NEW.a = 1; END IF; END", 0, 45, None),
+    ("XA END X'31',X'',1", 0, 45, None),
+    ("ROLLBACK TO SAVEPOINT sp1", 0, 45, None),
+    # the event's sql_mode decides where a string ends: without backslash escapes, 'a\' ends before LOAD_FILE
+    ("INSERT INTO t VALUES ('a\\', LOAD_FILE('/etc/shadow'))", NO_BACKSLASH, 45, "it holds LOAD_FILE"),
+    ("INSERT INTO t VALUES ('a\\', LOAD_FILE('/etc/shadow'))", 0, 45, "cannot read"),  # with them: not one string
+    ('INSERT INTO "mysql".global_priv VALUES (1)', ANSI, 45, "it names mysql"),
+    ("/*!99999 GRANT ALL ON *.* TO x */", 0, 45, "GRANT"),  # an executable comment is read as code
+    ("INSERT INTO t VALUES (1) /* ' */ ; GRANT ALL ON *.* TO x", 0, 45, "second statement"),  # a quote in a comment
+    ("SELECT @@global.max_connections", 0, 45, "@@global"),
+    ("BEGIN NOT ATOMIC SELECT 1; END", 0, 45, "compound statement"),
+    ("CREATE TABLE t (a INT) ENGINE=CONNECT TABLE_TYPE=CSV FILE_NAME='/etc/passwd'", 0, 45, "ENGINE CONNECT"),
+    ("CREATE TABLE t (a INT) DATA DIRECTORY = '/tmp'", 0, 45, "DIRECTORY"),
+    ("INSERT INTO t VALUES ('x/*!*/;')", 0, 45, "client"),  # mariadb-binlog's delimiter inside a string
+    ("INSERT INTO t VALUES (0x27)", 0, 28, "character set"),  # gbk: a quote can hide in a multi-byte character
+])
+def test_the_statement_check_reads_as_the_server_does(text, mode, charset, refused):
+    from lastline.pitr.event_check import statement_problem
+    from lastline.pitr.statements import Query, Status
+
+    why = statement_problem(Query(0, 0, "shop", 0, Status(sql_mode=mode, charset=(charset, charset, charset)),
+                                  text.encode()))
+    assert why is None if refused is None else (why is not None and refused in why), why
+
+
+def _descendants(pid: int) -> list[int]:
+    """The pids of every process below `pid` (read from /proc)."""
+    children: dict[int, list[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        with contextlib.suppress(OSError, ValueError, IndexError):
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+            children.setdefault(int(fields[1]), []).append(int(stat.parent.name))
+    out, todo = [], [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            out.append(child)
+            todo.append(child)
+    return out
+
+
+def test_no_secret_file_survives_a_kill_9_in_the_middle_of_a_physical_backup(forged_history, tmp_path):
+    """A physical backup task killed (SIGKILL) while mariabackup streams, logged in with lastline's option file:
+    no file under the task's temp dir holds the source's password."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    password = forged_history["src"].meta()["password"]
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    script = ("from lastline.physical import backup as pb\n"
+              f"plan = pb.preflight({{'source_conn_id': 't_tp_src', 'destination': 'file://{tmp_path / 'dest'}'}})\n"
+              "pb.finish(plan, pb.stream(plan))\n")
+    proc = subprocess.Popen([sys.executable, "-c", script], env={**os.environ, "TMPDIR": str(tmp),
+                                                                  "PYTHONPATH": os.pathsep.join(sys.path)})
+    deadline, below = time.monotonic() + 120, []
+    while time.monotonic() < deadline and proc.poll() is None:
+        below = _descendants(proc.pid)
+        if any(b"mariabackup" in Path(f"/proc/{p}/cmdline").read_bytes() for p in below
+               if Path(f"/proc/{p}/cmdline").exists()):
+            break
+        time.sleep(0.05)
+    else:
+        pytest.fail(f"mariabackup never ran (exit {proc.poll()})")
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    for pid in below:  # what the killed task had started (mariabackup, its pipeline)
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    time.sleep(0.5)
+    assert [p for p in tmp.rglob("*") if p.is_file() and password.encode() in p.read_bytes()] == []

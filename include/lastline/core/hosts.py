@@ -206,14 +206,14 @@ CIPHERS = "aes128-gcm@openssh.com,chacha20-poly1305@openssh.com,aes256-gcm@opens
 class SshHost(LocalHost):
     """Run commands on another host through the OpenSSH client: each process is a local `ssh` whose
     stdin/stdout are the remote command's, so streams go through the SSH channel itself (no buffering,
-    no command timeout). Host keys are checked against a known_hosts file; the private key is a 0600
-    file; neither secret reaches a command line (only their paths do)."""
+    no command timeout). Host keys are checked against a known_hosts file; the private key is a 0600 file
+    (lastline.hooks.ssh makes both anonymous); neither reaches a command line (only their paths do)."""
 
     def __init__(self, name: str, host: str, port: int, user: str, key_file: str, known_hosts: str,
-                 compress: bool = False) -> None:
+                 compress: bool = False, control_dir: str | None = None) -> None:
         self.name, self.host, self.port, self.user = name, host, port, user
         self.key_file, self.known_hosts, self.compress = key_file, known_hosts, compress
-        self.control = os.path.join(os.path.dirname(known_hosts), f"cm-{user}@{host}:{port}")
+        self.control = os.path.join(control_dir or os.path.dirname(known_hosts), f"cm-{user}@{host}:{port}")
         self._shared: bool | None = None
         self._lock = threading.Lock()
 

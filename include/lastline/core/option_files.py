@@ -1,5 +1,5 @@
 """Option files: the client ones lastline writes for its tools (a server's address and credentials, 0600,
-never on a command line), and the ones a running server reads, with the settings in them, on whichever
+never on a command line, never under a name a kill -9 leaves behind), and the ones a running server reads, with the settings in them, on whichever
 host it runs.
 
 Which files: the `--defaults-file` of the server's command line (read from /proc through its pid
@@ -152,7 +152,8 @@ def option_file_text(server: Server, sections: tuple[str, ...] = ("client",), on
 
 @contextlib.contextmanager
 def option_file(server: Server, sections: tuple[str, ...] = ("client",), on_host: bool = False) -> Iterator[str]:
-    """Yield the path of a 0600 option file with the server's credentials; remove it afterwards.
+    """Yield the path of a 0600 option file with the server's credentials, with no name on disk (Host.private_file:
+    a memfd here, a held and unlinked file on an SSH host); gone afterwards, or when the worker dies.
 
     `on_host=True` writes it on the server's own host (over SSH for connections with ssh_conn_id), for
     commands that run there (mariabackup). Pass it as the FIRST argument: ``--defaults-extra-file=PATH``.

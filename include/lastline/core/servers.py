@@ -26,8 +26,9 @@ connection that works for MySqlHook works for lastline. Extras read from the con
   ``VERIFY_IDENTITY``), as the mysql provider reads them: every connection lastline opens then uses TLS,
   the dump workers' and the tools' (mariabackup, mariadb) through their option file.
 
-Credentials never reach a command line: :func:`option_file` writes them to a 0600
-``--defaults-extra-file`` that is removed afterwards, and the Python driver gets them as arguments.
+Credentials never reach a command line or a named file: :func:`option_file` hands them over as a 0600
+``--defaults-extra-file`` with no name on disk (an anonymous file the worker holds open; on an SSH host, one
+held open and unlinked), so a kill -9 leaves nothing behind; the Python driver gets them as arguments.
 """
 from __future__ import annotations
 

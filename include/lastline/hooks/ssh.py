@@ -16,12 +16,11 @@ from lastline.core.plans import as_bool
 
 _HOSTS: dict[tuple[str, int], SshHost] = {}  # per process: a key's /proc/<pid>/fd path names this process
 _DIR: list[str] = []
-_KEYS: list[int] = []  # the memfds holding private keys, open for the process's life
+_KEYS: list[int] = []  # the memfds holding keys and known hosts, open for the process's life
 
 
 def _private_dir() -> str:
-    """A 0700 folder for this process's known_hosts files and master connection sockets (no secret), removed at
-    exit."""
+    """A 0700 folder for this process's master connection sockets (nothing secret), removed at exit."""
     if not _DIR:
         path = tempfile.mkdtemp(prefix="lastline-ssh-")
         os.chmod(path, 0o700)
@@ -30,18 +29,10 @@ def _private_dir() -> str:
     return _DIR[0]
 
 
-def _write(name: str, text: str) -> str:
-    path = os.path.join(_private_dir(), name)
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as fh:
-        fh.write(text if text.endswith("\n") else text + "\n")
-    return path
-
-
-def _key(text: str) -> str:
-    """A private key in an anonymous file (memfd, 0600) open for this process's life, as the path ssh opens it by
-    (/proc/<pid>/fd/<n>): nothing named holds the key, so a kill -9 leaves none behind."""
-    fd = os.memfd_create("lastline-ssh-key", os.MFD_CLOEXEC)
+def _anonymous(text: str, name: str) -> str:
+    """`text` in an anonymous file (memfd, 0600) open for this process's life, as the path ssh opens it by
+    (/proc/<pid>/fd/<n>): nothing named holds a private key or a host key, so a kill -9 leaves none behind."""
+    fd = os.memfd_create(name, os.MFD_CLOEXEC)
     os.fchmod(fd, 0o600)  # ssh refuses a key others may read (a memfd is made 0777)
     data = (text if text.endswith("\n") else text + "\n").encode()
     while data:
@@ -72,7 +63,7 @@ def ssh_host(conn_id: str) -> SshHost:
         raise ConfigError(f"SSH connection {conn_id!r}: its private_key has a passphrase; lastline runs OpenSSH without a "
                           "prompt, so give it a key without one (kept in the connection, 0600 on the worker) or a key_file.")
     elif hook.pkey is not None and extra.get("private_key"):  # the key as the provider read it, for OpenSSH
-        key_file = _key(str(extra["private_key"]))
+        key_file = _anonymous(str(extra["private_key"]), "lastline-ssh-key")
     else:
         raise ConfigError(f"SSH connection {conn_id!r} has no key: set the extra key_file (a path) or private_key (the "
                           "key itself). lastline uses key authentication only.")
@@ -80,9 +71,9 @@ def ssh_host(conn_id: str) -> SshHost:
         raise ConfigError(f"SSH connection {conn_id!r}: set the extra host_key to the server's public host key "
                           f"(`ssh-keyscan -p {port} {host}`, e.g. 'ssh-ed25519 AAAA...'); lastline always checks host keys.")
     pattern = host if port == 22 else f"[{host}]:{port}"
-    known = _write(f"{conn_id}.known_hosts", f"{pattern} {hook.host_key.get_name()} {hook.host_key.get_base64()}")
+    known = _anonymous(f"{pattern} {hook.host_key.get_name()} {hook.host_key.get_base64()}", "lastline-known-hosts")
     # compression only where the extra asks (the provider's default is on; it only slows a compressed stream)
     compress = as_bool(extra.get("compress", False))
     _HOSTS[(conn_id, os.getpid())] = SshHost(f"{conn_id} ({user}@{host}:{port})", host, port, user, key_file, known,
-                                             compress=compress)
+                                             compress=compress, control_dir=_private_dir())
     return _HOSTS[(conn_id, os.getpid())]

@@ -85,7 +85,7 @@ def _cut_files(storage: Storage, span: Span, applied: dict[int, int], host: Host
     return paths, kept, written
 
 
-REPLAY_USER = "lastline_pitr_replay"  # the pipe's session: data rights, no FILE, SUPER, SHUTDOWN, accounts, grants
+REPLAY_USER = "lastline_pitr_replay"  # the pipe's session: data rights; no FILE, SUPER, SHUTDOWN, grants
 REPLAY_PRIVILEGES = ("SELECT, INSERT, UPDATE, DELETE, CREATE, DROP, REFERENCES, INDEX, ALTER, CREATE TEMPORARY TABLES, "
                      "LOCK TABLES, EXECUTE, CREATE VIEW, SHOW VIEW, CREATE ROUTINE, ALTER ROUTINE, EVENT, TRIGGER, "
                      "DELETE HISTORY, RELOAD, BINLOG REPLAY, BINLOG ADMIN, SET USER")
@@ -100,9 +100,11 @@ def _drop_replay_account(cur: Any) -> None:
 
 @contextlib.contextmanager
 def _replay_account(server: Server) -> Iterator[Server]:
-    """`server` as a short-lived account that holds what mariadb-binlog's output needs and nothing that reaches
-    beyond data (no FILE, SUPER, SHUTDOWN, PROCESS, CREATE USER, GRANT OPTION, replication admin): an archived
-    statement that slipped past the check fails there with "denied". Where the target cannot make it (an account
+    """`server` as a short-lived account that holds what mariadb-binlog's output needs and no FILE, SUPER, SHUTDOWN,
+    PROCESS, CREATE USER, GRANT OPTION or replication admin: an archived statement that slipped past the check is
+    denied a file, a global setting, a grant, a replication connection, a shutdown. Not an account or a write to
+    mysql.* (data rights on *.* include mysql.*, and INSERT there lets CREATE USER run; BINLOG REPLAY applies row
+    events to any table): there the check is the line. Where the target cannot make it (an account
     without those grants, a server before MariaDB 10.5.2), the connection's own account, with a warning. Dropped
     after; a worker killed mid-replay leaves it (its password never stored), and the next pipe or the DAG's
     teardown drops it."""
@@ -116,13 +118,24 @@ def _replay_account(server: Server) -> Iterator[Server]:
                 cur.execute(f"GRANT {REPLAY_PRIVILEGES} ON *.* TO %s@%s", (REPLAY_USER, host))
     except Exception as exc:  # noqa: BLE001 - any refusal by the target: its own account runs the pipe, said so
         log.warning("replay: the pipe runs under %s's own account: the target could not make a narrower one (%s)",
-                    server.describe(), exc)
+                    server.describe(), str(exc).replace(password, "***"))
         made = False
+        _drop_replay_account_of(server)
     try:
         yield dataclasses.replace(server, user=REPLAY_USER, password=password) if made else server
     finally:
+        if made:
+            _drop_replay_account_of(server)
+
+
+def _drop_replay_account_of(server: Server) -> None:
+    """The pipe's account dropped; a failure said, not raised (the account's password was never stored)."""
+    try:
         with server.session(autocommit=True) as cur:
             _drop_replay_account(cur)
+    except Exception as exc:  # noqa: BLE001 - a teardown step: what to do is logged
+        log.warning("replay: could not drop the account %s on %s (%s): DROP USER it there.", REPLAY_USER,
+                    server.describe(), exc)
 
 
 def _pipe(server: Server, paths: list[str]) -> dict[str, Any]:
@@ -265,7 +278,7 @@ def cleanup(plan: ReplayPlan, run_key: str) -> Cleaned:
         if not row or not row[0]:
             return Cleaned(False)
         applier.put_back(cur, json.loads(row[0]))
-        _drop_replay_account(cur)
+    _drop_replay_account_of(server)
     return Cleaned(True)
 
 
