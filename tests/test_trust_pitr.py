@@ -417,3 +417,44 @@ def test_no_secret_file_survives_a_kill_9_in_the_middle_of_a_physical_backup(for
             os.kill(pid, signal.SIGKILL)
     time.sleep(0.5)
     assert [p for p in tmp.rglob("*") if p.is_file() and password.encode() in p.read_bytes()] == []
+
+
+def test_a_compressed_statement_is_checked_as_the_server_uncompresses_it(forged_history):
+    """log_bin_compress on the source: its compressed statements pass the check uncompressed (an honest one goes
+    through), and one rewritten to a compressed GRANT is refused by name."""
+    from lastline.pitr.event_check import CheckedCutter
+
+    src = forged_history["src"]
+    server = src.server()
+    server.query("SET GLOBAL log_bin_compress=ON")
+    try:
+        with server.session() as cur:
+            cur.execute("SET SESSION binlog_format='STATEMENT'")
+            cur.execute("INSERT INTO shop.notes (v) VALUES (%s)", ("compressed " * 60,))
+            cur.connection.commit()
+            cur.execute("SHOW MASTER STATUS")
+            name = cur.fetchone()[0]
+    finally:
+        server.query("SET GLOBAL log_bin_compress=OFF")
+    data = (src.datadir / name).read_bytes()
+    at, found = 4, None
+    while at < len(data):
+        size, kind = struct.unpack_from("<I", data, at + 9)[0], data[at + 4]
+        if kind == events.QUERY_COMPRESSED:
+            found = (at, size)
+        at += size
+    assert found, "the source wrote no compressed statement"
+    honest = CheckedCutter(name, 4, None, {})
+    honest.feed(data)
+    assert honest.out.transactions and not honest.stopped  # read through, nothing refused
+    at, size = found
+    event = bytearray(data[at:at + size])
+    status_len = struct.unpack_from("<H", event, 19 + 11)[0]
+    text_at = 19 + 13 + status_len + event[19 + 8] + 1
+    grant = b"GRANT ALL ON *.* TO 'evil6'@'%' IDENTIFIED BY 'x' WITH GRANT OPTION"
+    packed = bytes([0x82]) + len(grant).to_bytes(2, "big") + zlib.compress(grant)
+    forged_event = bytearray(event[:text_at] + packed + b"\0\0\0\0")
+    struct.pack_into("<I", forged_event, 9, len(forged_event))
+    forged_event[-4:] = struct.pack("<I", zlib.crc32(bytes(forged_event[:-4])))
+    with pytest.raises(Refusal, match=f"{name} at byte {at}, transaction 0-.*GRANT ALL ON.*reaches beyond data"):
+        CheckedCutter(name, 4, None, {}).feed(data[:at] + bytes(forged_event) + data[at + size:])
