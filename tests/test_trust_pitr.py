@@ -458,3 +458,24 @@ def test_a_compressed_statement_is_checked_as_the_server_uncompresses_it(forged_
     forged_event[-4:] = struct.pack("<I", zlib.crc32(bytes(forged_event[:-4])))
     with pytest.raises(Refusal, match=f"{name} at byte {at}, transaction 0-.*GRANT ALL ON.*reaches beyond data"):
         CheckedCutter(name, 4, None, {}).feed(data[:at] + bytes(forged_event) + data[at + size:])
+
+
+def test_a_target_account_that_cannot_grant_runs_the_pipe_itself_and_says_so(forged_history, caplog):
+    """Where the narrower account cannot be made (here: no GRANT OPTION, so CREATE USER runs and GRANT fails), the
+    pipe runs under the connection's own account, with a warning, and no half-made account is left."""
+    import dataclasses
+    import logging
+
+    server = connections.server("t_tp_tgt")
+    server.query("CREATE USER IF NOT EXISTS 'nogrant'@'127.0.0.1' IDENTIFIED BY 'ng-pw'")
+    server.query("GRANT ALL PRIVILEGES ON *.* TO 'nogrant'@'127.0.0.1'")
+    limited = dataclasses.replace(server, user="nogrant", password="ng-pw", socket=None)
+    with caplog.at_level(logging.WARNING, logger="lastline.pitr.replay"), replay._replay_account(limited) as used:
+        assert used is limited
+    assert "the pipe runs under" in caplog.text and "could not make a narrower one" in caplog.text
+    assert server.query("SELECT COUNT(*) FROM mysql.global_priv WHERE User = %s", (replay.REPLAY_USER,)) == [(0,)]
+    with replay._replay_account(server) as narrow:  # the connection's own account can: a narrower one, dropped after
+        assert narrow.user == replay.REPLAY_USER
+        grants = " ".join(r[0] for r in narrow.query("SHOW GRANTS"))
+        assert "FILE" not in grants and "SUPER" not in grants and "SHUTDOWN" not in grants and "GRANT OPTION" not in grants
+    assert server.query("SELECT COUNT(*) FROM mysql.global_priv WHERE User = %s", (replay.REPLAY_USER,)) == [(0,)]
