@@ -417,3 +417,65 @@ def test_no_secret_file_survives_a_kill_9_in_the_middle_of_a_physical_backup(for
             os.kill(pid, signal.SIGKILL)
     time.sleep(0.5)
     assert [p for p in tmp.rglob("*") if p.is_file() and password.encode() in p.read_bytes()] == []
+
+
+def test_a_compressed_statement_is_checked_as_the_server_uncompresses_it(forged_history):
+    """log_bin_compress on the source: its compressed statements pass the check uncompressed (an honest one goes
+    through), and one rewritten to a compressed GRANT is refused by name."""
+    from lastline.pitr.event_check import CheckedCutter
+
+    src = forged_history["src"]
+    server = src.server()
+    server.query("SET GLOBAL log_bin_compress=ON")
+    try:
+        with server.session() as cur:
+            cur.execute("SET SESSION binlog_format='STATEMENT'")
+            cur.execute("INSERT INTO shop.notes (v) VALUES (%s)", ("compressed " * 60,))
+            cur.connection.commit()
+            cur.execute("SHOW MASTER STATUS")
+            name = cur.fetchone()[0]
+    finally:
+        server.query("SET GLOBAL log_bin_compress=OFF")
+    data = (src.datadir / name).read_bytes()
+    at, found = 4, None
+    while at < len(data):
+        size, kind = struct.unpack_from("<I", data, at + 9)[0], data[at + 4]
+        if kind == events.QUERY_COMPRESSED:
+            found = (at, size)
+        at += size
+    assert found, "the source wrote no compressed statement"
+    honest = CheckedCutter(name, 4, None, {})
+    honest.feed(data)
+    assert honest.out.transactions and not honest.stopped  # read through, nothing refused
+    at, size = found
+    event = bytearray(data[at:at + size])
+    status_len = struct.unpack_from("<H", event, 19 + 11)[0]
+    text_at = 19 + 13 + status_len + event[19 + 8] + 1
+    grant = b"GRANT ALL ON *.* TO 'evil6'@'%' IDENTIFIED BY 'x' WITH GRANT OPTION"
+    packed = bytes([0x82]) + len(grant).to_bytes(2, "big") + zlib.compress(grant)
+    forged_event = bytearray(event[:text_at] + packed + b"\0\0\0\0")
+    struct.pack_into("<I", forged_event, 9, len(forged_event))
+    forged_event[-4:] = struct.pack("<I", zlib.crc32(bytes(forged_event[:-4])))
+    with pytest.raises(Refusal, match=f"{name} at byte {at}, transaction 0-.*GRANT ALL ON.*reaches beyond data"):
+        CheckedCutter(name, 4, None, {}).feed(data[:at] + bytes(forged_event) + data[at + size:])
+
+
+def test_a_target_account_that_cannot_grant_runs_the_pipe_itself_and_says_so(forged_history, caplog):
+    """Where the narrower account cannot be made (here: no GRANT OPTION, so CREATE USER runs and GRANT fails), the
+    pipe runs under the connection's own account, with a warning, and no half-made account is left."""
+    import dataclasses
+    import logging
+
+    server = connections.server("t_tp_tgt")
+    server.query("CREATE USER IF NOT EXISTS 'nogrant'@'127.0.0.1' IDENTIFIED BY 'ng-pw'")
+    server.query("GRANT ALL PRIVILEGES ON *.* TO 'nogrant'@'127.0.0.1'")
+    limited = dataclasses.replace(server, user="nogrant", password="ng-pw", socket=None)
+    with caplog.at_level(logging.WARNING, logger="lastline.pitr.replay"), replay._replay_account(limited) as used:
+        assert used is limited
+    assert "the pipe runs under" in caplog.text and "could not make a narrower one" in caplog.text
+    assert server.query("SELECT COUNT(*) FROM mysql.global_priv WHERE User = %s", (replay.REPLAY_USER,)) == [(0,)]
+    with replay._replay_account(server) as narrow:  # the connection's own account can: a narrower one, dropped after
+        assert narrow.user == replay.REPLAY_USER
+        grants = " ".join(r[0] for r in narrow.query("SHOW GRANTS"))
+        assert "FILE" not in grants and "SUPER" not in grants and "SHUTDOWN" not in grants and "GRANT OPTION" not in grants
+    assert server.query("SELECT COUNT(*) FROM mysql.global_priv WHERE User = %s", (replay.REPLAY_USER,)) == [(0,)]

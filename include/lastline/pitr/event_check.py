@@ -5,8 +5,8 @@ events to any table once an account holds BINLOG REPLAY). So an event that reach
 replay, named by file, byte, GTID and statement start.
 
 What passes: between transactions only a Gtid_list, checkpoint, Rotate or Stop; one format description, first,
-with the layout lastline parses; inside a transaction GTID, Query, Intvar, Rand, User_var, XID, XA PREPARE, table
-maps and row events (Annotate_rows, informational, too). A table map of a system schema or lastline's own schema
+with the layout lastline parses; inside a transaction GTID, Query (a compressed one checked uncompressed), Intvar,
+Rand, User_var, XID, XA PREPARE, table maps and row events (Annotate_rows, informational, too). A table map of a system schema or lastline's own schema
 is refused; a row event must follow its table map in the same transaction. A statement is read by the server's
 lexer (lastline.logical.format.sql_text) in the event's own sql_mode and must be a data change or data definition
 (INSERT, REPLACE, UPDATE, DELETE, SELECT, WITH, TRUNCATE, CREATE/ALTER/DROP of tables, databases, indexes,
@@ -19,8 +19,11 @@ mariadb-binlog writes) and the status values mariadb-binlog prints unquoted must
 """
 from __future__ import annotations
 
+import dataclasses
 import re
 import struct
+import zlib
+from typing import NoReturn
 
 from lastline.core.errors import Refusal
 from lastline.core.sql import engine_name, never_restored
@@ -38,11 +41,11 @@ from lastline.logical.format.sql_text import (
     tokenize_any_mode,
     word_at,
 )
-from lastline.pitr.events import GTID, HEADER_LEN, QUERY, XA_PREPARE, XID, Cutter
+from lastline.pitr.events import GTID, HEADER_LEN, QUERY, QUERY_COMPRESSED, XA_PREPARE, XID, Cutter
 from lastline.pitr.split import ANNOTATE_ROWS, BETWEEN, ROWS, TABLE_MAP, check_format
 from lastline.pitr.statements import INTVAR, RAND, USER_VAR, Query, parse_query
 
-IN_GROUP = {GTID, QUERY, INTVAR, RAND, USER_VAR, XID, XA_PREPARE, TABLE_MAP, ANNOTATE_ROWS, *ROWS}
+IN_GROUP = {GTID, QUERY, QUERY_COMPRESSED, INTVAR, RAND, USER_VAR, XID, XA_PREPARE, TABLE_MAP, ANNOTATE_ROWS, *ROWS}
 ANSI_QUOTES, ORACLE, MSSQL, NO_BACKSLASH_ESCAPES = 1 << 2, 1 << 9, 1 << 10, 1 << 20  # sql_mode bits
 # client character sets whose multi-byte characters may end in a quote or backslash byte (big5, sjis, gbk, cp932,
 # with their NO PAD collations): the server would read a string's end where a byte-wise lexer does not
@@ -165,6 +168,21 @@ def statement_problem(query: Query) -> str | None:
     return None
 
 
+def uncompressed(text: bytes) -> bytes | None:
+    """A compressed Query event's statement as the server reads it (log_bin_compress: a header byte 0x80 with the
+    length's size, the length big-endian, a zlib stream); None where the server would not read one."""
+    size = text[0] & 0x07 if text else 0
+    if not text or text[0] & 0xF8 != 0x80 or not 1 <= size <= 4 or len(text) < 1 + size:
+        return None
+    length = int.from_bytes(text[1:1 + size], "big")
+    inflate = zlib.decompressobj()
+    try:
+        out = inflate.decompress(text[1 + size:], length + 1)
+    except zlib.error:
+        return None
+    return out if inflate.eof and len(out) <= length else None
+
+
 def _status_problem(query: Query) -> str | None:
     """A status value mariadb-binlog prints unquoted that is not plain."""
     if query.status.time_zone is not None and not _PLAIN.fullmatch(query.status.time_zone):
@@ -182,7 +200,7 @@ class CheckedCutter(Cutter):
         self._mapped: set[bytes] = set()
         self._gtid = ""  # the transaction being read (its end event is seen once the scanner has closed it)
 
-    def _refuse(self, what: str, why: str) -> None:
+    def _refuse(self, what: str, why: str) -> NoReturn:
         gtid = self._gtid or "(outside any transaction)"
         raise Refusal(f"{self.name} at byte {self.pos}, transaction {gtid}: {what} {why}. A physical base's replay "
                       "applies data changes only: accounts, grants, files, plugins, global settings, replication, "
@@ -218,12 +236,17 @@ class CheckedCutter(Cutter):
         checksum = self.out.checksum
         if kind not in IN_GROUP:
             self._refuse(f"an event of type {kind}", "is not a data change lastline replays (LOAD DATA, an "
-                         "incident, a compressed statement, ...)")
-        if kind == QUERY:
+                         "incident, ...)")
+        if kind in (QUERY, QUERY_COMPRESSED):
             try:
                 query = parse_query(event, checksum, self._gtid)
             except (Refusal, struct.error, IndexError) as exc:
                 self._refuse("a statement", f"cannot be read ({exc})")
+            if kind == QUERY_COMPRESSED:
+                text = uncompressed(query.text)
+                if text is None:
+                    self._refuse("a compressed statement", "cannot be uncompressed as the server would")
+                query = dataclasses.replace(query, text=text)
             why = _status_problem(query) or statement_problem(query)
             if why:
                 self._refuse(repr(query.text[:200].decode("utf-8", "replace")), f"reaches beyond data: {why}")
