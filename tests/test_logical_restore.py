@@ -112,6 +112,7 @@ def test_round_trip_of_store_and_corpus_is_exact_and_config_comes_back(run_dag, 
     summary = Path(chart.removeprefix("file://")).with_name("summary.md").read_text()  # the Report tab's first page
     assert summary.splitlines()[2].startswith("**Verified: all ") and "tables hold exactly the backup's" in summary
     assert "row hashes, summed per table, equal the ones computed on the source" in summary
+    assert "- **Backup:** authenticated (storage key " in summary  # every report says whether its backup was
     assert "Returned value was" not in logs  # return values stay out of the task logs
     rows = logical_target.server().query(
         "SELECT COUNT(*) FROM information_schema.TABLES WHERE TABLE_SCHEMA = '_lastline' AND TABLE_NAME IN ('ledger', 'config_snapshot')")

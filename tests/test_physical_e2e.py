@@ -61,6 +61,7 @@ def test_file_round_trip_checksums_match_and_password_stays_secret(run_dag, sour
     report = Path(re.search(r"\(file://(\S+/backup\.md)\)", logs).group(1)).read_text()
     assert report.startswith("# Physical backup ") and " tables, " in report and "x compressed" in report
     assert "Point-in-time: no binlog archive in this destination" in report and "MB/s" in report
+    assert "authenticated (storage key " in report  # signed with the deployment's key, and said so
 
     backup = _only_backup(dest)
     manifest = PhysicalManifest.from_json((backup / "manifest.json").read_text())
@@ -77,6 +78,7 @@ def test_file_round_trip_checksums_match_and_password_stays_secret(run_dag, sour
     assert len(table_checksums(target.server())) == len(names)
     assert not list(Path(target.datadir).parent.glob("data.lastline-aside-*")), "the old datadir was not cleaned up"
     assert "restore of" in logs and "total" in logs
+    assert "Its manifest was authenticated (storage key " in logs  # the report's verification says it
 
 
 def test_s3_round_trip_with_pigz(run_dag, source, target, s3_server):

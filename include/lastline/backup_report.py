@@ -57,6 +57,7 @@ def build(storage: Storage, manifest: Manifest, kind: str, url: str, window: str
         "kind": kind, "url": url, **now, "compression": manifest.compression, "server_version": manifest.server_version,
         "binlog_file": manifest.binlog_file, "binlog_position": manifest.binlog_position, "gtid": manifest.gtid,
         "primary_gtid": primary.get("gtid"), "manifest_sha256": getattr(manifest, "read_sha256", None), "point_in_time": window,
+        "authenticity": auth.describe() if (auth := getattr(manifest, "authenticity", None)) else "not checked for authenticity",
         # a logical backup's longest write wait behind its snapshot, the wait for the lock included (manifest lock_seconds)
         "writes_blocked_seconds": float(manifest.lock_seconds) if isinstance(manifest, LogicalManifest) else None,
         "compared": {key: _change(float(now[key] or 0), median(key)) for key in ("bytes", "seconds", "mb_per_s", "rows")},
@@ -70,7 +71,8 @@ def markdown(report: dict[str, Any]) -> str:
     vs = f" (against the median of the {len(report['recent'])} backups before it)" if report["recent"] else ""
     lines = [
         f"# {report['summary']}", "",
-        f"- **Where:** `{report['url']}` (manifest sha256 `{(report['manifest_sha256'] or '')[:16]}...`)",
+        f"- **Where:** `{report['url']}` (manifest sha256 `{(report['manifest_sha256'] or '')[:16]}...`), "
+        f"{report.get('authenticity') or 'not checked for authenticity'}",
         f"- **Size:** {report['bytes']:,} bytes, {report['compression']}, from {report['raw_bytes']:,} bytes "
         f"({report['ratio']}x){(' ' + c['bytes']) if c['bytes'] else ''}",
         f"- **Took:** {report['seconds']:,.1f} s at {report['mb_per_s']:,.1f} MB/s"

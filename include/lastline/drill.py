@@ -38,6 +38,7 @@ class DrillPlan(Plan):
     rto_budget_seconds: float
     started: float  # epoch seconds: the RTO counts from here
     restore: dict[str, Any]
+    authenticity: str = ""  # whether the storage key authenticated the backup's manifest, in words
 
 
 def preflight(conf: dict) -> DrillPlan:
@@ -57,7 +58,8 @@ def preflight(conf: dict) -> DrillPlan:
     budget = params.number("rto_budget_minutes", 60.0, minimum=0) * 60
     log.info("drill: %s backup %s into %s (RTO budget %.0f s)", kind, url, server.describe(), budget)
     return DrillPlan(kind=kind, backup=url, backup_id=backup_id, bytes=int(manifest.bytes), drill_conn_id=drill_conn_id,
-                     rto_budget_seconds=budget, started=time.time(), restore=restore)
+                     rto_budget_seconds=budget, started=time.time(), restore=restore,
+                     authenticity=manifest.authenticity.describe())
 
 
 def record(plan: DrillPlan, verified: dict | None, dag_id: str, run_id: str) -> dict:
@@ -68,7 +70,7 @@ def record(plan: DrillPlan, verified: dict | None, dag_id: str, run_id: str) -> 
     entry = {"backup_id": plan.backup_id, "kind": plan.kind, "backup": plan.backup, "run_id": run_id,
              "finished": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "ok": verified is not None,
              "rto_seconds": round(seconds, 1), "mb_per_s": round(plan.bytes / 1e6 / seconds, 2) if verified is not None else 0.0,
-             "rto_budget_seconds": plan.rto_budget_seconds}
+             "rto_budget_seconds": plan.rto_budget_seconds, "authenticity": plan.authenticity}
     entry["within_budget"] = entry["ok"] and (not plan.rto_budget_seconds or seconds <= plan.rto_budget_seconds)
     history = reports.append_history(HISTORY, entry)
     recent = history[-20:]
@@ -82,8 +84,8 @@ def record(plan: DrillPlan, verified: dict | None, dag_id: str, run_id: str) -> 
     ])
     where = reports.save(dag_id, run_id, {"restore_drill.svg": chart,
                                           "restore_drill.json": json.dumps({**entry, "history": recent}, indent=1)})
-    log.info("drill %s: %s in %.1f s (%.1f MB/s); report %s/restore_drill.svg", plan.backup_id,
-             "verified" if entry["ok"] else "FAILED", seconds, entry["mb_per_s"], where)
+    log.info("drill %s: %s in %.1f s (%.1f MB/s), the backup %s; report %s/restore_drill.svg", plan.backup_id,
+             "verified" if entry["ok"] else "FAILED", seconds, entry["mb_per_s"], plan.authenticity or "not checked", where)
     return entry
 
 

@@ -44,6 +44,7 @@ class RestorePlan(Plan):
     aws_conn_id: str | None = None
     at_risk: dict | None = None  # what the restore would replace, when it asks for approval first (core.sql.tables_at_risk)
     manifest_sha256: str = ""  # the manifest preflight checked: later tasks refuse any other (manifest.read_manifest)
+    authenticity: str = ""  # whether the storage key authenticated that manifest, in words (every report says it)
 
 
 @dataclass(frozen=True)

@@ -97,6 +97,7 @@ def preflight(conf: dict, role: str | None = None) -> RestorePlan:
         bytes=manifest.bytes,
         at_risk=at_risk,
         manifest_sha256=manifest.read_sha256,
+        authenticity=manifest.authenticity.describe(),
     )
     log.info("preflight ok: restore %s into %s (datadir %s: %s)", plan.backup, server.describe(), datadir, state)
     return plan
@@ -230,7 +231,8 @@ def verification(verified: Verified, plan: RestorePlan) -> str:
     """What the restore proved, in words (the report's first line)."""
     return (f"Verified: the backup's {plan.bytes:,} bytes matched the sha256 its manifest records, mariabackup prepared "
             f"them, the server started ({verified.server_version}) and all {verified.tables:,} tables of the backup "
-            f"answer, {verified.rows:,} rows, each count plausible against the backup's estimate.")
+            f"answer, {verified.rows:,} rows, each count plausible against the backup's estimate. Its manifest was "
+            f"{plan.authenticity or 'not checked for authenticity'}.")
 
 
 def report(plan: RestorePlan, stop: StepResult, extract: StepResult, prepare: StepResult, start: StepResult,

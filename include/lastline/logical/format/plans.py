@@ -74,6 +74,7 @@ class RestorePlan(Plan):
     at_risk: dict | None = None  # what the restore would replace, when it asks for approval first (core.sql.tables_at_risk)
     restore_account: str = ""  # the run account every statement from the backup runs under (core.accounts)
     manifest_sha256: str = ""  # the manifest preflight checked: later tasks refuse any other (manifest.read_manifest)
+    authenticity: str = ""  # whether the storage key authenticated that manifest, in words (every report says it)
     enable_events: bool = False  # restored events come back disabled unless the run asks
 
 

@@ -192,6 +192,7 @@ def preflight(conf: dict, role: str | None = None) -> RestorePlan:
         at_risk=at_risk,
         restore_account=accounts.run_account_name(),
         manifest_sha256=manifest.read_sha256,
+        authenticity=manifest.authenticity.describe(),
         enable_events=params.flag("enable_events"),
     )
     log.info(

@@ -110,6 +110,7 @@ def summary(report: dict) -> str:
     return "\n".join([
         f"# Logical restore of {report['backup']} into {report['target_conn_id']}", "",
         f"**{report['verification']}**", "",
+        f"- **Backup:** {report.get('authenticity') or 'not checked for authenticity'}",
         f"- **Databases:** {', '.join(report['databases'])}",
         f"- **Loaded:** {report['rows']:,} rows, {report['bytes']:,} bytes in {report['load_seconds']:,.1f} s "
         f"({report['load_mb_per_s']:,.1f} MB/s), {plural(report['units'], 'work unit')} on {plural(report['parallel'], 'lane')}",
@@ -119,7 +120,8 @@ def summary(report: dict) -> str:
 def write(plan: RestorePlan, steps: dict[str, Any], lanes: list[list[Any]], dag_id: str, run_id: str) -> dict:
     """Build, log and save the report (its summary opening with the verification in words, JSON, SVG chart) where the
     UI reads it (lastline.reports); returns the report with the files' URLs."""
-    report = {"verification": verification(plain(steps.get("verify")) or {}), **build(plan, steps, lanes)}
+    report = {"verification": verification(plain(steps.get("verify")) or {}), **build(plan, steps, lanes),
+              "authenticity": plan.authenticity or "not checked for authenticity"}
     where = reports.save(dag_id, run_id, {"summary.md": summary(report), "logical_restore.svg": chart(report),
                                           "logical_restore.json": json.dumps(report, indent=1)})
     report["chart"], report["report"] = f"{where}/logical_restore.svg", f"{where}/logical_restore.json"
