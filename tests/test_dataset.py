@@ -136,6 +136,7 @@ def test_the_demo_fills_a_source_an_earlier_try_left_empty_or_half_loaded(sandbo
         half = Instance(sandbox_root, "demohalf")
         (half.datadir / "junk").mkdir(parents=True)
         monkeypatch.setattr(demo, "servers", lambda: {"source": inst, "target": broken, "staging": half})
+        monkeypatch.setenv("LASTLINE_DEMO_BULK_MB", "1")
         found = demo.start_servers()
         assert found["target"].server().query("SELECT 1") == [(1,)] == found["staging"].server().query("SELECT 1")
     finally:
