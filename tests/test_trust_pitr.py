@@ -374,8 +374,7 @@ NO_BACKSLASH, ANSI = 1 << 20, 1 << 2
     ("INSERT INTO t VALUES (0x27)", 0, 28, "character set"),  # gbk: a quote can hide in a multi-byte character
 ])
 def test_the_statement_check_reads_as_the_server_does(text, mode, charset, refused):
-    from lastline.pitr.event_check import statement_problem
-    from lastline.pitr.statements import Query, Status
+    from lastline.pitr.statements import Query, Status, statement_problem
 
     why = statement_problem(Query(0, 0, "shop", 0, Status(sql_mode=mode, charset=(charset, charset, charset)),
                                   text.encode()))
