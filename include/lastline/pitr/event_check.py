@@ -6,16 +6,12 @@ replay, named by file, byte, GTID and statement start.
 
 What passes: between transactions only a Gtid_list, checkpoint, Rotate or Stop; one format description, first,
 with the layout lastline parses; inside a transaction GTID, Query (a compressed one checked uncompressed), Intvar,
-Rand, User_var, XID, XA PREPARE, table maps and row events (Annotate_rows, informational, too). A table map of a system schema or lastline's own schema
-is refused; a row event must follow its table map in the same transaction. A statement (pitr.statements.statement_problem) is
-read by the server's lexer in the event's own sql_mode and must be a data change or data definition
-(INSERT, REPLACE, UPDATE, DELETE, SELECT, WITH, TRUNCATE, CREATE/ALTER/DROP of tables, databases, indexes,
-views, sequences and stored programs, RENAME, ANALYZE/OPTIMIZE/REPAIR, FLUSH TABLES, transaction and XA
-control), naming no system schema, with no engine that reaches outside the datadir and none of the words that
-reach beyond data anywhere in it (GRANT, OUTFILE, LOAD_FILE, INFILE, SONAME, DIRECTORY, GLOBAL, MASTER, ...).
-Whatever the lexer cannot read exactly as the server would is refused. For the pipe (`mariadb-binlog | mariadb`)
-the text also may not hold what the mariadb client reads as its own commands (DELIMITER, `\\C`, the delimiter
-mariadb-binlog writes) and the status values mariadb-binlog prints unquoted must be plain.
+Rand, User_var, XID, XA PREPARE, table maps and row events (Annotate_rows, informational, too). A table map of a
+system schema or lastline's own schema is refused; a row event must follow a table map of its transaction. A
+statement must be a data change or data definition naming no system schema, read as the server reads it
+(pitr.statements.statement_problem). For the pipe (`mariadb-binlog | mariadb`) the status values mariadb-binlog
+prints unquoted must be plain, and a user variable's name too. The preflight runs the same check over the whole
+span (check_span) before the base is restored; the replay runs it again while it cuts.
 """
 from __future__ import annotations
 
@@ -101,8 +97,8 @@ class CheckedCutter(Cutter):
             self._gtid = ""
 
     def _check(self, event: bytes, kind: int) -> None:
-        """One event of a transaction the replay keeps (the GTID event's group decided after super(): checked here
-        for every group, a cheap read)."""
+        """One event of a transaction the replay keeps (a GTID event: of every transaction, read before the Cutter
+        decides whether it keeps it)."""
         checksum = self.out.checksum
         if kind not in IN_GROUP:
             self._refuse(f"an event of type {kind}", "is not a data change lastline replays (LOAD DATA, an "
@@ -135,7 +131,6 @@ class CheckedCutter(Cutter):
             (n,) = struct.unpack_from("<I", event, HEADER_LEN)
             if not _USER_VAR.fullmatch(bytes(event[HEADER_LEN + 4:HEADER_LEN + 4 + n])):
                 self._refuse("a user variable", "has a name that is not plain")
-
 
 
 def check_span(storage: Storage, span: Span) -> int:

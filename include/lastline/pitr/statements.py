@@ -187,6 +187,7 @@ def read(group: StatementGroup) -> list[Query]:
             if HEADER.unpack_from(e, 0)[1] == QUERY]
 
 
+# A physical base's replay runs archived statements (pitr.event_check): each passes statement_problem first.
 ANSI_QUOTES, ORACLE, MSSQL, NO_BACKSLASH_ESCAPES = 1 << 2, 1 << 9, 1 << 10, 1 << 20  # sql_mode bits
 # client character sets whose multi-byte characters may end in a quote or backslash byte (big5, sjis, gbk, cp932,
 # with their NO PAD collations): the server would read a string's end where a byte-wise lexer does not
