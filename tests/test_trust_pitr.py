@@ -167,9 +167,19 @@ ATTACKS = ["account", "grant", "outfile", "load_file", "local_infile", "set_glob
            "shutdown", "mysql_write", "hidden", "program_tail", "mysql_rows"]
 
 
+def _unchecked_span(conf: dict, monkeypatch) -> dict:
+    """The span preflight resolves, its own check of the events left out (what the replay's check alone meets)."""
+    with monkeypatch.context() as m:
+        m.setattr(pitr, "check_span", lambda *_: 0)
+        return pitr.preflight(conf).replay["span"]
+
+
 @pytest.mark.parametrize("method", ["parallel", "pipe", "auto"])
 @pytest.mark.parametrize("attack", ATTACKS)
-def test_a_forged_archived_event_is_refused_by_name_before_anything_is_applied(forged_history, attack, method):
+def test_a_forged_archived_event_is_refused_by_name_before_anything_is_applied(forged_history, attack, method,
+                                                                              monkeypatch):
+    """Refused twice over: by the preflight, before the base is restored (the target untouched), and by the
+    replay's own check while it cuts the span, before either method applies anything."""
     h = forged_history
     tgt, root, storage = h["tgt"], h["root"], h["storage"]
     if attack == "mysql_rows":
@@ -185,14 +195,16 @@ def test_a_forged_archived_event_is_refused_by_name_before_anything_is_applied(f
         server.query("SET GLOBAL slave_run_triggers_for_rbr='YES'")
     try:
         with forged(storage, h["dest"], old, new) as name:
-            span = pitr.preflight(h["conf"]).replay["span"]
+            with pytest.raises(Refusal) as early:
+                pitr.preflight({**h["conf"], "replay_method": method})
+            span = _unchecked_span(h["conf"], monkeypatch)
             with pytest.raises(Refusal) as refused:
                 replay.apply(server, storage, Span.of(span), f"forged-{attack}-{method}", method)
     finally:
         server.query("SET GLOBAL slave_run_triggers_for_rbr='NO'")
-    message = str(refused.value)
-    assert f"{name} at byte " in message and "transaction 0-" in message and named in message, message
-    assert "Nothing was applied" in message
+    for message in (str(early.value), str(refused.value)):
+        assert f"{name} at byte " in message and "transaction 0-" in message and named in message, message
+        assert "Nothing was applied" in message
     assert effects(tgt, root) == before  # no account, grant, file, row, plugin, setting, replica; still running
     assert server.query("SELECT COUNT(*) FROM _lastline.pitr_replay WHERE run_id LIKE 'forged-%'") == [(0,)]
 
@@ -232,7 +244,7 @@ def test_the_pipe_client_reads_no_local_file_and_runs_no_client_command(forged_h
     before = effects(h["tgt"], h["root"])
     with forged(h["storage"], h["dest"], _placeholder(0).encode(),
                 text.format(marker=marker, root=h["root"]).encode()):
-        span = Span.of(pitr.preflight(h["conf"]).replay["span"])
+        span = Span.of(_unchecked_span(h["conf"], monkeypatch))
         paths = _relay(h["storage"], span, tmp_path)
     with pytest.raises(Refusal, match="failed part way"):
         replay._pipe(server, paths)
@@ -362,8 +374,7 @@ NO_BACKSLASH, ANSI = 1 << 20, 1 << 2
     ("INSERT INTO t VALUES (0x27)", 0, 28, "character set"),  # gbk: a quote can hide in a multi-byte character
 ])
 def test_the_statement_check_reads_as_the_server_does(text, mode, charset, refused):
-    from lastline.pitr.event_check import statement_problem
-    from lastline.pitr.statements import Query, Status
+    from lastline.pitr.statements import Query, Status, statement_problem
 
     why = statement_problem(Query(0, 0, "shop", 0, Status(sql_mode=mode, charset=(charset, charset, charset)),
                                   text.encode()))
@@ -479,3 +490,23 @@ def test_a_target_account_that_cannot_grant_runs_the_pipe_itself_and_says_so(for
         grants = " ".join(r[0] for r in narrow.query("SHOW GRANTS"))
         assert "FILE" not in grants and "SUPER" not in grants and "SHUTDOWN" not in grants and "GRANT OPTION" not in grants
     assert server.query("SELECT COUNT(*) FROM mysql.global_priv WHERE User = %s", (replay.REPLAY_USER,)) == [(0,)]
+
+
+def test_the_dag_refuses_a_forged_archive_before_the_target_is_touched(run_dag, forged_history):
+    """Through the point_in_time_restore DAG: its plan task fails (a refusal: no retry) naming the event, and
+    the target still holds what it held (no base restored over it, nothing applied)."""
+    h = forged_history
+    server = connections.server("t_tp_tgt")
+    server.query("CREATE TABLE IF NOT EXISTS shop.untouched (a INT)")
+    before = effects(h["tgt"], h["root"])
+    k = list(h["attacks"]).index("grant")
+    with forged(h["storage"], h["dest"], _placeholder(k).encode(), h["attacks"]["grant"].encode()) as name:
+        state_, tis, logs = run_dag("point_in_time_restore", {
+            "target_conn_id": "t_tp_tgt", "destination": f"file://{h['dest']}", "until": "latest", "base": "auto",
+            "base_kind": "any", "databases": [], "branch": "", "replay_method": "auto", "parallel": 2, "force": True,
+            "restore_into_source": "", "aws_conn_id": None})
+    assert state_ == "failed", tis
+    assert [t for t, s in tis.items() if s == "failed"] == ["plan"], tis  # the first task; nothing after it ran
+    assert f"{name} at byte " in logs and "GRANT ALL ON *.* TO 'evil2'" in logs and "reaches beyond data" in logs
+    assert effects(h["tgt"], h["root"]) == before  # shop.untouched still there: no base was restored over it
+    server.query("DROP TABLE shop.untouched")

@@ -17,6 +17,7 @@ from lastline.core.sql import never_restored
 from lastline.manifest import ID_RE, MANIFEST, complete_backups, manifest_kind, read_manifest
 from lastline.pitr import catalog, scoped, window
 from lastline.pitr import span as span_of
+from lastline.pitr.event_check import check_span
 from lastline.pitr.plans import PitrPlan, ReplayPlan
 from lastline.pitr.replay import METHODS
 from lastline.storage import Storage, open_allowed
@@ -129,6 +130,9 @@ def preflight(conf: dict[str, Any], recorded: dict[str, Any] | None = None) -> P
         elif params.names("databases"):
             raise ConfigError(f"databases: base {backup_id} is a physical backup, restored whole; leave databases "
                               "empty, or choose a logical base (base_kind).")
+        else:  # every event the replay would apply checked before the base is restored (event_check)
+            log.info("point-in-time restore: %d archived transactions checked: data changes only",
+                     check_span(storage, span))
         return PitrPlan(kind=kind, base=backup_id, until=until.describe(), branch=line.branch,
                         window=window.line_window(line), replay=replay.to_dict(),
                         physical=restore if kind == "physical" else None, logical=restore if kind == "logical" else None)
