@@ -29,6 +29,7 @@ from lastline.manifest import read_manifest
 from lastline.physical import backup as pb
 from lastline.physical import restore as pb_restore
 from lastline.replication import flavour
+from lastline.replication import pauses as replica_pauses
 from lastline.replication import source as replica_source
 from lastline.storage import open_storage
 from lastline_dev.sandbox import Instance
@@ -379,14 +380,14 @@ def _sql_running(inst: Instance) -> str:
 PAUSE_AND_HANG = textwrap.dedent("""
     import sys, time
     from lastline import connections
-    from lastline.replication import source
+    from lastline.replication import pauses, source
     server = connections.server("t_cbreplica")
     if sys.argv[1] == "snapshot":
         with source.paused(server):
             print("paused", flush=True)
             time.sleep(600)
     else:  # mariabackup --safe-slave-backup's pause, recorded around the stream
-        with source.recorded(server, [""], "physical backup killed"):
+        with pauses.recorded(server, [""], "physical backup killed"):
             server.query("STOP SLAVE SQL_THREAD")
             print("paused", flush=True)
             time.sleep(600)
@@ -440,11 +441,11 @@ def test_a_pause_a_killed_worker_left_is_resumed_by_the_next_backup_with_an_aler
 
     # a live pause is not another run's to resume; a thread stopped with no record stays as it is
     with replica_source.paused(r, what="a live backup"):
-        assert replica_source.resume_abandoned(r) == [] and _sql_running(replica) == "No"
+        assert replica_pauses.resume_abandoned(r) == [] and _sql_running(replica) == "No"
     assert _sql_running(replica) == "Yes"
     r.query("STOP SLAVE SQL_THREAD")
     try:
-        assert replica_source.resume_abandoned(r) == [] and _sql_running(replica) == "No"
+        assert replica_pauses.resume_abandoned(r) == [] and _sql_running(replica) == "No"
     finally:
         r.query("START SLAVE SQL_THREAD")
 

@@ -21,6 +21,7 @@ def main() -> int:
     port = os.environ.get("LASTLINE_UI_PORT", "8080")
     env = {**os.environ,
            "LASTLINE_DESTINATION": f"file://{DEMO / 'backups'}",
+           "LASTLINE_STORAGE_KEY_CONN_ID": "lastline_storage_key",  # the demo's key signs and checks its backups
            "LASTLINE_PHYSICAL_BACKUP_SCHEDULE": "none", "LASTLINE_LOGICAL_BACKUP_SCHEDULE": "none",
            "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS": "True",  # loopback only, sandboxes only
            "AIRFLOW__API__HOST": "127.0.0.1", "AIRFLOW__API__PORT": port,

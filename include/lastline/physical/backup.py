@@ -22,6 +22,7 @@ from lastline.manifest import PhysicalManifest, TableInfo, new_backup_id, prune_
 from lastline.physical import tools as physical
 from lastline.physical.plans import BackupPlan, StreamResult
 from lastline.physical.target import options_of
+from lastline.replication import pauses as replica_pauses
 from lastline.replication import source as replica_source
 from lastline.storage import open_allowed, open_storage
 
@@ -104,7 +105,7 @@ def stream(plan: BackupPlan) -> StreamResult:
     started = datetime.now(UTC)
     key = f"{plan.backup_id}/{plan.artifact}"
     # mariabackup --safe-slave-backup pauses the replica's SQL thread: recorded for as long as the stream runs
-    pause = replica_source.recorded(server, plan.replica["sql_running"], f"physical backup {plan.backup_id}") \
+    pause = replica_pauses.recorded(server, plan.replica["sql_running"], f"physical backup {plan.backup_id}") \
         if plan.replica is not None else nullcontext()
     with pause, option_file(server, ("client", "mariabackup"), on_host=True) as opt, storage.writer(key) as writer:
         stages = physical.backup_stages(opt, datadir, plan.parallel, plan.compression, host=host, priority=plan.priority,

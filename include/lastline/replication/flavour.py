@@ -260,3 +260,23 @@ def leftovers(server: Server) -> list[str]:
             if pos:
                 found.append(f"gtid_slave_pos is {pos!r}")
         return found
+
+
+def connection_name(status: dict[str, Any]) -> str:
+    """The replication connection's name (MariaDB's Connection_name, MySQL's Channel_Name; "" the default)."""
+    return str(status.get("Connection_name") or status.get("Channel_Name") or "")
+
+
+def stopped_on_error(status: dict[str, Any]) -> str | None:
+    """A replication thread stopped on an error (a thread merely stopped is not one: see the lag check)."""
+    problem = broken(status)
+    return problem if problem and "threads not running" not in problem else None
+
+
+def sql_thread(fl: Flavour, verb: str, name: str) -> str:
+    """STOP/START the SQL thread of one replication connection (MariaDB: by name; MySQL: FOR CHANNEL)."""
+    word = "REPLICA" if fl.replica_words else "SLAVE"
+    quoted = f"'{name.replace(chr(92), chr(92) * 2).replace(chr(39), chr(39) * 2)}'"
+    if not name:
+        return f"{verb} {word} SQL_THREAD" if fl.mariadb else f"{verb} {word} SQL_THREAD FOR CHANNEL ''"
+    return f"{verb} {word} {quoted} SQL_THREAD" if fl.mariadb else f"{verb} {word} SQL_THREAD FOR CHANNEL {quoted}"

@@ -14,11 +14,8 @@ and retry until none are; open the snapshot and read the coordinates; start the 
 `resume_replica` teardown, which act only when the backup task did not succeed).
 The physical backup passes `--slave-info --safe-slave-backup` to mariabackup, which does the same.
 
-Every pause is recorded on the replica itself before it starts (`_lastline.replica_pauses`: the connection name
-and the id of the session that holds the pause, written unlogged so that no local transaction reaches the
-replica's binlog), and its row is deleted once the thread runs again. A worker that died mid-pause leaves its row
-behind a session that no longer exists: the next preflight of any backup of that replica starts the thread
-again, with an alert, before it measures the lag (`resume_abandoned`).
+Every pause is recorded on the replica before it starts, and a dead run's pause is resumed by the next preflight
+(`lastline.replication.pauses`).
 """
 from __future__ import annotations
 
@@ -31,16 +28,25 @@ from typing import Any
 
 from lastline import connections
 from lastline.core import stopping
-from lastline.core.alerting import alert
 from lastline.core.errors import PreflightError, ReplicationError
 from lastline.core.servers import Server
-from lastline.core.sql import META_DB, holds_any, sql_error, table_exists
-from lastline.replication.flavour import Flavour, broken, describe_status, field, flavour, replica_status, running
+from lastline.core.sql import holds_any
+from lastline.replication import pauses
+from lastline.replication.flavour import (
+    Flavour,
+    connection_name,
+    describe_status,
+    field,
+    flavour,
+    replica_status,
+    running,
+    sql_thread,
+    stopped_on_error,
+)
 
 log = logging.getLogger(__name__)
 
 TEMP_TABLE_WAIT = 300.0  # seconds, as mariabackup's --safe-slave-backup-timeout
-PAUSES = "replica_pauses"  # in META_DB on the replica: one row per SQL thread a live or dead backup paused
 
 
 def wanted(server: Server, asked: bool) -> bool:
@@ -48,29 +54,18 @@ def wanted(server: Server, asked: bool) -> bool:
     return bool(asked or server.replica)
 
 
-def _name(status: dict[str, Any]) -> str:
-    """The replication connection's name (MariaDB's Connection_name, MySQL's Channel_Name; "" the default)."""
-    return str(status.get("Connection_name") or status.get("Channel_Name") or "")
-
-
-def _error(status: dict[str, Any]) -> str | None:
-    """A replication thread stopped on an error (a thread merely stopped is not one: see the lag check)."""
-    problem = broken(status)
-    return problem if problem and "threads not running" not in problem else None
-
-
 def check(server: Server, max_lag: float, single: bool = False) -> dict[str, Any]:
     """Preflight (and again as the backup starts): the server replicates, no replication thread stopped on an
     error, it is at most `max_lag` seconds behind (0: any lag), and the account may stop its SQL thread.
     `single`: one replication connection only (mariabackup pauses the default one alone). Returns what the
     pause and the teardown need (which SQL threads ran)."""
-    resume_abandoned(server)
+    pauses.resume_abandoned(server)
     with server.session() as cur:
         fl = flavour(cur)
         statuses = replica_status(cur, fl)
         may_stop = holds_any(cur, "ALL PRIVILEGES ON *.*", "SUPER", "REPLICATION SLAVE ADMIN", "REPLICATION_SLAVE_ADMIN")
         if statuses:
-            unlogged(cur, server)
+            pauses.unlogged(cur, server)
     if not statuses:
         raise PreflightError(
             f"{server.describe()} is not a replica (no replication connection is configured): back it up without "
@@ -85,7 +80,7 @@ def check(server: Server, max_lag: float, single: bool = False) -> dict[str, Any
             "so a physical backup could not say where every primary was. Back it up with logical_backup (it pauses "
             "each connection), or from a replica of one primary."
         )
-    problems = [f"{_name(s) or 'default'}: {p}" for s in statuses if (p := _error(s))]
+    problems = [f"{connection_name(s) or 'default'}: {p}" for s in statuses if (p := stopped_on_error(s))]
     if problems:
         raise PreflightError(f"replication is broken on {server.describe()} ({'; '.join(problems)}): its data is not the "
                              "primary's. Repair replication (or rebuild the replica) before backing it up.")
@@ -102,8 +97,8 @@ def check(server: Server, max_lag: float, single: bool = False) -> dict[str, Any
         lags.append(None if lag is None else float(lag))
     known = [x for x in lags if x is not None]
     found: dict[str, Any] = {
-        "connections": [_name(s) for s in statuses],
-        "sql_running": [_name(s) for s in statuses if running(s)[1] == "Yes"],
+        "connections": [connection_name(s) for s in statuses],
+        "sql_running": [connection_name(s) for s in statuses if running(s)[1] == "Yes"],
         "primaries": [f"{field(s, 'Master_Host', 'Source_Host')}:{field(s, 'Master_Port', 'Source_Port')}" for s in statuses],
         "lag_seconds": max(known) if known else None,
         "mariadb": fl.mariadb,
@@ -111,15 +106,6 @@ def check(server: Server, max_lag: float, single: bool = False) -> dict[str, Any
     log.info("backing up a replica: %s, %s behind %s", server.describe(),
              "unknown" if found["lag_seconds"] is None else f"{found['lag_seconds']:g} s", ", ".join(found["primaries"]))
     return found
-
-
-def _sql_thread(fl: Flavour, verb: str, name: str) -> str:
-    """STOP/START the SQL thread of one replication connection (MariaDB: by name; MySQL: FOR CHANNEL)."""
-    word = "REPLICA" if fl.replica_words else "SLAVE"
-    quoted = f"'{name.replace(chr(92), chr(92) * 2).replace(chr(39), chr(39) * 2)}'"
-    if not name:
-        return f"{verb} {word} SQL_THREAD" if fl.mariadb else f"{verb} {word} SQL_THREAD FOR CHANNEL ''"
-    return f"{verb} {word} {quoted} SQL_THREAD" if fl.mariadb else f"{verb} {word} SQL_THREAD FOR CHANNEL {quoted}"
 
 
 def open_temp_tables(cur: Any) -> int:
@@ -141,13 +127,13 @@ def primary_coordinates(cur: Any, fl: Flavour, paused: list[str] | None = None) 
     gtid = cur.fetchone()[0] or None
     connections = []
     statuses = replica_status(cur, fl)
-    restarted = [_name(s) or "default" for s in statuses if _name(s) in (paused or []) and running(s)[1] == "Yes"]
+    restarted = [connection_name(s) or "default" for s in statuses if connection_name(s) in (paused or []) and running(s)[1] == "Yes"]
     if restarted:
         raise ReplicationError(f"the SQL thread of {', '.join(restarted)} was started again while the snapshot opened: "
                                "the primary's coordinates would be later than the data. Retry the backup.")
     for s in statuses:
         connections.append({
-            "name": _name(s),
+            "name": connection_name(s),
             "host": field(s, "Master_Host", "Source_Host"),
             "port": int(field(s, "Master_Port", "Source_Port") or 0),
             "binlog_file": field(s, "Relay_Master_Log_File", "Relay_Source_Log_File") or None,
@@ -157,107 +143,6 @@ def primary_coordinates(cur: Any, fl: Flavour, paused: list[str] | None = None) 
     first = connections[0] if len(connections) == 1 and len(domains) <= 1 else {}
     return {"gtid": gtid, "binlog_file": first.get("binlog_file"), "binlog_position": first.get("binlog_position"),
             "connections": connections}
-
-
-def unlogged(cur: Any, server: Server) -> None:
-    """This session writes nothing to the replica's binlog (a pause's record must not become a local transaction
-    there, which a failover would carry); an account that may not do so is refused, saying what to grant."""
-    try:
-        _unlog(cur)
-    except Exception as exc:
-        if sql_error(exc)[0] not in (1227, 1044, 1045):
-            raise
-        raise PreflightError(
-            f"{server.conn_id}'s account may not turn binary logging off for its session ({sql_error(exc)[1]}): a backup from "
-            "a replica records each pause of its SQL thread on the replica, unlogged, so that the next run can resume a "
-            "pause a dead run left. GRANT BINLOG ADMIN ON *.* (SUPER before MariaDB 10.5.2), and CREATE, INSERT, DELETE, "
-            f"SELECT ON {META_DB}.*."
-        ) from exc
-
-
-def _unlog(cur: Any) -> None:
-    """Binary logging off for this session (outside a transaction, which the server requires: the reads before
-    it opened one)."""
-    cur.connection.commit()
-    cur.execute("SET SESSION sql_log_bin = 0")
-
-
-def _record(cur: Any, names: list[str], what: str) -> None:
-    """Record, before the pause, that this session pauses the SQL threads of `names` (committed at once)."""
-    unlogged_table(cur)
-    for name in names:
-        cur.execute(f"REPLACE INTO `{META_DB}`.`{PAUSES}` (connection_name, holder, server_id, paused_at, what) "
-                    "VALUES (%s, CONNECTION_ID(), @@server_id, UTC_TIMESTAMP(6), %s)", (name, what[:255]))
-    cur.connection.commit()
-
-
-def _clear(cur: Any) -> None:
-    """This session's pauses are over: their rows go."""
-    cur.execute(f"DELETE FROM `{META_DB}`.`{PAUSES}` WHERE holder = CONNECTION_ID()")
-    cur.connection.commit()
-
-
-def unlogged_table(cur: Any) -> None:
-    """The pauses' table on the replica (this session unlogged: see `unlogged`)."""
-    _unlog(cur)
-    cur.execute(f"CREATE DATABASE IF NOT EXISTS `{META_DB}`")
-    cur.execute(f"CREATE TABLE IF NOT EXISTS `{META_DB}`.`{PAUSES}` (connection_name VARCHAR(64) NOT NULL, "
-                "holder BIGINT UNSIGNED NOT NULL, server_id INT UNSIGNED NOT NULL, paused_at DATETIME(6) NOT NULL, "
-                "what VARCHAR(255) NOT NULL, PRIMARY KEY (connection_name, holder)) ENGINE=InnoDB")
-
-
-@contextmanager
-def recorded(server: Server, names: list[str], what: str) -> Iterator[None]:
-    """A pause someone else makes (mariabackup --safe-slave-backup) recorded for as long as the block runs: a
-    session of this process holds the record, so a worker that dies leaves it behind a session that is gone."""
-    conn = server.connect()
-    cur = conn.cursor()
-    try:
-        cur.execute("SET SESSION wait_timeout = 86400")
-        _record(cur, names, what)
-        yield
-        _clear(cur)
-    finally:
-        conn.close()
-
-
-def resume_abandoned(server: Server) -> list[str]:
-    """Start again the SQL threads that a run which is gone paused (its record's session no longer exists), and
-    alert: a replica left paused falls behind until someone notices. A thread stopped on an error is left for a
-    person, its record kept. Returns the connections started."""
-    with server.session() as cur:
-        if not table_exists(cur, META_DB, PAUSES):
-            return []
-        # a row of another server_id came with a copy of the datadir (a physical backup holds its own pause's row)
-        cur.execute(f"SELECT COUNT(*) FROM `{META_DB}`.`{PAUSES}` WHERE server_id <> @@server_id")
-        copied = cur.fetchone()[0]
-        cur.execute(f"SELECT connection_name, holder, paused_at, what FROM `{META_DB}`.`{PAUSES}` WHERE server_id = @@server_id "
-                    "AND holder NOT IN (SELECT ID FROM information_schema.PROCESSLIST)")
-        left = cur.fetchall()
-        if not left and not copied:
-            return []
-        unlogged(cur, server)
-        cur.execute(f"DELETE FROM `{META_DB}`.`{PAUSES}` WHERE server_id <> @@server_id")
-        fl = flavour(cur)
-        statuses = {_name(s): s for s in replica_status(cur, fl)}
-        started = []
-        for name, holder, at, what in left:
-            status = statuses.get(str(name))
-            if status is not None and _error(status):
-                log.warning("replica %s: %s, paused by %s at %s, is stopped on an error (%s): left for a person",
-                            server.describe(), name or "default", what, at, _error(status))
-                continue
-            if status is not None and running(status)[1] != "Yes":
-                cur.execute(_sql_thread(fl, "START", str(name)))
-                started.append(str(name) or "default")
-            cur.execute(f"DELETE FROM `{META_DB}`.`{PAUSES}` WHERE connection_name = %s AND holder = %s", (name, holder))
-        cur.connection.commit()
-    if started:
-        text = (f"replica {server.describe()}: started the SQL thread of {', '.join(started)} again; a backup ({left[0][3]}, "
-                f"paused at {left[0][2]} UTC) ended without resuming it. Look at why that run died.")
-        log.warning("%s", text)
-        alert("replica_resumed", text, {"server": server.conn_id, "connections": started})  # where the deployment says
-    return started
 
 
 @contextmanager
@@ -273,20 +158,20 @@ def paused(server: Server, timeout: float = TEMP_TABLE_WAIT, what: str = "a back
 
     def start() -> None:
         for name in stopped:
-            cur.execute(_sql_thread(fl, "START", name))
+            cur.execute(sql_thread(fl, "START", name))
         if stopped:
             log.info("replica %s: SQL thread%s started again", server.describe(), "s" if len(stopped) > 1 else "")
         stopped.clear()
 
     undo = stopping.add(f"START SLAVE SQL_THREAD on {server.describe()}", start)
     try:
-        _record(cur, [_name(s) for s in replica_status(cur, fl) if running(s)[1] == "Yes"], what)
+        pauses.record(cur, [connection_name(s) for s in replica_status(cur, fl) if running(s)[1] == "Yes"], what)
         deadline = time.monotonic() + timeout
         while True:
             for status in replica_status(cur, fl):
                 if running(status)[1] == "Yes":
-                    cur.execute(_sql_thread(fl, "STOP", _name(status)))
-                    stopped.append(_name(status))
+                    cur.execute(sql_thread(fl, "STOP", connection_name(status)))
+                    stopped.append(connection_name(status))
             held = open_temp_tables(cur)
             if held == 0:
                 break
@@ -305,7 +190,7 @@ def paused(server: Server, timeout: float = TEMP_TABLE_WAIT, what: str = "a back
     finally:
         try:
             start()
-            _clear(cur)
+            pauses.clear(cur)
         finally:
             stopping.remove(undo)
             conn.close()
@@ -336,9 +221,9 @@ def resume(server: Server, replica: dict[str, Any] | None) -> list[str]:
     with server.session() as cur:
         fl = flavour(cur)
         for s in replica_status(cur, fl):
-            name = _name(s)
-            if name in replica.get("sql_running", []) and running(s)[1] != "Yes" and not _error(s):
-                cur.execute(_sql_thread(fl, "START", name))
+            name = connection_name(s)
+            if name in replica.get("sql_running", []) and running(s)[1] != "Yes" and not stopped_on_error(s):
+                cur.execute(sql_thread(fl, "START", name))
                 started.append(name or "default")
     if started:
         log.warning("replica %s: started the SQL thread of %s again (a backup attempt ended without doing it)",
