@@ -35,6 +35,7 @@ from logical_bench import SCHEDULES_OFF, du
 
 from lastline.core.option_files import option_file
 from lastline_dev.compare import compare
+from lastline_dev.keys import throwaway_storage_key
 from lastline_dev.peaks import SessionPeaks
 from lastline_dev.sandbox import Instance
 
@@ -193,6 +194,7 @@ def median(xs: list[float]) -> float:
 
 
 def main() -> int:
+    throwaway_storage_key()  # its backups are signed and checked as a deployment's are
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--gb", type=float, default=1.0, help="size of generated data (default 1 GB)")
     p.add_argument("--work", default=str(ROOT / "bench" / "results" / "physical"))

@@ -38,6 +38,7 @@ from lastline.pitr import archive, replay, window  # noqa: E402
 from lastline.pitr import span as span_of  # noqa: E402
 from lastline.pitr.restore import coordinates  # noqa: E402
 from lastline.storage import open_storage  # noqa: E402
+from lastline_dev.keys import throwaway_storage_key
 from lastline_dev.sandbox import Instance  # noqa: E402
 
 DB = "sbtest"
@@ -127,6 +128,7 @@ def _write(record: dict) -> None:
 
 
 def main() -> int:
+    throwaway_storage_key()  # its backups are signed and checked as a deployment's are
     global ARGS
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--tables", type=int, default=8)

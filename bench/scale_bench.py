@@ -69,6 +69,7 @@ from lastline.logical import backup as lb  # noqa: E402
 from lastline.logical import restore as lr  # noqa: E402
 from lastline.logical.restore import report as restore_report  # noqa: E402
 from lastline.physical.tools import check_open_files  # noqa: E402
+from lastline_dev.keys import throwaway_storage_key
 from lastline_dev.sandbox import Instance  # noqa: E402
 from lastline_dev.standalone import Standalone  # noqa: E402
 
@@ -424,6 +425,7 @@ def show_physical(n_tables: int, res: dict) -> None:
 
 
 def main() -> int:
+    throwaway_storage_key()  # its backups are signed and checked as a deployment's are
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--tables", default="2000,10000", help="sizes, comma list (rounded up to whole tenants of 25 tables)")
     p.add_argument("--parallel", type=int, default=2, help="lanes, dump connections and mydumper threads (default 2: our cores)")

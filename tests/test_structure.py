@@ -24,6 +24,7 @@ ACROSS_STAGES = {("lastline.replication.rebuild", "lastline.physical.tools"),  #
                  ("lastline.replication.rebuild", "lastline.physical.plans"),  # its stop/prepare/start: the restore's steps
                  # a backup taken from a replica records its primary's coordinates (replication.source)
                  ("lastline.physical.backup", "lastline.replication.source"),
+                 ("lastline.physical.backup", "lastline.replication.pauses"),  # and records mariabackup's pause
                  ("lastline.logical.backup", "lastline.replication.source"),
                  # a logical base's replay reads a statement's first keyword as the server's lexer does
                  ("lastline.pitr.statements", "lastline.logical.format.sql_text")}

@@ -111,7 +111,9 @@ def evil_so(world: Path) -> tuple[bytes, Path]:
 
 def forge(good: Path, tmp_path: Path, files: dict[str, bytes], manifest_change=None, drop: tuple[str, ...] = ()) -> Path:
     """A copy of `good` whose stream also holds `files` (replacing any of the same name) and lacks `drop`, re-packed
-    and recompressed, with the manifest's sha256 and sizes rewritten to match, as a storage writer would."""
+    and recompressed, with the manifest's sha256 and sizes rewritten to match, as a storage writer would, and signed
+    with the deployment's storage key: these tests prove the second line, what prepare does with a stream that got
+    past the MAC (a manifest changed without the key is refused first: test_storage_auth)."""
     folder = tmp_path / "forged" / good.name
     shutil.copytree(good, folder)
     manifest = json.loads((folder / "manifest.json").read_text())
@@ -132,7 +134,10 @@ def forge(good: Path, tmp_path: Path, files: dict[str, bytes], manifest_change=N
     manifest.update(bytes=len(data), sha256=hashlib.sha256(data).hexdigest())
     if manifest_change:
         manifest_change(manifest)
-    (folder / "manifest.json").write_text(json.dumps(manifest))
+    from lastline.storage import auth, control, open_storage
+
+    signed = {k: v for k, v in manifest.items() if k != auth.FIELD}
+    control.write(open_storage(folder.parent.as_uri()), f"{folder.name}/manifest.json", json.dumps(signed))
     return folder
 
 
