@@ -45,7 +45,7 @@ def binlog_archive():
     @task(outlets=[BINLOG_ARCHIVE])
     def check_chain(shipped: dict, params=None) -> dict:
         context = get_current_context()
-        record_archive_head(params["destination"], shipped.get("head"))  # anti-rollback (pitr.catalog.check_head)
+        record_archive_head(params["destination"], shipped.get("head"), params.get("aws_conn_id"))  # anti-rollback (pitr.catalog.check_head)
         result = check.run(dict(params), context["dag"].dag_id, context["run_id"])
         newest = result["windows"][-1] if result["windows"] else {}
         context["outlet_events"][BINLOG_ARCHIVE].extra = {**{k: newest.get(k) for k in ("branch", "to_time", "to_gtid")},

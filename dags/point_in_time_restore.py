@@ -46,7 +46,7 @@ def point_in_time_restore():
     @task(multiple_outputs=True, **on_server("target_conn_id", long=False))
     def plan(params=None) -> dict:
         # the archive's head Airflow recorded after its last run: a restore refuses an archive rolled back from it
-        return pitr.preflight(dict(params), recorded_archive_head(params["destination"])).to_dict()
+        return pitr.preflight(dict(params), recorded_archive_head(params["destination"], params.get("aws_conn_id"))).to_dict()
 
     @task.branch
     def base_kind(kind: str) -> str:

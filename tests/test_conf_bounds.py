@@ -202,6 +202,28 @@ def _backup(dest: Path, **conf) -> lb.DumpResult:
     return lb.dump(lb.preflight(_conf(dest, **conf)))
 
 
+@pytest.mark.parametrize(("name", "value"), [("NaN", "nan"), ("NaN, any case", "NaN"), ("infinity", "inf"),
+                                           ("minus infinity", "-inf"), ("an overflow", "1e999"), ("a flag", True)])
+def test_a_number_that_is_not_finite_is_refused_wherever_a_run_gives_one(name, value):
+    """A review: NaN passed every minimum and every ceiling (max_replica_lag, lock_timeout, stream_minutes: a binlog
+    archive run that never ended)."""
+    from lastline.core.errors import ConfigError
+    from lastline.core.plans import Conf
+
+    for read in (lambda c: c.number("max_replica_lag", 300.0, minimum=0), lambda c: c.integer("parallel", 2, minimum=1),
+                 lambda c: c.number("stream_minutes", 0.8, minimum=0.1, maximum=60)):
+        with pytest.raises(ConfigError):
+            read(Conf({"max_replica_lag": value, "parallel": value, "stream_minutes": value}))
+
+
+def test_a_binlog_archive_run_cannot_be_told_to_stream_for_ever():
+    from lastline.core.errors import ConfigError
+    from lastline.core.plans import Conf
+
+    with pytest.raises(ConfigError, match="at most 60"):
+        Conf({"stream_minutes": 1e12}).number("stream_minutes", 0.8, minimum=0.1, maximum=60)
+
+
 def test_killing_with_a_zero_guard_on_a_protected_source_is_refused_and_the_report_runs_on(app, deployment, tmp_path):
     """The review's case: kill_long_queries with long_query_guard 0 killed the application's queries. Refused at once
     on a protected source even where the deployment allows killing (and ftwrl); the SELECT runs to its end."""

@@ -4,6 +4,7 @@ used, a manifest or chain that someone who can write the storage rewrote (hashes
 archive rolled back to an older, validly signed state; a rotated key still reads older backups."""
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import os
@@ -137,6 +138,7 @@ def test_a_truncated_archive_re_signed_with_the_real_key_is_refused(signed, targ
     recorded = archive.head(storage)
     whole = pitr.preflight(_pitr(dest), recorded)
     chain = archive.read_branch(storage, bid)
+    whole_entries, whole_covered = list(chain.entries), chain.covered
     dropped = [e.name for e in chain.entries[-2:]]
     chain.entries = chain.entries[:-2]
     archive._write_branch(storage, chain)  # signed with the real key, as an older state of the archive was
@@ -145,6 +147,12 @@ def test_a_truncated_archive_re_signed_with_the_real_key_is_refused(signed, targ
     assert short.replay["span"] != whole.replay["span"]
     with pytest.raises(IntegrityError, match=f"ends before, or differs from, the head recorded in Airflow.*"
                                              f"{dropped[-1]} is missing from its chain.*nothing was restored"):
+        pitr.preflight(_pitr(dest), recorded)
+    # the same last segment with an older `covered` (a review: `latest` would end earlier, silently)
+    chain = archive.read_branch(storage, bid)
+    archive._write_branch(storage, dataclasses.replace(chain, entries=whole_entries, covered={
+        **(whole_covered or {}), "time": float((whole_covered or {}).get("time") or 1) - 600}))
+    with pytest.raises(IntegrityError, match="the source was covered up to"):
         pitr.preflight(_pitr(dest), recorded)
     # a branch dropped from branches.json (signed again) is refused too
     archive._write_branches(storage, [])

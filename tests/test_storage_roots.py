@@ -79,3 +79,30 @@ def test_an_ssh_root_that_is_itself_a_symlink_allows_what_it_points_to(sshd, tmp
     assert require_allowed(f"ssh://t_ssh{tmp_path}/link/nightly", "destination") == f"ssh://t_ssh{real}/nightly"
     with pytest.raises(ConfigError, match="outside the storage"):
         require_allowed(f"ssh://t_ssh{tmp_path}", "destination")
+
+
+@pytest.mark.parametrize(("name", "spelling"), [
+    ("as written", "file://{r}/arch"),
+    ("a trailing dot segment", "file://{r}/arch/."),
+    ("a doubled slash", "file://{r}//arch"),
+    ("a plain path", "{r}/arch"),
+    ("four slashes", "file:///{r}/arch"),
+    ("a host of localhost", "file://localhost{r}/arch"),
+    ("through a symlink", "file://{r}/link"),
+])
+def test_every_spelling_of_one_folder_has_one_canonical_name(tmp_path, monkeypatch, name, spelling):
+    """A review: the archive's head was recorded under the destination as spelled, so `file:///r/./arch` found no
+    record and anti-rollback only warned. Records are keyed on the place itself."""
+    from lastline.storage import canonical
+
+    (tmp_path / "arch").mkdir()
+    (tmp_path / "link").symlink_to(tmp_path / "arch")
+    monkeypatch.setenv("LASTLINE_BACKUP_ROOTS", f"file://{tmp_path}")
+    assert canonical(spelling.format(r=tmp_path)) == f"file://{tmp_path}/arch"
+
+
+def test_an_s3_place_is_named_with_its_connection(monkeypatch):
+    from lastline.storage import canonical
+
+    monkeypatch.setenv("LASTLINE_BACKUP_ROOTS", "s3://b/x?aws_conn_id=aws1")
+    assert canonical("s3://b//x/y/", "aws1") == "s3://b/x/y?aws_conn_id=aws1"

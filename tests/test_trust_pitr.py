@@ -372,6 +372,21 @@ NO_BACKSLASH, ANSI = 1 << 20, 1 << 2
     ("CREATE TABLE t (a INT) DATA DIRECTORY = '/tmp'", 0, 45, "DIRECTORY"),
     ("INSERT INTO t VALUES ('x/*!*/;')", 0, 45, "client"),  # mariadb-binlog's delimiter inside a string
     ("INSERT INTO t VALUES (0x27)", 0, 28, "character set"),  # gbk: a quote can hide in a multi-byte character
+    # a review: a built-in function named in quotes is the same function
+    ("INSERT INTO db1.t SELECT `load_file`('/etc/passwd')", 0, 45, "calls `load_file`"),
+    ("CREATE DEFINER=`root`@`localhost` TRIGGER tr AFTER INSERT ON db1.o FOR EACH ROW INSERT INTO db1.log "
+     "SELECT `load_file` ('/etc/passwd')", 0, 45, "calls `load_file`"),
+    ("INSERT INTO t SELECT `upper`('x')", 0, 45, None),  # any other function, quoted or not, is a function
+    # a password or role set inside a body, wherever its SET stands (a list, a handler)
+    ("CREATE DEFINER=`root`@`localhost` PROCEDURE db1.p() SET @x=1, PASSWORD FOR app@localhost = PASSWORD('x')",
+     0, 45, "sets a password"),
+    ("CREATE PROCEDURE db1.p2() BEGIN DECLARE CONTINUE HANDLER FOR SQLEXCEPTION SET PASSWORD FOR app@localhost = "
+     "PASSWORD('x'); SIGNAL SQLSTATE '45000'; END", 0, 45, "sets a password"),
+    ("CREATE PROCEDURE db1.p3() SET @x=1, ROLE NONE", 0, 45, "sets a role"),
+    ("CREATE PROCEDURE db1.p4() BEGIN DECLARE EXIT HANDLER FOR NOT FOUND SET PASSWORD = PASSWORD('x'); END", 0, 45,
+     "sets a password"),
+    ("CREATE TRIGGER tr BEFORE INSERT ON t FOR EACH ROW SET NEW.password = SHA2(NEW.password, 256)", 0, 45, None),
+    ("FLUSH PRIVILEGES", 0, 45, "not a data change"),  # it would load rows written to mysql.* into the server
 ])
 def test_the_statement_check_reads_as_the_server_does(text, mode, charset, refused):
     from lastline.pitr.statements import Query, Status, statement_problem
@@ -510,3 +525,18 @@ def test_the_dag_refuses_a_forged_archive_before_the_target_is_touched(run_dag, 
     assert f"{name} at byte " in logs and "GRANT ALL ON *.* TO 'evil2'" in logs and "reaches beyond data" in logs
     assert effects(h["tgt"], h["root"]) == before  # shop.untouched still there: no base was restored over it
     server.query("DROP TABLE shop.untouched")
+
+
+@pytest.mark.parametrize(("name", "raw", "read"), [
+    ("a plain name", b"shop\x00", "shop"),
+    ("a NUL inside: the server reads `mysql`, the length says more", b"mysql\x00x\x00", None),
+    ("no terminator", b"mysqlx", None),
+    ("not UTF-8", b"sh\xffop\x00", None),
+    ("empty", b"\x00", None),
+])
+def test_a_table_map_name_is_read_as_the_server_reads_it(name, raw, read):
+    """A review: a table map whose database was `mysql\\0x` (length 7) passed the check as `mysql\\0x` and wrote into
+    `mysql.*`, the server reading the name up to its NUL; such a name is refused."""
+    from lastline.pitr.event_check import _map_name
+
+    assert _map_name(raw) == read

@@ -21,7 +21,7 @@ from airflow.sdk import Asset, Variable, get_current_context
 from lastline import backup_report, reports
 from lastline.manifest import read_manifest
 from lastline.pitr import check
-from lastline.storage import open_storage
+from lastline.storage import canonical, open_storage
 
 log = logging.getLogger(__name__)
 
@@ -68,22 +68,24 @@ def backup_from_event(default: str) -> str:
     return str(found["url"]) if found else default
 
 
-def head_variable(destination: str) -> str:
-    """The Variable that holds the recorded head of the binlog archive in `destination`."""
-    return "lastline_archive_head_" + hashlib.sha256(destination.rstrip("/").encode()).hexdigest()[:16]
+def head_variable(destination: str, aws_conn_id: str | None = None) -> str:
+    """The Variable that holds the recorded head of the binlog archive in `destination` (its canonical place: another
+    spelling of the same folder finds the same record)."""
+    return "lastline_archive_head_" + hashlib.sha256(canonical(destination, aws_conn_id).encode()).hexdigest()[:16]
 
 
-def record_archive_head(destination: str, head: dict[str, Any] | None) -> None:
+def record_archive_head(destination: str, head: dict[str, Any] | None, aws_conn_id: str | None = None) -> None:
     """Record the archive's head after a run (nothing for an empty archive)."""
     if head:
-        Variable.set(head_variable(destination), json.dumps({**head, "destination": destination.rstrip("/")}),
+        Variable.set(head_variable(destination, aws_conn_id),
+                     json.dumps({**head, "destination": canonical(destination, aws_conn_id)}),
                      description="lastline: the binlog archive's head after its last run (anti-rollback); do not edit")
 
 
-def recorded_archive_head(destination: str) -> dict[str, Any] | None:
+def recorded_archive_head(destination: str, aws_conn_id: str | None = None) -> dict[str, Any] | None:
     """The head recorded for the archive in `destination`, or None (no run has recorded one)."""
-    text = Variable.get(head_variable(destination), default=None)
+    text = Variable.get(head_variable(destination, aws_conn_id), default=None)
     if not text:
         return None
     head = json.loads(text)
-    return head if isinstance(head, dict) and head.get("destination") == destination.rstrip("/") else None
+    return head if isinstance(head, dict) and head.get("destination") == canonical(destination, aws_conn_id) else None

@@ -142,9 +142,9 @@ SPECS: dict[str, Spec] = {
                            "run, then end (tests, drills, catching up by hand); off (the default): stream, shipping "
                            "what the source writes every ship_every_seconds for stream_minutes", BACKUP),
     "ship_every_seconds": Spec(5, "Ship every (s)", "when streaming: how often the run ships what the source wrote",
-                               SPEED, {"type": "number", "minimum": 0.5}),
+                               SPEED, {"type": "number", "minimum": 0.5, "maximum": 60}),
     "stream_minutes": Spec(0.8, "Stream for (min)", "when streaming: how long one run ships before it ends (the "
-                           "per-minute schedule starts the next)", SPEED, {"type": "number", "minimum": 0.1}),
+                           "per-minute schedule starts the next)", SPEED, {"type": "number", "minimum": 0.1, "maximum": 60}),
     "until": _string("latest", "Until", "roll forward to: a UTC time YYYY-MM-DDTHH:MM:SSZ (every transaction committed "
                      "at or before it), a GTID domain-server-seq (up to and including it), or latest", BACKUP, required=True),
     "base": _string("auto", "Base backup", "the backup rolled forward: a backup id in the destination, or auto "

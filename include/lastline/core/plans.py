@@ -7,6 +7,7 @@ with one set of coercions (a trigger form, the CLI's `-c` JSON and the REST API 
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Mapping
 from typing import Any, TypeVar, overload
 
@@ -164,11 +165,13 @@ class Conf:
             raise ConfigError(f"the Param {name} is {value}; it must be at least {minimum}.")
         return value
 
-    def number(self, name: str, default: float, minimum: float | None = None) -> float:
+    def number(self, name: str, default: float, minimum: float | None = None, maximum: float | None = None) -> float:
         """A numeric Param (None and "" mean the default; 0 is a value: no cap, no grace)."""
         out = self._number(name, default, float, zero_is_default=False)
         if minimum is not None and out < minimum:
             raise ConfigError(f"the Param {name} is {out}; it must be at least {minimum}.")
+        if maximum is not None and out > maximum:
+            raise ConfigError(f"the Param {name} is {out}; it may be at most {maximum}.")
         return out
 
     def size(self, name: str, default: int) -> int:
@@ -204,6 +207,9 @@ class Conf:
         if value is None or value == "" or (value == 0 and zero_is_default):
             return default
         try:
-            return kind(value)
-        except (TypeError, ValueError) as exc:
+            out = kind(value)
+        except (TypeError, ValueError, OverflowError) as exc:
             raise ConfigError(f"the Param {name} is {value!r}, not a number.") from exc
+        if isinstance(value, bool) or not math.isfinite(out):  # NaN passes every comparison, inf every ceiling
+            raise ConfigError(f"the Param {name} is {value!r}: give a finite number.")
+        return out

@@ -241,8 +241,9 @@ def run(conf: dict, stop: Any = None) -> dict[str, Any]:
         result = ship(server, storage)
         _log_result(storage, result)
         return {**result, "head": head(storage)}
-    every = params.number("ship_every_seconds", 5, minimum=0.5)
-    deadline = time.monotonic() + 60 * params.number("stream_minutes", 0.8, minimum=0.1)
+    every = params.number("ship_every_seconds", 5, minimum=0.5, maximum=60)
+    # a run that never ended would hold the archive from the next one, and its head would never be recorded
+    deadline = time.monotonic() + 60 * params.number("stream_minutes", 0.8, minimum=0.1, maximum=60)
     total: dict[str, Any] = {"bytes": 0, "holes": [], "forks": [], "runs": 0}
     while True:
         started = time.monotonic()

@@ -124,4 +124,9 @@ def check_head(storage: Storage, recorded: dict[str, Any] | None, use: str) -> s
     if not any(int(s["offset"]) == int(seg.get("offset", -1)) and int(s["size"]) == int(seg.get("size", -1))
                and str(s["sha256"]) == str(seg.get("sha256")) for s in entry.segments):
         raise IntegrityError(refuse.format(f"its segment of {name} at byte {seg.get('offset')} is not the one recorded"))
+    was, now = recorded.get("covered") or {}, branch.covered or {}
+    if was.get("time") is not None and float(now.get("time") or 0) < float(was["time"]):
+        # an older chain with the same last segment: what `latest` means would end earlier, silently
+        raise IntegrityError(refuse.format(f"it says the source was covered up to {now.get('time')}, the record says "
+                                           f"{was['time']}"))
     return f"anti-rollback: the archive holds the head recorded in Airflow ({bid}, {name} up to byte {size:,})"

@@ -118,9 +118,14 @@ class CheckedCutter(Cutter):
                 self._refuse(repr(query.text[:200].decode("utf-8", "replace")), f"reaches beyond data: {why}")
         elif kind == TABLE_MAP:
             table_id, db_len = bytes(event[HEADER_LEN:HEADER_LEN + 6]), event[HEADER_LEN + 8]
-            db = bytes(event[HEADER_LEN + 9:HEADER_LEN + 9 + db_len]).decode("utf-8", "replace")
+            db_raw = bytes(event[HEADER_LEN + 9:HEADER_LEN + 10 + db_len])  # the name and its terminator
             t_len = event[HEADER_LEN + 10 + db_len]
-            table = bytes(event[HEADER_LEN + 11 + db_len:HEADER_LEN + 11 + db_len + t_len]).decode("utf-8", "replace")
+            t_raw = bytes(event[HEADER_LEN + 11 + db_len:HEADER_LEN + 12 + db_len + t_len])
+            db, table = _map_name(db_raw), _map_name(t_raw)
+            if db is None or table is None:
+                # the server reads a name up to its first NUL: `mysql\0x` is `mysql` to it, whatever its length says
+                self._refuse(f"a table map of {db_raw[:-1]!r}.{t_raw[:-1]!r}", "names a database or table the server "
+                             "would read otherwise (a NUL inside, no terminator, or not UTF-8)")
             if never_restored(db):
                 self._refuse(f"row events on {db}.{table}", "reach a system schema")
             self._mapped.add(table_id)
@@ -131,6 +136,18 @@ class CheckedCutter(Cutter):
             (n,) = struct.unpack_from("<I", event, HEADER_LEN)
             if not _USER_VAR.fullmatch(bytes(event[HEADER_LEN + 4:HEADER_LEN + 4 + n])):
                 self._refuse("a user variable", "has a name that is not plain")
+
+
+def _map_name(raw: bytes) -> str | None:
+    """A table map's database or table name (its bytes and their terminator) as the server reads it, or None where
+    the server would read another name than its length says: a NUL inside, a missing terminator, bytes not UTF-8."""
+    name, end = raw[:-1], raw[-1:]
+    if end != b"\0" or b"\0" in name or not name:
+        return None
+    try:
+        return name.decode("utf-8")
+    except UnicodeDecodeError:
+        return None
 
 
 def check_span(storage: Storage, span: Span) -> int:

@@ -242,6 +242,17 @@ def _name(tok: Token, ansi: bool) -> str | None:
     return None
 
 
+def _sets_account(sig: list[Token], words: list[str], i: int) -> bool:
+    """Whether sig[i] is PASSWORD or ROLE set inside a stored program's body, wherever its SET stands (after a handler's
+    condition, in a list after a comma: `SET @x = 1, PASSWORD FOR app = ...`). A column of that name set by an UPDATE
+    in a body reads the same and is refused too (said by name: choose another `until`)."""
+    if words[i] not in ("PASSWORD", "ROLE") or not i or not (words[i - 1] in ("SET", "DEFAULT") or is_op(sig[i - 1], ",")):
+        return False
+    after = sig[i + 1] if i + 1 < len(sig) else None
+    return words[i] == "ROLE" or (after is not None and (word_at(sig, i + 1) == "FOR" or is_op(after, "=")
+                                                           or is_op(after, ":=")))
+
+
 def statement_problem(query: Query) -> str | None:
     """Why one archived statement reaches beyond data (None: it is a data change or definition lastline replays)."""
     if query.status.charset is not None and query.status.charset[0] in _UNSAFE_CHARSETS:
@@ -271,7 +282,7 @@ def statement_problem(query: Query) -> str | None:
             return f"it is {head} {kind or 'of something'} other than a table, database, index, view or stored program"
         program = kind in _PROGRAMS
     elif head not in _TRANSACTION | _DATA and not (head == "FLUSH" and set(words[1:]) <= {
-            "LOCAL", "NO_WRITE_TO_BINLOG", "TABLE", "TABLES", "PRIVILEGES", ""}):
+            "LOCAL", "NO_WRITE_TO_BINLOG", "TABLE", "TABLES", ""}):
         return f"it is {head or sig[0].text!r}, not a data change lastline replays"
     if program:
         try:  # a `;` only inside the body's compound statements, nothing after the body's end
@@ -287,6 +298,11 @@ def statement_problem(query: Query) -> str | None:
         if w == "SET" and program and (i == 0 or is_op(sig[i - 1], ";") or words[i - 1] in _STARTS) and \
                 {words[i + 1] if i + 1 < len(sig) else "", words[i + 2] if i + 2 < len(sig) else ""} & {"PASSWORD", "ROLE"}:
             return "it sets a password or role"
+        if program and _sets_account(sig, words, i):
+            return f"it sets a {w.lower()} ({words[i - 1] or sig[i - 1].text} {w} ...)"
+        nxt = sig[i + 1] if i + 1 < len(sig) else None
+        if tok.kind == IDENT and nxt is not None and is_op(nxt, "(") and (_name(tok, ansi) or "").upper() in _BEYOND:
+            return f"it calls {tok.text} (a function named in quotes is the same function)"
         if is_op(tok, "\\"):
             return "it holds a backslash outside a string (a client command)"
         if is_op(tok, ";") and not program:

@@ -25,6 +25,7 @@ class RebuildPlan(Plan):
     catch_up_timeout: float = 3600.0
     gtid: bool = True
     max_mb_per_s: float = 0.0
+    priority: str = "low"  # the source's mariabackup and compressor (core.impact), within the deployment's bound
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,7 @@ import time
 import uuid
 
 from lastline import connections
-from lastline.core import bounds, stopping
+from lastline.core import bounds, impact, stopping
 from lastline.core import datadir as dd
 from lastline.core.datadir import MARKER
 from lastline.core.errors import IntegrityError, PipelineError, PreflightError, ReplicationError, ServerError
@@ -75,7 +75,9 @@ def preflight(conf: dict) -> RebuildPlan:
     version = facts["version"]
     compression = params.text("compression", STREAM_COMPRESSION)
     c = physical.codec(compression)
-    limit = params.number("max_mb_per_s", 0)
+    # the source is production: its read cap and priority within the deployment's bounds, as a backup's are
+    limit = bounds.read_cap(source, params.number("max_mb_per_s", 0, minimum=0))
+    priority = bounds.priority(source, impact.DEFAULT_PRIORITY)
     require_tools("mariabackup", c.tool, "pv" if limit else None, host=src_host)
     physical.check_open_files(src_host, src_dir, f"source {source.describe()}")
     require_tools("mariabackup", "mbstream", c.tool, host=tgt_host)
@@ -111,6 +113,7 @@ def preflight(conf: dict) -> RebuildPlan:
         catch_up_timeout=params.number("catch_up_timeout", 3600),
         gtid=bool(facts.get("gtid_binlog_pos")),
         max_mb_per_s=limit,
+        priority=priority,
     )
     log.info("preflight ok: rebuild %s (%s on %s) from %s (%s on %s), %s, datadir %s",
              target.describe(), tgt_dir, tgt_host.name, source.describe(), src_dir, src_host.name, compression, state)
@@ -132,6 +135,7 @@ def stream_stages(source: Server, target: Server, optfile: str, plan: RebuildPla
     throttle = [Stage("throttle", ["pv", "-q", "-L", f"{int(limit * 1e6)}"], host=src_host)] if limit else []
     return (
         physical.backup_stages(optfile, plan.source_datadir, plan.parallel, plan.compression, host=src_host,
+                               priority=plan.priority,
                                open_files=physical.check_open_files(src_host, plan.source_datadir, "the source"))
         + throttle
         + [tap_stage("sent", host=src_host), tap_stage("received", host=tgt_host)]

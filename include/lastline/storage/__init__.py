@@ -7,7 +7,7 @@ from urllib.parse import parse_qs, urlparse
 from lastline.core.errors import ConfigError, StorageError
 from lastline.storage.base import Storage, Writer
 
-__all__ = ["Storage", "Writer", "allowed_roots", "open_allowed", "open_storage", "require_allowed"]
+__all__ = ["Storage", "Writer", "allowed_roots", "canonical", "open_allowed", "open_storage", "require_allowed"]
 DEFAULT_DESTINATION = "file:///var/backups/lastline"
 
 
@@ -58,7 +58,8 @@ def require_allowed(url: str, what: str, aws_conn_id: str | None = None) -> str:
     A root is a (connection, resolved location) pair: a file path and an SSH path are compared as their host resolves
     them (an SSH URL is returned resolved, so a symlink swapped in later cannot move it); an S3 root admits only the
     AWS connection it names (`s3://bucket/prefix?aws_conn_id=...`; none named: the default credentials only). A root
-    without a bucket or connection (`s3://`, `ssh://`) allows every one of that scheme."""
+    without a bucket or connection (`s3://`, `ssh://`) allows every one of that scheme. The URL returned is the
+    place itself, one spelling for each (a file path resolved, no empty segment), which `canonical` keys records on."""
     if ".." in url.split("://", 1)[-1].split("/"):
         raise ConfigError(f"{what} {url!r}: a storage URL with `..` in it is refused.")
     if urlparse(url).query:
@@ -79,7 +80,7 @@ def require_allowed(url: str, what: str, aws_conn_id: str | None = None) -> str:
             if scheme == "s3" and (aws_conn_id or None) != _root_aws_conn(root):
                 bound_elsewhere.append(root)
                 continue
-            return url
+            return f"{scheme}://{place}/" + "/".join(segments)
     if bound_elsewhere:
         raise ConfigError(
             f"{what} {url!r} with the AWS connection {aws_conn_id or '(none: the default credentials)'!r}: this deployment "
@@ -91,6 +92,14 @@ def require_allowed(url: str, what: str, aws_conn_id: str | None = None) -> str:
         "name backups only under LASTLINE_BACKUP_ROOTS (URL prefixes separated by commas; unset: LASTLINE_DESTINATION). "
         "Nothing was touched."
     )
+
+
+def canonical(url: str, aws_conn_id: str | None = None, what: str = "destination") -> str:
+    """One name for one place in the deployment's storage, however a run's conf spells it (`file:///r/./x`, `/r//x`,
+    `file://localhost/r/x`; an SSH path through a symlink), with the S3 connection it is reached through: the key of
+    what Airflow records about it (the archive's head), so that another spelling cannot find no record."""
+    place = require_allowed(url, what, aws_conn_id)
+    return place + (f"?aws_conn_id={aws_conn_id}" if place.startswith("s3://") and aws_conn_id else "")
 
 
 def open_allowed(url: str, aws_conn_id: str | None = None, what: str = "destination") -> Storage:
