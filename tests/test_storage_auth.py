@@ -225,3 +225,32 @@ def test_without_a_key_physical_and_point_in_time_restores_refuse_unless_the_sto
     assert pitr.preflight(_pitr(dest)).base == signed["base"]
     # a logical reader's view: the verdict is there to report, whatever the kind
     assert not read_manifest(storage, signed["base"], "physical", require=False).authenticity.ok
+
+
+def test_latest_refuses_a_destination_whose_recorded_newest_backup_is_gone(signed, target, run_dag, tmp_path):
+    """A review: with the newest backup deleted (or its manifest spoiled), `latest` silently restored an older, validly
+    signed one. The newest backup of each kind is recorded in Airflow when its run announces it; a restore whose
+    `latest` is older than that record is refused in its preflight, the target untouched; named, it restores."""
+    from airflow.models import Variable
+
+    from lastline.airflow.assets import newest_variable
+    from lastline.storage import canonical
+
+    dest, _, _ = _copy(signed, tmp_path)
+    place = canonical(f"file://{dest}/./")  # any spelling of the destination finds the one record
+    gone = "20991231T000000Z"  # what the backup DAG's announce recorded, since deleted from the storage
+    Variable.set(newest_variable(place, "physical"), json.dumps({"backup_id": gone, "destination": place}))
+    server = target.server()
+    server.query("CREATE DATABASE IF NOT EXISTS sauth_marker")
+    up = int(server.query("SHOW GLOBAL STATUS LIKE 'Uptime'")[0][1])
+    state, tis, logs = run_dag("physical_restore", {**_physical(dest, "latest"), "parallel": 2, "use_memory": None,
+                                                    "restore_into_source": "", "aws_conn_id": None})
+    assert state == "failed" and tis["preflight"] == "failed", tis
+    assert f"the newest physical backup lastline recorded in Airflow, {gone}, is missing or unreadable, so `latest` " \
+           f"would be {signed['base']}" in logs
+    # never stopped, never replaced
+    assert int(server.query("SHOW GLOBAL STATUS LIKE 'Uptime'")[0][1]) >= up and server.query("SHOW DATABASES LIKE 'sauth_marker'")
+    server.query("DROP DATABASE sauth_marker")
+    from lastline.manifest import resolve_backup
+
+    assert resolve_backup(f"file://{dest}/{signed['base']}")[1] == signed["base"]  # named: the operator's choice

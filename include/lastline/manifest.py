@@ -15,7 +15,7 @@ import json
 import logging
 import re
 import secrets
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, fields, is_dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -24,6 +24,15 @@ from lastline.core.errors import ConfigError, IntegrityError
 from lastline.storage import Storage, auth, control, open_storage, require_allowed
 
 log = logging.getLogger(__name__)
+
+# what Airflow recorded of the newest backup of a kind in a destination, out of a storage writer's reach: a function
+# (canonical destination, kind) -> {"backup_id", "manifest_sha256"} or None, installed by lastline.airflow.assets
+_recorded_newest: list[Callable[[str, str], dict[str, Any] | None]] = []
+
+
+def install_newest_record(reader: Callable[[str, str], dict[str, Any] | None]) -> None:
+    """Make `reader` where `latest` looks for the newest backup Airflow recorded (see resolve_backup)."""
+    _recorded_newest[:] = [reader]
 
 MANIFEST = "manifest.json"
 ID_FORMAT = "%Y%m%dT%H%M%SZ"
@@ -381,13 +390,29 @@ def split_backup_url(url: str) -> tuple[str, str]:
     return dest, backup_id
 
 
+def _not_rolled_back(place: str, kind: str, newest: str | None) -> None:
+    """Refuse `latest` when it would be older than the newest backup Airflow recorded in `place` (that backup deleted
+    or its manifest spoiled by someone who can write the storage: an older, validly signed backup would be restored
+    in its stead, silently). Without a record (a first backup, a run outside Airflow) or on trusted storage: no check."""
+    record = _recorded_newest[0](place, kind) if _recorded_newest and not auth.storage_trusted() else None
+    recorded = str((record or {}).get("backup_id") or "")
+    if recorded and (newest is None or newest < recorded):
+        raise IntegrityError(
+            f"{place}: the newest {kind} backup lastline recorded in Airflow, {recorded}, is missing or unreadable, so "
+            f"`latest` would be {newest or 'nothing'}: someone who can write the storage removed or spoiled it. Nothing "
+            "was restored. Find out who; to restore an older backup all the same, name it (<destination>/<backup_id>).")
+
+
 def resolve_backup(url: str, aws_conn_id: str | None = None, kind: str = "physical") -> tuple[Storage, str]:
     """Open the storage of `url` and resolve `latest` to the newest complete backup of `kind`."""
     dest, backup_id = split_backup_url(url)
     # a run's conf names backups only under the deployment's roots, through the connection a root is bound to
-    storage = open_storage(require_allowed(dest, "backup", aws_conn_id), aws_conn_id)
+    place = require_allowed(dest, "backup", aws_conn_id)
+    storage = open_storage(place, aws_conn_id)
     if backup_id == "latest":
         done = newest_complete(storage, kind)
+        _not_rolled_back(place + (f"?aws_conn_id={aws_conn_id}" if place.startswith("s3://") and aws_conn_id else ""),
+                         kind, done[0] if done else None)
         if not done:
             raise IntegrityError(f"{dest} holds no complete {kind} backup (none has a {MANIFEST} of that kind).")
         backup_id = done[0]

@@ -19,7 +19,7 @@ from typing import Any
 from airflow.sdk import Asset, Variable, get_current_context
 
 from lastline import backup_report, reports
-from lastline.manifest import read_manifest
+from lastline.manifest import install_newest_record, read_manifest
 from lastline.pitr import check
 from lastline.storage import canonical, open_storage
 
@@ -43,6 +43,7 @@ def announce(asset: Asset, kind: str, destination: str, backup_id: str, aws_conn
              "binlog_position": manifest.binlog_position, "gtid": manifest.gtid}
     context = get_current_context()
     context["outlet_events"][asset].extra = extra
+    record_newest(destination, kind, backup_id, manifest.read_sha256, aws_conn_id)
     try:  # the report never holds the Asset event back (a drill or a staging refresh runs on it)
         report = backup_report.build(storage, manifest, kind, url, check.base_window(storage, backup_id))
         where = reports.save(context["dag"].dag_id, context["run_id"], backup_report.files(report))
@@ -51,6 +52,35 @@ def announce(asset: Asset, kind: str, destination: str, backup_id: str, aws_conn
     except Exception as exc:  # noqa: BLE001 - reports storage down, an unreadable archive: named, not fatal
         log.warning("report: could not be written (%s: %s); the backup and its Asset event stand", type(exc).__name__, exc)
     return {"backup_id": backup_id, "url": url, "bytes": manifest.bytes}
+
+
+def newest_variable(place: str, kind: str) -> str:
+    """The Variable that holds the newest `kind` backup recorded in `place` (a canonical destination)."""
+    return f"lastline_newest_{kind}_" + hashlib.sha256(place.encode()).hexdigest()[:16]
+
+
+def record_newest(destination: str, kind: str, backup_id: str, sha256: str, aws_conn_id: str | None = None) -> None:
+    """Record a completed backup as the newest of its kind in its destination (never an older one over a newer)."""
+    place = canonical(destination, aws_conn_id)
+    before = recorded_newest(place, kind)
+    if before and str(before.get("backup_id") or "") > backup_id:
+        return
+    Variable.set(newest_variable(place, kind), json.dumps({"backup_id": backup_id, "manifest_sha256": sha256,
+                                                          "destination": place}),
+                 description=f"lastline: the newest {kind} backup in {place} (anti-rollback of `latest`); do not edit")
+
+
+def recorded_newest(place: str, kind: str) -> dict[str, Any] | None:
+    """The newest `kind` backup recorded in `place`, or None."""
+    try:
+        text = Variable.get(newest_variable(place, kind), default=None)
+    except Exception:  # noqa: BLE001 - no Airflow to ask (a step run outside a task): no record, no check
+        return None
+    found = json.loads(text) if text else None
+    return found if isinstance(found, dict) and found.get("destination") == place else None
+
+
+install_newest_record(recorded_newest)  # `latest` (manifest.resolve_backup) refuses a rolled-back destination
 
 
 def triggering_backup() -> dict | None:
