@@ -6,6 +6,7 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
 
 PACKAGES=(mariadb-server mariadb-client mariadb-backup pigz zstd pkg-config libmariadb-dev libzstd-dev libssl-dev zlib1g-dev gcc procps openssh-server openssh-client pv
+          strace  # a physical trust test watches which option files mariabackup --prepare opens
           chromium)  # chromium: the browser test drives Debian's build through Playwright (no browser download)
 # benchmarks compare against these; tests and the demo do not need them
 [ "${LASTLINE_BENCH:-0}" = 1 ] && PACKAGES+=(mydumper sysbench)  # the benches compare with mydumper, bench-impact loads with sysbench
