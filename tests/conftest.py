@@ -12,6 +12,8 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -269,3 +271,52 @@ def restore_steps(plan, run: str = ""):
     finally:
         lr.revert(plan)
     return snap
+
+
+class Writes:
+    """The application: one INSERT every `every` seconds on its own connection; the worst wait, in-flight ones
+    included."""
+
+    def __init__(self, server, table: str, every: float = 0.1) -> None:
+        self.server, self.table, self.every = server, table, every
+        self.waits: list[float] = []
+        self.started: float | None = None
+        self._stop = threading.Event()
+        self._t = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        conn = self.server.connect()
+        conn.autocommit(True)
+        cur = conn.cursor()
+        while not self._stop.is_set():
+            self.started = time.monotonic()
+            cur.execute(f"INSERT INTO {self.table} (t) VALUES (NOW(6))")
+            self.waits.append(time.monotonic() - self.started)
+            self.started = None
+            time.sleep(self.every)
+        conn.close()
+
+    def worst(self) -> float:
+        inflight = time.monotonic() - self.started if self.started else 0.0
+        return max([inflight, *self.waits])
+
+    def __enter__(self) -> Writes:
+        self._t.start()
+        time.sleep(0.3)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._t.join(timeout=120)
+
+
+def attach_replica(replica: Instance, primary: Instance) -> None:
+    """Replicate from `primary` by GTID, from where it is now (its own setup is not replayed)."""
+    p = primary.server()
+    with replica.server().session() as cur:
+        cur.execute("STOP ALL SLAVES")
+        cur.execute("RESET SLAVE ALL")
+        cur.execute("SET GLOBAL gtid_slave_pos = %s", (p.query("SELECT @@GLOBAL.gtid_binlog_pos")[0][0],))
+        cur.execute("CHANGE MASTER TO MASTER_HOST='127.0.0.1', MASTER_PORT=%s, MASTER_USER=%s, MASTER_PASSWORD=%s, "
+                    "MASTER_USE_GTID=slave_pos", (p.port, p.user, p.password))
+        cur.execute("START SLAVE")

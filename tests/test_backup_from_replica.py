@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from conftest import set_conn
+from conftest import attach_replica, set_conn
 from lastline.core.errors import PreflightError, ReplicationError
 from lastline.logical import backup as lb
 from lastline.manifest import read_manifest
@@ -26,18 +26,6 @@ pytestmark = pytest.mark.e2e
 DB = "shop"
 
 
-def _attach(replica: Instance, primary: Instance) -> None:
-    """Replicate from `primary` by GTID, from where it is now (its own setup is not replayed)."""
-    p = primary.server()
-    with replica.server().session() as cur:
-        cur.execute("STOP ALL SLAVES")
-        cur.execute("RESET SLAVE ALL")
-        cur.execute("SET GLOBAL gtid_slave_pos = %s", (p.query("SELECT @@GLOBAL.gtid_binlog_pos")[0][0],))
-        cur.execute("CHANGE MASTER TO MASTER_HOST='127.0.0.1', MASTER_PORT=%s, MASTER_USER=%s, MASTER_PASSWORD=%s, "
-                    "MASTER_USE_GTID=slave_pos", (p.port, p.user, p.password))
-        cur.execute("START SLAVE")
-
-
 @pytest.fixture(scope="module")
 def pair(sandbox_root):
     """(primary, replica): `shop` written on the primary, replicated by GTID; the replica's connection says so."""
@@ -45,7 +33,7 @@ def pair(sandbox_root):
     try:
         primary.create()
         replica.create()
-        _attach(replica, primary)
+        attach_replica(replica, primary)
         p = primary.server()
         with p.session() as cur:
             cur.execute(f"CREATE DATABASE {DB}")

@@ -18,7 +18,7 @@ from pathlib import Path
 import MySQLdb
 import pytest
 
-from conftest import set_conn
+from conftest import Writes, attach_replica, set_conn
 from lastline import backup_report
 from lastline.core import bounds
 from lastline.core.errors import PreflightError, Refusal, ServerError
@@ -110,42 +110,6 @@ def test_parallel_priority_read_cap_lag_and_replay_threads_only_get_gentler(depl
 # --- on real servers: the application's load --------------------------------------------------------------------
 
 
-class Writer:
-    """The application: an INSERT in a loop on its own connection, the worst wait measured (in-flight included)."""
-
-    def __init__(self, server: Server, table: str) -> None:
-        self.server, self.table = server, table
-        self.waits: list[float] = []
-        self.started: float | None = None
-        self._stop = threading.Event()
-        self._t = threading.Thread(target=self._run, daemon=True)
-
-    def _run(self) -> None:
-        conn = self.server.connect()
-        conn.autocommit(True)
-        cur = conn.cursor()
-        while not self._stop.is_set():
-            self.started = time.monotonic()
-            cur.execute(f"INSERT INTO {self.table} (t) VALUES (NOW(6))")
-            self.waits.append(time.monotonic() - self.started)
-            self.started = None
-            time.sleep(0.05)
-        conn.close()
-
-    def worst(self) -> float:
-        inflight = time.monotonic() - self.started if self.started else 0.0
-        return max([inflight, *self.waits])
-
-    def __enter__(self) -> Writer:
-        self._t.start()
-        time.sleep(0.3)
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self._stop.set()
-        self._t.join(timeout=120)
-
-
 class LongSelect:
     """A report: a long SELECT SLEEP on its own connection; whether it ran to its end or was killed."""
 
@@ -230,7 +194,7 @@ def test_killing_with_a_zero_guard_on_a_protected_source_is_refused_and_the_repo
     deployment.setenv("LASTLINE_ALLOW_KILL_LONG_QUERIES", "true")
     deployment.setenv("LASTLINE_ALLOW_FTWRL", "true")
     harsh = {"lock_method": "ftwrl", "long_query_guard": 0, "long_query_wait": 1, "kill_long_queries": True}
-    with Writer(app, f"{DB}.orders") as writes, LongSelect(app, 6) as report:
+    with Writes(app, f"{DB}.orders", every=0.05) as writes, LongSelect(app, 6) as report:
         t0 = time.monotonic()
         with pytest.raises(PreflightError, match="kill_long_queries .*protected") as refused:
             _backup(tmp_path / "a", **harsh)
@@ -250,7 +214,7 @@ def test_where_killing_is_allowed_a_statement_younger_than_the_guard_is_never_ki
     deployment.setenv("LASTLINE_ALLOW_KILL_LONG_QUERIES", "true")
     deployment.setenv("LASTLINE_ALLOW_FTWRL", "true")
     batch = f"UPDATE {DB}.report SET id = 1 WHERE id = 1 AND SLEEP(12) = 0"
-    with Writer(app, f"{DB}.orders") as writes, LongSelect(app, 12, batch) as update:
+    with Writes(app, f"{DB}.orders", every=0.05) as writes, LongSelect(app, 12, batch) as update:
         with pytest.raises(ServerError, match="did not take its lock") as gave_up:
             _backup(tmp_path, source_conn_id="t_lsource", lock_method="ftwrl", kill_long_queries=True, long_query_wait=2)
         assert update.alive() and f"id {update.id} by " in str(gave_up.value)
@@ -263,7 +227,7 @@ def test_a_120_s_ftwrl_attempt_is_refused_and_the_report_tells_how_long_writes_r
     held 0.01 s". Refused at once (the ceiling, then ftwrl where BACKUP STAGE exists). Where the deployment itself
     allows both, the backup's figure is the writes' real wait behind a batch UPDATE, the wait for the lock included."""
     harsh = {"lock_method": "ftwrl", "lock_timeout": 120}
-    with Writer(app, f"{DB}.orders") as writes, LongSelect(app, 5) as report:
+    with Writes(app, f"{DB}.orders", every=0.05) as writes, LongSelect(app, 5) as report:
         t0 = time.monotonic()
         with pytest.raises(PreflightError, match=r"lock_timeout=120 .*ceiling of 0.5 s.*LASTLINE_MAX_LOCK_TIMEOUT"):
             _backup(tmp_path / "a", **harsh)
@@ -275,7 +239,7 @@ def test_a_120_s_ftwrl_attempt_is_refused_and_the_report_tells_how_long_writes_r
     deployment.setenv("LASTLINE_ALLOW_FTWRL", "true")
     deployment.setenv("LASTLINE_MAX_LOCK_TIMEOUT", "120")  # the deployment's own choice: measured, not hidden
     batch = f"UPDATE {DB}.report SET id = 1 WHERE id = 1 AND SLEEP(4) = 0"  # FLUSH TABLES WITH READ LOCK waits for it
-    with Writer(app, f"{DB}.orders") as writes, LongSelect(app, 4, batch):
+    with Writes(app, f"{DB}.orders", every=0.05) as writes, LongSelect(app, 4, batch):
         result = _backup(tmp_path / "c", **harsh, source_conn_id="t_lsource")
     assert writes.worst() > 2, "the control case: FLUSH TABLES WITH READ LOCK queues writes behind the SELECT"
     assert result.writes_blocked_seconds >= writes.worst() - 0.3, (result, writes.worst())
@@ -361,17 +325,6 @@ def test_parallel_20000_on_a_target_is_refused_before_a_thread_starts(app, logic
 # --- a replica's pause: recorded, and resumed after a death ------------------------------------------------------------
 
 
-def _attach(replica: Instance, primary: Instance) -> None:
-    p = primary.server()
-    with replica.server().session() as cur:
-        cur.execute("STOP ALL SLAVES")
-        cur.execute("RESET SLAVE ALL")
-        cur.execute("SET GLOBAL gtid_slave_pos = %s", (p.query("SELECT @@GLOBAL.gtid_binlog_pos")[0][0],))
-        cur.execute("CHANGE MASTER TO MASTER_HOST='127.0.0.1', MASTER_PORT=%s, MASTER_USER=%s, MASTER_PASSWORD=%s, "
-                    "MASTER_USE_GTID=slave_pos", (p.port, p.user, p.password))
-        cur.execute("START SLAVE")
-
-
 @pytest.fixture(scope="module")
 def pair(sandbox_root):
     """(primary, replica): a small table written on the primary, replicated by GTID."""
@@ -379,7 +332,7 @@ def pair(sandbox_root):
     try:
         primary.create()
         replica.create()
-        _attach(replica, primary)
+        attach_replica(replica, primary)
         with primary.server().session() as cur:
             cur.execute(f"CREATE DATABASE {DB}")
             cur.execute(f"CREATE TABLE {DB}.t (id INT AUTO_INCREMENT PRIMARY KEY, v INT)")

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from conftest import Writes
 from lastline.core import impact
 from lastline.core.errors import PreflightError, ServerError
 from lastline.logical import backup as lb
@@ -23,42 +24,6 @@ from lastline.physical.tools import backup_stages
 from lastline.storage import open_storage
 
 pytestmark = pytest.mark.e2e
-
-
-class Writes:
-    """The application: one INSERT every 0.1 s on its own connection; the worst wait, in-flight ones included."""
-
-    def __init__(self, server, table: str) -> None:
-        self.server, self.table = server, table
-        self.waits: list[float] = []
-        self.started: float | None = None
-        self._stop = threading.Event()
-        self._t = threading.Thread(target=self._run, daemon=True)
-
-    def _run(self) -> None:
-        conn = self.server.connect()
-        conn.autocommit(True)
-        cur = conn.cursor()
-        while not self._stop.is_set():
-            self.started = time.monotonic()
-            cur.execute(f"INSERT INTO {self.table} (t) VALUES (NOW(6))")
-            self.waits.append(time.monotonic() - self.started)
-            self.started = None
-            time.sleep(0.1)
-        conn.close()
-
-    def worst(self) -> float:
-        inflight = time.monotonic() - self.started if self.started else 0.0
-        return max([inflight, *self.waits])
-
-    def __enter__(self) -> Writes:
-        self._t.start()
-        time.sleep(0.3)
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self._stop.set()
-        self._t.join(timeout=120)
 
 
 class BatchWrite:
