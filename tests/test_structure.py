@@ -27,7 +27,9 @@ ACROSS_STAGES = {("lastline.replication.rebuild", "lastline.physical.tools"),  #
                  ("lastline.physical.backup", "lastline.replication.pauses"),  # and records mariabackup's pause
                  ("lastline.logical.backup", "lastline.replication.source"),
                  # a logical base's replay reads a statement's first keyword as the server's lexer does
-                 ("lastline.pitr.statements", "lastline.logical.format.sql_text")}
+                 ("lastline.pitr.statements", "lastline.logical.format.sql_text"),
+                 # and a physical base's replay reads each statement as the server does before it runs
+                 ("lastline.pitr.statement_check", "lastline.logical.format.sql_text")}
 
 
 def _modules() -> dict[str, Path]:

@@ -389,7 +389,8 @@ NO_BACKSLASH, ANSI = 1 << 20, 1 << 2
     ("FLUSH PRIVILEGES", 0, 45, "not a data change"),  # it would load rows written to mysql.* into the server
 ])
 def test_the_statement_check_reads_as_the_server_does(text, mode, charset, refused):
-    from lastline.pitr.statements import Query, Status, statement_problem
+    from lastline.pitr.statement_check import statement_problem
+    from lastline.pitr.statements import Query, Status
 
     why = statement_problem(Query(0, 0, "shop", 0, Status(sql_mode=mode, charset=(charset, charset, charset)),
                                   text.encode()))

@@ -9,7 +9,7 @@ with the layout lastline parses; inside a transaction GTID, Query (a compressed 
 Rand, User_var, XID, XA PREPARE, table maps and row events (Annotate_rows, informational, too). A table map of a
 system schema or lastline's own schema is refused; a row event must follow a table map of its transaction. A
 statement must be a data change or data definition naming no system schema, read as the server reads it
-(pitr.statements.statement_problem). For the pipe (`mariadb-binlog | mariadb`) the status values mariadb-binlog
+(pitr.statement_check.statement_problem). For the pipe (`mariadb-binlog | mariadb`) the status values mariadb-binlog
 prints unquoted must be plain, and a user variable's name too. The preflight runs the same check over the whole
 span (check_span) before the base is restored; the replay runs it again while it cuts.
 """
@@ -26,7 +26,8 @@ from lastline.core.sql import never_restored
 from lastline.pitr.events import GTID, HEADER_LEN, QUERY, QUERY_COMPRESSED, XA_PREPARE, XID, Cutter, gtid_map
 from lastline.pitr.span import Span
 from lastline.pitr.split import ANNOTATE_ROWS, BETWEEN, ROWS, TABLE_MAP, check_format, cut
-from lastline.pitr.statements import INTVAR, RAND, USER_VAR, Query, parse_query, statement_problem
+from lastline.pitr.statement_check import statement_problem
+from lastline.pitr.statements import INTVAR, RAND, USER_VAR, Query, parse_query
 from lastline.storage import Storage
 
 IN_GROUP = {GTID, QUERY, QUERY_COMPRESSED, INTVAR, RAND, USER_VAR, XID, XA_PREPARE, TABLE_MAP, ANNOTATE_ROWS, *ROWS}

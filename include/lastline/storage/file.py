@@ -66,7 +66,10 @@ class FileWriter(Writer):
 
     def abort(self) -> None:
         if not self.fh.closed:
-            self.fh.close()
+            try:
+                self.fh.close()
+            except OSError:  # closing flushes what is buffered: on a full destination that fails, and the file goes
+                pass
         try:
             os.unlink(self.tmp)
         except FileNotFoundError:
