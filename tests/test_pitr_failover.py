@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from conftest import set_conn
+from conftest import attach_replica, set_conn
 from lastline import connections
 from lastline.manifest import read_manifest
 from lastline.physical import backup as pb
@@ -20,7 +20,6 @@ from lastline.pitr import restore as pitr
 from lastline.replication import flavour
 from lastline.storage import open_storage
 from lastline_dev.sandbox import Instance
-from test_backup_from_replica import _attach
 from test_pitr_restore import _shop, _writes, state
 
 pytestmark = pytest.mark.e2e
@@ -46,7 +45,7 @@ def failover(sandbox_root):
         (replica.conf_d / "failover_candidate.cnf").write_text("[mysqld]\nlog-slave-updates=1\n")
         replica.stop()
         replica.start()
-        _attach(replica, primary)
+        attach_replica(replica, primary)
         set_conn("t_fo_primary", primary)
         set_conn("t_fo_replica", replica, replica=True)
         set_conn("t_fo_promoted", replica)
