@@ -10,7 +10,6 @@ pruned once older than a grace period.
 from __future__ import annotations
 
 import builtins
-import hashlib
 import json
 import logging
 import re
@@ -21,7 +20,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from lastline.core.errors import ConfigError, IntegrityError
-from lastline.storage import Storage, auth, control, open_storage, require_allowed
+from lastline.storage import Storage, auth, control, open_storage, place_name, require_allowed
 
 log = logging.getLogger(__name__)
 
@@ -319,26 +318,21 @@ def read_manifest(storage: Storage, backup_id: str, kind: str = "physical", sha2
     damaged = (f"{storage.location(key)} cannot be read ({{}}): the manifest is damaged, so this backup is never "
                f"restored; choose another one (`latest` passes over it).")
     try:
-        text = control.read_bytes(storage, key)
+        read = control.read(storage, key)  # bounded, parsed, its MAC checked on the bytes as read
     except control.Unreadable as exc:
         raise IntegrityError(damaged.format(exc.reason)) from exc
-    read_sha256 = hashlib.sha256(text).hexdigest()
+    read_sha256, data, authenticity = read.sha256, read.data, read.auth
     if sha256 and read_sha256 != sha256:
         raise IntegrityError(
             f"{storage.location(key)} changed after this run's preflight checked it (its sha256 is {read_sha256}, "
             f"preflight read {sha256}): someone wrote to the backup meanwhile. Nothing more is read from it; restore another backup "
             "or start a new run."
         )
-    try:
-        data = control.parse(text, storage.location(key))
-    except control.Unreadable as exc:
-        raise IntegrityError(damaged.format(exc.reason)) from exc
-    authenticity = auth.check(key, text, data)
     if require or (require is None and kind == "physical"):
         auth.require(authenticity, storage.location(key), require if isinstance(require, str) else "a physical restore")
-    found = data.get("kind", "physical") if isinstance(data, dict) else None
     if not isinstance(data, dict):
         raise IntegrityError(damaged.format(f"a {type(data).__name__}, not an object"))
+    found = data.get("kind", "physical")
     if found != kind:
         raise IntegrityError(
             f"{storage.location(backup_id)} is a {found} backup; a {kind} restore cannot use it "
@@ -411,8 +405,7 @@ def resolve_backup(url: str, aws_conn_id: str | None = None, kind: str = "physic
     storage = open_storage(place, aws_conn_id)
     if backup_id == "latest":
         done = newest_complete(storage, kind)
-        _not_rolled_back(place + (f"?aws_conn_id={aws_conn_id}" if place.startswith("s3://") and aws_conn_id else ""),
-                         kind, done[0] if done else None)
+        _not_rolled_back(place_name(place, aws_conn_id), kind, done[0] if done else None)
         if not done:
             raise IntegrityError(f"{dest} holds no complete {kind} backup (none has a {MANIFEST} of that kind).")
         backup_id = done[0]

@@ -54,9 +54,29 @@ def announce(asset: Asset, kind: str, destination: str, backup_id: str, aws_conn
     return {"backup_id": backup_id, "url": url, "bytes": manifest.bytes}
 
 
+def _variable(what: str, place: str) -> str:
+    """The Variable that holds what Airflow records of `place` (a canonical destination, storage.canonical)."""
+    return f"lastline_{what}_" + hashlib.sha256(place.encode()).hexdigest()[:16]
+
+
+def _record(what: str, place: str, value: dict[str, Any], description: str) -> None:
+    Variable.set(_variable(what, place), json.dumps({**value, "destination": place}),
+                 description=f"lastline: {description} (anti-rollback); do not edit")
+
+
+def _recorded(what: str, place: str) -> dict[str, Any] | None:
+    """What was recorded of `place`, or None (nothing yet, or no Airflow to ask: a step run outside a task)."""
+    try:
+        text = Variable.get(_variable(what, place), default=None)
+    except Exception:  # noqa: BLE001 - the SDK raises several types outside a task
+        return None
+    found = json.loads(text) if text else None
+    return found if isinstance(found, dict) and found.get("destination") == place else None
+
+
 def newest_variable(place: str, kind: str) -> str:
     """The Variable that holds the newest `kind` backup recorded in `place` (a canonical destination)."""
-    return f"lastline_newest_{kind}_" + hashlib.sha256(place.encode()).hexdigest()[:16]
+    return _variable(f"newest_{kind}", place)
 
 
 def record_newest(destination: str, kind: str, backup_id: str, sha256: str, aws_conn_id: str | None = None) -> None:
@@ -65,19 +85,13 @@ def record_newest(destination: str, kind: str, backup_id: str, sha256: str, aws_
     before = recorded_newest(place, kind)
     if before and str(before.get("backup_id") or "") > backup_id:
         return
-    Variable.set(newest_variable(place, kind), json.dumps({"backup_id": backup_id, "manifest_sha256": sha256,
-                                                          "destination": place}),
-                 description=f"lastline: the newest {kind} backup in {place} (anti-rollback of `latest`); do not edit")
+    _record(f"newest_{kind}", place, {"backup_id": backup_id, "manifest_sha256": sha256},
+            f"the newest {kind} backup in {place}")
 
 
 def recorded_newest(place: str, kind: str) -> dict[str, Any] | None:
-    """The newest `kind` backup recorded in `place`, or None."""
-    try:
-        text = Variable.get(newest_variable(place, kind), default=None)
-    except Exception:  # noqa: BLE001 - no Airflow to ask (a step run outside a task): no record, no check
-        return None
-    found = json.loads(text) if text else None
-    return found if isinstance(found, dict) and found.get("destination") == place else None
+    """The newest `kind` backup recorded in `place` (a canonical destination), or None."""
+    return _recorded(f"newest_{kind}", place)
 
 
 install_newest_record(recorded_newest)  # `latest` (manifest.resolve_backup) refuses a rolled-back destination
@@ -101,21 +115,16 @@ def backup_from_event(default: str) -> str:
 def head_variable(destination: str, aws_conn_id: str | None = None) -> str:
     """The Variable that holds the recorded head of the binlog archive in `destination` (its canonical place: another
     spelling of the same folder finds the same record)."""
-    return "lastline_archive_head_" + hashlib.sha256(canonical(destination, aws_conn_id).encode()).hexdigest()[:16]
+    return _variable("archive_head", canonical(destination, aws_conn_id))
 
 
 def record_archive_head(destination: str, head: dict[str, Any] | None, aws_conn_id: str | None = None) -> None:
     """Record the archive's head after a run (nothing for an empty archive)."""
     if head:
-        Variable.set(head_variable(destination, aws_conn_id),
-                     json.dumps({**head, "destination": canonical(destination, aws_conn_id)}),
-                     description="lastline: the binlog archive's head after its last run (anti-rollback); do not edit")
+        place = canonical(destination, aws_conn_id)
+        _record("archive_head", place, head, f"the binlog archive's head in {place} after its last run")
 
 
 def recorded_archive_head(destination: str, aws_conn_id: str | None = None) -> dict[str, Any] | None:
     """The head recorded for the archive in `destination`, or None (no run has recorded one)."""
-    text = Variable.get(head_variable(destination, aws_conn_id), default=None)
-    if not text:
-        return None
-    head = json.loads(text)
-    return head if isinstance(head, dict) and head.get("destination") == canonical(destination, aws_conn_id) else None
+    return _recorded("archive_head", canonical(destination, aws_conn_id))

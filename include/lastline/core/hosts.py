@@ -154,16 +154,22 @@ class LocalHost(Host):
 LOCAL = LocalHost()
 
 
+def memfd(text: str, name: str) -> int:
+    """A 0600 memfd holding `text`, open in this process (its descriptor): named nowhere on disk, gone with the
+    descriptor or the process, whatever ends it. A child of the same user opens it as `/proc/<pid>/fd/<n>`."""
+    fd = os.memfd_create(name, os.MFD_CLOEXEC)
+    os.fchmod(fd, 0o600)  # a memfd is made 0777; option files readable by others are ignored, ssh keys refused
+    data = text.encode()
+    while data:
+        data = data[os.write(fd, data):]
+    return fd
+
+
 @contextlib.contextmanager
 def anonymous_file(text: str, name: str = "lastline-secret") -> Iterator[str]:
-    """A 0600 memfd holding `text`, open in this process; yields `/proc/<pid>/fd/<n>`, which a child of the same
-    user opens by name (no descriptor to pass). Gone with the descriptor, or with the process, whatever ends it."""
-    fd = os.memfd_create(name, os.MFD_CLOEXEC)
+    """`text` in a memfd for the block's length; yields `/proc/<pid>/fd/<n>` (see memfd)."""
+    fd = memfd(text, name)
     try:
-        os.fchmod(fd, 0o600)  # a memfd is made 0777; option files readable by others are ignored, ssh keys refused
-        data = text.encode()
-        while data:
-            data = data[os.write(fd, data):]
         yield f"/proc/{os.getpid()}/fd/{fd}"
     finally:
         os.close(fd)

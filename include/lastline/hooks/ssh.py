@@ -11,7 +11,7 @@ import shutil
 import tempfile
 
 from lastline.core.errors import ConfigError
-from lastline.core.hosts import SshHost
+from lastline.core.hosts import SshHost, memfd
 from lastline.core.plans import as_bool
 
 _HOSTS: dict[tuple[str, int], SshHost] = {}  # per process: a key's /proc/<pid>/fd path names this process
@@ -32,11 +32,7 @@ def _private_dir() -> str:
 def _anonymous(text: str, name: str) -> str:
     """`text` in an anonymous file (memfd, 0600) open for this process's life, as the path ssh opens it by
     (/proc/<pid>/fd/<n>): nothing named holds a private key or a host key, so a kill -9 leaves none behind."""
-    fd = os.memfd_create(name, os.MFD_CLOEXEC)
-    os.fchmod(fd, 0o600)  # ssh refuses a key others may read (a memfd is made 0777)
-    data = (text if text.endswith("\n") else text + "\n").encode()
-    while data:
-        data = data[os.write(fd, data):]
+    fd = memfd(text if text.endswith("\n") else text + "\n", name)  # 0600: ssh refuses a key others may read
     _KEYS.append(fd)
     return f"/proc/{os.getpid()}/fd/{fd}"
 

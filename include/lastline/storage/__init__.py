@@ -7,7 +7,8 @@ from urllib.parse import parse_qs, urlparse
 from lastline.core.errors import ConfigError, StorageError
 from lastline.storage.base import Storage, Writer
 
-__all__ = ["Storage", "Writer", "allowed_roots", "canonical", "open_allowed", "open_storage", "require_allowed"]
+__all__ = ["Storage", "Writer", "allowed_roots", "canonical", "open_allowed", "open_storage", "place_name",
+           "require_allowed"]
 DEFAULT_DESTINATION = "file:///var/backups/lastline"
 
 
@@ -94,12 +95,17 @@ def require_allowed(url: str, what: str, aws_conn_id: str | None = None) -> str:
     )
 
 
+def place_name(place: str, aws_conn_id: str | None = None) -> str:
+    """The name of a place require_allowed returned, with the S3 connection it is reached through."""
+    return place + (f"?aws_conn_id={aws_conn_id}" if place.startswith("s3://") and aws_conn_id else "")
+
+
 def canonical(url: str, aws_conn_id: str | None = None, what: str = "destination") -> str:
     """One name for one place in the deployment's storage, however a run's conf spells it (`file:///r/./x`, `/r//x`,
     `file://localhost/r/x`; an SSH path through a symlink), with the S3 connection it is reached through: the key of
-    what Airflow records about it (the archive's head), so that another spelling cannot find no record."""
-    place = require_allowed(url, what, aws_conn_id)
-    return place + (f"?aws_conn_id={aws_conn_id}" if place.startswith("s3://") and aws_conn_id else "")
+    what Airflow records about it (the archive's head, the newest backup), so that another spelling cannot find no
+    record."""
+    return place_name(require_allowed(url, what, aws_conn_id), aws_conn_id)
 
 
 def open_allowed(url: str, aws_conn_id: str | None = None, what: str = "destination") -> Storage:
