@@ -7,8 +7,9 @@ preflight, approve, stop, extract, prepare, start, verify) or logical_base.* (th
 databases of a logical backup, under an account limited to them) → replay (the archived binlogs from the base's exact coordinates, in
 commit order, up to the first transaction stamped after `until` or through the `until` GTID, whole
 transactions only; the target's own parallel applier, or `mariadb-binlog | mariadb`; a retry resumes where
-the target stopped) → cleanup (a teardown: the replay's replication connection dropped and the settings it
-changed put back, however it ended).
+the target stopped) → report (the run's report opens with it: until as asked and the point it resolved to, the
+transactions replayed, the last one applied, the recoverable window) → cleanup (a teardown: the replay's replication
+connection dropped and the settings it changed put back, however it ended).
 
 `until`: `YYYY-MM-DDTHH:MM:SSZ` (UTC), a GTID `domain-server-seq`, or `latest`. `base`: a backup id, or
 `auto` (the newest complete backup of `base_kind` before `until`). The archive is `<destination>/binlogs`,
@@ -28,6 +29,7 @@ from lastline.airflow.routing import on_server
 from lastline.airflow.steps import step
 from lastline.airflow.task_groups import logical_restore_steps, physical_restore_steps
 from lastline.pitr import replay as pitr_replay
+from lastline.pitr import report as pitr_report
 from lastline.pitr import restore as pitr
 
 
@@ -59,7 +61,8 @@ def point_in_time_restore():
     replayed = step(pitr_replay.run, task_id="replay", trigger_rule="none_failed_min_one_success",
                     **on_server("target_conn_id"))(p["replay"], "{{ run_id }}")
     cleanup = step(pitr_replay.cleanup, **on_server("target_conn_id", long=False))(p["replay"], "{{ run_id }}")
-    [physical, logical] >> replayed >> cleanup.as_teardown(setups=replayed)
+    reported = step(pitr_report.write, task_id="report")(p, replayed, dag_id="{{ dag.dag_id }}")
+    [physical, logical] >> replayed >> reported >> cleanup.as_teardown(setups=replayed)
 
 
 point_in_time_restore()

@@ -3,7 +3,9 @@ byte, each byte once and in order across rotations; files purged before they wer
 server that writes its binlogs anew under the same names forks the archive instead of overwriting it."""
 from __future__ import annotations
 
+import re
 import threading
+from pathlib import Path
 
 import pytest
 
@@ -148,6 +150,10 @@ def test_the_dag_ships_up_to_the_current_position_and_ends(run_dag, source, tmp_
     assert state == "success", tis
     assert "binlog archive" in logs and "bytes shipped" in logs
     assert "recoverable up to" in logs and tis["check_chain"] == "success"
+    page = Path(re.search(r"report: file://(\S+/binlog_archive\.md)", logs)[1]).read_text().splitlines()
+    gtid = connections.server("t_barchive").query("SELECT @@GLOBAL.gtid_binlog_pos")[0][0]
+    assert re.match(rf"# Binlog archive, checked \S+Z: recoverable to \S+Z \(GTID {gtid}\) on branch ", page[0]), page[:3]
+    assert page[2] == "**No problem: the chain is whole and current.**"  # the verdict, on the first lines
     storage = open_storage(f"file://{tmp_path}")
     server = connections.server("t_barchive")
     _, now = archive.source_files(server)

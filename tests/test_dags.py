@@ -181,6 +181,8 @@ def test_point_in_time_restore_shape(dagbag):
             "force"} <= set(dag.params.keys())
     assert {t.task_id for t in dag.roots} == {"plan"} and {t.task_id for t in dag.leaves} == {"cleanup"}
     assert dag.get_task("cleanup").is_teardown and "replay" in dag.get_task("cleanup").upstream_task_ids
+    assert dag.get_task("report").upstream_task_ids == {"plan", "replay"}  # the roll-forward's report, before cleanup
+    assert "report" in dag.get_task("cleanup").upstream_task_ids
     assert dag.get_task("base_kind").downstream_task_ids == {"physical_base.preflight", "logical_base.preflight"}
     replay = dag.get_task("replay")
     assert replay.trigger_rule == "none_failed_min_one_success"  # after the base restored, the other branch skipped

@@ -3,6 +3,7 @@ history the report charts; a failed drill or one over its budget alerts; only a 
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -70,12 +71,25 @@ def test_a_drill_of_each_kind_restores_verifies_and_records_its_rto(run_dag, bot
     assert chart.startswith("<svg") and "time to restore per backup" in chart and history[0]["backup_id"] in chart
     assert json.loads(reports.read("restore_drill", run, "restore_drill.json"))["history"][-2:] == history
     assert not webhook.received  # good drills within budget: no alert
+    assert reports.names("restore_drill", run)[0] == "restore_drill.md"  # the drill's verdict opens its report
+    page = reports.read("restore_drill", run, "restore_drill.md").decode().splitlines()
+    assert page[0] == (f"# Restore drill of physical backup {history[-1]['backup_id']} into t_drill: verified, RTO "
+                       f"{history[-1]['rto_seconds']:,.1f} s, within the budget of 3,600 s "
+                       f"({100 * history[-1]['rto_seconds'] / 3600:,.0f}%)"), page[:3]
+    assert page[2].startswith("**Restored and verified as every restore is (") and " tables, " in page[2]
+
+
+def _page(run_id: str) -> list[str]:
+    return reports.read("restore_drill", run_id, "restore_drill.md").decode().splitlines()
 
 
 def test_a_drill_over_its_budget_alerts_and_a_failed_drill_fails_and_alerts(run_dag, both_backups, drill_server, webhook, tmp_path):
     state, tis, _ = run_dag("restore_drill", _conf(both_backups, "logical", rto_budget_minutes=0.001))
     assert state == "success"  # restored and verified: a good backup, but slow
     assert "over the RTO budget" in webhook.wait_for("rto_exceeded", timeout=5)["text"]
+    slow = _history()[-1]
+    assert re.fullmatch(r"# Restore drill of logical backup \S+ into t_drill: verified, but RTO [0-9.,]+ s, OVER the "
+                        r"budget of 0.06 s \([0-9,]+%\)", _page(slow["run_id"])[0]), _page(slow["run_id"])[:3]
 
     broken = tmp_path / "broken"
     shutil.copytree(both_backups, broken)
@@ -87,6 +101,8 @@ def test_a_drill_over_its_budget_alerts_and_a_failed_drill_fails_and_alerts(run_
     alert = webhook.wait_for("drill_failed", timeout=5)
     assert backup.name in alert["text"] and alert["ok"] is False
     assert _history()[-1]["backup_id"] == backup.name and _history()[-1]["ok"] is False
+    assert _page(_history()[-1]["run_id"])[0].startswith(f"# Restore drill of logical backup {backup.name} into t_drill: "
+                                                         "FAILED after ")
 
 
 def test_only_a_drill_server_is_accepted(run_dag, both_backups, drill_server):

@@ -4,6 +4,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -111,6 +112,9 @@ def test_round_trip_of_store_and_corpus_is_exact_and_config_comes_back(run_dag, 
     assert svg.startswith("<svg") and "seconds per stage" in svg and "store." in svg  # a chart, its tables named
     summary = Path(chart.removeprefix("file://")).with_name("summary.md").read_text()  # the Report tab's first page
     assert summary.splitlines()[2].startswith("**Verified: all ") and "tables hold exactly the backup's" in summary
+    rows = int(re.search(r"hold exactly the backup's ([0-9,]+) rows", summary)[1].replace(",", ""))
+    assert re.fullmatch(rf"# Logical restore of file://\S+ into t_ltarget: verified, {rows:,} rows, [0-9,.]+ MB in "
+                        r"[0-9,.]+ s", summary.splitlines()[0]), summary.splitlines()[0]
     assert "row hashes, summed per table, equal the ones computed on the source" in summary
     assert "- **Backup:** authenticated (storage key " in summary  # every report says whether its backup was
     assert "Returned value was" not in logs  # return values stay out of the task logs

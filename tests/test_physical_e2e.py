@@ -62,6 +62,9 @@ def test_file_round_trip_checksums_match_and_password_stays_secret(run_dag, sour
     assert report.startswith("# Physical backup ") and " tables, " in report and "x compressed" in report
     assert "Point-in-time: no binlog archive in this destination" in report and "MB/s" in report
     assert "authenticated (storage key " in report  # signed with the deployment's key, and said so
+    lines = report.splitlines()  # the verdict on the first lines: what, from where, what proves it, authenticated
+    assert lines[2].startswith("**Backed up t_source (") and "records the artifact's sha256" in lines[2], lines[:4]
+    assert "the manifest is authenticated (storage key " in lines[2] and not dangling(report)
 
     backup = _only_backup(dest)
     manifest = PhysicalManifest.from_json((backup / "manifest.json").read_text())
@@ -79,6 +82,38 @@ def test_file_round_trip_checksums_match_and_password_stays_secret(run_dag, sour
     assert not list(Path(target.datadir).parent.glob("data.lastline-aside-*")), "the old datadir was not cleaned up"
     assert "restore of" in logs and "total" in logs
     assert "Its manifest was authenticated (storage key " in logs  # the report's verification says it
+    summary = Path(re.search(r"report: file://(\S+)/summary\.md", logs)[1], "summary.md").read_text().splitlines()
+    assert re.match(rf"# Physical restore of file://\S+/latest into t_target: verified, {len(names):,} tables, "
+                    r"[0-9,.]+ MB in [0-9,.]+ s$", summary[0]), summary[:3]
+    assert summary[2].startswith("**Verified: the backup's ")
+
+
+def dangling(text: str) -> list[str]:
+    """The lines of a report that end on a symbol or hold one with nothing beside it (`=`, `(= rows)`, `None`)."""
+    return [line for line in text.splitlines()
+            if re.search(r"[=(,:;]$|\(\s*=|\(\s*\)|\bNone\b|\s=\s|\(\s|\s\)", line.rstrip())]
+
+
+def test_a_second_backup_of_an_unchanged_server_reports_no_dangling_symbol(source, tmp_path):
+    """A backup compared with the backups before it whose figures did not move: the report says `same`, in words,
+    where it printed a dangling `=` and `(= rows)`."""
+    from lastline import backup_report
+    from lastline.physical import backup as pb
+
+    conf = {"source_conn_id": "t_source", "destination": f"file://{tmp_path}"}
+    for _ in range(2):
+        plan = pb.preflight(conf)
+        pb.finish(plan, pb.stream(plan))
+        time.sleep(1.1)  # backup ids are to the second
+    storage = open_storage(f"file://{tmp_path}")
+    newest = read_manifest(storage, plan.backup_id, "physical")
+    report = backup_report.build(storage, newest, "physical", f"file://{tmp_path}/{plan.backup_id}", "Point-in-time: none")
+    page = backup_report.markdown(report)
+    assert len(report["recent"]) == 1 and report["compared"]["rows"] == "same", report["compared"]
+    assert "(same rows)" in page and not dangling(page), page
+    unknown = {**report, "ratio": None, "compared": dict.fromkeys(report["compared"], ""), "manifest_sha256": None,
+               "recent": [{**report["recent"][0], "ratio": None}]}  # figures a backup could not give
+    assert not dangling(backup_report.markdown(unknown)), backup_report.markdown(unknown)
 
 
 def test_s3_round_trip_with_pigz(run_dag, source, target, s3_server):

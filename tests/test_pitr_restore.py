@@ -8,8 +8,10 @@ from __future__ import annotations
 import json
 import math
 import random
+import re
 import threading
 import time
+from pathlib import Path
 
 import pytest
 
@@ -204,20 +206,46 @@ def _restore(run_dag, history, until: str, method: str = "auto") -> dict:
     return {"logs": logs, "tis": tis}
 
 
+def pitr_report(logs: str, tgt: Instance, until: str) -> list[str]:
+    """The run's report: it opens the Report tab (first in the index) with the roll-forward's verdict, whose figures
+    are the real ones: `until` as asked, the transactions the replay applied, the GTID the target holds last and the
+    recoverable window; returns its lines."""
+    saved = Path(re.findall(r"report: file://(\S+/point_in_time_restore\.md)", logs)[-1])
+    assert json.loads((saved.parent / "index.json").read_text())["files"][0] == "point_in_time_restore.md"
+    lines = saved.read_text().splitlines()
+    replayed = int(re.findall(r"replay done: ([0-9,]+) transactions", logs)[-1].replace(",", ""))
+    last = tgt.server().query("SELECT @@GLOBAL.gtid_slave_pos")[0][0]  # one domain: the last transaction applied
+    shown = f"GTID {until}" if re.fullmatch(r"\d+-\d+-\d+", until) else until
+    assert lines[0].startswith(f"# Point-in-time restore of t_pitr_tgt to {shown}: {replayed:,} transaction"), lines[:3]
+    assert f"the last GTID {last}, committed at 20" in lines[0] and replayed > 0, lines[0]
+    assert lines[2].startswith("**Restored physical base ") and "Verified: the target's GTID position" in lines[2]
+    assert any(line.startswith("- **Recoverable window** the archive offered this base: from 20") for line in lines)
+    assert any("matched the sha256 its manifest records" in line for line in lines)  # the base's own verification
+    return lines
+
+
 def test_a_restore_to_a_second_gives_the_source_at_that_second(run_dag, history):
     until, _, recorded = history["points"]["time"]
     out = _restore(run_dag, history, until)
     assert state(history["tgt"]) == recorded
     assert "by parallel (the server's parallel applier)" in out["logs"]  # auto chose the target's own applier
+    lines = pitr_report(out["logs"], history["tgt"], until)
+    committed = re.search(r"committed at (\S+Z)", lines[0])[1]
+    assert committed <= until  # resolved to the last transaction at or before the second asked
+    assert "by the target's own parallel applier" in "\n".join(lines)
 
 
 def test_a_restore_to_a_gtid_and_to_latest_are_exact_also_through_the_pipe(run_dag, history):
     _, gtid, recorded = history["points"]["gtid"]
-    _restore(run_dag, history, gtid, method="pipe")  # the temporary table's transaction spans a rotation before it
+    out = _restore(run_dag, history, gtid, method="pipe")  # the temporary table's transaction spans a rotation before it
     assert state(history["tgt"]) == recorded
+    lines = pitr_report(out["logs"], history["tgt"], gtid)
+    assert f"the last GTID {gtid}, committed" in lines[0]  # through the GTID asked, exactly
+    assert "by mariadb-binlog | mariadb" in "\n".join(lines)
     _, _, final = history["points"]["latest"]
-    _restore(run_dag, history, "latest")
+    out = _restore(run_dag, history, "latest")
     assert state(history["tgt"]) == final
+    pitr_report(out["logs"], history["tgt"], "latest")
     assert state(history["tgt"]) == state(history["src"])
 
 

@@ -149,6 +149,14 @@ def test_a_refresh_masks_every_pii_column_keeps_joins_and_is_deterministic_under
     assert by_column["crm.customers.email"]["values"] == N_CUSTOMERS and by_column["crm.customers.email"]["survivors"] == 0
     assert any(j["a"] == "crm.customers.email" and j["b"] == "crm.orders.customer_email" and j["after"] >= j["before"] > 0
                for j in report["joins"])
+    folder = _reports()[0].parent  # the masking's verdict and its table open the run's report, before the restore's
+    assert json.loads((folder / "index.json").read_text())["files"][:2] == ["staging_refresh.md", "staging_refresh.json"]
+    page = (folder / "staging_refresh.md").read_text().splitlines()
+    assert page[0] == (f"# Staging refresh of t_staging from {report['backup']}: masking verified, {len(RULES) - 1} "
+                       "columns masked, no original value survives"), page[:3]
+    assert page[2].startswith("**Restored crm into t_staging (") and "no original value survives" in page[2]
+    assert f"{len(report['joins'])} join" in page[2] and "1 column left unmasked by a keep rule" in page[2]
+    assert page[4].startswith("| column | strategy |") and "| crm.customers.email | email | " in "\n".join(page[6:20])
 
     first = _snapshot(tgt)
     state, tis, logs = run_dag("staging_refresh", _conf(backup))

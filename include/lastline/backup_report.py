@@ -26,11 +26,26 @@ def _figures(m: Manifest) -> dict[str, Any]:
 
 
 def _change(now: float, before: float) -> str:
-    """`+12%`, `-3%`, `=` (against the median of the recent backups)."""
+    """`+12%`, `-3%`, `same` (against the median of the recent backups); empty without one."""
     if not before:
         return ""
     pct = (now - before) / before * 100
-    return "=" if abs(pct) < 0.5 else f"{pct:+.0f}%"
+    return "same" if abs(pct) < 0.5 else f"{pct:+.0f}%"
+
+
+def _against(change: str, noun: str) -> str:
+    """A change in words, `+12% size` or `same size` (empty when there was nothing to compare with)."""
+    return f"{change} {noun}" if change else ""
+
+
+def verdict(report: dict[str, Any]) -> str:
+    """What the backup is, in words (the report's first line): complete or not, what proves its bytes, authenticated."""
+    proof = ("its manifest, written last, records every file's sha256 and each table's row hashes computed on the "
+             "source (a restore checks both)" if report["kind"] == "logical" else
+             "its manifest, written last, records the artifact's sha256 (a restore checks it before a byte is used)")
+    return (f"Backed up {report.get('source_conn_id') or 'the source'} ({report['server_version']}), complete: {proof}; "
+            f"the manifest is {report.get('authenticity') or 'not checked for authenticity'}. A restore drill "
+            "(restore_drill) proves it restores.")
 
 
 def build(storage: Storage, manifest: Manifest, kind: str, url: str, window: str) -> dict[str, Any]:
@@ -49,12 +64,13 @@ def build(storage: Storage, manifest: Manifest, kind: str, url: str, window: str
         return values[len(values) // 2] if values else 0.0
 
     primary = manifest.primary or {}
-    return {
+    report: dict[str, Any] = {
         "summary": (f"{kind.capitalize()} backup {manifest.backup_id}: {now['tables']:,} tables, "
                     f"{'' if now['rows_exact'] else '~'}{now['rows']:,} rows, "
                     f"{now['bytes']:,} bytes ({now['raw_bytes'] / max(now['bytes'], 1):.1f}x compressed) in "
                     f"{now['seconds']:,.1f} s ({now['mb_per_s']:,.1f} MB/s)"),
-        "kind": kind, "url": url, **now, "compression": manifest.compression, "server_version": manifest.server_version,
+        "kind": kind, "url": url, "source_conn_id": manifest.source_conn_id, **now, "compression": manifest.compression,
+        "server_version": manifest.server_version,
         "binlog_file": manifest.binlog_file, "binlog_position": manifest.binlog_position, "gtid": manifest.gtid,
         "primary_gtid": primary.get("gtid"), "manifest_sha256": getattr(manifest, "read_sha256", None), "point_in_time": window,
         "authenticity": auth.describe() if (auth := getattr(manifest, "authenticity", None)) else "not checked for authenticity",
@@ -63,35 +79,40 @@ def build(storage: Storage, manifest: Manifest, kind: str, url: str, window: str
         "compared": {key: _change(float(now[key] or 0), median(key)) for key in ("bytes", "seconds", "mb_per_s", "rows")},
         "recent": recent,
     }
+    return {"verdict": verdict(report), **report}
 
 
 def markdown(report: dict[str, Any]) -> str:
-    """The report as the Report tab's first page."""
+    """The report as the Report tab's first page: the verdict, then the figures."""
     c = report["compared"]
-    vs = f" (against the median of the {len(report['recent'])} backups before it)" if report["recent"] else ""
+    vs = f" against the median of the {len(report['recent'])} backups before it" if report["recent"] else ""
+    took = ", ".join(p for p in (_against(c["seconds"], "time"), _against(c["mb_per_s"], "speed")) if p)
+    size = "; ".join(p for p in (f"{report['ratio']}x" if report["ratio"] else "", _against(c["bytes"], "size")) if p)
+    sha = report.get("manifest_sha256")
+    primary = f"; its primary's GTID `{report['primary_gtid']}`" if report.get("primary_gtid") else ""
     lines = [
         f"# {report['summary']}", "",
-        f"- **Where:** `{report['url']}` (manifest sha256 `{(report['manifest_sha256'] or '')[:16]}...`), "
-        f"{report.get('authenticity') or 'not checked for authenticity'}",
-        f"- **Size:** {report['bytes']:,} bytes, {report['compression']}, from {report['raw_bytes']:,} bytes "
-        f"({report['ratio']}x){(' ' + c['bytes']) if c['bytes'] else ''}",
-        f"- **Took:** {report['seconds']:,.1f} s at {report['mb_per_s']:,.1f} MB/s"
-        + (f" ({c['seconds']} time, {c['mb_per_s']} speed){vs}" if c["seconds"] else ""),
-        f"- **Tables:** {report['tables']:,}, **rows:** {report['rows']:,}" + ("" if report["rows_exact"] else
-                                                                            " (InnoDB's estimates)")
-        + (f" ({c['rows']} rows)" if c["rows"] else ""),
-        f"- **Consistent with:** binlog `{report['binlog_file']}:{report['binlog_position']}`, GTID `{report['gtid']}`"
-        + (f"; its primary's GTID `{report['primary_gtid']}`" if report["primary_gtid"] else ""),
-        f"- **{report['point_in_time']}**", "",
+        f"**{verdict(report)}**", "",
+        f"- **{report['point_in_time']}**",
+        f"- **Where:** `{report['url']}`" + (f" (manifest sha256 `{sha[:16]}...`)" if sha else ""),
+        f"- **Size:** {report['bytes']:,} bytes, {report['compression']}, from {report['raw_bytes']:,} bytes"
+        + (f" ({size}{vs if c['bytes'] else ''})" if size else ""),
+        f"- **Took:** {report['seconds']:,.1f} s at {report['mb_per_s']:,.1f} MB/s" + (f" ({took}{vs})" if took else ""),
+        f"- **Tables:** {report['tables']:,}, **rows:** {report['rows']:,}"
+        + ("" if report["rows_exact"] else " (InnoDB's estimates)") + (f" ({_against(c['rows'], 'rows')})" if c["rows"] else ""),
+        "- **Consistent with:** " + (f"binlog `{report['binlog_file']}:{report['binlog_position']}`, GTID `{report['gtid']}`"
+                                     if report.get("binlog_file") or report.get("gtid") else
+                                     "no binlog position (the source writes no binlog)") + primary,
     ]
     if report.get("writes_blocked_seconds") is not None:
-        lines[-1:-1] = [f"- **Writes blocked:** up to {report['writes_blocked_seconds']:.3f} s by the snapshot's lock, its wait "
-                        "for the lock included"]
+        lines.append(f"- **Writes blocked:** up to {report['writes_blocked_seconds']:.3f} s by the snapshot's lock, its wait "
+                     "for the lock included")
+    lines.append("")
     if report["recent"]:
         lines += ["## The backups before it", "", "| backup | bytes | seconds | MB/s | ratio | rows |", "|---|---:|---:|---:|---:|---:|"]
         for r in reversed(report["recent"]):
             lines.append(f"| {r['backup_id']} | {r['bytes']:,} | {r['seconds']:,.1f} | {r['mb_per_s']:,.1f} | "
-                         f"{r['ratio']} | {r['rows']:,} |")
+                         f"{r['ratio'] if r['ratio'] is not None else '-'} | {r['rows']:,} |")
     return "\n".join(lines) + "\n"
 
 

@@ -82,11 +82,48 @@ def record(plan: DrillPlan, verified: dict | None, dag_id: str, run_id: str) -> 
         (list(zip(label, (float(h["rto_seconds"]) for h in recent))), "time to restore per backup (last 20 drills)", "s", "#4477aa"),
         (list(zip(label, (float(h["mb_per_s"]) for h in recent))), "restore rate (the backup's MB per second)", "MB/s", "#228833"),
     ])
-    where = reports.save(dag_id, run_id, {"restore_drill.svg": chart,
-                                          "restore_drill.json": json.dumps({**entry, "history": recent}, indent=1)})
+    where = reports.save(dag_id, run_id, {"restore_drill.md": markdown(entry, verified, plan.drill_conn_id, recent),
+                                          "restore_drill.svg": chart,
+                                          "restore_drill.json": json.dumps({**entry, "history": recent}, indent=1)},
+                         lead=True)  # the verdict opens the run's report, before the restore's own
     log.info("drill %s: %s in %.1f s (%.1f MB/s), the backup %s; report %s/restore_drill.svg", plan.backup_id,
              "verified" if entry["ok"] else "FAILED", seconds, entry["mb_per_s"], plan.authenticity or "not checked", where)
     return entry
+
+
+def rto(entry: dict) -> str:
+    """The RTO against its budget, in words: `RTO 42.0 s, within the budget of 3,600 s (1%)`."""
+    seconds, budget = float(entry["rto_seconds"]), float(entry["rto_budget_seconds"] or 0)
+    if not budget:
+        return f"RTO {seconds:,.1f} s (no budget set)"
+    shown = f"{budget:,.0f}" if budget >= 10 else f"{budget:.2g}"
+    return (f"RTO {seconds:,.1f} s, {'within' if seconds <= budget else 'OVER'} the budget of {shown} s "
+            f"({100 * seconds / budget:,.0f}%)")
+
+
+def markdown(entry: dict, verified: dict | None, drill_conn_id: str, recent: list[dict]) -> str:
+    """The drill's page: the verdict (restored and verified or FAILED, the RTO against its budget) first, then the
+    recent drills. `verified`: the restore's verify result, None when the restore did not get there."""
+    what = f"{entry['kind']} backup {entry['backup_id']} into {drill_conn_id}"
+    if not entry["ok"]:
+        head = f"# Restore drill of {what}: FAILED after {float(entry['rto_seconds']):,.1f} s"
+        line = ("**That backup is not known to restore: the restore did not reach its verified end. See the failed "
+                f"task's log.** Its manifest was {entry['authenticity'] or 'not checked for authenticity'}.")
+    else:
+        head = (f"# Restore drill of {what}: verified, {rto(entry)}" if entry["within_budget"]
+                else f"# Restore drill of {what}: verified, but {rto(entry)}")
+        figures = f"{int(verified.get('tables', 0)):,} tables, {int(verified.get('rows', 0)):,} rows" if verified else ""
+        line = (f"**Restored and verified as every restore is ({figures}; the restore's own report follows), "
+                f"{rto(entry)}, at {float(entry['mb_per_s']):,.1f} MB/s.** Its manifest was "
+                f"{entry['authenticity'] or 'not checked for authenticity'}. The RTO runs from the drill's start to "
+                "its verified end.")
+    lines = [head, "", line, "", f"- **Backup:** `{entry['backup']}`", "",
+             "## The recent drills", "", "| backup | kind | result | RTO (s) | MB/s |", "|---|---|---|---:|---:|"]
+    for h in reversed(recent[-10:]):
+        result = "FAILED" if not h["ok"] else ("verified" if h.get("within_budget", True) else "verified, over budget")
+        lines.append(f"| {h['backup_id']} | {h['kind']} | {result} | {float(h['rto_seconds']):,.1f} | "
+                     f"{float(h['mb_per_s']):,.1f} |")
+    return "\n".join(lines) + "\n"
 
 
 def verdict(entry: dict) -> str | None:

@@ -56,9 +56,11 @@ def names(dag_id: str, run_id: str, store: Storage | None = None) -> list[str]:
     return list(json.loads(store.read_bytes(key))["files"])
 
 
-def save(dag_id: str, run_id: str, files: Mapping[str, bytes | str]) -> str:
+def save(dag_id: str, run_id: str, files: Mapping[str, bytes | str], lead: bool = False) -> str:
     """Save a task's report files into the run's folder and list them in its index; returns the folder's URL.
-    The tasks of one run that save reports run one after another (the index is read, then written)."""
+    `lead`: these files open the run's report (listed first, in their order), before what earlier tasks saved (a
+    point-in-time restore's verdict before its base's restore). The tasks of one run that save reports run one after
+    another (the index is read, then written)."""
     store = storage()
     base = folder(dag_id, run_id)
     listed = names(dag_id, run_id, store)
@@ -68,6 +70,8 @@ def save(dag_id: str, run_id: str, files: Mapping[str, bytes | str]) -> str:
         store.write_bytes(f"{base}/{name}", data.encode() if isinstance(data, str) else data)
         if name not in listed:
             listed.append(name)
+    if lead:
+        listed = [*files, *(n for n in listed if n not in files)]
     index = {"dag_id": dag_id, "run_id": run_id, "files": listed, "updated": datetime.now(UTC).isoformat()}
     store.write_bytes(f"{base}/{INDEX}", json.dumps(index, indent=1).encode())
     return store.location(base)

@@ -253,7 +253,8 @@ def report(plan: RestorePlan, stop: StepResult, extract: StepResult, prepare: St
             timeline.append((name, at, float(s["seconds"]), "#4477aa"))
             at += float(s["seconds"])
         head = f"physical restore of {plan.backup_id} into {plan.target_conn_id}: {plan.bytes / 1e6:,.0f} MB in {total:.1f} s"
-        summary = "\n".join([f"# Physical restore of {plan.backup} into {plan.target_conn_id}", "", f"**{verified}**", "",
+        summary = "\n".join([f"# Physical restore of {plan.backup} into {plan.target_conn_id}: verified, "
+                              f"{verify.tables:,} tables, {plan.bytes / 1e6:,.1f} MB in {total:,.1f} s", "", f"**{verified}**", "",
                               f"- **Took:** {total:,.1f} s for {plan.bytes:,} bytes",
                               *(f"- **{name}:** {float(s['seconds']):,.1f} s" for name, s in steps.items())]) + "\n"
         where = reports.save(dag_id, run_id, {"summary.md": summary,

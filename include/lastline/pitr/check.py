@@ -12,6 +12,7 @@ from typing import Any
 from lastline import reports
 from lastline.core.errors import IntegrityError, LastlineError
 from lastline.core.plans import Conf
+from lastline.core.progress import plural
 from lastline.manifest import complete_backups, manifest_kind, read_manifest
 from lastline.pitr import archive, events, window
 from lastline.pitr.archive import PREFIX
@@ -111,8 +112,14 @@ def base_window(storage: Storage, backup_id: str) -> str:
 
 def markdown(result: dict[str, Any]) -> str:
     """The check as a report page."""
-    lines = [f"# Binlog archive: recoverable windows ({result['checked_at']})", ""]
-    lines += [f"**Problem:** {p}" for p in result["problems"]] or ["No problem: the chain is whole and current."]
+    newest = result["windows"][-1] if result["windows"] else {}
+    reaching = sum(1 for b in result["bases"] if b["to_gtid"])
+    head = (f"recoverable to {newest['to_time']}" + (f" (GTID {newest['to_gtid']})" if newest.get("to_gtid") else "")
+            + f" on branch {newest['branch']}, {plural(reaching, 'base backup')} it rolls forward"
+            if newest.get("to_time") else "nothing recoverable yet")
+    lines = [f"# Binlog archive, checked {result['checked_at']}: {head}"
+             + (f"; {plural(len(result['problems']), 'problem')}" if result["problems"] else ""), ""]
+    lines += [f"**Problem:** {p}" for p in result["problems"]] or ["**No problem: the chain is whole and current.**"]
     lines += ["", "| branch | from | to (time) | to (GTID) | holes |", "|---|---|---|---|---|"]
     for w in result["windows"]:
         lines.append(f"| {w['branch']} | {w['from_time'] or '-'} | {w['to_time'] or '-'} | {w['to_gtid'] or '-'} | "
@@ -128,7 +135,8 @@ def run(conf: dict[str, Any], dag_id: str, run_id: str) -> dict[str, Any]:
     params = Conf(conf)
     storage = open_allowed(params.required("destination"), params.text("aws_conn_id"))
     result = check(storage, params.number("rpo_alert_seconds", 600, minimum=1))
-    reports.save(dag_id, run_id, {"binlog_archive.md": markdown(result)})
+    where = reports.save(dag_id, run_id, {"binlog_archive.md": markdown(result)})
+    log.info("report: %s/binlog_archive.md", where)
     result["alert"] = changed(storage, result["problems"])
     for problem in result["problems"]:
         log.warning("binlog archive: %s", problem)

@@ -43,7 +43,7 @@ from lastline.core.sql import META_DB
 from lastline.pitr import applier, events, scoped
 from lastline.pitr.event_check import CheckedCutter
 from lastline.pitr.events import gtid_map, includes
-from lastline.pitr.plans import Cleaned, ReplayPlan
+from lastline.pitr.plans import Cleaned, Replayed, ReplayPlan
 from lastline.pitr.span import Span
 from lastline.pitr.split import write_relay
 from lastline.pitr.window import utc
@@ -293,9 +293,9 @@ def cleanup(plan: ReplayPlan, run_key: str) -> Cleaned:
     return Cleaned(True)
 
 
-def run(plan: ReplayPlan, run_key: str) -> dict[str, Any]:
+def run(plan: ReplayPlan, run_key: str) -> Replayed:
     """The point_in_time_restore DAG's replay task (`run_key`: the Airflow run id, the replay ledger's key): apply's
     result, as the ledger records it."""
     server = connections.server(plan.target_conn_id)
     storage = open_allowed(plan.destination, plan.aws_conn_id)
-    return apply(server, storage, Span.of(plan.span), run_key, plan.method, plan.threads, plan.databases)
+    return Replayed.of_result(apply(server, storage, Span.of(plan.span), run_key, plan.method, plan.threads, plan.databases))

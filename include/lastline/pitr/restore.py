@@ -134,7 +134,7 @@ def preflight(conf: dict[str, Any], recorded: dict[str, Any] | None = None) -> P
             log.info("point-in-time restore: %d archived transactions checked: data changes only",
                      check_span(storage, span))
         return PitrPlan(kind=kind, base=backup_id, until=until.describe(), branch=line.branch,
-                        window=window.line_window(line), replay=replay.to_dict(),
+                        window=window.line_window(line), replay=replay.to_dict(), archive=rollback,
                         physical=restore if kind == "physical" else None, logical=restore if kind == "logical" else None)
     raise Refusal(f"no base backup in {storage.location('')} can be rolled forward to until {until.describe()} (newest "
                   "first): " + "; ".join(refusals[:5]))

@@ -10,11 +10,12 @@ data, and a retry starts again from an empty datadir. Each function is one Airfl
 """
 from __future__ import annotations
 
+import json
 import logging
 import time
 import uuid
 
-from lastline import connections
+from lastline import connections, reports
 from lastline.core import bounds, impact, stopping
 from lastline.core import datadir as dd
 from lastline.core.datadir import MARKER
@@ -274,10 +275,28 @@ def finish(plan: RebuildPlan, streamed: Streamed, verified: Marker) -> None:
 
 
 def report(plan: RebuildPlan, stop: StepResult, stream: Streamed, prepare: StepResult, start: StepResult,
-           attach: Attached, catch_up: CaughtUp, verify: Marker) -> dict:
-    """Log seconds per step and the stream's size and rate; return the same."""
+           attach: Attached, catch_up: CaughtUp, verify: Marker, dag_id: str = "replica_rebuild",
+           run_id: str | None = None) -> dict:
+    """Log seconds per step and the stream's size and rate; save the report (its verdict first: rebuilt, attached and
+    verified by a marker row) where the UI reads it (lastline.reports); return the figures.
+    `run_id`: the run's (as a task, Airflow's context gives it)."""
     steps = {name: r.to_dict() for name, r in (("stop", stop), ("stream", stream), ("prepare", prepare), ("start", start),
                                                  ("attach", attach), ("catch_up", catch_up), ("verify", verify))}
     text, total = step_report(f"rebuild of {plan.target_conn_id} from {plan.source_conn_id}:", steps)
     log.info("%s", text)
+    verdict = (f"Streamed {plan.source_conn_id}'s datadir into {plan.target_conn_id} in one pipeline ({stream.bytes:,} "
+               f"bytes, CRC-32 {stream.crc32} equal at both ends), prepared and started it, attached it "
+               + f"at {'GTID ' if attach.gtid else ''}{attach.position} and it caught up in {catch_up.seconds:,.1f} s. Verified: a marker row written on the source "
+               f"arrived in {verify.seconds:,.2f} s and both replication threads run.")
+    out = {"verdict": verdict, "source": plan.source_conn_id, "target": plan.target_conn_id,
+           "seconds": round(total, 3), "steps": steps}
+    lines = [f"# Replica rebuild of {plan.target_conn_id} from {plan.source_conn_id}: attached and verified, "
+             f"{stream.bytes / 1e6:,.1f} MB streamed, {total:,.1f} s in all", "", f"**{verdict}**", "",
+             f"- **Stream:** {stream.bytes:,} bytes ({plan.compression}) in {stream.seconds:,.1f} s at "
+             f"{stream.mb_per_s:,.1f} MB/s",
+             *(f"- **{name}:** {float(s['seconds']):,.1f} s" for name, s in steps.items())]
+    where = reports.save(dag_id, run_id or "manual", {"replica_rebuild.md": "\n".join(lines) + "\n",
+                                                      "replica_rebuild.json": json.dumps(out, indent=1, default=str)})
+    log.info("report: %s", verdict)
+    log.info("report: %s/replica_rebuild.md", where)
     return {"seconds": round(total, 3), "steps": steps}

@@ -18,6 +18,7 @@ from typing import Any
 from lastline import connections, reports
 from lastline.core.errors import IntegrityError, PreflightError, ProtectedTargetError
 from lastline.core.plans import Conf
+from lastline.core.progress import plural
 from lastline.core.sql import META_DB, never_restored, objects_present, server_identity
 from lastline.logical.format import dialect, infile
 from lastline.logical.restore.backup_files import checked_schema, enforced_engine
@@ -279,7 +280,16 @@ def report(plan: StagingPlan, verified: MaskingVerified, masked: Masked, dag_id:
     out = {"backup": plan.backup, "target_conn_id": plan.target_conn_id, "databases": plan.databases,
            "mask_seconds": masked.seconds, "columns": verified.columns, "joins": verified.joins,
            "kept": [c["column"] for c in verified.columns if c["strategy"] == "keep"] + plan.kept_objects}
-    lines = [f"# Staging refresh of {plan.target_conn_id} from {plan.backup}", "",
+    masked_columns = [c for c in verified.columns if c["strategy"] != "keep"]
+    kept_as_is = len(verified.columns) - len(masked_columns)
+    lines = [f"# Staging refresh of {plan.target_conn_id} from {plan.backup}: masking verified, "
+             f"{plural(len(masked_columns), 'column')} masked, no original value survives", "",
+             f"**Restored {', '.join(plan.databases)} into {plan.target_conn_id} (the restore's report follows), masked "
+             f"in {masked.seconds:,.1f} s, and checked: in every masked column no original value survives; "
+             f"{plural(len(verified.joins), 'join')} between masked columns kept"
+             + (f"; {plural(kept_as_is, 'column')} left unmasked by a keep rule" if kept_as_is else "")
+             + ". Staging's readers were locked out until then; staging is now "
+             + ("open for writes." if plan.open_for_writes else "read-only (open_for_writes is off).") + "**", "",
              "| column | strategy | values | rows changed | survivors |", "|---|---|---|---|---|"]
     lines += [f"| {c['column']} | {c['strategy']} | {c['values']} | {c['rows_changed']} | {c['survivors']} |" for c in verified.columns]
     if verified.joins:
@@ -287,8 +297,9 @@ def report(plan: StagingPlan, verified: MaskingVerified, masked: Masked, dag_id:
         lines += [f"| {j['a']} = {j['b']} | {j['strategy']} | {j['before']} | {j['after']} |" for j in verified.joins]
     if plan.kept_objects:
         lines += ["", "Schema objects kept as they are, on the record: " + ", ".join(plan.kept_objects)]
-    where = reports.save(dag_id, run_id or "manual", {"staging_refresh.json": json.dumps(out, indent=1),
-                                          "staging_refresh.md": "\n".join(lines) + "\n"})
+    where = reports.save(dag_id, run_id or "manual", {"staging_refresh.md": "\n".join(lines) + "\n",
+                                                      "staging_refresh.json": json.dumps(out, indent=1)},
+                         lead=True)  # the masking's verdict opens the run's report, before the restore's
     log.info("staging report: %s/staging_refresh.md", where)
     return {"report": f"{where}/staging_refresh.json"}
 

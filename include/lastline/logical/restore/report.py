@@ -108,7 +108,8 @@ def summary(report: dict) -> str:
     """The Report tab's first page: the verification in words, then the figures."""
     stages = ", ".join(f"{k} {v:,.1f} s" for k, v in report["stages"].items())
     return "\n".join([
-        f"# Logical restore of {report['backup']} into {report['target_conn_id']}", "",
+        f"# Logical restore of {report['backup']} into {report['target_conn_id']}: verified, {report['rows']:,} rows, "
+        f"{report['bytes'] / 1e6:,.1f} MB in {sum(report['stages'].values()):,.1f} s", "",
         f"**{report['verification']}**", "",
         f"- **Backup:** {report.get('authenticity') or 'not checked for authenticity'}",
         f"- **Databases:** {', '.join(report['databases'])}",
