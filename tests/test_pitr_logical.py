@@ -7,10 +7,12 @@ mysql.*, SET GLOBAL) reaches nothing either."""
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import struct
 import time
 import zlib
+from pathlib import Path
 
 import pytest
 
@@ -141,6 +143,13 @@ def test_a_logical_base_rolls_forward_to_a_second_reaching_only_its_databases(ru
     assert _untouched(lhistory["tgt"]) == lhistory["untouched"]  # other.t, other.t2, mysql.*: never reached
     assert "3 statements on other databases than the restored ones were left out" in logs
     assert all(gtid in logs for gtid in lhistory["elsewhere"])
+    saved = Path(re.findall(r"report: file://(\S+/point_in_time_restore\.md)", logs)[-1])
+    assert json.loads((saved.parent / "index.json").read_text())["files"][0] == "point_in_time_restore.md"
+    page = saved.read_text()  # the verdict first: the logical base, the point reached, the statements left out
+    last = lhistory["tgt"].server().query("SELECT @@GLOBAL.gtid_slave_pos")[0][0]
+    assert page.startswith(f"# Point-in-time restore of t_pitr_ltgt to {until}: ") and f"the last GTID {last}, " in page
+    assert "\n**Restored logical base " in page and "row hashes, summed per table, equal the ones" in page
+    assert "- **Left out:** 3 statements on other databases" in page and lhistory["elsewhere"][0] in page
     assert lhistory["tgt"].server().query("SELECT @@GLOBAL.slave_parallel_threads, @@GLOBAL.replicate_do_db") == [(0, "")]
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import threading
 import time
@@ -145,6 +146,12 @@ def test_a_cut_stream_fails_clearly_never_starts_the_target_and_a_retry_succeeds
     assert not (replica.datadir / MARKER).exists()
     assert not list(replica.root.glob("replica/data.lastline-aside-*")), "the old datadir was not removed after verify"
     assert compare(rsource.server(), replica.server()) == []
+    page = Path(re.search(r"report: file://(\S+/replica_rebuild\.md)", logs)[1]).read_text().splitlines()
+    assert re.fullmatch(r"# Replica rebuild of t_replica from t_rsource_ssh: attached and verified, [0-9,.]+ MB "
+                        r"streamed, [0-9,.]+ s in all", page[0]), page[:3]
+    gtid = re.search(r" from GTID (\S+) \(MASTER_USE_GTID=slave_pos\); replication started", logs)
+    assert page[2].startswith("**Streamed t_rsource_ssh's datadir into t_replica in one pipeline (") and (
+        f"attached it at GTID {gtid[1]} and it caught up" in page[2]) and "a marker row written on the source" in page[2]
     fault("SSH link cut mid-stream", seen.split("PipelineError: ")[-1],
           "replica not started on partial data; the retry rebuilt it: CHECKSUM TABLE equal to the source's")
 

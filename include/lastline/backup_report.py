@@ -85,7 +85,8 @@ def build(storage: Storage, manifest: Manifest, kind: str, url: str, window: str
 def markdown(report: dict[str, Any]) -> str:
     """The report as the Report tab's first page: the verdict, then the figures."""
     c = report["compared"]
-    vs = f" against the median of the {len(report['recent'])} backups before it" if report["recent"] else ""
+    n = len(report["recent"])
+    vs = f" against {'the backup' if n == 1 else f'the median of the {n} backups'} before it" if n else ""
     took = ", ".join(p for p in (_against(c["seconds"], "time"), _against(c["mb_per_s"], "speed")) if p)
     size = "; ".join(p for p in (f"{report['ratio']}x" if report["ratio"] else "", _against(c["bytes"], "size")) if p)
     sha = report.get("manifest_sha256")

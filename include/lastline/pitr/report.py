@@ -50,16 +50,17 @@ def markdown(plan: PitrPlan, replayed: Replayed, base_verified: str) -> str:
     """The Report tab's first page."""
     target = str(plan.replay["target_conn_id"])
     w: dict[str, Any] = plan.window or {}
-    until_how = {"latest": "the archive's end", "GTID": "through that transaction"}.get(
-        plan.until.split(" ")[0], "the last transaction committed at or before that second")
+    until_how = {"latest": "resolved to the archive's end", "GTID": "applied through that transaction"}.get(
+        plan.until.split(" ")[0], "resolved to the last transaction committed at or before that second")
     window = (f"from {w.get('from_time') or 'its first file'} to {w.get('to_time') or 'its end'}"
-              + (f" (GTID {w['to_gtid']})" if w.get("to_gtid") else "") + f", branch {w.get('branch', plan.branch)}; "
+              + (f", its last transaction GTID {w['to_gtid']}" if w.get("to_gtid") else "")
+              + f", branch {w.get('branch', plan.branch)}; "
               + (f"holes: {', '.join(w['holes'])}" if w.get("holes") else "no hole"))
     lines = [
         f"# Point-in-time restore of {target} to {plan.until}: {plural(replayed.transactions, 'transaction')} "
         f"replayed, the last {resolved(replayed)}", "",
         f"**{verdict(plan, replayed, target)}**", "",
-        f"- **Until:** {plan.until} as asked; resolved to {until_how}: {resolved(replayed)}",
+        f"- **Until:** {plan.until} as asked; {until_how}: {resolved(replayed)}",
         f"- **Recoverable window** the archive offered this base: {window}",
         f"- **Base:** {plan.kind} backup {plan.base}, at GTID {plan.replay['span'].get('base_gtid') or 'none'}. "
         f"{base_verified}",
