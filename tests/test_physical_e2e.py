@@ -83,7 +83,7 @@ def test_file_round_trip_checksums_match_and_password_stays_secret(run_dag, sour
     assert "restore of" in logs and "total" in logs
     assert "Its manifest was authenticated (storage key " in logs  # the report's verification says it
     summary = Path(re.search(r"report: file://(\S+)/summary\.md", logs)[1], "summary.md").read_text().splitlines()
-    assert re.match(rf"# Physical restore of file://\S+/latest into t_target: verified, {len(names):,} tables, "
+    assert re.match(rf"# Physical restore of file://\S+ into t_target: verified, {len(names):,} tables, "
                     r"[0-9,.]+ MB in [0-9,.]+ s$", summary[0]), summary[:3]
     assert summary[2].startswith("**Verified: the backup's ")
 
