@@ -5,6 +5,7 @@ import contextlib
 import dataclasses
 import json
 import os
+import re
 import subprocess
 import tempfile
 import threading
@@ -83,6 +84,10 @@ def test_dag_backs_up_store_and_corpus_with_manifest_equal_to_source(run_dag, lo
     assert {"store.payment", "store.film_text", "edge.no_key", "edge.we!rd tab`le/x"} <= names
     assert manifest.binlog_file and manifest.binlog_position and manifest.gtid
     assert manifest.rows == sum(t.rows for t in manifest.tables) > 40000
+    page = Path(re.search(r"\(file://(\S+/backup\.md)\)", logs)[1]).read_text().splitlines()  # its verdict first
+    assert page[0].startswith(f"# Logical backup {backup.name}: {len(names):,} tables, {manifest.rows:,} rows, "), page[:3]
+    assert page[2].startswith("**Backed up t_lsource (") and "each table's row hashes computed on the source" in page[2]
+    assert "the manifest is authenticated (storage key " in page[2]
 
 
 def test_chunking_follows_the_key_and_files_hold_what_the_manifest_says(corpus_backup):
