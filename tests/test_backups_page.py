@@ -23,8 +23,6 @@ from lastline.pitr import archive
 from lastline.storage import open_storage
 from lastline_dev.sandbox import Instance
 
-pytestmark = pytest.mark.e2e
-
 
 def _plugin():
     spec = importlib.util.spec_from_file_location("lastline_backups", ROOT / "plugins" / "lastline_backups.py")
@@ -90,6 +88,7 @@ def page(monkeypatch, drilled):
     return plugin, TestClient(plugin.app)
 
 
+@pytest.mark.e2e
 def test_the_page_lists_every_backup_with_each_column(page):
     _plugin_module, client = page
     data = client.get("/backups.json").json()
@@ -122,6 +121,7 @@ def test_the_page_lists_every_backup_with_each_column(page):
     assert "Binlog archive, branch" in html
 
 
+@pytest.mark.e2e
 def test_a_restore_link_opens_that_restore_prefilled_with_the_backup(page, drilled):
     _plugin_module, client = page
     html = client.get("/").text
@@ -145,6 +145,7 @@ def test_a_restore_link_opens_that_restore_prefilled_with_the_backup(page, drill
     assert client.get("/restore/logical_restore?conf=[1]").status_code == 400
 
 
+@pytest.mark.e2e
 def test_the_page_answers_only_to_airflows_authentication(drilled, monkeypatch):
     from fastapi.testclient import TestClient
 
@@ -155,6 +156,7 @@ def test_the_page_answers_only_to_airflows_authentication(drilled, monkeypatch):
         assert answer.status_code == 401 and drilled["logical"] not in answer.text
 
 
+@pytest.mark.e2e
 def test_a_destination_is_capped_and_says_how_many_it_holds(drilled, monkeypatch):
     monkeypatch.setenv("LASTLINE_BACKUPS_PAGE_LIMIT", "1")
     monkeypatch.setenv("LASTLINE_BACKUPS_PAGE_DESTINATIONS", f"{drilled['url']},file:///nonexistent-lastline-page")
@@ -163,6 +165,7 @@ def test_a_destination_is_capped_and_says_how_many_it_holds(drilled, monkeypatch
     assert missing.folders == 0 and missing.backups == []
 
 
+@pytest.mark.e2e
 def test_a_successful_backup_run_has_the_restore_forms_parsed_again(run_dag, logical_source, tmp_path, drilled):
     from airflow.listeners.listener import get_listener_manager
     from airflow.models.dagbag import DagPriorityParsingRequest
@@ -185,6 +188,7 @@ def test_a_successful_backup_run_has_the_restore_forms_parsed_again(run_dag, log
     assert "restore_drill.py" in asked, (asked, logs[-2000:])  # the forms in the DB so far (restore_drill ran above)
 
 
+@pytest.mark.e2e
 def test_test_connection_names_the_version_and_the_missing_privileges(source):
     from lastline.hooks.mariadb import MariaDbHook
 
@@ -194,7 +198,7 @@ def test_test_connection_names_the_version_and_the_missing_privileges(source):
     ok, message = MariaDbHook("t_tc_full").test_connection()
     version = source.server().query("SELECT VERSION()")[0][0]
     assert ok, message
-    assert version in message and "backup source and a restore target" in message and "missing" not in message
+    assert version in message and "backup source and a restore target" in message and "Missing" not in message
     with source.server().session() as cur:
         for sql in ("CREATE ROLE IF NOT EXISTS tc_reader", "GRANT RELOAD, PROCESS ON *.* TO tc_reader",
                     "CREATE USER IF NOT EXISTS 'tc_weak'@'%' IDENTIFIED BY 'tc-weak-pw-1'", "GRANT SELECT ON *.* TO 'tc_weak'@'%'",
@@ -208,8 +212,47 @@ def test_test_connection_names_the_version_and_the_missing_privileges(source):
     assert "backup source" in message and "restore target" not in message  # protected: only ever backed up
     for lacking in ("SHOW VIEW", "TRIGGER", "EVENT", "LOCK TABLES", "BINLOG MONITOR"):
         assert lacking in message, message
-    assert "RELOAD" not in message and "PROCESS" not in message.split("checked")[0]  # held through its role
+    assert "RELOAD" not in message and "PROCESS" not in message  # held through its role
     assert "role tc_reader" in message and "tc-weak-pw-1" not in message
     os.environ["AIRFLOW_CONN_T_TC_WEAK"] = json.dumps({**weak, "password": "wrong"})
     ok, message = MariaDbHook("t_tc_weak").test_connection()
     assert not ok and "wrong user or password" in message
+
+
+def test_a_link_carries_the_conf_its_restore_reads_and_nothing_of_it_escapes_the_page():
+    """The href of each restore link, parsed as a browser does, gives the restore's conf exactly; a destination's
+    name cannot break out of the page."""
+    url = 'file:///b/"><script>x</script>'
+    row = inventory.Backup("20261128T164122Z-733e7a", f"{url}/20261128T164122Z-733e7a", kind="logical", bytes=1,
+                           seconds=1.0, window={"branch": "1-000001-ab", "from": "a", "to": "b", "reaches": True,
+                                                "holes_after": []})
+    row.restores = inventory._restores(url, row, "t_s3")
+    html = _plugin()._row(row)
+    assert "<script>" not in html
+    links = [unescape(h) for h in re.findall(r'href="(restore/[^"]+)"', html)]
+    confs = [(urlparse(h).path.rsplit("/", 1)[1], json.loads(parse_qs(urlparse(h).query)["conf"][0])) for h in links]
+    assert confs == [("logical_restore", {"backup": f"{url}/20261128T164122Z-733e7a", "aws_conn_id": "t_s3"}),
+                     ("point_in_time_restore", {"destination": url, "base": "20261128T164122Z-733e7a",
+                                                "base_kind": "logical", "until": "latest", "aws_conn_id": "t_s3"})]
+    row.window = {**row.window, "reaches": False}  # the archive has not confirmed a point past the backup yet
+    assert [r["dag_id"] for r in inventory._restores(url, row, None)] == ["logical_restore"]
+
+
+def test_grants_are_read_on_all_databases_only_with_roles_aliases_and_the_grant_option():
+    from lastline.core import privileges
+
+    have = privileges.held([
+        "GRANT SELECT, RELOAD, PROCESS, LOCK TABLES, REPLICATION CLIENT, SHOW VIEW, EVENT, TRIGGER ON *.* TO `b`@`%` "
+        "IDENTIFIED BY PASSWORD '*AB'",
+        "GRANT INSERT, CREATE, DROP ON `shop`.* TO `b`@`%`",  # one database only: not enough for lastline
+        "GRANT `r` TO `b`@`%`", "SET DEFAULT ROLE `r` FOR `b`@`%`", "GRANT UPDATE (`v`) ON `shop`.`t` TO `b`@`%`"])
+    assert have == {"SELECT", "RELOAD", "PROCESS", "LOCK TABLES", "BINLOG MONITOR", "SHOW VIEW", "EVENT", "TRIGGER"}
+    assert privileges.missing(have, privileges.BACKUP) == []
+    lacking = {n.names[0] for n in privileges.missing(have, privileges.RESTORE)}
+    assert {"INSERT", "CREATE", "DROP", "CREATE USER", "GRANT OPTION"} <= lacking and "SELECT" not in lacking
+    admin = privileges.held(["GRANT ALL PRIVILEGES ON *.* TO `root`@`localhost` WITH GRANT OPTION"])
+    assert privileges.verdict(admin, [privileges.BACKUP, privileges.RESTORE])[0]
+    no_grant = privileges.held(["GRANT ALL PRIVILEGES ON *.* TO `a`@`%`"])
+    assert [n.label for n in privileges.missing(no_grant, privileges.RESTORE)] == ["GRANT OPTION"]
+    assert privileges.uses(True, None) == [privileges.BACKUP] and privileges.uses(False, "drill") == [privileges.RESTORE]
+    assert privileges.uses(False, None) == [privileges.BACKUP, privileges.RESTORE]

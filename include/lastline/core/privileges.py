@@ -97,7 +97,7 @@ def verdict(have: set[str], for_uses: list[str]) -> tuple[bool, list[str]]:
         lacking = missing(have, use)
         if lacking:
             ok = False
-            lines.append(f"as a {use}, missing on *.*: " + "; ".join(f"{n.label} ({n.why})" for n in lacking))
+            lines.append(f"Missing on *.* for a {use}: " + "; ".join(f"{n.label} ({n.why})" for n in lacking) + ".")
         else:
-            lines.append(f"as a {use}: every privilege lastline needs is granted on *.*")
+            lines.append(f"As a {use}: every privilege lastline needs is granted on *.*.")
     return ok, lines

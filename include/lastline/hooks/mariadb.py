@@ -89,6 +89,7 @@ class MariaDbHook(MySqlHook):
             return False, f"cannot test {self.lastline_conn_id!r}: {type(exc).__name__}: {exc}"
         used_as = privileges.uses(server.protected, server.role)
         ok, lines = privileges.verdict(privileges.held(grants), used_as)
-        checked = f"checked SHOW GRANTS of {account}" + (f" and of its role {', '.join(roles)}" if roles else "")
-        head = f"{server.describe()} answers: {version}; it may be used as a {' and a '.join(used_as)}"
-        return ok, f"{head}. {'; '.join(lines)}. ({checked}; SSH, the datadir and the start/stop commands were not tried.)"
+        checked = f"SHOW GRANTS of {account}" + (f" and of its role {', '.join(roles)}" if roles else "")
+        where = server.socket or f"{server.host}:{server.port}"
+        head = f"{server.user}@{where} answers: {version}; it may be used as a {' and a '.join(used_as)}."
+        return ok, f"{head} {' '.join(lines)} Checked: {checked}; not tried: SSH, the datadir, the start and stop commands."
