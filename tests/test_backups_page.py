@@ -162,7 +162,7 @@ def test_a_destination_is_capped_and_says_how_many_it_holds(drilled, monkeypatch
     monkeypatch.setenv("LASTLINE_BACKUPS_PAGE_DESTINATIONS", f"{drilled['url']},file:///nonexistent-lastline-page")
     first, missing = inventory.listing()
     assert first.folders == 3 and [b.backup_id for b in first.backups] == [max(drilled["logical"], drilled["physical"])]
-    assert missing.folders == 0 and missing.backups == []
+    assert missing.folders == 0 and missing.backups == [] and "no such folder" in str(missing.problem)
 
 
 @pytest.mark.e2e
@@ -256,3 +256,24 @@ def test_grants_are_read_on_all_databases_only_with_roles_aliases_and_the_grant_
     assert [n.label for n in privileges.missing(no_grant, privileges.RESTORE)] == ["GRANT OPTION"]
     assert privileges.uses(True, None) == [privileges.BACKUP] and privileges.uses(False, "drill") == [privileges.RESTORE]
     assert privileges.uses(False, None) == [privileges.BACKUP, privileges.RESTORE]
+
+
+def test_an_s3_destination_is_read_through_the_connection_its_root_names(monkeypatch):
+    monkeypatch.delenv("LASTLINE_BACKUPS_PAGE_DESTINATIONS", raising=False)
+    monkeypatch.setenv("LASTLINE_DESTINATION", "s3://lastline-backups/nightly")
+    monkeypatch.setenv("LASTLINE_BACKUP_ROOTS", "file:///b,s3://lastline-backups/nightly?aws_conn_id=lastline_s3")
+    assert inventory.destinations() == [("s3://lastline-backups/nightly", "lastline_s3")]
+    monkeypatch.setenv("LASTLINE_BACKUPS_PAGE_DESTINATIONS", "file:///b/x/, s3://other/p?aws_conn_id=o")
+    assert inventory.destinations() == [("file:///b/x", None), ("s3://other/p", "o")]
+
+
+@pytest.mark.e2e
+def test_an_s3_destination_is_listed_through_its_connection(source, s3_server):
+    plan = lb.preflight({"source_conn_id": "t_source", "destination": "s3://backups/page", "aws_conn_id": "t_s3",
+                         "databases": ["store"]})
+    lb.dump(plan)
+    found = inventory.list_destination("s3://backups/page", "t_s3", drill_history=[])
+    assert found.problem is None and found.folders == 1
+    (row,) = found.backups
+    assert row.backup_id == plan.backup_id and row.kind == "logical" and row.authenticated and row.bytes
+    assert row.restores[0]["conf"] == {"backup": f"s3://backups/page/{plan.backup_id}", "aws_conn_id": "t_s3"}

@@ -22,14 +22,14 @@ import os
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from typing import Any
-from urllib.parse import parse_qs
+from urllib.parse import parse_qs, urlparse
 
 from lastline import drill, reports
 from lastline.core.errors import LastlineError
 from lastline.manifest import MANIFEST, backup_age, backup_time, manifest_kind, read_manifest
 from lastline.pitr.archive import PREFIX, branches
 from lastline.pitr.window import Line, find_base, lineage, utc
-from lastline.storage import Storage, open_storage
+from lastline.storage import Storage, allowed_roots, open_storage
 
 log = logging.getLogger(__name__)
 DEFAULT_LIMIT = 30
@@ -81,9 +81,22 @@ def destinations() -> list[tuple[str, str | None]]:
     out = []
     for item in (i.strip() for i in named.split(",") if i.strip()):
         base, _, query = item.partition("?")
-        aws = (parse_qs(query).get("aws_conn_id") or [""])[0]
+        aws = (parse_qs(query).get("aws_conn_id") or [""])[0] or _root_connection(base)
         out.append((base.rstrip("/"), aws or None))
     return list(dict.fromkeys(out))
+
+
+def _root_connection(url: str) -> str | None:
+    """The AWS connection the deployment's backup root holding an S3 `url` names (LASTLINE_BACKUP_ROOTS), if any:
+    the destination is read the way the runs reach it."""
+    if not url.startswith("s3://"):
+        return None
+    for root in allowed_roots():
+        place, _, query = root.partition("?")
+        segments, prefix = url.rstrip("/").split("/"), place.rstrip("/").split("/")
+        if query and segments[:len(prefix)] == prefix:
+            return (parse_qs(query).get("aws_conn_id") or [""])[0] or None
+    return None
 
 
 def limit() -> int:
@@ -207,6 +220,9 @@ def list_destination(url: str, aws_conn_id: str | None = None, cap: int | None =
     cap = cap or limit()
     try:
         storage = open_storage(url, aws_conn_id)
+        if url.startswith("file://") and not os.path.isdir(urlparse(url).path):
+            return Destination(url, aws_conn_id, [], 0, cap, problem="no such folder on the machine this page runs on "
+                               "(the api-server's): mount the destination there, or list it by a URL it can reach")
         ids = sorted((b for b in storage.list_backups() if backup_time(b)), reverse=True)
         lines, archive, problem = _lines(storage)
         drills = _drills(drill_history if drill_history is not None else _drill_history())
