@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import logging
 import os
+import time
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -132,13 +133,12 @@ def _lines(storage: Storage) -> tuple[list[Line], list[dict[str, Any]], str | No
     return lines[::-1], [line_window(line) for line in lines], None
 
 
-def window(lines: list[Line], manifest: Any) -> dict[str, Any] | None:
+def window(lines: list[Line], facts: Facts) -> dict[str, Any] | None:
     """The point-in-time window a backup opens (see the module), or None (no archive holds its position)."""
-    file, gtid = _coordinates(manifest)
-    if not gtid:
+    if not facts.gtid:
         return None
     for line in lines:
-        at = find_base(line, file, gtid)
+        at = find_base(line, facts.binlog_file, facts.gtid)
         if at is None:
             continue
         after = line.files[at:]
@@ -148,11 +148,56 @@ def window(lines: list[Line], manifest: Any) -> dict[str, Any] | None:
         else:
             reach = after[:hole + 1] if after[hole][1].tail_missing else after[:hole]
             end = max((e.last_time for _, e in reach), default=0)
-        ended = int(datetime.fromisoformat(str(manifest.finished_at).replace("Z", "+00:00")).timestamp())
+        ended = int(datetime.fromisoformat(facts.finished_at.replace("Z", "+00:00")).timestamp())
         # until the archive confirms a point past the backup's end (its next run), there is nothing to roll forward
         return {"branch": line.branch, "from": utc(ended), "to": utc(end), "reaches": end >= ended,
                 "holes_after": [e.name for _, e in after if e.unusable or e.tail_missing]}
     return None
+
+
+@dataclass(frozen=True)
+class Facts:
+    """What the page shows of a backup's manifest (read once per backup and kept: a manifest is written once)."""
+
+    kind: str
+    bytes: int
+    seconds: float
+    started_at: str
+    finished_at: str
+    binlog_file: str | None
+    gtid: str | None
+    authenticated: bool
+    authenticity: str
+
+
+_FACTS: dict[tuple[str, str, int], tuple[float, Facts]] = {}  # (destination, id, manifest size) -> (when read, facts)
+FACTS_TTL = 600.0  # seconds: a changed storage key shows within this (a restore checks the manifest itself, always)
+
+
+def _facts(storage: Storage, url: str, backup_id: str) -> Facts | str:
+    """A backup's manifest facts, or why it is not restorable (in words). A manifest read in the last FACTS_TTL seconds
+    with the same size is not read again: a page of 30 large logical manifests would parse them all at every view."""
+    key = f"{backup_id}/{MANIFEST}"
+    size = storage.size_if_exists(key)
+    if size is None:
+        return "incomplete: no manifest (it failed, or it is still running); never restored"
+    cached = _FACTS.get((url, backup_id, size))
+    if cached and time.monotonic() - cached[0] < FACTS_TTL:
+        return cached[1]
+    kind = manifest_kind(storage, backup_id)
+    if kind is None:
+        return "its manifest is unreadable or of no kind lastline knows: never restored"
+    try:
+        manifest = read_manifest(storage, backup_id, kind, require=False)
+    except LastlineError as exc:
+        return str(exc)
+    file, gtid = _coordinates(manifest)
+    facts = Facts(kind, int(manifest.bytes), float(manifest.seconds), str(manifest.started_at), str(manifest.finished_at),
+                  file, gtid, manifest.authenticity.ok, manifest.authenticity.describe())
+    if len(_FACTS) > 5000:
+        _FACTS.clear()
+    _FACTS[(url, backup_id, size)] = (time.monotonic(), facts)
+    return facts
 
 
 def _drills(history: list[dict[str, Any]]) -> dict[tuple[str, str], list[dict[str, Any]]]:
@@ -178,21 +223,16 @@ def describe(storage: Storage, url: str, backup_id: str, lines: list[Line], dril
     """One backup folder of `storage` as a row of the page."""
     age = backup_age(backup_id, now)
     row = Backup(backup_id, f"{url}/{backup_id}", taken_at=age["taken_at"], age_hours=age["age_hours"])
-    if not storage.exists(f"{backup_id}/{MANIFEST}"):
-        row.problem = "incomplete: no manifest (it failed, or it is still running); never restored"
-        return row
-    kind = manifest_kind(storage, backup_id)
-    if kind is None:
-        row.problem = "its manifest is unreadable or of no kind lastline knows: never restored"
-        return row
     try:
-        manifest = read_manifest(storage, backup_id, kind, require=False)
-    except LastlineError as exc:
-        row.kind, row.problem = kind, str(exc)
+        facts = _facts(storage, url, backup_id)
+    except LastlineError as exc:  # a manifest that is a link, or not a regular file: refused, named
+        facts = str(exc)
+    if isinstance(facts, str):
+        row.problem = facts
         return row
-    row.kind, row.bytes, row.seconds = kind, int(manifest.bytes), float(manifest.seconds)
-    row.taken_at = manifest.started_at or row.taken_at
-    row.authenticated, row.authenticity = manifest.authenticity.ok, manifest.authenticity.describe()
+    kind = row.kind = facts.kind
+    row.bytes, row.seconds, row.taken_at = facts.bytes, facts.seconds, facts.started_at or row.taken_at
+    row.authenticated, row.authenticity = facts.authenticated, facts.authenticity
     ran = drills.get((backup_id, kind), [])
     if ran:
         last = ran[-1]
@@ -206,7 +246,7 @@ def describe(storage: Storage, url: str, backup_id: str, lines: list[Line], dril
         row.verified = f"restored and verified by {named[-1]['dag_id']} {named[-1]['finished']}"
     if passed and (not named or str(passed[-1].get("finished")) > str(named[-1]["finished"])):
         row.verified = f"restored and verified by restore_drill {passed[-1].get('finished')}"
-    row.window = window(lines, manifest)
+    row.window = window(lines, facts)
     row.restores = _restores(url, row, aws_conn_id)
     return row
 
