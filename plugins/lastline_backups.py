@@ -163,11 +163,28 @@ you need (a target, <code>force</code>, databases), then Trigger. Airflow checks
 replaces data waits for approval under <b>Required actions</b> where the deployment or the target asks.</p>
 <textarea id="conf" rows="{rows}" spellcheck="false">{conf}</textarea>
 <p><button id="trigger" data-dag="{dag_id}" data-base="{base}">Trigger {dag_id}</button> <span id="out"></span></p>
-<p class="muted">Or open <a href="{base}/dags/{dag_id}" target="_top">{dag_id}</a> and its Trigger form: its Backup field
+<p class="muted">Or open <a id="dag" href="{base}/dags/{dag_id}">{dag_id}</a> and its Trigger form: its Backup field
 offers the same backups.</p>
 <script>
-document.getElementById("trigger").addEventListener("click", async (event) => {{
-  const button = event.target, out = document.getElementById("out"), dag = button.dataset.dag, base = button.dataset.base;
+const button = document.getElementById("trigger"), out = document.getElementById("out");
+const dag = button.dataset.dag, base = button.dataset.base;
+// Airflow shows this page in a sandboxed frame that may not navigate the window: the UI is asked to route there itself
+function openInAirflow(path) {{
+  const url = base + path;
+  try {{
+    if (window.parent !== window && window.parent.location.origin === window.location.origin) {{
+      const idx = ((window.parent.history.state || {{}}).idx || 0) + 1;
+      window.parent.history.pushState({{usr: null, key: Math.random().toString(36).slice(2, 10), idx: idx}}, "", url);
+      window.parent.dispatchEvent(new PopStateEvent("popstate", {{state: window.parent.history.state}}));
+      return;
+    }}
+  }} catch (e) {{ /* not inside Airflow's UI: this window goes there */ }}
+  window.location.href = url;
+}}
+document.getElementById("dag").addEventListener("click", (event) => {{
+  event.preventDefault(); openInAirflow("/dags/" + encodeURIComponent(dag));
+}});
+button.addEventListener("click", async () => {{
   let conf;
   try {{ conf = JSON.parse(document.getElementById("conf").value); }} catch (e) {{ out.textContent = "not JSON: " + e.message; return; }}
   button.disabled = true; out.textContent = "triggering...";
@@ -177,7 +194,7 @@ document.getElementById("trigger").addEventListener("click", async (event) => {{
   const answer = await response.json().catch(() => ({{}}));
   if (!response.ok) {{ button.disabled = false; out.textContent = response.status + ": " + JSON.stringify(answer.detail || answer); return; }}
   out.textContent = "triggered " + answer.dag_run_id;
-  window.top.location.href = base + "/dags/" + encodeURIComponent(dag) + "/runs/" + encodeURIComponent(answer.dag_run_id);
+  openInAirflow("/dags/" + encodeURIComponent(dag) + "/runs/" + encodeURIComponent(answer.dag_run_id));
 }});
 </script>"""
 
