@@ -97,11 +97,16 @@ def _cell(ok: bool | None, text: str | None) -> str:
     return f'<td class="{cls}">{escape(text)}</td>' if text else '<td class="muted">no</td>'
 
 
+def _when(stamp: str | None) -> str:
+    """`2026-11-28 16:41:22` for an ISO time (UTC), to the second."""
+    return (stamp or "")[:19].replace("T", " ")
+
+
 def _row(b: inventory.Backup) -> str:
     age = "" if b.age_hours is None else f"{b.age_hours:,.1f} h"
     if b.problem:
         return (f"<tr><td><code>{escape(b.backup_id)}</code></td><td>{escape(b.kind or '?')}</td>"
-                f"<td>{escape(b.taken_at or '')}</td><td>{age}</td><td colspan=\"7\" class=\"bad\">{escape(b.problem)}</td></tr>")
+                f"<td>{escape(_when(b.taken_at))}</td><td>{age}</td><td colspan=\"7\" class=\"bad\">{escape(b.problem)}</td></tr>")
     window = b.window
     if not window:
         pitr = '<span class="muted">none (no binlog archive holds its position)</span>'
@@ -113,7 +118,7 @@ def _row(b: inventory.Backup) -> str:
                 + (f"; a hole after it: {escape(', '.join(window['holes_after']))}" if window["holes_after"] else "") + ")</span>")
     links = " ".join(f'<a href="restore/{quote(r["dag_id"])}?conf={quote(json.dumps(r["conf"], separators=(",", ":")))}">'
                      f"{escape(r['label'])}</a>" for r in b.restores)
-    return (f"<tr><td><code>{escape(b.backup_id)}</code></td><td>{escape(b.kind or '')}</td><td>{escape(b.taken_at or '')}</td>"
+    return (f"<tr><td><code>{escape(b.backup_id)}</code></td><td>{escape(b.kind or '')}</td><td>{escape(_when(b.taken_at))}</td>"
             f"<td>{age}</td><td>{(b.bytes or 0) / 1e6:,.1f} MB</td>"
             f"<td>{b.seconds or 0:,.1f} s</td>{_cell(b.authenticated, b.authenticity)}{_cell(bool(b.verified), b.verified)}"
             f"{_cell(b.drill_ok, b.drilled)}<td>{pitr}</td><td>{links}</td></tr>")
