@@ -15,7 +15,7 @@ PACKAGE = ROOT / "include" / "lastline"
 # lower number = lower layer; a module may import its own layer (not in a cycle) and the layers below
 LAYERS = {
     "lastline.core": 0, "lastline.hooks": 1, "lastline.connections": 1, "lastline.get_provider_info": 1, "lastline.storage": 2, "lastline.manifest": 3, "lastline.reports": 3, "lastline.backup_report": 3,
-    "lastline.physical": 4, "lastline.logical": 4, "lastline.replication": 4, "lastline.pitr": 4, "lastline.staging": 5, "lastline.drill": 5,
+    "lastline.physical": 4, "lastline.logical": 4, "lastline.replication": 4, "lastline.pitr": 4, "lastline.staging": 5, "lastline.drill": 5, "lastline.inventory": 5,
     "lastline.airflow": 6,
 }
 AIRFLOW_ALLOWED = ("lastline.airflow", "lastline.connections", "lastline.hooks", "lastline.storage.s3", "lastline.core.errors")

@@ -24,6 +24,7 @@ def main() -> int:
            "LASTLINE_STORAGE_KEY_CONN_ID": "lastline_storage_key",  # the demo's key signs and checks its backups
            "LASTLINE_PHYSICAL_BACKUP_SCHEDULE": "none", "LASTLINE_LOGICAL_BACKUP_SCHEDULE": "none",
            "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS": "True",  # loopback only, sandboxes only
+           "AIRFLOW__CORE__TEST_CONNECTION": "Enabled",  # the connection form's Test connection (MariaDbHook.test_connection)
            "AIRFLOW__API__HOST": "127.0.0.1", "AIRFLOW__API__PORT": port,
            "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"http://127.0.0.1:{port}/execution/",
            "AIRFLOW__SCHEDULER__SCHEDULER_IDLE_SLEEP_TIME": "0.2", "AIRFLOW__DAG_PROCESSOR__MIN_FILE_PROCESS_INTERVAL": "300",

@@ -266,7 +266,9 @@ def _server_extras(conn_id: str) -> dict | None:
 
 def recent_backups(kind: str | None, description: str | None = None, limit: int = 10) -> Override:
     """The `backup` Param offering `<destination>/latest` and the newest complete backups of `kind` (None: any), when the
-    destination is a local folder (listing it costs nothing; an S3 or SSH listing at every parse would)."""
+    destination is a local folder (listing it costs nothing; an S3 or SSH listing at every parse would). Read when the
+    DAG file is parsed: a successful backup run has these files parsed again at once (lastline.airflow.form_freshness),
+    so a form offers a backup as soon as it is made, as the Backups page lists it."""
     base = DESTINATION.rstrip("/")
     offers = [f"{base}/latest"]
     if base.startswith("file://"):

@@ -2,7 +2,8 @@
 
 A connection of type `lastline` ("MariaDB / MySQL (lastline)") shows them as fields of their own in the
 connection form (declared in the provider info, :mod:`lastline.provider`); a plain `mysql` connection with the same
-keys in its extras works the same. `server()` gives the typed :class:`~lastline.core.servers.Server` every stage
+keys in its extras works the same. `test_connection()` is the form's "Test connection": reachable, the server's
+version, and the privileges lastline needs for what the connection may be used as, naming those missing. `server()` gives the typed :class:`~lastline.core.servers.Server` every stage
 takes; `get_conn()` and the rest are MySqlHook's, for anyone who wants a DB-API connection.
 """
 from __future__ import annotations
@@ -12,7 +13,8 @@ from typing import Any
 
 from airflow.providers.mysql.hooks.mysql import MySqlHook
 
-from lastline.core.errors import ConfigError
+from lastline.core import privileges
+from lastline.core.errors import ConfigError, LastlineError
 from lastline.core.servers import Server
 from lastline.hooks.ssh import ssh_host
 
@@ -58,3 +60,36 @@ class MariaDbHook(MySqlHook):
                               f"backs up or restores into is a {CONN_TYPE} (or mysql) connection.")
         found = Server.from_connection(conn)
         return dataclasses.replace(found, remote=ssh_host(found.ssh_conn_id)) if found.ssh_conn_id else found
+
+    def test_connection(self) -> tuple[bool, str]:  # type: ignore[override]  # DbApiHook's says None, returns this
+        """The connection form's "Test connection": whether the server answers (its version), and whether the account
+        holds on *.* what lastline needs of it as a backup source and/or a restore target (lastline.core.privileges:
+        its grants and those of the roles it has enabled at login); the message says what was checked and names each
+        missing privilege with what lastline needs it for. SSH, the datadir and the service commands are not tried."""
+        try:
+            conn = self.read_connection()
+            server = Server.from_connection(conn)
+            with server.session() as cur:
+                cur.execute("SELECT VERSION(), CURRENT_USER()")
+                version, account = (str(v) for v in cur.fetchone())
+                cur.execute("SHOW GRANTS")
+                grants = [str(r[0]) for r in cur.fetchall()]
+                cur.execute("SELECT CURRENT_ROLE()")
+                role = (cur.fetchone() or [None])[0]
+                roles = [str(role)] if role and str(role) != "NONE" else []
+                for name in roles:  # MariaDB's SHOW GRANTS holds the enabled role's; MySQL's names the role only
+                    try:
+                        cur.execute("SHOW GRANTS FOR %s", (name,))
+                        grants += [str(r[0]) for r in cur.fetchall()]
+                    except Exception:  # noqa: BLE001 - a role spelled `r`@`%` (MySQL): its grants are not read
+                        roles.remove(name)
+        except LastlineError as exc:
+            return False, str(exc)
+        except Exception as exc:  # noqa: BLE001 - the driver's errors: the form shows them as they are
+            return False, f"cannot test {self.lastline_conn_id!r}: {type(exc).__name__}: {exc}"
+        used_as = privileges.uses(server.protected, server.role)
+        ok, lines = privileges.verdict(privileges.held(grants), used_as)
+        checked = f"SHOW GRANTS of {account}" + (f" and of its role {', '.join(roles)}" if roles else "")
+        where = server.socket or f"{server.host}:{server.port}"
+        head = f"{server.user}@{where} answers: {version}; it may be used as a {' and a '.join(used_as)}."
+        return ok, f"{head} {' '.join(lines)} Checked: {checked}; not tried: SSH, the datadir, the start and stop commands."

@@ -1,0 +1,229 @@
+"""The Backups page in the Airflow UI (a top-level "Backups" entry of the navigation): per destination, every backup
+with its kind, age, size, duration, whether it is authenticated, verified and drilled, the point-in-time window it
+opens, and a link to the restore it can start, prefilled (lastline.inventory lists them, each view afresh).
+
+    /lastline-backups/                     the page
+    /lastline-backups/backups.json         the same, as JSON
+    /lastline-backups/restore/<dag_id>?conf=<json>   a restore's run configuration, prefilled, and a Trigger button
+
+Airflow 3.3's trigger form cannot be opened prefilled from a URL (its `?conf=` of Airflow 2 is gone; no route opens
+the form). So a backup's link opens a page of this plugin that shows the restore's configuration for that backup
+(every other field takes its form default), editable, with a Trigger button: it posts the run through Airflow's own
+REST API with the user's session, so Airflow checks the user's rights and the Params as its form does, and then
+opens the new run in the UI. The restore's own form (its DAG's Trigger) offers the same backups in its Backup field:
+a successful backup run has the restore forms parsed again at once (lastline.airflow.form_freshness, this plugin's
+listener), and this page asks for it too when it lists a backup newer than the forms' last parse.
+
+Access is Airflow's own: a user who may read DAGs may read this page (the UI's session cookie or a bearer token).
+"""
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+from html import escape
+from typing import Any
+from urllib.parse import quote
+
+from airflow.api_fastapi.core_api.security import requires_access_dag
+from airflow.plugins_manager import AirflowPlugin
+from fastapi import Depends, FastAPI, HTTPException, Request
+from fastapi.responses import HTMLResponse, JSONResponse
+
+from lastline import inventory
+from lastline.airflow.form_freshness import FORMS_OFFERING_BACKUPS, LISTENER, request_parse
+
+PREFIX = "/lastline-backups"
+RESTORING = ("physical_restore", "logical_restore", "point_in_time_restore", "staging_refresh", "restore_drill")
+app = FastAPI(title="lastline backups", docs_url=None, redoc_url=None, openapi_url=None)
+READ_DAGS = requires_access_dag("GET")  # the page: whoever may read the DAGs
+READ_DAG = requires_access_dag("GET")  # a restore's page: whoever may read that DAG (its id in the path)
+PAGE = """<!doctype html><html><head><meta charset="utf-8"><title>{title}</title><style>
+body {{ font-family: sans-serif; margin: 1.2em; color: #222; font-size: 14px; }} h1 {{ font-size: 1.3em; }}
+h2 {{ font-size: 1.05em; margin-top: 1.6em; }} table {{ border-collapse: collapse; margin: .5em 0; }}
+td, th {{ border: 1px solid #ccc; padding: 3px 7px; text-align: left; vertical-align: top; }} .bad {{ color: #b00; }}
+.ok {{ color: #070; }} .muted {{ color: #777; }} textarea {{ width: 100%; max-width: 60em; font-family: monospace; }}
+button {{ font-size: 1em; padding: .3em 1.2em; }}
+</style></head><body>{body}</body></html>"""
+
+
+def _verifications() -> dict[str, list[dict[str, Any]]]:
+    """Successful restore runs that named a backup (not `latest`), by backup id, oldest first: each verified it."""
+    from airflow.models.dagrun import DagRun
+    from airflow.utils.session import create_session
+    from sqlalchemy import select
+
+    out: dict[str, list[dict[str, Any]]] = {}
+    with create_session() as session:
+        runs = session.execute(select(DagRun.dag_id, DagRun.run_id, DagRun.conf, DagRun.end_date)
+                               .where(DagRun.dag_id.in_(RESTORING), DagRun.state == "success")
+                               .order_by(DagRun.end_date.desc()).limit(500)).all()
+    for run in reversed(runs):
+        backup_id = inventory.parse_backup_url(run.conf or {})
+        if backup_id:
+            finished = run.end_date.strftime("%Y-%m-%dT%H:%M:%SZ") if run.end_date else ""
+            out.setdefault(backup_id, []).append({"dag_id": run.dag_id, "run_id": run.run_id, "finished": finished})
+    return out
+
+
+def _forms_parsed() -> datetime | None:
+    """When the restore forms were last parsed (the oldest of them), None when unknown."""
+    from airflow.models.dag import DagModel
+    from airflow.utils.session import create_session
+    from sqlalchemy import func, select
+
+    with create_session() as session:
+        return session.scalar(select(func.min(DagModel.last_parsed_time)).where(DagModel.dag_id.in_(FORMS_OFFERING_BACKUPS)))
+
+
+def _freshen_forms(found: list[inventory.Destination]) -> str:
+    """Ask for the restore forms to be parsed again when a backup listed here is newer than their last parse."""
+    parsed = _forms_parsed()
+    if parsed is None:
+        return "The restore forms have not been parsed yet."
+    parsed = parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
+    newest = max((b.taken_at for d in found for b in d.backups if b.kind and b.taken_at), default=None)
+    stamp = parsed.strftime("%Y-%m-%d %H:%M:%S UTC")
+    if newest and datetime.fromisoformat(newest.replace("Z", "+00:00")) > parsed:
+        from airflow.utils.session import create_session
+
+        with create_session() as session:
+            request_parse(session)
+        return f"The restore forms were parsed at {stamp}, before the newest backup here: they are being parsed again now."
+    return f"The restore forms' Backup fields offer the backups as of {stamp}."
+
+
+def _cell(ok: bool | None, text: str | None) -> str:
+    cls = "" if ok is None else "ok" if ok else "bad"
+    return f'<td class="{cls}">{escape(text)}</td>' if text else '<td class="muted">no</td>'
+
+
+def _when(stamp: str | None) -> str:
+    """`2026-11-28 16:41:22` for an ISO time (UTC), to the second."""
+    return (stamp or "")[:19].replace("T", " ")
+
+
+def _row(b: inventory.Backup) -> str:
+    age = "" if b.age_hours is None else f"{b.age_hours:,.1f} h"
+    if b.problem:
+        return (f"<tr><td><code>{escape(b.backup_id)}</code></td><td>{escape(b.kind or '?')}</td>"
+                f"<td>{escape(_when(b.taken_at))}</td><td>{age}</td><td colspan=\"7\" class=\"bad\">{escape(b.problem)}</td></tr>")
+    window = b.window
+    if not window:
+        pitr = '<span class="muted">none (no binlog archive holds its position)</span>'
+    elif not window["reaches"]:
+        pitr = (f'<span class="muted">opens at the next binlog_archive run (the archive is confirmed up to '
+                f'{escape(str(window["to"]))}, before this backup ended)</span>')
+    else:
+        pitr = (f"{escape(window['from'])} to {escape(window['to'])} <span class=\"muted\">(branch {escape(window['branch'])}"
+                + (f"; a hole after it: {escape(', '.join(window['holes_after']))}" if window["holes_after"] else "") + ")</span>")
+    links = " ".join(f'<a href="restore/{quote(r["dag_id"])}?conf={quote(json.dumps(r["conf"], separators=(",", ":")))}">'
+                     f"{escape(r['label'])}</a>" for r in b.restores)
+    return (f"<tr><td><code>{escape(b.backup_id)}</code></td><td>{escape(b.kind or '')}</td><td>{escape(_when(b.taken_at))}</td>"
+            f"<td>{age}</td><td>{(b.bytes or 0) / 1e6:,.1f} MB</td>"
+            f"<td>{b.seconds or 0:,.1f} s</td>{_cell(b.authenticated, b.authenticity)}{_cell(bool(b.verified), b.verified)}"
+            f"{_cell(b.drill_ok, b.drilled)}<td>{pitr}</td><td>{links}</td></tr>")
+
+
+HEAD = ("<tr><th>Backup</th><th>Kind</th><th>Taken (UTC)</th><th>Age</th><th>Size</th><th>Duration</th>"
+        "<th>Authenticated</th><th>Verified</th><th>Drilled</th><th>Point-in-time window</th><th>Restore</th></tr>")
+
+
+def _destination(d: inventory.Destination) -> str:
+    via = f" <span class=\"muted\">(through {escape(d.aws_conn_id)})</span>" if d.aws_conn_id else ""
+    parts = [f"<h2><code>{escape(d.url)}</code>{via}</h2>"]
+    if d.problem and not d.backups:
+        return "".join(parts) + f'<p class="bad">{escape(d.problem)}</p>'
+    shown = len(d.backups)
+    parts.append(f"<p>{d.folders} backup folder(s)" + (f"; the newest {shown} shown (LASTLINE_BACKUPS_PAGE_LIMIT)"
+                                                        if d.folders > shown else "") + ".</p>")
+    if d.problem:
+        parts.append(f'<p class="bad">{escape(d.problem)}</p>')
+    for w in d.archive:
+        parts.append(f"<p>Binlog archive, branch <code>{escape(str(w['branch']))}</code>: recoverable from "
+                     f"{escape(str(w['from_time']))} to {escape(str(w['to_time']))}"
+                     + (f"; holes: {escape(', '.join(w['holes']))}" if w["holes"] else "") + ".</p>")
+    if d.backups:
+        parts.append("<table>" + HEAD + "".join(_row(b) for b in d.backups) + "</table>")
+    return "".join(parts)
+
+
+@app.get("/backups.json", dependencies=[Depends(READ_DAGS)])
+def backups_json() -> JSONResponse:
+    return JSONResponse([d.to_dict() for d in inventory.listing(_verifications())])
+
+
+@app.get("/", dependencies=[Depends(READ_DAGS)], response_class=HTMLResponse)
+def backups_page() -> HTMLResponse:
+    found = inventory.listing(_verifications())
+    body = ["<h1>Backups</h1>", f"<p>{escape(_freshen_forms(found))} Listed "
+            f"{datetime.now(UTC).strftime('%Y-%m-%d %H:%M:%S UTC')}; a restore link opens its run configuration, "
+            "prefilled, to trigger.</p>"]
+    body += [_destination(d) for d in found]
+    return HTMLResponse(PAGE.format(title="lastline backups", body="\n".join(body)))
+
+
+RESTORE_PAGE = """<h1>{dag_id}</h1>
+<p>The run configuration for this restore, prefilled: the fields not named here take their form defaults. Change it if
+you need (a target, <code>force</code>, databases), then Trigger. Airflow checks it as its own form does; a restore that
+replaces data waits for approval under <b>Required actions</b> where the deployment or the target asks.</p>
+<textarea id="conf" rows="{rows}" spellcheck="false">{conf}</textarea>
+<p><button id="trigger" data-dag="{dag_id}" data-base="{base}">Trigger {dag_id}</button> <span id="out"></span></p>
+<p class="muted">Or open <a id="dag" href="{base}/dags/{dag_id}">{dag_id}</a> and its Trigger form: its Backup field
+offers the same backups.</p>
+<script>
+const button = document.getElementById("trigger"), out = document.getElementById("out");
+const dag = button.dataset.dag, base = button.dataset.base;
+// Airflow shows this page in a sandboxed frame that may not navigate the window: the UI is asked to route there itself
+function openInAirflow(path) {{
+  const url = base + path;
+  try {{
+    if (window.parent !== window && window.parent.location.origin === window.location.origin) {{
+      const idx = ((window.parent.history.state || {{}}).idx || 0) + 1;
+      window.parent.history.pushState({{usr: null, key: Math.random().toString(36).slice(2, 10), idx: idx}}, "", url);
+      window.parent.dispatchEvent(new PopStateEvent("popstate", {{state: window.parent.history.state}}));
+      return;
+    }}
+  }} catch (e) {{ /* not inside Airflow's UI: this window goes there */ }}
+  window.location.href = url;
+}}
+document.getElementById("dag").addEventListener("click", (event) => {{
+  event.preventDefault(); openInAirflow("/dags/" + encodeURIComponent(dag));
+}});
+button.addEventListener("click", async () => {{
+  let conf;
+  try {{ conf = JSON.parse(document.getElementById("conf").value); }} catch (e) {{ out.textContent = "not JSON: " + e.message; return; }}
+  button.disabled = true; out.textContent = "triggering...";
+  const response = await fetch(base + "/api/v2/dags/" + encodeURIComponent(dag) + "/dagRuns", {{
+    method: "POST", credentials: "same-origin", headers: {{"Content-Type": "application/json"}},
+    body: JSON.stringify({{logical_date: null, conf: conf}})}});
+  const answer = await response.json().catch(() => ({{}}));
+  if (!response.ok) {{ button.disabled = false; out.textContent = response.status + ": " + JSON.stringify(answer.detail || answer); return; }}
+  out.textContent = "triggered " + answer.dag_run_id;
+  openInAirflow("/dags/" + encodeURIComponent(dag) + "/runs/" + encodeURIComponent(answer.dag_run_id));
+}});
+</script>"""
+
+
+@app.get("/restore/{dag_id}", dependencies=[Depends(READ_DAG)], response_class=HTMLResponse)
+def restore_page(dag_id: str, request: Request, conf: str = "{}") -> HTMLResponse:
+    if dag_id not in RESTORING:
+        raise HTTPException(404, f"{dag_id!r} is not a restore of lastline's ({', '.join(RESTORING)})")
+    try:
+        given = json.loads(conf)
+    except ValueError as exc:
+        raise HTTPException(400, f"conf is not JSON ({exc}): the Backups page's links carry a JSON object") from exc
+    if not isinstance(given, dict):
+        raise HTTPException(400, "conf is a JSON object of the restore's fields, e.g. {\"backup\": \"<destination>/<id>\"}")
+    text = json.dumps(given, indent=2, sort_keys=True)
+    root = request.scope.get("root_path", "")
+    base = root[:-len(PREFIX)] if root.endswith(PREFIX) else ""  # Airflow's own root, under any base URL
+    body = RESTORE_PAGE.format(dag_id=escape(dag_id), conf=escape(text), rows=text.count("\n") + 3, base=escape(base))
+    return HTMLResponse(PAGE.format(title=f"{escape(dag_id)}: prefilled", body=body))
+
+
+class LastlineBackups(AirflowPlugin):
+    name = "lastline_backups"
+    fastapi_apps = [{"app": app, "url_prefix": PREFIX, "name": "lastline backups"}]
+    external_views = [{"name": "Backups", "href": f"{PREFIX}/", "destination": "nav", "url_route": "lastline_backups",
+                       "nav_top_level": True}]
+    listeners = [LISTENER]

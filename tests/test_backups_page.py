@@ -1,0 +1,279 @@
+"""The Backups page (plugins/lastline_backups.py, lastline.inventory): backups made by the real backup stages, a real
+binlog archive and a real restore drill, listed with each column; the restore links carry what the restore reads; the
+page answers only to Airflow's own authentication; a backup run has the restore forms parsed again; and the hook's
+"Test connection" on a full and on a restricted account."""
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import re
+import time
+from html import unescape
+from urllib.parse import parse_qs, urlparse
+
+import pytest
+
+from conftest import ROOT, set_conn
+from lastline import connections, inventory
+from lastline.logical import backup as lb
+from lastline.manifest import read_manifest
+from lastline.physical import backup as pb
+from lastline.pitr import archive
+from lastline.storage import open_storage
+from lastline_dev.sandbox import Instance
+
+
+def _plugin():
+    spec = importlib.util.spec_from_file_location("lastline_backups", ROOT / "plugins" / "lastline_backups.py")
+    plugin = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(plugin)
+    return plugin
+
+
+@pytest.fixture(scope="module")
+def drill_server(sandbox_root):
+    inst = Instance(sandbox_root, "bp_drill")
+    inst.create()
+    set_conn("t_bp_drill", inst, role="drill")
+    yield inst
+    inst.destroy()
+
+
+@pytest.fixture(scope="module")
+def made(source, tmp_path_factory, drill_server, airflow_db) -> dict:
+    """A destination holding a physical and a logical backup of the source, the source's binlog archive, an
+    incomplete backup folder, and a passed restore drill of the logical backup (restore_drill, run in Airflow)."""
+    dest = tmp_path_factory.mktemp("backups-page")
+    url = f"file://{dest}"
+    storage = open_storage(url)
+    archive.ship(connections.server("t_source"), storage)
+    plan = pb.preflight({"source_conn_id": "t_source", "destination": url})
+    pb.finish(plan, pb.stream(plan))
+    time.sleep(1.1)  # backup ids are stamped to the second
+    logical = lb.preflight({"source_conn_id": "t_source", "destination": url, "databases": ["store"]})
+    lb.dump(logical)
+    time.sleep(2.1)  # the archive confirms what the source committed up to a second before it looked
+    archive.ship(connections.server("t_source"), storage)
+    (dest / "20260101T000000Z-abcdef").mkdir()  # a backup that never finished
+    return {"dest": dest, "url": url, "physical": str(plan.backup_id), "logical": str(logical.backup_id)}
+
+
+@pytest.fixture(scope="module")
+def drilled(made, run_dag_module) -> dict:
+    state, tis, _ = run_dag_module("restore_drill", {
+        "drill_conn_id": "t_bp_drill", "backup": f"{made['url']}/{made['logical']}", "kind": "logical",
+        "rto_budget_minutes": 60, "parallel": 2, "aws_conn_id": None})
+    assert state == "success", tis
+    return made
+
+
+@pytest.fixture(scope="module")
+def run_dag_module(dagbag):
+    def run(dag_id: str, conf: dict):
+        dr = dagbag.get_dag(dag_id).test(run_conf=conf)
+        return str(dr.state), dr.run_id, None
+    return run
+
+
+@pytest.fixture
+def page(monkeypatch, drilled):
+    """The plugin's app with Airflow's access check passed (its own test is below), listing the test destination."""
+    from fastapi.testclient import TestClient
+
+    monkeypatch.setenv("LASTLINE_BACKUPS_PAGE_DESTINATIONS", drilled["url"])
+    plugin = _plugin()
+    plugin.app.dependency_overrides[plugin.READ_DAGS] = lambda: None
+    plugin.app.dependency_overrides[plugin.READ_DAG] = lambda: None
+    return plugin, TestClient(plugin.app)
+
+
+@pytest.mark.e2e
+def test_the_page_lists_every_backup_with_each_column(page):
+    _plugin_module, client = page
+    data = client.get("/backups.json").json()
+    (dest,) = data
+    rows = {b["backup_id"]: b for b in dest["backups"]}
+    assert dest["folders"] == 3 and len(rows) == 3
+    html = client.get("/").text
+    assert "<h1>Backups</h1>" in html and "Point-in-time window" in html
+    storage = open_storage(dest["url"])
+    for backup_id, row in rows.items():
+        if row["problem"]:
+            assert backup_id == "20260101T000000Z-abcdef" and "incomplete" in row["problem"] and not row["restores"]
+            assert "incomplete: no manifest" in html
+            continue
+        manifest = read_manifest(storage, backup_id, row["kind"], require=False)
+        assert row["bytes"] == manifest.bytes > 0 and row["seconds"] == pytest.approx(manifest.seconds)
+        assert row["taken_at"] == manifest.started_at and row["age_hours"] is not None and row["age_hours"] < 1
+        assert row["authenticated"] and "authenticated (storage key tests-k1)" in row["authenticity"]
+        window = row["window"]
+        assert window["from"] == manifest.finished_at[:19] + "Z" and window["to"] >= window["from"] and window["reaches"]
+        assert f"<code>{backup_id}</code>" in html
+        labels = [r["label"] for r in row["restores"]]
+        assert labels == [f"{row['kind']} restore", "point-in-time restore"]
+        if row["kind"] == "logical":  # the drill restored and verified it
+            assert row["drill_ok"] and row["drilled"].startswith("passed ") and "restored and verified in" in row["drilled"]
+            assert row["verified"] and "restored and verified by" in row["verified"]
+        else:
+            assert row["drilled"] is None and row["verified"] is None
+    assert {r["kind"] for r in rows.values() if r["kind"]} == {"physical", "logical"}
+    assert "Binlog archive, branch" in html
+
+
+@pytest.mark.e2e
+def test_a_restore_link_opens_that_restore_prefilled_with_the_backup(page, drilled):
+    _plugin_module, client = page
+    html = client.get("/").text
+    links = [unescape(h) for h in re.findall(r'href="(restore/[^"]+)"', html)]
+    confs = [(urlparse(h).path.rsplit("/", 1)[1], json.loads(parse_qs(urlparse(h).query)["conf"][0])) for h in links]
+    url = drilled["url"]
+    assert ("physical_restore", {"backup": f"{url}/{drilled['physical']}"}) in confs
+    assert ("logical_restore", {"backup": f"{url}/{drilled['logical']}"}) in confs
+    assert ("point_in_time_restore", {"destination": url, "base": drilled["physical"], "base_kind": "physical",
+                                      "until": "latest"}) in confs
+    # the link's page: that conf, editable, and a Trigger that posts to Airflow's REST API for that DAG
+    link = next(h for h in links if "logical_restore" in h)
+    form = client.get(link).text
+    assert f'&quot;backup&quot;: &quot;{url}/{drilled["logical"]}&quot;' in form
+    assert 'data-dag="logical_restore"' in form and '"/api/v2/dags/"' in form and "/dagRuns" in form
+    # what the restore reads: the conf resolves to that very backup
+    from lastline.manifest import resolve_backup
+
+    assert resolve_backup(dict(confs)["logical_restore"]["backup"], None, "logical")[1] == drilled["logical"]
+    assert client.get("/restore/logical_backup?conf={}").status_code == 404  # only restores
+    assert client.get("/restore/logical_restore?conf=[1]").status_code == 400
+
+
+@pytest.mark.e2e
+def test_the_page_answers_only_to_airflows_authentication(drilled, monkeypatch):
+    from fastapi.testclient import TestClient
+
+    monkeypatch.setenv("LASTLINE_BACKUPS_PAGE_DESTINATIONS", drilled["url"])
+    client = TestClient(_plugin().app)
+    for path in ("/", "/backups.json", "/restore/logical_restore?conf={}"):
+        answer = client.get(path)
+        assert answer.status_code == 401 and drilled["logical"] not in answer.text
+
+
+@pytest.mark.e2e
+def test_a_destination_is_capped_and_says_how_many_it_holds(drilled, monkeypatch):
+    monkeypatch.setenv("LASTLINE_BACKUPS_PAGE_LIMIT", "1")
+    monkeypatch.setenv("LASTLINE_BACKUPS_PAGE_DESTINATIONS", f"{drilled['url']},file:///nonexistent-lastline-page")
+    first, missing = inventory.listing()
+    assert first.folders == 3 and [b.backup_id for b in first.backups] == [max(drilled["logical"], drilled["physical"])]
+    assert missing.folders == 0 and missing.backups == [] and "no such folder" in str(missing.problem)
+
+
+@pytest.mark.e2e
+def test_a_successful_backup_run_has_the_restore_forms_parsed_again(run_dag, logical_source, tmp_path, drilled):
+    from airflow.listeners.listener import get_listener_manager
+    from airflow.models.dagbag import DagPriorityParsingRequest
+    from airflow.utils.session import create_session
+
+    from lastline.airflow.form_freshness import LISTENER
+
+    with create_session() as session:
+        session.query(DagPriorityParsingRequest).delete()
+    manager = get_listener_manager()
+    manager.add_listener(LISTENER)
+    try:
+        state, tis, logs = run_dag("logical_backup", {"source_conn_id": "t_lsource", "destination": f"file://{tmp_path}",
+                                                      "databases": ["store"]})
+    finally:
+        manager.pm.unregister(LISTENER)
+    assert state == "success", tis
+    with create_session() as session:
+        asked = {r.relative_fileloc for r in session.query(DagPriorityParsingRequest)}
+    assert "restore_drill.py" in asked, (asked, logs[-2000:])  # the forms in the DB so far (restore_drill ran above)
+
+
+@pytest.mark.e2e
+def test_test_connection_names_the_version_and_the_missing_privileges(source):
+    from lastline.hooks.mariadb import MariaDbHook
+
+    conn = source.connection("t_tc_full")
+    conn["conn_type"] = "lastline"
+    os.environ["AIRFLOW_CONN_T_TC_FULL"] = json.dumps(conn)
+    ok, message = MariaDbHook("t_tc_full").test_connection()
+    version = source.server().query("SELECT VERSION()")[0][0]
+    assert ok, message
+    assert version in message and "backup source and a restore target" in message and "Missing" not in message
+    with source.server().session() as cur:
+        for sql in ("CREATE ROLE IF NOT EXISTS tc_reader", "GRANT RELOAD, PROCESS ON *.* TO tc_reader",
+                    "CREATE USER IF NOT EXISTS 'tc_weak'@'%' IDENTIFIED BY 'tc-weak-pw-1'", "GRANT SELECT ON *.* TO 'tc_weak'@'%'",
+                    "GRANT tc_reader TO 'tc_weak'@'%'", "SET DEFAULT ROLE tc_reader FOR 'tc_weak'@'%'"):
+            cur.execute(sql)
+    weak = {**conn, "login": "tc_weak", "password": "tc-weak-pw-1", "extra": {"protected": True}}
+    weak.pop("schema", None)
+    os.environ["AIRFLOW_CONN_T_TC_WEAK"] = json.dumps(weak)
+    ok, message = MariaDbHook("t_tc_weak").test_connection()
+    assert not ok and version in message
+    assert "backup source" in message and "restore target" not in message  # protected: only ever backed up
+    for lacking in ("SHOW VIEW", "TRIGGER", "EVENT", "LOCK TABLES", "BINLOG MONITOR"):
+        assert lacking in message, message
+    assert "RELOAD" not in message and "PROCESS" not in message  # held through its role
+    assert "role tc_reader" in message and "tc-weak-pw-1" not in message
+    os.environ["AIRFLOW_CONN_T_TC_WEAK"] = json.dumps({**weak, "password": "wrong"})
+    ok, message = MariaDbHook("t_tc_weak").test_connection()
+    assert not ok and "wrong user or password" in message
+
+
+def test_a_link_carries_the_conf_its_restore_reads_and_nothing_of_it_escapes_the_page():
+    """The href of each restore link, parsed as a browser does, gives the restore's conf exactly; a destination's
+    name cannot break out of the page."""
+    url = 'file:///b/"><script>x</script>'
+    row = inventory.Backup("20261128T164122Z-733e7a", f"{url}/20261128T164122Z-733e7a", kind="logical", bytes=1,
+                           seconds=1.0, window={"branch": "1-000001-ab", "from": "a", "to": "b", "reaches": True,
+                                                "holes_after": []})
+    row.restores = inventory._restores(url, row, "t_s3")
+    html = _plugin()._row(row)
+    assert "<script>" not in html
+    links = [unescape(h) for h in re.findall(r'href="(restore/[^"]+)"', html)]
+    confs = [(urlparse(h).path.rsplit("/", 1)[1], json.loads(parse_qs(urlparse(h).query)["conf"][0])) for h in links]
+    assert confs == [("logical_restore", {"backup": f"{url}/20261128T164122Z-733e7a", "aws_conn_id": "t_s3"}),
+                     ("point_in_time_restore", {"destination": url, "base": "20261128T164122Z-733e7a",
+                                                "base_kind": "logical", "until": "latest", "aws_conn_id": "t_s3"})]
+    row.window = {**row.window, "reaches": False}  # the archive has not confirmed a point past the backup yet
+    assert [r["dag_id"] for r in inventory._restores(url, row, None)] == ["logical_restore"]
+
+
+def test_grants_are_read_on_all_databases_only_with_roles_aliases_and_the_grant_option():
+    from lastline.core import privileges
+
+    have = privileges.held([
+        "GRANT SELECT, RELOAD, PROCESS, LOCK TABLES, REPLICATION CLIENT, SHOW VIEW, EVENT, TRIGGER ON *.* TO `b`@`%` "
+        "IDENTIFIED BY PASSWORD '*AB'",
+        "GRANT INSERT, CREATE, DROP ON `shop`.* TO `b`@`%`",  # one database only: not enough for lastline
+        "GRANT `r` TO `b`@`%`", "SET DEFAULT ROLE `r` FOR `b`@`%`", "GRANT UPDATE (`v`) ON `shop`.`t` TO `b`@`%`"])
+    assert have == {"SELECT", "RELOAD", "PROCESS", "LOCK TABLES", "BINLOG MONITOR", "SHOW VIEW", "EVENT", "TRIGGER"}
+    assert privileges.missing(have, privileges.BACKUP) == []
+    lacking = {n.names[0] for n in privileges.missing(have, privileges.RESTORE)}
+    assert {"INSERT", "CREATE", "DROP", "CREATE USER", "GRANT OPTION"} <= lacking and "SELECT" not in lacking
+    admin = privileges.held(["GRANT ALL PRIVILEGES ON *.* TO `root`@`localhost` WITH GRANT OPTION"])
+    assert privileges.verdict(admin, [privileges.BACKUP, privileges.RESTORE])[0]
+    no_grant = privileges.held(["GRANT ALL PRIVILEGES ON *.* TO `a`@`%`"])
+    assert [n.label for n in privileges.missing(no_grant, privileges.RESTORE)] == ["GRANT OPTION"]
+    assert privileges.uses(True, None) == [privileges.BACKUP] and privileges.uses(False, "drill") == [privileges.RESTORE]
+    assert privileges.uses(False, None) == [privileges.BACKUP, privileges.RESTORE]
+
+
+def test_an_s3_destination_is_read_through_the_connection_its_root_names(monkeypatch):
+    monkeypatch.delenv("LASTLINE_BACKUPS_PAGE_DESTINATIONS", raising=False)
+    monkeypatch.setenv("LASTLINE_DESTINATION", "s3://lastline-backups/nightly")
+    monkeypatch.setenv("LASTLINE_BACKUP_ROOTS", "file:///b,s3://lastline-backups/nightly?aws_conn_id=lastline_s3")
+    assert inventory.destinations() == [("s3://lastline-backups/nightly", "lastline_s3")]
+    monkeypatch.setenv("LASTLINE_BACKUPS_PAGE_DESTINATIONS", "file:///b/x/, s3://other/p?aws_conn_id=o")
+    assert inventory.destinations() == [("file:///b/x", None), ("s3://other/p", "o")]
+
+
+@pytest.mark.e2e
+def test_an_s3_destination_is_listed_through_its_connection(source, s3_server):
+    plan = lb.preflight({"source_conn_id": "t_source", "destination": "s3://backups/page", "aws_conn_id": "t_s3",
+                         "databases": ["store"]})
+    lb.dump(plan)
+    found = inventory.list_destination("s3://backups/page", "t_s3", drill_history=[])
+    assert found.problem is None and found.folders == 1
+    (row,) = found.backups
+    assert row.backup_id == plan.backup_id and row.kind == "logical" and row.authenticated and row.bytes
+    assert row.restores[0]["conf"] == {"backup": f"s3://backups/page/{plan.backup_id}", "aws_conn_id": "t_s3"}
