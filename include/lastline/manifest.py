@@ -301,15 +301,15 @@ def manifest_kind(storage: Storage, backup_id: str) -> str | None:
     return kind
 
 
-def _no_such_backup(storage: Storage, backup_id: str, folders: list[str], show: int = 3) -> str:
-    """What a restore says of a backup id with no folder: the complete backups nearest to it in time (a manifest's
-    presence checked for the nearest few only), so the operator can pick one."""
+def _no_such_backup(storage: Storage, backup_id: str, kind: str, folders: list[str], show: int = 3) -> str:
+    """What a restore says of a backup id with no folder: the complete backups of `kind` nearest to it in time (the
+    manifests of the nearest few read only), so the operator can pick one."""
     asked = backup_time(backup_id)
     dated = [(t, b) for b in folders if (t := backup_time(b))]
     dated.sort(key=lambda tb: abs((tb[0] - asked).total_seconds()) if asked else -tb[0].timestamp())
     near = []
-    for t, b in dated:
-        if storage.exists(f"{b}/{MANIFEST}"):
+    for t, b in dated[:50]:
+        if storage.exists(f"{b}/{MANIFEST}") and manifest_kind(storage, b) == kind:
             if asked is None:
                 near.append(b)
             else:
@@ -320,9 +320,9 @@ def _no_such_backup(storage: Storage, backup_id: str, folders: list[str], show: 
                 break
     where = f"there is no backup {backup_id} in {storage.url}"
     if not near:
-        return (f"{where}, and it holds no complete backup: check the destination in the backup's URL, or run a "
-                "backup first.")
-    return (f"{where}. The complete backups nearest to it: {', '.join(near)}. Name one of them "
+        return (f"{where}, and none of the backups near it is a complete {kind} backup: check the destination in the "
+                "backup's URL, or run a backup first.")
+    return (f"{where}. The complete {kind} backups nearest to it: {', '.join(near)}. Name one of them "
             f"(<destination>/<backup_id>) or use {storage.url}/latest.")
 
 
@@ -338,7 +338,7 @@ def read_manifest(storage: Storage, backup_id: str, kind: str = "physical", sha2
     if not storage.exists(key):
         folders = storage.list_backups()
         if backup_id not in folders:
-            raise IntegrityError(_no_such_backup(storage, backup_id, folders))
+            raise IntegrityError(_no_such_backup(storage, backup_id, kind, folders))
         raise IntegrityError(
             f"{storage.location(backup_id)} has no {MANIFEST}: the backup is incomplete (it failed or is "
             f"still running) and is never restored; choose another backup or use {storage.url}/latest."
