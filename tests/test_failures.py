@@ -84,3 +84,24 @@ def test_a_failed_run_saves_what_failed_and_its_report_tab_leads_with_it(run_dag
     assert page.status_code == 200 and "Failed: task <code>preflight</code>" in page.text and f'href="{log_path}"' in page.text
     assert "ended without an error" in page.text
     assert plugin.get("/reports/physical_restore/no_such_run").status_code == 404
+
+
+def test_a_failure_is_said_once_whole_and_airflow_control_flow_is_not(caplog):
+    """A step inside a task (typed_call in a sensor) says its reason once; a multi-line message is one line; an
+    error that is not lastline's carries its kind; a skip is no error."""
+    from airflow.sdk.exceptions import AirflowSkipException
+
+    from lastline.airflow.failures import explained
+    from lastline.core.errors import IntegrityError
+
+    def fail(exc: BaseException):
+        def run():
+            raise exc
+        return run
+
+    for exc, said in ((IntegrityError("the manifest\n  is damaged"), ["the manifest is damaged"]),
+                      (KeyError("plan"), ["KeyError: 'plan'"]), (AirflowSkipException("nothing to do"), [])):
+        caplog.clear()
+        with pytest.raises(type(exc)):
+            explained(explained(fail(exc)))()
+        assert [r.getMessage() for r in caplog.records if r.name == "lastline.airflow.failures"] == said

@@ -62,8 +62,12 @@ def explained(fn: Callable[..., Any]) -> Callable[..., Any]:
         try:
             return fn(*args, **kwargs)
         except Exception as exc:
-            if isinstance(exc, LastlineError) or not _airflow_flow(exc):
+            if (isinstance(exc, LastlineError) or not _airflow_flow(exc)) and not getattr(exc, "_lastline_said", False):
                 log.error("%s", reason(exc))
+                try:
+                    exc._lastline_said = True  # type: ignore[attr-defined]  # once, where callables nest
+                except AttributeError:  # an exception type with __slots__: said twice at worst
+                    pass
             raise
 
     return call
