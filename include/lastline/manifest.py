@@ -320,8 +320,8 @@ def _no_such_backup(storage: Storage, backup_id: str, kind: str, folders: list[s
                 break
     where = f"there is no backup {backup_id} in {storage.url}"
     if not near:
-        return (f"{where}, and none of the backups near it is a complete {kind} backup: check the destination in the "
-                "backup's URL, or run a backup first.")
+        which = f"none of the backups near it is a complete {kind} backup" if dated else "it holds no backup at all"
+        return f"{where}, and {which}: check the destination in the backup's URL, or run a backup first."
     return (f"{where}. The complete {kind} backups nearest to it: {', '.join(near)}. Name one of them "
             f"(<destination>/<backup_id>) or use {storage.url}/latest.")
 
