@@ -19,13 +19,14 @@ catchup off. The archive stays seconds behind the source (`make bench-pitr` meas
 """
 from __future__ import annotations
 
-from airflow.sdk import dag, get_current_context, task
+from airflow.sdk import dag, get_current_context
 
 from lastline.airflow.alerts import send
 from lastline.airflow.assets import BINLOG_ARCHIVE, record_archive_head
 from lastline.airflow.defaults import dag_args, schedule
 from lastline.airflow.params import params
 from lastline.airflow.routing import on_server
+from lastline.airflow.steps import task
 from lastline.pitr import archive, check
 
 

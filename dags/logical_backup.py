@@ -32,14 +32,14 @@ Schedule: `LASTLINE_LOGICAL_BACKUP_SCHEDULE` (cron, or `none` for manual runs on
 """
 from __future__ import annotations
 
-from airflow.sdk import dag, task
+from airflow.sdk import dag
 
 from lastline.airflow.alerts import backup_deadline
 from lastline.airflow.assets import LOGICAL_BACKUP, announce
 from lastline.airflow.defaults import dag_args, schedule
 from lastline.airflow.params import params
 from lastline.airflow.routing import on_server
-from lastline.airflow.steps import step
+from lastline.airflow.steps import step, task
 from lastline.logical import backup as lb
 
 

@@ -24,14 +24,14 @@ Schedule: `LASTLINE_PHYSICAL_BACKUP_SCHEDULE` (cron, or `none` for manual runs o
 """
 from __future__ import annotations
 
-from airflow.sdk import dag, task
+from airflow.sdk import dag
 
 from lastline.airflow.alerts import backup_deadline
 from lastline.airflow.assets import PHYSICAL_BACKUP, announce
 from lastline.airflow.defaults import dag_args, schedule
 from lastline.airflow.params import Override, params
 from lastline.airflow.routing import on_server
-from lastline.airflow.steps import step
+from lastline.airflow.steps import step, task
 from lastline.physical import backup as pb
 from lastline.physical.tools import CODECS, DEFAULT_COMPRESSION
 from lastline.pitr import retention

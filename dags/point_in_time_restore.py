@@ -20,13 +20,13 @@ one on other databases is left out and named).
 """
 from __future__ import annotations
 
-from airflow.sdk import dag, task
+from airflow.sdk import dag
 
 from lastline.airflow.assets import recorded_archive_head
 from lastline.airflow.defaults import dag_args
 from lastline.airflow.params import params
 from lastline.airflow.routing import on_server
-from lastline.airflow.steps import step
+from lastline.airflow.steps import step, task
 from lastline.airflow.task_groups import logical_restore_steps, physical_restore_steps
 from lastline.pitr import replay as pitr_replay
 from lastline.pitr import report as pitr_report

@@ -18,12 +18,12 @@ on partial data, and a retry streams again.
 """
 from __future__ import annotations
 
-from airflow.sdk import PokeReturnValue, chain, dag, task
+from airflow.sdk import PokeReturnValue, chain, dag
 
 from lastline.airflow.defaults import dag_args
 from lastline.airflow.params import Override, params
 from lastline.airflow.routing import on_server
-from lastline.airflow.steps import step, typed_call
+from lastline.airflow.steps import step, task, typed_call
 from lastline.physical.tools import CODECS
 from lastline.replication import rebuild as rr
 

@@ -13,13 +13,14 @@ restore's) → record (always: history, report, alert; fails the run when the dr
 """
 from __future__ import annotations
 
-from airflow.sdk import dag, get_current_context, task
+from airflow.sdk import dag, get_current_context
 
 from lastline import drill as rd
 from lastline.airflow.alerts import send
 from lastline.airflow.assets import LOGICAL_BACKUP, PHYSICAL_BACKUP, triggering_backup
 from lastline.airflow.defaults import dag_args
 from lastline.airflow.params import params, recent_backups
+from lastline.airflow.steps import task
 from lastline.airflow.task_groups import logical_restore_steps, physical_restore_steps
 
 

@@ -24,12 +24,12 @@ default `lastline_masking`); it never reaches XCom, a log or a statement's text.
 """
 from __future__ import annotations
 
-from airflow.sdk import Variable, dag, task
+from airflow.sdk import Variable, dag
 
 from lastline.airflow.assets import LOGICAL_BACKUP, backup_from_event
 from lastline.airflow.defaults import dag_args, env
 from lastline.airflow.params import Override, params, recent_backups
-from lastline.airflow.steps import step
+from lastline.airflow.steps import step, task
 from lastline.airflow.task_groups import detach_replication, logical_restore_steps
 from lastline.staging import quarantine
 from lastline.staging import refresh as sr

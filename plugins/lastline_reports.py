@@ -4,6 +4,10 @@ api-server from where the tasks saved them (lastline.reports: LASTLINE_REPORTS),
     /lastline/reports/<dag_id>/<run_id>           the run's report: its charts, its figures, its files
     /lastline/reports/<dag_id>/<run_id>/<name>    one file (SVG, JSON, Markdown)
 
+A failed run's page opens with what failed: each failed task, its reason, what to do and a link to its log (what
+the task saved, lastline.airflow.failures); a run whose tasks saved nothing (a process killed) still names its
+failed tasks, read from Airflow's metadata database.
+
 Access is Airflow's own: a user who may read the DAG may read its reports (the UI's session cookie or a
 bearer token).
 """
@@ -12,14 +16,20 @@ from __future__ import annotations
 import json
 import re
 from html import escape
-from urllib.parse import quote
+from typing import Any
+from urllib.parse import quote, urlparse
 
+from airflow.api_fastapi.common.db.common import SessionDep
 from airflow.api_fastapi.core_api.security import requires_access_dag
+from airflow.configuration import conf
+from airflow.models.taskinstance import TaskInstance
 from airflow.plugins_manager import AirflowPlugin
 from fastapi import Depends, FastAPI, HTTPException
 from fastapi.responses import HTMLResponse, Response
+from sqlalchemy import select
 
 from lastline import reports
+from lastline.airflow import failures
 
 app = FastAPI(title="lastline reports", docs_url=None, redoc_url=None, openapi_url=None)
 READ = [Depends(requires_access_dag("GET"))]
@@ -27,6 +37,7 @@ PAGE = """<!doctype html><html><head><meta charset="utf-8"><title>{title}</title
 body {{ font-family: sans-serif; margin: 1.5em; color: #222; }} h1 {{ font-size: 1.3em; }} h2 {{ font-size: 1.05em; margin-top: 1.6em; }}
 table {{ border-collapse: collapse; margin: .5em 0; }} td, th {{ border: 1px solid #ccc; padding: 3px 8px; text-align: left; }}
 img {{ max-width: 100%; border: 1px solid #eee; }} pre {{ background: #f6f6f6; padding: .8em; overflow-x: auto; }}
+.failed {{ border-left: 4px solid #c0392b; background: #fdf0ef; padding: .2em 1em; margin: 1em 0; }}
 </style></head><body>{body}</body></html>"""
 
 
@@ -93,16 +104,49 @@ def _tables(data: dict) -> str:
     return f"<table><tr>{head}</tr>{body}</table>"
 
 
+def _ui(path: str) -> str:
+    """A path of Airflow's UI under its base URL (`[api] base_url`)."""
+    return urlparse(conf.get("api", "base_url", fallback="") or "").path.rstrip("/") + path
+
+
+def _failed_in_db(session: Any, dag_id: str, run_id: str) -> list[dict[str, Any]]:
+    """The run's failed task instances as Airflow recorded them (for a run whose tasks saved no reason)."""
+    rows = session.execute(select(TaskInstance.task_id, TaskInstance.map_index).where(
+        TaskInstance.dag_id == dag_id, TaskInstance.run_id == run_id, TaskInstance.state == "failed")).all()
+    return [{"task_id": task_id, "map_index": map_index, "reason": failures.reason(None),
+             "what_to_do": "Open its log; once the cause is fixed, clear the task or trigger a new run: each step is "
+                           "safe to re-run."} for task_id, map_index in rows]
+
+
+def _failures(dag_id: str, run_id: str, failed: list[dict[str, Any]]) -> str:
+    """What failed, first on the page: each task, its reason, what to do, a link to its log."""
+    parts = []
+    for f in failed:
+        index = int(f.get("map_index", -1))
+        task = str(f["task_id"]) + (f"[{index}]" if index >= 0 else "")
+        href = _ui(failures.log_path(dag_id, run_id, str(f["task_id"]), index))  # never a path read from storage
+        parts.append(f'<div class="failed"><h2>Failed: task <code>{escape(task)}</code></h2>'
+                     f'<p><b>Reason:</b> {escape(str(f["reason"]))}</p>'
+                     f'<p><b>What to do:</b> {escape(str(f["what_to_do"]))}</p>'
+                     f'<p><a href="{escape(href)}" target="_top">Open the task\'s log</a></p></div>')
+    return "\n".join(parts)
+
+
 @app.get("/reports/{dag_id}/{run_id}", dependencies=READ, response_class=HTMLResponse)
-def run_report(dag_id: str, run_id: str) -> HTMLResponse:
+def run_report(dag_id: str, run_id: str, session: SessionDep) -> HTMLResponse:
     names = reports.names(dag_id, run_id)
+    failed = failures.failed(dag_id, run_id) if failures.FAILED_JSON in names else []
+    failed = failed or _failed_in_db(session, dag_id, run_id)
+    shown = [n for n in names if n not in (failures.FAILED_MD, failures.FAILED_JSON)]
     title = f"{dag_id} · {run_id}"
-    if not names:
-        body = (f"<h1>{escape(title)}</h1><p>This run has saved no report (yet): a report is written when the run's "
-                "last step passes. Reports are read from <code>" + escape(reports.url()) + "</code>.</p>")
-        return HTMLResponse(PAGE.format(title=escape(title), body=body), status_code=404)
-    parts = [f"<h1>{escape(title)}</h1>"]
-    for name in names:
+    parts = [f"<h1>{escape(title)}</h1>", _failures(dag_id, run_id, failed)]
+    if not shown:
+        if not failed:
+            body = (f"<h1>{escape(title)}</h1><p>This run has saved no report (yet): a report is written when the run's "
+                    "last step passes. Reports are read from <code>" + escape(reports.url()) + "</code>.</p>")
+            return HTMLResponse(PAGE.format(title=escape(title), body=body), status_code=404)
+        parts.append("<p>This run saved no report: a report is written when the run's last step passes.</p>")
+    for name in shown:
         href = escape(f"./{quote(run_id, safe='')}/{quote(name, safe='')}")  # relative to this page
         parts.append(f'<h2>{escape(name)} <small>(<a href="{href}">file</a>)</small></h2>')
         if name.endswith(".svg"):

@@ -253,6 +253,10 @@ def test_a_failed_run_alerts_through_the_alert_connection(deployment):
     assert deployment.api.wait(run, 120)["state"] == "failed"
     alert = deployment.hook.wait_for("failed", dag_id="logical_restore", run_id=run[1])
     assert "failed" in alert["text"] and alert["state"] == "failed"
+    # under the scheduler too: the alert names the failed task and its reason, the Report tab leads with them
+    assert alert["task_id"] == "preflight" and "holds no complete logical backup" in alert["reason"], alert
+    page = deployment.api.call_raw("GET", f"/lastline/reports/logical_restore/{run[1]}").text
+    assert "Failed: task <code>preflight</code>" in page and "holds no complete logical backup" in page
 
 
 def test_a_completed_backup_is_drilled_under_the_scheduler(deployment, servers):

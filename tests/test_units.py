@@ -587,3 +587,30 @@ def test_option_files_are_followed_through_includes_and_only_server_groups_count
     assert masters == [("a.cnf", 2, "master-port", "3307"), ("extra.cnf", 3, "master-user", "repl"),
                        ("suffix.cnf", 2, "master-password", "pw")]
     assert starting_files(["mariadbd"])[0][:2] == ["/etc/my.cnf", "/etc/mysql/my.cnf"]
+
+
+def test_a_backup_that_does_not_exist_says_so_and_names_the_nearest_that_do(tmp_path):
+    """A backup id with no folder: not "incomplete", but "no such backup", with the complete backups nearest in
+    time (a folder still being written is not offered); an unfinished folder is still called incomplete."""
+    from lastline.manifest import read_manifest, write_manifest
+
+    storage = open_storage(f"file://{tmp_path}")
+    ids = ["20261128T101500Z-0a1b2c", "20261128T121500Z-3d4e5f", "20261128T141500Z-6a7b8c", "20261128T151500Z-9d0e1f"]
+    for backup_id in ids[:3]:
+        write_manifest(storage, PhysicalManifest(
+            backup_id=backup_id, source_conn_id="src", server_version="10.11.19", tool_version="10.11.19",
+            artifact="backup.xbstream.zst", compression="zstd", bytes=10, sha256="ab", started_at="s", finished_at="f",
+            seconds=1.0, mb_per_s=1.0, parallel=2, datadir_bytes=100, tables=[TableInfo("a", "b", "InnoDB", 1, 2)]))
+    (tmp_path / ids[3]).mkdir()  # still being written
+    with pytest.raises(IntegrityError) as missing:
+        read_manifest(storage, "20261128T131000Z-7c93b6", "physical")
+    text = str(missing.value)
+    assert "there is no backup 20261128T131000Z-7c93b6" in text and "incomplete" not in text
+    assert text.index(ids[1]) < text.index(ids[2]) < text.index(ids[0])  # nearest first: 55 min, 65 min, 3 h away
+    assert ids[3] not in text and f"file://{tmp_path}/latest" in text
+    with pytest.raises(IntegrityError, match="none of the backups near it is a complete logical backup"):
+        read_manifest(storage, "20261128T131000Z-7c93b6", "logical")
+    with pytest.raises(IntegrityError, match="it holds no backup at all"):
+        read_manifest(open_storage(f"file://{tmp_path / 'empty'}"), "20261128T131000Z-7c93b6", "physical")
+    with pytest.raises(IntegrityError, match="the backup is incomplete"):
+        read_manifest(storage, ids[3], "physical")

@@ -3,8 +3,8 @@
 (Over 300 lines on purpose: this file is the whole on-disk contract between a backup and its restore,
 both formats and the checks of what is read back, so one reading shows all a backup folder may hold.)
 
-A backup lives at `<destination>/<backup_id>/`; backup ids are UTC timestamps (`20261122T004500Z`),
-so they sort by time. A folder without `manifest.json` is an incomplete backup: never restored,
+A backup lives at `<destination>/<backup_id>/`; backup ids are UTC timestamps and 6 random hex digits
+(`20261128T161432Z-7c93b6`), so they sort by time. A folder without `manifest.json` is an incomplete backup: never restored,
 pruned once older than a grace period.
 """
 from __future__ import annotations
@@ -301,6 +301,31 @@ def manifest_kind(storage: Storage, backup_id: str) -> str | None:
     return kind
 
 
+def _no_such_backup(storage: Storage, backup_id: str, kind: str, folders: list[str], show: int = 3) -> str:
+    """What a restore says of a backup id with no folder: the complete backups of `kind` nearest to it in time (the
+    manifests of the nearest few read only), so the operator can pick one."""
+    asked = backup_time(backup_id)
+    dated = [(t, b) for b in folders if (t := backup_time(b))]
+    dated.sort(key=lambda tb: abs((tb[0] - asked).total_seconds()) if asked else -tb[0].timestamp())
+    near = []
+    for t, b in dated[:50]:
+        if storage.exists(f"{b}/{MANIFEST}") and manifest_kind(storage, b) == kind:
+            if asked is None:
+                near.append(b)
+            else:
+                minutes = round((t - asked).total_seconds() / 60)
+                span = f"{abs(minutes)} min" if abs(minutes) < 120 else f"{abs(minutes) / 60:.1f} h"
+                near.append(f"{b} ({span} {'later' if minutes > 0 else 'earlier'})")
+            if len(near) >= show:
+                break
+    where = f"there is no backup {backup_id} in {storage.url}"
+    if not near:
+        which = f"none of the backups near it is a complete {kind} backup" if dated else "it holds no backup at all"
+        return f"{where}, and {which}: check the destination in the backup's URL, or run a backup first."
+    return (f"{where}. The complete {kind} backups nearest to it: {', '.join(near)}. Name one of them "
+            f"(<destination>/<backup_id>) or use {storage.url}/latest.")
+
+
 def read_manifest(storage: Storage, backup_id: str, kind: str = "physical", sha256: str | None = None,
                   require: str | bool | None = None) -> Any:
     """The manifest of a backup of `kind`, or a clear error if the backup is incomplete or another kind. Read once,
@@ -311,6 +336,9 @@ def read_manifest(storage: Storage, backup_id: str, kind: str = "physical", sha2
     (a logical restore's trust model holds without a key); False only reads the verdict (a report)."""
     key = f"{backup_id}/{MANIFEST}"
     if not storage.exists(key):
+        folders = storage.list_backups()
+        if backup_id not in folders:
+            raise IntegrityError(_no_such_backup(storage, backup_id, kind, folders))
         raise IntegrityError(
             f"{storage.location(backup_id)} has no {MANIFEST}: the backup is incomplete (it failed or is "
             f"still running) and is never restored; choose another backup or use {storage.url}/latest."
@@ -410,8 +438,9 @@ def resolve_backup(url: str, aws_conn_id: str | None = None, kind: str = "physic
             raise IntegrityError(f"{dest} holds no complete {kind} backup (none has a {MANIFEST} of that kind).")
         backup_id = done[0]
     elif not ID_RE.match(backup_id):  # a folder's name reaches the approval page, the logs and the reports
-        raise ConfigError(f"backup {url!r}: {backup_id!r} is not a backup id (YYYYMMDDTHHMMSSZ, as lastline names "
-                          "them); name the backup's folder or <destination>/latest.")
+        raise ConfigError(f"backup {url!r}: {backup_id!r} is not a backup id (a UTC time and 6 hex digits, "
+                          "as lastline names them: 20261128T161432Z-7c93b6); name the backup's folder or "
+                          "<destination>/latest.")
     return storage, backup_id
 
 

@@ -12,8 +12,10 @@ One notifier, `Alert`, sends through the providers' own notifiers to where an Ai
   or a comma-separated string).
 
 No such connection: the alert is logged as a warning and nothing else happens (alerts are optional).
-The same class runs in the dag-processor (`on_failure_callback`) and, awaited, in the triggerer (a
-`DeadlineAlert`'s callback).
+The same class runs in the dag-processor (`on_failure_callback`), in `airflow dags test`'s own process (which
+hands it the serialized DAG: its message is rendered without the DAG's template settings there) and, awaited, in
+the triggerer (a `DeadlineAlert`'s callback). A failed run's alert names the failed task and its reason, as the
+task recorded them (lastline.airflow.failures).
 """
 from __future__ import annotations
 
@@ -29,6 +31,7 @@ from airflow.sdk import BaseNotifier, Connection
 from airflow.sdk.definitions.callback import AsyncCallback
 from airflow.sdk.definitions.deadline import DeadlineAlert, DeadlineReference
 
+from lastline.airflow import failures
 from lastline.core import alerting
 
 log = logging.getLogger(__name__)
@@ -91,6 +94,14 @@ class Alert(BaseNotifier):
         super().__init__(context)  # the triggerer passes a deadline's context here, then awaits the notifier
         self.event, self.message, self.conn_id, self.details = event, message, conn_id, details
 
+    def render_template_fields(self, context: Any, jinja_env: Any = None) -> None:
+        """The message rendered with the DAG's template settings where the DAG has them; `dags test` passes the
+        serialized DAG, which has none: a plain sandboxed environment then (the message uses no DAG setting)."""
+        dag = context.get("dag") if hasattr(context, "get") else None
+        if jinja_env is None and dag is not None and not hasattr(dag, "get_template_env"):
+            jinja_env = self.get_template_env(dag=None)
+        super().render_template_fields(context, jinja_env)
+
     def _details(self, context: Any) -> dict[str, Any]:
         context = context or {}
         run = context.get("dag_run")
@@ -107,6 +118,12 @@ class Alert(BaseNotifier):
         reason = context.get("reason")
         if reason:
             out["reason"] = str(reason)
+        if self.event == "failed" and out.get("dag_id") and out.get("run_id"):
+            recorded = failures.failed(str(out["dag_id"]), str(out["run_id"]))
+            if recorded:  # what the failed task said, not the scheduler's "task_failure"
+                first = recorded[0]
+                out.update(task_id=first["task_id"], reason=first["reason"], what_to_do=first["what_to_do"],
+                           log=first["log"], failed_tasks=[f["task_id"] for f in recorded])
         return out
 
     def _text(self, details: dict[str, Any]) -> str:
@@ -115,6 +132,8 @@ class Alert(BaseNotifier):
         what = f"{details.get('dag_id', '?')} run {details.get('run_id', '?')}"
         if self.event == "failed":
             task = f" (task {details['task_id']})" if details.get("task_id") else ""
+            if details.get("what_to_do"):
+                return f"lastline: {what} failed{task}: {details['reason']}\n{details['what_to_do']}"
             return f"lastline: {what} failed{task}: open its log in Airflow; each step is safe to re-run"
         return f"lastline: {what}: {self.event}"
 

@@ -6,6 +6,7 @@ from datetime import timedelta
 
 import pendulum
 
+from lastline.airflow import failures
 from lastline.airflow.alerts import Alert
 
 START_DATE = pendulum.datetime(2026, 1, 1, tz="UTC")
@@ -25,7 +26,7 @@ def schedule(name: str, default: str) -> str | None:
 
 def default_args() -> dict:
     """Retries for every task: each step is safe to re-run (LASTLINE_RETRIES, default 2); return values kept out
-    of the task logs."""
+    of the task logs; a task whose last try failed saves what failed into the run's report (failures.record)."""
     return {
         "owner": "lastline",
         "retries": int(env("RETRIES", "2")),
@@ -33,6 +34,7 @@ def default_args() -> dict:
         # each task logs what it did in a line or a few; its return value (XCom, for the next task) is not
         # printed again as one long line at the end of its log
         "show_return_value_in_logs": False,
+        "on_failure_callback": failures.record,  # the Report tab opens with the failed task, its reason, its log
     }
 
 

@@ -4,6 +4,9 @@ A stage function takes its typed plan and results (core.plans.Plan, Result: froz
 result; `step(fn)` makes it a task whose arguments, arriving from XCom as dicts, are turned back into the types the
 function's annotations name, and whose typed return value is stored as its dict form. The stages below never see
 XCom, and XCom never holds anything but small JSON.
+
+`task` is the Task SDK's, every callable it makes a task of going through failures.explained (a failure's log
+opens with its whole reason); lastline's DAG files and task groups take `task` and `step` from here.
 """
 from __future__ import annotations
 
@@ -14,8 +17,9 @@ import typing
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from airflow.sdk import task
+from airflow.sdk import task as sdk_task
 
+from lastline.airflow.failures import explained
 from lastline.core.plans import Typed, plain
 
 
@@ -40,6 +44,7 @@ def typed_call(fn: Callable[..., Any]) -> Callable[..., Any]:
     kinds = {name: kind for name in signature.parameters if (kind := _typed(hints.get(name)))}
 
     @functools.wraps(fn)
+    @explained
     def call(*args: Any, **kwargs: Any) -> Any:
         bound = signature.bind_partial(*args, **kwargs)
         for name, kind in kinds.items():
@@ -52,4 +57,23 @@ def typed_call(fn: Callable[..., Any]) -> Callable[..., Any]:
 
 def step(fn: Callable[..., Any], **kw: Any) -> Any:
     """A stage function as a task of this layer (`task(**kw)`): XComArgs (or values) in, an XComArg out."""
-    return task(**kw)(typed_call(fn))
+    return sdk_task(**kw)(typed_call(fn))
+
+
+class _Explained:
+    """A Task SDK task decorator (`task`, `task.branch`, `task.sensor`, ...) whose callables log their failure's
+    reason whole (failures.explained): `@task`, `@task(**kw)`, `@task.branch`, `@task.sensor(**kw)` as usual."""
+
+    def __init__(self, decorator: Any) -> None:
+        self._decorator = decorator
+
+    def __call__(self, python_callable: Callable[..., Any] | None = None, **kw: Any) -> Any:
+        if python_callable is None:
+            return lambda fn: self._decorator(explained(fn), **kw)
+        return self._decorator(explained(python_callable), **kw)
+
+    def __getattr__(self, name: str) -> _Explained:
+        return _Explained(getattr(self._decorator, name))
+
+
+task: Any = _Explained(sdk_task)

@@ -3,12 +3,12 @@ from __future__ import annotations
 
 from typing import Any, cast
 
-from airflow.sdk import chain, get_current_context, task, task_group
+from airflow.sdk import chain, get_current_context, task_group
 from airflow.sdk.definitions.xcom_arg import XComArg
 
 from lastline.airflow.approval import ApproveReplacement
 from lastline.airflow.routing import on_server
-from lastline.airflow.steps import step, xcom_form
+from lastline.airflow.steps import step, task, xcom_form
 from lastline.logical import restore as lr
 from lastline.logical.format.plans import ConfigSnapshot
 from lastline.logical.format.plans import RestorePlan as LogicalRestorePlan

@@ -42,7 +42,8 @@ def _candidates(storage: Storage, base: str, kind: str) -> list[tuple[str, str]]
     (`any`: physical and logical alike)."""
     if base and base != "auto":
         if not ID_RE.match(base):
-            raise ConfigError(f"base {base!r}: a backup id in the destination (YYYYMMDDTHHMMSSZ) or auto.")
+            raise ConfigError(f"base {base!r}: a backup id in the destination (a UTC time and 6 hex digits, as "
+                              "lastline names them: 20261128T161432Z-7c93b6) or auto.")
         of = manifest_kind(storage, base) if storage.exists(f"{base}/{MANIFEST}") else None
         if of is None or (kind != "any" and of != kind):
             raise Refusal(f"base {base} is not a complete {'' if kind == 'any' else kind + ' '}backup in "
