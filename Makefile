@@ -1,6 +1,7 @@
 # lastline: `make demo` and `make test` work on a fresh Debian machine (as root); both run `make setup` first.
-# `make docs` builds the documentation site (docs/, mkdocs.yml) strictly: a broken link or page fails it.
-.PHONY: docs setup demo ui test test-fast test-distributed faults bench bench-physical bench-logical bench-restore bench-rebuild bench-impact bench-pitr bench-scale lint clean
+# `make docs` builds the documentation site (docs/, mkdocs.yml) strictly: a broken link or page fails it; `make docs-serve`
+# serves it on 127.0.0.1:8000.
+.PHONY: docs docs-serve setup demo ui test test-fast test-distributed faults bench bench-physical bench-logical bench-restore bench-rebuild bench-impact bench-pitr bench-scale lint clean
 # the benchmarks' deployment settings: their runs keep backups under bench/results (or a --work elsewhere in /tmp), unattended
 BENCH_ENV = LASTLINE_BACKUP_ROOTS="file://$(CURDIR)/bench/results,file:///tmp,s3://?aws_conn_id=bench_s3,ssh://" LASTLINE_APPROVAL=false
 
@@ -62,6 +63,9 @@ bench-impact:  # what a backup costs production: sysbench write latency with and
 
 docs: setup  # the documentation site into .site/ (MkDocs, Material theme), strict: a broken link fails the build
 	@.venv/bin/mkdocs build --strict --quiet --site-dir .site
+
+docs-serve: setup  # the documentation site, rebuilt as you edit, on http://127.0.0.1:8000 (search included); Ctrl-C stops it
+	@.venv/bin/mkdocs serve --strict --dev-addr 127.0.0.1:8000
 
 lint: setup  # ruff on everything, mypy on the whole package (settings in pyproject.toml)
 	@.venv/bin/ruff check dags plugins include tests bench tools
