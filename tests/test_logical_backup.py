@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from lastline.core.errors import PreflightError
 from lastline.core.sql import string_literal
 from lastline.logical import backup as lb
 from lastline.logical.format import dialect
@@ -291,6 +292,43 @@ def test_missing_reload_privilege_is_named_and_leaves_no_manifest(run_dag, logic
     assert state == "failed" and tis["dump"] == "failed"
     assert "RELOAD" in logs
     assert not list(tmp_path.glob("*/manifest.json"))
+
+
+@pytest.mark.parametrize("grants", [
+    "SELECT, SHOW VIEW, RELOAD, PROCESS, LOCK TABLES, BINLOG MONITOR, EVENT ON *.*",  # no TRIGGER
+    "SELECT, SHOW VIEW, RELOAD, PROCESS, LOCK TABLES, BINLOG MONITOR, TRIGGER ON *.*",  # no EVENT
+    "SELECT, SHOW VIEW, RELOAD, PROCESS, LOCK TABLES, BINLOG MONITOR ON *.*|TRIGGER, EVENT ON `st\\_re`.*",  # another db
+    "SELECT, SHOW VIEW, RELOAD, PROCESS, LOCK TABLES, BINLOG MONITOR ON *.*|TRIGGER, EVENT ON `st_r%`.*",  # a pattern: enough
+])
+def test_an_account_that_cannot_see_every_trigger_and_event_is_refused_before_it_backs_up_none(logical_source, tmp_path, grants):
+    """information_schema hides the triggers and events an account holds no TRIGGER / EVENT for: such a backup carried
+    none of them and still verified. The preflight now reads the account's grants (on *.*, or a database grant whose
+    name or pattern matches) and refuses, naming the privilege and the database."""
+    from conftest import set_conn
+    from lastline.logical.backup import preflight
+
+    root = logical_source.server()
+    assert root.query("SELECT COUNT(*) FROM information_schema.TRIGGERS WHERE TRIGGER_SCHEMA = 'store'")[0][0] > 0
+    assert root.query("SELECT COUNT(*) FROM information_schema.EVENTS WHERE EVENT_SCHEMA = 'store'")[0][0] > 0
+    root.query("CREATE OR REPLACE USER 'blind'@'127.0.0.1' IDENTIFIED BY 'blind-pw-1'")
+    for grant in grants.split("|"):
+        root.query(f"GRANT {grant} TO 'blind'@'127.0.0.1'")
+    set_conn("t_blind", logical_source)
+    conn = json.loads(os.environ["AIRFLOW_CONN_T_BLIND"])
+    conn.update(login="blind", password="blind-pw-1")
+    os.environ["AIRFLOW_CONN_T_BLIND"] = json.dumps(conn)
+    try:
+        conf = {"source_conn_id": "t_blind", "destination": f"file://{tmp_path}", "databases": ["store"]}
+        if "st_r%" in grants:
+            assert preflight(conf).databases == ["store"]
+            return
+        with pytest.raises(PreflightError) as err:
+            preflight(conf)
+        lacking = "TRIGGER" if "EVENT ON *.*" in grants else "EVENT" if "TRIGGER ON *.*" in grants else "TRIGGER"
+        assert f"lacks {lacking} on store" in str(err.value) and "GRANT " in str(err.value), err.value
+    finally:
+        root.query("DROP USER 'blind'@'127.0.0.1'")  # other tests back up the source's accounts
+    assert not list(tmp_path.iterdir())
 
 
 def test_lost_connection_mid_dump_is_clear_and_leaves_no_manifest(logical_source, tmp_path):

@@ -14,6 +14,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Any
 
 BACKUP, RESTORE = "backup source", "restore target"
 
@@ -55,6 +56,7 @@ NEEDS: dict[str, tuple[Need, ...]] = {
     ),
 }
 _ON_ALL = re.compile(r"^GRANT (?P<privs>.+?) ON \*\.\* TO ", re.IGNORECASE)
+_ON_DB = re.compile(r"^GRANT (?P<privs>.+?) ON (?P<db>`(?:[^`]|``)+`)\.\* TO ", re.IGNORECASE)
 _ALIASES = {"REPLICATION CLIENT": "BINLOG MONITOR", "SLAVE MONITOR": "REPLICA MONITOR"}
 
 
@@ -67,20 +69,71 @@ def uses(protected: bool, role: str | None) -> list[str]:
     return [BACKUP, RESTORE]
 
 
+def _privileges(privs: str, text: str) -> set[str]:
+    """The privileges one GRANT line's list names (upper case, MySQL's names as MariaDB's)."""
+    out = set()
+    for priv in privs.split(","):
+        name = re.sub(r"\s*\(.*\)$", "", priv.strip().upper())  # a column list belongs to a table grant
+        out.add(_ALIASES.get(name, name))
+    if re.search(r"WITH\b.*\bGRANT OPTION", text, re.IGNORECASE):
+        out.add("GRANT OPTION")
+    return out
+
+
 def held(grants: Iterable[str]) -> set[str]:
     """The privileges `SHOW GRANTS` lines give on *.* (upper case; ALL PRIVILEGES and GRANT OPTION as themselves)."""
     out: set[str] = set()
     for line in grants:
         text = " ".join(str(line).split())
-        found = _ON_ALL.match(text)
-        if not found:
-            continue
-        for priv in found["privs"].split(","):
-            name = re.sub(r"\s*\(.*\)$", "", priv.strip().upper())  # a column list belongs to a table grant
-            out.add(_ALIASES.get(name, name))
-        if re.search(r"WITH\b.*\bGRANT OPTION", text, re.IGNORECASE):
-            out.add("GRANT OPTION")
+        if found := _ON_ALL.match(text):
+            out |= _privileges(found["privs"], text)
     return out
+
+
+def _pattern(name: str) -> re.Pattern[str]:
+    """A database grant's name as the server matches it: `%` and `_` are wildcards unless escaped with a backslash."""
+    out, chars = [], iter(name)
+    for ch in chars:
+        if ch == "\\":
+            out.append(re.escape(next(chars, "\\")))
+        else:
+            out.append(".*" if ch == "%" else "." if ch == "_" else re.escape(ch))
+    return re.compile("".join(out), re.DOTALL)
+
+
+def held_on(grants: Iterable[str], database: str) -> set[str]:
+    """The privileges `SHOW GRANTS` lines give on every table of `database`: those on *.* and those on a database
+    grant whose name (or pattern) matches it. A grant on single tables does not count."""
+    lines = [str(line) for line in grants]
+    out = held(lines)
+    for text in lines:
+        found = _ON_DB.match(text)
+        if found and _pattern(found["db"][1:-1].replace("``", "`")).fullmatch(database):
+            out |= _privileges(found["privs"], text)
+    return out
+
+
+def account_grants(cur: Any) -> tuple[str, list[str], list[str]]:
+    """The session's account (CURRENT_USER()), its SHOW GRANTS lines with those of the role it has enabled, and the
+    roles whose grants were read (MariaDB's SHOW GRANTS holds the enabled role's; MySQL's names the role only)."""
+    cur.execute("SELECT CURRENT_USER()")
+    account = str(cur.fetchone()[0])
+    cur.execute("SHOW GRANTS")
+    grants = [_text(r[0]) for r in cur.fetchall()]
+    cur.execute("SELECT CURRENT_ROLE()")
+    role = (cur.fetchone() or [None])[0]
+    roles = [_text(role)] if role and _text(role) != "NONE" else []
+    for name in list(roles):
+        try:
+            cur.execute("SHOW GRANTS FOR %s", (name,))
+            grants += [_text(r[0]) for r in cur.fetchall()]
+        except Exception:  # noqa: BLE001 - a role spelled `r`@`%` (MySQL): its grants are not read
+            roles.remove(name)
+    return account, grants, roles
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, (bytes, bytearray)) else str(value)
 
 
 def missing(have: set[str], use: str) -> list[Need]:

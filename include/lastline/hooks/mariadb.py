@@ -70,19 +70,9 @@ class MariaDbHook(MySqlHook):
             conn = self.read_connection()
             server = Server.from_connection(conn)
             with server.session() as cur:
-                cur.execute("SELECT VERSION(), CURRENT_USER()")
-                version, account = (str(v) for v in cur.fetchone())
-                cur.execute("SHOW GRANTS")
-                grants = [str(r[0]) for r in cur.fetchall()]
-                cur.execute("SELECT CURRENT_ROLE()")
-                role = (cur.fetchone() or [None])[0]
-                roles = [str(role)] if role and str(role) != "NONE" else []
-                for name in roles:  # MariaDB's SHOW GRANTS holds the enabled role's; MySQL's names the role only
-                    try:
-                        cur.execute("SHOW GRANTS FOR %s", (name,))
-                        grants += [str(r[0]) for r in cur.fetchall()]
-                    except Exception:  # noqa: BLE001 - a role spelled `r`@`%` (MySQL): its grants are not read
-                        roles.remove(name)
+                cur.execute("SELECT VERSION()")
+                version = str(cur.fetchone()[0])
+                account, grants, roles = privileges.account_grants(cur)
         except LastlineError as exc:
             return False, str(exc)
         except Exception as exc:  # noqa: BLE001 - the driver's errors: the form shows them as they are

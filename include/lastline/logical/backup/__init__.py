@@ -29,7 +29,7 @@ from lastline.logical.backup.dumper import Dumper, TableState
 from lastline.logical.backup.snapshot import METHODS, Guard, SnapshotPool, snapshot_method
 from lastline.logical.format import chunking, dialect
 from lastline.logical.format.plans import BackupPlan, DumpResult
-from lastline.logical.format.schema import auto_increment, read_schema, render_sql, resolve_databases
+from lastline.logical.format.schema import auto_increment, read_schema, render_sql, require_object_privileges, resolve_databases
 from lastline.manifest import (
     MANIFEST,
     FileInfo,
@@ -80,6 +80,7 @@ def preflight(conf: dict) -> BackupPlan:
     with server.session() as cur:
         databases = resolve_databases(cur, params.names("databases") or None)
         refuse_versioned(cur, databases)
+        require_object_privileges(cur, databases)
         cur.execute("SELECT @@version")
         version = cur.fetchone()[0]
         plans = chunking.table_plans(cur, databases)

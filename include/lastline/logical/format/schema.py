@@ -11,6 +11,7 @@ import logging
 import re
 from typing import Any
 
+from lastline.core import privileges
 from lastline.core.errors import PreflightError
 from lastline.core.sql import ASIDE_PREFIX, META_DB, SYSTEM_SCHEMAS, placeholders, qualified, quote_ident
 
@@ -49,6 +50,32 @@ def resolve_databases(cur: Any, requested: list[str] | None) -> list[str]:
             f"{', '.join(system)}: system schemas and lastline's own {META_DB} are not dumped; use include_grants for users."
         )
     return list(dict.fromkeys(requested))
+
+
+OBJECT_PRIVILEGES = {"TRIGGER": "triggers", "EVENT": "events"}  # hidden from information_schema without these
+
+
+def require_object_privileges(cur: Any, databases: list[str]) -> None:
+    """Refuse a backup whose account may not see every trigger and event of `databases`: information_schema lists
+    only those the account holds TRIGGER (on the table) and EVENT (on the database) for, so without them a backup
+    would carry none and still verify. Granted on *.*, on each database, or through the role enabled at login."""
+    account, grants, _ = privileges.account_grants(cur)
+    lacking: dict[str, list[str]] = {}
+    for db in databases:
+        have = privileges.held_on(grants, db)
+        if "ALL PRIVILEGES" in have or "ALL" in have:
+            continue
+        for priv in OBJECT_PRIVILEGES:
+            if priv not in have:
+                lacking.setdefault(priv, []).append(db)
+    if lacking:
+        said = "; ".join(f"{priv} on {', '.join(dbs[:5])}{' and more' if len(dbs) > 5 else ''} (its {OBJECT_PRIVILEGES[priv]} "
+                         "would be left out)" for priv, dbs in lacking.items())
+        raise PreflightError(
+            f"the backup account {account} lacks {said}: the server hides those objects from an account without the "
+            f"privilege, so the backup would carry none and still verify. GRANT {', '.join(lacking)} ON *.* TO {account} "
+            "(the backup account's grants are in the documentation's Grants page), or on each database backed up."
+        )
 
 
 def view_order(views: list[dict]) -> list[dict]:
