@@ -1,10 +1,12 @@
 """A person approves a restore that would replace data, before anything is touched.
 
-`approve` follows a restore's preflight: when the plan carries `at_risk` (force on a non-empty target, and
-the `approval` Param on), the run waits on Airflow's human-in-the-loop approval showing the blast radius:
-the databases and tables to be replaced with their rows, size and last write, and the backup's id and age.
-Approve: the restore goes on. Reject: the run fails at once, nothing touched. Nothing at risk (an empty
-target, a resumed restore, `approval` off for automation): the task passes straight through.
+`approve` follows a restore's preflight: when the plan carries `at_risk` (data on the target would be replaced,
+with or without `force`, and the deployment's LASTLINE_APPROVAL or the target connection's extra `approval` asks),
+the run waits on Airflow's human-in-the-loop approval showing the blast radius: the databases and tables to be
+replaced with their rows, size and last write, and the backup's id and age. Approve: the restore goes on (a run
+started without `force` replaces as `force` would: the approval is what allows it). Reject, or no answer in
+time: the run fails at once, nothing touched. Nothing at risk (an empty target, a resumed restore, a target that
+asks no approval): the task passes straight through.
 """
 from __future__ import annotations
 
@@ -44,6 +46,9 @@ def body(plan: dict) -> str:
         lines.append(f"- the whole datadir `{risk['datadir']}` (moved aside, deleted once the restore is verified)")
     if risk.get("note"):
         lines.append(f"- {risk['note']}")
+    if risk.get("force") is False:  # plans made before the key was recorded say nothing of it
+        lines += ["", "The restore was started **without force**: approving is what replaces this data; rejecting leaves "
+                  "it as it is."]
     tables = risk.get("tables", [])
     if tables:
         lines += ["", "| table | rows (estimate) | size | last write |", "|---|---:|---:|---|"]
@@ -69,7 +74,8 @@ class ApproveReplacement(ApprovalOperator):
     def execute(self, context: Any) -> Any:
         plan = dict(self.plan or {})
         if not plan.get("at_risk"):
-            self.log.info("no approval needed: nothing on the target is replaced (or the approval Param is off)")
+            self.log.info("no approval needed: nothing on the target is replaced, the restore resumes, or the target "
+                          "asks no approval")
             return {"approved": "not needed"}
         self.subject, self.body = subject(plan), body(plan)
         self.notifiers = [Alert("approval_needed", message=f"lastline: approval needed: {self.subject}")]
