@@ -207,3 +207,21 @@ def test_a_physical_restore_with_the_form_s_defaults_waits_for_approval_then_rep
                                              r"set force to replace it without asking"):
         pr.preflight(conf)
     assert pr.preflight({**conf, "force": True}).at_risk is None
+
+
+def test_a_replica_rebuild_onto_data_waits_for_approval_too(source, target, asks, monkeypatch):
+    """The rebuild replaces the replica's whole datadir as a physical restore does: the same rule, and the approval
+    names what replaces it (a fresh copy of the source, not a backup)."""
+    from lastline.airflow.approval import body, subject
+    from lastline.replication import rebuild as rr
+
+    conf = {"source_conn_id": "t_source", "target_conn_id": "t_target", "replication_conn_id": "t_source", "force": False}
+    plan = rr.preflight(conf)
+    assert plan.datadir_state == "data" and plan.at_risk and plan.at_risk["force"] is False and plan.force
+    asked = plan.to_dict()
+    assert subject(asked).endswith(f"with a fresh copy of {plan.at_risk['source']}?")
+    assert "**A fresh copy of** t_source" in body(asked) and "**without force**" in body(asked)
+    monkeypatch.setenv("LASTLINE_APPROVAL", "false")
+    with pytest.raises(PreflightError, match=r"is not empty, and no person is asked .*: set force to replace it"):
+        rr.preflight(conf)
+    assert rr.preflight({**conf, "force": True}).at_risk is None

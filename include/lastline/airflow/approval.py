@@ -29,15 +29,22 @@ def _size(n: int) -> str:
 def subject(plan: dict) -> str:
     risk = plan["at_risk"]
     return (f"Replace {risk.get('table_count', 0)} table(s) in {len(risk.get('databases', []))} database(s) on "
-            f"{risk['target']} with backup {risk['backup_id']}?")
+            f"{risk['target']} with {_replacement(risk)}?")
+
+
+def _replacement(risk: dict) -> str:
+    """What replaces the data: a backup, or (a replica rebuild) a fresh copy of its source."""
+    return f"backup {risk['backup_id']}" if risk.get("backup_id") else f"a fresh copy of {risk.get('source', '?')}"
 
 
 def body(plan: dict) -> str:
     """The blast radius as Markdown."""
     risk = plan["at_risk"]
     age = f"{risk['age_hours']:,.1f} hours old" if risk.get("age_hours") is not None else "age unknown"
+    what = (f"**Backup** `{risk['backup_id']}` (taken {risk.get('taken_at') or '?'}, {age})" if risk.get("backup_id") else
+            f"**A fresh copy of** {risk.get('source', '?')} (streamed now, node to node)")
     lines = [
-        f"**Backup** `{risk['backup_id']}` (taken {risk.get('taken_at') or '?'}, {age}) will replace, on **{risk['target']}**:",
+        f"{what} will replace, on **{risk['target']}**:",
         "",
         f"- databases: {', '.join(f'`{d}`' for d in risk.get('databases', [])) or '(none listed)'}",
         f"- {risk.get('table_count', 0):,} table(s), about {risk.get('rows', 0):,} rows, {_size(risk.get('bytes', 0))}",
