@@ -6,8 +6,8 @@ file operation and command on it goes through that host (see :mod:`lastline.data
 Safety rules:
 - the target is never started while `<datadir>/.lastline-restore-in-progress` exists (a restore that
   did not finish leaves it, so half-restored data never serves);
-- with `force` (or, without it, once a person approved: see lastline.airflow.approval), what the datadir held is moved aside to `<datadir>.lastline-aside-<time>[-N]` and
-  deleted only once the restored server has been verified;
+- with `force` (or, without it, once a person approved: see lastline.airflow.approval), what the datadir held is
+  moved aside to `<datadir>.lastline-aside-<time>[-N]` and deleted only once the restored server has been verified;
 - a retry finds its own marker and starts the extraction again on a clean datadir.
 """
 from __future__ import annotations
@@ -76,7 +76,7 @@ def preflight(conf: dict, role: str | None = None) -> RestorePlan:
     require_tools("mariabackup", "mbstream", c.tool, host=host)
     physical.check_versions(physical.tool_version(host), manifest.server_version)
     force, asks = params.flag("force"), server.asks_approval()
-    state = check_datadir(server, int(manifest.datadir_bytes * 1.1), force, approvable=True)
+    state = check_datadir(server, int(manifest.datadir_bytes * 1.1), force)
     at_risk = None
     if state == "data" and asks:  # the whole datadir is replaced: a person approves first
         at_risk = {**backup_age(backup_id), "target": server.describe(), "datadir": datadir, "force": force}

@@ -17,18 +17,15 @@ from lastline.physical import tools as physical
 log = logging.getLogger(__name__)
 
 
-def check_datadir(server: Server, need: int, force: bool, approvable: bool = False) -> str:
-    """Refuse a non-empty datadir without `force` (`approvable`: unless a person approves it first, on a server that
-    asks: the path has an approval step), and too little room; return the datadir's state."""
+def check_datadir(server: Server, need: int, force: bool) -> str:
+    """Refuse a non-empty datadir without `force` where no person is asked to approve its replacement (where one is,
+    the approval step that follows preflight waits), and too little room; return the datadir's state."""
     datadir, host = server.require_datadir(), server.runner()
     state = dd.state(host, datadir)
-    if state == "data" and not force and not (approvable and server.asks_approval()):
-        aside = f"to {datadir}.lastline-aside-<time>[-N], deleted only after a verified restore"
+    if state == "data" and not force and not server.asks_approval():
         raise PreflightError(
             f"target datadir {datadir} on {host.name} is not empty, and {server.unforced()} (its contents are moved "
-            f"aside {aside}); or empty it yourself." if approvable else
-            f"target datadir {datadir} on {host.name} is not empty: set force=true to move its contents aside "
-            f"({aside}), or empty it yourself."
+            f"aside to {datadir}.lastline-aside-<time>[-N], deleted only after a verified restore); or empty it yourself."
         )
     dd.require_room(host, datadir, need, "the unpacked backup")
     dd.as_owner(host, datadir)  # refuses a host where extract and prepare could not drop root

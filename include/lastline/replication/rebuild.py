@@ -98,7 +98,7 @@ def preflight(conf: dict) -> RebuildPlan:
         log.info("target %s does not answer: rebuilding a stopped replica", target.describe())
     force, asks = params.flag("force"), target.asks_approval()
     need = int(dd.used_bytes(src_host, src_dir) * 1.1)
-    state = check_datadir(target, need, force, approvable=True)
+    state = check_datadir(target, need, force)
     at_risk = None
     if state == "data" and asks:  # the replica's whole datadir is replaced: a person approves first
         at_risk = {"source": source.describe(), "target": target.describe(), "datadir": tgt_dir, "force": force}
