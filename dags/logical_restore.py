@@ -50,8 +50,8 @@ from lastline.airflow.task_groups import logical_restore_steps
         "target_conn_id", "backup", "databases", "parallel", "tune", "restart_allowed", "defer_indexes", "index_build", "force", "enable_events",
         "restore_grants", "restore_into_source", "redo_log_bytes", "aws_conn_id",
         databases="a subset; empty: every database in the backup", parallel="work units loading at once on the target",
-        force=f"replace databases that already exist on the target (set aside until the restore is verified) without a "
-              f"person's say, as an unattended run needs; {FORCE_OFF}",
+        force=f"replace databases that already exist on the target (set aside until the restore is verified) where no "
+              f"person is asked to approve it, as an unattended run needs; {FORCE_OFF}",
         backup=recent_backups("logical"),
     ),
 )

@@ -31,8 +31,8 @@ from lastline.airflow.task_groups import physical_restore_steps
     params=params(
         "target_conn_id", "backup", "parallel", "use_memory", "force", "restore_into_source", "aws_conn_id",
         parallel="decompress and mbstream threads",
-        force=f"move a non-empty target datadir aside (deleted after verify) without a person's say, as an unattended run "
-              f"needs; {FORCE_OFF}",
+        force=f"move a non-empty target datadir aside (deleted after verify) where no person is asked to "
+              f"approve it, as an unattended run needs; {FORCE_OFF}",
         backup=recent_backups("physical"),
     ),
 )

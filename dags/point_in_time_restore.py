@@ -40,7 +40,7 @@ from lastline.pitr import restore as pitr
                   "replay_method", "parallel", "force", "restore_into_source", "aws_conn_id",
                   databases="a logical base's databases to restore and roll forward; empty: every one it holds",
                   force="replace what the base replaces: a non-empty datadir (physical) or existing databases (logical), "
-                        f"set aside until verified, without a person's say, as an unattended run needs; {FORCE_OFF}"),
+                        f"set aside until verified, where no person is asked to approve it, as an unattended run needs; {FORCE_OFF}"),
 )
 def point_in_time_restore():
     @task(multiple_outputs=True, **on_server("target_conn_id", long=False))

@@ -41,8 +41,8 @@ from lastline.replication import rebuild as rr
         "max_mb_per_s", "catch_up_timeout", "force",
         compression=Override(rr.STREAM_COMPRESSION, enum=list(CODECS), description="compression on the wire (zstd-fast: nothing is kept)"),
         parallel="mariabackup, compressor and mbstream threads",
-        force=f"move a non-empty target datadir aside (deleted after verify) without a person's say, as an unattended run "
-              f"needs; {FORCE_OFF}",
+        force=f"move a non-empty target datadir aside (deleted after verify) where no person is asked to "
+              f"approve it, as an unattended run needs; {FORCE_OFF}",
     ),
 )
 def replica_rebuild():
