@@ -1,8 +1,9 @@
 """
 ### logical_restore: tune → parallel chunked load with per-table fan-out → revert → verify
 
-preflight → approve (when `force` would replace data and the deployment or the target's connection asks:
-a person approves, shown the tables, rows and last writes at risk and the backup's age) →
+preflight → approve (when data on the target would be replaced and the deployment or the target's connection
+asks: a person approves, shown the tables, rows and last writes at risk and the backup's age; without `force`,
+the approval is what lets the restore replace them, and where nothing asks, only `force` does) →
 **snapshot_config** (setup, read-only: records the production values durably on the target) → prepare
 (tune, create_schema, plan: short steps, one task) → **load** (`parallel` mapped lanes) → finalize →
 **revert** (teardown: runs after a failure too) → verify (then the report).
@@ -36,7 +37,7 @@ from __future__ import annotations
 from airflow.sdk import dag
 
 from lastline.airflow.defaults import dag_args
-from lastline.airflow.params import params, recent_backups
+from lastline.airflow.params import FORCE_OFF, params, recent_backups
 from lastline.airflow.task_groups import logical_restore_steps
 
 
@@ -49,7 +50,8 @@ from lastline.airflow.task_groups import logical_restore_steps
         "target_conn_id", "backup", "databases", "parallel", "tune", "restart_allowed", "defer_indexes", "index_build", "force", "enable_events",
         "restore_grants", "restore_into_source", "redo_log_bytes", "aws_conn_id",
         databases="a subset; empty: every database in the backup", parallel="work units loading at once on the target",
-        force="replace databases that already exist on the target (set aside until the restore is verified)",
+        force=f"replace databases that already exist on the target (set aside until the restore is verified) where no "
+              f"person is asked to approve it, as an unattended run needs; {FORCE_OFF}",
         backup=recent_backups("logical"),
     ),
 )

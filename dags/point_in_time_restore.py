@@ -24,7 +24,7 @@ from airflow.sdk import dag
 
 from lastline.airflow.assets import recorded_archive_head
 from lastline.airflow.defaults import dag_args
-from lastline.airflow.params import params
+from lastline.airflow.params import FORCE_OFF, params
 from lastline.airflow.routing import on_server
 from lastline.airflow.steps import step, task
 from lastline.airflow.task_groups import logical_restore_steps, physical_restore_steps
@@ -42,7 +42,7 @@ from lastline.pitr import restore as pitr
                   "replay_method", "parallel", "force", "restore_into_source", "aws_conn_id",
                   databases="a logical base's databases to restore and roll forward; empty: every one it holds",
                   force="replace what the base replaces: a non-empty datadir (physical) or existing databases (logical), "
-                        "set aside until verified"),
+                        f"set aside until verified, where no person is asked to approve it, as an unattended run needs; {FORCE_OFF}"),
 )
 def point_in_time_restore():
     @task(multiple_outputs=True, **on_server("target_conn_id", long=False))

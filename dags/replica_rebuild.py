@@ -2,7 +2,9 @@
 ### replica_rebuild: rebuild a replica from its source in one stream, node to node
 
 preflight (target not `protected`; source has a binlog and a server_id; versions and tools fit on
-both hosts; target datadir empty unless `force`; room; the replication user) → stop_target →
+both hosts; target datadir empty unless `force` or the approval below; room; the replication user) → approve
+(when the replica's data would be replaced and the deployment or its connection asks: a person approves, shown
+its tables) → stop_target →
 **stream** (ONE pipeline: `mariabackup --backup --stream | compress` on the source's host
 `| ssh target "decompress | mbstream -x --parallel -C datadir"`, byte count and CRC-32 compared at
 both ends) → prepare (on the target's host) → start_target → attach (`CHANGE MASTER` from the
@@ -20,8 +22,9 @@ from __future__ import annotations
 
 from airflow.sdk import PokeReturnValue, chain, dag
 
+from lastline.airflow.approval import ApproveReplacement
 from lastline.airflow.defaults import dag_args
-from lastline.airflow.params import Override, params
+from lastline.airflow.params import FORCE_OFF, Override, params
 from lastline.airflow.routing import on_server
 from lastline.airflow.steps import step, task, typed_call
 from lastline.physical.tools import CODECS
@@ -38,7 +41,8 @@ from lastline.replication import rebuild as rr
         "max_mb_per_s", "catch_up_timeout", "force",
         compression=Override(rr.STREAM_COMPRESSION, enum=list(CODECS), description="compression on the wire (zstd-fast: nothing is kept)"),
         parallel="mariabackup, compressor and mbstream threads",
-        force="move a non-empty target datadir aside (deleted after verify)",
+        force=f"move a non-empty target datadir aside (deleted after verify) where no person is asked to "
+              f"approve it, as an unattended run needs; {FORCE_OFF}",
     ),
 )
 def replica_rebuild():
@@ -52,12 +56,13 @@ def replica_rebuild():
         return PokeReturnValue(is_done=waited is not None, xcom_value=waited)
 
     plan = preflight()
+    approved = ApproveReplacement(task_id="approve", plan=plan)  # only when data would be replaced
     stopped, prepared, started = (step(f, **on_server("target_conn_id"))(plan) for f in (rr.stop_target, rr.prepare, rr.start_target))
     streamed = step(rr.stream, **on_server("source_conn_id"))(plan)  # source | ssh target: runs where mariabackup does
     attached = step(rr.attach)(plan, streamed)
     caught_up = catch_up(plan, attached)
     verified = step(rr.verify)(plan)
-    chain(stopped, streamed, prepared, started, attached, caught_up, verified)
+    chain(plan, approved, stopped, streamed, prepared, started, attached, caught_up, verified)
     step(rr.finish)(plan, streamed, verified)
     step(rr.report)(plan, stopped, streamed, prepared, started, attached, caught_up, verified)
 

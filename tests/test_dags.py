@@ -88,7 +88,8 @@ def test_replica_rebuild_shape(dagbag):
         "source_conn_id", "target_conn_id", "replication_conn_id", "parallel", "compression", "force", "catch_up_timeout",
     }
     order = [t.task_id for t in dag.topological_sort()]
-    assert order[:8] == ["preflight", "stop_target", "stream", "prepare", "start_target", "attach", "catch_up", "verify"]
+    assert order[:9] == ["preflight", "approve", "stop_target", "stream", "prepare", "start_target", "attach", "catch_up", "verify"]
+    assert type(dag.get_task("approve")).__name__ == "ApproveReplacement"  # a replica's data is replaced as a restore's
     assert dag.get_task("finish").upstream_task_ids >= {"verify", "stream"}  # old contents go only after verify
 
 

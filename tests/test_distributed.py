@@ -174,13 +174,14 @@ def test_a_restore_that_replaces_data_waits_for_approval_and_a_rejection_touches
     api = deployment.api
     target = servers["ltarget"].server()
     before = target.query("CHECKSUM TABLE dist_big.t1, store.film")
-    # the connection asks for approval; a run's conf could not skip it (`approval` there is not a Param any more)
-    conf = {"target_conn_id": "d_ltarget_ask", "backup": f"file://{deployment.dest}/logical/latest", "force": True, "approval": False}
+    # the connection asks for approval; a run's conf could not skip it (`approval` there is not a Param any more);
+    # force is left at the form's default (off): the approval is what lets the restore replace the data
+    conf = {"target_conn_id": "d_ltarget_ask", "backup": f"file://{deployment.dest}/logical/latest", "approval": False}
     rejected = api.trigger("logical_restore", conf)
     ask = _awaiting_approval(api, rejected, time.monotonic() + 120)
     # what the person is shown: the tables to be replaced with their rows and last write, the backup and its age
     assert ask["subject"].startswith("Replace ") and "dist_big" not in ask["subject"]  # the counts; the tables are below
-    for text in ("`store.film`", "last write", "hours old", "Reject"):
+    for text in ("`store.film`", "last write", "hours old", "Reject", "**without force**"):
         assert text in ask["body"], (text, ask["body"])
     rows = int(re.search(r"\| `dist_big.t1` \| ([\d,]+) \|", ask["body"]).group(1).replace(",", ""))
     assert 300_000 < rows < 500_000  # InnoDB's estimate of its 400,000 rows

@@ -215,11 +215,12 @@ def test_missing_manifest_is_incomplete_and_latest_skips_it(good_backup, tmp_pat
     assert backup_id == backup.name
 
 
-def test_non_empty_datadir_needs_force(good_backup, target):
+def test_non_empty_datadir_needs_force_where_no_one_is_asked(good_backup, target):
     from lastline.core.errors import PreflightError
     from lastline.physical import restore as pr
 
-    with pytest.raises(PreflightError, match="is not empty: set force=true"):
+    # the suite's deployment asks no approval (LASTLINE_APPROVAL=false); test_approval asks one
+    with pytest.raises(PreflightError, match="is not empty, and no person is asked .*: set force to replace it"):
         pr.preflight({"target_conn_id": "t_target", "backup": good_backup.as_uri()})
 
 

@@ -1,10 +1,12 @@
 """A person approves a restore that would replace data, before anything is touched.
 
-`approve` follows a restore's preflight: when the plan carries `at_risk` (force on a non-empty target, and
-the `approval` Param on), the run waits on Airflow's human-in-the-loop approval showing the blast radius:
-the databases and tables to be replaced with their rows, size and last write, and the backup's id and age.
-Approve: the restore goes on. Reject: the run fails at once, nothing touched. Nothing at risk (an empty
-target, a resumed restore, `approval` off for automation): the task passes straight through.
+`approve` follows a restore's preflight: when the plan carries `at_risk` (data on the target would be replaced,
+with or without `force`, and the deployment's LASTLINE_APPROVAL or the target connection's extra `approval` asks),
+the run waits on Airflow's human-in-the-loop approval showing the blast radius: the databases and tables to be
+replaced with their rows, size and last write, and the backup's id and age. Approve: the restore goes on (a run
+started without `force` replaces as `force` would: the approval is what allows it). Reject, or no answer in
+time: the run fails at once, nothing touched. Nothing at risk (an empty target, a resumed restore, a target that
+asks no approval): the task passes straight through.
 """
 from __future__ import annotations
 
@@ -27,15 +29,22 @@ def _size(n: int) -> str:
 def subject(plan: dict) -> str:
     risk = plan["at_risk"]
     return (f"Replace {risk.get('table_count', 0)} table(s) in {len(risk.get('databases', []))} database(s) on "
-            f"{risk['target']} with backup {risk['backup_id']}?")
+            f"{risk['target']} with {_replacement(risk)}?")
+
+
+def _replacement(risk: dict) -> str:
+    """What replaces the data: a backup, or (a replica rebuild) a fresh copy of its source."""
+    return f"backup {risk['backup_id']}" if risk.get("backup_id") else f"a fresh copy of {risk.get('source', '?')}"
 
 
 def body(plan: dict) -> str:
     """The blast radius as Markdown."""
     risk = plan["at_risk"]
     age = f"{risk['age_hours']:,.1f} hours old" if risk.get("age_hours") is not None else "age unknown"
+    what = (f"**Backup** `{risk['backup_id']}` (taken {risk.get('taken_at') or '?'}, {age})" if risk.get("backup_id") else
+            f"**A fresh copy of** {risk.get('source', '?')} (streamed now, node to node)")
     lines = [
-        f"**Backup** `{risk['backup_id']}` (taken {risk.get('taken_at') or '?'}, {age}) will replace, on **{risk['target']}**:",
+        f"{what} will replace, on **{risk['target']}**:",
         "",
         f"- databases: {', '.join(f'`{d}`' for d in risk.get('databases', [])) or '(none listed)'}",
         f"- {risk.get('table_count', 0):,} table(s), about {risk.get('rows', 0):,} rows, {_size(risk.get('bytes', 0))}",
@@ -44,6 +53,9 @@ def body(plan: dict) -> str:
         lines.append(f"- the whole datadir `{risk['datadir']}` (moved aside, deleted once the restore is verified)")
     if risk.get("note"):
         lines.append(f"- {risk['note']}")
+    if risk.get("force") is False:  # plans made before the key was recorded say nothing of it
+        lines += ["", "The restore was started **without force**: approving is what replaces this data; rejecting leaves "
+                  "it as it is."]
     tables = risk.get("tables", [])
     if tables:
         lines += ["", "| table | rows (estimate) | size | last write |", "|---|---:|---:|---|"]
@@ -69,7 +81,8 @@ class ApproveReplacement(ApprovalOperator):
     def execute(self, context: Any) -> Any:
         plan = dict(self.plan or {})
         if not plan.get("at_risk"):
-            self.log.info("no approval needed: nothing on the target is replaced (or the approval Param is off)")
+            self.log.info("no approval needed: nothing on the target is replaced, the restore resumes, or the target "
+                          "asks no approval")
             return {"approved": "not needed"}
         self.subject, self.body = subject(plan), body(plan)
         self.notifiers = [Alert("approval_needed", message=f"lastline: approval needed: {self.subject}")]

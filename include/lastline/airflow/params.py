@@ -31,6 +31,10 @@ SIZE = {"type": ["string", "integer"], "minimum": 0, "pattern": r"^\s*[0-9]+(\.[
 # role), staging and drill (that role); see servers()
 ROLES = {"source_conn_id": "source", "target_conn_id": "target", "drill_conn_id": "drill"}
 SERVER_TYPES = ("lastline", "mysql", "mariadb")
+# what a restore does without `force` (core.servers.Server.asks_approval); each restore DAG says what force replaces
+FORCE_OFF = ("off: a restore onto a non-empty target waits for a person's approval (under Required actions) where the "
+             "deployment (LASTLINE_APPROVAL) or the target's connection asks for one, and is refused where neither does; "
+             "where one is asked, force does not skip it")
 
 
 @dataclass(frozen=True)
@@ -166,7 +170,8 @@ SPECS: dict[str, Spec] = {
                          {"type": "number", "minimum": 0}),
     "catch_up_timeout": Spec(3600, "Catch-up timeout (s)", "seconds to wait for the replica to catch up", SPEED,
                              {"type": "number", "minimum": 1}),
-    "force": _flag(False, "Force", "replace what is on the target (kept aside until the restore is verified)", SAFETY),
+    "force": _flag(False, "Force", f"replace what is on the target (kept aside until the restore is verified) where no "
+                   f"person is asked to approve it, as an unattended run needs; {FORCE_OFF}", SAFETY),
     "enable_events": _flag(False, "Enable events", "restored events come back enabled (off: disabled, to be turned on by "
                            "hand once the data is checked)", SAFETY),
     "restore_grants": _flag(False, "Restore grants", "also recreate the accounts and grants of a backup taken with include_grants", SAFETY),

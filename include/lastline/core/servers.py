@@ -17,7 +17,8 @@ connection that works for MySqlHook works for lastline. Extras read from the con
 - ``role``: ``staging`` marks a server that staging refreshes may write into, ``drill`` a scratch server
   restore drills may replace (each refuses any other);
 - ``approval``: whether a restore that replaces data on this server waits for a person (default: the
-  deployment's ``LASTLINE_APPROVAL``, on unless set off); a run's conf cannot skip it;
+  deployment's ``LASTLINE_APPROVAL``, on unless set off); a run's conf cannot skip it. Where it asks, a restore
+  without ``force`` onto data waits for that approval; where it does not, only ``force`` replaces data;
 - ``definer``: the DEFINER of restored triggers, views, routines and events (see lastline.core.accounts;
   default: an account lastline keeps per set of restored databases; ``backup``: the backup's own);
 - ``restore_grants``: ``true`` lets restores into this server recreate a backup's accounts (the Param of that
@@ -204,6 +205,19 @@ class Server:
         if self.approval is not None:
             return self.approval
         return as_bool(os.environ.get("LASTLINE_APPROVAL", "true"))
+
+    def unforced(self) -> str:
+        """Why a restore here without force may not replace data (no person is asked: asks_approval is false),
+        and what to do: set force, or turn on the setting that makes such a restore wait for a person."""
+        if self.role in ("staging", "drill"):
+            return f"a {self.role} server is replaced by design, no person is asked: set force to replace it"
+        why, turn_on = (("its connection's extra \"approval\" is false", "set \"approval\": true on the connection")
+                        if self.approval is False else
+                        ("the deployment's LASTLINE_APPROVAL is false", "set LASTLINE_APPROVAL=true in the deployment "
+                         "(or the extra \"approval\": true on this connection)"))
+        return (f"no person is asked to approve replacing data on {self.conn_id} ({why}): set force to replace it "
+                f"without asking (an unattended run), or {turn_on} so that such a restore waits for a person's "
+                "approval under Required actions")
 
     def describe(self) -> str:
         """A short human name, free of secrets."""

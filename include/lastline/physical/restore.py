@@ -6,8 +6,8 @@ file operation and command on it goes through that host (see :mod:`lastline.data
 Safety rules:
 - the target is never started while `<datadir>/.lastline-restore-in-progress` exists (a restore that
   did not finish leaves it, so half-restored data never serves);
-- with `force`, what the datadir held is moved aside to `<datadir>.lastline-aside-<time>[-N]` and
-  deleted only once the restored server has been verified;
+- with `force` (or, without it, once a person approved: see lastline.airflow.approval), what the datadir held is
+  moved aside to `<datadir>.lastline-aside-<time>[-N]` and deleted only once the restored server has been verified;
 - a retry finds its own marker and starts the extraction again on a clean datadir.
 """
 from __future__ import annotations
@@ -48,7 +48,8 @@ def _manifest(plan: RestorePlan) -> tuple[Storage, PhysicalManifest]:
 
 
 def preflight(conf: dict, role: str | None = None) -> RestorePlan:
-    """Read-only checks: target not protected, manifest present, artifact whole, datadir, disk, tools."""
+    """Read-only checks: target not protected, manifest present, artifact whole, datadir (empty, or force, or a
+    person's approval where the target asks for one), disk, tools."""
     params = Conf(conf)
     server = connections.server(params.required("target_conn_id"))
     server.require_target(role)  # role: the DAG's (restore_drill), never the conf's
@@ -74,11 +75,11 @@ def preflight(conf: dict, role: str | None = None) -> RestorePlan:
     c = physical.codec(manifest.compression)
     require_tools("mariabackup", "mbstream", c.tool, host=host)
     physical.check_versions(physical.tool_version(host), manifest.server_version)
-    force = params.flag("force")
+    force, asks = params.flag("force"), server.asks_approval()
     state = check_datadir(server, int(manifest.datadir_bytes * 1.1), force)
     at_risk = None
-    if state == "data" and server.asks_approval():  # the whole datadir is replaced: a person approves first
-        at_risk = {**backup_age(backup_id), "target": server.describe(), "datadir": datadir}
+    if state == "data" and asks:  # the whole datadir is replaced: a person approves first
+        at_risk = {**backup_age(backup_id), "target": server.describe(), "datadir": datadir, "force": force}
         if server.answers():
             with server.session() as cur:
                 at_risk.update(tables_at_risk(cur))
@@ -91,7 +92,7 @@ def preflight(conf: dict, role: str | None = None) -> RestorePlan:
         aws_conn_id=params.text("aws_conn_id"),
         parallel=parallel,
         use_memory=params.size("use_memory", 0) or physical.default_use_memory(host),
-        force=force,
+        force=force or at_risk is not None,  # without force, the approval stands for it: nothing after it runs unless approved
         datadir=datadir,
         datadir_state=state,
         bytes=manifest.bytes,

@@ -18,13 +18,14 @@ log = logging.getLogger(__name__)
 
 
 def check_datadir(server: Server, need: int, force: bool) -> str:
-    """Refuse a non-empty datadir without `force`, and too little room; return the datadir's state."""
+    """Refuse a non-empty datadir without `force` where no person is asked to approve its replacement (where one is,
+    the approval step that follows preflight waits), and too little room; return the datadir's state."""
     datadir, host = server.require_datadir(), server.runner()
     state = dd.state(host, datadir)
-    if state == "data" and not force:
+    if state == "data" and not force and not server.asks_approval():
         raise PreflightError(
-            f"target datadir {datadir} on {host.name} is not empty: set force=true to move its contents aside "
-            f"(to {datadir}.lastline-aside-<time>[-N], deleted only after a verified restore), or empty it yourself."
+            f"target datadir {datadir} on {host.name} is not empty, and {server.unforced()} (its contents are moved "
+            f"aside to {datadir}.lastline-aside-<time>[-N], deleted only after a verified restore); or empty it yourself."
         )
     dd.require_room(host, datadir, need, "the unpacked backup")
     dd.as_owner(host, datadir)  # refuses a host where extract and prepare could not drop root

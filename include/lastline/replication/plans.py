@@ -26,6 +26,7 @@ class RebuildPlan(Plan):
     gtid: bool = True
     max_mb_per_s: float = 0.0
     priority: str = "low"  # the source's mariabackup and compressor (core.impact), within the deployment's bound
+    at_risk: dict | None = None  # what the rebuild would replace, when it asks for approval first (core.sql.tables_at_risk)
 
 
 @dataclass(frozen=True)

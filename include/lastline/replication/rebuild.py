@@ -26,6 +26,7 @@ from lastline.core.pipeline import run_pipeline, tap_result, tap_stage
 from lastline.core.plans import PARALLEL, Conf
 from lastline.core.progress import step_report
 from lastline.core.servers import Server, base_version
+from lastline.core.sql import tables_at_risk
 from lastline.physical import tools as physical
 from lastline.physical.plans import StepResult
 from lastline.physical.target import check_datadir, options_of, prepare_datadir, start_server
@@ -61,7 +62,8 @@ def check_replication_user(repl: Server) -> None:
 
 def preflight(conf: dict) -> RebuildPlan:
     """Read-only checks on both nodes: target not protected; source has a binlog and a server_id; the
-    versions fit; tools on both hosts; the target's datadir and room; the replication user."""
+    versions fit; tools on both hosts; the target's datadir (empty, or force, or a person's approval where the
+    target asks for one) and room; the replication user."""
     params = Conf(conf)
     source, target = connections.server(params.required("source_conn_id")), connections.server(params.required("target_conn_id"))
     repl = connections.server(params.required("replication_conn_id"))
@@ -95,9 +97,17 @@ def preflight(conf: dict) -> RebuildPlan:
             )
     else:
         log.info("target %s does not answer: rebuilding a stopped replica", target.describe())
-    force = params.flag("force")
+    force, asks = params.flag("force"), target.asks_approval()
     need = int(dd.used_bytes(src_host, src_dir) * 1.1)
     state = check_datadir(target, need, force)
+    at_risk = None
+    if state == "data" and asks:  # the replica's whole datadir is replaced: a person approves first
+        at_risk = {"source": source.describe(), "target": target.describe(), "datadir": tgt_dir, "force": force}
+        if target.answers():
+            with target.session() as cur:
+                at_risk.update(tables_at_risk(cur))
+        else:
+            at_risk["note"] = "the target server is not running: its tables could not be listed"
     check_replication_user(repl)
     plan = RebuildPlan(
         source_conn_id=source.conn_id,
@@ -106,7 +116,8 @@ def preflight(conf: dict) -> RebuildPlan:
         compression=compression,
         parallel=bounds.parallel(source, params.integer("parallel", PARALLEL, minimum=1)),  # mariabackup's threads
         use_memory=params.size("use_memory", 0) or physical.default_use_memory(tgt_host),
-        force=force,
+        force=force or at_risk is not None,  # without force, the approval stands for it: nothing after it runs unless approved
+        at_risk=at_risk,
         source_datadir=src_dir,
         datadir=tgt_dir,
         datadir_state=state,

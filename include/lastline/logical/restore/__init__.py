@@ -70,7 +70,8 @@ DEFAULT_REDO_BYTES = 1 << 30
 
 
 def preflight(conf: dict, role: str | None = None) -> RestorePlan:
-    """Target not protected; manifest present; databases absent or empty (unless force or resuming);
+    """Target not protected; manifest present; databases absent or empty (unless force, a person's approval or
+    resuming);
     local_infile usable; room on disk; a server version that reads the backup. Changes nothing."""
     params = Conf(conf)
     server = connections.server(params.required("target_conn_id"))
@@ -149,16 +150,16 @@ def preflight(conf: dict, role: str | None = None) -> RestorePlan:
                 held[key(as_text(schema))] = held.get(key(as_text(schema)), 0) + int(size)
         nonempty = [db for db in wanted if key(db) in held or key(aside_name(db)) in held]
         kept_bytes = sum(held.values())  # force keeps them until verify: both must fit
-        if nonempty and not (params.flag("force") or resume):
+        # a person approves the replacement first (the deployment or the connection says so, never the run); where
+        # none is asked, only force replaces
+        force, asks = params.flag("force"), bool(nonempty) and not resume and server.asks_approval()
+        if nonempty and not (force or resume or asks):
             raise PreflightError(
                 f"database(s) {', '.join(nonempty)} already exist on {server.describe()} and are not empty (or hold the "
-                "tables an unfinished forced restore set aside): set force to replace them, or choose other databases."
+                f"tables an unfinished forced restore set aside), and {server.unforced()}; or choose other databases."
             )
-        at_risk = None
-        # a person approves the replacement first (the deployment or the connection says so, never the run)
-        if nonempty and not resume and server.asks_approval():
-            at_risk = {**tables_at_risk(cur, nonempty + [aside_name(d) for d in nonempty]), **backup_age(backup_id),
-                       "target": server.describe()}
+        at_risk = {**tables_at_risk(cur, nonempty + [aside_name(d) for d in nonempty]), **backup_age(backup_id),
+                   "target": server.describe(), "force": force} if asks else None
     need = sum(t.raw_bytes for t in selected(manifest, wanted))
     restart_allowed = params.flag("restart_allowed")
     volatile = [f"{t.schema}.{t.name}" for t in selected(manifest, wanted) if t.engine.lower() in VOLATILE and t.rows]
@@ -183,7 +184,7 @@ def preflight(conf: dict, role: str | None = None) -> RestorePlan:
         restart_allowed=restart_allowed,
         defer_indexes=defer_indexes,
         index_build=params.choice("index_build", INDEX_BUILDS, INDEX_BUILDS[0]),
-        force=params.flag("force"),
+        force=force or asks,  # without force, the approval stands for it: nothing after it runs unless approved
         restore_grants=restore_grants,
         resume=resume,
         redo_log_bytes=params.size("redo_log_bytes", DEFAULT_REDO_BYTES),
