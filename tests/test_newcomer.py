@@ -256,7 +256,7 @@ def test_a_failed_run_names_its_failed_task_and_reason_in_its_report(newcomer, b
     dialog.locator("#element_backup").fill(missing)
     started = press_trigger(dialog, lambda: newcomer.runs("logical_restore"))
     assert started["conf"]["backup"] == missing, started["conf"]
-    newcomer.failed_on_purpose.add(started["dag_run_id"], shots=newcomer.shots)
+    newcomer.failed_on_purpose.add(started["dag_run_id"])
     run = follow(browser, newcomer.http, newcomer.base, "logical_restore", started["dag_run_id"], timeout=300, shots=newcomer.shots)
     assert run["state"] == "failed", newcomer.why("logical_restore", run["dag_run_id"])
     assert newcomer.tasks("logical_restore", run["dag_run_id"])["preflight"] == "failed"
