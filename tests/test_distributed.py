@@ -12,12 +12,12 @@ import os
 import re
 import time
 from pathlib import Path
-from urllib.parse import quote
 
 import pytest
 
 from lastline.airflow.params import SPECS
 from lastline.core.sql import META_DB
+from lastline_dev.browser import chromium_missing, field, launch, press_trigger, report_text, trigger_form
 from lastline_dev.compare import compare
 from lastline_dev.deployment import Deployment, services_available
 from lastline_dev.sandbox import Instance
@@ -26,10 +26,6 @@ from lastline_dev.webhook import Webhook
 pytestmark = [pytest.mark.distributed, pytest.mark.e2e]
 
 ROOT = Path(__file__).resolve().parents[1]
-CHROMIUM = "/usr/bin/chromium"
-# headless, and none of the background traffic a closed network refuses
-CHROMIUM_ARGS = ["--headless=new", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                 "--disable-background-networking", "--disable-component-update", "--disable-sync"]
 REQUIRED = {name for name, spec in SPECS.items() if spec.required}
 WORKERS = {"w1": ["default", "near_source"], "w2": ["default", "near_target"]}
 BIG = {"t1": 400_000, "t2": 400_000}  # ~140 MB of TSV: 3 work units (a unit is 64 MB at least) for 2 lanes
@@ -293,22 +289,22 @@ def test_the_ui_in_a_real_browser_forms_a_restore_from_the_form_and_its_report(d
     """Debian's Chromium, driven by Playwright, against the api-server: every trigger form with its titled,
     described fields (only what must be named marked required), a restore triggered from the form, and the
     run's Report tab. Screenshots go to $LASTLINE_TEST_OUTPUT/ui (default .test-output/ui)."""
-    if not Path(CHROMIUM).exists():
-        pytest.skip(f"the browser test needs {CHROMIUM} (make setup installs Debian's chromium)")
+    if missing := chromium_missing():
+        pytest.skip(missing)
     from playwright.sync_api import sync_playwright
 
     api = deployment.api
     shots = Path(os.environ.get("LASTLINE_TEST_OUTPUT", ROOT / ".test-output")) / "ui"
     shots.mkdir(parents=True, exist_ok=True)
     with sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        browser = launch(pw)
         try:
             context = browser.new_context(viewport={"width": 1400, "height": 1000})
             context.add_cookies([{"name": "_token", "value": api.token(), "url": api.base}])  # signed in as the operator
             page = context.new_page()
             for dag_id in MANUAL:
                 params = api.call("GET", f"/api/v2/dags/{dag_id}/details")["params"]
-                dialog = _trigger_form(page, api.base, dag_id)
+                dialog = trigger_form(page, api.base, dag_id)
                 for section in sorted({p["schema"].get("section") for p in params.values()} - {None}):
                     dialog.get_by_role("button", name=section, exact=True).click()
                     page.wait_for_timeout(300)
@@ -316,10 +312,10 @@ def test_the_ui_in_a_real_browser_forms_a_restore_from_the_form_and_its_report(d
                     for name, param in params.items():
                         if param["schema"].get("section") != section:
                             continue
-                        field = _field(dialog, name)
-                        label = field.locator("label").first
+                        group = field(dialog, name)
+                        label = group.locator("label").first
                         assert label.inner_text().replace("*", "").strip() == param["schema"]["title"], (dag_id, name)
-                        assert param["description"] in field.inner_text(), (dag_id, name)  # the help under the field
+                        assert param["description"] in group.inner_text(), (dag_id, name)  # the help under the field
                         required = label.get_attribute("data-required") is not None
                         assert required == (name in REQUIRED), (dag_id, name, required)
                 page.keyboard.press("Escape")
@@ -327,7 +323,7 @@ def test_the_ui_in_a_real_browser_forms_a_restore_from_the_form_and_its_report(d
             _connection_form(page, api, shots)
 
             # a restore triggered from the form, as an operator would
-            dialog = _trigger_form(page, api.base, "logical_restore")
+            dialog = trigger_form(page, api.base, "logical_restore")
             dialog.get_by_role("button", name="Servers", exact=True).click()
             targets = dialog.locator("#list_target_conn_id option").evaluate_all("opts => opts.map(o => o.value)")
             assert "d_ltarget" in targets and "d_drill" not in targets, targets  # targets, never the drill server
@@ -339,22 +335,14 @@ def test_the_ui_in_a_real_browser_forms_a_restore_from_the_form_and_its_report(d
             dialog.get_by_role("button", name="Safety", exact=True).click()
             dialog.locator("[id='switch:element_force']").click()
             dialog.screenshot(path=str(shots / "logical_restore-filled.png"))
-            before = {r["dag_run_id"] for r in _runs(api, "logical_restore")}
-            dialog.get_by_role("button", name="Trigger", exact=True).click()
-            deadline = time.monotonic() + 60
-            while not (new := [r for r in _runs(api, "logical_restore") if r["dag_run_id"] not in before]):
-                assert time.monotonic() < deadline, "the form's Trigger started no run"
-                time.sleep(0.5)
-            run = ("logical_restore", new[0]["dag_run_id"])
-            assert new[0]["conf"]["target_conn_id"] == "d_ltarget" and new[0]["conf"]["force"] is True
+            started = press_trigger(dialog, lambda: _runs(api, "logical_restore"))
+            run = ("logical_restore", started["dag_run_id"])
+            assert started["conf"]["target_conn_id"] == "d_ltarget" and started["conf"]["force"] is True
             assert api.wait(run, 300)["state"] == "success", deployment.logs()
 
             # its Report tab: the plugin's page inside the UI, charts and all
-            page.goto(f"{api.base}/dags/logical_restore/runs/{quote(run[1], safe='')}")
-            page.get_by_role("tab", name="Report").or_(page.get_by_role("link", name="Report")).first.click()
+            report = report_text(page, api.base, "logical_restore", run[1], wait_for="img")
             frame = page.frame_locator("iframe").first
-            frame.locator("img").first.wait_for(timeout=30000)
-            report = frame.locator("body").inner_text()
             assert "logical_restore.svg" in report
             assert "Verified: all " in report and "tables hold exactly the backup's" in report  # verification, in words
             assert frame.locator("img").first.evaluate("img => img.naturalWidth") > 0  # the chart loaded
@@ -362,11 +350,7 @@ def test_the_ui_in_a_real_browser_forms_a_restore_from_the_form_and_its_report(d
 
             # a logical backup's Report tab: what it backed up, against the backups before it
             backup_run = next(r for r in _runs(api, "logical_backup") if r["state"] == "success")
-            page.goto(f"{api.base}/dags/logical_backup/runs/{quote(backup_run['dag_run_id'], safe='')}")
-            page.get_by_role("tab", name="Report").or_(page.get_by_role("link", name="Report")).first.click()
-            frame = page.frame_locator("iframe").first
-            frame.locator("h2").first.wait_for(timeout=30000)
-            report = frame.locator("body").inner_text()
+            report = report_text(page, api.base, "logical_backup", backup_run["dag_run_id"])
             assert "Logical backup " in report and " tables, " in report and "x compressed" in report, report[:2000]
             assert "Consistent with:" in report and "Point-in-time:" in report
             page.screenshot(path=str(shots / "logical_backup-report.png"), full_page=True)
@@ -397,7 +381,7 @@ def _connection_form(page, api, shots: Path) -> None:
         assert f["label"] in text and f["description"] in text, name
     dialog.locator("input[name='connection_id']").fill("d_formmade")
     dialog.locator("#element_datadir").fill("/srv/mariadb/data")
-    _field(dialog, "role").get_by_role("combobox").click()
+    field(dialog, "role").get_by_role("combobox").click()
     page.get_by_role("option", name="staging", exact=True).click()
     dialog.locator("[id='switch:element_protected']").click()
     dialog.screenshot(path=str(shots / "connection-form.png"))
@@ -412,19 +396,6 @@ def _connection_form(page, api, shots: Path) -> None:
     server = Server.from_connection(SimpleNamespace(conn_id="d_formmade", host=conn["host"], port=conn["port"],
                                                     login=conn["login"], password="", extra_dejson=extra))
     assert (server.datadir, server.role, server.protected) == ("/srv/mariadb/data", "staging", True), extra
-
-
-def _field(dialog, name: str):
-    """A Param's field in the trigger form (its label, input and help), whatever kind of input it has."""
-    return dialog.locator(f"div[role='group']:has([id$='element_{name}'], [name='element_{name}'])").last
-
-
-def _trigger_form(page, base: str, dag_id: str):
-    page.goto(f"{base}/dags/{dag_id}")
-    page.get_by_role("button", name="Trigger").first.click()
-    dialog = page.get_by_role("dialog")
-    dialog.wait_for()
-    return dialog
 
 
 def _runs(api, dag_id: str) -> list[dict]:

@@ -21,7 +21,7 @@ from lastline_dev.dataset import DATABASE, DEFAULT_SEED
 from lastline_dev.sandbox import Instance, bulk_rows
 
 ROOT = Path(__file__).resolve().parents[2]
-DEMO = ROOT / ".demo"
+DEMO = Path(os.environ.get("LASTLINE_DEMO_DIR") or ROOT / ".demo")
 SEED = int(os.environ.get("LASTLINE_DEMO_SEED", DEFAULT_SEED))  # the store dataset's seed
 
 
@@ -34,7 +34,7 @@ def run_dag(dag_id: str, conf: dict, env: dict) -> float:
     """`bin/airflow dags test DAG -c CONF`, output to .demo/logs/DAG.log; return seconds."""
     log = DEMO / "logs" / f"{dag_id}.log"
     log.parent.mkdir(parents=True, exist_ok=True)
-    say(f"bin/airflow dags test {dag_id} -c '{json.dumps(conf)}'   (log: {log.relative_to(ROOT)})")
+    say(f"bin/airflow dags test {dag_id} -c '{json.dumps(conf)}'   (log: {log})")
     t0 = time.monotonic()
     with open(log, "w") as fh:
         proc = subprocess.run([str(ROOT / "bin/airflow"), "dags", "test", dag_id, "-c", json.dumps(conf)],
