@@ -159,7 +159,7 @@ def preflight(conf: dict, role: str | None = None) -> RestorePlan:
                 f"tables an unfinished forced restore set aside), and {server.unforced()}; or choose other databases."
             )
         at_risk = {**tables_at_risk(cur, nonempty + [aside_name(d) for d in nonempty]), **backup_age(backup_id),
-                   "target": server.describe(), "force": force} if asks else None
+                   "target": server.describe(), "force": force, "replaces": nonempty} if asks else None
     need = sum(t.raw_bytes for t in selected(manifest, wanted))
     restart_allowed = params.flag("restart_allowed")
     volatile = [f"{t.schema}.{t.name}" for t in selected(manifest, wanted) if t.engine.lower() in VOLATILE and t.rows]

@@ -25,6 +25,7 @@ from lastline.logical.restore.target_state import (
     dbs_key,
     ensure_ledger,
     ensure_state,
+    refuse_unapproved,
     resume_defer_indexes,
     resuming,
     set_aside,
@@ -108,6 +109,7 @@ def create_schema(plan: RestorePlan) -> SchemaCreated:
                         (int(kept), plan.backup_id, dbs_key(plan.databases)))
             cur.connection.commit()
         if not resume:
+            refuse_unapproved(cur, plan.databases, plan.force, plan.at_risk)
             for db in plan.databases:
                 set_aside(cur, db)  # force: the old tables stay until verify has passed
             clear_state(cur, manifest, plan.databases)

@@ -8,6 +8,7 @@ import json
 import logging
 from typing import Any
 
+from lastline.core.errors import Refusal
 from lastline.core.servers import Server
 from lastline.core.sql import ASIDE_PREFIX, META_DB, placeholders, table_exists
 from lastline.logical.format import dialect
@@ -116,6 +117,29 @@ def aside_name(db: str) -> str:
 def schema_exists(cur: Any, db: str) -> bool:
     cur.execute("SELECT COUNT(*) FROM information_schema.SCHEMATA WHERE SCHEMA_NAME = %s", (db,))
     return bool(cur.fetchone()[0])
+
+
+def refuse_unapproved(cur: Any, databases: list[str], force: bool, at_risk: dict | None) -> None:
+    """Before anything is set aside: without force as the run asked it, only the databases a person approved
+    (`at_risk["replaces"]`) may be replaced. A database that was empty at preflight and holds tables now (written
+    while the approval waited, or since preflight) was never shown to anyone: refused, nothing touched."""
+    asked = bool(at_risk.get("force")) if at_risk else force
+    if asked:
+        return
+    approved = set(at_risk.get("replaces", [])) if at_risk else set()
+    grown = []
+    for db in databases:
+        if db in approved:
+            continue
+        cur.execute("SELECT COUNT(*) FROM information_schema.TABLES WHERE TABLE_SCHEMA IN (%s, %s)", (db, aside_name(db)))
+        if cur.fetchone()[0]:
+            grown.append(db)
+    if grown:
+        raise Refusal(
+            f"database(s) {', '.join(grown)} hold tables now but were empty when the restore was planned"
+            + (" and approved" if at_risk else "") + ": nothing was replaced. Look at what wrote there, then run the "
+            "restore again (its approval will list them), or set force."
+        )
 
 
 def set_aside(cur: Any, db: str) -> None:
