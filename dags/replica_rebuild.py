@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from airflow.sdk import PokeReturnValue, chain, dag, task
 
-from lastline.airflow.defaults import dag_args
+from lastline.airflow.defaults import REPLICA_CONN_ID, dag_args
 from lastline.airflow.params import Override, params
 from lastline.airflow.routing import on_server
 from lastline.airflow.steps import step, typed_call
@@ -39,6 +39,7 @@ from lastline.replication import rebuild as rr
         compression=Override(rr.STREAM_COMPRESSION, enum=list(CODECS), description="compression on the wire (zstd-fast: nothing is kept)"),
         parallel="mariabackup, compressor and mbstream threads",
         force="move a non-empty target datadir aside (deleted after verify)",
+        target_conn_id=Override(REPLICA_CONN_ID, description="the replica's lastline connection: its datadir is replaced"),
     ),
 )
 def replica_rebuild():
