@@ -106,7 +106,8 @@ def _pii_refusal(columns: list[pii.Finding], objects: list[pii_objects.ObjectFin
     advice = "; ".join(t for t in todo if t)
     revealing = sorted({v for v in snippet.values() if v in REVEALING})
     where = ("A run's masking_rules (the form's field) may add the others for that run alone; "
-             + " and ".join(f'"{v}"' for v in revealing) + " come only from the Variable. " if revealing else
+             + " and ".join(f'"{v}"' for v in revealing) + (" come" if len(revealing) > 1 else " comes")
+             + " only from the Variable. " if revealing else
              "The same rules in a run's masking_rules (the form's field) cover that run alone. ")
     return ("\n".join(parts) + "\n" + advice[:1].upper() + advice[1:] + ". To start from, add these to the deployment's "
             "rules, the Airflow Variable lastline_masking_rules (Admin > Variables), which every refresh reads, the ones "
