@@ -23,7 +23,7 @@ from lastline.manifest import complete_backups, read_manifest
 from lastline.storage import open_storage
 from lastline_dev.compare import compare, table_checksums
 from lastline_dev.dataset import DATABASE, DEFAULT_SEED
-from lastline_dev.sandbox import Instance, bulk_rows
+from lastline_dev.sandbox import Instance, bulk_rows, quiet_port
 
 ROOT = Path(__file__).resolve().parents[2]
 DEMO = Path(os.environ.get("LASTLINE_DEMO_DIR") or ROOT / ".demo")
@@ -208,13 +208,14 @@ def start_replica(fresh: bool) -> Instance:
     """The replica's host: made when missing; `fresh` (`make demo`): emptied when an earlier rebuild filled it, so
     that replica_rebuild's defaults (no force) find an empty datadir; else a replica a rebuild made is started."""
     host = replica()
-    if host.exists() and fresh and (host.holds_server() or host.pid()):
-        say(f"emptying the {REPLICA} sandbox an earlier run rebuilt: replica_rebuild builds it again from the source")
+    if host.exists() and fresh:
+        if host.holds_server() or host.pid():
+            say(f"emptying the {REPLICA} sandbox an earlier run rebuilt: replica_rebuild builds it again from the source")
         host.destroy()
     if not host.exists():
         host.destroy()  # what a killed try left
         say(f"creating the {REPLICA} sandbox (.demo/sandbox/{REPLICA}): an empty datadir, stopped, for replica_rebuild")
-        host.create_host()
+        host.create_host(port=quiet_port(str(host.dir.resolve())))  # free when the rebuild starts it
     elif host.holds_server():
         try:
             host.start()
