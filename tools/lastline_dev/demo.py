@@ -103,8 +103,8 @@ def replica() -> Instance:
 
 
 def connections(found: dict[str, Instance], host: Instance) -> dict[str, dict]:
-    """Every connection the DAGs' form defaults name: the four servers, the replica, the replication account
-    (the source as the replica reaches it), the masking key and the storage key (without passwords' files)."""
+    """Every connection the DAGs' form defaults name (CONNECTION_IDS): the four servers, the replica, the
+    replication account (the source as the replica reaches it), the masking key and the storage key."""
     conns = {f"lastline_{name}": inst.connection(f"lastline_{name}") for name, inst in found.items()}
     for name in ("staging", "drill"):
         conns[f"lastline_{name}"]["extra"]["role"] = name
@@ -120,6 +120,13 @@ def connections(found: dict[str, Instance], host: Instance) -> dict[str, dict]:
         "conn_type": "lastline", "host": "127.0.0.1", "port": found["source"].meta()["port"], "login": REPLICATION_USER,
         "password": _key("replication"), "extra": field_defaults(),
         "description": "the source as the demo's replica reaches it, and the replica's account there (REPLICATION SLAVE)"}
+    conns["lastline_masking"] = {"conn_type": "generic", "password": _key("masking"),
+                                 "description": "the demo's masking key (staging_refresh): a key of its own"}
+    conns[STORAGE_KEY_CONN] = {"conn_type": "generic", "login": "demo-1", "password": _key("storage"),
+                               "description": "the demo's storage key: signs every manifest and archive file "
+                                              "(LASTLINE_STORAGE_KEY_CONN_ID); its login is the key's id"}
+    if sorted(conns) != sorted(CONNECTION_IDS):
+        raise AssertionError(f"the demo's connections {sorted(conns)} are not its CONNECTION_IDS: update both")
     return conns
 
 
@@ -132,13 +139,6 @@ def save_connections(found: dict[str, Instance]) -> Path:
     its form with its defaults."""
     path = DEMO / "connections.json"
     conns = connections(found, replica())
-    conns["lastline_masking"] = {"conn_type": "generic", "password": _key("masking"),
-                                 "description": "the demo's masking key (staging_refresh): a key of its own"}
-    conns[STORAGE_KEY_CONN] = {"conn_type": "generic", "login": "demo-1", "password": _key("storage"),
-                               "description": "the demo's storage key: signs every manifest and archive file "
-                                              "(LASTLINE_STORAGE_KEY_CONN_ID); its login is the key's id"}
-    if sorted(conns) != sorted(CONNECTION_IDS):
-        raise AssertionError(f"the demo's connections {sorted(conns)} are not its CONNECTION_IDS: update both")
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)  # passwords: readable by their owner only
     with os.fdopen(fd, "w") as fh:
         json.dump(conns, fh, indent=1)
@@ -156,10 +156,11 @@ def save_connections(found: dict[str, Instance]) -> Path:
 
 
 def _key(name: str) -> str:
-    """One of the demo's keys (masking, storage): made once, kept 0600 under .demo."""
+    """One of the demo's keys (masking, storage, the replication account's password): made once, kept 0600 in
+    the demo's folder."""
     path = DEMO / f"{name}.key"
     if not path.exists():
-        DEMO.mkdir(exist_ok=True)
+        DEMO.mkdir(parents=True, exist_ok=True)
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         with os.fdopen(fd, "w") as fh:
             fh.write(secrets.token_urlsafe(32))
