@@ -76,4 +76,5 @@ clean:
 	-.venv/bin/python -m lastline_dev.sandbox --root .demo/sandbox destroy target
 	-.venv/bin/python -m lastline_dev.sandbox --root .demo/sandbox destroy staging
 	-.venv/bin/python -m lastline_dev.sandbox --root .demo/sandbox destroy drill
+	-.venv/bin/python -m lastline_dev.sandbox --root .demo/sandbox destroy replica
 	rm -rf .demo .airflow

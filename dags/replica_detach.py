@@ -17,8 +17,8 @@ from __future__ import annotations
 
 from airflow.sdk import dag
 
-from lastline.airflow.defaults import dag_args
-from lastline.airflow.params import params
+from lastline.airflow.defaults import REPLICA_CONN_ID, dag_args
+from lastline.airflow.params import Override, params
 from lastline.airflow.task_groups import detach_replication
 
 
@@ -27,7 +27,8 @@ from lastline.airflow.task_groups import detach_replication
     **dag_args(schedule=None),
     doc_md=__doc__,
     tags=["lastline", "replication"],
-    params=params("target_conn_id", "restart", "read_only_off", target_conn_id="mysql connection of the server to detach"),
+    params=params("target_conn_id", "restart", "read_only_off",
+                  target_conn_id=Override(REPLICA_CONN_ID, description="the lastline connection of the server to detach")),
 )
 def replica_detach():
     detach_replication("{{ params.target_conn_id }}", "{{ params.restart }}", "{{ params.read_only_off }}")

@@ -23,7 +23,7 @@ from __future__ import annotations
 from airflow.sdk import PokeReturnValue, chain, dag
 
 from lastline.airflow.approval import ApproveReplacement
-from lastline.airflow.defaults import dag_args
+from lastline.airflow.defaults import REPLICA_CONN_ID, dag_args
 from lastline.airflow.params import FORCE_OFF, Override, params
 from lastline.airflow.routing import on_server
 from lastline.airflow.steps import step, task, typed_call
@@ -43,6 +43,7 @@ from lastline.replication import rebuild as rr
         parallel="mariabackup, compressor and mbstream threads",
         force=f"move a non-empty target datadir aside (deleted after verify) where no person is asked to "
               f"approve it, as an unattended run needs; {FORCE_OFF}",
+        target_conn_id=Override(REPLICA_CONN_ID, description="the replica's lastline connection: its datadir is replaced"),
     ),
 )
 def replica_rebuild():

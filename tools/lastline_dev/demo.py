@@ -1,7 +1,11 @@
 """`make demo`: start a source and a target sandbox; physical backup + restore, then logical backup +
-restore (with its report), through the DAGs; compare every table after each restore.
+restore (with its report), through the DAGs; compare every table after each restore; then archive the
+source's binlogs once. It leaves a deployment where every DAG, triggered from its form with the form's
+defaults, succeeds: the connections each default names (a staging, a drill and a replica server among them),
+the masking rules of the demo's data (the Variable lastline_masking_rules) and a binlog archive.
 
-Everything lives under `.demo/` in the repo; the machine's own MariaDB is never touched.
+Everything lives under `.demo/` in the repo (LASTLINE_DEMO_DIR: elsewhere); the machine's own MariaDB is never
+touched.
 """
 from __future__ import annotations
 
@@ -14,11 +18,12 @@ import sys
 import time
 from pathlib import Path
 
+from lastline.get_provider_info import field_defaults
 from lastline.manifest import complete_backups, read_manifest
 from lastline.storage import open_storage
 from lastline_dev.compare import compare, table_checksums
 from lastline_dev.dataset import DATABASE, DEFAULT_SEED
-from lastline_dev.sandbox import Instance, bulk_rows
+from lastline_dev.sandbox import Instance, bulk_rows, quiet_port
 
 ROOT = Path(__file__).resolve().parents[2]
 DEMO = Path(os.environ.get("LASTLINE_DEMO_DIR") or ROOT / ".demo")
@@ -34,7 +39,8 @@ def run_dag(dag_id: str, conf: dict, env: dict) -> float:
     """`bin/airflow dags test DAG -c CONF`, output to .demo/logs/DAG.log; return seconds."""
     log = DEMO / "logs" / f"{dag_id}.log"
     log.parent.mkdir(parents=True, exist_ok=True)
-    say(f"bin/airflow dags test {dag_id} -c '{json.dumps(conf)}'   (log: {log})")
+    shown = log.relative_to(ROOT) if log.is_relative_to(ROOT) else log
+    say(f"bin/airflow dags test {dag_id} -c '{json.dumps(conf)}'   (log: {shown})")
     t0 = time.monotonic()
     with open(log, "w") as fh:
         proc = subprocess.run([str(ROOT / "bin/airflow"), "dags", "test", dag_id, "-c", json.dumps(conf)],
@@ -56,32 +62,83 @@ def run_dag(dag_id: str, conf: dict, env: dict) -> float:
 
 
 SERVERS = ("source", "target", "staging", "drill")  # the demo's sandboxes; staging and drill empty until a DAG fills them
+REPLICA = "replica"  # a fifth: a replica's host, its datadir empty and its server stopped until replica_rebuild builds it
+REPLICATION_USER = "lastline_repl"  # the replica's account on the source (REPLICATION SLAVE only)
+# the demo deployment's masking rules (the Airflow Variable lastline_masking_rules): every column of the store and
+# bulk databases the PII guard flags, with the strategy staging_refresh's refusal on the demo's data suggests, but
+# "keep" (on the record) where the demo knows the column holds nothing personal (the bulk tables' generated hex, a
+# few values of which pass Luhn's check; film categories; languages), and "name" (two made-up words) for first and
+# last names: the dataset's names are made of syllables as first_name's and last_name's made-up ones are, and one
+# of those can equal another row's original, which the masking's verification refuses. So a refresh with the
+# form's defaults, or one a backup starts, succeeds
+ODD = "store.`gift card's \"ledger\".v2 ``x```"  # the dataset's table with quotes, dots and spaces in its names
+MASKING_RULES = {
+    **{f"bulk.{table}.{column}": "keep" for table in bulk_rows(1) for column in ("c", "pad")},
+    "store.actor.first_name": "name", "store.actor.last_name": "name",
+    "store.address.address": "hash", "store.address.address2": "hash", "store.address.postal_code": "hash",
+    "store.address.phone": "phone",
+    "store.category.name": "keep", "store.language.name": "keep",
+    "store.customer.first_name": "name", "store.customer.last_name": "name", "store.customer.email": "email",
+    "store.film_poster.image": "fixed:",
+    f"{ODD}.`card no.`": "keep",  # the table's integer primary key: a card's number in name only
+    f"{ODD}.`holder's \"name\"`": "name",
+    "store.staff.first_name": "name", "store.staff.last_name": "name", "store.staff.email": "email",
+    "store.staff.picture": "null", "store.staff.username": "name",
+}
+
+
+STORAGE_KEY_CONN = "lastline_storage_key"
+# every connection the demo stores: each connection a DAG's form names by default is one of them (tests/test_demo_forms.py)
+CONNECTION_IDS = (*(f"lastline_{name}" for name in (*SERVERS, REPLICA)), "lastline_replication", "lastline_masking",
+                  STORAGE_KEY_CONN)
 
 
 def servers() -> dict[str, Instance]:
     return {name: Instance(DEMO / "sandbox", name) for name in SERVERS}
 
 
-def save_connections(found: dict[str, Instance]) -> Path:
-    """Put the demo servers' connections into the project's Airflow database (`bin/airflow connections
-    import`), where the UI (`make ui`) and every `bin/airflow` command find them: `lastline_source`,
-    `lastline_target`, `lastline_staging` (role staging), `lastline_drill` (role drill) and the masking key
-    `lastline_masking` (a key of its own for the demo, kept in .demo/masking.key), so that every DAG can be
-    triggered from its form."""
-    path = DEMO / "connections.json"
+def replica() -> Instance:
+    """The replica's sandbox (see REPLICA)."""
+    return Instance(DEMO / "sandbox", REPLICA)
+
+
+def connections(found: dict[str, Instance], host: Instance) -> dict[str, dict]:
+    """Every connection the DAGs' form defaults name (CONNECTION_IDS): the four servers, the replica, the
+    replication account (the source as the replica reaches it), the masking key and the storage key."""
     conns = {f"lastline_{name}": inst.connection(f"lastline_{name}") for name, inst in found.items()}
     for name in ("staging", "drill"):
         conns[f"lastline_{name}"]["extra"]["role"] = name
+    conns[f"lastline_{REPLICA}"] = host.connection(f"lastline_{REPLICA}")
     for name, what in (("source", "the demo's source: the store dataset and generated rows; the backups are taken here"),
                        ("target", "the demo's target: restores write here"),
                        ("staging", "the demo's staging server (role staging): staging_refresh writes here, masked"),
-                       ("drill", "the demo's drill server (role drill): restore_drill replaces its data each time")):
+                       ("drill", "the demo's drill server (role drill): restore_drill replaces its data each time"),
+                       (REPLICA, "the demo's replica of the source: replica_rebuild builds it (its datadir is empty "
+                                 "until then), replica_detach cuts it off")):
         conns[f"lastline_{name}"]["description"] = what
+    conns["lastline_replication"] = {
+        "conn_type": "lastline", "host": "127.0.0.1", "port": found["source"].meta()["port"], "login": REPLICATION_USER,
+        "password": _key("replication"), "extra": field_defaults(),
+        "description": "the source as the demo's replica reaches it, and the replica's account there (REPLICATION SLAVE)"}
     conns["lastline_masking"] = {"conn_type": "generic", "password": _key("masking"),
                                  "description": "the demo's masking key (staging_refresh): a key of its own"}
     conns[STORAGE_KEY_CONN] = {"conn_type": "generic", "login": "demo-1", "password": _key("storage"),
                                "description": "the demo's storage key: signs every manifest and archive file "
                                               "(LASTLINE_STORAGE_KEY_CONN_ID); its login is the key's id"}
+    if sorted(conns) != sorted(CONNECTION_IDS):
+        raise AssertionError(f"the demo's connections {sorted(conns)} are not its CONNECTION_IDS: update both")
+    return conns
+
+
+def save_connections(found: dict[str, Instance]) -> Path:
+    """Put the demo servers' connections into the project's Airflow database (`bin/airflow connections
+    import`), where the UI (`make ui`) and every `bin/airflow` command find them: `lastline_source`,
+    `lastline_target`, `lastline_staging` (role staging), `lastline_drill` (role drill), `lastline_replica`,
+    `lastline_replication`, the masking key `lastline_masking` and the storage key (keys of the demo's own, kept
+    in .demo/*.key); and the masking rules, the Variable `lastline_masking_rules`: every DAG can be triggered from
+    its form with its defaults."""
+    path = DEMO / "connections.json"
+    conns = connections(found, replica())
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)  # passwords: readable by their owner only
     with os.fdopen(fd, "w") as fh:
         json.dump(conns, fh, indent=1)
@@ -90,17 +147,20 @@ def save_connections(found: dict[str, Instance]) -> Path:
     if proc.returncode:
         raise SystemExit(f"demo: could not store the connections in the Airflow database:\n{proc.stderr[-2000:]}")
     path.unlink()
+    variable = subprocess.run([str(ROOT / "bin/airflow"), "variables", "set", "--description",
+                               "the demo's masking rules: every column of its data that looks personal (staging_refresh)",
+                               "lastline_masking_rules", json.dumps(MASKING_RULES)], capture_output=True, text=True, cwd=ROOT)
+    if variable.returncode:
+        raise SystemExit(f"demo: could not store the masking rules in the Airflow database:\n{variable.stderr[-2000:]}")
     return path
 
 
-STORAGE_KEY_CONN = "lastline_storage_key"
-
-
 def _key(name: str) -> str:
-    """One of the demo's keys (masking, storage): made once, kept 0600 under .demo."""
+    """One of the demo's keys (masking, storage, the replication account's password): made once, kept 0600 in
+    the demo's folder."""
     path = DEMO / f"{name}.key"
     if not path.exists():
-        DEMO.mkdir(exist_ok=True)
+        DEMO.mkdir(parents=True, exist_ok=True)
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         with os.fdopen(fd, "w") as fh:
             fh.write(secrets.token_urlsafe(32))
@@ -135,9 +195,40 @@ def _fill_source(source: Instance, bulk_mb: int) -> None:
         source.load_tables("bulk", bulk)
 
 
-def start_servers() -> dict[str, Instance]:
+def _replication_user(source: Instance) -> None:
+    """The replica's account on the source (REPLICATION SLAVE only), its password the demo's key: made, or made
+    to match the key again."""
+    password = _key("replication")
+    with source.server().session() as cur:
+        cur.execute(f"CREATE USER IF NOT EXISTS '{REPLICATION_USER}'@'127.0.0.1' IDENTIFIED BY %s", (password,))
+        cur.execute(f"ALTER USER '{REPLICATION_USER}'@'127.0.0.1' IDENTIFIED BY %s", (password,))
+        cur.execute(f"GRANT REPLICATION SLAVE ON *.* TO '{REPLICATION_USER}'@'127.0.0.1'")
+
+
+def start_replica(fresh: bool) -> Instance:
+    """The replica's host: made when missing; `fresh` (`make demo`): emptied when an earlier rebuild filled it, so
+    that replica_rebuild's defaults (no force) find an empty datadir; else a replica a rebuild made is started."""
+    host = replica()
+    if host.exists() and fresh:
+        if host.holds_server() or host.pid():
+            say(f"emptying the {REPLICA} sandbox an earlier run rebuilt: replica_rebuild builds it again from the source")
+        host.destroy()
+    if not host.exists():
+        host.destroy()  # what a killed try left
+        say(f"creating the {REPLICA} sandbox (.demo/sandbox/{REPLICA}): an empty datadir, stopped, for replica_rebuild")
+        host.create_host(port=quiet_port(str(host.dir.resolve())))  # free when the rebuild starts it
+    elif host.holds_server():
+        try:
+            host.start()
+        except Exception as exc:  # noqa: BLE001 - a rebuild that failed half way: the next one (with force) replaces it
+            say(f"the {REPLICA} sandbox does not start ({str(exc).splitlines()[0][:200]}): rebuild it with force")
+    return host
+
+
+def start_servers(fresh_replica: bool = False) -> dict[str, Instance]:
     """The demo's four sandboxes, created when missing or unusable, started; the source holds the store dataset
-    and the generated rows (loaded again when an earlier try left them incomplete)."""
+    and the generated rows (loaded again when an earlier try left them incomplete) and the replica's account; the
+    replica's host (see start_replica)."""
     bulk_mb = int(os.environ.get("LASTLINE_DEMO_BULK_MB", "50"))
     found = servers()
     for name, inst in found.items():
@@ -153,19 +244,23 @@ def start_servers() -> dict[str, Instance]:
                 inst.destroy()  # nothing half made is left for the next try to reuse
                 raise
     _fill_source(found["source"], bulk_mb)
+    _replication_user(found["source"])
+    start_replica(fresh_replica)
     return found
 
 
 def main() -> int:
     """Run the demo end to end and print what it did."""
     t0 = time.monotonic()
-    found = start_servers()
+    found = start_servers(fresh_replica=True)
     source, target = found["source"], found["target"]
     say(", ".join(f"{name} on 127.0.0.1:{inst.meta()['port']}" for name, inst in found.items())
         + f" ({time.monotonic() - t0:.1f} s)")
     save_connections(found)
-    say("connections lastline_source, lastline_target, lastline_staging (role staging), lastline_drill (role drill) and "
-        "the keys lastline_masking and lastline_storage_key are in the project's Airflow database: every DAG can be triggered from `make ui`")
+    say("connections lastline_source, lastline_target, lastline_staging (role staging), lastline_drill (role drill), "
+        "lastline_replica, lastline_replication, the keys lastline_masking and lastline_storage_key, and the masking rules "
+        "(the Variable lastline_masking_rules) are in the project's Airflow database: every DAG can be triggered from "
+        "`make ui` with its form's defaults")
     dest = f"file://{DEMO / 'backups'}"  # both kinds of backup: `latest` picks the newest of the restore's kind
     # the demo's deployment settings: its folder is where runs may keep backups, and it runs unattended (the
     # approval a person gives in the UI before data is replaced is a setting of the deployment, not of a run)
@@ -197,6 +292,10 @@ def main() -> int:
     say(f"after the logical restore, CHECKSUM TABLE on {len(sums)} tables: "
         + ("all equal on source and target" if not ldiff else f"DIFFER: {ldiff}"))
     say(f"logical: backup DAG {lb:.1f} s, restore DAG {lr:.1f} s; the restore's report and chart are named above")
+    # the archive a point-in-time restore rolls forward with: its form's default (until latest) needs one
+    ba = run_dag("binlog_archive", {"source_conn_id": "lastline_source", "destination": dest, "until_current": True}, env)
+    say(f"binlog archive: the source's binlogs up to now in {dest}/binlogs ({ba:.1f} s): point_in_time_restore "
+        "can roll a backup forward to latest")
     say("the sandboxes keep running: `.venv/bin/python -m lastline_dev.sandbox --root .demo/sandbox "
         "status`; `make clean` stops and removes them")
     say("next: `make ui` opens Airflow's UI on these servers (http://127.0.0.1:8080): trigger a restore from its form")

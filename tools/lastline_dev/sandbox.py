@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import getpass
+import hashlib
 import json
 import os
 import secrets
@@ -40,6 +41,21 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def quiet_port(name: str) -> int:
+    """A port on 127.0.0.1 free right now and below the ephemeral range that free_port and every outgoing connection
+    draw from, searched from a place `name` picks: for a server that starts long after its port is chosen (a
+    replica's host that a rebuild fills), whose port another sandbox or a client's socket would otherwise take."""
+    start = 20000 + int.from_bytes(hashlib.sha256(name.encode()).digest()[:4], "big") % 12000
+    for port in [*range(start, 32000), *range(20000, start)]:
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise ServerError("no free port on 127.0.0.1 between 20000 and 32000")
 
 
 def bulk_rows(megabytes: int, tables: int = 4) -> dict[str, int]:
@@ -173,6 +189,41 @@ class Instance:
 
     def create(self, port: int | None = None, server_id: int | None = None, protected: bool = False) -> None:
         """Write the option file and initialise an empty datadir."""
+        meta = self.configure(port, server_id)
+        proc = subprocess.run(
+            ["mariadb-install-db", f"--defaults-file={self.cnf}", "--auth-root-authentication-method=normal",
+             "--skip-test-db"],
+            capture_output=True, text=True,
+        )
+        if proc.returncode != 0:
+            raise ServerError(f"mariadb-install-db failed for {self.dir}:\n{proc.stderr[-2000:]}")
+        self._write_meta({**meta, "protected": protected})
+        self.start()
+        root = Server(conn_id="root", socket=str(self.sock), user="root")
+        conn = root.connect()
+        cur = conn.cursor()
+        for host in ("127.0.0.1", "localhost"):
+            cur.execute(f"CREATE USER '{USER}'@'{host}' IDENTIFIED BY %s", (meta["password"],))
+            cur.execute(f"GRANT ALL PRIVILEGES ON *.* TO '{USER}'@'{host}' WITH GRANT OPTION")
+        conn.close()
+
+    def create_host(self, port: int | None = None, server_id: int | None = None) -> None:
+        """Write the option file and leave the datadir empty, the server stopped: a host waiting for a server
+        (a replica that replica_rebuild builds from its source; the source's accounts come with it)."""
+        self._write_meta({**self.configure(port, server_id), "protected": False})
+
+    def holds_server(self) -> bool:
+        """Whether the datadir holds a server's files (its system tables), not nothing."""
+        return (self.datadir / "mysql").is_dir()
+
+    def _write_meta(self, meta: dict) -> None:
+        """instance.json, written last: an instance without it is half made."""
+        path = self.dir / "instance.json"
+        path.write_text(json.dumps(meta))
+        path.chmod(0o600)
+
+    def configure(self, port: int | None = None, server_id: int | None = None) -> dict:
+        """The instance's folders and option file; returns what instance.json will hold (port, password, server_id)."""
         self.conf_d.mkdir(parents=True, exist_ok=True)
         self.datadir.mkdir(parents=True, exist_ok=True)
         (self.dir / "tmp").mkdir(exist_ok=True)  # its own tmpdir: servers of other test runs never share its temp files
@@ -189,25 +240,7 @@ class Instance:
             "character-set-server=utf8mb4\ncollation-server=utf8mb4_general_ci\n"
             f"!includedir {self.conf_d}\n"
         )
-        proc = subprocess.run(
-            ["mariadb-install-db", f"--defaults-file={self.cnf}", "--auth-root-authentication-method=normal",
-             "--skip-test-db"],
-            capture_output=True, text=True,
-        )
-        if proc.returncode != 0:
-            raise ServerError(f"mariadb-install-db failed for {self.dir}:\n{proc.stderr[-2000:]}")
-        meta = {"port": port, "password": password, "server_id": server_id, "protected": protected}
-        path = self.dir / "instance.json"
-        path.write_text(json.dumps(meta))
-        path.chmod(0o600)
-        self.start()
-        root = Server(conn_id="root", socket=str(self.sock), user="root")
-        conn = root.connect()
-        cur = conn.cursor()
-        for host in ("127.0.0.1", "localhost"):
-            cur.execute(f"CREATE USER '{USER}'@'{host}' IDENTIFIED BY %s", (password,))
-            cur.execute(f"GRANT ALL PRIVILEGES ON *.* TO '{USER}'@'{host}' WITH GRANT OPTION")
-        conn.close()
+        return {"port": port, "password": password, "server_id": server_id}
 
     def start(self, timeout: float = 60) -> None:
         """Start the server (if not running) and wait until it answers."""

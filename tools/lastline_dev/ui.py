@@ -33,7 +33,9 @@ def main() -> int:
     say(f"Airflow's UI on the demo servers: http://127.0.0.1:{port} (up in about 30 s; Ctrl-C stops it)")
     say("  Dags > logical_restore > Trigger: the form offers the demo's backups; the target is the demo's")
     say("  (a restore that replaces data waits for your approval under 'Required actions'); each run has a Report tab")
-    say("  every DAG can be triggered: staging_refresh writes into lastline_staging, restore_drill into lastline_drill")
+    say("  every DAG succeeds with its form's defaults: staging_refresh writes into lastline_staging (masked by the "
+        "Variable lastline_masking_rules), restore_drill into lastline_drill, replica_rebuild builds lastline_replica "
+        "and replica_detach cuts it off; binlog_archive before point_in_time_restore")
     os.execve(str(ROOT / "bin/airflow"), [str(ROOT / "bin/airflow"), "standalone"], env)
 
 

@@ -48,3 +48,4 @@ def dag_args(**kw) -> dict:
 DESTINATION = env("DESTINATION", "file:///var/backups/lastline")
 SOURCE_CONN_ID = env("SOURCE_CONN_ID", "lastline_source")
 TARGET_CONN_ID = env("TARGET_CONN_ID", "lastline_target")
+REPLICA_CONN_ID = env("REPLICA_CONN_ID", "lastline_replica")  # what replica_rebuild and replica_detach act on

@@ -15,7 +15,7 @@ from typing import Any
 
 from airflow.sdk import Connection, Param
 
-from lastline.airflow.defaults import DESTINATION, SOURCE_CONN_ID, TARGET_CONN_ID, env
+from lastline.airflow.defaults import DESTINATION, REPLICA_CONN_ID, SOURCE_CONN_ID, TARGET_CONN_ID, env
 from lastline.core.errors import ConfigError
 from lastline.core.impact import DEFAULT_PRIORITY
 from lastline.core.plans import KEEP, MAX_REPLICA_LAG, PARALLEL, human_size, safety_flag
@@ -26,7 +26,12 @@ from lastline.logical.restore import DEFAULT_REDO_BYTES
 from lastline.manifest import newest_complete
 
 SERVERS, BACKUP, SAFETY, SPEED, KEEPING, MASKING = "Servers", "Backup", "Safety", "Performance", "Retention", "Masking"
-SIZE = {"type": ["string", "integer"], "minimum": 0, "pattern": r"^\s*[0-9]+(\.[0-9]+)?\s*([KMGTkmgt]([iI]?[bB])?)?\s*$"}  # 1G, 256M
+IMPACT, STREAMING, ALERTS = "Production impact", "Streaming", "Alerts"
+# a size: "1G", "256M" or a number of bytes. Not {"type": ["string", "integer"]}: the trigger form renders a field of
+# two types as a multi-line JSON box; with anyOf (and no "type") it is a one-line text input, and a conf may still
+# give bytes as a number
+SIZE = {"anyOf": [{"type": "string", "pattern": r"^\s*[0-9]+(\.[0-9]+)?\s*([KMGTkmgt]([iI]?[bB])?)?\s*$"},
+                  {"type": "integer", "minimum": 0}, {"type": "null"}]}
 # a server field offers the connections of its kind: source (any server without a role), target (not protected, no
 # role), staging and drill (that role); see servers()
 ROLES = {"source_conn_id": "source", "target_conn_id": "target", "drill_conn_id": "drill"}
@@ -69,14 +74,14 @@ def _flag(default: bool, title: str, description: str, section: str) -> Spec:
 
 
 SPECS: dict[str, Spec] = {
-    "source_conn_id": _string(SOURCE_CONN_ID, "Source connection", "mysql connection of the source server", SERVERS, required=True),
+    "source_conn_id": _string(SOURCE_CONN_ID, "Source connection", "the source server's lastline connection", SERVERS, required=True),
     "target_conn_id": _string(TARGET_CONN_ID, "Target connection",
-                              "mysql connection of the target server (its extras: datadir, ssh_conn_id, service commands)", SERVERS, required=True),
+                              "the target server's lastline connection (its fields: datadir, SSH connection, start and stop commands)", SERVERS, required=True),
     "drill_conn_id": _string(env("DRILL_CONN_ID", "lastline_drill"), "Drill server connection",
-                             "a scratch server's mysql connection (its extra must say \"role\": \"drill\"): its data is replaced "
-                             "at every drill", SERVERS, required=True),
+                             "a scratch server's lastline connection (its role must be drill): its data is replaced at every drill", SERVERS, required=True),
     "replication_conn_id": _string(env("REPLICATION_CONN_ID", "lastline_replication"), "Replication connection",
-                                   "the source as the replica reaches it, and the replication user", SERVERS, required=True),
+                                   "the source as the replica reaches it (host, port) and the replication user (login, password; REPLICATION "
+                                   "SLAVE on the source): a lastline connection", SERVERS, required=True),
     "destination": _string(DESTINATION, "Destination", "file:///dir, s3://bucket/prefix or ssh://<ssh_conn_id>/<path>", BACKUP, required=True),
     "backup": _string(f"{DESTINATION}/latest", "Backup",
                       "<destination>/<backup_id>, or <destination>/latest for the newest complete backup", BACKUP, required=True),
@@ -87,7 +92,7 @@ SPECS: dict[str, Spec] = {
     "kind": Spec("logical", "Kind of backup", "logical or physical: which backup a manual run drills (a run started by a "
                  "backup's Asset event drills that backup)", BACKUP, {"enum": ["logical", "physical"]}),
     "rto_budget_minutes": Spec(60, "RTO budget (minutes)", "a drill that takes longer to restore and verify alerts (0: no budget)",
-                               SAFETY, {"type": "number", "minimum": 0}),
+                               ALERTS, {"type": "number", "minimum": 0}),
     "compression": Spec("zstd", "Compression", "how the bytes are compressed (zstd is the fastest here)", BACKUP,
                         {"enum": ["zstd", "pigz", "none"]}),
     "chunk_rows": Spec(DEFAULT_CHUNK_ROWS, "Rows per chunk", "rows per chunk file (100k-1M is the useful range)", BACKUP,
@@ -98,22 +103,22 @@ SPECS: dict[str, Spec] = {
     "lock_method": Spec("auto", "Snapshot method", "how the backup opens its snapshot: auto (BACKUP STAGE on MariaDB 10.4.1+, "
                         "which holds commits for milliseconds; FLUSH TABLES WITH READ LOCK elsewhere, after the long-statement "
                         "guard), backup_stage or ftwrl (where BACKUP STAGE exists: only if the deployment allows it, LASTLINE_ALLOW_FTWRL "
-                        "or the connection's allow_ftwrl)", BACKUP, {"enum": ["auto", "backup_stage", "ftwrl"]}),
+                        "or the connection's allow_ftwrl)", IMPACT, {"enum": ["auto", "backup_stage", "ftwrl"]}),
     "long_query_guard": Spec(60.0, "Long statement (s)", "a statement running longer than this is waited for rather than "
                              "locked behind (FLUSH TABLES WITH READ LOCK would make every write queue behind it); with kill_long_queries, at "
-                             "least the deployment's floor (LASTLINE_MIN_LONG_QUERY_GUARD, default 60)", BACKUP,
+                             "least the deployment's floor (LASTLINE_MIN_LONG_QUERY_GUARD, default 60)", IMPACT,
                              {"type": "number", "minimum": 0}),
     "long_query_wait": Spec(300.0, "Wait for long statements (s)", "how long the backup waits for them, and retries its "
                             "lock, before it gives up naming them (or kills them, with kill_long_queries); at most the deployment's "
-                            "ceiling (LASTLINE_MAX_LONG_QUERY_WAIT, default 1800)", BACKUP,
+                            "ceiling (LASTLINE_MAX_LONG_QUERY_WAIT, default 1800)", IMPACT,
                             {"type": "number", "minimum": 0}),
     "kill_long_queries": _flag(False, "Kill long statements", "at the end of the wait, KILL QUERY the statements that "
                                "keep the backup from its lock instead of giving up: only where the deployment allows it "
                                "(LASTLINE_ALLOW_KILL_LONG_QUERIES or the connection's allow_kill_long_queries), never on a "
-                               "protected server", BACKUP),
+                               "protected server", IMPACT),
     "lock_timeout": Spec(0.5, "Lock attempt (s)", "the longest one lock attempt waits, so the longest any write waits "
                          "behind the backup; a timed-out attempt is retried; at most the deployment's ceiling "
-                         "(LASTLINE_MAX_LOCK_TIMEOUT, default 0.5)", BACKUP, {"type": "number", "minimum": 0.01}),
+                         "(LASTLINE_MAX_LOCK_TIMEOUT, default 0.5)", IMPACT, {"type": "number", "minimum": 0.01}),
     "parallel": Spec(PARALLEL, "Parallel", "how many work at once: at most the deployment's ceiling (LASTLINE_MAX_PARALLEL, "
                      "default 16, or the connection's max_parallel), and no more connections than the server leaves free "
                      "beyond a reserve (fewer are taken, with a warning)", SPEED, {"type": "integer", "minimum": 1}),
@@ -131,24 +136,24 @@ SPECS: dict[str, Spec] = {
     "priority": Spec(DEFAULT_PRIORITY, "Priority on the source's host", "CPU and I/O priority of the backup's own processes "
                      "(mariabackup, compressor, dump workers): low (nice 10, ionice best-effort 7), idle (nice 19, ionice "
                      "idle: may never finish on a busy disk) or normal; no harsher than the deployment's LASTLINE_MAX_PRIORITY "
-                     "(default low)", SPEED, {"enum": ["low", "idle", "normal"]}),
+                     "(default low)", IMPACT, {"enum": ["low", "idle", "normal"]}),
     "max_read_mb_per_s": Spec(0, "Cap on reads (MB/s)", "cap the bytes the backup reads from the source per second "
                               "(physical: pv -L on the uncompressed stream; logical: the dump workers' rows, shared "
                               "between them); 0: no cap of the run's own (the deployment's LASTLINE_MAX_READ_MB_PER_S, if set, then "
-                              "applies; a higher cap is refused)", SPEED, {"type": "number", "minimum": 0}),
+                              "applies; a higher cap is refused)", IMPACT, {"type": "number", "minimum": 0}),
     "from_replica": _flag(False, "The source is a replica", "record the primary's coordinates (GTID, binlog file and "
                           "position) and pause the replica's SQL thread only for the snapshot (also: \"replica\": true "
-                          "in the connection's extra)", BACKUP),
+                          "in the connection's extra)", SERVERS),
     "max_replica_lag": Spec(MAX_REPLICA_LAG, "Replica lag limit (s)", "a replica further behind its primary than this is not backed "
                             "up (0: any lag, stopped replication too, only where the deployment's ceiling LASTLINE_MAX_REPLICA_LAG is 0; "
-                            "at most that ceiling, default 3600)", BACKUP, {"type": "number", "minimum": 0}),
+                            "at most that ceiling, default 3600)", SERVERS, {"type": "number", "minimum": 0}),
     "until_current": _flag(False, "Until the current position", "ship up to the source's position at the start of the "
                            "run, then end (tests, drills, catching up by hand); off (the default): stream, shipping "
-                           "what the source writes every ship_every_seconds for stream_minutes", BACKUP),
+                           "what the source writes every ship_every_seconds for stream_minutes", STREAMING),
     "ship_every_seconds": Spec(5, "Ship every (s)", "when streaming: how often the run ships what the source wrote",
-                               SPEED, {"type": "number", "minimum": 0.5, "maximum": 60}),
+                               STREAMING, {"type": "number", "minimum": 0.5, "maximum": 60}),
     "stream_minutes": Spec(0.8, "Stream for (min)", "when streaming: how long one run ships before it ends (the "
-                           "per-minute schedule starts the next)", SPEED, {"type": "number", "minimum": 0.1, "maximum": 60}),
+                           "per-minute schedule starts the next)", STREAMING, {"type": "number", "minimum": 0.1, "maximum": 60}),
     "until": _string("latest", "Until", "roll forward to: a UTC time YYYY-MM-DDTHH:MM:SSZ (every transaction committed "
                      "at or before it), a GTID domain-server-seq (up to and including it), or latest", BACKUP, required=True),
     "base": _string("auto", "Base backup", "the backup rolled forward: a backup id in the destination, or auto "
@@ -164,9 +169,9 @@ SPECS: dict[str, Spec] = {
                              "base backup and archived binlog a point-in-time restore to any second of the last N days "
                              "needs, beyond keep; 0: keep only by count", KEEPING, {"type": "number", "minimum": 0}),
     "rpo_alert_seconds": Spec(600, "Alert when behind (s)", "alert (the connection lastline_alerts) when the archive's "
-                              "last confirmed position is older than this: the RPO at risk", KEEPING,
+                              "last confirmed position is older than this: the RPO at risk", ALERTS,
                               {"type": "number", "minimum": 1}),
-    "max_mb_per_s": Spec(0, "Cap on the wire (MB/s)", "cap the stream on the wire (pv -L on the source); 0: no cap", SPEED,
+    "max_mb_per_s": Spec(0, "Cap on the wire (MB/s)", "cap the stream on the wire (pv -L on the source); 0: no cap", IMPACT,
                          {"type": "number", "minimum": 0}),
     "catch_up_timeout": Spec(3600, "Catch-up timeout (s)", "seconds to wait for the replica to catch up", SPEED,
                              {"type": "number", "minimum": 1}),
@@ -179,9 +184,11 @@ SPECS: dict[str, Spec] = {
                                    "the target's connection id, to allow restoring into the server the backup came from", SAFETY),
     "restart": _flag(True, "Restart to prove it", "restart the server to prove the detach holds", SAFETY),
     "read_only_off": _flag(False, "Open for writes", "SET GLOBAL read_only=OFF at the very end", SAFETY),
-    "masking_rules": Spec(None, "More masking rules", "a JSON object {\"<db>.<table>.<column>\": \"<strategy>\"} (email, name, "
-                          "first_name, last_name, phone, hash, null, fixed:<value>) added to, or replacing, the deployment's "
-                          "rules (the Airflow Variable lastline_masking_rules); \"keep\" comes only from the deployment",
+    "masking_rules": Spec(None, "More masking rules", "for this run: a JSON object {\"<db>.<table>.<column>\": "
+                          "\"<strategy>\"} (email, name, first_name, last_name, hash, null, fixed:<value>) added to the "
+                          "deployment's rules (the Airflow Variable lastline_masking_rules, which every refresh uses), or one "
+                          "of those changed to null, fixed or hash: a run masks more, never less. \"keep\" and \"phone\" "
+                          "(which keeps a value's punctuation and letters) come only from that Variable",
                           MASKING, {"type": ["null", "object"]}),
     "open_for_writes": _flag(True, "Open for writes", "read_only=OFF once the masking is verified (off: it stays read-only)", MASKING),
     "keep": Spec(KEEP, "Keep", "complete backups to keep", KEEPING, {"type": "integer", "minimum": 1}),
@@ -223,7 +230,7 @@ def servers(role: str, default: str | None = None) -> list[str]:
     no role; target: no role, not protected; staging, drill: that role). The candidates are the deployment's own
     (LASTLINE_CONNECTIONS, comma-separated, and the LASTLINE_*_CONN_ID defaults) and the connections in the
     environment (AIRFLOW_CONN_*): a DAG file, parsed without the metadata database, cannot list the others."""
-    named = [default, *os.environ.get("LASTLINE_CONNECTIONS", "").split(","), SOURCE_CONN_ID, TARGET_CONN_ID,
+    named = [default, *os.environ.get("LASTLINE_CONNECTIONS", "").split(","), SOURCE_CONN_ID, TARGET_CONN_ID, REPLICA_CONN_ID,
              env("STAGING_CONN_ID", "lastline_staging"), env("DRILL_CONN_ID", "lastline_drill"),
              *(k[len("AIRFLOW_CONN_"):].lower() for k in os.environ if k.startswith("AIRFLOW_CONN_"))]
     offered = []

@@ -27,7 +27,7 @@ from lastline.logical.restore.schema_checks import split_deferred
 from lastline.manifest import read_manifest, resolve_backup
 from lastline.staging import masking, pii, pii_objects
 from lastline.staging.plans import LateObjects, Masked, MaskingVerified, Opened, StagingPlan
-from lastline.staging.rules import EMAIL_DOMAIN, HASHED, Rule, run_rules
+from lastline.staging.rules import EMAIL_DOMAIN, HASHED, REVEALING, Rule, run_rules
 
 log = logging.getLogger(__name__)
 
@@ -105,8 +105,14 @@ def _pii_refusal(columns: list[pii.Finding], objects: list[pii_objects.ObjectFin
             "change each object at the source, or acknowledge it on the record with \"<db>.<object>\": \"keep\""
             if objects else ""]
     advice = "; ".join(t for t in todo if t)
-    return ("\n".join(parts) + "\n" + advice[:1].upper() + advice[1:] + "; to start from, merge into masking_rules:\n"
-            + json.dumps(snippet, indent=1) + "\nNothing was touched.")
+    revealing = sorted({v for v in snippet.values() if v in REVEALING})
+    where = ("A run's masking_rules (the form's field) may add the others for that run alone; "
+             + " and ".join(f'"{v}"' for v in revealing) + (" come" if len(revealing) > 1 else " comes")
+             + " only from the Variable. " if revealing else
+             "The same rules in a run's masking_rules (the form's field) cover that run alone. ")
+    return ("\n".join(parts) + "\n" + advice[:1].upper() + advice[1:] + ". To start from, add these to the deployment's "
+            "rules, the Airflow Variable lastline_masking_rules (Admin > Variables), which every refresh reads, the ones "
+            "a backup starts too. " + where + "The rules:\n" + json.dumps(snippet, indent=1) + "\nNothing was touched.")
 
 
 def key_conn_id() -> str:
