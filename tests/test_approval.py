@@ -225,3 +225,29 @@ def test_a_replica_rebuild_onto_data_waits_for_approval_too(source, target, asks
     with pytest.raises(PreflightError, match=r"is not empty, and no person is asked .*: set force to replace it"):
         rr.preflight(conf)
     assert rr.preflight({**conf, "force": True}).at_risk is None
+
+
+def test_a_database_written_while_the_approval_waited_is_not_replaced(store_backup, logical_target, asks):
+    """The approval lists the databases non-empty at preflight; a database of the restore that was empty then and holds
+    tables when the schema step starts (an application wrote there during the wait) was never shown to anyone: the
+    schema step refuses before anything is set aside. The same without an approval: only force replaces."""
+    from lastline.core.errors import Refusal
+    from lastline.logical.restore.target_state import refuse_unapproved
+
+    with logical_target.server().session() as cur:
+        cur.execute("DROP DATABASE IF EXISTS store")
+        cur.connection.commit()
+    plan = lr.preflight(_conf(store_backup))
+    assert plan.at_risk is None and not plan.force  # nothing to replace: nobody is asked
+    _occupied(logical_target)  # ... and then something writes there before the schema step
+    with logical_target.server().session() as cur:
+        with pytest.raises(Refusal, match=r"store hold tables now but were empty when the restore was planned: nothing"):
+            refuse_unapproved(cur, plan.databases, plan.force, plan.at_risk)
+        approved = {"force": False, "replaces": ["store"]}
+        refuse_unapproved(cur, ["store"], True, approved)  # what the approval listed: replaced
+        with pytest.raises(Refusal, match=r"empty when the restore was planned and approved"):
+            refuse_unapproved(cur, ["store"], True, {"force": False, "replaces": []})
+        refuse_unapproved(cur, ["store"], True, {"force": True, "replaces": []})  # force as asked: every database
+    assert "store.precious" in _store(logical_target)  # nothing was touched
+    src = Path(lr.__file__).with_name("create.py").read_text()
+    assert "refuse_unapproved(cur, plan.databases, plan.force, plan.at_risk)" in src.split("set_aside(cur, db)")[0]
