@@ -56,6 +56,7 @@ NEEDS: dict[str, tuple[Need, ...]] = {
     ),
 }
 _ON_ALL = re.compile(r"^GRANT (?P<privs>.+?) ON \*\.\* TO ", re.IGNORECASE)
+_TO = re.compile(r" TO (?P<who>`(?:[^`]|``)*`(?:@`(?:[^`]|``)*`)?)")
 _ON_DB = re.compile(r"^GRANT (?P<privs>.+?) ON (?P<db>`(?:[^`]|``)+`)\.\* TO ", re.IGNORECASE)
 _ALIASES = {"REPLICATION CLIENT": "BINLOG MONITOR", "SLAVE MONITOR": "REPLICA MONITOR"}
 
@@ -102,15 +103,41 @@ def _pattern(name: str) -> re.Pattern[str]:
 
 
 def held_on(grants: Iterable[str], database: str) -> set[str]:
-    """The privileges `SHOW GRANTS` lines give on every table of `database`: those on *.* and those on a database
-    grant whose name (or pattern) matches it. A grant on single tables does not count."""
+    """The privileges `SHOW GRANTS` lines give on every table of `database`: those on *.* and, for each grantee (the
+    account, its role), the one database grant the server applies, as MariaDB's acl_get does: of the grants whose
+    name or pattern matches, the most specific (a name without wildcards, else the longest literal prefix); the
+    grants of one grantee are not added up. A grant on single tables does not count."""
     lines = [str(line) for line in grants]
     out = held(lines)
+    chosen: dict[str, tuple[tuple[int, int], set[str]]] = {}
     for text in lines:
         found = _ON_DB.match(text)
-        if found and _pattern(found["db"][1:-1].replace("``", "`")).fullmatch(database):
-            out |= _privileges(found["privs"], text)
+        if not found:
+            continue
+        name = found["db"][1:-1].replace("``", "`")
+        if not _pattern(name).fullmatch(database):
+            continue
+        who = _TO.search(text[found.end() - 4:])
+        grantee = who["who"] if who else ""
+        rank = _specificity(name)
+        if grantee not in chosen or rank > chosen[grantee][0]:
+            chosen[grantee] = (rank, _privileges(found["privs"], text))
+    for _, privs in chosen.values():
+        out |= privs
     return out
+
+
+def _specificity(name: str) -> tuple[int, int]:
+    """How specific a database grant's name is: (1, -) without a wildcard, else (0, the length of its literal prefix)."""
+    prefix = 0
+    chars = iter(name)
+    for ch in chars:
+        if ch in "%_":
+            return 0, prefix
+        if ch == "\\":
+            next(chars, None)
+        prefix += 1
+    return 1, prefix
 
 
 def account_grants(cur: Any) -> tuple[str, list[str], list[str]]:
