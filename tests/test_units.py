@@ -614,3 +614,14 @@ def test_a_backup_that_does_not_exist_says_so_and_names_the_nearest_that_do(tmp_
         read_manifest(open_storage(f"file://{tmp_path / 'empty'}"), "20261128T131000Z-7c93b6", "physical")
     with pytest.raises(IntegrityError, match="the backup is incomplete"):
         read_manifest(storage, ids[3], "physical")
+
+
+def test_the_approval_shows_a_table_named_to_look_like_markdown_as_its_name():
+    """A table name from the target holding `|` or backticks stays one cell of code in the approval's table."""
+    from lastline.airflow.approval import body
+
+    risk = {"backup_id": "20261128T161432Z-7c93b6", "target": "t", "databases": ["sh`op"], "table_count": 1, "rows": 1,
+            "bytes": 1, "force": False, "tables": [{"table": "shop.a | 0 | 0 B | `x", "rows": 1, "bytes": 1, "updated": None}]}
+    row = next(line for line in body({"at_risk": risk}).splitlines() if "shop.a" in line)
+    assert row.count(" | ") == 3 and row.count("\\|") == 3 and "``" in row  # four cells; the name's own bars escaped
+    assert "``sh`op``" in body({"at_risk": risk})

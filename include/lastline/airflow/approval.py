@@ -10,6 +10,7 @@ asks no approval): the task passes straight through.
 """
 from __future__ import annotations
 
+import re
 from datetime import timedelta
 from typing import Any
 
@@ -24,6 +25,17 @@ LISTED = 40
 
 def _size(n: int) -> str:
     return f"{n / 1e9:,.1f} GB" if n >= 1e9 else f"{n / 1e6:,.1f} MB"
+
+
+def code(name: str, cell: bool = False) -> str:
+    """A name from the target as Markdown code, whatever it holds: a fence longer than any run of backticks in it
+    (padded where it starts or ends with one), and in a table cell its `|` escaped, so a table named to look like
+    something else cannot change what the approver reads."""
+    text = str(name).replace("\n", " ")
+    fence = "`" * (max((len(r) for r in re.findall(r"`+", text)), default=0) + 1)
+    pad = " " if text.startswith("`") or text.endswith("`") else ""
+    out = f"{fence}{pad}{text}{pad}{fence}"
+    return out.replace("|", "\\|") if cell else out
 
 
 def subject(plan: dict) -> str:
@@ -46,7 +58,7 @@ def body(plan: dict) -> str:
     lines = [
         f"{what} will replace, on **{risk['target']}**:",
         "",
-        f"- databases: {', '.join(f'`{d}`' for d in risk.get('databases', [])) or '(none listed)'}",
+        f"- databases: {', '.join(code(d) for d in risk.get('databases', [])) or '(none listed)'}",
         f"- {risk.get('table_count', 0):,} table(s), about {risk.get('rows', 0):,} rows, {_size(risk.get('bytes', 0))}",
     ]
     if risk.get("datadir"):
@@ -60,7 +72,7 @@ def body(plan: dict) -> str:
     if tables:
         lines += ["", "| table | rows (estimate) | size | last write |", "|---|---:|---:|---|"]
         for t in tables[:LISTED]:
-            lines.append(f"| `{t['table']}` | {t['rows']:,} | {_size(t['bytes'])} | {t['updated'] or 'not since the server started'} |")
+            lines.append(f"| {code(t['table'], cell=True)} | {t['rows']:,} | {_size(t['bytes'])} | {t['updated'] or 'not since the server started'} |")
         if risk.get("table_count", 0) > LISTED:
             lines.append(f"| ... and {risk['table_count'] - LISTED:,} more | | | |")
     lines += ["", "The replaced data is kept aside until the restore is verified. **Reject** ends the run with nothing touched."]
