@@ -114,7 +114,7 @@ def recorded(dag_id: str, run_id: str, task_id: str, map_index: int = -1) -> dic
 
 
 def markdown(failures: list[dict[str, Any]]) -> str:
-    """failed.md: each failed task, its reason, what to do, its log."""
+    """A failure file's Markdown (failed-<task>.md): each failed task, its reason, what to do, its log."""
     out = []
     for f in failures:
         task = f["task_id"] + (f"[{f['map_index']}]" if f.get("map_index", -1) >= 0 else "")
