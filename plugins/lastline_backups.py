@@ -31,6 +31,7 @@ from fastapi.responses import HTMLResponse, JSONResponse
 
 from lastline import inventory
 from lastline.airflow.form_freshness import FORMS_OFFERING_BACKUPS, LISTENER, request_parse
+from lastline.airflow.ui_links import OPEN_IN_AIRFLOW
 
 PREFIX = "/lastline-backups"
 RESTORING = ("physical_restore", "logical_restore", "point_in_time_restore", "staging_refresh", "restore_drill")
@@ -168,27 +169,12 @@ you need (a target, <code>force</code>, databases), then Trigger. Airflow checks
 replaces data waits for approval under <b>Required actions</b> where the deployment or the target asks.</p>
 <textarea id="conf" rows="{rows}" spellcheck="false">{conf}</textarea>
 <p><button id="trigger" data-dag="{dag_id}" data-base="{base}">Trigger {dag_id}</button> <span id="out"></span></p>
-<p class="muted">Or open <a id="dag" href="{base}/dags/{dag_id}">{dag_id}</a> and its Trigger form: its Backup field
+<p class="muted">Or open <a id="dag" class="airflow" href="{base}/dags/{dag_id}">{dag_id}</a> and its Trigger form: its Backup field
 offers the same backups.</p>
+{open_in_airflow}
 <script>
 const button = document.getElementById("trigger"), out = document.getElementById("out");
 const dag = button.dataset.dag, base = button.dataset.base;
-// Airflow shows this page in a sandboxed frame that may not navigate the window: the UI is asked to route there itself
-function openInAirflow(path) {{
-  const url = base + path;
-  try {{
-    if (window.parent !== window && window.parent.location.origin === window.location.origin) {{
-      const idx = ((window.parent.history.state || {{}}).idx || 0) + 1;
-      window.parent.history.pushState({{usr: null, key: Math.random().toString(36).slice(2, 10), idx: idx}}, "", url);
-      window.parent.dispatchEvent(new PopStateEvent("popstate", {{state: window.parent.history.state}}));
-      return;
-    }}
-  }} catch (e) {{ /* not inside Airflow's UI: this window goes there */ }}
-  window.location.href = url;
-}}
-document.getElementById("dag").addEventListener("click", (event) => {{
-  event.preventDefault(); openInAirflow("/dags/" + encodeURIComponent(dag));
-}});
 button.addEventListener("click", async () => {{
   let conf;
   try {{ conf = JSON.parse(document.getElementById("conf").value); }} catch (e) {{ out.textContent = "not JSON: " + e.message; return; }}
@@ -199,7 +185,7 @@ button.addEventListener("click", async () => {{
   const answer = await response.json().catch(() => ({{}}));
   if (!response.ok) {{ button.disabled = false; out.textContent = response.status + ": " + JSON.stringify(answer.detail || answer); return; }}
   out.textContent = "triggered " + answer.dag_run_id;
-  openInAirflow("/dags/" + encodeURIComponent(dag) + "/runs/" + encodeURIComponent(answer.dag_run_id));
+  openInAirflow(base + "/dags/" + encodeURIComponent(dag) + "/runs/" + encodeURIComponent(answer.dag_run_id));
 }});
 </script>"""
 
@@ -217,7 +203,8 @@ def restore_page(dag_id: str, request: Request, conf: str = "{}") -> HTMLRespons
     text = json.dumps(given, indent=2, sort_keys=True)
     root = request.scope.get("root_path", "")
     base = root[:-len(PREFIX)] if root.endswith(PREFIX) else ""  # Airflow's own root, under any base URL
-    body = RESTORE_PAGE.format(dag_id=escape(dag_id), conf=escape(text), rows=text.count("\n") + 3, base=escape(base))
+    body = RESTORE_PAGE.format(dag_id=escape(dag_id), conf=escape(text), rows=text.count("\n") + 3, base=escape(base),
+                              open_in_airflow=OPEN_IN_AIRFLOW)
     return HTMLResponse(PAGE.format(title=f"{escape(dag_id)}: prefilled", body=body))
 
 

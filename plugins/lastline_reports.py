@@ -4,9 +4,9 @@ api-server from where the tasks saved them (lastline.reports: LASTLINE_REPORTS),
     /lastline/reports/<dag_id>/<run_id>           the run's report: its charts, its figures, its files
     /lastline/reports/<dag_id>/<run_id>/<name>    one file (SVG, JSON, Markdown)
 
-A failed run's page opens with what failed: each failed task, its reason, what to do and a link to its log (what
-the task saved, lastline.airflow.failures); a run whose tasks saved nothing (a process killed) still names its
-failed tasks, read from Airflow's metadata database.
+A failed run's page opens with what failed: each task instance Airflow's metadata database holds as failed now
+(one cleared and passed since is not), its reason, what to do and a link to its log (what the task saved for
+that try, lastline.airflow.failures; "see its log" where it saved nothing: a process killed).
 
 Access is Airflow's own: a user who may read the DAG may read its reports (the UI's session cookie or a
 bearer token).
@@ -30,6 +30,7 @@ from sqlalchemy import select
 
 from lastline import reports
 from lastline.airflow import failures
+from lastline.airflow.ui_links import OPEN_IN_AIRFLOW
 
 app = FastAPI(title="lastline reports", docs_url=None, redoc_url=None, openapi_url=None)
 READ = [Depends(requires_access_dag("GET"))]
@@ -109,35 +110,49 @@ def _ui(path: str) -> str:
     return urlparse(conf.get("api", "base_url", fallback="") or "").path.rstrip("/") + path
 
 
-def _failed_in_db(session: Any, dag_id: str, run_id: str) -> list[dict[str, Any]]:
-    """The run's failed task instances as Airflow recorded them (for a run whose tasks saved no reason)."""
-    rows = session.execute(select(TaskInstance.task_id, TaskInstance.map_index).where(
-        TaskInstance.dag_id == dag_id, TaskInstance.run_id == run_id, TaskInstance.state == "failed")).all()
-    return [{"task_id": task_id, "map_index": map_index, "reason": failures.reason(None),
-             "what_to_do": "Open its log; once the cause is fixed, clear the task or trigger a new run: each step is "
-                           "safe to re-run."} for task_id, map_index in rows]
+def _int(value: Any, default: int) -> int:
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return default
+
+
+def _failed(session: Any, dag_id: str, run_id: str) -> list[dict[str, Any]]:
+    """The run's task instances failed now, as Airflow's database says (a task cleared and passed since is not one),
+    each with the reason its own failure file recorded for that try, or "see its log" where there is none."""
+    rows = session.execute(select(TaskInstance.task_id, TaskInstance.map_index, TaskInstance.try_number).where(
+        TaskInstance.dag_id == dag_id, TaskInstance.run_id == run_id, TaskInstance.state == "failed")
+        .order_by(TaskInstance.end_date, TaskInstance.task_id, TaskInstance.map_index)).all()
+    out = []
+    for task_id, map_index, try_number in rows:
+        said = failures.recorded(dag_id, run_id, task_id, map_index) or {}
+        tries = _int(said.get("tries"), try_number)
+        if not said.get("reason") or (try_number and tries != try_number):  # none, or an older try's
+            said = {"reason": failures.reason(None), "what_to_do": "Open its log; once the cause is fixed, clear the "
+                    "task or trigger a new run: each step is safe to re-run."}
+        out.append({"task_id": task_id, "map_index": map_index, "reason": str(said["reason"]),
+                    "what_to_do": str(said.get("what_to_do") or "")})
+    return out
 
 
 def _failures(dag_id: str, run_id: str, failed: list[dict[str, Any]]) -> str:
     """What failed, first on the page: each task, its reason, what to do, a link to its log."""
     parts = []
     for f in failed:
-        index = int(f.get("map_index", -1))
-        task = str(f["task_id"]) + (f"[{index}]" if index >= 0 else "")
-        href = _ui(failures.log_path(dag_id, run_id, str(f["task_id"]), index))  # never a path read from storage
+        index = _int(f.get("map_index"), -1)
+        task = str(f.get("task_id", "?")) + (f"[{index}]" if index >= 0 else "")
+        href = _ui(failures.log_path(dag_id, run_id, str(f.get("task_id", "")), index))  # never a path from storage
         parts.append(f'<div class="failed"><h2>Failed: task <code>{escape(task)}</code></h2>'
-                     f'<p><b>Reason:</b> {escape(str(f["reason"]))}</p>'
-                     f'<p><b>What to do:</b> {escape(str(f["what_to_do"]))}</p>'
-                     f'<p><a href="{escape(href)}" target="_top">Open the task\'s log</a></p></div>')
-    return "\n".join(parts)
+                     f'<p><b>Reason:</b> {escape(str(f.get("reason", "")))}</p>'
+                     f'<p><b>What to do:</b> {escape(str(f.get("what_to_do", "")))}</p>'
+                     f'<p><a class="airflow" href="{escape(href)}">Open the task\'s log</a></p></div>')
+    return "\n".join(parts) + (OPEN_IN_AIRFLOW if parts else "")
 
 
 @app.get("/reports/{dag_id}/{run_id}", dependencies=READ, response_class=HTMLResponse)
 def run_report(dag_id: str, run_id: str, session: SessionDep) -> HTMLResponse:
-    names = reports.names(dag_id, run_id)
-    failed = failures.failed(dag_id, run_id) if failures.FAILED_JSON in names else []
-    failed = failed or _failed_in_db(session, dag_id, run_id)
-    shown = [n for n in names if n not in (failures.FAILED_MD, failures.FAILED_JSON)]
+    shown = reports.names(dag_id, run_id)
+    failed = _failed(session, dag_id, run_id)
     title = f"{dag_id} · {run_id}"
     parts = [f"<h1>{escape(title)}</h1>", _failures(dag_id, run_id, failed)]
     if not shown:

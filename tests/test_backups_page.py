@@ -277,3 +277,19 @@ def test_an_s3_destination_is_listed_through_its_connection(source, s3_server):
     (row,) = found.backups
     assert row.backup_id == plan.backup_id and row.kind == "logical" and row.authenticated and row.bytes
     assert row.restores[0]["conf"] == {"backup": f"s3://backups/page/{plan.backup_id}", "aws_conn_id": "t_s3"}
+
+
+def test_the_restore_page_opens_airflow_through_the_one_shared_link_script():
+    """The prefilled restore page routes the UI around its sandboxed frame with the script the Report tab uses too
+    (lastline.airflow.ui_links: one copy), for its DAG link and for the run it triggers."""
+    from fastapi.testclient import TestClient
+
+    from lastline.airflow.ui_links import OPEN_IN_AIRFLOW
+
+    plugin = _plugin()
+    plugin.app.dependency_overrides[plugin.READ_DAG] = lambda: None
+    form = TestClient(plugin.app).get("/restore/logical_restore", params={"conf": "{}"}).text
+    assert form.count("function openInAirflow(") == 1 and OPEN_IN_AIRFLOW in form
+    assert '<a id="dag" class="airflow" href="/dags/logical_restore">' in form
+    assert 'openInAirflow(base + "/dags/" + encodeURIComponent(dag) + "/runs/"' in form
+    assert 'target="_top"' not in form

@@ -20,10 +20,10 @@ from lastline import connections
 from lastline.core.errors import Refusal, ServerError
 from lastline.manifest import read_manifest
 from lastline.physical import backup as pb
-from lastline.pitr import applier, archive, check, replay, window
+from lastline.pitr import applier, archive, check, replay, report, window
 from lastline.pitr import restore as pitr
 from lastline.pitr import span as span_of
-from lastline.pitr.plans import ReplayPlan
+from lastline.pitr.plans import Replayed, ReplayPlan
 from lastline.storage import open_storage
 from lastline_dev.sandbox import Instance
 
@@ -206,10 +206,11 @@ def _restore(run_dag, history, until: str, method: str = "auto") -> dict:
     return {"logs": logs, "tis": tis}
 
 
-def pitr_report(logs: str, tgt: Instance, until: str) -> list[str]:
+def pitr_report(logs: str, tgt: Instance, until: str, method: str = "parallel") -> list[str]:
     """The run's report: it opens the Report tab (first in the index) with the roll-forward's verdict, whose figures
     are the real ones: `until` as asked, the transactions the replay applied, the GTID the target holds last and the
-    recoverable window; returns its lines."""
+    recoverable window, and how it was verified by the replay's method (the pipe records no position itself: lastline
+    sets it, so it claims no check of it); returns its lines."""
     saved = Path(re.findall(r"report: file://(\S+/point_in_time_restore\.md)", logs)[-1])
     assert json.loads((saved.parent / "index.json").read_text())["files"][0] == "point_in_time_restore.md"
     lines = saved.read_text().splitlines()
@@ -218,7 +219,9 @@ def pitr_report(logs: str, tgt: Instance, until: str) -> list[str]:
     shown = f"GTID {until}" if re.fullmatch(r"\d+-\d+-\d+", until) else until
     assert lines[0].startswith(f"# Point-in-time restore of t_pitr_tgt to {shown}: {replayed:,} transaction"), lines[:3]
     assert f"the last GTID {last}, committed at 20" in lines[0] and replayed > 0, lines[0]
-    assert lines[2].startswith("**Restored physical base ") and "Verified: the target's GTID position" in lines[2]
+    assert lines[2].startswith("**Restored physical base ") and "in this attempt" not in lines[0] + lines[2]
+    verified, pipe = "Verified: the target's GTID position", "The pipe ended without error; lastline set the GTID position"
+    assert (pipe in lines[2] and verified not in lines[2]) if method == "pipe" else verified in lines[2], lines[2]
     assert any(line.startswith("- **Recoverable window** the archive offered this base: from 20") for line in lines)
     assert any("matched the sha256 its manifest records" in line for line in lines)  # the base's own verification
     return lines
@@ -239,7 +242,7 @@ def test_a_restore_to_a_gtid_and_to_latest_are_exact_also_through_the_pipe(run_d
     _, gtid, recorded = history["points"]["gtid"]
     out = _restore(run_dag, history, gtid, method="pipe")  # the temporary table's transaction spans a rotation before it
     assert state(history["tgt"]) == recorded
-    lines = pitr_report(out["logs"], history["tgt"], gtid)
+    lines = pitr_report(out["logs"], history["tgt"], gtid, method="pipe")
     assert f"the last GTID {gtid}, committed" in lines[0]  # through the GTID asked, exactly
     assert "by mariadb-binlog | mariadb" in "\n".join(lines)
     _, _, final = history["points"]["latest"]
@@ -280,6 +283,9 @@ def test_a_replay_stopped_half_way_resumes_without_applying_a_transaction_twice(
         cur.connection.commit()
     result = replay.apply(server, storage, span, "resume-test", "parallel")
     assert result["transactions"] < len(later)  # what it had applied was left out
+    # the report counts this attempt's transactions, and says so
+    said = report.verdict(plan, Replayed.of_result(result), "t_pitr_tgt")
+    assert result["resumed"] and f"{result['transactions']:,} transaction" in said and "replayed in this attempt" in said
     assert state(tgt) == history["points"]["latest"][2]
     assert replay.apply(server, storage, span, "resume-test", "parallel") == result  # done: a re-run changes nothing
     assert replay.cleanup(ReplayPlan("t_pitr_tgt", history["dest"], {}), "resume-test").cleaned

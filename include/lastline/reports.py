@@ -77,6 +77,20 @@ def save(dag_id: str, run_id: str, files: Mapping[str, bytes | str], lead: bool 
     return store.location(base)
 
 
+def save_aside(dag_id: str, run_id: str, name: str, data: bytes | str) -> None:
+    """Save one file into the run's folder without listing it in its index (a file read by its own name, e.g. one
+    per failed task: writers that may run at once never rewrite a shared file, and the index keeps every report)."""
+    if "/" in name or name == INDEX or os.path.splitext(name)[1] not in TYPES:
+        raise StorageError(f"report file name {name!r}: a plain name ending in {', '.join(TYPES)}")
+    storage().write_bytes(f"{folder(dag_id, run_id)}/{name}", data.encode() if isinstance(data, str) else data)
+
+
+def read_aside(dag_id: str, run_id: str, name: str) -> bytes | None:
+    """A file saved with save_aside (None: there is none)."""
+    store, key = storage(), f"{folder(dag_id, run_id)}/{name}"
+    return store.read_bytes(key) if "/" not in name and store.exists(key) else None
+
+
 def read(dag_id: str, run_id: str, name: str) -> bytes:
     """One file of a run's report (only the names its index lists)."""
     store = storage()

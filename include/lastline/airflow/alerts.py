@@ -15,7 +15,8 @@ No such connection: the alert is logged as a warning and nothing else happens (a
 The same class runs in the dag-processor (`on_failure_callback`), in `airflow dags test`'s own process (which
 hands it the serialized DAG: its message is rendered without the DAG's template settings there) and, awaited, in
 the triggerer (a `DeadlineAlert`'s callback). A failed run's alert names the failed task and its reason, as the
-task recorded them (lastline.airflow.failures).
+task that failed the run (the callback's task instance) recorded them for its last try
+(lastline.airflow.failures).
 """
 from __future__ import annotations
 
@@ -118,12 +119,14 @@ class Alert(BaseNotifier):
         reason = context.get("reason")
         if reason:
             out["reason"] = str(reason)
-        if self.event == "failed" and out.get("dag_id") and out.get("run_id"):
-            recorded = failures.failed(str(out["dag_id"]), str(out["run_id"]))
-            if recorded:  # what the failed task said, not the scheduler's "task_failure"
-                first = recorded[0]
-                out.update(task_id=first["task_id"], reason=first["reason"], what_to_do=first["what_to_do"],
-                           log=first["log"], failed_tasks=[f["task_id"] for f in recorded])
+        if self.event == "failed" and out.get("dag_id") and out.get("run_id") and ti is not None:
+            index = getattr(ti, "map_index", -1)
+            said = failures.recorded(str(out["dag_id"]), str(out["run_id"]), str(ti.task_id),
+                                     -1 if index is None else int(index))
+            tries = getattr(ti, "try_number", None)
+            if said and said.get("reason") and (not tries or said.get("tries") in (None, tries)):
+                # what the failed task said in this try, not the scheduler's "task_failure"
+                out.update(reason=said["reason"], what_to_do=said.get("what_to_do", ""), log=said.get("log", ""))
         return out
 
     def _text(self, details: dict[str, Any]) -> str:

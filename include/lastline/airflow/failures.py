@@ -3,9 +3,12 @@
 - In its log: `explained` (every lastline task's callable goes through it, see steps) logs one ERROR line with the
   whole reason just before Airflow's traceback, so the log's error opens with what went wrong, uncut.
 - In the run's Report tab: `record`, every lastline task's `on_failure_callback` (defaults.default_args), saves
-  `failed.md` (for a person reading the report folder) and `failed.json` (what the UI's plugin and the alert read)
-  into the run's report: the failed task, the reason, what to do, and the path of the task's log in Airflow's UI.
-  It runs in the task's own process, after its last try failed: alike under `airflow dags test` and a scheduler.
+  `failed-<task>.md` (for a person reading the report folder) and `failed-<task>.json` (what the UI's plugin and the
+  alert read; `<task>@<map index>` for a mapped task) into the run's folder: the failed task, the reason, what to
+  do, and the path of the task's log in Airflow's UI. One file per task instance, outside the run's index: mapped
+  lanes failing at once never rewrite one file. Which tasks failed is Airflow's database's word (a task cleared
+  and passed since has an old file here, which no one shows). It runs in the task's own process, after its last
+  try failed: alike under `airflow dags test` and a scheduler. Reasons go through Airflow's secrets masker.
 """
 from __future__ import annotations
 
@@ -17,11 +20,17 @@ from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import quote
 
+from airflow.sdk._shared.secrets_masker import redact  # what airflow.sdk.log masks with (3.3's path)
+
 from lastline import reports
 from lastline.core.errors import LastlineError, PreflightError, Refusal
 
 log = logging.getLogger(__name__)
-FAILED_MD, FAILED_JSON = "failed.md", "failed.json"
+
+
+def file_name(task_id: str, map_index: int = -1, ext: str = ".json") -> str:
+    """A task instance's failure file: `failed-<task>.json`, `failed-<task>@<map index>.json` ("@" is in no task id)."""
+    return f"failed-{task_id}" + (f"@{map_index}" if map_index >= 0 else "") + ext
 
 
 def reason(exc: BaseException | None) -> str:
@@ -31,8 +40,10 @@ def reason(exc: BaseException | None) -> str:
                 "its log says what it did last")
     text = " ".join(line.strip() for line in str(exc).splitlines() if line.strip())
     if isinstance(exc, LastlineError):
-        return text or type(exc).__name__
-    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+        said = text or type(exc).__name__
+    else:
+        said = f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+    return str(redact(said))  # a password this process's connections registered is "***" here too
 
 
 def advice(exc: BaseException | None, tries: int = 1, task_id: str = "") -> str:
@@ -91,19 +102,19 @@ def _entry(context: Any) -> dict[str, Any]:
             "tries": tries, "log": log_path(dag_id, run_id, task_id, map_index), "at": datetime.now(UTC).isoformat()}
 
 
-def failed(dag_id: str, run_id: str) -> list[dict[str, Any]]:
-    """The failures a run's tasks recorded (empty: none, or no report storage to read)."""
+def recorded(dag_id: str, run_id: str, task_id: str, map_index: int = -1) -> dict[str, Any] | None:
+    """The failure a task instance recorded (None: none, or no report storage to read)."""
     try:
-        if FAILED_JSON not in reports.names(dag_id, run_id):
-            return []
-        return list(json.loads(reports.read(dag_id, run_id, FAILED_JSON)).get("failures", []))
+        data = reports.read_aside(dag_id, run_id, file_name(task_id, map_index))
+        entry = json.loads(data) if data is not None else None
+        return entry if isinstance(entry, dict) else None
     except Exception as exc:  # noqa: BLE001 - a report that cannot be read is not a second failure
-        log.warning("the failures of %s run %s cannot be read (%s)", dag_id, run_id, type(exc).__name__)
-        return []
+        log.warning("the failure of %s in %s run %s cannot be read (%s)", task_id, dag_id, run_id, type(exc).__name__)
+        return None
 
 
 def markdown(failures: list[dict[str, Any]]) -> str:
-    """failed.md: each failed task, its reason, what to do, its log."""
+    """A failure file's Markdown (failed-<task>.md): each failed task, its reason, what to do, its log."""
     out = []
     for f in failures:
         task = f["task_id"] + (f"[{f['map_index']}]" if f.get("map_index", -1) >= 0 else "")
@@ -113,13 +124,12 @@ def markdown(failures: list[dict[str, Any]]) -> str:
 
 
 def record(context: Any) -> None:
-    """A task's on_failure_callback: add this failure to the run's failed.md and failed.json. Never raises."""
+    """A task's on_failure_callback: save this failure as the task instance's own failed-<task>.md and .json.
+    Never raises."""
     try:
         entry = _entry(context)
-        dag_id, run_id = entry["dag_id"], entry["run_id"]
-        key = (entry["task_id"], entry["map_index"])
-        failures = [f for f in failed(dag_id, run_id) if (f["task_id"], f.get("map_index", -1)) != key] + [entry]
-        reports.save(dag_id, run_id, {FAILED_MD: markdown(failures),
-                                      FAILED_JSON: json.dumps({"failures": failures}, indent=1)})
+        dag_id, run_id, name = entry["dag_id"], entry["run_id"], file_name(entry["task_id"], entry["map_index"], "")
+        reports.save_aside(dag_id, run_id, f"{name}.json", json.dumps(entry, indent=1))
+        reports.save_aside(dag_id, run_id, f"{name}.md", markdown([entry]))
     except Exception as exc:  # noqa: BLE001 - recording a failure must not hide it
-        log.warning("the failure could not be saved into the run's report (%s: %s)", type(exc).__name__, exc)
+        log.warning("the failure could not be saved into the run's report (%s: %s)", type(exc).__name__, redact(str(exc)))

@@ -53,6 +53,7 @@ class Replayed(Result):
     prepared_xa: list[str] = field(default_factory=list)  # XA transactions left prepared, as on the source then
     left_out: list[dict[str, str]] = field(default_factory=list)  # a logical base's: statements on other databases
     left_out_count: int = 0
+    resumed: bool = False  # this run's replay resumed an earlier attempt's (transactions: the last attempt's only)
 
     @classmethod
     def of_result(cls, result: dict[str, Any]) -> Replayed:

@@ -263,6 +263,7 @@ def apply(server: Server, storage: Storage, span: Span, run_id: str, method: str
                                                                           for s in left_out[:10]))
     result.update(left_out=left_out[:100], left_out_count=len(left_out))
     result.update(method=chosen, gtid_position=holds, transactions=len(kept), bytes=written, until=span.until,
+                  resumed=bool(row),
                   not_applied=span.not_applied, prepared_xa=prepared,
                   last_gtid=kept[-1].gtid if kept else None, last_time=kept[-1].time if kept else None,
                   last_time_utc=utc(kept[-1].time) if kept else None)

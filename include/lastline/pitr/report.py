@@ -38,12 +38,27 @@ def resolved(replayed: Replayed) -> str:
     return f"GTID {replayed.last_gtid}, committed at {replayed.last_time_utc}"
 
 
+def replayed_count(replayed: Replayed) -> str:
+    """How many transactions were replayed: by this run, or by its last attempt where it resumed an earlier one's."""
+    return plural(replayed.transactions, "transaction") + " replayed" + (" in this attempt" if replayed.resumed else "")
+
+
+def verified(replayed: Replayed) -> str:
+    """How the replay was checked, by its method: the parallel applier records each transaction's GTID with its data;
+    the pipe records nothing, so its position is lastline's own word."""
+    checked = "each transaction checked against its archived segment's sha256 before it was applied"
+    position = replayed.gtid_position or "empty"
+    if replayed.method == "pipe" and replayed.transactions:
+        return f"The pipe ended without error; lastline set the GTID position ({position}); {checked}."
+    if replayed.method == "pipe":
+        return f"Nothing to replay; the target's GTID position is {position}."
+    return f"Verified: the target's GTID position ({position}) holds every transaction replayed, {checked}."
+
+
 def verdict(plan: PitrPlan, replayed: Replayed, target: str) -> str:
     """The report's first line: what was restored where, rolled forward to what, and how that was verified."""
     return (f"Restored {plan.kind} base {plan.base} into {target} and rolled it forward to {plan.until}: "
-            f"{plural(replayed.transactions, 'transaction')} replayed, the last applied {resolved(replayed)}. "
-            f"Verified: the target's GTID position ({replayed.gtid_position or 'empty'}) holds every transaction "
-            "replayed, each checked against its archived segment's sha256 before it was applied.")
+            f"{replayed_count(replayed)}, the last applied {resolved(replayed)}. {verified(replayed)}")
 
 
 def markdown(plan: PitrPlan, replayed: Replayed, base_verified: str) -> str:
@@ -57,14 +72,15 @@ def markdown(plan: PitrPlan, replayed: Replayed, base_verified: str) -> str:
               + f", branch {w.get('branch', plan.branch)}; "
               + (f"holes: {', '.join(w['holes'])}" if w.get("holes") else "no hole"))
     lines = [
-        f"# Point-in-time restore of {target} to {plan.until}: {plural(replayed.transactions, 'transaction')} "
-        f"replayed, the last {resolved(replayed)}", "",
+        f"# Point-in-time restore of {target} to {plan.until}: {replayed_count(replayed)}, the last "
+        f"{resolved(replayed)}", "",
         f"**{verdict(plan, replayed, target)}**", "",
         f"- **Until:** {plan.until} as asked; {until_how}: {resolved(replayed)}",
         f"- **Recoverable window** the archive offered this base: {window}",
         f"- **Base:** {plan.kind} backup {plan.base}, at GTID {plan.replay['span'].get('base_gtid') or 'none'}. "
         f"{base_verified}",
-        f"- **Replay:** {plural(replayed.transactions, 'transaction')}, {replayed.bytes:,} bytes of archived binlogs, "
+        f"- **Replay:** {plural(replayed.transactions, 'transaction')}"
+        f"{' in this attempt (it resumed an earlier one)' if replayed.resumed else ''}, {replayed.bytes:,} bytes of archived binlogs, "
         f"by {_method(replayed, int(plan.replay.get('threads') or 1))}, in {replayed.seconds:,.1f} s",
         f"- **Not applied:** {replayed.not_applied or 'nothing the archive holds'}",
     ]
