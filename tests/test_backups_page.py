@@ -468,3 +468,17 @@ def test_asking_for_a_parse_is_one_savepoint_that_a_database_error_cannot_abort_
         assert session.query(Variable).filter(Variable.key == "lastline_savepoint_probe").one().val == \
             "the scheduler's own write"
         session.query(Variable).filter(Variable.key == "lastline_savepoint_probe").delete()
+
+
+def test_the_report_tab_checks_the_dag_in_its_path_whatever_the_query_says(token):
+    """The reports plugin's routes carry the DAG in their path, which Airflow's check reads before any `?dag_id=`."""
+    from fastapi.testclient import TestClient
+
+    spec = importlib.util.spec_from_file_location("lastline_reports", ROOT / "plugins" / "lastline_reports.py")
+    plugin = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(plugin)
+    client = TestClient(plugin.app, headers={"Authorization": f"Bearer {token('one_dag')}"})
+    for path in ("/reports/logical_restore/r1?dag_id=physical_backup",
+                 "/reports/logical_restore/r1/report.md?dag_id=physical_backup"):
+        assert client.get(path).status_code == 403, path
+    assert client.get("/reports/physical_backup/no-such-run/report.md").status_code == 404  # its own DAG: read
