@@ -14,7 +14,9 @@ opens the new run in the UI. The restore's own form (its DAG's Trigger) offers t
 a successful backup run has the restore forms parsed again at once (lastline.airflow.form_freshness, this plugin's
 listener), and this page asks for it too when it lists a backup newer than the forms' last parse.
 
-Access is Airflow's own: a user who may read DAGs may read this page (the UI's session cookie or a bearer token).
+Access is Airflow's own (the UI's session cookie or a bearer token): the page and its JSON need read access to both
+backup DAGs (physical_backup and logical_backup), whatever the URL's query says; it shows the restores that verified a
+backup, and the drills, only of the DAGs the user may read. A restore's page needs read access to that restore.
 """
 from __future__ import annotations
 
@@ -24,20 +26,23 @@ from html import escape
 from typing import Any
 from urllib.parse import quote
 
-from airflow.api_fastapi.core_api.security import requires_access_dag
+from airflow.api_fastapi.core_api.security import GetUserDep, requires_access_dag
 from airflow.plugins_manager import AirflowPlugin
 from fastapi import Depends, FastAPI, HTTPException, Request
 from fastapi.responses import HTMLResponse, JSONResponse
 
 from lastline import inventory
-from lastline.airflow.form_freshness import FORMS_OFFERING_BACKUPS, LISTENER, request_parse
+from lastline.airflow.form_freshness import BACKUP_DAGS, FORMS_OFFERING_BACKUPS, LISTENER, request_parse
 from lastline.airflow.ui_links import OPEN_IN_AIRFLOW
 
 PREFIX = "/lastline-backups"
 RESTORING = ("physical_restore", "logical_restore", "point_in_time_restore", "staging_refresh", "restore_drill")
 app = FastAPI(title="lastline backups", docs_url=None, redoc_url=None, openapi_url=None)
-READ_DAGS = requires_access_dag("GET")  # the page: whoever may read the DAGs
-READ_DAG = requires_access_dag("GET")  # a restore's page: whoever may read that DAG (its id in the path)
+# the page: whoever may read both backup DAGs (fixed ids: a `?dag_id=` in the URL is never what is checked)
+READ_BACKUPS = [requires_access_dag("GET", param_dag_id=dag_id) for dag_id in BACKUP_DAGS]
+READ_DAG = requires_access_dag("GET")  # a restore's page: whoever may read that DAG (its id in the path, which wins)
+# the fields the page's own links carry; the user may add others in the page's text box, never through the URL
+LINK_FIELDS = frozenset({"backup", "destination", "base", "base_kind", "until", "aws_conn_id"})
 PAGE = """<!doctype html><html><head><meta charset="utf-8"><title>{title}</title><style>
 body {{ font-family: sans-serif; margin: 1.2em; color: #222; font-size: 14px; }} h1 {{ font-size: 1.3em; }}
 h2 {{ font-size: 1.05em; margin-top: 1.6em; }} table {{ border-collapse: collapse; margin: .5em 0; }}
@@ -47,23 +52,39 @@ button {{ font-size: 1em; padding: .3em 1.2em; }}
 </style></head><body>{body}</body></html>"""
 
 
-def _verifications() -> dict[str, list[dict[str, Any]]]:
-    """Successful restore runs that named a backup (not `latest`), by backup id, oldest first: each verified it."""
+def _readable(user: Any) -> set[str]:
+    """The restore DAGs `user` may read (Airflow's auth manager decides)."""
+    from airflow.api_fastapi.app import get_auth_manager
+
+    return set(get_auth_manager().filter_authorized_dag_ids(dag_ids=set(RESTORING), user=user, method="GET"))
+
+
+def _verifications(dag_ids: set[str]) -> dict[str, list[dict[str, Any]]]:
+    """Successful runs of the restores `dag_ids` that named a backup (not `latest`), by the backup's URL
+    (destination/id), oldest first: each verified it."""
     from airflow.models.dagrun import DagRun
     from airflow.utils.session import create_session
     from sqlalchemy import select
 
     out: dict[str, list[dict[str, Any]]] = {}
+    if not dag_ids:
+        return out
     with create_session() as session:
         runs = session.execute(select(DagRun.dag_id, DagRun.run_id, DagRun.conf, DagRun.end_date)
-                               .where(DagRun.dag_id.in_(RESTORING), DagRun.state == "success")
+                               .where(DagRun.dag_id.in_(sorted(dag_ids)), DagRun.state == "success")
                                .order_by(DagRun.end_date.desc()).limit(500)).all()
     for run in reversed(runs):
-        backup_id = inventory.parse_backup_url(run.conf or {})
-        if backup_id:
+        backup_url = inventory.backup_named(run.conf or {})
+        if backup_url:
             finished = run.end_date.strftime("%Y-%m-%dT%H:%M:%SZ") if run.end_date else ""
-            out.setdefault(backup_id, []).append({"dag_id": run.dag_id, "run_id": run.run_id, "finished": finished})
+            out.setdefault(backup_url, []).append({"dag_id": run.dag_id, "run_id": run.run_id, "finished": finished})
     return out
+
+
+def _listing(user: Any) -> list[inventory.Destination]:
+    """Every destination's backups, with what the restores and drills `user` may read say of them."""
+    readable = _readable(user)
+    return inventory.listing(_verifications(readable), drills="restore_drill" in readable)
 
 
 def _forms_parsed() -> datetime | None:
@@ -82,7 +103,9 @@ def _freshen_forms(found: list[inventory.Destination]) -> str:
     if parsed is None:
         return "The restore forms have not been parsed yet."
     parsed = parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
-    newest = max((b.taken_at for d in found for b in d.backups if b.kind and b.taken_at), default=None)
+    # a backup is offered once it has finished: its end (its start where the manifest has no end) is what counts
+    newest = max((b.finished_at or b.taken_at for d in found for b in d.backups if b.kind and (b.finished_at or b.taken_at)),
+                 default=None)
     stamp = parsed.strftime("%Y-%m-%d %H:%M:%S UTC")
     if newest and datetime.fromisoformat(newest.replace("Z", "+00:00")) > parsed:
         from airflow.utils.session import create_session
@@ -148,14 +171,14 @@ def _destination(d: inventory.Destination) -> str:
     return "".join(parts)
 
 
-@app.get("/backups.json", dependencies=[Depends(READ_DAGS)])
-def backups_json() -> JSONResponse:
-    return JSONResponse([d.to_dict() for d in inventory.listing(_verifications())])
+@app.get("/backups.json", dependencies=[Depends(d) for d in READ_BACKUPS])
+def backups_json(user: GetUserDep) -> JSONResponse:
+    return JSONResponse([d.to_dict() for d in _listing(user)])
 
 
-@app.get("/", dependencies=[Depends(READ_DAGS)], response_class=HTMLResponse)
-def backups_page() -> HTMLResponse:
-    found = inventory.listing(_verifications())
+@app.get("/", dependencies=[Depends(d) for d in READ_BACKUPS], response_class=HTMLResponse)
+def backups_page(user: GetUserDep) -> HTMLResponse:
+    found = _listing(user)
     body = ["<h1>Backups</h1>", f"<p>{escape(_freshen_forms(found))} Listed "
             f"{datetime.now(UTC).strftime('%Y-%m-%d %H:%M:%S UTC')}; a restore link opens its run configuration, "
             "prefilled, to trigger.</p>"]
@@ -200,6 +223,11 @@ def restore_page(dag_id: str, request: Request, conf: str = "{}") -> HTMLRespons
         raise HTTPException(400, f"conf is not JSON ({exc}): the Backups page's links carry a JSON object") from exc
     if not isinstance(given, dict):
         raise HTTPException(400, "conf is a JSON object of the restore's fields, e.g. {\"backup\": \"<destination>/<id>\"}")
+    foreign = sorted(set(given) - LINK_FIELDS)
+    if foreign:
+        raise HTTPException(400, f"conf names {', '.join(map(repr, foreign))}: a link of the Backups page carries only "
+                                 f"{', '.join(sorted(LINK_FIELDS))}; open the link from the Backups page and set any "
+                                 "other field in the page's text box")
     text = json.dumps(given, indent=2, sort_keys=True)
     root = request.scope.get("root_path", "")
     base = root[:-len(PREFIX)] if root.endswith(PREFIX) else ""  # Airflow's own root, under any base URL

@@ -1,7 +1,8 @@
 """The Backups page (plugins/lastline_backups.py, lastline.inventory): backups made by the real backup stages, a real
 binlog archive and a real restore drill, listed with each column; the restore links carry what the restore reads; the
-page answers only to Airflow's own authentication; a backup run has the restore forms parsed again; and the hook's
-"Test connection" on a full and on a restricted account."""
+page answers only to Airflow's own authentication and permissions (a real auth manager with per-DAG reads); a backup
+run has the restore forms parsed again, in a savepoint of the scheduler's transaction; and the hook's "Test connection"
+on a full, a restricted and a backup-only account."""
 from __future__ import annotations
 
 import importlib.util
@@ -76,16 +77,50 @@ def run_dag_module(dagbag):
     return run
 
 
+try:
+    from airflow.api_fastapi.auth.managers.simple.simple_auth_manager import SimpleAuthManager
+except ImportError:  # pragma: no cover - Airflow is installed wherever these tests run
+    SimpleAuthManager = object  # type: ignore[assignment,misc]
+
+
+class DagScopedAuthManager(SimpleAuthManager):  # type: ignore[misc,valid-type]
+    """Airflow's simple auth manager, where a user named in READS may read only those DAGs (as a deployment's per-DAG
+    permissions do); any other user is as the simple manager says (an admin reads all)."""
+
+    READS = {"one_dag": {"physical_backup"}, "backups_only": {"physical_backup", "logical_backup"},
+             "backups_and_restores": {"physical_backup", "logical_backup", *(
+                 "physical_restore", "logical_restore", "point_in_time_restore", "staging_refresh")}}
+
+    def is_authorized_dag(self, *, method, user, access_entity=None, details=None) -> bool:
+        if user.username in self.READS:  # a DAG not named (every DAG) is not one of its DAGs
+            return method == "GET" and details is not None and details.id in self.READS[user.username]
+        return super().is_authorized_dag(method=method, user=user, access_entity=access_entity, details=details)
+
+
 @pytest.fixture
-def page(monkeypatch, drilled):
-    """The plugin's app with Airflow's access check passed (its own test is below), listing the test destination."""
+def token(monkeypatch, airflow_db):
+    """`token(username, role)`: a JWT of Airflow's API for that user, with DagScopedAuthManager as the deployment's
+    auth manager (set through Airflow's config; the previous one is back after the test)."""
+    from airflow.api_fastapi import app as api_app
+    from airflow.api_fastapi.auth.managers.simple.user import SimpleAuthManagerUser
+
+    monkeypatch.setenv("AIRFLOW__CORE__AUTH_MANAGER", f"{__name__}.DagScopedAuthManager")
+    monkeypatch.setenv("AIRFLOW__API_AUTH__JWT_SECRET", "lastline tests' JWT secret, not a real one, 64 bytes or more "
+                                                        "as HMAC-SHA512 asks")
+    monkeypatch.setattr(api_app._AuthManagerState, "instance", None)
+    manager = api_app.create_auth_manager()
+    assert type(manager).__name__ == "DagScopedAuthManager"
+    return lambda username, role="viewer": manager.generate_jwt(SimpleAuthManagerUser(username=username, role=role))
+
+
+@pytest.fixture
+def page(monkeypatch, drilled, token):
+    """The plugin's app as an admin sees it (Airflow's access checks: tests below), listing the test destination."""
     from fastapi.testclient import TestClient
 
     monkeypatch.setenv("LASTLINE_BACKUPS_PAGE_DESTINATIONS", drilled["url"])
     plugin = _plugin()
-    plugin.app.dependency_overrides[plugin.READ_DAGS] = lambda: None
-    plugin.app.dependency_overrides[plugin.READ_DAG] = lambda: None
-    return plugin, TestClient(plugin.app)
+    return plugin, TestClient(plugin.app, headers={"Authorization": f"Bearer {token('admin', 'admin')}"})
 
 
 @pytest.mark.e2e
@@ -199,6 +234,7 @@ def test_test_connection_names_the_version_and_the_missing_privileges(source):
     version = source.server().query("SELECT VERSION()")[0][0]
     assert ok, message
     assert version in message and "backup source and a restore target" in message and "Missing" not in message
+    assert "Ready as a backup source and a restore target." in message
     with source.server().session() as cur:
         for sql in ("CREATE ROLE IF NOT EXISTS tc_reader", "GRANT RELOAD, PROCESS ON *.* TO tc_reader",
                     "CREATE USER IF NOT EXISTS 'tc_weak'@'%' IDENTIFIED BY 'tc-weak-pw-1'", "GRANT SELECT ON *.* TO 'tc_weak'@'%'",
@@ -208,12 +244,27 @@ def test_test_connection_names_the_version_and_the_missing_privileges(source):
     weak.pop("schema", None)
     os.environ["AIRFLOW_CONN_T_TC_WEAK"] = json.dumps(weak)
     ok, message = MariaDbHook("t_tc_weak").test_connection()
-    assert not ok and version in message
+    assert not ok and version in message and "Not ready" in message
     assert "backup source" in message and "restore target" not in message  # protected: only ever backed up
     for lacking in ("SHOW VIEW", "TRIGGER", "EVENT", "LOCK TABLES", "BINLOG MONITOR"):
         assert lacking in message, message
     assert "RELOAD" not in message and "PROCESS" not in message  # held through its role
     assert "role tc_reader" in message and "tc-weak-pw-1" not in message
+    # the backup grants of docs/grants.md on a connection that is not protected (a backup source or a restore
+    # target): ready as a backup source, which is what it is for; the restore target's lacks are named
+    with source.server().session() as cur:
+        for sql in ("CREATE USER IF NOT EXISTS 'tc_backup'@'%' IDENTIFIED BY 'tc-backup-pw-1'",
+                    "GRANT SELECT, SHOW VIEW, TRIGGER, EVENT, RELOAD, PROCESS, BINLOG MONITOR, BINLOG ADMIN, LOCK TABLES "
+                    "ON *.* TO 'tc_backup'@'%'"):
+            cur.execute(sql)
+    backup_only = {**conn, "login": "tc_backup", "password": "tc-backup-pw-1", "extra": {}}
+    backup_only.pop("schema", None)
+    os.environ["AIRFLOW_CONN_T_TC_BACKUP"] = json.dumps(backup_only)
+    ok, message = MariaDbHook("t_tc_backup").test_connection()
+    assert ok, message
+    assert "Ready as a backup source; not as a restore target" in message
+    assert "every privilege lastline needs is granted on *.*" in message and "Missing on *.* for a restore target" in message
+    assert "Missing on *.* for a backup source" not in message and "INSERT" in message
     os.environ["AIRFLOW_CONN_T_TC_WEAK"] = json.dumps({**weak, "password": "wrong"})
     ok, message = MariaDbHook("t_tc_weak").test_connection()
     assert not ok and "wrong user or password" in message
@@ -293,3 +344,157 @@ def test_the_restore_page_opens_airflow_through_the_one_shared_link_script():
     assert '<a id="dag" class="airflow" href="/dags/logical_restore">' in form
     assert 'openInAirflow(base + "/dags/" + encodeURIComponent(dag) + "/runs/"' in form
     assert 'target="_top"' not in form
+
+
+@pytest.mark.e2e
+def test_the_page_needs_both_backup_dags_whatever_the_query_says(drilled, monkeypatch, token):
+    """A user who may read one backup DAG cannot open the page by naming that DAG in `?dag_id=`; a user who may read
+    the backups but no restore sees no restore's or drill's verification; a restore's page checks its own DAG."""
+    from fastapi.testclient import TestClient
+
+    monkeypatch.setenv("LASTLINE_BACKUPS_PAGE_DESTINATIONS", drilled["url"])
+    app = _plugin().app
+
+    def get(user: str, path: str):
+        return TestClient(app, headers={"Authorization": f"Bearer {token(user)}"}).get(path)
+
+    for path in ("/", "/?dag_id=physical_backup", "/backups.json?dag_id=physical_backup", "/backups.json?dag_id=~"):
+        answer = get("one_dag", path)
+        assert answer.status_code == 403 and drilled["logical"] not in answer.text, (path, answer.text)
+    rows = {b["backup_id"]: b for b in get("backups_only", "/backups.json").json()[0]["backups"]}
+    logical = rows[drilled["logical"]]
+    assert logical["verified"] is None and logical["drilled"] is None  # restore_drill is not the user's to read
+    assert logical["restores"] and "drill" not in get("backups_only", "/").text.split("<table>", 1)[1]
+    admin = {b["backup_id"]: b for b in get("admin", "/backups.json").json()[0]["backups"]}
+    assert admin[drilled["logical"]]["verified"].startswith("restored and verified by restore_drill")
+    answer = get("backups_only", "/restore/logical_restore?dag_id=physical_backup&conf={}")
+    assert answer.status_code == 403  # the DAG in the path is what is checked
+    assert get("backups_and_restores", "/restore/logical_restore?conf={}").status_code == 200
+
+
+@pytest.mark.e2e
+def test_the_prefilled_restore_page_refuses_fields_its_links_never_carry(page, drilled):
+    _plugin_module, client = page
+    fine = {"destination": drilled["url"], "base": drilled["physical"], "base_kind": "physical", "until": "latest",
+            "aws_conn_id": "t_s3"}
+    assert client.get(f"/restore/point_in_time_restore?conf={json.dumps(fine)}").status_code == 200
+    sneaked = {"backup": f"{drilled['url']}/{drilled['logical']}", "force": True, "target_conn_id": "prod"}
+    answer = client.get(f"/restore/logical_restore?conf={json.dumps(sneaked)}")
+    assert answer.status_code == 400
+    detail = answer.json()["detail"]
+    assert "'force', 'target_conn_id'" in detail and "text box" in detail and "aws_conn_id" in detail
+
+
+@pytest.mark.e2e
+def test_verified_and_drilled_match_the_destination_and_the_id(drilled, tmp_path):
+    """The same backup id in another destination is another backup: neither its restores nor its drills count here."""
+    url, backup_id = drilled["url"], drilled["logical"]
+    elsewhere = f"file://{tmp_path}"
+    named = [{"dag_id": "logical_restore", "run_id": "r1", "finished": "2099-01-01T00:00:00Z"}]
+    drill = {"backup_id": backup_id, "kind": "logical", "ok": True, "finished": "2099-01-01T00:00:00Z", "rto_seconds": 5}
+
+    def row(verifications, history):
+        found = inventory.list_destination(url, drill_history=history, verifications=verifications)
+        return next(b for b in found.backups if b.backup_id == backup_id)
+
+    other = row({f"{elsewhere}/{backup_id}": named}, [{**drill, "backup": f"{elsewhere}/{backup_id}"}])
+    assert other.verified is None and other.drilled is None and other.drill_ok is None
+    here = row({f"{url}/{backup_id}": named}, [{**drill, "backup": f"{url}/{backup_id}"}])
+    assert here.verified == "restored and verified by logical_restore 2099-01-01T00:00:00Z" and here.drill_ok
+    assert inventory.backup_named({"backup": f"{url}/{backup_id}/"}) == f"{url}/{backup_id}"
+    assert inventory.backup_named({"destination": f"{url}/", "base": backup_id}) == f"{url}/{backup_id}"
+    assert inventory.backup_named({"backup": f"{url}/latest"}) is None
+    assert inventory.backup_named({"base": backup_id}) is None  # no destination: no backup it names for sure
+
+
+@pytest.mark.e2e
+def test_the_forms_are_parsed_again_when_a_backup_finished_after_their_parse(page, drilled):
+    """Freshness compares the newest backup's end (its manifest's finished_at) with the forms' last parse."""
+    from datetime import datetime, timedelta
+
+    from airflow.models.dag import DagModel
+    from airflow.models.dagbag import DagPriorityParsingRequest
+    from airflow.utils.session import create_session
+
+    plugin, client = page
+    (dest,) = inventory.listing(drills=False)
+    newest = max((b for b in dest.backups if b.kind), key=lambda b: b.finished_at or "")
+    assert newest.finished_at and newest.finished_at >= str(newest.taken_at)
+    start = datetime.fromisoformat(str(newest.taken_at).replace("Z", "+00:00"))
+    end = start + timedelta(minutes=10)
+    newest.finished_at = end.strftime("%Y-%m-%dT%H:%M:%SZ")  # a backup that ran ten minutes
+    with create_session() as session:
+        forms = session.query(DagModel).filter(DagModel.dag_id.in_(plugin.FORMS_OFFERING_BACKUPS)).all()
+        assert forms, "no restore form in the metadata DB"
+        before = {f.dag_id: f.last_parsed_time for f in forms}
+        for f in forms:
+            f.last_parsed_time = start + timedelta(minutes=5)  # parsed while it ran: the form does not offer it
+        session.query(DagPriorityParsingRequest).delete()
+    try:
+        said = plugin._freshen_forms([dest])
+        with create_session() as session:
+            asked = session.query(DagPriorityParsingRequest).count()
+        assert "being parsed again" in said and asked, said
+        with create_session() as session:
+            for f in session.query(DagModel).filter(DagModel.dag_id.in_(before)):
+                f.last_parsed_time = end + timedelta(seconds=1)
+        assert "offer the backups as of" in plugin._freshen_forms([dest])
+    finally:
+        with create_session() as session:
+            for f in session.query(DagModel).filter(DagModel.dag_id.in_(before)):
+                f.last_parsed_time = before[f.dag_id]
+
+
+@pytest.mark.e2e
+def test_asking_for_a_parse_is_one_savepoint_that_a_database_error_cannot_abort_the_callers_transaction(drilled):
+    """The listener runs inside the scheduler's transaction: every statement of request_parse runs in a savepoint, and
+    a database error in it leaves the caller's transaction (and what it wrote) whole."""
+    from airflow.models.dagbag import DagPriorityParsingRequest
+    from airflow.models.variable import Variable
+    from airflow.utils.session import create_session
+    from sqlalchemy import event, text
+
+    from lastline.airflow.form_freshness import request_parse
+
+    seen: list[str] = []
+    with create_session() as session:
+        session.query(DagPriorityParsingRequest).delete()
+        session.query(Variable).filter(Variable.key == "lastline_savepoint_probe").delete()
+    with create_session() as session:
+        session.add(Variable(key="lastline_savepoint_probe", val="the scheduler's own write"))
+        session.flush()
+        engine = session.get_bind()
+        record = lambda conn, cursor, statement, *rest: seen.append(statement.split()[0].upper())  # noqa: E731
+        event.listen(engine, "before_cursor_execute", record)
+        try:
+            request_parse(session, ("physical_restore", "logical_restore", "restore_drill"))
+        finally:
+            event.remove(engine, "before_cursor_execute", record)
+        assert seen and seen[0] == "SAVEPOINT", seen  # not one statement before the savepoint
+        # a database error inside it (the server refuses the insert): raised to the caller, the caller's write stays
+        session.execute(text("CREATE TEMP TRIGGER lastline_refuse BEFORE INSERT ON dag_priority_parsing_request "
+                             "BEGIN INSERT INTO no_such_table VALUES (1); END"))
+        session.query(DagPriorityParsingRequest).delete()
+        try:
+            with pytest.raises(Exception, match="no_such_table"):
+                request_parse(session, ("restore_drill",))
+        finally:
+            session.execute(text("DROP TRIGGER lastline_refuse"))
+    with create_session() as session:
+        assert session.query(Variable).filter(Variable.key == "lastline_savepoint_probe").one().val == \
+            "the scheduler's own write"
+        session.query(Variable).filter(Variable.key == "lastline_savepoint_probe").delete()
+
+
+def test_the_report_tab_checks_the_dag_in_its_path_whatever_the_query_says(token):
+    """The reports plugin's routes carry the DAG in their path, which Airflow's check reads before any `?dag_id=`."""
+    from fastapi.testclient import TestClient
+
+    spec = importlib.util.spec_from_file_location("lastline_reports", ROOT / "plugins" / "lastline_reports.py")
+    plugin = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(plugin)
+    client = TestClient(plugin.app, headers={"Authorization": f"Bearer {token('one_dag')}"})
+    for path in ("/reports/logical_restore/r1?dag_id=physical_backup",
+                 "/reports/logical_restore/r1/report.md?dag_id=physical_backup"):
+        assert client.get(path).status_code == 403, path
+    assert client.get("/reports/physical_backup/no-such-run/report.md").status_code == 404  # its own DAG: read

@@ -9,7 +9,8 @@ many more it holds.
 
 - **authenticated**: the manifest's MAC checked with the deployment's storage key (storage.auth), as a restore does;
 - **verified**: a run restored it and verified every table: a restore drill that passed (the drills' history,
-  lastline.drill) or a successful restore run naming it (`verifications`, which the page reads from Airflow);
+  lastline.drill) or a successful restore run naming it (`verifications`, which the page reads from Airflow); both
+  are matched by the backup's destination and id, never by its id alone (two destinations may hold the same id);
 - **drilled**: the newest restore drill of it, passed or failed, with its time to restore;
 - **point-in-time window**: where the destination holds a binlog archive, the line of history that holds the
   backup's binlog position (read from the archive's chain files only; the restore's plan checks the bytes) and how
@@ -46,6 +47,7 @@ class Backup:
     url: str
     kind: str | None = None
     taken_at: str | None = None
+    finished_at: str | None = None  # the manifest's end of the backup, when it has one
     age_hours: float | None = None
     bytes: int | None = None
     seconds: float | None = None
@@ -201,9 +203,11 @@ def _facts(storage: Storage, url: str, backup_id: str) -> Facts | str:
 
 
 def _drills(history: list[dict[str, Any]]) -> dict[tuple[str, str], list[dict[str, Any]]]:
+    """The drills by (backup URL, kind); an entry without its backup's URL matches no backup."""
     by: dict[tuple[str, str], list[dict[str, Any]]] = {}
     for entry in history:
-        by.setdefault((str(entry.get("backup_id")), str(entry.get("kind"))), []).append(entry)
+        if entry.get("backup"):
+            by.setdefault((str(entry["backup"]).rstrip("/"), str(entry.get("kind"))), []).append(entry)
     return by
 
 
@@ -232,8 +236,9 @@ def describe(storage: Storage, url: str, backup_id: str, lines: list[Line], dril
         return row
     kind = row.kind = facts.kind
     row.bytes, row.seconds, row.taken_at = facts.bytes, facts.seconds, facts.started_at or row.taken_at
+    row.finished_at = facts.finished_at or None
     row.authenticated, row.authenticity = facts.authenticated, facts.authenticity
-    ran = drills.get((backup_id, kind), [])
+    ran = drills.get((row.url, kind), [])
     if ran:
         last = ran[-1]
         row.drill_ok = bool(last.get("ok"))
@@ -241,7 +246,7 @@ def describe(storage: Storage, url: str, backup_id: str, lines: list[Line], dril
                        + ("" if last.get("within_budget", True) else " (over its RTO budget)") if row.drill_ok
                        else f"FAILED {last.get('finished')}")
     passed = [e for e in ran if e.get("ok")]
-    named = verifications.get(backup_id, [])
+    named = verifications.get(row.url, [])
     if named:
         row.verified = f"restored and verified by {named[-1]['dag_id']} {named[-1]['finished']}"
     if passed and (not named or str(passed[-1].get("finished")) > str(named[-1]["finished"])):
@@ -282,15 +287,20 @@ def _drill_history() -> list[dict[str, Any]]:
         return []
 
 
-def listing(verifications: dict[str, list[dict[str, Any]]] | None = None, now: datetime | None = None) -> list[Destination]:
-    """Every destination the page lists (see destinations), the drills' history read once."""
-    history = _drill_history()
+def listing(verifications: dict[str, list[dict[str, Any]]] | None = None, now: datetime | None = None,
+            drills: bool = True) -> list[Destination]:
+    """Every destination the page lists (see destinations), the drills' history read once (not at all when `drills`
+    is false: a user who may not read restore_drill sees no drill)."""
+    history = _drill_history() if drills else []
     return [list_destination(url, aws, None, history, verifications, now or datetime.now(UTC)) for url, aws in destinations()]
 
 
-def parse_backup_url(conf: dict[str, Any]) -> str | None:
-    """The backup id a restore run's conf names explicitly (None for `latest`, `auto` or none)."""
-    named = str(conf.get("backup") or conf.get("base") or "")
-    backup_id = named.rstrip("/").rpartition("/")[2]
-    return backup_id if backup_time(backup_id) else None
+def backup_named(conf: dict[str, Any]) -> str | None:
+    """The backup a restore run's conf names explicitly, as `<destination>/<id>` (None for `latest`, `auto`, none, or
+    an id without its destination): a restore's `backup`, or a point-in-time restore's `destination` and `base`."""
+    if conf.get("backup"):
+        dest, _, backup_id = str(conf["backup"]).rstrip("/").rpartition("/")
+    else:
+        dest, backup_id = str(conf.get("destination") or "").rstrip("/"), str(conf.get("base") or "")
+    return f"{dest}/{backup_id}" if dest and backup_time(backup_id) else None
 

@@ -34,18 +34,21 @@ def request_parse(session: Any, dag_ids: tuple[str, ...] = FORMS_OFFERING_BACKUP
     from sqlalchemy import select
     from sqlalchemy.exc import IntegrityError
 
-    files = session.execute(select(DagModel.bundle_name, DagModel.relative_fileloc)
-                            .where(DagModel.dag_id.in_(dag_ids), DagModel.relative_fileloc.is_not(None))).all()
-    pending = {(r.bundle_name, r.relative_fileloc) for r in session.scalars(select(DagPriorityParsingRequest))}
-    asked = []
-    for bundle, path in sorted(set(files) - pending):
-        try:
-            with session.begin_nested():  # a request another process added meanwhile undoes only this insert
-                session.add(DagPriorityParsingRequest(bundle_name=bundle, relative_fileloc=path))
-                session.flush()
-            asked.append(f"{bundle}:{path}")
-        except IntegrityError:
-            pass
+    asked: list[str] = []
+    # all of it in a savepoint: the listener runs inside the scheduler's transaction (DagRun.update_state), which a
+    # database error here must never abort; an error undoes this savepoint only, and is raised to the caller
+    with session.begin_nested():
+        files = session.execute(select(DagModel.bundle_name, DagModel.relative_fileloc)
+                                .where(DagModel.dag_id.in_(dag_ids), DagModel.relative_fileloc.is_not(None))).all()
+        pending = {(r.bundle_name, r.relative_fileloc) for r in session.scalars(select(DagPriorityParsingRequest))}
+        for bundle, path in sorted(set(files) - pending):
+            try:
+                with session.begin_nested():  # a request another process added meanwhile undoes only this insert
+                    session.add(DagPriorityParsingRequest(bundle_name=bundle, relative_fileloc=path))
+                    session.flush()
+                asked.append(f"{bundle}:{path}")
+            except IntegrityError:
+                pass
     return asked
 
 

@@ -64,8 +64,9 @@ class MariaDbHook(MySqlHook):
     def test_connection(self) -> tuple[bool, str]:  # type: ignore[override]  # DbApiHook's says None, returns this
         """The connection form's "Test connection": whether the server answers (its version), and whether the account
         holds on *.* what lastline needs of it as a backup source and/or a restore target (lastline.core.privileges:
-        its grants and those of the roles it has enabled at login); the message says what was checked and names each
-        missing privilege with what lastline needs it for. SSH, the datadir and the service commands are not tried."""
+        its grants and those of the roles it has enabled at login). It passes when the account is ready for at least
+        one of the uses the connection allows; the message says for which, what was checked, and names each missing
+        privilege with what lastline needs it for. SSH, the datadir and the service commands are not tried."""
         try:
             conn = self.read_connection()
             server = Server.from_connection(conn)
@@ -78,8 +79,19 @@ class MariaDbHook(MySqlHook):
         except Exception as exc:  # noqa: BLE001 - the driver's errors: the form shows them as they are
             return False, f"cannot test {self.lastline_conn_id!r}: {type(exc).__name__}: {exc}"
         used_as = privileges.uses(server.protected, server.role)
-        ok, lines = privileges.verdict(privileges.held(grants), used_as)
+        have = privileges.held(grants)
+        _, lines = privileges.verdict(have, used_as)
+        ready = [use for use in used_as if not privileges.missing(have, use)]
         checked = f"SHOW GRANTS of {account}" + (f" and of its role {', '.join(roles)}" if roles else "")
         where = server.socket or f"{server.host}:{server.port}"
         head = f"{server.user}@{where} answers: {version}; it may be used as a {' and a '.join(used_as)}."
-        return ok, f"{head} {' '.join(lines)} Checked: {checked}; not tried: SSH, the datadir, the start and stop commands."
+        # an account granted for one use (a backup source, as docs/grants.md grants it) is ready for that use
+        if not ready:
+            said = "Not ready: it lacks what lastline needs of it."
+        elif len(ready) == len(used_as):
+            said = f"Ready as a {' and a '.join(ready)}."
+        else:
+            said = (f"Ready as a {' and a '.join(ready)}; not as a "
+                    f"{' or a '.join(u for u in used_as if u not in ready)} (what that lacks is below).")
+        return bool(ready), (f"{head} {said} {' '.join(lines)} Checked: {checked}; not tried: SSH, the datadir, the start "
+                             "and stop commands.")
