@@ -85,23 +85,39 @@ def task_states(http: Any, dag_id: str, run_id: str) -> dict[str, str]:
     return {ti["task_id"]: ti["state"] for ti in r.json()["task_instances"]}
 
 
+READING_SECONDS = 8  # how long a person reads the approval before answering it (see follow)
+
+
 def follow(page: Any, http: Any, base: str, dag_id: str, run_id: str, timeout: float = 600,
            shots: Path | None = None) -> dict:
-    """Follow a run to its end, approving in the UI each task that waits for a person; the run at its end."""
+    """Follow a run to its end, approving in the UI each task that waits for a person; the run at its end.
+
+    Each request is answered after READING_SECONDS, as a person who reads what will be replaced would: Airflow 3.3
+    can fail a deferred task whose answer arrives before the scheduler has taken in its pause (a stale executor
+    event, apache/airflow#72716); the approval step then retries and asks again, and a new try is answered again."""
     deadline = time.monotonic() + timeout
-    approved: set[str] = set()
+    answered: set[tuple[str, int]] = set()
+    seen: dict[tuple[str, int], float] = {}
     while True:
         run = next(r for r in runs(http, dag_id) if r["dag_run_id"] == run_id)
         if run["state"] in ("success", "failed"):
             return run
-        states = task_states(http, dag_id, run_id)
-        for task_id in [t for t, s in states.items() if s == "awaiting_input" and t not in approved]:
-            shown = approve(page, base, dag_id, run_id, task_id)
+        r = http.get(f"/api/v2/dags/{dag_id}/dagRuns/{quote(run_id, safe='')}/taskInstances", params={"limit": 1000})
+        r.raise_for_status()
+        tis = r.json()["task_instances"]
+        states = {ti["task_id"]: ti["state"] for ti in tis}
+        for ti in tis:
+            key = (ti["task_id"], int(ti.get("try_number") or 0))
+            if ti["state"] != "awaiting_input" or key in answered:
+                continue
+            if time.monotonic() - seen.setdefault(key, time.monotonic()) < READING_SECONDS:
+                continue
+            shown = approve(page, base, dag_id, run_id, key[0])
             if shots:
-                page.screenshot(path=str(shots / f"{dag_id}-{task_id}.png"), full_page=True)
+                page.screenshot(path=str(shots / f"{dag_id}-{key[0]}.png"), full_page=True)
             if "Approve" not in shown:
-                raise AssertionError(f"the approval page of {dag_id}.{task_id} showed no Approve: {shown[:2000]}")
-            approved.add(task_id)
+                raise AssertionError(f"the approval page of {dag_id}.{key[0]} showed no Approve: {shown[:2000]}")
+            answered.add(key)
         if time.monotonic() > deadline:
             raise AssertionError(f"{dag_id} {run_id} still {run['state']} after {timeout:g} s: {states}")
         time.sleep(2)
