@@ -1,7 +1,7 @@
 # lastline: `make demo` and `make test` work on a fresh Debian machine (as root); both run `make setup` first.
 # `make docs` builds the documentation site (docs/, mkdocs.yml) strictly: a broken link or page fails it; `make docs-serve`
 # serves it on 127.0.0.1:8000.
-.PHONY: docs docs-serve setup demo ui test test-fast test-distributed faults bench bench-physical bench-logical bench-restore bench-rebuild bench-impact bench-pitr bench-scale lint clean
+.PHONY: docs docs-serve setup demo ui test test-newcomer test-fast test-distributed faults bench bench-physical bench-logical bench-restore bench-rebuild bench-impact bench-pitr bench-scale lint clean
 # the benchmarks' deployment settings: their runs keep backups under bench/results (or a --work elsewhere in /tmp), unattended
 BENCH_ENV = LASTLINE_BACKUP_ROOTS="file://$(CURDIR)/bench/results,file:///tmp,s3://?aws_conn_id=bench_s3,ssh://" LASTLINE_APPROVAL=false
 
@@ -14,8 +14,11 @@ demo: setup
 ui: setup  # Airflow's UI on the demo's servers (after `make demo`): http://127.0.0.1:8080
 	@.venv/bin/python -m lastline_dev.ui
 
-test: setup
-	@.venv/bin/python -m pytest -q tests
+test: setup  # the suite (~25 min here); the newcomer's walk in a browser is its own target, run by CI after it
+	@.venv/bin/python -m pytest -q tests -m "not newcomer"
+
+test-newcomer: setup  # a newcomer's first hour in a real browser: make demo (twice, and after a kill), make ui, every DAG from its form (~12 min)
+	@.venv/bin/python -m pytest -q -m newcomer tests
 
 faults: setup  # the fault matrix: each fault's error and the proof nothing was lost (also part of `make test`)
 	@.venv/bin/python -m pytest -q -m faults tests

@@ -37,7 +37,7 @@ from lastline_dev.dataset import DEFAULT_SEED
 from lastline_dev.deployment import Proc
 from lastline_dev.sandbox import Instance, alive, bulk_rows, free_port
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.newcomer]
 
 ROOT = Path(__file__).resolve().parents[1]
 BULK_MB = 2
