@@ -51,7 +51,7 @@ def run_dag(dag_id: str, conf: dict, env: dict) -> float:
         if any(k in line for k in ("preflight ok", "stream done", "manifest written", "extract ok", "prepare ok",
                                    "verify ok", "started in", "stopped in", "Task failed", "Error", "snapshot opened",
                                    "logical backup complete", "tune: set", "plan:", "revert: restored", "report:",
-                                   "finalize:")):
+                                   "finalize:", "[lastline.airflow.failures]")):  # a failed step: its whole reason
             say("  " + line.split("] ", 1)[-1].split(" [lastline")[0].strip())  # whole: a line cut mid-value says less than none
         elif re.match(r"\s+total\s", line):  # the last line of the restore report
             say("  restore" + line.split(" [lastline")[0])
