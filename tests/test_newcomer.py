@@ -266,7 +266,7 @@ def test_a_failed_run_names_its_failed_task_and_reason_in_its_report(newcomer, b
         browser.wait_for_timeout(1000)
     browser.screenshot(path=str(newcomer.shots / "failed-report.png"), full_page=True)
     assert "preflight" in report, f"the failed run's Report tab does not name the failed task (preflight):\n{report[:2000]}"
-    assert MISSING_BACKUP in report and re.search(r"does not exist|not found|no such backup", report, re.I), \
+    assert MISSING_BACKUP in report and re.search(r"does not exist|not found|no such backup|there is no backup", report, re.I), \
         f"the failed run's Report tab does not say why (the backup does not exist):\n{report[:2000]}"
 
 

@@ -314,7 +314,8 @@ def _no_such_backup(storage: Storage, backup_id: str, kind: str, folders: list[s
                 near.append(b)
             else:
                 minutes = round((t - asked).total_seconds() / 60)
-                span = f"{abs(minutes)} min" if abs(minutes) < 120 else f"{abs(minutes) / 60:.1f} h"
+                span = (f"{abs(minutes)} min" if abs(minutes) < 120 else f"{abs(minutes) / 60:.1f} h"
+                        if abs(minutes) < 48 * 60 else f"{abs(minutes) / 1440:,.0f} days")
                 near.append(f"{b} ({span} {'later' if minutes > 0 else 'earlier'})")
             if len(near) >= show:
                 break
