@@ -275,10 +275,12 @@ def _open_backups_page(page, base: str) -> None:
     one of its menus)."""
     page.goto(f"{base}/")
     page.get_by_role("link", name="Dags", exact=True).first.wait_for(timeout=30000)
-    direct = page.get_by_role("link", name="Backups", exact=True)
-    if direct.count():
-        direct.first.click()
-        return
+    page.wait_for_timeout(1500)  # the plugins' entries join the navigation once the UI has read them
+    for direct in (page.get_by_role("link", name="Backups", exact=True), page.get_by_role("button", name="Backups", exact=True),
+                   page.locator("nav").get_by_text("Backups", exact=True), page.get_by_text("Backups", exact=True)):
+        if direct.count():
+            direct.first.click()
+            return
     for menu in ("Browse", "Plugins", "Admin"):
         button = page.get_by_role("button", name=menu, exact=True)
         if not button.count():
