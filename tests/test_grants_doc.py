@@ -13,6 +13,8 @@ import pytest
 
 from conftest import ROOT, restore_steps
 from lastline import connections
+from lastline.core.accounts import revoke_older_owners
+from lastline.core.errors import ConfigError
 from lastline.logical import backup as lb
 from lastline.logical import restore as lr
 from lastline.physical import backup as pb
@@ -84,6 +86,17 @@ def test_the_documented_accounts_back_up_restore_archive_and_replicate(logical_s
         for kind, table in (("triggers", "TRIGGERS"), ("events", "EVENTS")):
             held = src.query(f"SELECT COUNT(*) FROM information_schema.{table} WHERE {kind[:-1].upper()}_SCHEMA IN ('store', 'edge')")[0][0]
             assert held and len(carried[kind]) == held, (kind, len(carried[kind]), held)
+        # an objects owner an account with more privileges made (other restores of this suite's target): the documented
+        # account may not revoke it, and says what an administrator runs; a deployment restoring with one account has none
+        dst.query("CREATE USER IF NOT EXISTS 'lastline_obj_feedfacefeedface'@'127.0.0.1' ACCOUNT LOCK")
+        dst.query("GRANT ALL PRIVILEGES ON `store`.* TO 'lastline_obj_feedfacefeedface'@'127.0.0.1'")
+        probe = lr.preflight({"target_conn_id": "t_grestore", "backup": f"file://{dest}/latest", "databases": ["store", "edge"],
+                              "force": True, "tune": False, "parallel": 2, "redo_log_bytes": 128 << 20})
+        with pytest.raises(ConfigError, match=r"may not revoke what the objects owner of an earlier restore, lastline_obj_feedfacefeedface"
+                                              r"@127.0.0.1, holds on store .*As an administrator, run `REVOKE ALL PRIVILEGES ON `store`"):
+            revoke_older_owners(connections.server("t_grestore"), probe.databases)
+        for user, host in dst.query("SELECT User, Host FROM mysql.db WHERE User LIKE 'lastline\\_obj\\_%%' AND Db IN ('store', 'edge')"):
+            dst.query(f"DROP USER IF EXISTS '{user}'@'{host}'")  # what an administrator does, as the message says
         # logical restore into a target that holds them already (force), tuned: the run account and the objects owner
         restore = lr.preflight({"target_conn_id": "t_grestore", "backup": f"file://{dest}/latest", "databases": ["store", "edge"],
                                 "force": True, "tune": True, "parallel": 2, "redo_log_bytes": 128 << 20})

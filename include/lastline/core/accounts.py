@@ -178,7 +178,17 @@ def revoke_older_owners(admin: Server, databases: list[str]) -> None:
                     (OWNER_PREFIX.replace("_", "\\_") + "%", name))
         for user, host, pattern in cur.fetchall():
             if _unescape(_text(pattern)) in databases:
-                cur.execute(f"REVOKE ALL PRIVILEGES ON {quote_ident(_text(pattern))}.* FROM {account_sql(_text(user), _text(host))}")
+                revoke = f"REVOKE ALL PRIVILEGES ON {quote_ident(_text(pattern))}.* FROM {account_sql(_text(user), _text(host))}"
+                try:
+                    cur.execute(revoke)
+                except Exception as exc:
+                    if getattr(exc, "args", (None,))[0] not in (1044, 1045, 1142, 1227):  # access denied, of any kind
+                        raise
+                    raise ConfigError(
+                        f"{admin.describe()} may not revoke what the objects owner of an earlier restore, "
+                        f"{_text(user)}@{_text(host)}, holds on {_unescape(_text(pattern))} ({exc.args[-1]}): it was made "
+                        f"by an account with more privileges than this one. As an administrator, run `{revoke}` (or drop "
+                        "that account), then run the restore again; nothing was restored yet.") from exc
                 log.info("objects owner %s loses its grants on %s (restored anew here)", _text(user), _unescape(_text(pattern)))
 
 
