@@ -191,7 +191,7 @@ RESTORE_PAGE = """<h1>{dag_id}</h1>
 you need (a target, <code>force</code>, databases), then Trigger. Airflow checks it as its own form does; a restore that
 replaces data waits for approval under <b>Required actions</b> where the deployment or the target asks.</p>
 <textarea id="conf" rows="{rows}" spellcheck="false">{conf}</textarea>
-<p><button id="trigger" data-dag="{dag_id}" data-base="{base}">Trigger {dag_id}</button> <span id="out"></span></p>
+<p><button id="trigger" data-dag="{dag_id}" data-base="{base}">Trigger {dag_id}</button> <span id="out"></span> <span class="muted">(a paused DAG is unpaused, as Airflow's own Trigger does)</span></p>
 <p class="muted">Or open <a id="dag" class="airflow" href="{base}/dags/{dag_id}">{dag_id}</a> and its Trigger form: its Backup field
 offers the same backups.</p>
 {open_in_airflow}
@@ -202,6 +202,15 @@ button.addEventListener("click", async () => {{
   let conf;
   try {{ conf = JSON.parse(document.getElementById("conf").value); }} catch (e) {{ out.textContent = "not JSON: " + e.message; return; }}
   button.disabled = true; out.textContent = "triggering...";
+  // a paused DAG is unpaused on trigger, as Airflow's own Trigger form does by default: else the run would wait
+  const dagUrl = base + "/api/v2/dags/" + encodeURIComponent(dag);
+  const info = await fetch(dagUrl, {{credentials: "same-origin"}}).then(r => r.ok ? r.json() : {{}}).catch(() => ({{}}));
+  if (info.is_paused) {{
+    const unpaused = await fetch(dagUrl, {{method: "PATCH", credentials: "same-origin",
+      headers: {{"Content-Type": "application/json"}}, body: JSON.stringify({{is_paused: false}})}});
+    if (!unpaused.ok) {{ button.disabled = false; out.textContent = dag + " is paused and could not be unpaused (" +
+      unpaused.status + "): unpause it in Airflow, then trigger"; return; }}
+  }}
   const response = await fetch(base + "/api/v2/dags/" + encodeURIComponent(dag) + "/dagRuns", {{
     method: "POST", credentials: "same-origin", headers: {{"Content-Type": "application/json"}},
     body: JSON.stringify({{logical_date: null, conf: conf}})}});
