@@ -36,6 +36,8 @@ def main() -> int:
     say("  every DAG succeeds with its form's defaults: staging_refresh writes into lastline_staging (masked by the "
         "Variable lastline_masking_rules), restore_drill into lastline_drill, replica_rebuild builds lastline_replica "
         "and replica_detach cuts it off; binlog_archive before point_in_time_restore")
+    say("  Backups (in the navigation): every backup with its verification and point-in-time window, and a link that "
+        "opens its restore prefilled; a lastline connection's Test connection names what its account lacks")
     os.execve(str(ROOT / "bin/airflow"), [str(ROOT / "bin/airflow"), "standalone"], env)
 
 
