@@ -4,9 +4,9 @@ A server is used as a **backup source** (logical and physical backups, the binlo
 (restores, staging refreshes, drills, point-in-time restores); a connection's extras say which it may be: a
 protected server is only ever a source, one whose role is staging or drill only a target, any other may be both.
 
-What is checked is the account's grants on `*.*` as the server reports them (SHOW GRANTS for the account and for each
-role it has enabled at login): a privilege granted on some databases only does not count here (a backup of every
-database, a restore's account management and its `SET GLOBAL` need it on `*.*`). MariaDB's split privileges
+What is checked is the account's grants as the server reports them (SHOW GRANTS for the account and for each role it
+has enabled at login): for a use, those on `*.*` (a backup of every database, a restore's account management and its
+`SET GLOBAL` need them there); for one database (held_on), also the one database grant the server applies to it. MariaDB's split privileges
 (BINLOG MONITOR, READ_ONLY ADMIN, ...) and MySQL's names (REPLICATION CLIENT, SUPER) are both accepted.
 """
 from __future__ import annotations
@@ -15,6 +15,8 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
+
+from lastline.core.sql import as_text
 
 BACKUP, RESTORE = "backup source", "restore target"
 
@@ -146,21 +148,17 @@ def account_grants(cur: Any) -> tuple[str, list[str], list[str]]:
     cur.execute("SELECT CURRENT_USER()")
     account = str(cur.fetchone()[0])
     cur.execute("SHOW GRANTS")
-    grants = [_text(r[0]) for r in cur.fetchall()]
+    grants = [as_text(r[0]) for r in cur.fetchall()]
     cur.execute("SELECT CURRENT_ROLE()")
     role = (cur.fetchone() or [None])[0]
-    roles = [_text(role)] if role and _text(role) != "NONE" else []
+    roles = [as_text(role)] if role and as_text(role) != "NONE" else []
     for name in list(roles):
         try:
             cur.execute("SHOW GRANTS FOR %s", (name,))
-            grants += [_text(r[0]) for r in cur.fetchall()]
+            grants += [as_text(r[0]) for r in cur.fetchall()]
         except Exception:  # noqa: BLE001 - a role spelled `r`@`%` (MySQL): its grants are not read
             roles.remove(name)
     return account, grants, roles
-
-
-def _text(value: Any) -> str:
-    return value.decode() if isinstance(value, (bytes, bytearray)) else str(value)
 
 
 def missing(have: set[str], use: str) -> list[Need]:
