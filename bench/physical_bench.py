@@ -146,16 +146,16 @@ def stream_costs(s, files: Path, rounds: int, drop: bool) -> dict[str, list[floa
     from lastline.core.hosts import LOCAL
     from lastline.core.impact import DEFAULT_PRIORITY
     from lastline.core.pipeline import run_pipeline
-    from lastline.physical import tools as physical
+    from lastline.mariabackup import commands
     from lastline.storage import open_storage
 
     art = files / "costs.xbstream.zst"
     storage = open_storage(f"file://{files / 'costs'}")
     took: dict[str, list[float]] = {}
-    open_files = physical.check_open_files(LOCAL, s.datadir, "the bench's source")  # as the stream task runs it
+    open_files = commands.check_open_files(LOCAL, s.datadir, "the bench's source")  # as the stream task runs it
     with option_file(s, ("client", "mariabackup")) as opt:
         def stages(priority: str) -> list:
-            return physical.backup_stages(opt, s.datadir, 2, "zstd", priority=priority, open_files=open_files)
+            return commands.backup_stages(opt, s.datadir, 2, "zstd", priority=priority, open_files=open_files)
 
         def hand(priority: str) -> None:
             sh(" | ".join(st.display() for st in stages(priority)) + f" > {art}")

@@ -31,10 +31,11 @@ ROOT = Path(__file__).resolve().parents[1]
 os.environ.setdefault("AIRFLOW_HOME", tempfile.mkdtemp(prefix="lastline-bench-airflow-"))
 
 from lastline.connections import host_for
+from lastline.core.compression import codec  # noqa: E402
 from lastline.core.hosts import CIPHERS  # noqa: E402
 from lastline.core.option_files import option_file  # noqa: E402
-from lastline.physical.tools import codec, default_use_memory  # noqa: E402
-from lastline.replication import rebuild as rr  # noqa: E402
+from lastline.mariabackup.commands import default_use_memory  # noqa: E402
+from lastline.replication import rebuild as replica_rebuild  # noqa: E402
 from lastline_dev import sshd_sandbox  # noqa: E402
 from lastline_dev.sandbox import Instance  # noqa: E402
 
@@ -92,20 +93,20 @@ def lastline_rebuild(parallel: int, use_memory: int, compression: str, link_mb: 
     conf = {"source_conn_id": "b_source", "target_conn_id": "b_replica", "replication_conn_id": "b_repl",
             "compression": compression, "parallel": parallel, "use_memory": use_memory, "force": True,
             "max_mb_per_s": link_mb}
-    plan = rr.preflight(conf)
-    rr.stop_target(plan)
+    plan = replica_rebuild.preflight(conf)
+    replica_rebuild.stop_target(plan)
     out: dict[str, float] = {}
     t0 = time.monotonic()
-    streamed = rr.stream(plan)
+    streamed = replica_rebuild.stream(plan)
     out["stream"] = time.monotonic() - t0
-    out["prepare"] = rr.prepare(plan).seconds
-    out["start"] = rr.start_target(plan).seconds
+    out["prepare"] = replica_rebuild.prepare(plan).seconds
+    out["start"] = replica_rebuild.start_target(plan).seconds
     out["to started replica"] = time.monotonic() - t0
-    attached = rr.attach(plan, streamed)
-    while (caught := rr.caught_up(plan, attached)) is None:  # the DAG's sensor, poked back to back
+    attached = replica_rebuild.attach(plan, streamed)
+    while (caught := replica_rebuild.caught_up(plan, attached)) is None:  # the DAG's sensor, poked back to back
         pass
     out["attach + catch up"] = attached.seconds + caught.seconds
-    rr.finish(plan, streamed, rr.verify(plan))
+    replica_rebuild.finish(plan, streamed, replica_rebuild.verify(plan))
     out["MB on the wire"] = streamed.bytes / 1e6
     return out
 
@@ -175,7 +176,7 @@ def main() -> int:
     p.add_argument("--gb", type=float, default=1.0, help="source data size in GB (created once)")
     p.add_argument("--root", default=str(ROOT / ".bench" / "rebuild"), help="where the sandboxes live")
     p.add_argument("--parallel", type=int, default=2)
-    p.add_argument("--compression", default=rr.STREAM_COMPRESSION, help="codec for both methods (default: the rebuild's)")
+    p.add_argument("--compression", default=replica_rebuild.STREAM_COMPRESSION, help="codec for both methods (default: the rebuild's)")
     p.add_argument("--link-mb", type=float, default=110.0,
                    help="second round: both methods capped to this many MB/s on the wire (110: about 1 Gbit/s)")
     p.add_argument("--keep", action="store_true", help="leave the servers running afterwards")

@@ -68,7 +68,7 @@ from lastline.core.sql import META_DB  # noqa: E402
 from lastline.logical import backup as lb  # noqa: E402
 from lastline.logical import restore as lr  # noqa: E402
 from lastline.logical.restore import report as restore_report  # noqa: E402
-from lastline.physical.tools import check_open_files  # noqa: E402
+from lastline.mariabackup.commands import check_open_files  # noqa: E402
 from lastline_dev.keys import throwaway_storage_key
 from lastline_dev.sandbox import Instance  # noqa: E402
 from lastline_dev.standalone import Standalone  # noqa: E402

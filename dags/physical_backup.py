@@ -32,8 +32,9 @@ from lastline.airflow.defaults import dag_args, schedule
 from lastline.airflow.params import Override, params
 from lastline.airflow.routing import on_server
 from lastline.airflow.steps import step, task
-from lastline.physical import backup as pb
-from lastline.physical.tools import CODECS, DEFAULT_COMPRESSION
+from lastline.core.compression import CODECS, DEFAULT_COMPRESSION
+from lastline.physical import backup
+from lastline.physical import prune as physical_prune
 from lastline.pitr import retention
 
 
@@ -51,22 +52,27 @@ from lastline.pitr import retention
 def physical_backup():
     @task(**on_server("source_conn_id", long=False))
     def preflight(params=None) -> dict:
-        return pb.preflight(dict(params)).to_dict()
+        return backup.preflight(dict(params)).to_dict()
 
     @task
     def prune(params=None) -> dict:
-        return retention.prune(dict(params))
+        """The physical bases beyond `keep`, but not those the point-in-time window needs; then the archived binlogs
+        no kept base needs."""
+        conf = dict(params)
+        protect = retention.window_bases(conf)
+        deleted = physical_prune.prune(conf, protect)
+        return {"deleted": deleted, "kept_for_the_window": protect, "binlogs_deleted": retention.prune_archive(conf, protect)}
 
     plan = preflight()
-    stats = step(pb.stream, **on_server("source_conn_id"))(plan)
+    stats = step(backup.stream, **on_server("source_conn_id"))(plan)
     @task(outlets=[PHYSICAL_BACKUP])
     def announce_backup(plan: dict, written: str) -> dict:
         """The Asset event: downstream DAGs (a restore drill) run on it."""
         return announce(PHYSICAL_BACKUP, "physical", plan["destination"], plan["backup_id"], plan.get("aws_conn_id"))
 
     # from a replica: its SQL thread runs again, whatever happened (not in the server's pool: never behind a backup)
-    step(pb.resume_replica)(plan, stats).as_teardown(setups=plan, on_failure_fail_dagrun=True)
-    written = step(pb.finish, task_id="write_manifest")(plan, stats)
+    step(backup.resume_replica)(plan, stats).as_teardown(setups=plan, on_failure_fail_dagrun=True)
+    written = step(backup.finish, task_id="write_manifest")(plan, stats)
     announce_backup(plan, written) >> prune()
 
 

@@ -27,8 +27,8 @@ from lastline.airflow.defaults import REPLICA_CONN_ID, dag_args
 from lastline.airflow.params import FORCE_OFF, Override, params
 from lastline.airflow.routing import on_server
 from lastline.airflow.steps import step, task, typed_call
-from lastline.physical.tools import CODECS
-from lastline.replication import rebuild as rr
+from lastline.core.compression import CODECS
+from lastline.replication import rebuild
 
 
 @dag(
@@ -39,7 +39,7 @@ from lastline.replication import rebuild as rr
     params=params(
         "source_conn_id", "target_conn_id", "replication_conn_id", "compression", "parallel", "use_memory",
         "max_mb_per_s", "catch_up_timeout", "force",
-        compression=Override(rr.STREAM_COMPRESSION, enum=list(CODECS), description="compression on the wire (zstd-fast: nothing is kept)"),
+        compression=Override(rebuild.STREAM_COMPRESSION, enum=list(CODECS), description="compression on the wire (zstd-fast: nothing is kept)"),
         parallel="mariabackup, compressor and mbstream threads",
         force=f"move a non-empty target datadir aside (deleted after verify) where no person is asked to "
               f"approve it, as an unattended run needs; {FORCE_OFF}",
@@ -49,23 +49,23 @@ from lastline.replication import rebuild as rr
 def replica_rebuild():
     @task
     def preflight(params=None) -> dict:
-        return rr.preflight(dict(params)).to_dict()
+        return rebuild.preflight(dict(params)).to_dict()
 
     @task.sensor(poke_interval=15, timeout=7 * 24 * 3600, mode="reschedule")
     def catch_up(plan: dict, attached: dict) -> PokeReturnValue:  # each poke checks catch_up_timeout, a Param
-        waited = typed_call(rr.caught_up)(plan, attached)
+        waited = typed_call(rebuild.caught_up)(plan, attached)
         return PokeReturnValue(is_done=waited is not None, xcom_value=waited)
 
     plan = preflight()
     approved = ApproveReplacement(task_id="approve", plan=plan)  # only when data would be replaced
-    stopped, prepared, started = (step(f, **on_server("target_conn_id"))(plan) for f in (rr.stop_target, rr.prepare, rr.start_target))
-    streamed = step(rr.stream, **on_server("source_conn_id"))(plan)  # source | ssh target: runs where mariabackup does
-    attached = step(rr.attach)(plan, streamed)
+    stopped, prepared, started = (step(f, **on_server("target_conn_id"))(plan) for f in (rebuild.stop_target, rebuild.prepare, rebuild.start_target))
+    streamed = step(rebuild.stream, **on_server("source_conn_id"))(plan)  # source | ssh target: runs where mariabackup does
+    attached = step(rebuild.attach)(plan, streamed)
     caught_up = catch_up(plan, attached)
-    verified = step(rr.verify)(plan)
+    verified = step(rebuild.verify)(plan)
     chain(plan, approved, stopped, streamed, prepared, started, attached, caught_up, verified)
-    step(rr.finish)(plan, streamed, verified)
-    step(rr.report)(plan, stopped, streamed, prepared, started, attached, caught_up, verified)
+    step(rebuild.finish)(plan, streamed, verified)
+    step(rebuild.report)(plan, stopped, streamed, prepared, started, attached, caught_up, verified)
 
 
 replica_rebuild()

@@ -14,9 +14,9 @@ from conftest import attach_replica, set_conn
 from lastline.core.errors import PreflightError, ReplicationError
 from lastline.logical import backup as lb
 from lastline.manifest import read_manifest
-from lastline.physical import backup as pb
-from lastline.replication import flavour
-from lastline.replication import source as replica_source
+from lastline.physical import backup as physical_backup
+from lastline.replicas import backup_source as replica_source
+from lastline.replicas import flavour
 from lastline.storage import open_storage
 from lastline_dev.compare import table_checksums
 from lastline_dev.sandbox import Instance
@@ -129,9 +129,9 @@ def test_a_physical_backup_of_the_replica_replays_exactly_from_the_primary_gtid(
     primary, replica = pair
     with Shop(primary) as shop:
         time.sleep(0.5)
-        plan = pb.preflight({"source_conn_id": "t_rreplica", "destination": f"file://{tmp_path}", "compression": "zstd"})
-        stats = pb.stream(plan)
-        pb.finish(plan, stats)
+        plan = physical_backup.preflight({"source_conn_id": "t_rreplica", "destination": f"file://{tmp_path}", "compression": "zstd"})
+        stats = physical_backup.stream(plan)
+        physical_backup.finish(plan, stats)
         assert _sql_running(replica) == "Yes"
         time.sleep(0.5)
     assert shop.done > 50

@@ -26,11 +26,11 @@ from lastline.core.servers import Server
 from lastline.logical import backup as lb
 from lastline.logical import restore as lr
 from lastline.manifest import read_manifest
-from lastline.physical import backup as pb
-from lastline.physical import restore as pb_restore
-from lastline.replication import flavour
-from lastline.replication import pauses as replica_pauses
-from lastline.replication import source as replica_source
+from lastline.physical import backup as physical_backup
+from lastline.physical import restore as physical_restore
+from lastline.replicas import backup_source as replica_source
+from lastline.replicas import flavour
+from lastline.replicas import pauses as replica_pauses
 from lastline.storage import open_storage
 from lastline_dev.sandbox import Instance
 
@@ -319,7 +319,7 @@ def test_parallel_20000_on_a_target_is_refused_before_a_thread_starts(app, logic
     with pytest.raises(PreflightError, match="parallel=20000"):
         pitr.preflight({"target_conn_id": "t_ltarget", "destination": f"file://{tmp_path}", "parallel": 20000})
     with pytest.raises(PreflightError, match="parallel=20000"):
-        pb_restore.preflight({"target_conn_id": "t_ltarget", "backup": backup, "parallel": 20000})
+        physical_restore.preflight({"target_conn_id": "t_ltarget", "backup": backup, "parallel": 20000})
 
 
 # --- a replica's pause: recorded, and resumed after a death ------------------------------------------------------------
@@ -355,7 +355,8 @@ def _sql_running(inst: Instance) -> str:
 PAUSE_AND_HANG = textwrap.dedent("""
     import sys, time
     from lastline import connections
-    from lastline.replication import pauses, source
+    from lastline.replicas import backup_source as source
+    from lastline.replicas import pauses
     server = connections.server("t_cbreplica")
     if sys.argv[1] == "snapshot":
         with source.paused(server):
@@ -431,7 +432,7 @@ def test_the_physical_backup_of_a_replica_records_mariabackup_s_pause(pair, tmp_
     primary, replica = pair
     seen: list[int] = []
     r = replica.server("t_cbreplica")
-    plan = pb.preflight({"source_conn_id": "t_cbreplica", "destination": f"file://{tmp_path}", "compression": "zstd"})
+    plan = physical_backup.preflight({"source_conn_id": "t_cbreplica", "destination": f"file://{tmp_path}", "compression": "zstd"})
     stop = threading.Event()
 
     def watch() -> None:
@@ -445,7 +446,7 @@ def test_the_physical_backup_of_a_replica_records_mariabackup_s_pause(pair, tmp_
     t = threading.Thread(target=watch, daemon=True)
     t.start()
     try:
-        pb.finish(plan, pb.stream(plan))
+        physical_backup.finish(plan, physical_backup.stream(plan))
     finally:
         stop.set()
         t.join(timeout=10)

@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from lastline.physical.plans import RestorePlan, StepResult, Verified  # a typed stage's annotations (below)
+from lastline.mariabackup.target_datadir import StepResult  # a typed stage's annotations (below)
+from lastline.physical.plans import RestorePlan, Verified
 
 
 @pytest.fixture(scope="module")

@@ -14,10 +14,10 @@ import pytest
 from conftest import attach_replica, set_conn
 from lastline import connections
 from lastline.manifest import read_manifest
-from lastline.physical import backup as pb
+from lastline.physical import backup as physical_backup
 from lastline.pitr import archive, window
 from lastline.pitr import restore as pitr
-from lastline.replication import flavour
+from lastline.replicas import flavour
 from lastline.storage import open_storage
 from lastline_dev.sandbox import Instance
 from test_pitr_restore import _shop, _writes, state
@@ -26,8 +26,8 @@ pytestmark = pytest.mark.e2e
 
 
 def _backup(conn_id: str, dest: str) -> str:
-    plan = pb.preflight({"source_conn_id": conn_id, "destination": dest})
-    pb.finish(plan, pb.stream(plan))
+    plan = physical_backup.preflight({"source_conn_id": conn_id, "destination": dest})
+    physical_backup.finish(plan, physical_backup.stream(plan))
     time.sleep(1.1)  # backup ids are stamped to the second
     return str(plan.backup_id)
 

@@ -193,7 +193,7 @@ def _forge(storage, gtid: str, text: bytes) -> None:
                         struct.pack_into("<I", data, at + size - 4, zlib.crc32(bytes(data[at:at + size - 4])) & 0xFFFFFFFF)
                         storage.write_bytes(key, bytes(data))
                         seg["sha256"] = hashlib.sha256(data).hexdigest()
-                        archive._write_branch(storage, chain)
+                        archive.write_branch(storage, chain)
                         return
                     at += size
     raise AssertionError(f"{gtid}: no statement found to forge")

@@ -19,7 +19,7 @@ from conftest import set_conn
 from lastline import connections
 from lastline.core.errors import Refusal, ServerError
 from lastline.manifest import read_manifest
-from lastline.physical import backup as pb
+from lastline.physical import backup as physical_backup
 from lastline.pitr import applier, archive, check, replay, report, window
 from lastline.pitr import restore as pitr
 from lastline.pitr import span as span_of
@@ -171,8 +171,8 @@ def history(sandbox_root, tmp_path_factory):
         archive.ship(server, storage)
         writer = Writer(src).start()
         time.sleep(1)
-        plan = pb.preflight({"source_conn_id": "t_pitr_src", "destination": f"file://{dest}"})
-        pb.finish(plan, pb.stream(plan))  # the base, taken while the writers write
+        plan = physical_backup.preflight({"source_conn_id": "t_pitr_src", "destination": f"file://{dest}"})
+        physical_backup.finish(plan, physical_backup.stream(plan))  # the base, taken while the writers write
         archive.ship(server, storage)
         time.sleep(1)
         server.query("FLUSH BINARY LOGS")
@@ -255,9 +255,9 @@ def test_a_restore_to_a_gtid_and_to_latest_are_exact_also_through_the_pipe(run_d
 def test_a_replay_stopped_half_way_resumes_without_applying_a_transaction_twice(history):
     storage, tgt = history["storage"], history["tgt"]
     plan = pitr.preflight({"target_conn_id": "t_pitr_tgt", "destination": history["dest"], "until": "latest"})
-    from lastline.physical import restore as pr
-    rplan = pr.preflight({**plan.physical, "force": True})
-    for step in (pr.stop_target, pr.extract, pr.prepare, pr.start_target):
+    from lastline.physical import restore as physical_restore
+    rplan = physical_restore.preflight({**plan.physical, "force": True})
+    for step in (physical_restore.stop_target, physical_restore.extract, physical_restore.prepare, physical_restore.start_target):
         step(rplan)
     server = connections.server("t_pitr_tgt")
     # a row the replay will insert later, put there first: the applier stops on it half way
@@ -317,9 +317,9 @@ def test_a_worker_killed_mid_replay_resumes_to_the_exact_result(history):
 
     storage = history["storage"]
     plan = pitr.preflight({"target_conn_id": "t_pitr_tgt", "destination": history["dest"], "until": "latest"})
-    from lastline.physical import restore as pr
-    rplan = pr.preflight({**plan.physical, "force": True})
-    for step in (pr.stop_target, pr.extract, pr.prepare, pr.start_target):
+    from lastline.physical import restore as physical_restore
+    rplan = physical_restore.preflight({**plan.physical, "force": True})
+    for step in (physical_restore.stop_target, physical_restore.extract, physical_restore.prepare, physical_restore.start_target):
         step(rplan)
     server = connections.server("t_pitr_tgt")
     before = server.query("SELECT @@GLOBAL.slave_parallel_threads, @@GLOBAL.slave_exec_mode")
@@ -375,8 +375,8 @@ def test_refusals_come_before_anything_is_touched(history, tmp_path):
         written = int(cur.fetchone()[0])
     time.sleep(1.1)
     src.query("FLUSH BINARY LOGS")
-    rotated = pb.preflight({"source_conn_id": "t_pitr_src", "destination": f"file://{copy}"})
-    pb.finish(rotated, pb.stream(rotated))
+    rotated = physical_backup.preflight({"source_conn_id": "t_pitr_src", "destination": f"file://{copy}"})
+    physical_backup.finish(rotated, physical_backup.stream(rotated))
     copied = open_storage(f"file://{copy}")
     archive.ship(src, copied)
     file, position, gtid = pitr.coordinates(read_manifest(copied, rotated.backup_id))
@@ -395,7 +395,7 @@ def test_refusals_come_before_anything_is_touched(history, tmp_path):
     raw = storage.read_bytes(f"binlogs/{bid}/chain.json")
     try:
         damaged.missing = True
-        archive._write_branch(storage, chain)
+        archive.write_branch(storage, chain)
         with pytest.raises(Refusal, match=f"beyond a hole .*{damaged.name}"):
             pitr.preflight({**conf, "until": "latest"})
         broken = check.check(storage, max_age=3600)
@@ -421,23 +421,29 @@ def test_refusals_come_before_anything_is_touched(history, tmp_path):
 def test_prune_keeps_every_base_and_binlog_the_window_needs(history, tmp_path):
     import shutil
 
+    from lastline.physical import prune as physical_prune
     from lastline.pitr import retention
+
+    def prune(conf: dict) -> dict:  # the physical backup DAG's prune task: the bases, then the archive
+        protect = retention.window_bases(conf)
+        deleted = physical_prune.prune(conf, protect)
+        return {"deleted": deleted, "kept_for_the_window": protect, "binlogs_deleted": retention.prune_archive(conf, protect)}
 
     shutil.copytree(history["dest"].removeprefix("file://"), tmp_path / "d")
     dest = f"file://{tmp_path / 'd'}"
     storage = open_storage(dest)
-    plan = pb.preflight({"source_conn_id": "t_pitr_src", "destination": dest})
-    pb.finish(plan, pb.stream(plan))  # a second base, after every write
+    plan = physical_backup.preflight({"source_conn_id": "t_pitr_src", "destination": dest})
+    physical_backup.finish(plan, physical_backup.stream(plan))  # a second base, after every write
     archive.ship(connections.server("t_pitr_src"), storage)
     first, second = history["base"], plan.backup_id
     conf = {"destination": dest, "keep": 1, "incomplete_grace_hours": 24}
     # a week's window: both bases are inside it, so keep=1 deletes neither, nor any binlog
-    kept = retention.prune({**conf, "pitr_window_days": 7})
+    kept = prune({**conf, "pitr_window_days": 7})
     assert kept["deleted"] == [] and set(kept["kept_for_the_window"]) == {first, second}
     assert kept["binlogs_deleted"] == []
     # a window that began after both: the newer base is what its start rolls forward from; the older one goes,
     # and so do the archived files only it needed
-    tiny = retention.prune({**conf, "pitr_window_days": 1e-9})
+    tiny = prune({**conf, "pitr_window_days": 1e-9})
     assert tiny["deleted"] == [first] and list(tiny["kept_for_the_window"]) == [second]
     assert tiny["binlogs_deleted"], "the files before the kept base are no longer needed"
     second_file = pitr.coordinates(read_manifest(storage, second))[0]
@@ -469,8 +475,8 @@ def test_a_server_writing_reused_names_forks_the_archive_and_a_restore_on_either
         storage = open_storage(dest)
         _writes(src, 40, "old")
         archive.ship(server, storage)
-        old_base = pb.preflight({"source_conn_id": "t_pitr_fork", "destination": dest})
-        pb.finish(old_base, pb.stream(old_base))
+        old_base = physical_backup.preflight({"source_conn_id": "t_pitr_fork", "destination": dest})
+        physical_backup.finish(old_base, physical_backup.stream(old_base))
         _writes(src, 60, "old")
         archive.ship(server, storage)
         old_gtid, old_state = server.query("SELECT @@GLOBAL.gtid_binlog_pos")[0][0], state(src)
@@ -478,8 +484,8 @@ def test_a_server_writing_reused_names_forks_the_archive_and_a_restore_on_either
         server.query("RESET MASTER")
         _writes(src, 30, "new")
         time.sleep(1.1)  # the new base's backup id must follow the old one's
-        new_base = pb.preflight({"source_conn_id": "t_pitr_fork", "destination": dest})
-        pb.finish(new_base, pb.stream(new_base))
+        new_base = physical_backup.preflight({"source_conn_id": "t_pitr_fork", "destination": dest})
+        physical_backup.finish(new_base, physical_backup.stream(new_base))
         _writes(src, 200, "new")  # past the old branch's sequence numbers: the GTIDs exist on both branches
         shipped = archive.ship(server, storage)
         assert shipped["forks"], shipped

@@ -19,8 +19,8 @@ from lastline.logical.backup.parts import PartWriter
 from lastline.logical.backup.snapshot import SAVEPOINT, SnapshotPool, instance_lock, snapshot_method
 from lastline.logical.backup.worker import DumpWorker
 from lastline.manifest import read_manifest
-from lastline.physical import backup as pb
-from lastline.physical.tools import backup_stages
+from lastline.mariabackup.commands import backup_stages
+from lastline.physical import backup as physical_backup
 from lastline.storage import open_storage
 
 pytestmark = pytest.mark.e2e
@@ -113,13 +113,13 @@ def test_a_40_s_batch_write_holds_no_application_write_back_during_a_physical_ba
     its redo copier, which looks for new redo every second by default: 0.9 s InnoDB and 1.8 s MyISAM inserts here
     until the backup asked for --log-copy-interval=20 (ms)."""
     with Writes(app, "ps.app") as writes, BatchWrite(app, LONG_UPDATE) as batch, Writes(app, "ps.log") as myisam:
-        plan = pb.preflight({"source_conn_id": "t_lsource", "destination": f"file://{tmp_path}", "compression": "zstd"})
-        stats = pb.stream(plan)
-        where = pb.finish(plan, stats)
+        plan = physical_backup.preflight({"source_conn_id": "t_lsource", "destination": f"file://{tmp_path}", "compression": "zstd"})
+        stats = physical_backup.stream(plan)
+        where = physical_backup.finish(plan, stats)
         assert batch.running(), "the batch write must still run when the backup ends"
     assert writes.worst() < 1.0, f"an application write waited {writes.worst():.2f} s"
     assert myisam.worst() < 1.0, f"a MyISAM write waited {myisam.worst():.2f} s"
-    assert "--log-copy-interval=20" in pb.physical.backup_stages("o", "/d", 1, "none")[0].argv
+    assert "--log-copy-interval=20" in backup_stages("o", "/d", 1, "none")[0].argv
     manifest = read_manifest(open_storage(f"file://{tmp_path}"), plan.backup_id, "physical")
     assert where.endswith("manifest.json") and manifest.binlog_file and manifest.gtid and manifest.primary is None
     print(f"physical: worst insert {writes.worst():.3f} s, MyISAM {myisam.worst():.3f} s")
@@ -150,9 +150,9 @@ def test_the_backups_run_at_low_priority_and_under_their_read_cap(app, tmp_path)
     with pytest.raises(PreflightError, match="max_read_mb_per_s=0.01"):
         impact.read_cap(0.01)
     assert stages[1].argv[-2:] == ["-L", "4000000"]
-    plan = pb.preflight({"source_conn_id": "t_lsource", "destination": f"file://{tmp_path / 'phys'}", "compression": "none",
+    plan = physical_backup.preflight({"source_conn_id": "t_lsource", "destination": f"file://{tmp_path / 'phys'}", "compression": "none",
                          "max_read_mb_per_s": 40})
-    stats = pb.stream(plan)
+    stats = physical_backup.stream(plan)
     assert stats.bytes / 1e6 / stats.seconds < 40 * 1.1, stats  # uncompressed: the bytes pv let through
     print(f"logical: {rate:.2f} MB/s capped at 1, {free.seconds:.1f} s free vs {capped.seconds:.1f} s capped; "
           f"physical: {stats.bytes / 1e6 / stats.seconds:.1f} MB/s capped at 40")

@@ -129,7 +129,7 @@ def test_a_cut_stream_fails_clearly_never_starts_the_target_and_a_retry_succeeds
     assert not replica.server().answers(), "the replica was started on partial data"
     assert (replica.datadir / MARKER).exists()
     seen = next(line for line in logs.splitlines() if "ssh to t_ssh" in line)
-    from lastline.physical.target import start_server
+    from lastline.mariabackup.target_datadir import start_server
 
     with pytest.raises(IntegrityError, match="unfinished restore"):
         start_server(connections.server("t_replica"))
@@ -159,25 +159,25 @@ def test_a_cut_stream_fails_clearly_never_starts_the_target_and_a_retry_succeeds
     assert _arrives(replica, "after-rebuild", 30), "a write on the source did not replicate"
 
     # a retried attach (after START SLAVE went through) must not rewind gtid_slave_pos and replay
-    from lastline.replication import flavour as replication
+    from lastline.replicas import flavour
 
-    replication.attach(connections.server("t_replica"), connections.server("t_repl"), {"gtid": "0-1-1"}, True)
+    flavour.attach(connections.server("t_replica"), connections.server("t_repl"), {"gtid": "0-1-1"}, True)
     _write(rsource, "after-retried-attach")
     assert _arrives(replica, "after-retried-attach", 30)
     conn = replica.server().connect()
     cur = conn.cursor()
-    assert replication.broken(replication.replica_status(cur)[0]) is None
+    assert flavour.broken(flavour.replica_status(cur)[0]) is None
     conn.close()
 
 
 def test_detach_refuses_an_option_file_that_names_a_source(rsource, replica):
-    from lastline.replication import detach as rd
+    from lastline.replication import detach as replica_detach
 
     stale = replica.conf_d / "zz-old-master.cnf"
     stale.write_text("[client]\nmaster-host=ignored.example\n[mysqld]\n# old setup\nloose_master_host = 10.9.8.7\nmaster-password=secret-pw\n")
     try:
         with pytest.raises(ReplicationError) as err:
-            rd.check("t_replica")
+            replica_detach.check("t_replica")
         text = str(err.value)
         assert f"{stale}:5 [mysqld]: master-host=10.9.8.7" in text and f"{stale}:6" in text
         assert "secret-pw" not in text and "ignored.example" not in text and "Nothing was changed" in text

@@ -16,8 +16,8 @@ from conftest import set_conn
 from lastline import connections
 from lastline.core.errors import IntegrityError, Refusal
 from lastline.manifest import read_manifest
-from lastline.physical import backup as pb
-from lastline.physical import restore as pr
+from lastline.physical import backup as physical_backup
+from lastline.physical import restore as physical_restore
 from lastline.pitr import archive
 from lastline.pitr import restore as pitr
 from lastline.storage import auth, open_storage
@@ -48,8 +48,8 @@ def signed(sandbox_root, tmp_path_factory):
         dest = tmp_path_factory.mktemp("sauth")
         storage = open_storage(f"file://{dest}")
         archive.ship(server, storage)
-        plan = pb.preflight({"source_conn_id": "t_sauth_src", "destination": f"file://{dest}"})
-        pb.finish(plan, pb.stream(plan))
+        plan = physical_backup.preflight({"source_conn_id": "t_sauth_src", "destination": f"file://{dest}"})
+        physical_backup.finish(plan, physical_backup.stream(plan))
         for _ in range(3):
             _write(server, 20)
             server.query("FLUSH BINARY LOGS")
@@ -80,7 +80,7 @@ def test_a_physical_manifest_forged_without_the_key_is_refused_before_anything(s
     manifest = dest / signed["base"] / "manifest.json"
     original = manifest.read_text()
     assert original.rstrip().splitlines()[-2].startswith(' "lastline_mac": "hmac-sha256:tests-k1:')
-    assert pr.preflight(_physical(dest, signed["base"])).backup_id == signed["base"]  # the signed one is restorable
+    assert physical_restore.preflight(_physical(dest, signed["base"])).backup_id == signed["base"]  # the signed one is restorable
     data = json.loads(original)
     forged_sha = hashlib.sha256(b"a stream with a plugin in it").hexdigest()
     # 1. rewritten with a new sha256 (as the attack on prepare did): the MAC no longer where lastline writes it
@@ -88,25 +88,25 @@ def test_a_physical_manifest_forged_without_the_key_is_refused_before_anything(s
     manifest.write_text(json.dumps(data))
     with pytest.raises(IntegrityError, match=r"manifest.json is not authenticated: its MAC is not where lastline writes "
                                              r"it.*A physical restore uses only control files lastline signed.*nothing was used"):
-        pr.preflight(_physical(dest, signed["base"]))
+        physical_restore.preflight(_physical(dest, signed["base"]))
     # 2. the same change byte for byte in place, the MAC line kept: it does not match
     manifest.write_text(original.replace(json.loads(original)["sha256"], forged_sha))
     with pytest.raises(IntegrityError, match="its MAC does not match"):
-        pr.preflight(_physical(dest, signed["base"]))
+        physical_restore.preflight(_physical(dest, signed["base"]))
     # 3. the MAC line stripped: a manifest without one
     manifest.write_text(original[:original.rindex(',\n "lastline_mac"')] + "\n}\n")
     with pytest.raises(IntegrityError, match="it carries no MAC"):
-        pr.preflight(_physical(dest, signed["base"]))
+        physical_restore.preflight(_physical(dest, signed["base"]))
     # 4. a key id the deployment does not hold
     manifest.write_text(original.replace("hmac-sha256:tests-k1:", "hmac-sha256:attacker:"))
     with pytest.raises(IntegrityError, match="signed with key 'attacker', which the storage key connection does not hold"):
-        pr.preflight(_physical(dest, signed["base"]))
+        physical_restore.preflight(_physical(dest, signed["base"]))
     # 5. a signed manifest moved into another backup's folder: the MAC binds it to its place
     other = dest / "20200101T000000Z"
     other.mkdir()
     (other / "manifest.json").write_text(original)
     with pytest.raises(IntegrityError, match="its MAC does not match: it was changed \\(or moved\\)"):
-        pr.preflight(_physical(dest, "20200101T000000Z"))
+        physical_restore.preflight(_physical(dest, "20200101T000000Z"))
     assert target.server().query("SELECT 1") == [(1,)]  # the target was never touched
 
 
@@ -141,7 +141,7 @@ def test_a_truncated_archive_re_signed_with_the_real_key_is_refused(signed, targ
     whole_entries, whole_covered = list(chain.entries), chain.covered
     dropped = [e.name for e in chain.entries[-2:]]
     chain.entries = chain.entries[:-2]
-    archive._write_branch(storage, chain)  # signed with the real key, as an older state of the archive was
+    archive.write_branch(storage, chain)  # signed with the real key, as an older state of the archive was
     assert archive.read_branch(storage, bid).entries[-1].name not in dropped
     short = pitr.preflight(_pitr(dest))  # without the record the restore to latest silently ends early
     assert short.replay["span"] != whole.replay["span"]
@@ -150,12 +150,12 @@ def test_a_truncated_archive_re_signed_with_the_real_key_is_refused(signed, targ
         pitr.preflight(_pitr(dest), recorded)
     # the same last segment with an older `covered` (a review: `latest` would end earlier, silently)
     chain = archive.read_branch(storage, bid)
-    archive._write_branch(storage, dataclasses.replace(chain, entries=whole_entries, covered={
+    archive.write_branch(storage, dataclasses.replace(chain, entries=whole_entries, covered={
         **(whole_covered or {}), "time": float((whole_covered or {}).get("time") or 1) - 600}))
     with pytest.raises(IntegrityError, match="the source was covered up to"):
         pitr.preflight(_pitr(dest), recorded)
     # a branch dropped from branches.json (signed again) is refused too
-    archive._write_branches(storage, [])
+    archive.write_branches(storage, [])
     with pytest.raises(IntegrityError, match=f"branch {bid} is missing"):
         pitr.preflight(_pitr(dest), recorded)
 
@@ -177,7 +177,7 @@ def test_the_recorded_head_goes_through_airflow(signed, target, run_dag, tmp_pat
     chain = archive.read_branch(storage, bid)
     dropped = chain.entries[-1].name
     chain.entries = chain.entries[:-1]
-    archive._write_branch(storage, chain)
+    archive.write_branch(storage, chain)
     state, tis, logs = run_dag("point_in_time_restore", {
         "target_conn_id": "t_target", "destination": f"file://{dest}", "until": "latest", "base": "auto",
         "base_kind": "any", "databases": [], "branch": "", "replay_method": "auto", "parallel": 2, "force": True,
@@ -196,7 +196,7 @@ def test_a_rotated_key_still_reads_older_backups_and_signs_with_the_new_one(sign
                                             "extra": {"keys": {"tests-k1": old["password"]}}}))
     manifest = read_manifest(storage, signed["base"], "physical")
     assert manifest.authenticity.key_id == "tests-k1"
-    assert pr.preflight(_physical(dest, signed["base"])).backup_id == signed["base"]
+    assert physical_restore.preflight(_physical(dest, signed["base"])).backup_id == signed["base"]
     assert pitr.preflight(_pitr(dest)).base == signed["base"]
     _write(signed["server"], 5)
     archive.ship(signed["server"], storage)  # what the archiver writes now is signed with the new key
@@ -205,11 +205,11 @@ def test_a_rotated_key_still_reads_older_backups_and_signs_with_the_new_one(sign
     # the old key retired: what only it signed is refused, by its key id
     monkeypatch.setenv(KEY_ENV, json.dumps({"conn_type": "generic", "login": "tests-k2", "password": "k2" * 32}))
     with pytest.raises(IntegrityError, match="signed with key 'tests-k1', which the storage key connection does not hold"):
-        pr.preflight(_physical(dest, signed["base"]))
+        physical_restore.preflight(_physical(dest, signed["base"]))
     # a key too short to be one is a configuration error, named
     monkeypatch.setenv(KEY_ENV, json.dumps({"conn_type": "generic", "login": "tests-k3", "password": "short"}))
     with pytest.raises(Refusal, match="must be a string of 32 characters or more"):
-        pr.preflight(_physical(dest, signed["base"]))
+        physical_restore.preflight(_physical(dest, signed["base"]))
 
 
 def test_without_a_key_physical_and_point_in_time_restores_refuse_unless_the_storage_is_trusted(
@@ -217,11 +217,11 @@ def test_without_a_key_physical_and_point_in_time_restores_refuse_unless_the_sto
     dest, storage, _ = _copy(signed, tmp_path)
     monkeypatch.delenv(auth.KEY_CONN_ENV)
     with pytest.raises(IntegrityError, match="this deployment has no storage key"):
-        pr.preflight(_physical(dest, signed["base"]))
+        physical_restore.preflight(_physical(dest, signed["base"]))
     with pytest.raises(IntegrityError, match="this deployment has no storage key"):
         pitr.preflight(_pitr(dest))
     monkeypatch.setenv(auth.TRUSTED_ENV, "true")
-    assert pr.preflight(_physical(dest, signed["base"])).backup_id == signed["base"]
+    assert physical_restore.preflight(_physical(dest, signed["base"])).backup_id == signed["base"]
     assert pitr.preflight(_pitr(dest)).base == signed["base"]
     # a logical reader's view: the verdict is there to report, whatever the kind
     assert not read_manifest(storage, signed["base"], "physical", require=False).authenticity.ok

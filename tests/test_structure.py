@@ -15,20 +15,16 @@ PACKAGE = ROOT / "include" / "lastline"
 # lower number = lower layer; a module may import its own layer (not in a cycle) and the layers below
 LAYERS = {
     "lastline.core": 0, "lastline.hooks": 1, "lastline.connections": 1, "lastline.get_provider_info": 1, "lastline.storage": 2, "lastline.manifest": 3, "lastline.reports": 3, "lastline.backup_report": 3,
-    "lastline.physical": 4, "lastline.logical": 4, "lastline.replication": 4, "lastline.pitr": 4, "lastline.staging": 5, "lastline.drill": 5, "lastline.inventory": 5,
-    "lastline.airflow": 6,
+    # what the stages share: mariabackup's commands and a target's datadir; a replica's flavour, pauses, backups
+    "lastline.mariabackup": 4, "lastline.replicas": 4,
+    "lastline.physical": 5, "lastline.logical": 5, "lastline.replication": 5, "lastline.pitr": 5, "lastline.staging": 6, "lastline.drill": 6, "lastline.inventory": 6,
+    "lastline.airflow": 7,
 }
+STAGES = 5  # the stage packages: none imports another, but for the pairs ACROSS_STAGES names
 AIRFLOW_ALLOWED = ("lastline.airflow", "lastline.connections", "lastline.hooks", "lastline.storage.s3", "lastline.core.errors")
-ACROSS_STAGES = {("lastline.replication.rebuild", "lastline.physical.tools"),  # rebuild streams and prepares a datadir
-                 ("lastline.replication.rebuild", "lastline.physical.target"),
-                 ("lastline.replication.rebuild", "lastline.physical.plans"),  # its stop/prepare/start: the restore's steps
-                 # a backup taken from a replica records its primary's coordinates (replication.source)
-                 ("lastline.physical.backup", "lastline.replication.source"),
-                 ("lastline.physical.backup", "lastline.replication.pauses"),  # and records mariabackup's pause
-                 ("lastline.logical.backup", "lastline.replication.source"),
-                 # a logical base's replay reads a statement's first keyword as the server's lexer does
-                 ("lastline.pitr.statements", "lastline.logical.format.sql_text"),
-                 # and a physical base's replay reads each statement as the server does before it runs
+# a logical base's replay reads a statement's first keyword as the server's lexer does, and a physical base's replay
+# reads each statement as the server does before it runs
+ACROSS_STAGES = {("lastline.pitr.statements", "lastline.logical.format.sql_text"),
                  ("lastline.pitr.statement_check", "lastline.logical.format.sql_text")}
 
 
@@ -75,7 +71,7 @@ def test_layers_import_downwards_only():
             theirs = _layer(dep)
             if not mine or not theirs or dep.endswith("__init__"):
                 continue
-            if theirs[1] > mine[1] or (theirs[1] == mine[1] == 4 and theirs[0] != mine[0]
+            if theirs[1] > mine[1] or (theirs[1] == mine[1] == STAGES and theirs[0] != mine[0]
                                          and (module, dep) not in ACROSS_STAGES):
                 wrong.append(f"{module} -> {dep}")
     assert not wrong, "imports against the layers (see docs/architecture.md):\n" + "\n".join(wrong)

@@ -21,8 +21,8 @@ import pytest
 from conftest import set_conn
 from lastline.core.errors import LastlineError
 from lastline.manifest import read_manifest
-from lastline.physical import backup as pb
-from lastline.physical import restore as pr
+from lastline.physical import backup as physical_backup
+from lastline.physical import restore as physical_restore
 from lastline.storage import open_storage
 from lastline_dev.sandbox import Instance
 
@@ -93,8 +93,8 @@ def owned_target(world: Path) -> Iterator[Instance]:
 def good(small_source: Instance, tmp_path_factory) -> Path:
     """One complete physical backup of the small source, made by the stage functions."""
     dest = tmp_path_factory.mktemp("physical-good")
-    plan = pb.preflight({"source_conn_id": "t_psrc", "destination": f"file://{dest}", "compression": "zstd"})
-    pb.finish(plan, pb.stream(plan))
+    plan = physical_backup.preflight({"source_conn_id": "t_psrc", "destination": f"file://{dest}", "compression": "zstd"})
+    physical_backup.finish(plan, physical_backup.stream(plan))
     return dest / plan.backup_id
 
 
@@ -158,12 +158,12 @@ def shims(world: Path, monkeypatch) -> Path:
 
 def restore(backup: Path) -> None:
     """Every step of a physical restore of `backup` into the owned target, in process."""
-    plan = pr.preflight({"target_conn_id": "t_ptgt", "backup": backup.as_uri(), "force": True})
-    pr.stop_target(plan)
-    extracted = pr.extract(plan)
-    pr.prepare(plan)
-    pr.start_target(plan)
-    pr.verify(plan, extracted)
+    plan = physical_restore.preflight({"target_conn_id": "t_ptgt", "backup": backup.as_uri(), "force": True})
+    physical_restore.stop_target(plan)
+    extracted = physical_restore.extract(plan)
+    physical_restore.prepare(plan)
+    physical_restore.start_target(plan)
+    physical_restore.verify(plan, extracted)
 
 
 def cnf(*lines: str) -> bytes:
@@ -223,11 +223,11 @@ def test_forged_backup_cnf_without_recorded_options_is_refused(attack, good, own
     files = {name: data.replace(b"{out}", str(outside).encode())
              for name, data in ATTACKS[attack](owned_target.datadir).items()}
     backup = forge(good, tmp_path, {"evil.so": library, **files}, lambda m: m.pop("prepare_options", None))
-    plan = pr.preflight({"target_conn_id": "t_ptgt", "backup": backup.as_uri(), "force": True})
-    pr.stop_target(plan)
-    pr.extract(plan)
+    plan = physical_restore.preflight({"target_conn_id": "t_ptgt", "backup": backup.as_uri(), "force": True})
+    physical_restore.stop_target(plan)
+    physical_restore.extract(plan)
     with pytest.raises(LastlineError, match="backup-my.cnf") as err:
-        pr.prepare(plan)
+        physical_restore.prepare(plan)
     assert "never" in str(err.value) and "allow" in str(err.value), str(err.value)
     assert not marker.exists(), f"prepare loaded the backup's library: {marker.read_text()}"
     assert not list(outside.iterdir())
@@ -251,7 +251,7 @@ def test_forged_recorded_options_are_refused(change, good, owned_target, evil_so
     backup = forge(good, tmp_path, {"evil.so": library}, lambda m: m["prepare_options"].update(change))
     pid = owned_target.pid()
     with pytest.raises(LastlineError, match="prepare option") as err:
-        pr.preflight({"target_conn_id": "t_ptgt", "backup": backup.as_uri(), "force": True})
+        physical_restore.preflight({"target_conn_id": "t_ptgt", "backup": backup.as_uri(), "force": True})
     assert next(iter(change)) in str(err.value)
     assert owned_target.pid() == pid
     assert not marker.exists()
@@ -331,14 +331,14 @@ def test_a_forged_isl_never_points_the_restored_server_at_a_file_outside_its_dat
 
     victim = small_source.datadir / "shop" / "orders.ibd"
     backup = forge(good, tmp_path, {"shop/orders.isl": f"{victim}\n".encode()}, drop=("shop/orders.ibd", "shop/orders.new"))
-    plan = pr.preflight({"target_conn_id": "t_ptgt", "backup": backup.as_uri(), "force": True})
-    pr.stop_target(plan)
-    extracted = pr.extract(plan)
-    pr.prepare(plan)
+    plan = physical_restore.preflight({"target_conn_id": "t_ptgt", "backup": backup.as_uri(), "force": True})
+    physical_restore.stop_target(plan)
+    extracted = physical_restore.extract(plan)
+    physical_restore.prepare(plan)
     logged = owned_target.errlog.stat().st_size
-    pr.start_target(plan)
+    physical_restore.start_target(plan)
     with pytest.raises(IntegrityError, match="orders"):
-        pr.verify(plan, extracted)
+        physical_restore.verify(plan, extracted)
     pid = owned_target.pid()
     fds = Path(f"/proc/{pid}/fd")
     opened = {os.readlink(fd) for fd in fds.iterdir() if fd.is_symlink()}
@@ -366,8 +366,8 @@ def test_a_data_directory_table_restores_into_the_datadir(small_source, owned_ta
         cur.execute("INSERT INTO shop.far SELECT seq, CONCAT('v', seq) FROM mysql.seq_1_to_700")
         cur.execute("COMMIT")
     try:
-        plan = pb.preflight({"source_conn_id": "t_psrc", "destination": f"file://{tmp_path}", "compression": "zstd"})
-        pb.finish(plan, pb.stream(plan))
+        plan = physical_backup.preflight({"source_conn_id": "t_psrc", "destination": f"file://{tmp_path}", "compression": "zstd"})
+        physical_backup.finish(plan, physical_backup.stream(plan))
     finally:
         with root.session() as cur:
             cur.execute("DROP TABLE shop.far")
@@ -404,16 +404,16 @@ def test_a_stream_that_brings_replication_or_binlog_state_is_refused(state, good
              "mariadb-bin.index": {"mariadb-bin.index": f"{victim}\n".encode()},
              "ddl_recovery.log": {"ddl_recovery.log": b"\xfe\x01" + bytes(4094)}}[state]
     backup = forge(good, tmp_path, files)
-    plan = pr.preflight({"target_conn_id": "t_ptgt", "backup": backup.as_uri(), "force": True})
-    pr.stop_target(plan)
-    extracted = pr.extract(plan)
+    plan = physical_restore.preflight({"target_conn_id": "t_ptgt", "backup": backup.as_uri(), "force": True})
+    physical_restore.stop_target(plan)
+    extracted = physical_restore.extract(plan)
     try:
         with pytest.raises(LastlineError, match=state.replace(".", r"\.")):
-            pr.prepare(plan)
+            physical_restore.prepare(plan)
     except BaseException:
         if owned_target.pid() is None:  # today's code: see what the restored server does
-            pr.start_target(plan)
-            pr.verify(plan, extracted)
+            physical_restore.start_target(plan)
+            physical_restore.verify(plan, extracted)
         with owned_target.server().session() as cur:
             cur.execute("SHOW ALL SLAVES STATUS")
             assert not cur.fetchall(), "the restored server replicates from a primary the backup named"
@@ -452,7 +452,7 @@ def test_the_allow_list_refuses_every_other_line_of_a_backup_cnf(line):
     """mariabackup's own file passes; one more line of any other kind (another option, group or include, a folder, a
     value of the wrong type, an option twice) is refused, naming it."""
     from lastline.core.errors import IntegrityError
-    from lastline.physical import prepare_options
+    from lastline.mariabackup import prepare_options
 
     assert prepare_options.parse(MARIABACKUP_CNF, "b")["innodb_page_size"] == "16384"
     with pytest.raises(IntegrityError, match="never hands a backup's option file") as err:
@@ -463,7 +463,7 @@ def test_the_allow_list_refuses_every_other_line_of_a_backup_cnf(line):
 def test_recorded_options_come_from_the_sources_variables_by_file_name():
     """At backup: data files by name only (as mariabackup writes them), the checksum name in lower case, only the
     allow-listed options, and the file prepare reads holds them and the undo folder, nothing else."""
-    from lastline.physical import prepare_options
+    from lastline.mariabackup import prepare_options
 
     got = prepare_options.from_variables({
         "innodb_checksum_algorithm": "FULL_CRC32", "innodb_data_file_path": "/data/ibdata1:12M;ibdata2:1G:autoextend",

@@ -21,8 +21,8 @@ import pytest
 from conftest import set_conn
 from lastline import connections
 from lastline.core.errors import Refusal
-from lastline.physical import backup as pb
-from lastline.physical import restore as pr
+from lastline.physical import backup as physical_backup
+from lastline.physical import restore as physical_restore
 from lastline.pitr import archive, events, replay
 from lastline.pitr import restore as pitr
 from lastline.pitr.span import Span
@@ -81,8 +81,8 @@ def forged_history(sandbox_root, tmp_path_factory):
             cur.execute("CREATE TABLE mysqx.plugin (name VARCHAR(64) CHARACTER SET utf8mb3 NOT NULL DEFAULT '' "
                         "PRIMARY KEY, dl VARCHAR(128) CHARACTER SET utf8mb3 NOT NULL DEFAULT '') ENGINE=Aria")
         archive.ship(server, storage)
-        plan = pb.preflight({"source_conn_id": "t_tp_src", "destination": f"file://{dest}"})
-        pb.finish(plan, pb.stream(plan))
+        plan = physical_backup.preflight({"source_conn_id": "t_tp_src", "destination": f"file://{dest}"})
+        physical_backup.finish(plan, physical_backup.stream(plan))
         attacks = _attacks(root)
         with server.session() as cur:
             for k in range(len(attacks)):
@@ -96,8 +96,8 @@ def forged_history(sandbox_root, tmp_path_factory):
         server.query("FLUSH BINARY LOGS")
         archive.ship(server, storage)
         conf = {"target_conn_id": "t_tp_tgt", "destination": f"file://{dest}", "until": "latest"}
-        rplan = pr.preflight({**pitr.preflight(conf).physical, "force": True})
-        for step in (pr.stop_target, pr.extract, pr.prepare, pr.start_target):
+        rplan = physical_restore.preflight({**pitr.preflight(conf).physical, "force": True})
+        for step in (physical_restore.stop_target, physical_restore.extract, physical_restore.prepare, physical_restore.start_target):
             step(rplan)
         yield {"root": root, "dest": dest, "storage": storage, "conf": conf, "attacks": attacks, "tgt": tgt, "src": src}
     finally:
@@ -135,7 +135,7 @@ def forged(storage, dest: Path, old: bytes, new: bytes) -> Iterator[str]:
                     saved[dest / chain_key] = (dest / chain_key).read_bytes()
                     path.write_bytes(data)
                     seg["sha256"] = hashlib.sha256(data).hexdigest()
-                    archive._write_branch(storage, chain)
+                    archive.write_branch(storage, chain)
                     yield entry.name
                     return
         raise AssertionError(f"{old!r} is in no archived segment")
@@ -423,9 +423,9 @@ def test_no_secret_file_survives_a_kill_9_in_the_middle_of_a_physical_backup(for
     password = forged_history["src"].meta()["password"]
     tmp = tmp_path / "tmp"
     tmp.mkdir()
-    script = ("from lastline.physical import backup as pb\n"
-              f"plan = pb.preflight({{'source_conn_id': 't_tp_src', 'destination': 'file://{tmp_path / 'dest'}'}})\n"
-              "pb.finish(plan, pb.stream(plan))\n")
+    script = ("from lastline.physical import backup as physical_backup\n"
+              f"plan = physical_backup.preflight({{'source_conn_id': 't_tp_src', 'destination': 'file://{tmp_path / 'dest'}'}})\n"
+              "physical_backup.finish(plan, physical_backup.stream(plan))\n")
     proc = subprocess.Popen([sys.executable, "-c", script], env={**os.environ, "TMPDIR": str(tmp),
                                                                   "PYTHONPATH": os.pathsep.join(sys.path)})
     deadline, below = time.monotonic() + 120, []

@@ -17,7 +17,7 @@ from lastline.core.option_files import option_file, option_file_text
 from lastline.core.pipeline import run_pipeline
 from lastline.core.servers import Server
 from lastline.manifest import PhysicalManifest, TableInfo, backup_time, json_lines, new_backup_id, plan_prune, split_backup_url
-from lastline.physical import tools as physical
+from lastline.mariabackup import commands
 from lastline.storage import open_storage
 from lastline.storage.s3 import MAX_PARTS, S3Storage, part_size, plan_capacity
 
@@ -27,7 +27,7 @@ TiB = 1 << 40
 # -- command builders ---------------------------------------------------------------------------
 
 def test_backup_stages_carry_no_secret_and_pipe_into_the_compressor():
-    stages = physical.backup_stages("/tmp/opt.cnf", "/var/lib/mysql", 4, "zstd")
+    stages = commands.backup_stages("/tmp/opt.cnf", "/var/lib/mysql", 4, "zstd")
     assert [s.name for s in stages] == ["mariabackup", "compress"]
     mb = stages[0].argv
     assert mb[1] == "--defaults-extra-file=/tmp/opt.cnf"  # must be the first option
@@ -38,29 +38,29 @@ def test_backup_stages_carry_no_secret_and_pipe_into_the_compressor():
 
 @pytest.mark.parametrize("compression,first", [("pigz", ["pigz", "-d", "-c"]), ("zstd", ["zstd", "-q", "-d", "-c"])])
 def test_restore_stages(compression, first):
-    stages = physical.restore_stages("/data", 3, compression)
+    stages = commands.restore_stages("/data", 3, compression)
     assert stages[0].argv == first
     assert stages[-1].argv == ["mbstream", "-x", "--parallel=3", "-C", "/data"]
 
 
 def test_no_compression_is_mbstream_alone():
-    assert [s.name for s in physical.restore_stages("/d", 2, "none")] == ["mbstream"]
-    assert [s.name for s in physical.backup_stages("/o", "/d", 2, "none")] == ["mariabackup"]
-    assert physical.artifact_name("none") == "backup.xbstream"
+    assert [s.name for s in commands.restore_stages("/d", 2, "none")] == ["mbstream"]
+    assert [s.name for s in commands.backup_stages("/o", "/d", 2, "none")] == ["mariabackup"]
+    assert commands.artifact_name("none") == "backup.xbstream"
 
 
 def test_pigz_fast_is_level_one():
-    assert "--fast" in physical.backup_stages("/o", "/d", 2, "pigz-fast")[1].argv
+    assert "--fast" in commands.backup_stages("/o", "/d", 2, "pigz-fast")[1].argv
 
 
 def test_unknown_compression_is_named():
     with pytest.raises(PreflightError, match="unknown compression 'lz4'"):
-        physical.codec("lz4")
+        commands.codec("lz4")
 
 
 def test_prepare_argv_and_default_memory():
-    assert physical.prepare_argv("/d", 1 << 30) == ["mariabackup", "--prepare", "--target-dir=/d", f"--use-memory={1 << 30}"]
-    assert 256 << 20 <= physical.default_use_memory() <= 8 << 30
+    assert commands.prepare_argv("/d", 1 << 30) == ["mariabackup", "--prepare", "--target-dir=/d", f"--use-memory={1 << 30}"]
+    assert 256 << 20 <= commands.default_use_memory() <= 8 << 30
 
 
 def test_parse_backup_log():
@@ -69,18 +69,18 @@ def test_parse_backup_log():
         "[00] 2026-11-22 00:43:04 MySQL binlog position: filename 'mariadb-bin.000001', position '4684204', "
         "GTID of the last change '0-48132-60'\n[00] 2026-11-22 00:43:04 completed OK!\n"
     )
-    assert physical.parse_backup_log(text) == {
+    assert commands.parse_backup_log(text) == {
         "binlog_file": "mariadb-bin.000001", "binlog_position": 4684204, "gtid": "0-48132-60",
         "server_version": "10.11.19-MariaDB-0+deb12u1-log",
     }
-    assert physical.backup_completed(text)
-    assert physical.parse_backup_log("nothing")["binlog_file"] is None
+    assert commands.backup_completed(text)
+    assert commands.parse_backup_log("nothing")["binlog_file"] is None
 
 
 def test_version_check():
-    physical.check_versions("10.11.19-MariaDB", "10.11.6-MariaDB-log")
+    commands.check_versions("10.11.19-MariaDB", "10.11.6-MariaDB-log")
     with pytest.raises(PreflightError, match="11.4 series"):
-        physical.check_versions("10.11.19-MariaDB", "11.4.2-MariaDB")
+        commands.check_versions("10.11.19-MariaDB", "11.4.2-MariaDB")
 
 
 def test_a_datadir_with_more_tablespaces_than_open_files_is_refused_before_the_stream(tmp_path):
@@ -103,12 +103,12 @@ def test_a_datadir_with_more_tablespaces_than_open_files_is_refused_before_the_s
         (datadir / f"db {i % 3}" / f"t{i}.ibd").write_bytes(b"")
     link = tmp_path / "link"  # a symlinked datadir is followed
     link.symlink_to(datadir)
-    assert physical.check_open_files(Limited(), str(link), "source s") == 150  # 49 tablespaces + 100: fits
-    assert "--open-files-limit=150" in physical.backup_stages("/o", "/d", 2, "zstd", open_files=150)[0].argv
+    assert commands.check_open_files(Limited(), str(link), "source s") == 150  # 49 tablespaces + 100: fits
+    assert "--open-files-limit=150" in commands.backup_stages("/o", "/d", 2, "zstd", open_files=150)[0].argv
     (datadir / "db 1" / "t99.ibd").write_bytes(b"")
     (datadir / "db 1" / "t100.isl").write_bytes(b"/elsewhere/t100.ibd")  # DATA DIRECTORY: its .ibd lies elsewhere
     with pytest.raises(PreflightError) as err:
-        physical.check_open_files(Limited(), str(link), "source s")
+        commands.check_open_files(Limited(), str(link), "source s")
     assert "51 InnoDB tablespaces" in str(err.value) and "about 151 open files" in str(err.value)
     assert "at most 150 (`ulimit -Hn`)" in str(err.value) and "LimitNOFILE=" in str(err.value)
 
@@ -554,7 +554,7 @@ def test_a_remote_group_report_is_split_per_stage_and_a_lost_link_is_named():
 
 
 def test_detach_statements_follow_version_and_flavour():
-    from lastline.replication.flavour import Flavour, detach_statements
+    from lastline.replicas.flavour import Flavour, detach_statements
 
     assert detach_statements(Flavour.parse("5.1.73-log"), []) == ["STOP SLAVE", "CHANGE MASTER TO MASTER_HOST=''", "RESET SLAVE"]
     assert detach_statements(Flavour.parse("5.7.44"), [""]) == ["STOP SLAVE", "RESET SLAVE ALL"]

@@ -147,10 +147,10 @@ class PhysicalManifest:
     binlog_file: str | None = None
     binlog_position: int | None = None
     gtid: str | None = None
-    primary: dict | None = None  # from a replica: its primary's gtid/binlog_file/binlog_position (replication.source)
+    primary: dict | None = None  # from a replica: its primary's gtid/binlog_file/binlog_position (replicas.backup_source)
     tables: list[TableInfo] = field(default_factory=list)
     source_identity: str | None = None  # servers.server_identity of the source (None in older backups)
-    prepare_options: dict[str, str] | None = None  # physical.prepare_options, from the source (None in older backups)
+    prepare_options: dict[str, str] | None = None  # mariabackup.prepare_options, from the source (None in older backups)
     format: str = FORMAT
     kind: str = "physical"
 
@@ -239,7 +239,7 @@ class LogicalManifest:
     binlog_file: str | None = None
     binlog_position: int | None = None
     gtid: str | None = None
-    primary: dict | None = None  # from a replica: its primary's gtid/binlog_file/binlog_position (replication.source)
+    primary: dict | None = None  # from a replica: its primary's gtid/binlog_file/binlog_position (replicas.backup_source)
     include_grants: bool = False
     tables: list[LogicalTable] = field(default_factory=list)
     # every file of the backup but the manifest (schema files and chunks), with size and sha256

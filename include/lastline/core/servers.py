@@ -81,7 +81,7 @@ class Server:
     approval: bool | None = None  # the connection's own say on approvals (None: the deployment's LASTLINE_APPROVAL)
     definer: str | None = None  # who restored objects run as (None: lastline's objects owner; "backup": the backup's)
     restore_grants: bool = False  # whether restores may create the accounts a backup holds (the restore_grants Param)
-    replica: bool = False  # a replica: backups record its primary's coordinates (replication.source)
+    replica: bool = False  # a replica: backups record its primary's coordinates (replicas.backup_source)
     limits: dict | None = field(default=None, compare=False)  # the extras that bound a run's knobs (core.bounds)
     remote: Host | None = field(default=None, compare=False, repr=False)  # the ssh_conn_id's host, once resolved
 

@@ -1,4 +1,4 @@
-"""The physical backup's stages: preflight, stream, manifest, prune. Each is one Airflow task."""
+"""The physical backup's stages: preflight, stream, manifest (its prune: physical.prune). Each is one Airflow task."""
 from __future__ import annotations
 
 import hashlib
@@ -6,24 +6,24 @@ import json
 import logging
 from contextlib import nullcontext
 from dataclasses import asdict
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 
 from lastline import connections
 from lastline.core import bounds, impact, stopping
 from lastline.core import datadir as datadir_ops
+from lastline.core.compression import DEFAULT_COMPRESSION, codec
 from lastline.core.errors import IntegrityError, PipelineError, StorageError
 from lastline.core.hosts import require_tools
 from lastline.core.option_files import option_file
 from lastline.core.pipeline import run_pipeline
-from lastline.core.plans import KEEP, MAX_REPLICA_LAG, PARALLEL, Conf
+from lastline.core.plans import MAX_REPLICA_LAG, PARALLEL, Conf
 from lastline.core.servers import Server
 from lastline.core.sql import SYSTEM_SCHEMAS
-from lastline.manifest import PhysicalManifest, TableInfo, new_backup_id, prune_backups, write_manifest
-from lastline.physical import tools as physical
+from lastline.manifest import PhysicalManifest, TableInfo, new_backup_id, write_manifest
+from lastline.mariabackup import commands
+from lastline.mariabackup.target_datadir import options_of
 from lastline.physical.plans import BackupPlan, StreamResult
-from lastline.physical.target import options_of
-from lastline.replication import pauses as replica_pauses
-from lastline.replication import source as replica_source
+from lastline.replicas import backup_source, pauses
 from lastline.storage import open_allowed, open_storage
 
 log = logging.getLogger(__name__)
@@ -48,21 +48,21 @@ def preflight(conf: dict) -> BackupPlan:
     server = connections.server(params.required("source_conn_id"))
     server.require_datadir()
     host = server.runner()
-    compression = params.text("compression", physical.DEFAULT_COMPRESSION)
-    c = physical.codec(compression)
+    compression = params.text("compression", DEFAULT_COMPRESSION)
+    c = codec(compression)
     priority = bounds.priority(server, params.choice("priority", tuple(impact.PRIORITIES), impact.DEFAULT_PRIORITY))
     max_read = bounds.read_cap(server, impact.read_cap(params.number("max_read_mb_per_s", 0, minimum=0)))
     parallel = bounds.parallel(server, params.integer("parallel", PARALLEL, minimum=1))  # mariabackup's copy threads
     require_tools("mariabackup", c.tool, *impact.tools(priority, max_read), host=host)
-    physical.check_open_files(host, server.require_datadir(), server.describe())
+    commands.check_open_files(host, server.require_datadir(), server.describe())
     max_lag = params.number("max_replica_lag", MAX_REPLICA_LAG, minimum=0)
     replica = None
-    if replica_source.wanted(server, params.flag("from_replica")):
+    if backup_source.wanted(server, params.flag("from_replica")):
         max_lag = bounds.replica_lag(server, max_lag)
-        replica = replica_source.check(server, max_lag, single=True)
+        replica = backup_source.check(server, max_lag, single=True)
     version, identity = server.variables("version")["version"], server.identity()
-    tool = physical.tool_version(host)
-    physical.check_versions(tool, version)
+    tool = commands.tool_version(host)
+    commands.check_versions(tool, version)
     storage = open_allowed(params.required("destination"), params.text("aws_conn_id"))
     storage.check_writable()
     data_bytes = sum(t.bytes for t in table_estimates(server))
@@ -76,7 +76,7 @@ def preflight(conf: dict) -> BackupPlan:
         aws_conn_id=params.text("aws_conn_id"),
         compression=compression,
         parallel=parallel,
-        artifact=physical.artifact_name(compression),
+        artifact=commands.artifact_name(compression),
         server_version=version,
         tool_version=tool,
         priority=priority,
@@ -97,18 +97,18 @@ def stream(plan: BackupPlan) -> StreamResult:
     host = server.runner()
     storage = open_storage(plan.destination, plan.aws_conn_id)
     tables = table_estimates(server)
-    open_files = physical.check_open_files(host, datadir, server.describe())  # again: the datadir may have grown
+    open_files = commands.check_open_files(host, datadir, server.describe())  # again: the datadir may have grown
     replica = None
     if plan.replica is not None:  # mariabackup leaves a SQL thread it finds stopped as it is
-        replica = replica_source.attempt(server, plan.replica, plan.max_replica_lag, single=True)
+        replica = backup_source.attempt(server, plan.replica, plan.max_replica_lag, single=True)
     options = options_of(server)  # what the restore's prepare will read, never the stream's backup-my.cnf
     started = datetime.now(UTC)
     key = f"{plan.backup_id}/{plan.artifact}"
     # mariabackup --safe-slave-backup pauses the replica's SQL thread: recorded for as long as the stream runs
-    pause = replica_pauses.recorded(server, plan.replica["sql_running"], f"physical backup {plan.backup_id}") \
+    pause = pauses.recorded(server, plan.replica["sql_running"], f"physical backup {plan.backup_id}") \
         if plan.replica is not None else nullcontext()
     with pause, option_file(server, ("client", "mariabackup"), on_host=True) as opt, storage.writer(key) as writer:
-        stages = physical.backup_stages(opt, datadir, plan.parallel, plan.compression, host=host, priority=plan.priority,
+        stages = commands.backup_stages(opt, datadir, plan.parallel, plan.compression, host=host, priority=plan.priority,
                                         max_read_mb_per_s=plan.max_read_mb_per_s, replica=plan.replica is not None,
                                         open_files=open_files)
         log.info("stream: %s", " | ".join(s.display() for s in stages))
@@ -117,10 +117,10 @@ def stream(plan: BackupPlan) -> StreamResult:
         except PipelineError as exc:
             raise PipelineError(f"{exc}\nNothing was kept at {storage.location(key)}; the backup can be re-run.") from exc
         mb_log = result.stderr["mariabackup"]
-        if not physical.backup_completed(mb_log):
+        if not commands.backup_completed(mb_log):
             raise PipelineError("mariabackup exited 0 without `completed OK!`; the stream is not trusted.")
     finished = datetime.now(UTC)
-    facts = physical.parse_backup_log(mb_log)
+    facts = commands.parse_backup_log(mb_log)
     listed = json.dumps([asdict(t) for t in tables]).encode()
     storage.write_bytes(f"{plan.backup_id}/{TABLES_FILE}", listed)
     stats = StreamResult(
@@ -140,14 +140,14 @@ def primary_of(replica: dict | None, mb_log: str) -> dict | None:
     """From a replica: where its primary was (mariabackup --slave-info), with the replica's lag as the stream began."""
     if replica is None:
         return None
-    found = replica_source.from_backup_log(mb_log)
+    found = commands.primary_position(mb_log)
     return {**found, "primaries": replica["primaries"], "lag_seconds": replica["lag_seconds"]}
 
 
 def resume_replica(plan: BackupPlan, streamed: StreamResult | None = None) -> list[str]:
     """Teardown: the replica's SQL thread runs again if the stream was killed while mariabackup held it stopped
     (`streamed`, the stream's result, is None then); after a stream that completed, nothing."""
-    return replica_source.resume_unless_done(plan.source_conn_id, plan.replica, streamed)
+    return backup_source.resume_unless_done(plan.source_conn_id, plan.replica, streamed)
 
 
 def finish(plan: BackupPlan, stats: StreamResult) -> str:
@@ -179,11 +179,3 @@ def finish(plan: BackupPlan, stats: StreamResult) -> str:
     log.info("manifest written: %s (%d tables)", where, len(manifest.tables))
     return where
 
-
-def prune(conf: dict, keep: int | None = None, grace_hours: float | None = None) -> list[str]:
-    """Delete complete backups beyond the `keep` newest and incomplete ones older than the grace period."""
-    params = Conf(conf)
-    storage = open_allowed(params.required("destination"), params.text("aws_conn_id"))
-    keep = int(keep if keep is not None else params.number("keep", KEEP))
-    grace = timedelta(hours=grace_hours if grace_hours is not None else params.number("incomplete_grace_hours", 24))
-    return prune_backups(storage, "physical", keep, grace)

@@ -1,5 +1,5 @@
 """The physical pipelines' plans (what preflight decided, read by every later task) and their steps' results
-(see core.plans)."""
+(see core.plans; a step on the target's datadir returns mariabackup.target_datadir.StepResult)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -25,7 +25,7 @@ class BackupPlan(Plan):
     priority: str = DEFAULT_PRIORITY  # core.impact
     max_read_mb_per_s: float = 0.0
     max_replica_lag: float = MAX_REPLICA_LAG
-    replica: dict | None = None  # replication.source.check, when the source is a replica
+    replica: dict | None = None  # replicas.backup_source.check, when the source is a replica
 
 
 @dataclass(frozen=True)
@@ -67,16 +67,6 @@ class StreamResult(Result):
     tables_bytes: int  # its size: finish reads no more than that of a folder anyone may write to
     primary: dict | None = None  # from a replica: its primary's coordinates
     prepare_options: dict[str, str] | None = None  # what prepare needs, from the source's variables (prepare_options)
-
-
-@dataclass(frozen=True)
-class StepResult(Result):
-    """One step of a physical restore: how long it took (and what it moved, and where the old datadir went)."""
-
-    seconds: float
-    bytes: int = 0
-    mb_per_s: float = 0.0
-    aside: str | None = None  # extract: the old datadir's contents, kept until verify
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,7 @@
 """The physical restore's stages: preflight, stop, extract, prepare, start, verify, report.
 
 The target's datadir may be on this machine or on the host of its connection's ssh_conn_id: every
-file operation and command on it goes through that host (see :mod:`lastline.datadir`).
+file operation and command on it goes through that host (see :mod:`lastline.core.datadir`).
 
 Safety rules:
 - the target is never started while `<datadir>/.lastline-restore-in-progress` exists (a restore that
@@ -20,6 +20,7 @@ from typing import Any
 from lastline import connections, reports
 from lastline.core import bounds, stopping, svg
 from lastline.core import datadir as dd
+from lastline.core.compression import codec
 from lastline.core.datadir import MARKER
 from lastline.core.errors import IntegrityError, PipelineError
 from lastline.core.hosts import require_tools
@@ -29,10 +30,9 @@ from lastline.core.progress import step_report
 from lastline.core.servers import Server, base_version, over_connections, refuse_restore_into_source
 from lastline.core.sql import VOLATILE, qualified, sql_error, tables_at_risk
 from lastline.manifest import PhysicalManifest, TableInfo, backup_age, read_manifest, resolve_backup
-from lastline.physical import prepare_options
-from lastline.physical import tools as physical
-from lastline.physical.plans import RestorePlan, RestoreReport, StepResult, Verified
-from lastline.physical.target import check_datadir, prepare_datadir, start_server
+from lastline.mariabackup import commands, prepare_options
+from lastline.mariabackup.target_datadir import StepResult, check_datadir, prepare_datadir, start_server
+from lastline.physical.plans import RestorePlan, RestoreReport, Verified
 from lastline.storage import Storage
 
 log = logging.getLogger(__name__)
@@ -72,9 +72,9 @@ def preflight(conf: dict, role: str | None = None) -> RestorePlan:
         )
     if manifest.prepare_options is not None:  # checked again when prepare writes them
         prepare_options.checked(manifest.prepare_options, f"backup {backup_id}")
-    c = physical.codec(manifest.compression)
+    c = codec(manifest.compression)
     require_tools("mariabackup", "mbstream", c.tool, host=host)
-    physical.check_versions(physical.tool_version(host), manifest.server_version)
+    commands.check_versions(commands.tool_version(host), manifest.server_version)
     force, asks = params.flag("force"), server.asks_approval()
     state = check_datadir(server, int(manifest.datadir_bytes * 1.1), force)
     at_risk = None
@@ -91,7 +91,7 @@ def preflight(conf: dict, role: str | None = None) -> RestorePlan:
         backup_id=backup_id,
         aws_conn_id=params.text("aws_conn_id"),
         parallel=parallel,
-        use_memory=params.size("use_memory", 0) or physical.default_use_memory(host),
+        use_memory=params.size("use_memory", 0) or commands.default_use_memory(host),
         force=force or at_risk is not None,  # without force, the approval stands for it: nothing after it runs unless approved
         datadir=datadir,
         datadir_state=state,
@@ -121,7 +121,7 @@ def extract(plan: RestorePlan) -> StepResult:
     storage, manifest = _manifest(plan)
     aside = dd.prepare_for_restore(host, datadir, plan.force, manifest.backup_id)
     key = f"{manifest.backup_id}/{manifest.artifact}"
-    stages = physical.restore_stages(datadir, plan.parallel, manifest.compression, host=host,
+    stages = commands.restore_stages(datadir, plan.parallel, manifest.compression, host=host,
                                      run_as=dd.as_owner(host, datadir))
     log.info("extract: %s | %s (on %s)", storage.location(key), " | ".join(s.display() for s in stages), host.name)
     try:

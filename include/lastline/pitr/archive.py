@@ -29,7 +29,7 @@ from lastline.core.pipeline import run_pipeline
 from lastline.core.plans import Conf
 from lastline.core.servers import Server
 from lastline.pitr import events
-from lastline.pitr.catalog import PREFIX, _write_branch, _write_branches, branches, head, read_branch
+from lastline.pitr.catalog import PREFIX, branches, head, read_branch, write_branch, write_branches
 from lastline.pitr.chain import Branch, Entry, SourceFile, branch_id, plan, split_name
 from lastline.storage import Storage, open_allowed
 
@@ -113,13 +113,13 @@ def ship(server: Server, storage: Storage) -> dict[str, Any]:
                 shipped += _ship_bytes(server, storage, branch, entry, posixpath.join(binlog_dir, step.name), step.offset,
                                        step.upto, host)
             entry.size, entry.closed = step.upto, step.closes
-        _write_branch(storage, branch)
+        write_branch(storage, branch)
     if branch is not None and not steps:
         log.info("binlog archive: up to date (%s)", branch.id)
     if branch is not None and files:  # the branch now holds everything the source had committed at `now`
         newest = max(files, key=lambda f: f.seq)
         branch.covered = {"file": newest.name, "size": newest.size, "time": now}
-        _write_branch(storage, branch)
+        write_branch(storage, branch)
     last = next((e for e in reversed(branch.entries) if not e.missing), None) if branch else None
     return {"branch": branch.id if branch else None, "bytes": shipped, "holes": holes, "forks": forks,
             "position": f"{last.name}:{last.size}" if last else None}
@@ -134,9 +134,9 @@ def _start(storage: Storage, known: list[dict[str, Any]], bid: str, parent: str 
         k += 1
         bid = f"{base}-{k}"
     branch = Branch(bid, [], parent, shared)
-    _write_branch(storage, branch)  # its chain first: branches.json never names a branch without one
+    write_branch(storage, branch)  # its chain first: branches.json never names a branch without one
     known.append({"id": bid, "parent": parent, "fork_after": shared, "started": datetime.now(UTC).isoformat(), "reason": reason})
-    _write_branches(storage, known)
+    write_branches(storage, known)
     return branch
 
 

@@ -66,11 +66,13 @@ def read_branch(storage: Storage, bid: str, use: str | None = None) -> Branch:
     return branch
 
 
-def _write_branch(storage: Storage, branch: Branch) -> None:
+def write_branch(storage: Storage, branch: Branch) -> None:
+    """Write a branch's chain.json (signed, as every control file): the archiver's and the retention's one writer."""
     control.write(storage, f"{PREFIX}/{branch.id}/chain.json", json.dumps(asdict(branch), indent=1))
 
 
-def _write_branches(storage: Storage, known: list[dict[str, Any]]) -> None:
+def write_branches(storage: Storage, known: list[dict[str, Any]]) -> None:
+    """Write branches.json, the archive's list of branches (after each branch's own chain)."""
     control.write(storage, f"{PREFIX}/branches.json", json.dumps({"branches": known}, indent=1))
 
 

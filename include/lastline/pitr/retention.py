@@ -1,8 +1,8 @@
-"""Retention that knows the binlog chain: the point-in-time window (`pitr_window_days`) stays restorable. Every
-physical base newer than the window's start is kept, and the newest one before it (the window's first
-seconds roll forward from that one), whatever `keep` says; an archived binlog file is deleted only when no
-kept base's line of history reaches it and it is older than the oldest kept base. What is kept beyond `keep`,
-and why, is logged and returned.
+"""The binlog archive's retention: the point-in-time window (`pitr_window_days`) stays restorable. It names the
+physical bases the window needs (every base newer than the window's start, and the newest one before it: the window's
+first seconds roll forward from that one), which the physical backup's prune (physical.prune) keeps whatever `keep`
+says; then an archived binlog file is deleted only when no kept base's line of history reaches it and it is older
+than the oldest kept base. What is kept beyond `keep`, and why, is logged and returned.
 """
 from __future__ import annotations
 
@@ -11,10 +11,10 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from lastline.core.errors import LastlineError
-from lastline.core.plans import KEEP, Conf
-from lastline.manifest import backup_time, complete_backups, prune_backups, read_manifest
+from lastline.core.plans import Conf
+from lastline.manifest import backup_time, complete_backups, read_manifest
 from lastline.pitr import window
-from lastline.pitr.archive import PREFIX, _write_branch, branches, read_branch
+from lastline.pitr.catalog import PREFIX, branches, read_branch, write_branch
 from lastline.pitr.restore import coordinates
 from lastline.storage import Storage, open_allowed
 
@@ -73,20 +73,26 @@ def prune_binlogs(storage: Storage, bases: list[str]) -> list[str]:
             entry.pruned, entry.segments, changed = True, [], True
             deleted.append(f"{branch.id}/{entry.name}")
         if changed:
-            _write_branch(storage, branch)
+            write_branch(storage, branch)
     if deleted:
         log.info("retention: deleted %d archived binlog files no kept base needs: %s", len(deleted), ", ".join(deleted))
     return deleted
 
 
-def prune(conf: dict[str, Any], kind: str = "physical") -> dict[str, Any]:
-    """The physical backup DAG's prune task: bases beyond `keep` that the window does not need, then the archived
-    binlogs no kept base needs."""
+def window_bases(conf: dict[str, Any]) -> dict[str, str]:
+    """{backup id: why} for the physical bases the conf's destination keeps for its point-in-time window
+    (`pitr_window_days`): what the physical backup's prune must not delete."""
     params = Conf(conf)
     storage = open_allowed(params.required("destination"), params.text("aws_conn_id"))
-    protect = protected_bases(storage, params.number("pitr_window_days", 7, minimum=0))
-    grace = timedelta(hours=params.number("incomplete_grace_hours", 24))
-    deleted = prune_backups(storage, kind, int(params.number("keep", KEEP)), grace, protect)
-    kept = [b for b in complete_backups(storage, kind)]
-    binlogs = prune_binlogs(storage, [b for b in kept if b in protect] or kept[-1:]) if protect else []
-    return {"deleted": deleted, "kept_for_the_window": protect, "binlogs_deleted": binlogs}
+    return protected_bases(storage, params.number("pitr_window_days", 7, minimum=0))
+
+
+def prune_archive(conf: dict[str, Any], protect: dict[str, str]) -> list[str]:
+    """After the physical backup's prune kept `protect` (window_bases): the archived binlogs no kept base needs
+    (measured against the kept bases the window needs, else the newest one). Nothing without a window."""
+    if not protect:
+        return []
+    params = Conf(conf)
+    storage = open_allowed(params.required("destination"), params.text("aws_conn_id"))
+    kept = complete_backups(storage, "physical")
+    return prune_binlogs(storage, [b for b in kept if b in protect] or kept[-1:])

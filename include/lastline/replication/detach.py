@@ -9,7 +9,7 @@ from lastline import connections
 from lastline.core.errors import ReplicationError
 from lastline.core.option_files import Setting
 from lastline.core.servers import Server, as_bool
-from lastline.replication import flavour as replication
+from lastline.replicas import flavour
 from lastline.replication.plans import Detached, DetachPlan, ReadOnly, StillDetached
 
 log = logging.getLogger(__name__)
@@ -24,7 +24,7 @@ def check(target_conn_id: str, restart: object = True, read_only_off: object = F
     """Read-only: the server's flavour and connections, and no master-* line in its option files."""
     server = connections.server(target_conn_id)
     server.refuse_if_protected("detaches, restarts or opens it for writes")
-    stale = replication.stale_master_settings(server)
+    stale = flavour.stale_master_settings(server)
     if stale:
         raise ReplicationError(
             f"{server.describe()} reads option files that name a replication source; they would re-attach it "
@@ -32,14 +32,14 @@ def check(target_conn_id: str, restart: object = True, read_only_off: object = F
             + "\nRemove these lines, then run the detach again. Nothing was changed."
         )
     with server.session() as cur:
-        fl = replication.flavour(cur)
-        statuses = replication.replica_status(cur, fl)
+        fl = flavour.flavour(cur)
+        statuses = flavour.replica_status(cur, fl)
     names = [str(s.get("Connection_name") or "") for s in statuses]
     plan = DetachPlan(
         target_conn_id=server.conn_id,
         flavour=fl.describe(),
-        connections=[replication.describe_status(s) for s in statuses],
-        statements=replication.detach_statements(fl, names),
+        connections=[flavour.describe_status(s) for s in statuses],
+        statements=flavour.detach_statements(fl, names),
         restart=as_bool(restart),
         read_only_off=as_bool(read_only_off),
     )
@@ -50,11 +50,11 @@ def check(target_conn_id: str, restart: object = True, read_only_off: object = F
 
 def detach(plan: DetachPlan) -> Detached:
     """Stop and reset every replication connection (version-aware), clear gtid_slave_pos."""
-    return Detached(replication.detach(connections.server(plan.target_conn_id)))
+    return Detached(flavour.detach(connections.server(plan.target_conn_id)))
 
 
 def _require_clean(server: Server, when: str) -> None:
-    left = replication.leftovers(server)
+    left = flavour.leftovers(server)
     if left:
         raise ReplicationError(f"{server.describe()} is not detached {when}: " + "; ".join(left))
 
@@ -83,7 +83,7 @@ def open_for_writes(plan: DetachPlan, verified: StillDetached | None = None) -> 
         log.info("read_only_off not asked: %s keeps read_only=%s", server.describe(), current)
         return ReadOnly(current)
     server.query("SET GLOBAL read_only = OFF")
-    sticky = [s for s in replication.server_settings(server)
+    sticky = [s for s in flavour.server_settings(server)
               if s.name == "read-only" and s.value.upper() not in ("0", "OFF", "FALSE")]
     for s in sticky:
         log.warning("%s sets read_only again at the next restart: %s", server.describe(), _shown(s))

@@ -18,6 +18,7 @@ import uuid
 from lastline import connections, reports
 from lastline.core import bounds, impact, stopping
 from lastline.core import datadir as dd
+from lastline.core.compression import codec
 from lastline.core.datadir import MARKER
 from lastline.core.errors import IntegrityError, PipelineError, PreflightError, ReplicationError, ServerError
 from lastline.core.hosts import Stage, require_tools
@@ -27,10 +28,9 @@ from lastline.core.plans import PARALLEL, Conf
 from lastline.core.progress import step_report
 from lastline.core.servers import Server, base_version
 from lastline.core.sql import tables_at_risk
-from lastline.physical import tools as physical
-from lastline.physical.plans import StepResult
-from lastline.physical.target import check_datadir, options_of, prepare_datadir, start_server
-from lastline.replication import flavour as replication
+from lastline.mariabackup import commands
+from lastline.mariabackup.target_datadir import StepResult, check_datadir, options_of, prepare_datadir, start_server
+from lastline.replicas import flavour
 from lastline.replication.plans import Attached, CaughtUp, Marker, RebuildPlan, Streamed
 
 log = logging.getLogger(__name__)
@@ -77,15 +77,15 @@ def preflight(conf: dict) -> RebuildPlan:
         raise PreflightError(f"source {source.describe()} has server_id=0: a source needs a unique non-zero server_id.")
     version = facts["version"]
     compression = params.text("compression", STREAM_COMPRESSION)
-    c = physical.codec(compression)
+    c = codec(compression)
     # the source is production: its read cap and priority within the deployment's bounds, as a backup's are
     limit = bounds.read_cap(source, params.number("max_mb_per_s", 0, minimum=0))
     priority = bounds.priority(source, impact.DEFAULT_PRIORITY)
     require_tools("mariabackup", c.tool, "pv" if limit else None, host=src_host)
-    physical.check_open_files(src_host, src_dir, f"source {source.describe()}")
+    commands.check_open_files(src_host, src_dir, f"source {source.describe()}")
     require_tools("mariabackup", "mbstream", c.tool, host=tgt_host)
-    physical.check_versions(physical.tool_version(src_host), version)
-    physical.check_versions(physical.tool_version(tgt_host), version)
+    commands.check_versions(commands.tool_version(src_host), version)
+    commands.check_versions(commands.tool_version(tgt_host), version)
     if target.answers():
         tv = target.variables("version", "server_id")
         if base_version(tv["version"])[:2] != base_version(version)[:2]:
@@ -115,7 +115,7 @@ def preflight(conf: dict) -> RebuildPlan:
         replication_conn_id=repl.conn_id,
         compression=compression,
         parallel=bounds.parallel(source, params.integer("parallel", PARALLEL, minimum=1)),  # mariabackup's threads
-        use_memory=params.size("use_memory", 0) or physical.default_use_memory(tgt_host),
+        use_memory=params.size("use_memory", 0) or commands.default_use_memory(tgt_host),
         force=force or at_risk is not None,  # without force, the approval stands for it: nothing after it runs unless approved
         at_risk=at_risk,
         source_datadir=src_dir,
@@ -146,12 +146,12 @@ def stream_stages(source: Server, target: Server, optfile: str, plan: RebuildPla
     limit = float(plan.max_mb_per_s or 0)
     throttle = [Stage("throttle", ["pv", "-q", "-L", f"{int(limit * 1e6)}"], host=src_host)] if limit else []
     return (
-        physical.backup_stages(optfile, plan.source_datadir, plan.parallel, plan.compression, host=src_host,
+        commands.backup_stages(optfile, plan.source_datadir, plan.parallel, plan.compression, host=src_host,
                                priority=plan.priority,
-                               open_files=physical.check_open_files(src_host, plan.source_datadir, "the source"))
+                               open_files=commands.check_open_files(src_host, plan.source_datadir, "the source"))
         + throttle
         + [tap_stage("sent", host=src_host), tap_stage("received", host=tgt_host)]
-        + physical.restore_stages(plan.datadir, plan.parallel, plan.compression, host=tgt_host,
+        + commands.restore_stages(plan.datadir, plan.parallel, plan.compression, host=tgt_host,
                                   run_as=dd.as_owner(tgt_host, plan.datadir))
     )
 
@@ -177,7 +177,7 @@ def stream(plan: RebuildPlan) -> Streamed:
                 + ". A retry of this task starts again on an empty datadir."
             ) from exc
     mb_log = result.stderr["mariabackup"]
-    if not physical.backup_completed(mb_log):
+    if not commands.backup_completed(mb_log):
         raise IntegrityError("mariabackup exited 0 without `completed OK!`: the stream is not trusted; retry.")
     sent, received = tap_result(result, "sent"), tap_result(result, "received")
     if sent != received:
@@ -185,7 +185,7 @@ def stream(plan: RebuildPlan) -> Streamed:
             f"the source sent {sent[0]} bytes (CRC-32 {sent[1]}), the target received {received[0]} bytes "
             f"(CRC-32 {received[1]}): the stream was damaged in transit. The target was not started; retry."
         )
-    facts = physical.parse_backup_log(mb_log)
+    facts = commands.parse_backup_log(mb_log)
     if not facts["binlog_file"]:
         raise IntegrityError("mariabackup did not report the binlog position: cannot attach the replica; retry.")
     mb_s = sent[0] / 1e6 / max(result.seconds, 1e-6)
@@ -225,7 +225,7 @@ def attach(plan: RebuildPlan, streamed: Streamed) -> Attached:
     repl = connections.server(plan.replication_conn_id)
     use_gtid = bool(streamed.gtid) and plan.gtid
     t0 = time.monotonic()
-    replication.attach(target, repl, streamed.coordinates(), use_gtid)
+    flavour.attach(target, repl, streamed.coordinates(), use_gtid)
     return Attached(round(time.monotonic() - t0, 3), use_gtid, time.time(),
                     str(streamed.gtid) if use_gtid else f"{streamed.binlog_file}:{streamed.binlog_position}")
 
@@ -236,7 +236,7 @@ def caught_up(plan: RebuildPlan, attached: Attached, within: float = 20.0) -> Ca
     replication thread stopped with an error, or when catch_up_timeout has passed since attach. Returns
     the seconds waited since attach once caught up, else None."""
     source, target = _servers(plan)
-    done, coords, statuses = replication.applied(source, target, within)
+    done, coords, statuses = flavour.applied(source, target, within)
     waited = time.time() - attached.attached_at
     if done:
         log.info("replica caught up with %s, %.1f s after attach", coords.get("gtid") or coords["binlog_file"], waited)
@@ -244,10 +244,10 @@ def caught_up(plan: RebuildPlan, attached: Attached, within: float = 20.0) -> Ca
     if waited > plan.catch_up_timeout:
         raise ReplicationError(
             f"{target.describe()} did not catch up with {source.describe()} within catch_up_timeout "
-            f"({plan.catch_up_timeout:.0f} s) after attach ({'; '.join(map(replication.describe_status, statuses))}); "
+            f"({plan.catch_up_timeout:.0f} s) after attach ({'; '.join(map(flavour.describe_status, statuses))}); "
             "raise catch_up_timeout or check the link."
         )
-    log.info("catching up [%.0f s after attach]: %s", waited, "; ".join(map(replication.describe_status, statuses)))
+    log.info("catching up [%.0f s after attach]: %s", waited, "; ".join(map(flavour.describe_status, statuses)))
     return None
 
 
@@ -262,18 +262,18 @@ def verify(plan: RebuildPlan, timeout: float = 120) -> Marker:
         cur.execute(f"INSERT INTO {MARKER_TABLE} VALUES (%s, %s, UTC_TIMESTAMP(6))", (token, target.conn_id))
         cur.connection.commit()
     t0 = time.monotonic()
-    replication.wait_for(source, target, timeout)
+    flavour.wait_for(source, target, timeout)
     found = target.query(f"SELECT COUNT(*) FROM {MARKER_TABLE} WHERE token = %s", (token,))[0][0]
     if not found:
         raise ReplicationError(f"the marker row {token} written on {source.describe()} did not reach {target.describe()}.")
     with target.session() as cur:
-        statuses = replication.replica_status(cur)
-    problems = [p for p in map(replication.broken, statuses) if p]
+        statuses = flavour.replica_status(cur)
+    problems = [p for p in map(flavour.broken, statuses) if p]
     if problems:
         raise ReplicationError(f"{target.describe()}: " + "; ".join(problems))
     seconds = time.monotonic() - t0
     log.info("verify ok: marker %s replicated in %.2f s; %s", token, seconds,
-             "; ".join(map(replication.describe_status, statuses)))
+             "; ".join(map(flavour.describe_status, statuses)))
     return Marker(token, round(seconds, 3))
 
 

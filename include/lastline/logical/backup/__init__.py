@@ -40,7 +40,7 @@ from lastline.manifest import (
     prune_backups,
     write_manifest,
 )
-from lastline.replication import source as replica_source
+from lastline.replicas import backup_source as replica_source
 from lastline.storage import open_allowed, open_storage
 
 log = logging.getLogger(__name__)

@@ -12,15 +12,15 @@ statement-based temporary table is open would replay into nothing. So, as XtraBa
 and retry until none are; open the snapshot and read the coordinates; start the SQL thread again, always
 (a `finally`, a SIGTERM handler; for a worker killed outright, the next attempt's start and the DAG's
 `resume_replica` teardown, which act only when the backup task did not succeed).
-The physical backup passes `--slave-info --safe-slave-backup` to mariabackup, which does the same.
+The physical backup passes `--slave-info --safe-slave-backup` to mariabackup, which does the same and prints the
+primary's coordinates (`lastline.mariabackup.commands.primary_position`).
 
 Every pause is recorded on the replica before it starts, and a dead run's pause is resumed by the next preflight
-(`lastline.replication.pauses`).
+(`lastline.replicas.pauses`).
 """
 from __future__ import annotations
 
 import logging
-import re
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -31,8 +31,8 @@ from lastline.core import stopping
 from lastline.core.errors import PreflightError, ReplicationError
 from lastline.core.servers import Server
 from lastline.core.sql import holds_any
-from lastline.replication import pauses
-from lastline.replication.flavour import (
+from lastline.replicas import pauses
+from lastline.replicas.flavour import (
     Flavour,
     connection_name,
     describe_status,
@@ -229,21 +229,3 @@ def resume(server: Server, replica: dict[str, Any] | None) -> list[str]:
         log.warning("replica %s: started the SQL thread of %s again (a backup attempt ended without doing it)",
                     server.describe(), ", ".join(started))
     return started
-
-
-_SLAVE_RE = re.compile(
-    r"MySQL slave binlog position: (?:gtid_slave_pos '(?P<gtid>[^']*)'|master '[^']*' filename '(?P<file>[^']*)' "
-    r"position '(?P<pos>\d+)')"
-)
-
-
-def from_backup_log(stderr: str) -> dict[str, Any]:
-    """The primary's coordinates mariabackup --slave-info printed: a GTID position when the replica uses GTIDs,
-    else the primary's binlog file and position."""
-    m = _SLAVE_RE.search(stderr)
-    if not m:
-        raise ReplicationError("mariabackup --slave-info printed no primary position; the backup cannot say where "
-                               "the primary was. Check that the source is a replica.")
-    if m["gtid"] is not None:
-        return {"gtid": m["gtid"] or None, "binlog_file": None, "binlog_position": None}
-    return {"gtid": None, "binlog_file": m["file"], "binlog_position": int(m["pos"])}

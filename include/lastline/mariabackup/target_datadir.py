@@ -1,20 +1,32 @@
 """A restore target's datadir, shared by physical restore and replica rebuild: checked before anything is
-touched, prepared with mariabackup on the target's host, the server started on it."""
+touched, prepared with mariabackup on the target's host, the server started on it; each step's result."""
 from __future__ import annotations
 
 import logging
 import time
+from dataclasses import dataclass
 
 from lastline.core import datadir as dd
 from lastline.core.datadir import MARKER
 from lastline.core.errors import IntegrityError, PreflightError
 from lastline.core.hosts import Host
 from lastline.core.pipeline import run_logged
+from lastline.core.plans import Result
 from lastline.core.servers import Server
-from lastline.physical import prepare_options
-from lastline.physical import tools as physical
+from lastline.mariabackup import commands, prepare_options
 
 log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class StepResult(Result):
+    """One step on a target's datadir (a physical restore's or a rebuild's): how long it took (and what it moved, and
+    where the old datadir went)."""
+
+    seconds: float
+    bytes: int = 0
+    mb_per_s: float = 0.0
+    aside: str | None = None  # extract: the old datadir's contents, kept until verify
 
 
 def check_datadir(server: Server, need: int, force: bool) -> str:
@@ -56,7 +68,7 @@ def prepare_datadir(server: Server, datadir: str, use_memory: int, options: dict
     if links := remove_links(host, datadir, run_as):
         log.info("%s: removed %d .isl file(s) (links to tablespaces outside the datadir), their tables restore into "
                  "the datadir: %s", where, len(links), ", ".join(links[:10]))
-    run_logged([*run_as, *physical.prepare_argv(datadir, use_memory)], "prepare", host=host)
+    run_logged([*run_as, *commands.prepare_argv(datadir, use_memory)], "prepare", host=host)
     dd.own_like_folder(host, datadir)
     dd.remove_marker(host, datadir)
     return time.monotonic() - t0

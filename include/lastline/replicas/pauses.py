@@ -16,7 +16,7 @@ from lastline.core.alerting import alert
 from lastline.core.errors import PreflightError
 from lastline.core.servers import Server
 from lastline.core.sql import META_DB, sql_error, table_exists
-from lastline.replication.flavour import connection_name, flavour, replica_status, running, sql_thread, stopped_on_error
+from lastline.replicas.flavour import connection_name, flavour, replica_status, running, sql_thread, stopped_on_error
 
 log = logging.getLogger(__name__)
 

@@ -1,4 +1,5 @@
-"""mariabackup command builders and the facts read from its output.
+"""mariabackup's commands and the facts read from its output, for the physical backup and restore and the replica
+rebuild alike.
 
 The backup stream is ``mariabackup --backup --stream=xbstream --parallel=N | compressor``; the restore
 stream is ``decompressor | mbstream -x --parallel=N -C datadir``; then ``mariabackup --prepare``.
@@ -8,8 +9,8 @@ from __future__ import annotations
 import re
 
 from lastline.core import impact
-from lastline.core.compression import CODECS, DEFAULT_COMPRESSION, Codec, codec  # noqa: F401 - re-exported
-from lastline.core.errors import PreflightError
+from lastline.core.compression import codec
+from lastline.core.errors import PreflightError, ReplicationError
 from lastline.core.hosts import LOCAL, Host, Stage
 from lastline.core.servers import base_version
 
@@ -126,6 +127,24 @@ def parse_backup_log(stderr: str) -> dict:
     if m := _VERSION_RE.search(stderr):
         out["server_version"] = m[1]
     return out
+
+
+_SLAVE_RE = re.compile(
+    r"MySQL slave binlog position: (?:gtid_slave_pos '(?P<gtid>[^']*)'|master '[^']*' filename '(?P<file>[^']*)' "
+    r"position '(?P<pos>\d+)')"
+)
+
+
+def primary_position(stderr: str) -> dict:
+    """The primary's coordinates mariabackup --slave-info printed (a backup taken from a replica): a GTID position
+    when the replica uses GTIDs, else the primary's binlog file and position."""
+    m = _SLAVE_RE.search(stderr)
+    if not m:
+        raise ReplicationError("mariabackup --slave-info printed no primary position; the backup cannot say where "
+                               "the primary was. Check that the source is a replica.")
+    if m["gtid"] is not None:
+        return {"gtid": m["gtid"] or None, "binlog_file": None, "binlog_position": None}
+    return {"gtid": None, "binlog_file": m["file"], "binlog_position": int(m["pos"])}
 
 
 def backup_completed(stderr: str) -> bool:
