@@ -11,7 +11,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from lastline import connections
-from lastline.core.errors import IntegrityError, PipelineError, PreflightError
+from lastline.core.errors import IntegrityError, PipelineError, PreflightError, StorageError
 from lastline.core.hosts import Stage
 from lastline.core.option_files import option_file, option_file_text
 from lastline.core.pipeline import run_pipeline
@@ -245,11 +245,7 @@ def test_s3_part_plan_fits_a_tebibyte_in_ten_thousand_parts():
 
 
 def test_s3_multipart_round_trip(s3_server):
-    import boto3
-
-    client = boto3.client("s3", endpoint_url=s3_server, region_name="us-east-1",
-                          aws_access_key_id="testing", aws_secret_access_key="testing-secret")
-    st = S3Storage("backups", "unit", client=client)
+    st = S3Storage("backups", "unit", "t_s3")  # the moto server, through its Airflow AWS connection
     data = os.urandom(13 << 20)
     w = st.writer("20260101T000000Z/blob")
     w.base = 5 << 20  # S3's minimum part size, so 13 MiB takes three parts
@@ -264,18 +260,33 @@ def test_s3_multipart_round_trip(s3_server):
 
 
 def test_s3_aborted_upload_leaves_nothing(s3_server):
-    import boto3
-
-    client = boto3.client("s3", endpoint_url=s3_server, region_name="us-east-1",
-                          aws_access_key_id="testing", aws_secret_access_key="testing-secret")
-    st = S3Storage("backups", "abort", client=client)
+    st = S3Storage("backups", "abort", "t_s3")
     with pytest.raises(RuntimeError):
         with st.writer("20260101T000000Z/blob") as w:
             w.base = 5 << 20
             w.write(os.urandom(11 << 20))
             raise RuntimeError("stream interrupted")
     assert not st.exists("20260101T000000Z/blob")
-    assert client.list_multipart_uploads(Bucket="backups", Prefix="abort/").get("Uploads", []) == []
+    assert st.client.list_multipart_uploads(Bucket="backups", Prefix="abort/").get("Uploads", []) == []
+
+
+def test_s3_stat_list_and_delete_go_through_the_hook_with_the_storage_messages(s3_server):
+    """Stat, list and delete are S3Hook's calls: a missing object is None, not an error; a backup of more than
+    1000 objects is deleted whole (the hook's batches); a bucket that is not there is named as before."""
+    st = S3Storage("backups", "hooked", "t_s3")
+    assert not st.exists("20260101T000000Z/missing") and st.size_if_exists("20260101T000000Z/missing") is None
+    with pytest.raises(StorageError, match="does not exist"):
+        st.size("20260101T000000Z/missing")
+    for n in range(1001):
+        st.client.put_object(Bucket="backups", Key=f"hooked/20260101T000000Z/chunk{n:04d}", Body=b"x")
+    st.write_bytes("20260102T000000Z/manifest.json", b"{}")
+    st.write_bytes(".lastline/state", b"{}")  # a control folder, never a backup
+    assert st.exists("20260101T000000Z/chunk1000") and st.size("20260101T000000Z/chunk1000") == 1
+    assert st.list_backups() == ["20260101T000000Z", "20260102T000000Z"]
+    st.delete_backup("20260101T000000Z")
+    assert st.list_backups() == ["20260102T000000Z"] and not st.exists("20260101T000000Z/chunk0000")
+    with pytest.raises(StorageError, match="cannot list s3://no-such-bucket/x"):
+        S3Storage("no-such-bucket", "x", "t_s3").list_backups()
 
 
 # -- manifest and retention ---------------------------------------------------------------------

@@ -10,15 +10,15 @@ reads the run's value of that Param (its conf, else the DAG's default) and that 
 - `"pool"`: the Airflow pool whose slots cap heavy work on that server across every DAG (two DAGs never
   overload one server); without it, `lastline_<conn_id>` when a pool of that name exists.
 
-Without the policy, or without those extras, tasks keep the default queue and pool. The scheduler reads
-the connection from `AIRFLOW_CONN_*` or the metadata database (the policy may not open a session of its
-own: it reads through the scheduler's).
+Without the policy, or without those extras, tasks keep the default queue and pool. The policy runs where
+task instances are created (the scheduler, and the API server when a run is triggered) and reads the
+connection as Airflow does there: the configured secrets backend, then `AIRFLOW_CONN_*`, then the metadata
+database. It reads the database through the caller's session, never one of its own: Airflow's own lookup
+would take the thread's scoped session, which is the scheduler's, and commit and close it mid-transaction.
 """
 from __future__ import annotations
 
-import json
 import logging
-import os
 import time
 from datetime import timedelta
 from typing import Any
@@ -52,23 +52,33 @@ def _param_value(task_instance: Any, dag_run: Any, name: str) -> str | None:
     return str(value) if value else None
 
 
-def _extras(conn_id: str, session: Any) -> dict:
-    """The connection's extras, from the environment or through the scheduler's session (cached 30 s)."""
+def connection_extras(conn_id: str, session: Any) -> dict:
+    """The connection's extras from the first of Airflow's secrets backends that has it (cached 30 s); the
+    metadata database is asked through `session` only, and not at all without one. A backend that fails is
+    logged and the next one asked, as Airflow does."""
     hit = _CACHE.get(conn_id)
     if hit and time.monotonic() - hit[0] < _TTL:
         return hit[1]
-    from airflow.models.connection import Connection
+    from airflow.configuration import ensure_secrets_loaded
+    from airflow.secrets.metastore import MetastoreBackend
 
     extras: dict = {}
-    raw = os.environ.get(f"AIRFLOW_CONN_{conn_id.upper()}")
-    if raw:
-        conn = Connection.from_json(raw, conn_id=conn_id) if raw.lstrip().startswith("{") else Connection(conn_id=conn_id, uri=raw)
-        extras = conn.extra_dejson
-    elif session is not None:
-        from sqlalchemy import select
-
-        conn = session.scalar(select(Connection).where(Connection.conn_id == conn_id))
-        extras = conn.extra_dejson if conn else {}
+    for backend in ensure_secrets_loaded():
+        if isinstance(backend, MetastoreBackend) and session is None:
+            continue
+        try:
+            if isinstance(backend, MetastoreBackend):
+                conn = backend.get_connection(conn_id, session=session)
+            else:
+                conn = backend.get_connection(conn_id)
+            if conn is not None:
+                extras = conn.extra_dejson
+                break
+        except PermissionError as exc:  # a backend's authoritative refusal: Airflow does not ask the next one
+            log.warning("lastline routing: connection %s refused by %s (%s)", conn_id, type(backend).__name__, exc)
+            break
+        except Exception as exc:  # noqa: BLE001 - a policy that raised would stop the scheduler's loop
+            log.warning("lastline routing: connection %s unreadable from %s (%s)", conn_id, type(backend).__name__, exc)
     _CACHE[conn_id] = (time.monotonic(), extras)
     return extras
 
@@ -94,11 +104,7 @@ def route(task_instance: Any, dag_run: Any) -> None:
     from sqlalchemy.orm import object_session
 
     session = object_session(dag_run)
-    try:
-        extras = _extras(conn_id, session)
-    except (ValueError, json.JSONDecodeError) as exc:
-        log.warning("lastline routing: connection %s unreadable (%s); default queue and pool", conn_id, exc)
-        return
+    extras = connection_extras(conn_id, session)
     if extras.get("queue"):
         task_instance.queue = str(extras["queue"])
     pool = str(extras.get("pool") or f"lastline_{conn_id}")

@@ -3,29 +3,10 @@
 
 `lastline.connections.server(conn_id)` builds one from an Airflow connection; this module knows nothing
 of Airflow. The client settings are read the way the mysql provider's MySqlHook reads them, so a
-connection that works for MySqlHook works for lastline. Extras read from the connection (all optional):
-
-- ``datadir``: the server's data directory (physical backup and restore need it);
-- ``config_dir``: a folder the server reads option files from (``!includedir``);
-- ``service_start`` / ``service_stop``: shell commands that start / stop the server;
-- ``ssh_conn_id``: run server-side commands (service control, mariabackup, mbstream, file checks)
-  on that host over SSH; SQL still goes from the worker to host/port;
-- ``unix_socket`` (the provider's name; ``socket`` is read too): a unix socket to connect through
-  instead of host/port (with ``ssh_conn_id``: the socket on that host, used by the commands run there);
-- ``charset``: the client character set (default ``utf8mb4``; names outside it cannot be restored);
-- ``protected``: ``true`` marks a production server that lastline never restores into;
-- ``role``: ``staging`` marks a server that staging refreshes may write into, ``drill`` a scratch server
-  restore drills may replace (each refuses any other);
-- ``approval``: whether a restore that replaces data on this server waits for a person (default: the
-  deployment's ``LASTLINE_APPROVAL``, on unless set off); a run's conf cannot skip it. Where it asks, a restore
-  without ``force`` onto data waits for that approval; where it does not, only ``force`` replaces data;
-- ``definer``: the DEFINER of restored triggers, views, routines and events (see lastline.core.accounts;
-  default: an account lastline keeps per set of restored databases; ``backup``: the backup's own);
-- ``restore_grants``: ``true`` lets restores into this server recreate a backup's accounts (the Param of that
-  name asks for it; the accounts' passwords are the backup's);
-- ``ssl`` (a dict or its JSON: ``ca``, ``cert``, ``key``) and ``ssl_mode`` (``REQUIRED``, ``VERIFY_CA``,
-  ``VERIFY_IDENTITY``), as the mysql provider reads them: every connection lastline opens then uses TLS,
-  the dump workers' and the tools' (mariabackup, mariadb) through their option file.
+connection that works for MySqlHook works for lastline. The extras it reads (all optional: the server's datadir, its
+option file folder, start and stop commands, SSH connection, socket, TLS, character set, its `protected`, `role`,
+`approval`, `definer`, `restore_grants` and `replica` marks, and the bounds on a run's conf) are declared, each with
+its meaning, in lastline.core.connection_fields.
 
 Credentials never reach a command line or a named file: :func:`option_file` hands them over as a 0600
 ``--defaults-extra-file`` with no name on disk (an anonymous file the worker holds open; on an SSH host, one
@@ -44,6 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from lastline.core import stopping
+from lastline.core.connection_fields import LIMIT_EXTRAS
 from lastline.core.errors import AccessDenied, ConfigError, PreflightError, ProtectedTargetError, ServerError
 from lastline.core.hosts import LOCAL, Host
 from lastline.core.plans import as_bool, safety_flag
@@ -51,10 +33,6 @@ from lastline.core.sql import global_variables, server_identity
 
 DEFAULT_SERVICE_START = "systemctl start mariadb"
 DEFAULT_SERVICE_STOP = "systemctl stop mariadb"
-# the connection extras that bound what a run's conf may ask of this server (lastline.core.bounds reads them)
-LIMIT_EXTRAS = ("allow_kill_long_queries", "min_long_query_guard", "max_long_query_wait", "max_lock_timeout",
-                "allow_ftwrl", "max_parallel", "connection_reserve", "max_read_mb_per_s", "max_priority",
-                "max_replica_lag", "max_replay_threads")
 POLL = 0.2  # seconds between the tries of a server that is starting or stopping
 
 

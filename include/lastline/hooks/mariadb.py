@@ -1,7 +1,7 @@
 """The MariaDB / MySQL hook: the mysql provider's `MySqlHook` whose connection also carries lastline's settings.
 
 A connection of type `lastline` ("MariaDB / MySQL (lastline)") shows them as fields of their own in the
-connection form (declared in the provider info, :mod:`lastline.provider`); a plain `mysql` connection with the same
+connection form (declared once in :mod:`lastline.core.connection_fields`, given to Airflow by the provider info); a plain `mysql` connection with the same
 keys in its extras works the same. `test_connection()` is the form's "Test connection": reachable, the server's
 version, and the privileges lastline needs for what the connection may be used as, naming those missing. `server()` gives the typed :class:`~lastline.core.servers.Server` every stage
 takes; `get_conn()` and the rest are MySqlHook's, for anyone who wants a DB-API connection.

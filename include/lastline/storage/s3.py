@@ -47,8 +47,8 @@ def sse_args(extra: dict) -> dict:
     return args
 
 
-def s3_client(aws_conn_id: str | None, extras: dict | None = None) -> Any:
-    """A boto3 S3 client from the Airflow AWS connection (endpoint_url, region and keys from it). Throttling
+def s3_hook(aws_conn_id: str | None, extras: dict | None = None) -> Any:
+    """The Amazon provider's S3Hook for the Airflow AWS connection (endpoint_url, region and keys from it). Throttling
     and 5xx answers are retried up to 10 attempts with backoff (`standard` mode; botocore's default here
     gave up after 2 retries, so a short burst of SlowDown failed a backup) unless the connection's
     `config_kwargs` set `retries` themselves."""
@@ -57,7 +57,7 @@ def s3_client(aws_conn_id: str | None, extras: dict | None = None) -> Any:
 
     kwargs = dict((connections.extras(aws_conn_id) if extras is None else extras).get("config_kwargs") or {})
     kwargs.setdefault("retries", {"max_attempts": 10, "mode": "standard"})
-    return S3Hook(aws_conn_id=aws_conn_id, config=Config(**kwargs)).get_conn()
+    return S3Hook(aws_conn_id=aws_conn_id, config=Config(**kwargs))
 
 
 class S3Writer(Writer):
@@ -161,13 +161,15 @@ class S3Writer(Writer):
 
 
 class S3Storage(Storage):
-    """Backups under `s3://bucket/prefix/`."""
+    """Backups under `s3://bucket/prefix/`: stat, list and delete through S3Hook's own calls; reads and the streaming
+    multipart upload through its boto3 client."""
 
-    def __init__(self, bucket: str, prefix: str, aws_conn_id: str | None = None, client: Any = None) -> None:
+    def __init__(self, bucket: str, prefix: str, aws_conn_id: str | None = None) -> None:
         self.bucket, self.prefix = bucket, prefix.strip("/")
         self.url = f"s3://{bucket}/{self.prefix}".rstrip("/")
         extras = connections.extras(aws_conn_id)  # one lookup of the connection for both
-        self.client = client or s3_client(aws_conn_id, extras)
+        self.hook = s3_hook(aws_conn_id, extras)
+        self.client = self.hook.get_conn()  # the hook's own client (it keeps one)
         self.extra = sse_args(extras)
 
     def _key(self, key: str) -> str:
@@ -189,11 +191,11 @@ class S3Storage(Storage):
             body.close()
 
     def _head(self, key: str) -> dict | None:
+        from botocore.exceptions import ClientError
+
         try:
-            return self.client.head_object(Bucket=self.bucket, Key=self._key(key))
-        except self.client.exceptions.ClientError as exc:
-            if exc.response.get("Error", {}).get("Code") in ("404", "NoSuchKey", "NotFound"):
-                return None
+            return self.hook.head_object(self._key(key), bucket_name=self.bucket)  # None when S3 answers 404
+        except ClientError as exc:
             raise StorageError(f"cannot stat {self.location(key)}: {exc}") from exc
 
     def exists(self, key: str) -> bool:
@@ -211,22 +213,17 @@ class S3Storage(Storage):
 
     def list_backups(self) -> list[str]:
         prefix = f"{self.prefix}/" if self.prefix else ""
-        ids: set[str] = set()
-        paginator = self.client.get_paginator("list_objects_v2")
         try:
-            for page in paginator.paginate(Bucket=self.bucket, Prefix=prefix, Delimiter="/"):
-                for cp in page.get("CommonPrefixes", []):
-                    ids.add(cp["Prefix"][len(prefix):].strip("/"))
+            found = self.hook.list_prefixes(bucket_name=self.bucket, prefix=prefix, delimiter="/")
         except Exception as exc:
             raise StorageError(f"cannot list {self.url}: {exc}") from exc
+        ids = {p[len(prefix):].strip("/") for p in found}
         return sorted(i for i in ids if i and not i.startswith("."))
 
     def delete_backup(self, backup_id: str) -> None:
-        paginator = self.client.get_paginator("list_objects_v2")
-        for page in paginator.paginate(Bucket=self.bucket, Prefix=self._key(backup_id) + "/"):
-            objs = [{"Key": o["Key"]} for o in page.get("Contents", [])]
-            if objs:
-                self.client.delete_objects(Bucket=self.bucket, Delete={"Objects": objs})
+        keys = self.hook.list_keys(bucket_name=self.bucket, prefix=self._key(backup_id) + "/")
+        if keys:
+            self.hook.delete_objects(self.bucket, keys)  # 1000 keys a request; a key S3 refused is raised, not skipped
 
     def check_writable(self) -> None:
         key = self._key(".lastline-write-probe")
