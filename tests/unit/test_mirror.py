@@ -68,7 +68,6 @@ ALLOWED_MODULES = frozenset({
     "lastline.pitr.split",
     "lastline.pitr.statement_check",
     "lastline.pitr.statements",
-    "lastline.reports",
     "lastline.staging.masking",
     "lastline.staging.pii",
     "lastline.staging.pii_objects",
