@@ -26,8 +26,8 @@ faults: setup  # the fault matrix: each fault's error and the proof nothing was 
 test-distributed: setup  # Celery on Postgres + Redis, two workers, REST-driven (also part of `make test` where they answer)
 	@.venv/bin/python -m pytest -q -m distributed tests
 
-test-fast: setup
-	@.venv/bin/python -m pytest -q tests -m "not e2e"
+test-fast: setup  # run on every change: tests/unit and the other tests that need no server, Airflow DB or S3 (< 60 s; `slow` in pytest.ini)
+	@.venv/bin/python -m pytest -q tests -m "not e2e and not slow"
 
 bench:  # every benchmark with its defaults; ARGS go to one bench-* target alone
 	@$(MAKE) --no-print-directory bench-physical ARGS=

@@ -84,6 +84,18 @@ def pytest_sessionfinish(session, exitstatus):
         session.exitstatus = 1  # `make faults` passes only when every row does
 
 
+# Fixtures that start something costly: a MariaDB sandbox, Airflow's metadata DB or a DagBag, an S3 emulator, an sshd.
+# A test that is not e2e but uses one is marked `slow` (pytest.ini), which keeps it out of `make test-fast`.
+SLOW_FIXTURES = frozenset({"airflow_db", "dagbag", "sandbox_root", "source", "target", "logical_source", "logical_target",
+                           "s3_server", "sshd"})
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if SLOW_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.slow)
+
+
 @pytest.fixture(scope="session")
 def airflow_db() -> str:
     """A migrated metadata DB in the session's private Airflow home."""

@@ -117,6 +117,7 @@ def test_no_module_over_300_lines_without_a_reason_at_its_top():
     assert not long, "split these, or say at their top why they stay whole:\n" + "\n".join(long)
 
 
+@pytest.mark.slow  # a venv and a pip install: ~12 s, out of `make test-fast`
 def test_the_package_installs_alone_into_a_fresh_venv(tmp_path):
     """`pip install .` into a fresh venv (no dependencies: Airflow's install is what setup pins) and
     `import lastline` work, and the dev tools are not part of it."""
