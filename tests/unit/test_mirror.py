@@ -19,8 +19,7 @@ ALLOWED_PACKAGES = (
 )
 # Modules still lacking a unit test, one by one. Shrink this list; never grow it: a new module comes with its test.
 ALLOWED_MODULES = frozenset({
-    "lastline.connections",  # its tests come with the work reshaping it
-    "lastline.airflow.routing",  # likewise
+    "lastline.connections",  # reads Airflow connections: its e2e tests cover it; a unit test is still to come
     "lastline.pitr.retention",  # likewise
     # not yet written (some are covered by the older tests in tests/, end to end)
     "lastline.airflow.alerts",

@@ -115,30 +115,30 @@ def open_temp_tables(cur: Any) -> int:
 
 
 def primary_coordinates(cur: Any, fl: Flavour, paused: list[str] | None = None) -> dict[str, Any]:
-    """Where the primary was, as this replica has executed it: its GTID position and, per connection, the
-    primary's binlog file and position. Exact only while the SQL threads stand still: every connection in
-    `paused` must still show its SQL thread stopped (else someone started it: refused). The top-level file and
-    position are given for one connection replicating one GTID domain only (after a stop, parallel
-    replication of several domains leaves each at its own point: the GTID position is then the exact cut)."""
-    if fl.mariadb:
-        cur.execute("SELECT @@GLOBAL.gtid_slave_pos")
-    else:
-        cur.execute("SELECT @@GLOBAL.gtid_executed")
+    """Where the primary was, as this replica has executed it (see coordinates): its GTID position and every
+    replication connection's status, read now."""
+    cur.execute("SELECT @@GLOBAL.gtid_slave_pos" if fl.mariadb else "SELECT @@GLOBAL.gtid_executed")
     gtid = cur.fetchone()[0] or None
-    connections = []
-    statuses = replica_status(cur, fl)
+    return coordinates(gtid, replica_status(cur, fl), paused)
+
+
+def coordinates(gtid: str | None, statuses: list[dict[str, Any]], paused: list[str] | None = None) -> dict[str, Any]:
+    """The primary's coordinates from a replica's GTID position and its connections' status rows. Exact only while
+    the SQL threads stand still: every connection in `paused` must still show its SQL thread stopped (else someone
+    started it: refused). The top-level file and position are given for one connection replicating one GTID domain
+    only (after a stop, parallel replication of several domains leaves each at its own point: the GTID position is
+    then the exact cut)."""
     restarted = [connection_name(s) or "default" for s in statuses if connection_name(s) in (paused or []) and running(s)[1] == "Yes"]
     if restarted:
         raise ReplicationError(f"the SQL thread of {', '.join(restarted)} was started again while the snapshot opened: "
                                "the primary's coordinates would be later than the data. Retry the backup.")
-    for s in statuses:
-        connections.append({
-            "name": connection_name(s),
-            "host": field(s, "Master_Host", "Source_Host"),
-            "port": int(field(s, "Master_Port", "Source_Port") or 0),
-            "binlog_file": field(s, "Relay_Master_Log_File", "Relay_Source_Log_File") or None,
-            "binlog_position": int(field(s, "Exec_Master_Log_Pos", "Exec_Source_Log_Pos") or 0),
-        })
+    connections = [{
+        "name": connection_name(s),
+        "host": field(s, "Master_Host", "Source_Host"),
+        "port": int(field(s, "Master_Port", "Source_Port") or 0),
+        "binlog_file": field(s, "Relay_Master_Log_File", "Relay_Source_Log_File") or None,
+        "binlog_position": int(field(s, "Exec_Master_Log_Pos", "Exec_Source_Log_Pos") or 0),
+    } for s in statuses]
     domains = {g.split("-")[0] for g in (gtid or "").replace(" ", "").split(",") if g}
     first = connections[0] if len(connections) == 1 and len(domains) <= 1 else {}
     return {"gtid": gtid, "binlog_file": first.get("binlog_file"), "binlog_position": first.get("binlog_position"),

@@ -4,19 +4,16 @@ from __future__ import annotations
 from types import SimpleNamespace
 
 import pytest
-from fake_cursor import FakeCursor
 
 from lastline.core.errors import ReplicationError
 from lastline.replicas import backup_source
-from lastline.replicas.flavour import Flavour
 
-MARIADB = Flavour.parse("10.11.6-MariaDB")
 COLUMNS = ["Connection_name", "Master_Host", "Master_Port", "Slave_IO_Running", "Slave_SQL_Running",
            "Relay_Master_Log_File", "Exec_Master_Log_Pos"]
 
 
-def _cursor(gtid: str, *rows: tuple) -> FakeCursor:
-    return FakeCursor({"SELECT @@GLOBAL.gtid_slave_pos": (["pos"], [(gtid,)]), "SHOW ALL SLAVES STATUS": (COLUMNS, list(rows))})
+def _statuses(*rows: tuple) -> list[dict]:
+    return [dict(zip(COLUMNS, row)) for row in rows]
 
 
 @pytest.mark.parametrize("gtid, rows, file, position", [
@@ -24,16 +21,15 @@ def _cursor(gtid: str, *rows: tuple) -> FakeCursor:
     ("0-1-42,1-1-7", [("", "p", 3306, "Yes", "No", "b.000003", 120)], None, None),
     ("0-1-42", [("a", "p", 3306, "Yes", "No", "b.000003", 120), ("b", "q", 3306, "Yes", "No", "c.000001", 4)], None, None),
 ], ids=["one connection, one domain", "two domains", "two connections"])
-def test_primary_coordinates(gtid, rows, file, position):
-    found = backup_source.primary_coordinates(_cursor(gtid, *rows), MARIADB, paused=[r[0] for r in rows])
+def test_coordinates(gtid, rows, file, position):
+    found = backup_source.coordinates(gtid, _statuses(*rows), paused=[r[0] for r in rows])
     assert found["gtid"] == gtid and (found["binlog_file"], found["binlog_position"]) == (file, position)
     assert [c["name"] for c in found["connections"]] == [r[0] for r in rows]
 
 
-def test_primary_coordinates_refuses_a_thread_started_again():
-    cur = _cursor("0-1-42", ("", "p", 3306, "Yes", "Yes", "b.000003", 120))
+def test_coordinates_refuse_a_thread_started_again():
     with pytest.raises(ReplicationError, match="started again"):
-        backup_source.primary_coordinates(cur, MARIADB, paused=[""])
+        backup_source.coordinates("0-1-42", _statuses(("", "p", 3306, "Yes", "Yes", "b.000003", 120)), paused=[""])
 
 
 @pytest.mark.parametrize("asked, extra, wanted", [(False, False, False), (True, False, True), (False, True, True)],

@@ -15,7 +15,7 @@ from lastline.core.connection_fields import FIELDS, LIMIT_EXTRAS, Field, form_fi
 from lastline.core.errors import ConfigError
 from lastline.core.servers import Server
 
-DOCS = Path(__file__).resolve().parents[2] / "docs" / "connections.md"
+DOCS = Path(__file__).resolve().parents[3] / "docs" / "connections.md"
 DECLARED = {name for f in FIELDS for name in (f.name, *f.aliases)}
 
 
