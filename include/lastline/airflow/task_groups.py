@@ -10,9 +10,9 @@ from lastline.airflow.approval import ApproveReplacement
 from lastline.airflow.routing import on_server
 from lastline.airflow.steps import step, task, xcom_form
 from lastline.logical import restore as lr
-from lastline.logical.format.plans import ConfigSnapshot
-from lastline.logical.format.plans import RestorePlan as LogicalRestorePlan
 from lastline.logical.restore import report as restore_report
+from lastline.logical.restore.plans import ConfigSnapshot
+from lastline.logical.restore.plans import RestorePlan as LogicalRestorePlan
 from lastline.physical import restore as pr
 from lastline.replication import detach as rd
 

@@ -26,9 +26,9 @@ from lastline.core.plans import KEEP, MAX_REPLICA_LAG, PARALLEL, Conf
 from lastline.core.servers import Server
 from lastline.core.sql import placeholders
 from lastline.logical.backup.dumper import Dumper, TableState
+from lastline.logical.backup.plans import BackupPlan, DumpResult
 from lastline.logical.backup.snapshot import METHODS, Guard, SnapshotPool, snapshot_method
 from lastline.logical.format import chunking, dialect
-from lastline.logical.format.plans import BackupPlan, DumpResult
 from lastline.logical.format.schema import auto_increment, read_schema, render_sql, require_object_privileges, resolve_databases
 from lastline.manifest import (
     MANIFEST,

@@ -24,7 +24,6 @@ from lastline.core.sql import (  # noqa: F401
     server_identity,
     tables_at_risk,
 )
-from lastline.logical.format.plans import INDEX_BUILDS, ConfigSnapshot, RestorePlan, Reverted, SchemaCreated, Tuned, UnitLoaded
 from lastline.logical.restore import tuning
 from lastline.logical.restore.backup_files import (
     RUN_SESSION,
@@ -48,6 +47,7 @@ from lastline.logical.restore.finalize import (
 )
 from lastline.logical.restore.lanes import load_lane as lane_loader
 from lastline.logical.restore.load import load_unit
+from lastline.logical.restore.plans import INDEX_BUILDS, ConfigSnapshot, RestorePlan, Reverted, SchemaCreated, Tuned, UnitLoaded
 from lastline.logical.restore.schema_checks import grant_reach, validate_schema
 from lastline.logical.restore.target_state import (  # noqa: F401
     STATE,

@@ -13,9 +13,9 @@ from lastline.core.errors import IntegrityError
 from lastline.core.servers import Server, over_connections
 from lastline.core.sql import as_text, global_variables, placeholders
 from lastline.logical.format import dialect
-from lastline.logical.format.plans import Finalized, RestorePlan
 from lastline.logical.restore import tuning
 from lastline.logical.restore.backup_files import RUN_SESSION, checked_schema, open_backup, run_server, target_server
+from lastline.logical.restore.plans import Finalized, RestorePlan
 from lastline.logical.restore.schema_checks import (
     checked_create,
     checked_grants,
