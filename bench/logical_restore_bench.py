@@ -58,8 +58,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from logical_bench import SCHEDULES_OFF, dataset, sh  # noqa: E402
 
 from lastline.core.option_files import option_file, option_file_text  # noqa: E402
-from lastline.logical import backup as lb  # noqa: E402
 from lastline.logical import restore as lr  # noqa: E402
+from lastline.logical.backup import stages as logical_backup  # noqa: E402
 from lastline.logical.restore import report as restore_report  # noqa: E402
 from lastline.logical.restore.schema_checks import split_deferred  # noqa: E402
 from lastline.manifest import read_manifest  # noqa: E402
@@ -266,9 +266,9 @@ def main() -> int:
     dumps = work / "dumps"
     shutil.rmtree(dumps, ignore_errors=True)
     dumps.mkdir()
-    plan = lb.preflight({"source_conn_id": "bench_rsrc", "destination": f"file://{dumps / 'lastline'}",
+    plan = logical_backup.preflight({"source_conn_id": "bench_rsrc", "destination": f"file://{dumps / 'lastline'}",
                          "databases": ["sbtest"], "parallel": n})
-    lb.dump(plan)
+    logical_backup.dump(plan)
     manifest = read_manifest(open_storage(f"file://{dumps / 'lastline'}"), plan.backup_id, "logical")
     raw_mb = manifest.raw_bytes / 1e6
     buffer_pool = max(128 << 20, manifest.raw_bytes // 4 // (128 << 20) * (128 << 20)) if args.memory == "quarter" else None

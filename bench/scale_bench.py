@@ -65,8 +65,8 @@ from lastline.core.hosts import LOCAL  # noqa: E402
 from lastline.core.option_files import option_file, option_file_text  # noqa: E402
 from lastline.core.servers import Server  # noqa: E402
 from lastline.core.sql import META_DB  # noqa: E402
-from lastline.logical import backup as lb  # noqa: E402
 from lastline.logical import restore as lr  # noqa: E402
+from lastline.logical.backup import stages as logical_backup  # noqa: E402
 from lastline.logical.restore import report as restore_report  # noqa: E402
 from lastline.physical.tools import check_open_files  # noqa: E402
 from lastline_dev.keys import throwaway_storage_key
@@ -182,9 +182,9 @@ def lastline(n_tables: int, dbs: list[str], work: Path, parallel: int, out: dict
     shutil.rmtree(dumps, ignore_errors=True)
     dumps.mkdir(parents=True)
     hwm_mb(reset=True)
-    bplan = timed("backup preflight", lb.preflight, {"source_conn_id": "bench_ssrc", "destination": f"file://{dumps}",
+    bplan = timed("backup preflight", logical_backup.preflight, {"source_conn_id": "bench_ssrc", "destination": f"file://{dumps}",
                                                      "databases": dbs, "parallel": parallel})
-    dumped = timed("dump", lb.dump, bplan)
+    dumped = timed("dump", logical_backup.dump, bplan)
     out["dump"] = {"tables": dumped.tables, "rows": dumped.rows, "bytes": dumped.bytes, "seconds": dumped.seconds,
                    "commits_held_seconds": dumped.commits_held_seconds, "ddl_held_seconds": dumped.ddl_held_seconds}
     conf = {"target_conn_id": "bench_stgt", "backup": f"file://{dumps}/{bplan.backup_id}", "parallel": parallel,
@@ -495,7 +495,7 @@ def main() -> int:
             if n_tables == sizes[-1] and args.backups:  # many backups (last: its S3 server lives in this process)
                 small = work / "dumps" / "small"
                 shutil.rmtree(small, ignore_errors=True)
-                one = lb.dump(lb.preflight({"source_conn_id": "bench_ssrc", "destination": f"file://{small}",
+                one = logical_backup.dump(logical_backup.preflight({"source_conn_id": "bench_ssrc", "destination": f"file://{small}",
                                             "databases": dbs[:2]}))
                 print(f"\n== many backups: {args.backups} logical backups in a folder and in S3 ==", flush=True)
                 with logs_to(work / "lastline.log"):

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from lastline.core.errors import PreflightError
-from lastline.logical import backup as lb
 from lastline.logical import restore as lr
+from lastline.logical.backup import stages as logical_backup
 from lastline_dev.compare import table_checksums
 
 pytestmark = pytest.mark.e2e
@@ -91,7 +91,7 @@ def asks(monkeypatch):
 @pytest.fixture(scope="module")
 def store_backup(logical_source, tmp_path_factory) -> Path:
     dest = tmp_path_factory.mktemp("approval")
-    lb.dump(lb.preflight({"source_conn_id": "t_lsource", "destination": f"file://{dest}", "databases": ["store"]}))
+    logical_backup.dump(logical_backup.preflight({"source_conn_id": "t_lsource", "destination": f"file://{dest}", "databases": ["store"]}))
     return dest
 
 

@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 
 from lastline.core.errors import IntegrityError
-from lastline.logical import backup as lb
 from lastline.logical import restore as lr
+from lastline.logical.backup import stages as logical_backup
 from lastline.logical.restore.target_state import aside_name
 
 pytestmark = pytest.mark.e2e
@@ -43,7 +43,7 @@ def chunk_backups(logical_source, tmp_path_factory) -> dict[str, Path]:
     out = {}
     for compression in ("none", "zstd", "pigz"):
         dest = tmp_path_factory.mktemp(f"chunks-{compression}")
-        lb.dump(lb.preflight({"source_conn_id": "t_lsource", "destination": f"file://{dest}", "databases": [DB],
+        logical_backup.dump(logical_backup.preflight({"source_conn_id": "t_lsource", "destination": f"file://{dest}", "databases": [DB],
                               "compression": compression}))
         out[compression] = dest
     return out

@@ -12,7 +12,7 @@ from urllib.parse import urlparse
 
 import pytest
 
-from lastline.logical import backup as lb
+from lastline.logical.backup import stages as logical_backup
 from lastline.manifest import read_manifest
 from lastline.storage import open_storage
 
@@ -91,9 +91,9 @@ def test_s3_answering_500_503_and_slowdown_for_a_while(logical_source, s3_server
         "conn_type": "aws", "login": "testing", "password": "testing-secret",
         "extra": {"endpoint_url": proxy.url, "region_name": "us-east-1"},
     })
-    plan = lb.preflight({"source_conn_id": "t_lsource", "destination": "s3://backups/throttled", "aws_conn_id": "t_s3slow",
+    plan = logical_backup.preflight({"source_conn_id": "t_lsource", "destination": "s3://backups/throttled", "aws_conn_id": "t_s3slow",
                          "databases": ["store"], "chunk_rows": 2000})
-    result = lb.dump(plan)
+    result = logical_backup.dump(plan)
     assert proxy.failed == 9, "the proxy never throttled the backup"
     # read back around the proxy: every file the manifest lists is there, whole
     storage = open_storage("s3://backups/throttled", "t_s3")
@@ -134,7 +134,7 @@ def test_target_datadir_full_mid_load(sandbox_root, logical_source, tmp_path, fa
         set_conn("t_smalldisk", inst)
         logical_source.load_tables("filldb", {"t": 600_000})
         dest = tmp_path / "b"
-        lb.dump(lb.preflight({"source_conn_id": "t_lsource", "destination": f"file://{dest}", "databases": ["filldb"],
+        logical_backup.dump(logical_backup.preflight({"source_conn_id": "t_lsource", "destination": f"file://{dest}", "databases": ["filldb"],
                               "chunk_rows": 100_000}))
         conf = {"target_conn_id": "t_smalldisk", "backup": f"file://{dest}/latest", "databases": ["filldb"], "parallel": 1,
                 "tune": False}

@@ -15,8 +15,8 @@ from conftest import ROOT, restore_steps
 from lastline import connections
 from lastline.core.accounts import revoke_older_owners
 from lastline.core.errors import ConfigError
-from lastline.logical import backup as lb
 from lastline.logical import restore as lr
+from lastline.logical.backup import stages as logical_backup
 from lastline.physical import backup as pb
 from lastline.pitr import archive
 from lastline.replication import rebuild as rr
@@ -78,8 +78,8 @@ def test_the_documented_accounts_back_up_restore_archive_and_replicate(logical_s
     try:
         # logical backup: the snapshot, the objects, the coordinates
         dest = tmp_path / "logical"
-        plan = lb.preflight({"source_conn_id": "t_gbackup", "destination": f"file://{dest}", "databases": ["store", "edge"]})
-        lb.dump(plan)
+        plan = logical_backup.preflight({"source_conn_id": "t_gbackup", "destination": f"file://{dest}", "databases": ["store", "edge"]})
+        logical_backup.dump(plan)
         # every trigger and event: information_schema lists only those the account may see (TRIGGER, EVENT)
         (schema,) = dest.glob("*/schema.json")
         carried = json.loads(schema.read_text())

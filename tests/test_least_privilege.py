@@ -19,8 +19,8 @@ import pytest
 from conftest import restore_steps, set_conn, tamper_schema
 from lastline.core import accounts
 from lastline.core.errors import ConfigError, IntegrityError, PreflightError
-from lastline.logical import backup as lb
 from lastline.logical import restore as lr
+from lastline.logical.backup import stages as logical_backup
 from lastline.logical.restore import schema_checks
 from lastline.logical.restore.target_state import aside_name
 
@@ -33,7 +33,7 @@ def backup(logical_source, tmp_path_factory) -> Path:
     _commit(logical_source.server(), "CREATE DATABASE IF NOT EXISTS `lp_a_b`",  # `_` is a wildcard in GRANT: it must not reach lp_aXb
             "CREATE TABLE IF NOT EXISTS `lp_a_b`.t (id INT PRIMARY KEY, v VARCHAR(10))", "REPLACE INTO `lp_a_b`.t VALUES (1, 'one')")
     dest = tmp_path_factory.mktemp("least-privilege")
-    lb.dump(lb.preflight({"source_conn_id": "t_lsource", "destination": f"file://{dest}", "databases": ["store", "edge", "lp_a_b"]}))
+    logical_backup.dump(logical_backup.preflight({"source_conn_id": "t_lsource", "destination": f"file://{dest}", "databases": ["store", "edge", "lp_a_b"]}))
     return dest
 
 
@@ -294,7 +294,7 @@ def test_backups_outside_the_deployment_s_roots_are_refused(backup, victims, tmp
             require_allowed(url, "destination")
     # a backup DAG's destination is held to the same roots (nothing is written outside them)
     with pytest.raises(ConfigError, match="outside the storage"):
-        lb.preflight({"source_conn_id": "t_lsource", "destination": f"file://{tmp_path}/anywhere", "databases": ["lp_a_b"]})
+        logical_backup.preflight({"source_conn_id": "t_lsource", "destination": f"file://{tmp_path}/anywhere", "databases": ["lp_a_b"]})
     monkeypatch.delenv("LASTLINE_BACKUP_ROOTS")
     monkeypatch.setenv("LASTLINE_DESTINATION", f"file://{root}/backups")  # unset roots: the one destination
     with pytest.raises(ConfigError, match="outside the storage"):
@@ -363,7 +363,7 @@ def test_system_lastline_and_set_aside_databases_are_never_restored(backup, vict
             "CREATE TABLE IF NOT EXISTS lp_versioned.t (id INT PRIMARY KEY) WITH SYSTEM VERSIONING")
     try:
         with pytest.raises(PreflightError, match="system-versioned table.*lp_versioned.t"):
-            lb.preflight({"source_conn_id": "t_lsource", "destination": f"file://{tmp_path}/b", "databases": ["lp_versioned"]})
+            logical_backup.preflight({"source_conn_id": "t_lsource", "destination": f"file://{tmp_path}/b", "databases": ["lp_versioned"]})
     finally:
         _commit(logical_source.server(), "DROP DATABASE lp_versioned")
 

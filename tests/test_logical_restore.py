@@ -17,8 +17,8 @@ import pytest
 
 from lastline.core.errors import IntegrityError, PreflightError, ProtectedTargetError, ServerError
 from lastline.core.sql import global_variables, table_exists
-from lastline.logical import backup as lb
 from lastline.logical import restore as lr
+from lastline.logical.backup import stages as logical_backup
 from lastline.logical.format import dialect
 from lastline.logical.restore import tuning
 from lastline.logical.restore.verify import chunk_checks, recorded_checks
@@ -83,9 +83,9 @@ def backups(logical_source, tmp_path_factory) -> Path:
     """One logical backup of store + edge + big (300k rows in 100k-row chunks)."""
     logical_source.load_tables("big", {"t": 300_000})
     dest = tmp_path_factory.mktemp("lrestore")
-    plan = lb.preflight({"source_conn_id": "t_lsource", "destination": f"file://{dest}", "databases": ["store", "edge", "big"],
+    plan = logical_backup.preflight({"source_conn_id": "t_lsource", "destination": f"file://{dest}", "databases": ["store", "edge", "big"],
                          "chunk_rows": 100_000})
-    lb.dump(plan)
+    logical_backup.dump(plan)
     return dest
 
 
@@ -305,9 +305,9 @@ def test_restart_profile_is_applied_then_removed(run_dag, backups, logical_sourc
 
 
 def test_restore_from_s3(run_dag, logical_source, logical_target, s3_server):
-    plan = lb.preflight({"source_conn_id": "t_lsource", "destination": "s3://backups/lr", "aws_conn_id": "t_s3",
+    plan = logical_backup.preflight({"source_conn_id": "t_lsource", "destination": "s3://backups/lr", "aws_conn_id": "t_s3",
                          "databases": ["edge"], "chunk_rows": 1000, "compression": "pigz"})
-    lb.dump(plan)
+    logical_backup.dump(plan)
     state, tis, _logs = run_dag("logical_restore", {
         **_conf(Path("/unused"), force=True, aws_conn_id="t_s3"), "backup": "s3://backups/lr/latest",
     })
@@ -731,7 +731,7 @@ def test_a_table_whose_engine_the_target_lacks_is_refused_never_made_with_anothe
             cur.execute("CREATE TABLE arch.`log book` (id INT NOT NULL, msg TEXT) ENGINE=ARCHIVE")
             cur.execute("INSERT INTO arch.`log book` SELECT seq, CONCAT('tab\\there\\\\', seq) FROM mysql.seq_1_to_5000")
         dest = tmp_path / "arch"
-        lb.dump(lb.preflight({"source_conn_id": "t_lsource", "destination": f"file://{dest}", "databases": ["arch"]}))
+        logical_backup.dump(logical_backup.preflight({"source_conn_id": "t_lsource", "destination": f"file://{dest}", "databases": ["arch"]}))
         with pytest.raises(PreflightError) as err:
             lr.preflight(_conf(dest, databases=["arch"]))
         message = str(err.value)
@@ -810,7 +810,7 @@ def test_a_restore_of_memory_tables_with_rows_never_restarts_the_target(logical_
         cur.execute("INSERT INTO mem.kept SELECT seq FROM mysql.seq_1_to_100")
     try:
         dest = tmp_path / "mem"
-        lb.dump(lb.preflight({"source_conn_id": "t_lsource", "destination": f"file://{dest}", "databases": ["mem"]}))
+        logical_backup.dump(logical_backup.preflight({"source_conn_id": "t_lsource", "destination": f"file://{dest}", "databases": ["mem"]}))
         with caplog.at_level("WARNING"):
             plan = lr.preflight(_conf(dest, databases=["mem"], restart_allowed=True))
         assert not plan.restart_allowed
@@ -855,7 +855,7 @@ def test_names_with_capitals_restore_into_a_server_that_ignores_their_case(logic
             cur.execute("CREATE TABLE CaseDb.`Straße` (id INT PRIMARY KEY)")
             cur.execute("CREATE TABLE CaseDb.strasse (id INT PRIMARY KEY)")  # two tables on the server, whatever its case rule
         dest = tmp_path / "case"
-        lb.dump(lb.preflight({"source_conn_id": "t_lsource", "destination": f"file://{dest}", "databases": ["CaseDb"]}))
+        logical_backup.dump(logical_backup.preflight({"source_conn_id": "t_lsource", "destination": f"file://{dest}", "databases": ["CaseDb"]}))
         conf = {**_conf(dest, databases=["CaseDb"]), "target_conn_id": "t_nocase"}
         _restore(lr.preflight(conf))
         target = inst.server()
@@ -875,7 +875,7 @@ def test_names_with_capitals_restore_into_a_server_that_ignores_their_case(logic
             cur.execute("CREATE TABLE CaseDb.ix (id INT PRIMARY KEY)")
             cur.execute("CREATE DATABASE `_LASTLİNE`")
             cur.execute("CREATE TABLE `_LASTLİNE`.ledger (id INT PRIMARY KEY)")
-        lb.dump(lb.preflight({"source_conn_id": "t_lsource", "destination": f"file://{dest}",
+        logical_backup.dump(logical_backup.preflight({"source_conn_id": "t_lsource", "destination": f"file://{dest}",
                               "databases": ["CaseDb", "_LASTLİNE"]}))
         with pytest.raises(PreflightError, match=r"there _LASTLİNE would be _lastline, a system schema or lastline's own"):
             lr.preflight({**conf, "force": True, "databases": ["CaseDb", "_LASTLİNE"]})
@@ -912,7 +912,7 @@ def test_a_table_only_a_non_strict_server_makes_is_refused_naming_the_setting_th
     target = _root(logical_target)
     try:
         dest = tmp_path / "wide"
-        lb.dump(lb.preflight({"source_conn_id": "t_lsource", "destination": f"file://{dest}", "databases": ["wide"]}))
+        logical_backup.dump(logical_backup.preflight({"source_conn_id": "t_lsource", "destination": f"file://{dest}", "databases": ["wide"]}))
         assert logical_target.server().variables("innodb_strict_mode") == {"innodb_strict_mode": "ON"}
         plan = lr.preflight(_conf(dest, databases=["wide"]))
         lr.snapshot_config(plan)

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from lastline.logical import backup as lb
 from lastline.logical import restore as lr
+from lastline.logical.backup import stages as logical_backup
 from lastline_dev.compare import table_checksums
 
 pytestmark = pytest.mark.e2e
@@ -52,9 +52,9 @@ def _round_trip(source, target, tmp_path, prefix: str, tables: int) -> tuple[int
     src, tgt = source.server(), target.server()
     dbs = _tenants(src, prefix, tables)
     before = _questions(src)
-    plan = lb.preflight({"source_conn_id": "t_lsource", "destination": f"file://{tmp_path / prefix}", "databases": dbs,
+    plan = logical_backup.preflight({"source_conn_id": "t_lsource", "destination": f"file://{tmp_path / prefix}", "databases": dbs,
                          "parallel": 2})
-    lb.dump(plan)
+    logical_backup.dump(plan)
     dumped = _questions(src) - before
     before = _questions(tgt)
     rplan = lr.preflight({"target_conn_id": "t_ltarget", "backup": f"file://{tmp_path / prefix}/latest", "databases": dbs,

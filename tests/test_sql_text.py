@@ -329,10 +329,10 @@ def test_events_come_back_disabled(create, expected):
 # --- a real backup, checked and rebuilt on a real server ----------------------------------------------------------
 @pytest.fixture(scope="module")
 def backup_schema(logical_source, tmp_path_factory) -> dict:
-    from lastline.logical import backup as lb
+    from lastline.logical.backup import stages as logical_backup
 
     dest = tmp_path_factory.mktemp("sql_text")
-    lb.dump(lb.preflight({"source_conn_id": "t_lsource", "destination": f"file://{dest}", "databases": ["store", "edge"]}))
+    logical_backup.dump(logical_backup.preflight({"source_conn_id": "t_lsource", "destination": f"file://{dest}", "databases": ["store", "edge"]}))
     (folder,) = [p for p in dest.iterdir() if p.is_dir()]
     return json.loads((folder / "schema.json").read_text())
 

@@ -25,7 +25,7 @@ ACROSS_STAGES = {("lastline.replication.rebuild", "lastline.physical.tools"),  #
                  # a backup taken from a replica records its primary's coordinates (replication.source)
                  ("lastline.physical.backup", "lastline.replication.source"),
                  ("lastline.physical.backup", "lastline.replication.pauses"),  # and records mariabackup's pause
-                 ("lastline.logical.backup", "lastline.replication.source"),
+                 ("lastline.logical.backup.stages", "lastline.replication.source"),
                  # a logical base's replay reads a statement's first keyword as the server's lexer does
                  ("lastline.pitr.statements", "lastline.logical.format.sql_text"),
                  # and a physical base's replay reads each statement as the server does before it runs

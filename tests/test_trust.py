@@ -11,8 +11,8 @@ import pytest
 from conftest import set_conn, tamper_schema
 from lastline import connections
 from lastline.core.errors import ConfigError, IntegrityError, PipelineError, PreflightError, ProtectedTargetError, ServerError
-from lastline.logical import backup as lb
 from lastline.logical import restore as lr
+from lastline.logical.backup import stages as logical_backup
 from lastline.manifest import PhysicalManifest, TableInfo, read_manifest, write_manifest
 from lastline.physical import restore as pr
 from lastline.physical.plans import RestorePlan
@@ -24,7 +24,7 @@ pytestmark = pytest.mark.e2e
 @pytest.fixture(scope="module")
 def store_backup(logical_source, tmp_path_factory) -> Path:
     dest = tmp_path_factory.mktemp("trust")
-    lb.dump(lb.preflight({"source_conn_id": "t_lsource", "destination": f"file://{dest}", "databases": ["store"]}))
+    logical_backup.dump(logical_backup.preflight({"source_conn_id": "t_lsource", "destination": f"file://{dest}", "databases": ["store"]}))
     return dest
 
 
@@ -216,10 +216,10 @@ def test_every_path_that_writes_honours_protected_and_the_source_is_refused_unle
 def test_lastline_s_own_schema_is_never_backed_up_nor_restored(logical_source, logical_target, store_backup):
     logical_source.server().query("CREATE DATABASE IF NOT EXISTS _lastline")
     with pytest.raises(PreflightError, match="lastline's own _lastline are not dumped"):
-        lb.preflight({"source_conn_id": "t_lsource", "destination": "file:///tmp", "databases": ["_lastline"]})
+        logical_backup.preflight({"source_conn_id": "t_lsource", "destination": "file:///tmp", "databases": ["_lastline"]})
     with pytest.raises(PreflightError, match="never restored"):
         lr.preflight(_conf(store_backup, databases=["_lastline"]))
-    plan = lb.preflight({"source_conn_id": "t_lsource", "destination": "file:///tmp/unused"})
+    plan = logical_backup.preflight({"source_conn_id": "t_lsource", "destination": "file:///tmp/unused"})
     assert "_lastline" not in plan.databases
     logical_source.server().query("DROP DATABASE _lastline")
 
@@ -330,7 +330,7 @@ def test_grants_are_restored_when_asked_and_only_as_their_own_account(logical_so
     dst.query("DROP USER IF EXISTS 'wide'@'127.0.0.1'")
     # accounts log in with the passwords a backup chose: only a target whose connection allows it gets them
     wide = tmp_path.parent / f"{tmp_path.name}-wide"  # beside tmp_path: the test copies tmp_path whole below
-    lb.dump(lb.preflight({"source_conn_id": "t_lsource", "destination": f"file://{wide}", "databases": ["edge"],
+    logical_backup.dump(logical_backup.preflight({"source_conn_id": "t_lsource", "destination": f"file://{wide}", "databases": ["edge"],
                           "include_grants": True}))
     with pytest.raises(PreflightError, match='does not let restores create accounts .* "restore_grants": true'):
         lr.preflight({"target_conn_id": "t_ltarget", "backup": f"file://{wide}/latest", "databases": ["edge"], "force": True,
@@ -342,7 +342,7 @@ def test_grants_are_restored_when_asked_and_only_as_their_own_account(logical_so
         lr.preflight({"target_conn_id": "t_ltarget_accounts", "backup": f"file://{wide}/latest", "databases": ["edge"],
                       "force": True, "restore_grants": True})
     src.query("DROP USER 'wide'@'127.0.0.1'")
-    lb.dump(lb.preflight({"source_conn_id": "t_lsource", "destination": f"file://{tmp_path}", "databases": ["edge"],
+    logical_backup.dump(logical_backup.preflight({"source_conn_id": "t_lsource", "destination": f"file://{tmp_path}", "databases": ["edge"],
                           "include_grants": True}))
     conf = {"target_conn_id": "t_ltarget_accounts", "backup": f"file://{tmp_path}/latest", "databases": ["edge"], "force": True}
     plan = lr.preflight({**conf, "restore_grants": True})
@@ -368,7 +368,7 @@ def test_grants_are_restored_when_asked_and_only_as_their_own_account(logical_so
 
 def _plain_backup(tmp_path: Path) -> Path:
     dest = tmp_path / "plain"
-    lb.dump(lb.preflight({"source_conn_id": "t_lsource", "destination": f"file://{dest}", "databases": ["edge"]}))
+    logical_backup.dump(logical_backup.preflight({"source_conn_id": "t_lsource", "destination": f"file://{dest}", "databases": ["edge"]}))
     return dest
 
 
@@ -418,9 +418,9 @@ def test_connections_use_tls_when_the_connection_asks_for_it(tls_source, tmp_pat
         connections.server("t_plain").connect().close()
     tls = connections.server("t_tls")
     assert tls.query("SHOW SESSION STATUS LIKE 'Ssl_cipher'")[0][1]
-    plan = lb.preflight({"source_conn_id": "t_tls", "destination": f"file://{tmp_path}", "databases": ["tlsdb"],
+    plan = logical_backup.preflight({"source_conn_id": "t_tls", "destination": f"file://{tmp_path}", "databases": ["tlsdb"],
                          "chunk_rows": 1000})
-    lb.dump(plan)  # preflight, snapshot control, splitter and the C dump workers all connected over TLS
+    logical_backup.dump(plan)  # preflight, snapshot control, splitter and the C dump workers all connected over TLS
     m = read_manifest(open_storage(f"file://{tmp_path}"), plan.backup_id, "logical")
     assert m.tables[0].rows == 3000
 
