@@ -65,9 +65,9 @@ from lastline.core.hosts import LOCAL  # noqa: E402
 from lastline.core.option_files import option_file, option_file_text  # noqa: E402
 from lastline.core.servers import Server  # noqa: E402
 from lastline.core.sql import META_DB  # noqa: E402
-from lastline.logical import restore as lr  # noqa: E402
 from lastline.logical.backup import stages as logical_backup  # noqa: E402
 from lastline.logical.restore import report as restore_report  # noqa: E402
+from lastline.logical.restore import stages as logical_restore  # noqa: E402
 from lastline.physical.tools import check_open_files  # noqa: E402
 from lastline_dev.keys import throwaway_storage_key
 from lastline_dev.sandbox import Instance  # noqa: E402
@@ -160,10 +160,10 @@ def hwm_mb(reset: bool = False) -> float:
 
 
 def lane(plan: Any, name: str) -> tuple[float, float, list]:
-    """One lane in a forked worker: its seconds, its peak RSS (MB) and what lr.load_lane returned."""
+    """One lane in a forked worker: its seconds, its peak RSS (MB) and what logical_restore.load_lane returned."""
     hwm_mb(reset=True)
     t0 = time.monotonic()
-    units = lr.load_lane(plan, name)
+    units = logical_restore.load_lane(plan, name)
     return time.monotonic() - t0, hwm_mb(), units
 
 
@@ -190,16 +190,16 @@ def lastline(n_tables: int, dbs: list[str], work: Path, parallel: int, out: dict
     conf = {"target_conn_id": "bench_stgt", "backup": f"file://{dumps}/{bplan.backup_id}", "parallel": parallel,
             "force": True, "databases": dbs, "tune": True, "restart_allowed": False, "aws_conn_id": None}
     run_id = f"scale-{n_tables}"
-    plan = timed("restore preflight", lr.preflight, conf)
-    snap = timed("snapshot_config", lr.snapshot_config, plan, run_id)
+    plan = timed("restore preflight", logical_restore.preflight, conf)
+    snap = timed("snapshot_config", logical_restore.snapshot_config, plan, run_id)
     try:
-        prepared, lanes = timed("prepare", lr.prepare, plan)
+        prepared, lanes = timed("prepare", logical_restore.prepare, plan)
         with ProcessPoolExecutor(len(lanes), mp_context=multiprocessing.get_context("fork")) as pool:
             loads = timed("load", lambda: list(pool.map(functools.partial(lane, plan), lanes)))
-        finalized = timed("finalize", lr.finalize, plan)
+        finalized = timed("finalize", logical_restore.finalize, plan)
     finally:
-        reverted = timed("revert", lr.revert, plan)  # the DAG's teardown: after a failure too
-    verified = timed("verify", lr.verify, plan, snap)
+        reverted = timed("revert", logical_restore.revert, plan)  # the DAG's teardown: after a failure too
+    verified = timed("verify", logical_restore.verify, plan, snap)
     timed("report", restore_report.write, plan, {**prepared, "finalize": finalized, "revert": reverted, "verify": verified},
           [units for _s, _m, units in loads], "logical_restore_scale_bench", run_id)
     out["lanes"] = {name: round(s, 2) for name, (s, _m, _u) in zip(lanes, loads, strict=True)}

@@ -23,9 +23,9 @@ from lastline import backup_report
 from lastline.core import bounds
 from lastline.core.errors import PreflightError, Refusal, ServerError
 from lastline.core.servers import Server
-from lastline.logical import restore as lr
 from lastline.logical.backup import stages as logical_backup
 from lastline.logical.backup.plans import DumpResult
+from lastline.logical.restore import stages as logical_restore
 from lastline.manifest import read_manifest
 from lastline.physical import backup as pb
 from lastline.physical import restore as pb_restore
@@ -313,7 +313,7 @@ def test_parallel_20000_on_a_target_is_refused_before_a_thread_starts(app, logic
     backup = f"file://{tmp_path}/latest"
     t0 = time.monotonic()
     with pytest.raises(PreflightError, match=r"parallel=20000 .*ceiling of 16.*LASTLINE_MAX_PARALLEL") as refused:
-        lr.preflight({"target_conn_id": "t_ltarget", "backup": backup, "parallel": 20000})
+        logical_restore.preflight({"target_conn_id": "t_ltarget", "backup": backup, "parallel": 20000})
     assert isinstance(refused.value, Refusal) and time.monotonic() - t0 < 10
     from lastline.pitr import restore as pitr
 

@@ -14,13 +14,13 @@ from pathlib import Path
 import pytest
 
 from lastline.core.errors import IntegrityError, StorageError
-from lastline.logical import restore as lr
 from lastline.logical.backup import stages as logical_backup
 from lastline.logical.backup.dumper import Dumper, TableState
 from lastline.logical.backup.parts import DirectPart, PartWriter, open_part
 from lastline.logical.backup.snapshot import SESSION
 from lastline.logical.backup.worker import DumpWorker, WorkerWarning
 from lastline.logical.format import chunking, dialect
+from lastline.logical.restore import stages as logical_restore
 from lastline.manifest import LogicalManifest, read_manifest
 from lastline.storage import open_storage
 
@@ -188,7 +188,7 @@ def test_a_changed_schema_file_is_refused_before_anything_is_touched(huge_backup
     schema["tables"][0]["create"] += " COMMENT='changed'"
     (folder / "schema.json").write_text(json.dumps(schema))
     with pytest.raises(IntegrityError, match="schema.json has sha256 .* the manifest says"):
-        lr.preflight(_conf(tmp_path / "copy"))
+        logical_restore.preflight(_conf(tmp_path / "copy"))
     assert not logical_target.server().query("SHOW DATABASES LIKE 'huge'")
 
 

@@ -116,7 +116,7 @@ def test_target_datadir_full_mid_load(sandbox_root, logical_source, tmp_path, fa
     import time
 
     from conftest import set_conn
-    from lastline.logical import restore as lr
+    from lastline.logical.restore import stages as logical_restore
     from lastline_dev.compare import table_checksums
     from lastline_dev.sandbox import Instance
     from test_logical_restore import _wait_for_load
@@ -138,9 +138,9 @@ def test_target_datadir_full_mid_load(sandbox_root, logical_source, tmp_path, fa
                               "chunk_rows": 100_000}))
         conf = {"target_conn_id": "t_smalldisk", "backup": f"file://{dest}/latest", "databases": ["filldb"], "parallel": 1,
                 "tune": False}
-        plan = lr.preflight(conf)
-        lr.create_schema(plan)
-        units = lr.plan_load(plan)
+        plan = logical_restore.preflight(conf)
+        logical_restore.create_schema(plan)
+        units = logical_restore.plan_load(plan)
 
         def fill() -> None:
             _wait_for_load(inst.server(), "filldb", min_ledger=1)
@@ -159,20 +159,20 @@ def test_target_datadir_full_mid_load(sandbox_root, logical_source, tmp_path, fa
         t0 = time.monotonic()
         with pytest.raises(Exception) as err:
             for unit in units:
-                lr.load(plan, unit)
+                logical_restore.load(plan, unit)
         th.join()
         assert time.monotonic() - t0 < 120
         seen = str(err.value)
         assert "filldb.t" in seen and "datadir filesystem is full" in seen, seen
         filler.unlink()  # space is back
         assert inst.server().answers()
-        plan = lr.preflight(conf)
+        plan = logical_restore.preflight(conf)
         assert plan.resume
-        lr.create_schema(plan)
-        for u in lr.plan_load(plan):
-            lr.load(plan, u)
-        lr.finalize(plan)
-        lr.verify(plan, None)
+        logical_restore.create_schema(plan)
+        for u in logical_restore.plan_load(plan):
+            logical_restore.load(plan, u)
+        logical_restore.finalize(plan)
+        logical_restore.verify(plan, None)
         src = {k: v for k, v in table_checksums(logical_source.server()).items() if k.startswith("filldb.")}
         assert src and {k: v for k, v in table_checksums(inst.server()).items() if k.startswith("filldb.")} == src
         fault("target datadir full mid-load", seen.split("\n")[0],
