@@ -61,7 +61,7 @@ from lastline.core.option_files import option_file, option_file_text  # noqa: E4
 from lastline.logical.backup import stages as logical_backup  # noqa: E402
 from lastline.logical.restore import report as restore_report  # noqa: E402
 from lastline.logical.restore import stages as logical_restore  # noqa: E402
-from lastline.logical.restore.schema_checks import split_deferred  # noqa: E402
+from lastline.logical.restore.schema_tables import split_deferred  # noqa: E402
 from lastline.manifest import read_manifest  # noqa: E402
 from lastline.storage import open_storage  # noqa: E402
 from lastline_dev.deployment import SHARED_SETTINGS  # noqa: E402

@@ -30,7 +30,8 @@ from lastline.logical.restore.backup_files import (
     selected,
 )
 from lastline.logical.restore.plans import INDEX_BUILDS, RestorePlan
-from lastline.logical.restore.schema_checks import grant_reach, validate_schema
+from lastline.logical.restore.schema_checks import validate_schema
+from lastline.logical.restore.schema_grants import grant_reach
 from lastline.logical.restore.target_state import aside_name, resume_defer_indexes, resuming
 from lastline.manifest import LogicalManifest, backup_age, read_manifest, resolve_backup
 
