@@ -72,7 +72,7 @@ def plan_lanes(plan: RestorePlan) -> list[str]:
 
 @stopping.stops_cleanly
 def load_lane(plan: RestorePlan, lane: str) -> list[UnitLoaded]:
-    """One of `parallel` lanes: load the units no other lane holds, in plan order (see logical.load)."""
+    """One of `parallel` lanes: load the units no other lane holds, in plan order (see logical.restore.load)."""
     storage, manifest = open_backup(plan)
     units = plan_units(manifest, selected(manifest, plan.databases), plan.parallel)
     server = run_server(plan)  # the chunks, the held-back indexes and the checks: all under the run account
