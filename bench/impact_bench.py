@@ -31,7 +31,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 os.environ.setdefault("AIRFLOW_HOME", tempfile.mkdtemp(prefix="lastline-bench-airflow-"))
 
-from lastline.logical import backup as lb  # noqa: E402
+from lastline.logical.backup import stages as logical_backup  # noqa: E402
 from lastline.physical import backup as pb  # noqa: E402
 from lastline_dev.sandbox import Instance  # noqa: E402
 
@@ -114,7 +114,7 @@ def backup(kind: str, dest: Path) -> dict:
     base = {"source_conn_id": "b_impact", "destination": f"file://{dest}", **json.loads(ARGS.conf)}
     t0 = time.monotonic()
     if kind == "logical":
-        result = lb.dump(lb.preflight({**base, "databases": [DB]}))
+        result = logical_backup.dump(logical_backup.preflight({**base, "databases": [DB]}))
         return {"seconds": time.monotonic() - t0, "held": result.commits_held_seconds}
     plan = pb.preflight(base)
     pb.finish(plan, pb.stream(plan))

@@ -41,7 +41,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from lastline.core.option_files import option_file, option_file_text
-from lastline.logical import backup as lb
+from lastline.logical.backup import stages as logical_backup
 from lastline.logical.backup.parts import PartWriter
 from lastline.logical.backup.worker import DumpWorker
 from lastline.storage import open_storage
@@ -113,14 +113,14 @@ def lastline_dump(out: Path, parallel: int, chunk_rows: int, compression: str, s
     child processes (dump workers escaping and compressing zstd; pigz when asked for). lastline fsyncs
     every chunk file; mydumper and mariadb-dump do not."""
     shutil.rmtree(out, ignore_errors=True)
-    plan = lb.preflight({
+    plan = logical_backup.preflight({
         "source_conn_id": "bench_lsrc", "destination": f"file://{out}", "databases": list(databases),
         "parallel": parallel, "chunk_rows": chunk_rows, "compression": compression,
     })
     settle()
     server0, me0 = cpu_seconds(server_pid), os.times()
     t0 = time.monotonic()
-    lb.dump(plan)
+    logical_backup.dump(plan)
     seconds = time.monotonic() - t0
     me1 = os.times()
     us = 1e6 / max(rows, 1)
@@ -246,7 +246,7 @@ def main() -> int:
     p.add_argument("--tables", type=int, default=8)
     p.add_argument("--rows", type=int, default=1_000_000)
     p.add_argument("--parallel", type=int, default=2, help="threads for every method (default 2: our cores)")
-    p.add_argument("--chunk-rows", type=int, default=lb.DEFAULT_CHUNK_ROWS)
+    p.add_argument("--chunk-rows", type=int, default=logical_backup.DEFAULT_CHUNK_ROWS)
     p.add_argument("--sweep", action="store_true", help="also time lastline at 100k, 250k and 1M rows per chunk")
     p.add_argument("--mydumper1", default=os.environ.get("LASTLINE_MYDUMPER1_DIR"),
                    help="a folder with mydumper 1.0 built from its source (github.com/mydumper/mydumper, tag v1.0.1-3; not "

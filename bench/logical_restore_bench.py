@@ -58,10 +58,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from logical_bench import SCHEDULES_OFF, dataset, sh  # noqa: E402
 
 from lastline.core.option_files import option_file, option_file_text  # noqa: E402
-from lastline.logical import backup as lb  # noqa: E402
-from lastline.logical import restore as lr  # noqa: E402
+from lastline.logical.backup import stages as logical_backup  # noqa: E402
 from lastline.logical.restore import report as restore_report  # noqa: E402
-from lastline.logical.restore.schema_checks import split_deferred  # noqa: E402
+from lastline.logical.restore import stages as logical_restore  # noqa: E402
+from lastline.logical.restore.schema_tables import split_deferred  # noqa: E402
 from lastline.manifest import read_manifest  # noqa: E402
 from lastline.storage import open_storage  # noqa: E402
 from lastline_dev.deployment import SHARED_SETTINGS  # noqa: E402
@@ -189,16 +189,16 @@ def without_airflow(conf: dict, run_id: str) -> tuple[float, dict, float]:
     report), as task_groups.logical_restore_steps calls them. Its seconds, the report, and the lanes' seconds spent
     reading chunks back for their checks."""
     t0 = time.monotonic()
-    plan = lr.preflight(conf)
-    snap = lr.snapshot_config(plan, run_id)
+    plan = logical_restore.preflight(conf)
+    snap = logical_restore.snapshot_config(plan, run_id)
     try:
-        steps, lanes = lr.prepare(plan)
+        steps, lanes = logical_restore.prepare(plan)
         with ProcessPoolExecutor(len(lanes), mp_context=multiprocessing.get_context("fork")) as pool:
-            loads = list(pool.map(functools.partial(lr.load_lane, plan), lanes))
-        finalized = lr.finalize(plan)
+            loads = list(pool.map(functools.partial(logical_restore.load_lane, plan), lanes))
+        finalized = logical_restore.finalize(plan)
     finally:
-        reverted = lr.revert(plan)  # the DAG's teardown: after a failure too
-    verified = lr.verify(plan, snap)
+        reverted = logical_restore.revert(plan)  # the DAG's teardown: after a failure too
+    verified = logical_restore.verify(plan, snap)
     report = restore_report.write(plan, {**steps, "finalize": finalized, "revert": reverted, "verify": verified}, loads,
                                   "logical_restore_without_airflow", run_id)
     checks = sum(unit.check_seconds for lane in loads for unit in lane)
@@ -266,9 +266,9 @@ def main() -> int:
     dumps = work / "dumps"
     shutil.rmtree(dumps, ignore_errors=True)
     dumps.mkdir()
-    plan = lb.preflight({"source_conn_id": "bench_rsrc", "destination": f"file://{dumps / 'lastline'}",
+    plan = logical_backup.preflight({"source_conn_id": "bench_rsrc", "destination": f"file://{dumps / 'lastline'}",
                          "databases": ["sbtest"], "parallel": n})
-    lb.dump(plan)
+    logical_backup.dump(plan)
     manifest = read_manifest(open_storage(f"file://{dumps / 'lastline'}"), plan.backup_id, "logical")
     raw_mb = manifest.raw_bytes / 1e6
     buffer_pool = max(128 << 20, manifest.raw_bytes // 4 // (128 << 20) * (128 << 20)) if args.memory == "quarter" else None

@@ -58,7 +58,7 @@ def main() -> int:
     try:
         os.environ["AIRFLOW_CONN_BENCH_PII"] = json.dumps(inst.connection("bench_pii"))
         load(inst, sizes)
-        from lastline.logical import backup as lb
+        from lastline.logical.backup import stages as logical_backup
         from lastline.manifest import read_manifest, resolve_backup
         from lastline.staging import pii
         from lastline.staging import sampling as sm
@@ -69,9 +69,9 @@ def main() -> int:
               f"{'decoded':>7} | {'best s':>6}  found: every 1000th row | last 2% of rows")
         for chunk_rows in (int(c) for c in args.chunk_rows.split(",")):
             dest = work / f"backups-{chunk_rows}"
-            plan = lb.preflight({"source_conn_id": "bench_pii", "destination": f"file://{dest}", "databases": ["pii"],
+            plan = logical_backup.preflight({"source_conn_id": "bench_pii", "destination": f"file://{dest}", "databases": ["pii"],
                                  "parallel": 2, "chunk_rows": chunk_rows})
-            lb.dump(plan)
+            logical_backup.dump(plan)
             storage, backup_id = resolve_backup(f"file://{dest}/{plan.backup_id}", None, "logical")
             manifest = read_manifest(storage, backup_id, "logical")
             for t in sorted(manifest.tables, key=lambda t: t.rows):

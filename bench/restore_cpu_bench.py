@@ -6,7 +6,7 @@ decompressors, and Airflow's processes around the run.
 Run it after `make bench-restore`: it restores that bench's newest lastline backup into that bench's target
 sandbox (its buffer pool and redo log as the last bench run left them), twice:
 
-1. one lane alone, in this process (lastline.logical.restore's preflight, snapshot_config, prepare, then
+1. one lane alone, in this process (lastline.logical.restore.stages: preflight, snapshot_config, prepare, then
    `load_lane` for lane 1, which takes every unit when it is alone): CPU seconds of this process, of its
    children (`zstd` processes, only where lastline's LOAD DATA handler is not built: with it, the chunks
    are decompressed in this process) and of the server;
@@ -29,7 +29,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "bench"))
 from logical_restore_bench import cpu_seconds, process_seconds  # noqa: E402
 
-from lastline.logical import restore as lr  # noqa: E402
+from lastline.logical.restore import stages as logical_restore  # noqa: E402
 from lastline_dev.sandbox import Instance  # noqa: E402
 from lastline_dev.standalone import Standalone  # noqa: E402
 
@@ -126,13 +126,13 @@ def main() -> int:
                 "defer_indexes": True, "index_build": "after_all", "aws_conn_id": None}
 
         tgt.server().query("DROP DATABASE IF EXISTS sbtest")
-        plan = lr.preflight(conf)
-        lr.snapshot_config(plan)
-        lr.prepare(plan)
+        plan = logical_restore.preflight(conf)
+        logical_restore.snapshot_config(plan)
+        logical_restore.prepare(plan)
         before, t0, wall = cpu_seconds(tgt.pid()), os.times(), time.monotonic()
-        lr.load_lane(plan, "lane 1 of 2")
+        logical_restore.load_lane(plan, "lane 1 of 2")
         after, t1 = cpu_seconds(tgt.pid()), os.times()
-        lr.revert(plan)
+        logical_restore.revert(plan)
         print(f"one lane alone loads every unit: {time.monotonic() - wall:.1f} s; CPU s: the lane's process "
               f"{t1.user - t0.user + t1.system - t0.system:.1f}, its decompressors "
               f"{t1.children_user - t0.children_user + t1.children_system - t0.children_system:.1f}, "

@@ -21,8 +21,8 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from lastline.logical import backup as lb
-from lastline.logical import restore as lr
+from lastline.logical.backup import stages as logical_backup
+from lastline.logical.restore import stages as logical_restore
 from lastline.manifest import MANIFEST, newest_complete, resolve_backup
 from lastline.storage import open_storage
 
@@ -60,9 +60,9 @@ def measure(url: str, aws: str | None, target_conn_id: str, databases: list[str]
     return {
         "latest": timed(lambda: resolve_backup(f"{url}/latest", aws, "logical")),
         "form list": timed(lambda: newest_complete(storage, "logical", 10)),
-        "restore preflight": timed(lambda: lr.preflight({"target_conn_id": target_conn_id, "backup": f"{url}/latest",
+        "restore preflight": timed(lambda: logical_restore.preflight({"target_conn_id": target_conn_id, "backup": f"{url}/latest",
                                                          "databases": databases, "force": True, "aws_conn_id": aws})),
-        "prune (keep 7)": timed(lambda: lb.prune({"destination": url, "keep": 7, "aws_conn_id": aws})),
+        "prune (keep 7)": timed(lambda: logical_backup.prune({"destination": url, "keep": 7, "aws_conn_id": aws})),
     }
 
 

@@ -65,9 +65,9 @@ from lastline.core.hosts import LOCAL  # noqa: E402
 from lastline.core.option_files import option_file, option_file_text  # noqa: E402
 from lastline.core.servers import Server  # noqa: E402
 from lastline.core.sql import META_DB  # noqa: E402
-from lastline.logical import backup as lb  # noqa: E402
-from lastline.logical import restore as lr  # noqa: E402
+from lastline.logical.backup import stages as logical_backup  # noqa: E402
 from lastline.logical.restore import report as restore_report  # noqa: E402
+from lastline.logical.restore import stages as logical_restore  # noqa: E402
 from lastline.mariabackup.commands import check_open_files  # noqa: E402
 from lastline_dev.keys import throwaway_storage_key
 from lastline_dev.sandbox import Instance  # noqa: E402
@@ -160,10 +160,10 @@ def hwm_mb(reset: bool = False) -> float:
 
 
 def lane(plan: Any, name: str) -> tuple[float, float, list]:
-    """One lane in a forked worker: its seconds, its peak RSS (MB) and what lr.load_lane returned."""
+    """One lane in a forked worker: its seconds, its peak RSS (MB) and what logical_restore.load_lane returned."""
     hwm_mb(reset=True)
     t0 = time.monotonic()
-    units = lr.load_lane(plan, name)
+    units = logical_restore.load_lane(plan, name)
     return time.monotonic() - t0, hwm_mb(), units
 
 
@@ -182,24 +182,24 @@ def lastline(n_tables: int, dbs: list[str], work: Path, parallel: int, out: dict
     shutil.rmtree(dumps, ignore_errors=True)
     dumps.mkdir(parents=True)
     hwm_mb(reset=True)
-    bplan = timed("backup preflight", lb.preflight, {"source_conn_id": "bench_ssrc", "destination": f"file://{dumps}",
+    bplan = timed("backup preflight", logical_backup.preflight, {"source_conn_id": "bench_ssrc", "destination": f"file://{dumps}",
                                                      "databases": dbs, "parallel": parallel})
-    dumped = timed("dump", lb.dump, bplan)
+    dumped = timed("dump", logical_backup.dump, bplan)
     out["dump"] = {"tables": dumped.tables, "rows": dumped.rows, "bytes": dumped.bytes, "seconds": dumped.seconds,
                    "commits_held_seconds": dumped.commits_held_seconds, "ddl_held_seconds": dumped.ddl_held_seconds}
     conf = {"target_conn_id": "bench_stgt", "backup": f"file://{dumps}/{bplan.backup_id}", "parallel": parallel,
             "force": True, "databases": dbs, "tune": True, "restart_allowed": False, "aws_conn_id": None}
     run_id = f"scale-{n_tables}"
-    plan = timed("restore preflight", lr.preflight, conf)
-    snap = timed("snapshot_config", lr.snapshot_config, plan, run_id)
+    plan = timed("restore preflight", logical_restore.preflight, conf)
+    snap = timed("snapshot_config", logical_restore.snapshot_config, plan, run_id)
     try:
-        prepared, lanes = timed("prepare", lr.prepare, plan)
+        prepared, lanes = timed("prepare", logical_restore.prepare, plan)
         with ProcessPoolExecutor(len(lanes), mp_context=multiprocessing.get_context("fork")) as pool:
             loads = timed("load", lambda: list(pool.map(functools.partial(lane, plan), lanes)))
-        finalized = timed("finalize", lr.finalize, plan)
+        finalized = timed("finalize", logical_restore.finalize, plan)
     finally:
-        reverted = timed("revert", lr.revert, plan)  # the DAG's teardown: after a failure too
-    verified = timed("verify", lr.verify, plan, snap)
+        reverted = timed("revert", logical_restore.revert, plan)  # the DAG's teardown: after a failure too
+    verified = timed("verify", logical_restore.verify, plan, snap)
     timed("report", restore_report.write, plan, {**prepared, "finalize": finalized, "revert": reverted, "verify": verified},
           [units for _s, _m, units in loads], "logical_restore_scale_bench", run_id)
     out["lanes"] = {name: round(s, 2) for name, (s, _m, _u) in zip(lanes, loads, strict=True)}
@@ -495,7 +495,7 @@ def main() -> int:
             if n_tables == sizes[-1] and args.backups:  # many backups (last: its S3 server lives in this process)
                 small = work / "dumps" / "small"
                 shutil.rmtree(small, ignore_errors=True)
-                one = lb.dump(lb.preflight({"source_conn_id": "bench_ssrc", "destination": f"file://{small}",
+                one = logical_backup.dump(logical_backup.preflight({"source_conn_id": "bench_ssrc", "destination": f"file://{small}",
                                             "databases": dbs[:2]}))
                 print(f"\n== many backups: {args.backups} logical backups in a folder and in S3 ==", flush=True)
                 with logs_to(work / "lastline.log"):

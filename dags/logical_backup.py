@@ -40,7 +40,7 @@ from lastline.airflow.defaults import dag_args, schedule
 from lastline.airflow.params import params
 from lastline.airflow.routing import on_server
 from lastline.airflow.steps import step, task
-from lastline.logical import backup as lb
+from lastline.logical.backup import stages as backup_stages
 
 
 @dag(
@@ -58,11 +58,11 @@ from lastline.logical import backup as lb
 def logical_backup():
     @task
     def preflight(params=None) -> dict:
-        return lb.preflight(dict(params)).to_dict()
+        return backup_stages.preflight(dict(params)).to_dict()
 
     @task
     def prune(params=None) -> list[str]:
-        return lb.prune(dict(params))
+        return backup_stages.prune(dict(params))
 
     @task(outlets=[LOGICAL_BACKUP])
     def announce_backup(plan: dict, written: str) -> dict:
@@ -70,9 +70,9 @@ def logical_backup():
         return announce(LOGICAL_BACKUP, "logical", plan["destination"], plan["backup_id"], plan.get("aws_conn_id"))
 
     plan = preflight()
-    written = step(lb.dump, **on_server("source_conn_id"))(plan)
+    written = step(backup_stages.dump, **on_server("source_conn_id"))(plan)
     # from a replica: its SQL thread runs again, whatever happened (not in the server's pool: never behind a backup)
-    step(lb.resume_replica)(plan, written).as_teardown(setups=plan, on_failure_fail_dagrun=True)
+    step(backup_stages.resume_replica)(plan, written).as_teardown(setups=plan, on_failure_fail_dagrun=True)
     announce_backup(plan, written) >> prune()
 
 

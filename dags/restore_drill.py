@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from airflow.sdk import dag, get_current_context
 
-from lastline import drill as rd
+from lastline import drill
 from lastline.airflow.alerts import send
 from lastline.airflow.assets import LOGICAL_BACKUP, PHYSICAL_BACKUP, triggering_backup
 from lastline.airflow.defaults import dag_args
@@ -37,7 +37,7 @@ def restore_drill():
     @task(multiple_outputs=True)
     def preflight(params=None) -> dict:
         event = triggering_backup()  # a backup that just completed; else the Params (a manual run)
-        return rd.preflight({**params, "kind": event["kind"], "backup": event["url"]} if event else dict(params)).to_dict()
+        return drill.preflight({**params, "kind": event["kind"], "backup": event["url"]} if event else dict(params)).to_dict()
 
     @task.branch
     def which(kind: str) -> str:
@@ -47,12 +47,12 @@ def restore_drill():
     def record(plan: dict) -> dict:
         context = get_current_context()
         verified = context["ti"].xcom_pull(task_ids=f"{plan['kind']}.verify")
-        entry = rd.record(rd.DrillPlan.of(plan), verified, context["dag"].dag_id, context["run_id"])
-        problem = rd.verdict(entry)
+        entry = drill.record(drill.DrillPlan.of(plan), verified, context["dag"].dag_id, context["run_id"])
+        problem = drill.verdict(entry)
         if problem:
             send("drill_failed" if not entry["ok"] else "rto_exceeded", f"lastline: {problem}",
                  {"dag_id": context["dag"].dag_id, "run_id": context["run_id"], **entry})
-        rd.fail_if_bad(entry)
+        drill.fail_if_bad(entry)
         return entry
 
     plan = preflight()

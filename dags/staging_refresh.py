@@ -31,9 +31,8 @@ from lastline.airflow.defaults import dag_args, env
 from lastline.airflow.params import Override, params, recent_backups
 from lastline.airflow.steps import step, task
 from lastline.airflow.task_groups import detach_replication, logical_restore_steps
-from lastline.staging import quarantine
-from lastline.staging import refresh as sr
-from lastline.staging import verify as sv
+from lastline.staging import quarantine, refresh
+from lastline.staging import verify as staging_verify
 
 
 @dag(
@@ -56,21 +55,21 @@ def staging_refresh():
     def preflight(params=None) -> dict:
         conf = {**params, "backup": backup_from_event(params["backup"])}
         # the deployment's rules; the run's masking_rules may only add to them (no "keep": see rules.run_rules)
-        return sr.preflight(conf, Variable.get("lastline_masking_rules", default="{}")).to_dict()
+        return refresh.preflight(conf, Variable.get("lastline_masking_rules", default="{}")).to_dict()
 
     run = "{{ run_id }}"  # the run's key: what it locked, masked and verified
     plan = preflight()
     locked = step(quarantine.lock)(plan["target_conn_id"], run)  # the setup: nobody but lastline reads staging until the masking is verified
     restored = logical_restore_steps(plan["restore"], role="staging")
     detached = detach_replication(plan["target_conn_id"], "{{ params.restart }}", False)
-    masked = step(sr.mask)(plan, run)
-    verified = step(sv.verify_masking)(plan, run)
-    late = step(sr.late_objects, task_id="objects")(plan)  # triggers and events: none fired on the mask
-    opened = step(sr.open_target, task_id="open")(plan)
+    masked = step(refresh.mask)(plan, run)
+    verified = step(staging_verify.verify_masking)(plan, run)
+    late = step(refresh.late_objects, task_id="objects")(plan)  # triggers and events: none fired on the mask
+    opened = step(refresh.open_target, task_id="open")(plan)
     closed = step(quarantine.close)(plan["target_conn_id"], run, plan["databases"]).as_teardown(
         setups=locked, on_failure_fail_dagrun=True)  # unmasked data dropped, accounts unlocked
     locked >> restored >> detached >> masked >> verified >> late >> opened >> closed
-    [opened, closed] >> step(sr.report)(plan, verified, masked, dag_id="{{ dag.dag_id }}")  # the leaf: a failed open fails the run
+    [opened, closed] >> step(refresh.report)(plan, verified, masked, dag_id="{{ dag.dag_id }}")  # the leaf: a failed open fails the run
 
 
 staging_refresh()

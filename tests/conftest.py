@@ -272,16 +272,16 @@ def tamper_schema(src: Path, dst: Path, change) -> Path:
 def restore_steps(plan, run: str = ""):
     """Every step of a logical restore after its preflight, in process, revert always; returns the configuration
     snapshot (for verify)."""
-    from lastline.logical import restore as lr
+    from lastline.logical.restore import stages as logical_restore
 
-    snap = lr.snapshot_config(plan, run)
+    snap = logical_restore.snapshot_config(plan, run)
     try:
-        _steps, lanes = lr.prepare(plan)
+        _steps, lanes = logical_restore.prepare(plan)
         for lane in lanes:
-            lr.load_lane(plan, lane)
-        lr.finalize(plan)
+            logical_restore.load_lane(plan, lane)
+        logical_restore.finalize(plan)
     finally:
-        lr.revert(plan)
+        logical_restore.revert(plan)
     return snap
 
 

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from lastline.core.errors import PreflightError
-from lastline.logical import backup as lb
-from lastline.logical import restore as lr
+from lastline.logical.backup import stages as logical_backup
+from lastline.logical.restore import stages as logical_restore
 from lastline_dev.compare import table_checksums
 
 pytestmark = pytest.mark.e2e
@@ -91,7 +91,7 @@ def asks(monkeypatch):
 @pytest.fixture(scope="module")
 def store_backup(logical_source, tmp_path_factory) -> Path:
     dest = tmp_path_factory.mktemp("approval")
-    lb.dump(lb.preflight({"source_conn_id": "t_lsource", "destination": f"file://{dest}", "databases": ["store"]}))
+    logical_backup.dump(logical_backup.preflight({"source_conn_id": "t_lsource", "destination": f"file://{dest}", "databases": ["store"]}))
     return dest
 
 
@@ -120,7 +120,7 @@ def _store(inst) -> dict:
 def test_a_logical_restore_with_the_form_s_defaults_waits_for_approval_then_replaces(
         run_dag, store_backup, logical_source, logical_target, asks):
     before = _occupied(logical_target)
-    plan = lr.preflight(_conf(store_backup))
+    plan = logical_restore.preflight(_conf(store_backup))
     assert plan.at_risk and plan.at_risk["databases"] == ["store"] and plan.at_risk["force"] is False
     assert plan.force  # once approved, the stages after the approval replace as force would
 
@@ -150,14 +150,14 @@ def test_without_approval_asked_only_force_replaces(store_backup, logical_target
     _occupied(logical_target)
     with pytest.raises(PreflightError, match=r"store already exist .*LASTLINE_APPROVAL is false\): set force to replace "
                                              r"it without asking \(an unattended run\), or set LASTLINE_APPROVAL=true"):
-        lr.preflight(_conf(store_backup))
+        logical_restore.preflight(_conf(store_backup))
     set_conn("t_la_no", logical_target, approval=False)  # the connection's own no, whatever the deployment says
     monkeypatch.setenv("LASTLINE_APPROVAL", "true")
     with pytest.raises(PreflightError, match=r"extra \"approval\" is false\): set force .* or set \"approval\": true"):
-        lr.preflight(_conf(store_backup, target_conn_id="t_la_no"))
-    forced = lr.preflight(_conf(store_backup, target_conn_id="t_la_no", force=True))
+        logical_restore.preflight(_conf(store_backup, target_conn_id="t_la_no"))
+    forced = logical_restore.preflight(_conf(store_backup, target_conn_id="t_la_no", force=True))
     assert forced.force and forced.at_risk is None  # force, where no one is asked: replaced without a question
-    asked = lr.preflight(_conf(store_backup, force=True))
+    asked = logical_restore.preflight(_conf(store_backup, force=True))
     assert asked.force and asked.at_risk and asked.at_risk["force"] is True  # force on, approval on: asked as before
 
 
@@ -237,7 +237,7 @@ def test_a_database_written_while_the_approval_waited_is_not_replaced(store_back
     with logical_target.server().session() as cur:
         cur.execute("DROP DATABASE IF EXISTS store")
         cur.connection.commit()
-    plan = lr.preflight(_conf(store_backup))
+    plan = logical_restore.preflight(_conf(store_backup))
     assert plan.at_risk is None and not plan.force  # nothing to replace: nobody is asked
     _occupied(logical_target)  # ... and then something writes there before the schema step
     with logical_target.server().session() as cur:
@@ -249,5 +249,5 @@ def test_a_database_written_while_the_approval_waited_is_not_replaced(store_back
             refuse_unapproved(cur, ["store"], True, {"force": False, "replaces": []})
         refuse_unapproved(cur, ["store"], True, {"force": True, "replaces": []})  # force as asked: every database
     assert "store.precious" in _store(logical_target)  # nothing was touched
-    src = Path(lr.__file__).with_name("create.py").read_text()
+    src = Path(logical_restore.__file__).with_name("create.py").read_text()
     assert "refuse_unapproved(cur, plan.databases, plan.force, plan.at_risk)" in src.split("set_aside(cur, db)")[0]

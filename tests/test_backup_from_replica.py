@@ -12,7 +12,8 @@ import pytest
 
 from conftest import attach_replica, set_conn
 from lastline.core.errors import PreflightError, ReplicationError
-from lastline.logical import backup as lb
+from lastline.logical.backup import stages as logical_backup
+from lastline.logical.backup.plans import DumpResult
 from lastline.manifest import read_manifest
 from lastline.physical import backup as physical_backup
 from lastline.replicas import backup_source as replica_source
@@ -104,9 +105,9 @@ def test_a_logical_backup_of_the_replica_replays_exactly_from_the_primary_coordi
     primary, replica = pair
     with Shop(primary) as shop:
         time.sleep(0.5)
-        plan = lb.preflight({"source_conn_id": "t_rreplica", "destination": f"file://{tmp_path}", "databases": [DB]})
+        plan = logical_backup.preflight({"source_conn_id": "t_rreplica", "destination": f"file://{tmp_path}", "databases": [DB]})
         assert plan.replica["sql_running"] == [""] and plan.replica["lag_seconds"] is not None
-        lb.dump(plan)
+        logical_backup.dump(plan)
         assert _sql_running(replica) == "Yes", "the SQL thread runs again after the snapshot"
         time.sleep(0.5)
     assert shop.done > 50
@@ -147,29 +148,29 @@ def test_a_lagging_or_stopped_replica_is_refused_and_a_stopped_sql_thread_comes_
     primary, replica = pair
     conf = {"source_conn_id": "t_rreplica", "destination": f"file://{tmp_path}", "databases": [DB]}
     r = replica.server()
-    plan = lb.preflight(conf)
+    plan = logical_backup.preflight(conf)
     r.query("STOP SLAVE SQL_THREAD")
     try:
         with pytest.raises(PreflightError, match="not within 300 s of its primary"):
-            lb.preflight(conf)
+            logical_backup.preflight(conf)
         monkeypatch.setenv("LASTLINE_MAX_REPLICA_LAG", "0")  # the deployment lets a run back up a stopped replica
-        assert lb.preflight({**conf, "max_replica_lag": 0}).replica["sql_running"] == []
+        assert logical_backup.preflight({**conf, "max_replica_lag": 0}).replica["sql_running"] == []
         # a thread someone else stopped stays stopped through a snapshot's pause, and no coordinates are read twice
         with replica_source.paused(r) as paused:
             assert paused["read"]()["gtid"]
         assert _sql_running(replica) == "No"
         # after a dump that completed, the teardown does nothing; after one killed while the SQL thread stood
         # still (no result), it starts it again
-        done = lb.DumpResult(manifest="m", tables=0, rows=0, bytes=0, seconds=0, lock_method="ftwrl", commits_held_seconds=0,
+        done = DumpResult(manifest="m", tables=0, rows=0, bytes=0, seconds=0, lock_method="ftwrl", commits_held_seconds=0,
                              ddl_held_seconds=0, ddl_yields=0)
-        assert lb.resume_replica(plan, done) == [] and _sql_running(replica) == "No"
-        assert lb.resume_replica(plan) == ["default"] and _sql_running(replica) == "Yes"
-        assert lb.resume_replica(plan) == []
+        assert logical_backup.resume_replica(plan, done) == [] and _sql_running(replica) == "No"
+        assert logical_backup.resume_replica(plan) == ["default"] and _sql_running(replica) == "Yes"
+        assert logical_backup.resume_replica(plan) == []
     finally:
         r.query("START SLAVE SQL_THREAD")
     with pytest.raises(PreflightError, match="not a replica"):
-        lb.preflight({**conf, "source_conn_id": "t_rprimary", "from_replica": True})
-    assert lb.preflight({**conf, "source_conn_id": "t_rprimary"}).replica is None
+        logical_backup.preflight({**conf, "source_conn_id": "t_rprimary", "from_replica": True})
+    assert logical_backup.preflight({**conf, "source_conn_id": "t_rprimary"}).replica is None
 
 
 def test_the_snapshot_waits_while_a_replicated_temporary_table_is_open(pair):

@@ -17,7 +17,7 @@ import pytest
 
 from conftest import ROOT, set_conn
 from lastline import connections, inventory
-from lastline.logical import backup as lb
+from lastline.logical.backup import stages as logical_backup
 from lastline.manifest import read_manifest
 from lastline.physical import backup as pb
 from lastline.pitr import archive
@@ -52,8 +52,8 @@ def made(source, tmp_path_factory, drill_server, airflow_db) -> dict:
     plan = pb.preflight({"source_conn_id": "t_source", "destination": url})
     pb.finish(plan, pb.stream(plan))
     time.sleep(1.1)  # backup ids are stamped to the second
-    logical = lb.preflight({"source_conn_id": "t_source", "destination": url, "databases": ["store"]})
-    lb.dump(logical)
+    logical = logical_backup.preflight({"source_conn_id": "t_source", "destination": url, "databases": ["store"]})
+    logical_backup.dump(logical)
     time.sleep(2.1)  # the archive confirms what the source committed up to a second before it looked
     archive.ship(connections.server("t_source"), storage)
     (dest / "20260101T000000Z-abcdef").mkdir()  # a backup that never finished
@@ -320,9 +320,9 @@ def test_an_s3_destination_is_read_through_the_connection_its_root_names(monkeyp
 
 @pytest.mark.e2e
 def test_an_s3_destination_is_listed_through_its_connection(source, s3_server):
-    plan = lb.preflight({"source_conn_id": "t_source", "destination": "s3://backups/page", "aws_conn_id": "t_s3",
+    plan = logical_backup.preflight({"source_conn_id": "t_source", "destination": "s3://backups/page", "aws_conn_id": "t_s3",
                          "databases": ["store"]})
-    lb.dump(plan)
+    logical_backup.dump(plan)
     found = inventory.list_destination("s3://backups/page", "t_s3", drill_history=[])
     assert found.problem is None and found.folders == 1
     (row,) = found.backups

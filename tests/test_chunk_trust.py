@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 
 from lastline.core.errors import IntegrityError
-from lastline.logical import backup as lb
-from lastline.logical import restore as lr
+from lastline.logical.backup import stages as logical_backup
+from lastline.logical.restore import stages as logical_restore
 from lastline.logical.restore.target_state import aside_name
 
 pytestmark = pytest.mark.e2e
@@ -43,7 +43,7 @@ def chunk_backups(logical_source, tmp_path_factory) -> dict[str, Path]:
     out = {}
     for compression in ("none", "zstd", "pigz"):
         dest = tmp_path_factory.mktemp(f"chunks-{compression}")
-        lb.dump(lb.preflight({"source_conn_id": "t_lsource", "destination": f"file://{dest}", "databases": [DB],
+        logical_backup.dump(logical_backup.preflight({"source_conn_id": "t_lsource", "destination": f"file://{dest}", "databases": [DB],
                               "compression": compression}))
         out[compression] = dest
     return out
@@ -104,11 +104,11 @@ def _forge(folder: Path, manifest: dict, table: str, content: bytes) -> str:
 
 def _restore(conf: dict, plan: dict | None = None) -> None:
     """A logical restore in-process, as the DAG runs it (from `plan` if preflight already ran)."""
-    plan = plan or lr.preflight(conf)
-    lr.create_schema(plan)
-    for unit in lr.plan_load(plan):
-        lr.load(plan, unit)
-    lr.finalize(plan)
+    plan = plan or logical_restore.preflight(conf)
+    logical_restore.create_schema(plan)
+    for unit in logical_restore.plan_load(plan):
+        logical_restore.load(plan, unit)
+    logical_restore.finalize(plan)
 
 
 def _refused(conf: dict, plan: dict | None = None) -> str:
@@ -153,7 +153,7 @@ def test_a_chunk_that_is_a_symlink_is_refused_and_nothing_of_it_is_loaded(
     if when == "after preflight":  # the manifest vouches for a regular file; once preflight checked (and pinned) the
         (folder / key).write_bytes(target.read_bytes())  # manifest, the file is swapped for a link (a manifest
         _forge(folder, manifest, table, target.read_bytes())  # changed after preflight is refused by its pin instead)
-        plan = lr.preflight(_conf(tmp_path / "copy"))
+        plan = logical_restore.preflight(_conf(tmp_path / "copy"))
         (folder / key).unlink()
         (folder / key).symlink_to(target)
     else:

@@ -23,8 +23,9 @@ from lastline import backup_report
 from lastline.core import bounds
 from lastline.core.errors import PreflightError, Refusal, ServerError
 from lastline.core.servers import Server
-from lastline.logical import backup as lb
-from lastline.logical import restore as lr
+from lastline.logical.backup import stages as logical_backup
+from lastline.logical.backup.plans import DumpResult
+from lastline.logical.restore import stages as logical_restore
 from lastline.manifest import read_manifest
 from lastline.physical import backup as physical_backup
 from lastline.physical import restore as physical_restore
@@ -162,8 +163,8 @@ def _conf(dest: Path, **conf) -> dict:
     return {"source_conn_id": "t_cb_prod", "destination": f"file://{dest}", "databases": [DB], "chunk_rows": 1000, **conf}
 
 
-def _backup(dest: Path, **conf) -> lb.DumpResult:
-    return lb.dump(lb.preflight(_conf(dest, **conf)))
+def _backup(dest: Path, **conf) -> DumpResult:
+    return logical_backup.dump(logical_backup.preflight(_conf(dest, **conf)))
 
 
 @pytest.mark.parametrize(("name", "value"), [("NaN", "nan"), ("NaN, any case", "NaN"), ("infinity", "inf"),
@@ -256,7 +257,7 @@ def test_parallel_400_is_refused_or_clamped_to_free_connections_and_the_applicat
     a ceiling that allows it, the dump takes only what max_connections leaves free beyond the reserve, and the
     application still opens connections throughout (no "Too many connections")."""
     with pytest.raises(PreflightError, match=r"parallel=400 .*ceiling of 16"):
-        lb.preflight(_conf(tmp_path, parallel=400))
+        logical_backup.preflight(_conf(tmp_path, parallel=400))
     deployment.setenv("LASTLINE_MAX_PARALLEL", "1000")
     app.query("SET GLOBAL max_connections = 40")
     refused: list[str] = []
@@ -276,10 +277,10 @@ def test_parallel_400_is_refused_or_clamped_to_free_connections_and_the_applicat
         with app.session() as cur:
             cur.execute(f"INSERT INTO {DB}.orders (t) SELECT NOW(6) FROM {DB}.seq_1_to_20000")
             cur.connection.commit()
-        plan = lb.preflight(_conf(tmp_path, parallel=400))
+        plan = logical_backup.preflight(_conf(tmp_path, parallel=400))
         assert 1 <= plan.parallel <= 40 - 10 - 2, plan.parallel
         t.start()
-        result = lb.dump(plan)
+        result = logical_backup.dump(plan)
         assert result.rows > 20000
     finally:
         stop.set()
@@ -312,7 +313,7 @@ def test_parallel_20000_on_a_target_is_refused_before_a_thread_starts(app, logic
     backup = f"file://{tmp_path}/latest"
     t0 = time.monotonic()
     with pytest.raises(PreflightError, match=r"parallel=20000 .*ceiling of 16.*LASTLINE_MAX_PARALLEL") as refused:
-        lr.preflight({"target_conn_id": "t_ltarget", "backup": backup, "parallel": 20000})
+        logical_restore.preflight({"target_conn_id": "t_ltarget", "backup": backup, "parallel": 20000})
     assert isinstance(refused.value, Refusal) and time.monotonic() - t0 < 10
     from lastline.pitr import restore as pitr
 
@@ -408,11 +409,11 @@ def test_a_pause_a_killed_worker_left_is_resumed_by_the_next_backup_with_an_aler
         cur.execute(f"INSERT INTO {DB}.t (v) VALUES (-1)")
         cur.connection.commit()
     conf = {"source_conn_id": "t_cbreplica", "destination": f"file://{tmp_path}", "databases": [DB]}
-    plan = lb.preflight(conf)  # today's code: "not within 300 s of its primary"
+    plan = logical_backup.preflight(conf)  # today's code: "not within 300 s of its primary"
     assert _sql_running(replica) == "Yes"
     assert "started the SQL thread of default again" in caplog.text and "ALERT (replica_resumed" in caplog.text
     assert r.query("SELECT COUNT(*) FROM _lastline.replica_pauses")[0][0] == 0
-    result = lb.dump(plan)
+    result = logical_backup.dump(plan)
     assert result.rows >= 1001 and _sql_running(replica) == "Yes"
 
     # a live pause is not another run's to resume; a thread stopped with no record stays as it is

@@ -220,8 +220,8 @@ def test_each_shared_default_is_defined_once_in_the_plans_and_the_params_are_bui
     import dataclasses
 
     from lastline.airflow.params import SPECS
-    from lastline.logical.format.plans import BackupPlan as LogicalBackup
-    from lastline.logical.format.plans import RestorePlan as LogicalRestore
+    from lastline.logical.backup.plans import BackupPlan as LogicalBackup
+    from lastline.logical.restore.plans import RestorePlan as LogicalRestore
     from lastline.physical.plans import BackupPlan as PhysicalBackup
     from lastline.physical.plans import RestorePlan as PhysicalRestore
 

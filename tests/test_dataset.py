@@ -147,17 +147,17 @@ def test_the_demo_fills_a_source_an_earlier_try_left_empty_or_half_loaded(sandbo
 @pytest.mark.e2e
 @pytest.mark.skipif(not os.environ.get("LASTLINE_SAKILA_DIR"), reason="optional: set LASTLINE_SAKILA_DIR to a Sakila folder")
 def test_sakila_round_trips_when_present(sandbox_root, logical_target, tmp_path):
-    from lastline.logical import backup as lb
-    from lastline.logical import restore as lr
+    from lastline.logical.backup import stages as logical_backup
+    from lastline.logical.restore import stages as logical_restore
 
     inst = _instance(sandbox_root, "sakila")
     try:
         inst.load_sakila()
         set_conn("t_sakila", inst)
-        lb.dump(lb.preflight({"source_conn_id": "t_sakila", "destination": f"file://{tmp_path}", "databases": ["sakila"]}))
-        plan = lr.preflight({"target_conn_id": "t_ltarget", "backup": f"file://{tmp_path}/latest", "databases": ["sakila"],
+        logical_backup.dump(logical_backup.preflight({"source_conn_id": "t_sakila", "destination": f"file://{tmp_path}", "databases": ["sakila"]}))
+        plan = logical_restore.preflight({"target_conn_id": "t_ltarget", "backup": f"file://{tmp_path}/latest", "databases": ["sakila"],
                              "force": True, "redo_log_bytes": 128 << 20})
-        assert lr.verify(plan, restore_steps(plan))
+        assert logical_restore.verify(plan, restore_steps(plan))
         ours = {k: v for k, v in table_checksums(inst.server()).items() if k.startswith("sakila.")}
         theirs = {k: v for k, v in table_checksums(logical_target.server()).items() if k.startswith("sakila.")}
         assert ours == theirs and len(ours) == 16

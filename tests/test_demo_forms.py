@@ -12,7 +12,7 @@ import pytest
 
 from conftest import _instance, _loaded, set_conn
 from lastline.core.errors import ConfigError, PreflightError
-from lastline.logical import backup as lb
+from lastline.logical.backup import stages as logical_backup
 from lastline.staging import refresh as sr
 from lastline.staging.rules import REVEALING, run_rules
 from lastline_dev import demo
@@ -97,8 +97,8 @@ def demo_data(sandbox_root, tmp_path_factory):
     set_conn("t_demo_source", source)
     set_conn("t_demo_staging", staging, role="staging")
     dest = tmp_path_factory.mktemp("demo-backups")
-    plan = lb.preflight({"source_conn_id": "t_demo_source", "destination": f"file://{dest}", "parallel": 2})
-    lb.dump(plan)
+    plan = logical_backup.preflight({"source_conn_id": "t_demo_source", "destination": f"file://{dest}", "parallel": 2})
+    logical_backup.dump(plan)
     yield source, staging, f"file://{dest}/{plan.backup_id}"
     source.destroy()
     staging.destroy()

@@ -33,13 +33,13 @@ def drill_server(sandbox_root):
 @pytest.fixture(scope="module")
 def both_backups(source, tmp_path_factory) -> Path:
     """A physical and a logical backup of the source, side by side in one destination."""
-    from lastline.logical import backup as lb
+    from lastline.logical.backup import stages as logical_backup
     from lastline.physical import backup as pb
 
     dest = tmp_path_factory.mktemp("drills")
     plan = pb.preflight({"source_conn_id": "t_source", "destination": f"file://{dest}"})
     pb.finish(plan, pb.stream(plan))
-    lb.dump(lb.preflight({"source_conn_id": "t_source", "destination": f"file://{dest}", "databases": ["store", "bulk"]}))
+    logical_backup.dump(logical_backup.preflight({"source_conn_id": "t_source", "destination": f"file://{dest}", "databases": ["store", "bulk"]}))
     return dest
 
 

@@ -14,12 +14,13 @@ from pathlib import Path
 import pytest
 
 from lastline.core.errors import IntegrityError, StorageError
-from lastline.logical import backup as lb
-from lastline.logical import restore as lr
+from lastline.logical.backup import stages as logical_backup
+from lastline.logical.backup.dumper import Dumper, TableState
 from lastline.logical.backup.parts import DirectPart, PartWriter, open_part
 from lastline.logical.backup.snapshot import SESSION
 from lastline.logical.backup.worker import DumpWorker, WorkerWarning
 from lastline.logical.format import chunking, dialect
+from lastline.logical.restore import stages as logical_restore
 from lastline.manifest import LogicalManifest, read_manifest
 from lastline.storage import open_storage
 
@@ -97,8 +98,8 @@ def _expected() -> list[tuple]:
 @pytest.fixture(scope="module")
 def huge_backup(huge, tmp_path_factory) -> Path:
     dest = tmp_path_factory.mktemp("huge")
-    plan = lb.preflight({"source_conn_id": "t_lsource", "destination": f"file://{dest}", "databases": ["huge"]})
-    lb.dump(plan)
+    plan = logical_backup.preflight({"source_conn_id": "t_lsource", "destination": f"file://{dest}", "databases": ["huge"]})
+    logical_backup.dump(plan)
     return dest
 
 
@@ -187,7 +188,7 @@ def test_a_changed_schema_file_is_refused_before_anything_is_touched(huge_backup
     schema["tables"][0]["create"] += " COMMENT='changed'"
     (folder / "schema.json").write_text(json.dumps(schema))
     with pytest.raises(IntegrityError, match="schema.json has sha256 .* the manifest says"):
-        lr.preflight(_conf(tmp_path / "copy"))
+        logical_restore.preflight(_conf(tmp_path / "copy"))
     assert not logical_target.server().query("SHOW DATABASES LIKE 'huge'")
 
 
@@ -203,8 +204,8 @@ def test_a_warning_on_a_dump_query_fails_the_chunk_naming_table_range_and_column
     col = next(c for c in plan.columns if c.name == "escapes")
     col.encoding = "bit"  # CAST(`escapes` AS UNSIGNED): 'a\nb...' warns 1292 (truncated incorrect INTEGER value)
     storage = open_storage(f"file://{tmp_path}")
-    state = lb.TableState(plan)
-    dumper = lb.Dumper(server, storage, "x", "zstd", 1000, [state], 4)
+    state = TableState(plan)
+    dumper = Dumper(server, storage, "x", "zstd", 1000, [state], 4)
     dumper.put("chunk", state, ["2"], None)
     worker = DumpWorker(server)
     try:

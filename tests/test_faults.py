@@ -12,7 +12,7 @@ from urllib.parse import urlparse
 
 import pytest
 
-from lastline.logical import backup as lb
+from lastline.logical.backup import stages as logical_backup
 from lastline.manifest import read_manifest
 from lastline.storage import open_storage
 
@@ -91,9 +91,9 @@ def test_s3_answering_500_503_and_slowdown_for_a_while(logical_source, s3_server
         "conn_type": "aws", "login": "testing", "password": "testing-secret",
         "extra": {"endpoint_url": proxy.url, "region_name": "us-east-1"},
     })
-    plan = lb.preflight({"source_conn_id": "t_lsource", "destination": "s3://backups/throttled", "aws_conn_id": "t_s3slow",
+    plan = logical_backup.preflight({"source_conn_id": "t_lsource", "destination": "s3://backups/throttled", "aws_conn_id": "t_s3slow",
                          "databases": ["store"], "chunk_rows": 2000})
-    result = lb.dump(plan)
+    result = logical_backup.dump(plan)
     assert proxy.failed == 9, "the proxy never throttled the backup"
     # read back around the proxy: every file the manifest lists is there, whole
     storage = open_storage("s3://backups/throttled", "t_s3")
@@ -116,7 +116,7 @@ def test_target_datadir_full_mid_load(sandbox_root, logical_source, tmp_path, fa
     import time
 
     from conftest import set_conn
-    from lastline.logical import restore as lr
+    from lastline.logical.restore import stages as logical_restore
     from lastline_dev.compare import table_checksums
     from lastline_dev.sandbox import Instance
     from test_logical_restore import _wait_for_load
@@ -134,13 +134,13 @@ def test_target_datadir_full_mid_load(sandbox_root, logical_source, tmp_path, fa
         set_conn("t_smalldisk", inst)
         logical_source.load_tables("filldb", {"t": 600_000})
         dest = tmp_path / "b"
-        lb.dump(lb.preflight({"source_conn_id": "t_lsource", "destination": f"file://{dest}", "databases": ["filldb"],
+        logical_backup.dump(logical_backup.preflight({"source_conn_id": "t_lsource", "destination": f"file://{dest}", "databases": ["filldb"],
                               "chunk_rows": 100_000}))
         conf = {"target_conn_id": "t_smalldisk", "backup": f"file://{dest}/latest", "databases": ["filldb"], "parallel": 1,
                 "tune": False}
-        plan = lr.preflight(conf)
-        lr.create_schema(plan)
-        units = lr.plan_load(plan)
+        plan = logical_restore.preflight(conf)
+        logical_restore.create_schema(plan)
+        units = logical_restore.plan_load(plan)
 
         def fill() -> None:
             _wait_for_load(inst.server(), "filldb", min_ledger=1)
@@ -159,20 +159,20 @@ def test_target_datadir_full_mid_load(sandbox_root, logical_source, tmp_path, fa
         t0 = time.monotonic()
         with pytest.raises(Exception) as err:
             for unit in units:
-                lr.load(plan, unit)
+                logical_restore.load(plan, unit)
         th.join()
         assert time.monotonic() - t0 < 120
         seen = str(err.value)
         assert "filldb.t" in seen and "datadir filesystem is full" in seen, seen
         filler.unlink()  # space is back
         assert inst.server().answers()
-        plan = lr.preflight(conf)
+        plan = logical_restore.preflight(conf)
         assert plan.resume
-        lr.create_schema(plan)
-        for u in lr.plan_load(plan):
-            lr.load(plan, u)
-        lr.finalize(plan)
-        lr.verify(plan, None)
+        logical_restore.create_schema(plan)
+        for u in logical_restore.plan_load(plan):
+            logical_restore.load(plan, u)
+        logical_restore.finalize(plan)
+        logical_restore.verify(plan, None)
         src = {k: v for k, v in table_checksums(logical_source.server()).items() if k.startswith("filldb.")}
         assert src and {k: v for k, v in table_checksums(inst.server()).items() if k.startswith("filldb.")} == src
         fault("target datadir full mid-load", seen.split("\n")[0],

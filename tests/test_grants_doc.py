@@ -15,8 +15,8 @@ from conftest import ROOT, restore_steps
 from lastline import connections
 from lastline.core.accounts import revoke_older_owners
 from lastline.core.errors import ConfigError
-from lastline.logical import backup as lb
-from lastline.logical import restore as lr
+from lastline.logical.backup import stages as logical_backup
+from lastline.logical.restore import stages as logical_restore
 from lastline.physical import backup as pb
 from lastline.pitr import archive
 from lastline.replication import rebuild as rr
@@ -78,8 +78,8 @@ def test_the_documented_accounts_back_up_restore_archive_and_replicate(logical_s
     try:
         # logical backup: the snapshot, the objects, the coordinates
         dest = tmp_path / "logical"
-        plan = lb.preflight({"source_conn_id": "t_gbackup", "destination": f"file://{dest}", "databases": ["store", "edge"]})
-        lb.dump(plan)
+        plan = logical_backup.preflight({"source_conn_id": "t_gbackup", "destination": f"file://{dest}", "databases": ["store", "edge"]})
+        logical_backup.dump(plan)
         # every trigger and event: information_schema lists only those the account may see (TRIGGER, EVENT)
         (schema,) = dest.glob("*/schema.json")
         carried = json.loads(schema.read_text())
@@ -91,7 +91,7 @@ def test_the_documented_accounts_back_up_restore_archive_and_replicate(logical_s
         # administrator runs; a deployment restoring with one account has none
         dst.query("CREATE USER IF NOT EXISTS 'lastline_obj_feedfacefeedface'@'127.0.0.1' ACCOUNT LOCK")
         dst.query("GRANT ALL PRIVILEGES ON `store`.* TO 'lastline_obj_feedfacefeedface'@'127.0.0.1'")
-        probe = lr.preflight({"target_conn_id": "t_grestore", "backup": f"file://{dest}/latest", "databases": ["store", "edge"],
+        probe = logical_restore.preflight({"target_conn_id": "t_grestore", "backup": f"file://{dest}/latest", "databases": ["store", "edge"],
                               "force": True, "tune": False, "parallel": 2, "redo_log_bytes": 128 << 20})
         with pytest.raises(ConfigError, match=r"may not revoke what the objects owner of an earlier restore, lastline_obj_[0-9a-f]{16}"
                                               r"@127.0.0.1, holds on store .*As an administrator, run `REVOKE ALL PRIVILEGES ON `store`"):
@@ -99,9 +99,9 @@ def test_the_documented_accounts_back_up_restore_archive_and_replicate(logical_s
         for user, host in dst.query("SELECT User, Host FROM mysql.db WHERE User LIKE 'lastline\\_obj\\_%%' AND Db IN ('store', 'edge')"):
             dst.query(f"DROP USER IF EXISTS '{user}'@'{host}'")  # what an administrator does, as the message says
         # logical restore into a target that holds them already (force), tuned: the run account and the objects owner
-        restore = lr.preflight({"target_conn_id": "t_grestore", "backup": f"file://{dest}/latest", "databases": ["store", "edge"],
+        restore = logical_restore.preflight({"target_conn_id": "t_grestore", "backup": f"file://{dest}/latest", "databases": ["store", "edge"],
                                 "force": True, "tune": True, "parallel": 2, "redo_log_bytes": 128 << 20})
-        assert lr.verify(restore, restore_steps(restore))
+        assert logical_restore.verify(restore, restore_steps(restore))
         for table in ("store.rental", "store.payment", "store.customer"):
             assert dst.query(f"CHECKSUM TABLE {table}") == src.query(f"CHECKSUM TABLE {table}"), table
         # physical backup: mariabackup's own privilege check and its locks

@@ -290,14 +290,14 @@ def _checksums(server, db: str) -> dict:
 def test_the_corpus_backed_up_with_pigz_or_none_restores_exactly(logical_source, logical_target, tmp_path, compression):
     """Every chunk, InnoDB or MyISAM, gzip or uncompressed, goes through lastline's handler (never the client
     library's), the corpus' names with `%`, quotes and backquotes included."""
-    from lastline.logical import backup as lb
-    from lastline.logical import restore as lr
+    from lastline.logical.backup import stages as logical_backup
+    from lastline.logical.restore import stages as logical_restore
 
-    lb.dump(lb.preflight({"source_conn_id": "t_lsource", "destination": f"file://{tmp_path}", "databases": ["edge"],
+    logical_backup.dump(logical_backup.preflight({"source_conn_id": "t_lsource", "destination": f"file://{tmp_path}", "databases": ["edge"],
                           "chunk_rows": 1000, "compression": compression}))
-    plan = lr.preflight({"target_conn_id": "t_ltarget", "backup": f"file://{tmp_path}/latest", "databases": ["edge"], "force": True})
-    lr.create_schema(plan)
-    for unit in lr.plan_load(plan):
-        lr.load(plan, unit)
+    plan = logical_restore.preflight({"target_conn_id": "t_ltarget", "backup": f"file://{tmp_path}/latest", "databases": ["edge"], "force": True})
+    logical_restore.create_schema(plan)
+    for unit in logical_restore.plan_load(plan):
+        logical_restore.load(plan, unit)
     src = _checksums(logical_source.server(), "edge")
     assert "pct%s %d%%'\"`.é" in src and src == _checksums(logical_target.server(), "edge")

@@ -8,7 +8,6 @@ updated), and several run with the statement checks switched off, to prove the p
 from __future__ import annotations
 
 import dataclasses
-import importlib
 import json
 import re
 import shutil
@@ -19,9 +18,12 @@ import pytest
 from conftest import restore_steps, set_conn, tamper_schema
 from lastline.core import accounts
 from lastline.core.errors import ConfigError, IntegrityError, PreflightError
-from lastline.logical import backup as lb
-from lastline.logical import restore as lr
+from lastline.logical.backup import stages as logical_backup
+from lastline.logical.restore import create as restore_create  # prepare's CREATEs and the lanes'
+from lastline.logical.restore import finalize as restore_finalize
+from lastline.logical.restore import preflight as restore_preflight
 from lastline.logical.restore import schema_checks
+from lastline.logical.restore import stages as logical_restore
 from lastline.logical.restore.target_state import aside_name
 
 pytestmark = pytest.mark.e2e
@@ -33,7 +35,7 @@ def backup(logical_source, tmp_path_factory) -> Path:
     _commit(logical_source.server(), "CREATE DATABASE IF NOT EXISTS `lp_a_b`",  # `_` is a wildcard in GRANT: it must not reach lp_aXb
             "CREATE TABLE IF NOT EXISTS `lp_a_b`.t (id INT PRIMARY KEY, v VARCHAR(10))", "REPLACE INTO `lp_a_b`.t VALUES (1, 'one')")
     dest = tmp_path_factory.mktemp("least-privilege")
-    lb.dump(lb.preflight({"source_conn_id": "t_lsource", "destination": f"file://{dest}", "databases": ["store", "edge", "lp_a_b"]}))
+    logical_backup.dump(logical_backup.preflight({"source_conn_id": "t_lsource", "destination": f"file://{dest}", "databases": ["store", "edge", "lp_a_b"]}))
     return dest
 
 
@@ -95,11 +97,11 @@ def test_the_run_account_holds_only_the_restored_databases_runs_the_backup_and_i
     target = victims
     _general_log(target, True)
     try:
-        plan = lr.preflight(_conf(backup))
+        plan = logical_restore.preflight(_conf(backup))
         run = plan.restore_account
         assert run.startswith("lastline_run_")
-        snap = lr.snapshot_config(plan, "lp-run")
-        steps, lanes = lr.prepare(plan)
+        snap = logical_restore.snapshot_config(plan, "lp-run")
+        steps, lanes = logical_restore.prepare(plan)
         grants = _grants(target, run)
         text = "\n".join(grants)
         # the restored databases (their names escaped: `lp_a_b` matches no lp_aXb), lastline's two tables, the
@@ -112,11 +114,11 @@ def test_the_run_account_holds_only_the_restored_databases_runs_the_backup_and_i
         for forbidden in ("FILE", "SUPER", "ALL PRIVILEGES", "`mysql`", "lp_other", "CREATE USER", "GRANT OPTION"):
             assert forbidden not in text, (forbidden, text)
         for lane in lanes:
-            lr.load_lane(plan, lane)
-        lr.finalize(plan)
+            logical_restore.load_lane(plan, lane)
+        logical_restore.finalize(plan)
         owner = accounts.owner_name(plan.databases)
-        reverted = lr.revert(plan)
-        lr.verify(plan, snap)
+        reverted = logical_restore.revert(plan)
+        logical_restore.verify(plan, snap)
     finally:
         _general_log(target, False)
     assert reverted.run_account_dropped is True
@@ -162,16 +164,14 @@ def _lines_split(create: str, keep_indexes: bool = False) -> tuple[str, list[str
 
 def _without_checks(monkeypatch) -> None:
     """Switch the statement checks off (as if an attack got past them): only privilege stands."""
-    lf = importlib.import_module("lastline.logical.restore.finalize")  # the module (the package's `finalize` is its step)
-    lc = importlib.import_module("lastline.logical.restore.create")  # prepare's CREATEs and the lanes'
-    monkeypatch.setattr(lr, "validate_schema", lambda *a, **k: {})
-    monkeypatch.setattr(lr, "require_engines", lambda *a, **k: None)  # the engines' allow-list and their agreement
+    monkeypatch.setattr(restore_preflight, "validate_schema", lambda *a, **k: {})
+    monkeypatch.setattr(restore_preflight, "require_engines", lambda *a, **k: None)  # the engines' allow-list and their agreement
     passthrough = lambda kind, obj, *a, **k: obj["create"]  # noqa: E731
-    for module in (lc, lf, schema_checks):
+    for module in (restore_create, restore_finalize, schema_checks):
         monkeypatch.setattr(module, "checked_create", passthrough)
-    for module in (lc, lf):
+    for module in (restore_create, restore_finalize):
         monkeypatch.setattr(module, "split_deferred", _lines_split)
-    monkeypatch.setattr(lc, "INLINE_INDEXES_BELOW", 0)  # no table keeps its index lines in its CREATE
+    monkeypatch.setattr(restore_create, "INLINE_INDEXES_BELOW", 0)  # no table keeps its index lines in its CREATE
 
 
 def _restore(plan: dict) -> None:
@@ -200,7 +200,7 @@ def test_with_the_statement_checks_off_privilege_alone_refuses_the_review_s_atta
 
     copy = tamper_schema(backup, tmp_path / "copy", change)
     _without_checks(monkeypatch)
-    plan = lr.preflight(_conf(copy, databases=["lp_a_b"]))
+    plan = logical_restore.preflight(_conf(copy, databases=["lp_a_b"]))
     with pytest.raises(Exception) as err:
         _restore(plan)
     assert "denied" in str(err.value) or getattr(err.value, "args", (0,))[0] in (1142, 1044, 1227), repr(err.value)
@@ -225,7 +225,7 @@ def test_a_backup_s_definer_is_never_used_and_events_come_back_disabled(backup, 
                                  "collation_connection": "utf8mb4_general_ci", "database_collation": "utf8mb4_general_ci"})
 
     copy = tamper_schema(backup, tmp_path / "copy", change)
-    plan = lr.preflight(_conf(copy, databases=["lp_a_b"]))
+    plan = logical_restore.preflight(_conf(copy, databases=["lp_a_b"]))
     _restore(plan)
     target = victims
     owner = accounts.owner_name(["lp_a_b"])
@@ -234,7 +234,7 @@ def test_a_backup_s_definer_is_never_used_and_events_come_back_disabled(backup, 
     assert trig[0][0].startswith(owner + "@") and ev[0][0].startswith(owner + "@") and ev[0][1] == "DISABLED", (trig, ev)
     _commit(target, "INSERT INTO lp_a_b.t VALUES (2, 'x')")  # the trigger fires, as its (locked) owner
     assert target.query("SELECT v FROM lp_a_b.t WHERE id = 2") == [("trig",)]
-    plan = lr.preflight(_conf(copy, databases=["lp_a_b"], enable_events=True))  # asked for: enabled
+    plan = logical_restore.preflight(_conf(copy, databases=["lp_a_b"], enable_events=True))  # asked for: enabled
     _restore(plan)
     assert target.query("SELECT STATUS FROM information_schema.EVENTS WHERE EVENT_NAME = 'ev'")[0][0] == "ENABLED"
     target.query("DROP DATABASE lp_a_b")
@@ -247,15 +247,15 @@ def test_a_run_s_conf_cannot_skip_the_approval(backup, victims, logical_target, 
     if victims.query("SELECT COUNT(*) FROM information_schema.TABLES WHERE TABLE_SCHEMA = '_lastline' AND TABLE_NAME = 'restore_state'")[0][0]:
         _commit(victims, "DELETE FROM _lastline.restore_state WHERE dbs LIKE '%lp\\_a\\_b%'")  # not a resume: a new restore
     _commit(victims, "CREATE DATABASE IF NOT EXISTS lp_a_b", "CREATE TABLE IF NOT EXISTS lp_a_b.t (id INT PRIMARY KEY, v VARCHAR(10))")
-    plan = lr.preflight(_conf(backup, databases=["lp_a_b"], approval=False))
+    plan = logical_restore.preflight(_conf(backup, databases=["lp_a_b"], approval=False))
     assert plan.at_risk and plan.at_risk["databases"] == ["lp_a_b"]  # a person is asked all the same
     set_conn("t_lp_no_ask", logical_target, approval=False)  # the connection (a deployment setting) may say no
-    assert lr.preflight(_conf(backup, databases=["lp_a_b"], target_conn_id="t_lp_no_ask")).at_risk is None
+    assert logical_restore.preflight(_conf(backup, databases=["lp_a_b"], target_conn_id="t_lp_no_ask")).at_risk is None
     set_conn("t_lp_drill", logical_target, role="drill")
-    assert lr.preflight(_conf(backup, databases=["lp_a_b"], target_conn_id="t_lp_drill"), role="drill").at_risk is None
+    assert logical_restore.preflight(_conf(backup, databases=["lp_a_b"], target_conn_id="t_lp_drill"), role="drill").at_risk is None
     monkeypatch.setenv("LASTLINE_APPROVAL", "false")
     set_conn("t_lp_ask", logical_target, approval=True)
-    assert lr.preflight(_conf(backup, databases=["lp_a_b"], target_conn_id="t_lp_ask")).at_risk
+    assert logical_restore.preflight(_conf(backup, databases=["lp_a_b"], target_conn_id="t_lp_ask")).at_risk
 
 
 def test_a_staging_or_drill_server_takes_only_its_own_dag(backup, victims, logical_target):
@@ -269,8 +269,8 @@ def test_a_staging_or_drill_server_takes_only_its_own_dag(backup, victims, logic
         set_conn("t_lp_drill2", logical_target, role="drill")
         set_conn("t_lp_plain", logical_target)
         with pytest.raises(ProtectedTargetError, match="Nothing was touched"):
-            lr.preflight(_conf(backup, databases=["lp_a_b"], target_conn_id=conn_id, role="staging"), role=role)
-    assert lr.preflight(_conf(backup, databases=["lp_a_b"], target_conn_id="t_lp_staging", force=True), role="staging")
+            logical_restore.preflight(_conf(backup, databases=["lp_a_b"], target_conn_id=conn_id, role="staging"), role=role)
+    assert logical_restore.preflight(_conf(backup, databases=["lp_a_b"], target_conn_id="t_lp_staging", force=True), role="staging")
 
 
 def test_backups_outside_the_deployment_s_roots_are_refused(backup, victims, tmp_path, monkeypatch):
@@ -278,14 +278,14 @@ def test_backups_outside_the_deployment_s_roots_are_refused(backup, victims, tmp
     (root / "backups").mkdir(parents=True)
     shutil.copytree(backup, root / "backups" / "set")
     monkeypatch.setenv("LASTLINE_BACKUP_ROOTS", f"file://{root}/backups, s3://only-this-bucket/lastline")
-    assert lr.preflight(_conf(root / "backups" / "set", databases=["lp_a_b"])).backup_id  # inside: fine
+    assert logical_restore.preflight(_conf(root / "backups" / "set", databases=["lp_a_b"])).backup_id  # inside: fine
     (root / "backups" / "out").symlink_to(backup)  # inside by name, outside by what it is
     shutil.copytree(backup, tmp_path / "allowed" / "backups-old")
     for where in (backup, tmp_path / "allowed" / "backups-old", root / "backups" / "out"):
         with pytest.raises(ConfigError, match="outside the storage this deployment allows"):
-            lr.preflight(_conf(where, databases=["lp_a_b"]))
+            logical_restore.preflight(_conf(where, databases=["lp_a_b"]))
     with pytest.raises(ConfigError, match="with `..` in it"):
-        lr.preflight({**_conf(backup), "backup": f"file://{root}/backups/../../x/latest"})
+        logical_restore.preflight({**_conf(backup), "backup": f"file://{root}/backups/../../x/latest"})
     from lastline.storage import require_allowed
 
     require_allowed("s3://only-this-bucket/lastline/nightly", "destination")
@@ -294,11 +294,11 @@ def test_backups_outside_the_deployment_s_roots_are_refused(backup, victims, tmp
             require_allowed(url, "destination")
     # a backup DAG's destination is held to the same roots (nothing is written outside them)
     with pytest.raises(ConfigError, match="outside the storage"):
-        lb.preflight({"source_conn_id": "t_lsource", "destination": f"file://{tmp_path}/anywhere", "databases": ["lp_a_b"]})
+        logical_backup.preflight({"source_conn_id": "t_lsource", "destination": f"file://{tmp_path}/anywhere", "databases": ["lp_a_b"]})
     monkeypatch.delenv("LASTLINE_BACKUP_ROOTS")
     monkeypatch.setenv("LASTLINE_DESTINATION", f"file://{root}/backups")  # unset roots: the one destination
     with pytest.raises(ConfigError, match="outside the storage"):
-        lr.preflight(_conf(backup, databases=["lp_a_b"]))
+        logical_restore.preflight(_conf(backup, databases=["lp_a_b"]))
 
 
 def test_restored_code_runs_as_its_owner_never_as_whoever_calls_it(backup, victims, tmp_path):
@@ -315,7 +315,7 @@ def test_restored_code_runs_as_its_owner_never_as_whoever_calls_it(backup, victi
                                 "character_set_client": "utf8mb4", "collation_connection": "utf8mb4_general_ci"})
 
     copy = tamper_schema(backup, tmp_path / "copy", change)
-    plan = lr.preflight(_conf(copy, databases=["lp_a_b"]))
+    plan = logical_restore.preflight(_conf(copy, databases=["lp_a_b"]))
     _restore(plan)
     target = victims
     assert target.query("SELECT SECURITY_TYPE FROM information_schema.ROUTINES WHERE ROUTINE_SCHEMA = 'lp_a_b'") == [("DEFINER",)]
@@ -325,7 +325,7 @@ def test_restored_code_runs_as_its_owner_never_as_whoever_calls_it(backup, victi
     # a name the manifest calls a table but that is a view on the target is never read by the admin account
     _commit(target, "RENAME TABLE lp_a_b.t TO lp_a_b.t_was", "CREATE VIEW lp_a_b.t AS SELECT * FROM lp_a_b.t_was")
     with pytest.raises(IntegrityError, match=r"lp_a_b.t: is view on the target, not a table"):
-        lr.verify(plan, None)
+        logical_restore.verify(plan, None)
 
 
 def test_a_backup_changed_after_preflight_is_not_read_again(backup, victims, tmp_path):
@@ -333,20 +333,20 @@ def test_a_backup_changed_after_preflight_is_not_read_again(backup, victims, tmp
     schema.json) is refused: the plan pins the manifest preflight checked, and the manifest pins the rest."""
     copy = tmp_path / "copy"
     shutil.copytree(backup, copy)
-    plan = lr.preflight(_conf(copy, databases=["lp_a_b"]))
+    plan = logical_restore.preflight(_conf(copy, databases=["lp_a_b"]))
     (folder,) = [p for p in copy.iterdir() if p.is_dir()]
     tamper_schema(copy, tmp_path / "evil", lambda s: s["views"].append({}))  # a valid-looking new manifest...
     (evil,) = [p for p in (tmp_path / "evil").iterdir() if p.is_dir()]
     for name in ("manifest.json", "schema.json"):  # ...swapped in after preflight
         shutil.copy(evil / name, folder / name)
     with pytest.raises(IntegrityError, match="changed after this run's preflight checked it"):
-        lr.create_schema(plan)
+        logical_restore.create_schema(plan)
 
 
 def test_system_lastline_and_set_aside_databases_are_never_restored(backup, victims, tmp_path, logical_source):
     for name in ("mysql", "_lastline", aside_name("lp_a_b"), "MYSQL", "_LastLine"):  # case: lower_case_table_names=1
         with pytest.raises(PreflightError, match="are never restored"):
-            lr.preflight(_conf(backup, databases=[name]))  # named by a run's conf
+            logical_restore.preflight(_conf(backup, databases=[name]))  # named by a run's conf
         copy = tamper_schema(backup, tmp_path / name, lambda s: None)  # or renamed in a backup
         (folder,) = [p for p in copy.iterdir() if p.is_dir()]
         manifest = json.loads((folder / "manifest.json").read_text())
@@ -355,15 +355,15 @@ def test_system_lastline_and_set_aside_databases_are_never_restored(backup, vict
         for t in manifest["tables"]:
             t["schema"] = name if t["schema"] == "lp_a_b" else t["schema"]
         (folder / "manifest.json").write_text(json.dumps(manifest))
-        assert name not in lr.preflight(_conf(copy, databases=[])).databases  # left out by default
+        assert name not in logical_restore.preflight(_conf(copy, databases=[])).databases  # left out by default
         with pytest.raises(PreflightError, match="are never restored"):
-            lr.preflight(_conf(copy, databases=[name]))  # and refused by name
+            logical_restore.preflight(_conf(copy, databases=[name]))  # and refused by name
     # and a logical backup says, rather than leaving out, that it does not carry a system-versioned table
     _commit(logical_source.server(), "CREATE DATABASE IF NOT EXISTS lp_versioned",
             "CREATE TABLE IF NOT EXISTS lp_versioned.t (id INT PRIMARY KEY) WITH SYSTEM VERSIONING")
     try:
         with pytest.raises(PreflightError, match="system-versioned table.*lp_versioned.t"):
-            lb.preflight({"source_conn_id": "t_lsource", "destination": f"file://{tmp_path}/b", "databases": ["lp_versioned"]})
+            logical_backup.preflight({"source_conn_id": "t_lsource", "destination": f"file://{tmp_path}/b", "databases": ["lp_versioned"]})
     finally:
         _commit(logical_source.server(), "DROP DATABASE lp_versioned")
 
@@ -398,11 +398,11 @@ def test_a_database_restored_anew_leaves_no_older_owner_with_a_reach_into_it(bac
                                    "collation_connection": "utf8mb4_general_ci", "database_collation": "utf8mb4_general_ci"})
 
     copy = tamper_schema(backup, tmp_path / "copy", change)
-    _restore(lr.preflight(_conf(copy, databases=["edge", "lp_a_b"])))
+    _restore(logical_restore.preflight(_conf(copy, databases=["edge", "lp_a_b"])))
     target = victims
     _commit(target, "INSERT INTO edge.empty_t VALUES (1)")
     assert target.query("SELECT v FROM lp_a_b.t") == [("reached",)]  # both were restored together: it may
-    _restore(lr.preflight(_conf(backup, databases=["lp_a_b"])))  # lp_a_b anew, alone, from a clean backup
+    _restore(logical_restore.preflight(_conf(backup, databases=["lp_a_b"])))  # lp_a_b anew, alone, from a clean backup
     with pytest.raises(Exception, match="denied"):
         _commit(target, "INSERT INTO edge.empty_t VALUES (2)")
     assert target.query("SELECT v FROM lp_a_b.t") == [("one",)]

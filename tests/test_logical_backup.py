@@ -16,7 +16,7 @@ import pytest
 
 from lastline.core.errors import PreflightError
 from lastline.core.sql import string_literal
-from lastline.logical import backup as lb
+from lastline.logical.backup import stages as logical_backup
 from lastline.logical.format import dialect
 from lastline.logical.format.chunk_files import read_chunk
 from lastline.manifest import LogicalManifest, read_manifest
@@ -28,8 +28,8 @@ pytestmark = pytest.mark.e2e
 
 def _dump(dest: Path, **conf) -> LogicalManifest:
     """A logical backup through the task functions (no scheduler), returning its manifest."""
-    plan = lb.preflight({"source_conn_id": "t_lsource", "destination": f"file://{dest}", **conf})
-    lb.dump(plan)
+    plan = logical_backup.preflight({"source_conn_id": "t_lsource", "destination": f"file://{dest}", **conf})
+    logical_backup.dump(plan)
     return read_manifest(open_storage(f"file://{dest}"), plan.backup_id, "logical")
 
 
@@ -307,7 +307,7 @@ def test_an_account_that_cannot_see_every_trigger_and_event_is_refused_before_it
     none of them and still verified. The preflight now reads the account's grants (on *.*, or a database grant whose
     name or pattern matches) and refuses, naming the privilege and the database."""
     from conftest import set_conn
-    from lastline.logical.backup import preflight
+    from lastline.logical.backup.stages import preflight
 
     root = logical_source.server()
     assert root.query("SELECT COUNT(*) FROM information_schema.TRIGGERS WHERE TRIGGER_SCHEMA = 'store'")[0][0] > 0
@@ -353,14 +353,14 @@ def test_lost_connection_mid_dump_is_clear_and_leaves_no_manifest(logical_source
     th = threading.Thread(target=killer, daemon=True)
     th.start()
     try:
-        plan = lb.preflight({"source_conn_id": "t_lsource", "destination": f"file://{tmp_path}", "databases": ["slowdump"],
+        plan = logical_backup.preflight({"source_conn_id": "t_lsource", "destination": f"file://{tmp_path}", "databases": ["slowdump"],
                              "chunk_rows": 100_000, "compression": "none"})
         from lastline.core.errors import LastlineError
 
         with pytest.raises(LastlineError) as err:
             for _ in range(5):  # until the killer catches a chunk in flight
                 plan = dataclasses.replace(plan, backup_id=plan.backup_id[:16] + f"-{_}")
-                lb.dump(plan)
+                logical_backup.dump(plan)
         th.join()
     finally:
         src.query("DROP DATABASE slowdump")
@@ -410,11 +410,11 @@ def test_full_destination_is_named_and_leaves_no_manifest(logical_source, tmp_pa
     if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(mnt)], capture_output=True).returncode:
         pytest.skip("cannot mount a small tmpfs here (needs root or CAP_SYS_ADMIN)")
     try:
-        plan = lb.preflight({"source_conn_id": "t_lsource", "destination": f"file://{mnt}", "databases": ["store"], "compression": "none"})
+        plan = logical_backup.preflight({"source_conn_id": "t_lsource", "destination": f"file://{mnt}", "databases": ["store"], "compression": "none"})
         from lastline.core.errors import StorageError
 
         with pytest.raises(StorageError, match="destination is full"):
-            lb.dump(plan)
+            logical_backup.dump(plan)
         assert not (mnt / plan.backup_id / "manifest.json").exists()
     finally:  # lazily: a dump worker still closing its file there must not leave the mount behind
         subprocess.run(["umount", "--lazy", str(mnt)], check=False)

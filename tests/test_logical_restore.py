@@ -17,10 +17,14 @@ import pytest
 
 from lastline.core.errors import IntegrityError, PreflightError, ProtectedTargetError, ServerError
 from lastline.core.sql import global_variables, table_exists
-from lastline.logical import backup as lb
-from lastline.logical import restore as lr
+from lastline.logical.backup import stages as logical_backup
 from lastline.logical.format import dialect
+from lastline.logical.restore import stages as logical_restore
 from lastline.logical.restore import tuning
+from lastline.logical.restore.backup_files import checked_schema, open_backup, run_server
+from lastline.logical.restore.create import table_creates
+from lastline.logical.restore.plans import ConfigSnapshot, RestorePlan
+from lastline.logical.restore.target_state import STATE, aside_name
 from lastline.logical.restore.verify import chunk_checks, recorded_checks
 from lastline.manifest import LogicalManifest
 from lastline_dev.sandbox import alive
@@ -83,9 +87,9 @@ def backups(logical_source, tmp_path_factory) -> Path:
     """One logical backup of store + edge + big (300k rows in 100k-row chunks)."""
     logical_source.load_tables("big", {"t": 300_000})
     dest = tmp_path_factory.mktemp("lrestore")
-    plan = lb.preflight({"source_conn_id": "t_lsource", "destination": f"file://{dest}", "databases": ["store", "edge", "big"],
+    plan = logical_backup.preflight({"source_conn_id": "t_lsource", "destination": f"file://{dest}", "databases": ["store", "edge", "big"],
                          "chunk_rows": 100_000})
-    lb.dump(plan)
+    logical_backup.dump(plan)
     return dest
 
 
@@ -147,7 +151,7 @@ def test_corrupt_chunk_is_named_nothing_of_it_is_kept_and_revert_runs(run_dag, b
     assert n == big.chunks[0].rows  # chunk 0 is in; chunk 1 left nothing behind; the unit stopped there
     # force dropped nothing: the old tables wait aside, with their triggers' and views' text, until a verified restore
     target = logical_target.server()
-    aside = {db: lr.aside_name(db) for db in dbs}
+    aside = {db: aside_name(db) for db in dbs}
     for db in dbs:
         rows = target.query("SELECT TABLE_NAME FROM information_schema.TABLES WHERE TABLE_SCHEMA = %s AND TABLE_TYPE = 'BASE TABLE' "
                             "AND TABLE_NAME <> '__lastline_objects'", (aside[db],))
@@ -187,12 +191,12 @@ def _wait_for_load(server, table: str, min_ledger: int, timeout: float = 60) -> 
     raise AssertionError(f"no LOAD DATA into {table} seen within {timeout} s")
 
 
-def _big_unit(plan: lr.RestorePlan) -> dict:
+def _big_unit(plan: RestorePlan) -> dict:
     """A work unit holding every chunk of big.t (the plan may cut it in small units; the load of one unit is
     what is killed here, and it must still be running when its first chunk is in the ledger)."""
     from lastline.logical.restore.work_units import plan_units
 
-    manifest = lr.open_backup(plan)[1]
+    manifest = open_backup(plan)[1]
     unit = next(u for u in plan_units(manifest, [t for t in manifest.tables if t.schema == "big"], 1, min_unit_bytes=1 << 40)
                 if u.name.startswith("big.t"))
     assert sum(p.last - p.first + 1 for p in unit.parts) >= 3, unit
@@ -201,11 +205,12 @@ def _big_unit(plan: lr.RestorePlan) -> dict:
 
 @pytest.mark.faults
 def test_load_task_killed_mid_chunk_then_rerun_is_exact(run_dag, backups, logical_source, logical_target, fault):
-    plan = lr.preflight(_conf(backups, force=True, tune=False))
-    lr.create_schema(plan)
+    plan = logical_restore.preflight(_conf(backups, force=True, tune=False))
+    logical_restore.create_schema(plan)
     unit = _big_unit(plan)
-    code = ("import json, sys; from lastline.logical import restore as lr; "
-            "lr.load(lr.RestorePlan.of(json.loads(sys.argv[1])), json.loads(sys.argv[2]))")
+    code = ("import json, sys; from lastline.logical.restore import stages as logical_restore; "
+            "from lastline.logical.restore.plans import RestorePlan; "
+            "logical_restore.load(RestorePlan.of(json.loads(sys.argv[1])), json.loads(sys.argv[2]))")
     child = subprocess.Popen([sys.executable, "-c", code, json.dumps(plan.to_dict()), json.dumps(unit)], env=os.environ.copy())
     _wait_for_load(logical_target.server(), "big", min_ledger=1)
     child.send_signal(signal.SIGKILL)
@@ -256,11 +261,11 @@ def test_preflight_refusals(backups, logical_target, tmp_path):
 
     set_conn("t_lprotected", logical_target, protected=True)
     with pytest.raises(ProtectedTargetError, match="protected"):
-        lr.preflight(_conf(backups, target_conn_id="t_lprotected"))
+        logical_restore.preflight(_conf(backups, target_conn_id="t_lprotected"))
     with pytest.raises(PreflightError, match="already exist .* not empty.*: set force"):
-        lr.preflight(_conf(backups))  # the databases hold the earlier tests' restores
+        logical_restore.preflight(_conf(backups))  # the databases hold the earlier tests' restores
     with pytest.raises(IntegrityError, match="no complete logical backup"):
-        lr.preflight(_conf(tmp_path))
+        logical_restore.preflight(_conf(tmp_path))
     newer = tmp_path / "newer"
     shutil.copytree(backups, newer)
     (backup,) = [p for p in newer.iterdir() if p.is_dir()]
@@ -268,13 +273,13 @@ def test_preflight_refusals(backups, logical_target, tmp_path):
     data["server_version"] = "99.1.0-MariaDB"
     (backup / "manifest.json").write_text(json.dumps(data))
     with pytest.raises(PreflightError, match="newer than the target"):
-        lr.preflight(_conf(newer, force=True))
+        logical_restore.preflight(_conf(newer, force=True))
     set_conn("t_lbadpw", logical_target)
     bad = json.loads(os.environ["AIRFLOW_CONN_T_LBADPW"])
     bad["password"] = "wrong"
     os.environ["AIRFLOW_CONN_T_LBADPW"] = json.dumps(bad)
     with pytest.raises(ServerError, match="wrong user or password"):
-        lr.preflight(_conf(backups, target_conn_id="t_lbadpw", force=True))
+        logical_restore.preflight(_conf(backups, target_conn_id="t_lbadpw", force=True))
 
 
 def test_restart_profile_is_applied_then_removed(run_dag, backups, logical_source, logical_target):
@@ -305,9 +310,9 @@ def test_restart_profile_is_applied_then_removed(run_dag, backups, logical_sourc
 
 
 def test_restore_from_s3(run_dag, logical_source, logical_target, s3_server):
-    plan = lb.preflight({"source_conn_id": "t_lsource", "destination": "s3://backups/lr", "aws_conn_id": "t_s3",
+    plan = logical_backup.preflight({"source_conn_id": "t_lsource", "destination": "s3://backups/lr", "aws_conn_id": "t_s3",
                          "databases": ["edge"], "chunk_rows": 1000, "compression": "pigz"})
-    lb.dump(plan)
+    logical_backup.dump(plan)
     state, tis, _logs = run_dag("logical_restore", {
         **_conf(Path("/unused"), force=True, aws_conn_id="t_s3"), "backup": "s3://backups/lr/latest",
     })
@@ -375,19 +380,19 @@ def test_an_interrupted_run_for_one_database_lets_no_other_run_skip_force(backup
     cur.execute("REPLACE INTO big.precious VALUES (1)")
     conn.commit()
     conn.close()
-    edge = lr.preflight(_conf(backups, force=True, databases=["edge"]))
-    lr.create_schema(edge)  # ...and the run stops here
-    assert lr.preflight(_conf(backups, databases=["edge"])).resume  # the same restore resumes
+    edge = logical_restore.preflight(_conf(backups, force=True, databases=["edge"]))
+    logical_restore.create_schema(edge)  # ...and the run stops here
+    assert logical_restore.preflight(_conf(backups, databases=["edge"])).resume  # the same restore resumes
     with pytest.raises(PreflightError, match="big already exist.*set force"):
-        lr.preflight(_conf(backups, databases=["big"]))
+        logical_restore.preflight(_conf(backups, databases=["big"]))
     assert target.query("SELECT id FROM big.precious") == [(1,)]
     # the restore of edge, run to its end, leaves no state behind
-    units = lr.plan_load(edge)
+    units = logical_restore.plan_load(edge)
     for u in units:
-        lr.load(edge, u)
-    lr.finalize(edge)
+        logical_restore.load(edge, u)
+    logical_restore.finalize(edge)
     assert target.query("SELECT COUNT(*) FROM _lastline.restore_state") == [(0,)]
-    assert not lr.preflight(_conf(backups, force=True, databases=["edge"])).resume
+    assert not logical_restore.preflight(_conf(backups, force=True, databases=["edge"])).resume
 
 
 def test_per_table_index_builds_run_in_the_lanes_and_two_lanes_split_the_units(backups, logical_source, logical_target, caplog):
@@ -399,19 +404,19 @@ def test_per_table_index_builds_run_in_the_lanes_and_two_lanes_split_the_units(b
     caplog.set_level(logging.INFO)
     caplog.set_level(logging.DEBUG, logger="lastline.logical.restore")  # a table's line is at debug when it was quick
     dbs = ("store", "big")
-    plan = lr.preflight(_conf(backups, force=True, databases=list(dbs), index_build="per_table"))
-    snap = lr.snapshot_config(plan)
-    lr.prepare(plan)
-    lanes = lr.plan_lanes(plan)
+    plan = logical_restore.preflight(_conf(backups, force=True, databases=list(dbs), index_build="per_table"))
+    snap = logical_restore.snapshot_config(plan)
+    logical_restore.prepare(plan)
+    lanes = logical_restore.plan_lanes(plan)
     assert lanes == ["lane 1 of 2", "lane 2 of 2"]
     results: dict[str, list] = {}
-    threads = [threading.Thread(target=lambda lane=lane: results.__setitem__(lane, lr.load_lane(plan, lane))) for lane in lanes]
+    threads = [threading.Thread(target=lambda lane=lane: results.__setitem__(lane, logical_restore.load_lane(plan, lane))) for lane in lanes]
     for th in threads:
         th.start()
     for th in threads:
         th.join()
     loaded = [u.unit for lane in lanes for u in results[lane]]
-    assert sorted(loaded) == sorted(u["name"] for u in lr.plan_load(plan))  # every unit once, none twice
+    assert sorted(loaded) == sorted(u["name"] for u in logical_restore.plan_load(plan))  # every unit once, none twice
     target = logical_target.server()
     indexes = target.query("SELECT COUNT(DISTINCT INDEX_NAME) FROM information_schema.STATISTICS WHERE TABLE_SCHEMA = 'store' "
                            "AND TABLE_NAME = 'rental' AND INDEX_NAME <> 'PRIMARY'")[0][0]
@@ -419,7 +424,7 @@ def test_per_table_index_builds_run_in_the_lanes_and_two_lanes_split_the_units(b
     assert "store.rental: indexes built in" in caplog.text
     # and each table's checksum, taken in the lane while its pages were in memory, is what verify compares
     assert recorded_checks(target, plan.backup_id) == _backup_checks(plan, dbs)
-    lr.finalize(plan)
+    logical_restore.finalize(plan)
     _verify_compares_the_kept_checks(plan, snap, logical_source.server(), target, dbs, caplog)
 
 
@@ -441,34 +446,34 @@ def test_each_table_is_created_by_the_lane_that_loads_it(backups, logical_source
 
     caplog.set_level(logging.INFO)
     dbs = ("store", "edge", "big")
-    plan = lr.preflight(_conf(backups, force=True, databases=list(dbs)))
-    snap = lr.snapshot_config(plan)
-    steps, lanes = lr.prepare(plan)
+    plan = logical_restore.preflight(_conf(backups, force=True, databases=list(dbs)))
+    snap = logical_restore.snapshot_config(plan)
+    steps, lanes = logical_restore.prepare(plan)
     target = logical_target.server()
-    storage, manifest = lr.open_backup(plan)
+    storage, manifest = open_backup(plan)
     tables = [t for t in manifest.tables if t.schema in dbs]
     assert steps["create_schema"].in_lanes == len(tables) and _base_tables(target, dbs) == set()
     assert target.query("SELECT COUNT(*) FROM information_schema.TABLES WHERE TABLE_SCHEMA = 'edge' AND TABLE_TYPE = 'SEQUENCE'")[0][0]
-    units = lr.plan_load(plan)
-    first = lr.load(plan, units[0])  # one unit: its tables exist and hold their rows, the others are not made yet
+    units = logical_restore.plan_load(plan)
+    first = logical_restore.load(plan, units[0])  # one unit: its tables exist and hold their rows, the others are not made yet
     in_first = {f"{p['schema']}.{p['table']}" for p in units[0]["parts"]}
     assert first.created == len(in_first) and first.rows > 0
     made = _base_tables(target, dbs)
     assert made == in_first and len(made) < len(tables)
-    assert lr.load(plan, units[0]).created == 0  # again: every table there, nothing made, every chunk skipped
+    assert logical_restore.load(plan, units[0]).created == 0  # again: every table there, nothing made, every chunk skipped
     for lane in lanes:
-        lr.load_lane(plan, lane)
+        logical_restore.load_lane(plan, lane)
     assert _base_tables(target, dbs) == {f"{t.schema}.{t.name}" for t in tables}
     assert "table(s) before their first chunk" in caplog.text
     empty = next(t for t in tables if not t.chunks)
     target.query(f"DROP TABLE {dialect.qualified(empty.schema, empty.name)}")
     only_empty = WorkUnit(len(units), "empty tables", 0, [Part(empty.schema, empty.name, 0, -1, 0, True)])
-    creates = lr.table_creates(plan, manifest, lr.checked_schema(storage, manifest))
-    assert restore_lanes.load_lane(lr.run_server(plan), storage, manifest, [only_empty], "lane x", 2, create=creates) == []
+    creates = table_creates(plan, manifest, checked_schema(storage, manifest))
+    assert restore_lanes.load_lane(run_server(plan), storage, manifest, [only_empty], "lane x", 2, create=creates) == []
     assert f"{empty.schema}.{empty.name}" in _base_tables(target, dbs)
-    lr.finalize(plan)
-    lr.revert(plan)
-    assert lr.verify(plan, snap)
+    logical_restore.finalize(plan)
+    logical_restore.revert(plan)
+    assert logical_restore.verify(plan, snap)
     assert _diff(_objects(logical_source.server(), dbs), _objects(target, dbs)) == []
 
 
@@ -484,24 +489,24 @@ def test_a_create_the_target_refuses_fails_at_once_and_the_re_run_resumes(backup
         t["create"] = "\n".join([lines[0], lines[1], *lines[1:]])
 
     bad = tamper_schema(backups, tmp_path / "bad", duplicate_a_column)
-    plan = lr.preflight(_conf(bad, force=True, databases=["edge"]))
-    snap = lr.snapshot_config(plan)
+    plan = logical_restore.preflight(_conf(bad, force=True, databases=["edge"]))
+    snap = logical_restore.snapshot_config(plan)
     try:
-        _steps, lanes = lr.prepare(plan)
+        _steps, lanes = logical_restore.prepare(plan)
         with pytest.raises(Refusal, match=r"the target refused to create edge\.numbers: Duplicate column name .*re-run"):
             for lane in lanes:
-                lr.load_lane(plan, lane)
+                logical_restore.load_lane(plan, lane)
     finally:
-        lr.revert(plan)
-    again = lr.preflight(_conf(backups, databases=["edge"]))  # the untampered backup (the same id): it resumes
+        logical_restore.revert(plan)
+    again = logical_restore.preflight(_conf(backups, databases=["edge"]))  # the untampered backup (the same id): it resumes
     assert again.resume
-    lr.snapshot_config(again)
-    _steps, lanes = lr.prepare(again)
-    loaded = [u for lane in lanes for u in lr.load_lane(again, lane)]
+    logical_restore.snapshot_config(again)
+    _steps, lanes = logical_restore.prepare(again)
+    loaded = [u for lane in lanes for u in logical_restore.load_lane(again, lane)]
     assert sum(u.skipped for u in loaded) > 0  # what the refused run loaded was not loaded twice
-    lr.finalize(again)
-    lr.revert(again)
-    assert lr.verify(again, snap)
+    logical_restore.finalize(again)
+    logical_restore.revert(again)
+    assert logical_restore.verify(again, snap)
     assert _diff(_objects(logical_source.server(), ("edge",)), _objects(logical_target.server(), ("edge",))) == []
 
 
@@ -527,42 +532,42 @@ def test_a_resume_keeps_the_defer_indexes_its_tables_were_created_with(first, re
     dbs = ("store", "big")
     ours = json.dumps(sorted(dbs))  # the state's row of this restore
     target = logical_target.server()
-    plan = lr.preflight(_conf(backups, force=True, databases=list(dbs), defer_indexes=first, index_build="after_all"))
-    snap = lr.snapshot_config(plan)
+    plan = logical_restore.preflight(_conf(backups, force=True, databases=list(dbs), defer_indexes=first, index_build="after_all"))
+    snap = logical_restore.snapshot_config(plan)
     try:
         try:
-            _steps, lanes = lr.prepare(plan)
+            _steps, lanes = logical_restore.prepare(plan)
             for lane in lanes:
-                lr.load_lane(plan, lane)
+                logical_restore.load_lane(plan, lane)
         finally:
-            lr.revert(plan)  # stopped before finalize: the restore is unfinished
+            logical_restore.revert(plan)  # stopped before finalize: the restore is unfinished
         if not recorded:  # as a lastline before the setting was kept left it
-            _committed(target, f"UPDATE {lr.STATE} SET defer_indexes = NULL WHERE dbs = %s", (ours,))
+            _committed(target, f"UPDATE {STATE} SET defer_indexes = NULL WHERE dbs = %s", (ours,))
         kept = first if recorded else True
         with caplog.at_level(logging.WARNING, logger="lastline"):
-            again = lr.preflight(_conf(backups, databases=list(dbs), defer_indexes=not first))
+            again = logical_restore.preflight(_conf(backups, databases=list(dbs), defer_indexes=not first))
         assert again.resume and again.defer_indexes is kept
         if kept == first:
             assert f"defer_indexes={not first} asked, but the unfinished restore this run resumes " + (
                 f"created its tables with defer_indexes={first}: kept" if recorded else
                 "was started by an earlier lastline, which did not record how it created its tables: resumed with "
                 "defer_indexes=True") in caplog.text
-        lr.snapshot_config(again)
+        logical_restore.snapshot_config(again)
         with pytest.raises(IntegrityError, match=rf"plan has defer_indexes={not kept}, but the unfinished restore .* "
                                                  rf"defer_indexes={kept}.*from its preflight"):
-            lr.create_schema(dataclasses.replace(again, defer_indexes=not kept))
-        _steps, lanes = lr.prepare(again)
-        assert target.query(f"SELECT defer_indexes FROM {lr.STATE} WHERE dbs = %s", (ours,)) == [(int(kept),)]  # from now on
+            logical_restore.create_schema(dataclasses.replace(again, defer_indexes=not kept))
+        _steps, lanes = logical_restore.prepare(again)
+        assert target.query(f"SELECT defer_indexes FROM {STATE} WHERE dbs = %s", (ours,)) == [(int(kept),)]  # from now on
         for lane in lanes:
-            lr.load_lane(again, lane)
+            logical_restore.load_lane(again, lane)
         try:
-            lr.finalize(again)
+            logical_restore.finalize(again)
         finally:
-            lr.revert(again)
+            logical_restore.revert(again)
     except BaseException:  # later tests must not resume what this one left
-        _committed(target, f"DELETE FROM {lr.STATE} WHERE dbs = %s", (ours,))
+        _committed(target, f"DELETE FROM {STATE} WHERE dbs = %s", (ours,))
         raise
-    assert lr.verify(again, snap)
+    assert logical_restore.verify(again, snap)
     assert _diff(_objects(logical_source.server(), dbs), _objects(target, dbs)) == []
 
 
@@ -572,23 +577,23 @@ def test_tables_set_aside_by_a_run_that_created_none_yet_still_need_force(backup
     target = logical_target.server()
     target.query("CREATE DATABASE IF NOT EXISTS edge")
     target.query("CREATE TABLE IF NOT EXISTS edge.precious (id INT PRIMARY KEY)")
-    plan = lr.preflight(_conf(backups, force=True, databases=["edge"]))
-    lr.snapshot_config(plan)
-    lr.prepare(plan)  # the old edge is set aside; no lane runs
-    lr.revert(plan)
-    assert _base_tables(target, ("edge",)) == set() and _base_tables(target, (lr.aside_name("edge"),))
+    plan = logical_restore.preflight(_conf(backups, force=True, databases=["edge"]))
+    logical_restore.snapshot_config(plan)
+    logical_restore.prepare(plan)  # the old edge is set aside; no lane runs
+    logical_restore.revert(plan)
+    assert _base_tables(target, ("edge",)) == set() and _base_tables(target, (aside_name("edge"),))
     with pytest.raises(PreflightError, match=r"edge(, big)? already exist.*set aside.*set force"):
-        lr.preflight(_conf(backups, databases=["edge", "big"]))
+        logical_restore.preflight(_conf(backups, databases=["edge", "big"]))
     # the same restore resumes, and completes
-    again = lr.preflight(_conf(backups, databases=["edge"]))
+    again = logical_restore.preflight(_conf(backups, databases=["edge"]))
     assert again.resume
-    snap = lr.snapshot_config(again)
-    _steps, lanes = lr.prepare(again)
+    snap = logical_restore.snapshot_config(again)
+    _steps, lanes = logical_restore.prepare(again)
     for lane in lanes:
-        lr.load_lane(again, lane)
-    lr.finalize(again)
-    lr.revert(again)
-    assert lr.verify(again, snap) and not _base_tables(target, (lr.aside_name("edge"),))
+        logical_restore.load_lane(again, lane)
+    logical_restore.finalize(again)
+    logical_restore.revert(again)
+    assert logical_restore.verify(again, snap) and not _base_tables(target, (aside_name("edge"),))
 
 
 def test_a_manifest_and_schema_json_naming_different_tables_are_refused_before_anything(backups, logical_target, tmp_path):
@@ -599,24 +604,24 @@ def test_a_manifest_and_schema_json_naming_different_tables_are_refused_before_a
 
     bad = tamper_schema(backups, tmp_path / "bad", drop_a_table)
     with pytest.raises(IntegrityError, match=r"do not name the same tables: edge\.numbers \(only in the manifest\)"):
-        lr.preflight(_conf(bad, force=True, databases=["edge"]))
+        logical_restore.preflight(_conf(bad, force=True, databases=["edge"]))
 
 
 def test_without_defer_indexes_prepare_creates_every_table_with_its_keys(backups, logical_source, logical_target):
     """defer_indexes off: a CREATE carries its foreign keys, so prepare creates every table (one at a time where
     keys name other tables) and the lanes create none."""
     dbs = ("store",)
-    plan = lr.preflight(_conf(backups, force=True, databases=list(dbs), defer_indexes=False))
-    snap = lr.snapshot_config(plan)
-    steps, lanes = lr.prepare(plan)
+    plan = logical_restore.preflight(_conf(backups, force=True, databases=list(dbs), defer_indexes=False))
+    snap = logical_restore.snapshot_config(plan)
+    steps, lanes = logical_restore.prepare(plan)
     target = logical_target.server()
     assert steps["create_schema"].in_lanes == 0
-    assert _base_tables(target, dbs) == {f"{t.schema}.{t.name}" for t in lr.open_backup(plan)[1].tables if t.schema in dbs}
-    loaded = [u for lane in lanes for u in lr.load_lane(plan, lane)]
+    assert _base_tables(target, dbs) == {f"{t.schema}.{t.name}" for t in open_backup(plan)[1].tables if t.schema in dbs}
+    loaded = [u for lane in lanes for u in logical_restore.load_lane(plan, lane)]
     assert loaded and all(u.created == 0 for u in loaded)
-    lr.finalize(plan)
-    lr.revert(plan)
-    assert lr.verify(plan, snap)
+    logical_restore.finalize(plan)
+    logical_restore.revert(plan)
+    assert logical_restore.verify(plan, snap)
     assert _diff(_objects(logical_source.server(), dbs), _objects(target, dbs)) == []
 
 
@@ -628,41 +633,41 @@ def test_after_all_finalize_takes_each_checksum_right_after_the_tables_indexes(b
 
     caplog.set_level(logging.INFO)
     dbs = ("store", "big")
-    plan = lr.preflight(_conf(backups, force=True, databases=list(dbs), index_build="after_all"))
-    snap = lr.snapshot_config(plan)
-    lr.prepare(plan)
-    for lane in lr.plan_lanes(plan):
-        lr.load_lane(plan, lane)
+    plan = logical_restore.preflight(_conf(backups, force=True, databases=list(dbs), index_build="after_all"))
+    snap = logical_restore.snapshot_config(plan)
+    logical_restore.prepare(plan)
+    for lane in logical_restore.plan_lanes(plan):
+        logical_restore.load_lane(plan, lane)
     target = logical_target.server()
     assert recorded_checks(target, plan.backup_id) == {}  # no lane took one
     # each chunk of a table cut in primary-key ranges (or of one chunk) was checked in its transaction
-    manifest = lr.open_backup(plan)[1]
+    manifest = open_backup(plan)[1]
     ranged = [t for t in manifest.tables if t.schema in dbs and chunk_checks(manifest, t) is not None]
     assert any(len(t.chunks) > 1 for t in ranged)  # big.t: several key ranges
     assert sum(len(t.chunks) for t in ranged) == target.query(
         "SELECT COUNT(*) FROM _lastline.ledger WHERE backup_id = %s AND checksum_seen IS NOT NULL", (manifest.backup_id,))[0][0]
-    lr.finalize(plan)
+    logical_restore.finalize(plan)
     assert f"finalize: {len(ranged)} of " in caplog.text
     _verify_compares_the_kept_checks(plan, snap, logical_source.server(), target, dbs, caplog)
 
 
-def _verify_compares_the_kept_checks(plan: lr.RestorePlan, snap: lr.ConfigSnapshot, source, target, dbs: tuple[str, ...], caplog) -> None:
+def _verify_compares_the_kept_checks(plan: RestorePlan, snap: ConfigSnapshot, source, target, dbs: tuple[str, ...], caplog) -> None:
     """After finalize: every table's kept check is the manifest's; revert, then verify passes comparing them
     (it says so), forgets them, and the data equals the source's."""
     manifest = _backup_checks(plan, dbs)
     backup_id = plan.backup_id
     assert recorded_checks(target, backup_id) == manifest
-    lr.revert(plan)
+    logical_restore.revert(plan)
     caplog.clear()
-    assert lr.verify(plan, snap)
+    assert logical_restore.verify(plan, snap)
     assert f"({len(manifest)} taken as each table completed)" in caplog.text
     assert recorded_checks(target, backup_id) == {}  # forgotten once verified
     assert _diff(_objects(source, dbs), _objects(target, dbs)) == []
 
 
-def _backup_checks(plan: lr.RestorePlan, dbs: tuple[str, ...]) -> dict:
+def _backup_checks(plan: RestorePlan, dbs: tuple[str, ...]) -> dict:
     """Rows and checksum of each table of `dbs` as the backup's manifest gives them, by (schema, table)."""
-    return {(t.schema, t.name): (t.rows, t.checksum) for t in lr.open_backup(plan)[1].tables
+    return {(t.schema, t.name): (t.rows, t.checksum) for t in open_backup(plan)[1].tables
             if t.schema in dbs}
 
 
@@ -671,35 +676,35 @@ def test_small_tables_are_created_with_their_indexes_and_big_ones_wait_for_their
     afterwards costs more than their upkeep while so few rows load), a big one (big.t, 58 MB) gets them once its
     rows are in; foreign keys wait for finalize either way. The restore is exact."""
     target = logical_target.server()
-    plan = lr.preflight(_conf(backups, force=True, databases=["store", "big"], index_build="after_all"))
+    plan = logical_restore.preflight(_conf(backups, force=True, databases=["store", "big"], index_build="after_all"))
 
     def indexes(db: str, table: str) -> set[str]:
         return {r[0] for r in target.query("SELECT DISTINCT INDEX_NAME FROM information_schema.STATISTICS "
                                            "WHERE TABLE_SCHEMA = %s AND TABLE_NAME = %s", (db, table))}
 
-    snap = lr.snapshot_config(plan, "inline")
+    snap = logical_restore.snapshot_config(plan, "inline")
     try:
-        _steps, lanes = lr.prepare(plan)
+        _steps, lanes = logical_restore.prepare(plan)
         for lane in lanes:  # each creates the tables it loads
-            lr.load_lane(plan, lane)
+            logical_restore.load_lane(plan, lane)
         assert indexes("store", "actor") == {"PRIMARY", "idx_actor_last_name"}  # 200 rows: with its index
         assert indexes("big", "t") == {"PRIMARY"}  # 58 MB: its KEY k after its rows (after_all: in finalize)
         assert not target.query("SELECT COUNT(*) FROM information_schema.TABLE_CONSTRAINTS WHERE TABLE_SCHEMA = 'store' "
                                 "AND CONSTRAINT_TYPE = 'FOREIGN KEY'")[0][0]
-        lr.finalize(plan)
+        logical_restore.finalize(plan)
     finally:
-        lr.revert(plan)
-    assert lr.verify(plan, snap).tables
+        logical_restore.revert(plan)
+    assert logical_restore.verify(plan, snap).tables
     assert indexes("big", "t") == {"PRIMARY", "k"}
     dbs = ("store", "big")
     assert _diff(_objects(logical_source.server(), dbs), _objects(target, dbs)) == []
 
 
-def _restore(plan: lr.RestorePlan) -> None:
+def _restore(plan: RestorePlan) -> None:
     """Every step of a logical restore, in process, revert always; verify last."""
     from conftest import restore_steps
 
-    assert lr.verify(plan, restore_steps(plan))
+    assert logical_restore.verify(plan, restore_steps(plan))
 
 
 def _root(inst):
@@ -731,9 +736,9 @@ def test_a_table_whose_engine_the_target_lacks_is_refused_never_made_with_anothe
             cur.execute("CREATE TABLE arch.`log book` (id INT NOT NULL, msg TEXT) ENGINE=ARCHIVE")
             cur.execute("INSERT INTO arch.`log book` SELECT seq, CONCAT('tab\\there\\\\', seq) FROM mysql.seq_1_to_5000")
         dest = tmp_path / "arch"
-        lb.dump(lb.preflight({"source_conn_id": "t_lsource", "destination": f"file://{dest}", "databases": ["arch"]}))
+        logical_backup.dump(logical_backup.preflight({"source_conn_id": "t_lsource", "destination": f"file://{dest}", "databases": ["arch"]}))
         with pytest.raises(PreflightError) as err:
-            lr.preflight(_conf(dest, databases=["arch"]))
+            logical_restore.preflight(_conf(dest, databases=["arch"]))
         message = str(err.value)
         assert "lacks the storage engine(s) of these tables: ARCHIVE (1: arch.log book)" in message, message
         assert "INSTALL SONAME 'ha_archive'" in message and "Nothing was touched" in message, message
@@ -746,34 +751,34 @@ def test_a_table_whose_engine_the_target_lacks_is_refused_never_made_with_anothe
 
         with pytest.raises(IntegrityError, match=r"disagree on the engine of 1 table\(s\): edge\.numbers \(InnoDB in the "
                                                  r"manifest, ARCHIVE in schema\.json\)"):
-            lr.preflight(_conf(tamper_schema(backups, tmp_path / "bad", archive_numbers), force=True, databases=["edge"]))
+            logical_restore.preflight(_conf(tamper_schema(backups, tmp_path / "bad", archive_numbers), force=True, databases=["edge"]))
 
         with _root(logical_target).session() as cur:
             cur.execute("SET GLOBAL enforce_storage_engine = 'InnoDB'")
         try:
             with pytest.raises(PreflightError, match=r"makes every table INNODB \(enforce_storage_engine\) and so refuses "
                                                      r"the storage engine\(s\) of these tables: ARIA \(1: edge\.aria_t\); MYISAM"):
-                lr.preflight(_conf(backups, force=True, databases=["edge"]))
+                logical_restore.preflight(_conf(backups, force=True, databases=["edge"]))
         finally:
             with _root(logical_target).session() as cur:
                 cur.execute("SET GLOBAL enforce_storage_engine = NULL")
 
         _archive_plugin(logical_target, True)
-        plan = lr.preflight(_conf(dest, databases=["arch"]))
+        plan = logical_restore.preflight(_conf(dest, databases=["arch"]))
         _archive_plugin(logical_target, False)  # the target changed after its preflight
-        lr.snapshot_config(plan)
+        logical_restore.snapshot_config(plan)
         try:
             with pytest.raises(Refusal, match=r"arch\.log book: Unknown storage engine 'ARCHIVE'"):
-                _steps, lanes = lr.prepare(plan)
+                _steps, lanes = logical_restore.prepare(plan)
                 for lane in lanes:
-                    lr.load_lane(plan, lane)
+                    logical_restore.load_lane(plan, lane)
         finally:
-            lr.revert(plan)
+            logical_restore.revert(plan)
         assert not logical_target.server().query(  # not made with another engine
             "SELECT ENGINE FROM information_schema.TABLES WHERE TABLE_SCHEMA = 'arch'")
 
         _archive_plugin(logical_target, True)
-        again = lr.preflight(_conf(dest, databases=["arch"]))
+        again = logical_restore.preflight(_conf(dest, databases=["arch"]))
         assert again.resume
         _restore(again)
         restored = _objects(logical_target.server(), ("arch",))
@@ -810,9 +815,9 @@ def test_a_restore_of_memory_tables_with_rows_never_restarts_the_target(logical_
         cur.execute("INSERT INTO mem.kept SELECT seq FROM mysql.seq_1_to_100")
     try:
         dest = tmp_path / "mem"
-        lb.dump(lb.preflight({"source_conn_id": "t_lsource", "destination": f"file://{dest}", "databases": ["mem"]}))
+        logical_backup.dump(logical_backup.preflight({"source_conn_id": "t_lsource", "destination": f"file://{dest}", "databases": ["mem"]}))
         with caplog.at_level("WARNING"):
-            plan = lr.preflight(_conf(dest, databases=["mem"], restart_allowed=True))
+            plan = logical_restore.preflight(_conf(dest, databases=["mem"], restart_allowed=True))
         assert not plan.restart_allowed
         assert "no restart profile for this restore: 1 MEMORY table(s) with rows (mem.cache)" in caplog.text
 
@@ -820,14 +825,14 @@ def test_a_restore_of_memory_tables_with_rows_never_restarts_the_target(logical_
         with pytest.raises(IntegrityError, match=r"mem\.cache: 0 rows, .* \(a MEMORY table: a restart of the target after its "
                                                  r"load emptied it; re-run the restore with force\)"):
             _restore(forced)
-        assert lr.preflight(_conf(dest, databases=["mem"], force=True)).resume is False  # verify failed: the run is over
-        _restore(lr.preflight(_conf(dest, databases=["mem"], force=True, restart_allowed=True)))
+        assert logical_restore.preflight(_conf(dest, databases=["mem"], force=True)).resume is False  # verify failed: the run is over
+        _restore(logical_restore.preflight(_conf(dest, databases=["mem"], force=True, restart_allowed=True)))
         assert _objects(logical_source.server(), ("mem",)) == _objects(logical_target.server(), ("mem",))
     finally:
         for inst in (logical_source, logical_target):
             with _root(inst).session() as cur:
                 cur.execute("DROP DATABASE IF EXISTS mem")
-                cur.execute(f"DROP DATABASE IF EXISTS `{lr.aside_name('mem')}`")
+                cur.execute(f"DROP DATABASE IF EXISTS `{aside_name('mem')}`")
 
 
 def test_names_with_capitals_restore_into_a_server_that_ignores_their_case(logical_source, sandbox_root, tmp_path):
@@ -855,9 +860,9 @@ def test_names_with_capitals_restore_into_a_server_that_ignores_their_case(logic
             cur.execute("CREATE TABLE CaseDb.`Straße` (id INT PRIMARY KEY)")
             cur.execute("CREATE TABLE CaseDb.strasse (id INT PRIMARY KEY)")  # two tables on the server, whatever its case rule
         dest = tmp_path / "case"
-        lb.dump(lb.preflight({"source_conn_id": "t_lsource", "destination": f"file://{dest}", "databases": ["CaseDb"]}))
+        logical_backup.dump(logical_backup.preflight({"source_conn_id": "t_lsource", "destination": f"file://{dest}", "databases": ["CaseDb"]}))
         conf = {**_conf(dest, databases=["CaseDb"]), "target_conn_id": "t_nocase"}
-        _restore(lr.preflight(conf))
+        _restore(logical_restore.preflight(conf))
         target = inst.server()
         assert {r[0] for r in target.query("SELECT TABLE_NAME FROM information_schema.TABLES WHERE TABLE_SCHEMA = 'casedb'")} == {
             "order lines", "recent", "strasse", "straße", "users"}
@@ -875,12 +880,12 @@ def test_names_with_capitals_restore_into_a_server_that_ignores_their_case(logic
             cur.execute("CREATE TABLE CaseDb.ix (id INT PRIMARY KEY)")
             cur.execute("CREATE DATABASE `_LASTLİNE`")
             cur.execute("CREATE TABLE `_LASTLİNE`.ledger (id INT PRIMARY KEY)")
-        lb.dump(lb.preflight({"source_conn_id": "t_lsource", "destination": f"file://{dest}",
+        logical_backup.dump(logical_backup.preflight({"source_conn_id": "t_lsource", "destination": f"file://{dest}",
                               "databases": ["CaseDb", "_LASTLİNE"]}))
         with pytest.raises(PreflightError, match=r"there _LASTLİNE would be _lastline, a system schema or lastline's own"):
-            lr.preflight({**conf, "force": True, "databases": ["CaseDb", "_LASTLİNE"]})
+            logical_restore.preflight({**conf, "force": True, "databases": ["CaseDb", "_LASTLİNE"]})
         with pytest.raises(PreflightError) as err:
-            lr.preflight({**conf, "force": True})
+            logical_restore.preflight({**conf, "force": True})
         message = str(err.value)
         assert "cannot hold both of 2 pair(s) of names the backup keeps apart: " in message, message
         assert "names the backup keeps apart: CaseDb.Users and CaseDb.users; CaseDb.ix and CaseDb.İx. " in message, message
@@ -912,22 +917,22 @@ def test_a_table_only_a_non_strict_server_makes_is_refused_naming_the_setting_th
     target = _root(logical_target)
     try:
         dest = tmp_path / "wide"
-        lb.dump(lb.preflight({"source_conn_id": "t_lsource", "destination": f"file://{dest}", "databases": ["wide"]}))
+        logical_backup.dump(logical_backup.preflight({"source_conn_id": "t_lsource", "destination": f"file://{dest}", "databases": ["wide"]}))
         assert logical_target.server().variables("innodb_strict_mode") == {"innodb_strict_mode": "ON"}
-        plan = lr.preflight(_conf(dest, databases=["wide"]))
-        lr.snapshot_config(plan)
+        plan = logical_restore.preflight(_conf(dest, databases=["wide"]))
+        logical_restore.snapshot_config(plan)
         try:
             with pytest.raises(Refusal, match=r"the target refused to create wide\.t: Row size too large .*\(1118\) \(the "
                                               r"source made this table with innodb_strict_mode off.*SET GLOBAL "
                                               r"innodb_strict_mode = OFF on the target for this restore"):
-                _steps, lanes = lr.prepare(plan)
+                _steps, lanes = logical_restore.prepare(plan)
                 for lane in lanes:
-                    lr.load_lane(plan, lane)
+                    logical_restore.load_lane(plan, lane)
         finally:
-            lr.revert(plan)
+            logical_restore.revert(plan)
         with target.session() as cur:
             cur.execute("SET GLOBAL innodb_strict_mode = OFF")
-        again = lr.preflight(_conf(dest, databases=["wide"]))
+        again = logical_restore.preflight(_conf(dest, databases=["wide"]))
         assert again.resume
         _restore(again)
         assert _objects(logical_source.server(), ("wide",)) == _objects(logical_target.server(), ("wide",))
@@ -937,4 +942,4 @@ def test_a_table_only_a_non_strict_server_makes_is_refused_naming_the_setting_th
         for inst in (logical_source, logical_target):
             with _root(inst).session() as cur:
                 cur.execute("DROP DATABASE IF EXISTS wide")
-                cur.execute(f"DROP DATABASE IF EXISTS `{lr.aside_name('wide')}`")
+                cur.execute(f"DROP DATABASE IF EXISTS `{aside_name('wide')}`")

@@ -19,7 +19,7 @@ import pytest
 from conftest import set_conn
 from lastline import connections
 from lastline.core.errors import Refusal
-from lastline.logical import backup as lb
+from lastline.logical.backup import stages as logical_backup
 from lastline.pitr import archive, events
 from lastline.pitr import restore as pitr
 from lastline.pitr.split import query_text
@@ -87,8 +87,8 @@ def _history(src: Instance, tgt: Instance, dest) -> dict:
 
 def _workload(src: Instance, tgt: Instance, dest, storage, server, writer: Writer) -> dict:
     time.sleep(1)
-    plan = lb.preflight({"source_conn_id": "t_pitr_lsrc", "destination": f"file://{dest}", "databases": ["shop"]})
-    lb.dump(plan)  # the base, taken while the writers write: shop only
+    plan = logical_backup.preflight({"source_conn_id": "t_pitr_lsrc", "destination": f"file://{dest}", "databases": ["shop"]})
+    logical_backup.dump(plan)  # the base, taken while the writers write: shop only
     with server.session() as cur:  # row format: one transaction on both databases, and one on mysql.*
         cur.execute("INSERT INTO other.t (v) VALUES ('row, other')")
         cur.execute("UPDATE shop.stock SET qty = qty + 1000 WHERE id = 7")

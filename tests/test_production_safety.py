@@ -14,8 +14,9 @@ import pytest
 from conftest import Writes
 from lastline.core import impact
 from lastline.core.errors import PreflightError, ServerError
-from lastline.logical import backup as lb
+from lastline.logical.backup import stages as logical_backup
 from lastline.logical.backup.parts import PartWriter
+from lastline.logical.backup.plans import DumpResult
 from lastline.logical.backup.snapshot import SAVEPOINT, SnapshotPool, instance_lock, snapshot_method
 from lastline.logical.backup.worker import DumpWorker
 from lastline.manifest import read_manifest
@@ -83,10 +84,10 @@ def app(logical_source):
 LONG_UPDATE = "UPDATE ps.batch SET v = v + 1 + SLEEP(40) WHERE id = 1"
 
 
-def _backup(dest: Path, **conf) -> tuple[lb.DumpResult, object]:
-    plan = lb.preflight({"source_conn_id": "t_lsource", "destination": f"file://{dest}", "databases": ["ps", "store"],
+def _backup(dest: Path, **conf) -> tuple[DumpResult, object]:
+    plan = logical_backup.preflight({"source_conn_id": "t_lsource", "destination": f"file://{dest}", "databases": ["ps", "store"],
                          "chunk_rows": 1000, **conf})
-    result = lb.dump(plan)
+    result = logical_backup.dump(plan)
     return result, read_manifest(open_storage(f"file://{dest}"), plan.backup_id, "logical")
 
 
@@ -230,7 +231,7 @@ def test_a_ddl_on_the_table_being_read_gets_through_at_once_and_writes_do_not_qu
         cur.execute("USE ps")
         cur.execute("INSERT INTO ps.app (t) SELECT NOW(6) FROM seq_1_to_60000")
         cur.connection.commit()
-    done: list[lb.DumpResult] = []
+    done: list[DumpResult] = []
     dump = threading.Thread(target=lambda: done.append(_backup(tmp_path, databases=["ps"], parallel=1, chunk_rows=1_000_000,
                                                                max_read_mb_per_s=0.4)[0]), daemon=True)
     with Writes(server, "ps.app") as writes:

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from lastline.logical import backup as lb
-from lastline.logical import restore as lr
+from lastline.logical.backup import stages as logical_backup
+from lastline.logical.restore import stages as logical_restore
 from lastline_dev.compare import table_checksums
 
 pytestmark = pytest.mark.e2e
@@ -52,22 +52,22 @@ def _round_trip(source, target, tmp_path, prefix: str, tables: int) -> tuple[int
     src, tgt = source.server(), target.server()
     dbs = _tenants(src, prefix, tables)
     before = _questions(src)
-    plan = lb.preflight({"source_conn_id": "t_lsource", "destination": f"file://{tmp_path / prefix}", "databases": dbs,
+    plan = logical_backup.preflight({"source_conn_id": "t_lsource", "destination": f"file://{tmp_path / prefix}", "databases": dbs,
                          "parallel": 2})
-    lb.dump(plan)
+    logical_backup.dump(plan)
     dumped = _questions(src) - before
     before = _questions(tgt)
-    rplan = lr.preflight({"target_conn_id": "t_ltarget", "backup": f"file://{tmp_path / prefix}/latest", "databases": dbs,
+    rplan = logical_restore.preflight({"target_conn_id": "t_ltarget", "backup": f"file://{tmp_path / prefix}/latest", "databases": dbs,
                           "force": True, "parallel": 2, "tune": False})
-    snap = lr.snapshot_config(rplan, prefix)
-    _steps, lanes = lr.prepare(rplan)
+    snap = logical_restore.snapshot_config(rplan, prefix)
+    _steps, lanes = logical_restore.prepare(rplan)
     rows = _rows_sent(tgt)
     for lane in lanes:
-        lr.load_lane(rplan, lane)
+        logical_restore.load_lane(rplan, lane)
     lane_rows = _rows_sent(tgt) - rows
-    lr.finalize(rplan)
-    lr.revert(rplan)
-    verified = lr.verify(rplan, snap)
+    logical_restore.finalize(rplan)
+    logical_restore.revert(rplan)
+    verified = logical_restore.verify(rplan, snap)
     restored = _questions(tgt) - before
     assert verified.tables == tables
     theirs = {k: v for k, v in table_checksums(src).items() if k.split(".")[0] in dbs}

@@ -28,8 +28,11 @@ from lastline.logical.format.sql_text import (
     tokenize_any_mode,
     word_at,
 )
-from lastline.logical.restore import schema_checks as sc
-from lastline.logical.restore.schema_checks import split_deferred
+from lastline.logical.restore.schema_checks import checked_create, validate_schema
+from lastline.logical.restore.schema_definers import disabled_event, with_definer, without_definer
+from lastline.logical.restore.schema_grants import checked_grants
+from lastline.logical.restore.schema_session import database_create
+from lastline.logical.restore.schema_tables import definition_name, split_deferred
 
 
 def kinds(text: str, **mode) -> list[tuple[str, str]]:
@@ -163,7 +166,7 @@ def table(create: str, name: str = "t") -> dict:
 ])
 def test_a_table_statement_that_reaches_past_its_table_is_refused(create):
     with pytest.raises(IntegrityError, match="statement of table db.t .*Nothing of it was run"):
-        sc.checked_create("tables", table(create), ["db"])
+        checked_create("tables", table(create), ["db"])
 
 
 def test_a_held_back_index_is_exactly_one_index():
@@ -183,15 +186,15 @@ def test_a_held_back_index_is_exactly_one_index():
 def test_foreign_keys_reach_only_the_databases_being_restored():
     fk = BASE.replace("  KEY `k` (`c`)\n", "  KEY `k` (`c`),\n  CONSTRAINT `f` FOREIGN KEY (`c`) REFERENCES `db2`.`p` (`id`)\n")
     for databases in (["db", "db2"], ["db2"], frozenset({"db2"}), {"db", "db2"}):  # however the caller holds them
-        assert sc.checked_create("tables", table(fk), databases) == fk
+        assert checked_create("tables", table(fk), databases) == fk
     for databases in (["db"], None, [], frozenset(), frozenset({"db", "other"})):
         with pytest.raises(IntegrityError, match="database `db2`, which this restore does not restore"):
-            sc.checked_create("tables", table(fk), databases)
+            checked_create("tables", table(fk), databases)
     same_db = fk.replace("`db2`.`p`", "`p`")
-    assert sc.checked_create("tables", table(same_db)) == same_db
+    assert checked_create("tables", table(same_db)) == same_db
     own = fk.replace("`db2`.`p`", "`db`.`p`")  # its own database, named: whatever `databases` holds
     for databases in (None, [], frozenset()):
-        assert sc.checked_create("tables", table(own), databases) == own
+        assert checked_create("tables", table(own), databases) == own
     assert split_deferred(fk)[2] == ["CONSTRAINT `f` FOREIGN KEY (`c`) REFERENCES `db2`.`p` (`id`)"]
 
 
@@ -209,7 +212,7 @@ TRIGGER = "CREATE DEFINER=`u`@`%` TRIGGER `tr` AFTER INSERT ON `t` FOR EACH ROW 
 def test_a_second_statement_after_an_object_s_body_is_refused(kind, obj):
     obj = {"schema": "db", "name": "tr" if kind == "triggers" else "e", **obj}
     with pytest.raises(IntegrityError, match="Nothing of it was run"):
-        sc.checked_create(kind, obj)
+        checked_create(kind, obj)
 
 
 @pytest.mark.parametrize("grants", [
@@ -220,12 +223,12 @@ def test_a_second_statement_after_an_object_s_body_is_refused(kind, obj):
 def test_a_grant_reaches_its_own_account_alone(grants):
     g = {"user": "reporter", "host": "127.0.0.1", "create": "CREATE USER `reporter`@`127.0.0.1`", "grants": grants}
     with pytest.raises(IntegrityError, match="is not a GRANT to that account"):
-        sc.checked_grants(g)
+        checked_grants(g)
     g2 = {**g, "create": "CREATE USER `reporter`@`127.0.0.1`, `root`@`%` IDENTIFIED BY 'x'", "grants": []}
     with pytest.raises(IntegrityError, match="is not that account's"):
-        sc.checked_grants(g2)
+        checked_grants(g2)
     ok = {**g, "grants": ["GRANT USAGE ON *.* TO `reporter`@`127.0.0.1` IDENTIFIED BY PASSWORD '*AB12'"]}
-    assert sc.checked_grants(ok)[0] == "CREATE USER IF NOT EXISTS `reporter`@`127.0.0.1`"
+    assert checked_grants(ok)[0] == "CREATE USER IF NOT EXISTS `reporter`@`127.0.0.1`"
 
 
 # --- what SHOW CREATE prints passes, read as the server reads it ---------------------------------------------------
@@ -260,7 +263,7 @@ SHOWN = [  # SHOW CREATE TABLE output of MariaDB 10.11 (the real-server test bel
 @pytest.mark.parametrize("create", [*SHOWN, SHOWN[5].replace("COMMENT 'ft'", "WITH PARSER `ngram`")])
 def test_what_show_create_table_prints_passes(create):
     name = create.split("`")[1]
-    assert sc.checked_create("tables", {"schema": "db", "name": name, "create": create}) == create
+    assert checked_create("tables", {"schema": "db", "name": name, "create": create}) == create
     kept, indexes, fks = split_deferred(create)
     assert not [d for d in indexes if d not in create] and "KEY `k" not in kept
 
@@ -270,8 +273,8 @@ def test_split_deferred_returns_one_line_definitions_and_a_create_that_is_whole(
     kept, indexes, fks = split_deferred(create)
     assert indexes == ["KEY `k` (`c`)", "UNIQUE KEY `u``q` (`id`, `c`) COMMENT 'a, b'"] and fks == []
     assert kept == BASE.replace(",\n  KEY `k` (`c`)\n", "\n")
-    assert [sc.definition_name(d) for d in indexes] == ["k", "u`q"]
-    assert sc.definition_name("CONSTRAINT `f``k` FOREIGN KEY (`a`) REFERENCES `p` (`id`)") == "f`k"
+    assert [definition_name(d) for d in indexes] == ["k", "u`q"]
+    assert definition_name("CONSTRAINT `f``k` FOREIGN KEY (`a`) REFERENCES `p` (`id`)") == "f`k"
 
 
 # --- DEFINER and event edits ---------------------------------------------------------------------------------
@@ -294,9 +297,9 @@ def test_split_deferred_returns_one_line_definitions_and_a_create_that_is_whole(
     ("tables", BASE, BASE),
 ])
 def test_without_definer_removes_the_header_s_definer_only(kind, create, expected):
-    assert sc.without_definer(kind, create) == expected
+    assert without_definer(kind, create) == expected
     if kind != "tables":
-        assert sc.with_definer(kind, create, "own`er@localhost").replace("DEFINER=`own``er`@`localhost` ", "") == expected
+        assert with_definer(kind, create, "own`er@localhost").replace("DEFINER=`own``er`@`localhost` ", "") == expected
 
 
 @pytest.mark.parametrize("kind, create", [
@@ -307,7 +310,7 @@ def test_without_definer_removes_the_header_s_definer_only(kind, create, expecte
 ])
 def test_a_definer_that_cannot_be_placed_exactly_is_refused(kind, create):
     with pytest.raises(IntegrityError):
-        sc.without_definer(kind, create)
+        without_definer(kind, create)
 
 
 @pytest.mark.parametrize("create, expected", [
@@ -321,18 +324,18 @@ def test_a_definer_that_cannot_be_placed_exactly_is_refused(kind, create):
     ("CREATE EVENT e ON SCHEDULE EVERY 1 DAY DISABLE ON REPLICA DO SELECT 1", "CREATE EVENT e ON SCHEDULE EVERY 1 DAY DISABLE DO SELECT 1"),
 ])
 def test_events_come_back_disabled(create, expected):
-    assert sc.disabled_event(create) == expected
+    assert disabled_event(create) == expected
     with pytest.raises(IntegrityError):
-        sc.disabled_event(create.replace("ON SCHEDULE", "ON SCHEDULE /*!99999 ENABLE */"))
+        disabled_event(create.replace("ON SCHEDULE", "ON SCHEDULE /*!99999 ENABLE */"))
 
 
 # --- a real backup, checked and rebuilt on a real server ----------------------------------------------------------
 @pytest.fixture(scope="module")
 def backup_schema(logical_source, tmp_path_factory) -> dict:
-    from lastline.logical import backup as lb
+    from lastline.logical.backup import stages as logical_backup
 
     dest = tmp_path_factory.mktemp("sql_text")
-    lb.dump(lb.preflight({"source_conn_id": "t_lsource", "destination": f"file://{dest}", "databases": ["store", "edge"]}))
+    logical_backup.dump(logical_backup.preflight({"source_conn_id": "t_lsource", "destination": f"file://{dest}", "databases": ["store", "edge"]}))
     (folder,) = [p for p in dest.iterdir() if p.is_dir()]
     return json.loads((folder / "schema.json").read_text())
 
@@ -357,29 +360,29 @@ def test_a_real_backup_passes_and_its_rewritten_statements_run_on_a_real_server(
     from lastline.logical.format.dialect import LOAD_SESSION
 
     schema, dbs = backup_schema, ["store", "edge"]
-    sc.validate_schema(schema, dbs)
+    validate_schema(schema, dbs)
     with scratch.session() as cur:
         cur.execute(LOAD_SESSION)
         for d in schema["databases"]:
-            cur.execute(sc.database_create(d))
+            cur.execute(database_create(d))
         for t in schema["tables"]:  # the tables without their held-back keys, then the keys, then the foreign keys
             cur.execute(f"USE {quote_ident(t['schema'])}")
-            cur.execute(split_deferred(sc.checked_create("tables", t, dbs))[0])
+            cur.execute(split_deferred(checked_create("tables", t, dbs))[0])
         for part in (1, 2):
             for t in schema["tables"]:
                 for d in split_deferred(t["create"])[part]:
                     cur.execute(f"ALTER TABLE {qualified(t['schema'], t['name'])} ADD {d}")
         for s in schema["sequences"]:
             cur.execute(f"USE {quote_ident(s['schema'])}")
-            cur.execute(sc.checked_create("sequences", s))
+            cur.execute(checked_create("sequences", s))
     src = logical_source.server()
     for t in schema["tables"]:
         assert _definitions_of(scratch, t["schema"], t["name"]) == _definitions_of(src, t["schema"], t["name"]), t["name"]
     seen = []
     for kind in ("triggers", "views", "routines", "events"):
         for obj in schema[kind]:
-            create = sc.without_definer(kind, sc.checked_create(kind, obj, dbs))
-            create = sc.disabled_event(create) if kind == "events" else create
+            create = without_definer(kind, checked_create(kind, obj, dbs))
+            create = disabled_event(create) if kind == "events" else create
             with scratch.session(charset=obj.get("character_set_client") or "utf8mb4") as cur:
                 cur.execute(f"USE {quote_ident(obj['schema'])}")
                 cur.execute("SET SESSION collation_connection = %s", (obj.get("collation_connection") or "utf8mb4_general_ci",))
@@ -398,7 +401,7 @@ def test_a_real_backup_passes_and_its_rewritten_statements_run_on_a_real_server(
     # another definer, named by the deployment, is accepted by the server as the statement's own
     view = next(v for v in schema["views"] if v["name"] == "actor_info")
     with scratch.session() as cur:
-        cur.execute(sc.with_definer("views", view["create"].replace("CREATE ", "CREATE OR REPLACE ", 1), me))
+        cur.execute(with_definer("views", view["create"].replace("CREATE ", "CREATE OR REPLACE ", 1), me))
     assert scratch.query("SELECT SECURITY_TYPE FROM information_schema.VIEWS WHERE TABLE_NAME = 'actor_info'") == [("INVOKER",)]
     # SHOW CREATE TABLE forms the corpus lacks (executable comments in kept columns, partitions, periods,
     # engine-defined options): split, run, their keys added back, and the server prints the same definitions
@@ -409,7 +412,7 @@ def test_a_real_backup_passes_and_its_rewritten_statements_run_on_a_real_server(
         cur.execute("USE db")
         for create in SHOWN:
             name = create.split("`")[1]
-            kept, indexes, fks = split_deferred(sc.checked_create("tables", {"schema": "db", "name": name, "create": create}))
+            kept, indexes, fks = split_deferred(checked_create("tables", {"schema": "db", "name": name, "create": create}))
             cur.execute(kept)
             for d in indexes + fks:
                 cur.execute(f"ALTER TABLE {quote_ident(name)} ADD {d}")
@@ -425,8 +428,8 @@ def test_an_object_s_sql_mode_is_a_list_of_mode_names():
                "SET NEW.v = 'a\\' , NEW.w = (SELECT 1) -- '", "character_set_client": "utf8mb4"}
     for bad in (1048576, "NO_BACKSLASH_ESCAPES,1", "SHOUTING"):
         with pytest.raises(IntegrityError, match="is not a list of sql_mode names"):
-            sc.checked_create("triggers", {**trigger, "sql_mode": bad})
-    assert sc.checked_create("triggers", {**trigger, "sql_mode": "STRICT_TRANS_TABLES,no_engine_substitution"})
+            checked_create("triggers", {**trigger, "sql_mode": bad})
+    assert checked_create("triggers", {**trigger, "sql_mode": "STRICT_TRANS_TABLES,no_engine_substitution"})
 
 
 def test_a_system_versioned_table_is_refused():
@@ -435,5 +438,5 @@ def test_a_system_versioned_table_is_refused():
     create = ("CREATE TABLE `v1` (\n  `id` int(11) NOT NULL,\n  PRIMARY KEY (`id`)\n) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 "
               "WITH SYSTEM VERSIONING")
     with pytest.raises(IntegrityError, match="keeps row history"):
-        sc.checked_create("tables", {"schema": "db", "name": "v1", "create": create})
+        checked_create("tables", {"schema": "db", "name": "v1", "create": create})
 

@@ -14,7 +14,7 @@ import pytest
 
 from conftest import _loaded, set_conn
 from lastline.core.errors import PreflightError, ProtectedTargetError, Refusal
-from lastline.logical import backup as lb
+from lastline.logical.backup import stages as logical_backup
 from lastline.staging import pii
 from lastline.staging import refresh as sr
 from lastline.staging.plans import Masked, MaskingVerified
@@ -76,8 +76,8 @@ def crm(sandbox_root, tmp_path_factory, logical_target):
     set_conn("t_staging_protected", logical_target, role="staging", protected=True)
     os.environ["AIRFLOW_CONN_T_MASKING"] = json.dumps({"conn_type": "generic", "password": "key one: s3cret"})
     dest = tmp_path_factory.mktemp("crm-backups")
-    plan = lb.preflight({"source_conn_id": "t_crm", "destination": f"file://{dest}", "databases": ["crm"], "parallel": 2})
-    lb.dump(plan)
+    plan = logical_backup.preflight({"source_conn_id": "t_crm", "destination": f"file://{dest}", "databases": ["crm"], "parallel": 2})
+    logical_backup.dump(plan)
     yield inst, f"file://{dest}/{plan.backup_id}"
     inst.destroy()
     for sql in ("DROP DATABASE IF EXISTS crm", "SET GLOBAL read_only = OFF", "DROP TABLE IF EXISTS _lastline.masked, "
@@ -361,9 +361,9 @@ def leaky(crm, tmp_path_factory, logical_target):
     source, _ = crm
     _leaky(source)
     dest = tmp_path_factory.mktemp("leaky-backups")
-    plan = lb.preflight({"source_conn_id": "t_crm", "destination": f"file://{dest}", "databases": ["leaky"], "parallel": 2,
+    plan = logical_backup.preflight({"source_conn_id": "t_crm", "destination": f"file://{dest}", "databases": ["leaky"], "parallel": 2,
                          "chunk_rows": 1000})
-    lb.dump(plan)
+    logical_backup.dump(plan)
     yield f"file://{dest}/{plan.backup_id}"
     for sql in ("DROP DATABASE IF EXISTS leaky", "SET GLOBAL read_only = OFF"):
         logical_target.server().query(sql)

@@ -14,7 +14,7 @@ import pytest
 
 from conftest import set_conn
 from lastline.core.servers import Server
-from lastline.logical import backup as lb
+from lastline.logical.backup import stages as logical_backup
 from lastline.logical.restore.target_state import aside_name
 from lastline.staging import masking, quarantine
 
@@ -44,8 +44,8 @@ def staged(logical_source, logical_target, tmp_path_factory):
     conn.commit()
     conn.close()
     dest = tmp_path_factory.mktemp("staging-closed")
-    plan = lb.preflight({"source_conn_id": "t_lsource", "destination": f"file://{dest}", "databases": ["sc_crm"]})
-    lb.dump(plan)
+    plan = logical_backup.preflight({"source_conn_id": "t_lsource", "destination": f"file://{dest}", "databases": ["sc_crm"]})
+    logical_backup.dump(plan)
     set_conn("t_sc_staging", logical_target, role="staging")
     os.environ["AIRFLOW_CONN_T_SC_KEY"] = json.dumps({"conn_type": "generic", "password": KEY})
     for sql in ("CREATE OR REPLACE USER 'sc_reader'@'127.0.0.1' IDENTIFIED BY 'reader-pw'",

@@ -11,8 +11,8 @@ import pytest
 from conftest import set_conn, tamper_schema
 from lastline import connections
 from lastline.core.errors import ConfigError, IntegrityError, PipelineError, PreflightError, ProtectedTargetError, ServerError
-from lastline.logical import backup as lb
-from lastline.logical import restore as lr
+from lastline.logical.backup import stages as logical_backup
+from lastline.logical.restore import stages as logical_restore
 from lastline.manifest import PhysicalManifest, TableInfo, read_manifest, write_manifest
 from lastline.physical import restore as pr
 from lastline.physical.plans import RestorePlan
@@ -24,7 +24,7 @@ pytestmark = pytest.mark.e2e
 @pytest.fixture(scope="module")
 def store_backup(logical_source, tmp_path_factory) -> Path:
     dest = tmp_path_factory.mktemp("trust")
-    lb.dump(lb.preflight({"source_conn_id": "t_lsource", "destination": f"file://{dest}", "databases": ["store"]}))
+    logical_backup.dump(logical_backup.preflight({"source_conn_id": "t_lsource", "destination": f"file://{dest}", "databases": ["store"]}))
     return dest
 
 
@@ -91,7 +91,7 @@ def test_a_schema_statement_that_is_not_its_own_create_is_refused_before_anythin
     copy = tamper_schema(store_backup, tmp_path / "copy", change)
     t0 = time.monotonic()
     with pytest.raises(IntegrityError, match=refusal):
-        lr.preflight(_conf(copy))
+        logical_restore.preflight(_conf(copy))
     assert time.monotonic() - t0 < 30
 
 
@@ -207,19 +207,19 @@ def test_every_path_that_writes_honours_protected_and_the_source_is_refused_unle
         replica_detach.check("t_lprotected")
     # the backup came from t_lsource: restoring into that very server is refused...
     with pytest.raises(ProtectedTargetError, match="is the server this backup was taken from"):
-        lr.preflight(_conf(store_backup, target_conn_id="t_lsource"))
+        logical_restore.preflight(_conf(store_backup, target_conn_id="t_lsource"))
     # ...unless the Param names it; then the ordinary rules apply (store exists there: force needed)
     with pytest.raises(PreflightError, match="already exist"):
-        lr.preflight(_conf(store_backup, target_conn_id="t_lsource", force=False, restore_into_source="t_lsource"))
+        logical_restore.preflight(_conf(store_backup, target_conn_id="t_lsource", force=False, restore_into_source="t_lsource"))
 
 
 def test_lastline_s_own_schema_is_never_backed_up_nor_restored(logical_source, logical_target, store_backup):
     logical_source.server().query("CREATE DATABASE IF NOT EXISTS _lastline")
     with pytest.raises(PreflightError, match="lastline's own _lastline are not dumped"):
-        lb.preflight({"source_conn_id": "t_lsource", "destination": "file:///tmp", "databases": ["_lastline"]})
+        logical_backup.preflight({"source_conn_id": "t_lsource", "destination": "file:///tmp", "databases": ["_lastline"]})
     with pytest.raises(PreflightError, match="never restored"):
-        lr.preflight(_conf(store_backup, databases=["_lastline"]))
-    plan = lb.preflight({"source_conn_id": "t_lsource", "destination": "file:///tmp/unused"})
+        logical_restore.preflight(_conf(store_backup, databases=["_lastline"]))
+    plan = logical_backup.preflight({"source_conn_id": "t_lsource", "destination": "file:///tmp/unused"})
     assert "_lastline" not in plan.databases
     logical_source.server().query("DROP DATABASE _lastline")
 
@@ -244,7 +244,7 @@ def test_a_missing_or_truncated_chunk_is_found_before_anything_is_touched(store_
         victim.unlink()
     before = sentinel.query("SELECT COUNT(*) FROM information_schema.TABLES WHERE TABLE_SCHEMA = 'store'")
     with pytest.raises(IntegrityError, match="missing or truncated") as err:
-        lr.preflight(_conf(dest))
+        logical_restore.preflight(_conf(dest))
     assert sentinel.query("SELECT COUNT(*) FROM information_schema.TABLES WHERE TABLE_SCHEMA = 'store'") == before
     if damage == "truncate":
         fault("truncated chunk", str(err.value).split("\n")[1], "refused in preflight: the target's databases untouched")
@@ -259,10 +259,10 @@ def test_a_corrupt_manifest_is_refused_and_latest_passes_over_it(store_backup, s
     manifest.write_bytes(manifest.read_bytes()[:200])  # cut in the middle, as a half-copied file
     before = sentinel.query("SELECT COUNT(*) FROM information_schema.TABLES WHERE TABLE_SCHEMA = 'store'")
     with pytest.raises(IntegrityError) as err:
-        lr.preflight(_conf(dest, backup=f"file://{dest}/{folder.name}"))
+        logical_restore.preflight(_conf(dest, backup=f"file://{dest}/{folder.name}"))
     assert "cannot be read" in str(err.value)
     with pytest.raises(IntegrityError, match="holds no complete logical backup"):
-        lr.preflight(_conf(dest))  # latest skips it (with a warning), and there is no other
+        logical_restore.preflight(_conf(dest))  # latest skips it (with a warning), and there is no other
     assert sentinel.query("SELECT COUNT(*) FROM information_schema.TABLES WHERE TABLE_SCHEMA = 'store'") == before
     fault("corrupt manifest", str(err.value), "refused before anything is touched; latest passes over it")
 
@@ -330,26 +330,26 @@ def test_grants_are_restored_when_asked_and_only_as_their_own_account(logical_so
     dst.query("DROP USER IF EXISTS 'wide'@'127.0.0.1'")
     # accounts log in with the passwords a backup chose: only a target whose connection allows it gets them
     wide = tmp_path.parent / f"{tmp_path.name}-wide"  # beside tmp_path: the test copies tmp_path whole below
-    lb.dump(lb.preflight({"source_conn_id": "t_lsource", "destination": f"file://{wide}", "databases": ["edge"],
+    logical_backup.dump(logical_backup.preflight({"source_conn_id": "t_lsource", "destination": f"file://{wide}", "databases": ["edge"],
                           "include_grants": True}))
     with pytest.raises(PreflightError, match='does not let restores create accounts .* "restore_grants": true'):
-        lr.preflight({"target_conn_id": "t_ltarget", "backup": f"file://{wide}/latest", "databases": ["edge"], "force": True,
+        logical_restore.preflight({"target_conn_id": "t_ltarget", "backup": f"file://{wide}/latest", "databases": ["edge"], "force": True,
                       "restore_grants": True})
     set_conn("t_ltarget_accounts", logical_target, restore_grants=True)
     # an account whose grants reach beyond the restored databases is refused before anything is touched: a
     # restore grants on those databases only (its GRANTs run under the run account, which could not grant more)
     with pytest.raises(PreflightError, match=r"wide@127.0.0.1: a grant that is global \(ON \*\.\*\)"):
-        lr.preflight({"target_conn_id": "t_ltarget_accounts", "backup": f"file://{wide}/latest", "databases": ["edge"],
+        logical_restore.preflight({"target_conn_id": "t_ltarget_accounts", "backup": f"file://{wide}/latest", "databases": ["edge"],
                       "force": True, "restore_grants": True})
     src.query("DROP USER 'wide'@'127.0.0.1'")
-    lb.dump(lb.preflight({"source_conn_id": "t_lsource", "destination": f"file://{tmp_path}", "databases": ["edge"],
+    logical_backup.dump(logical_backup.preflight({"source_conn_id": "t_lsource", "destination": f"file://{tmp_path}", "databases": ["edge"],
                           "include_grants": True}))
     conf = {"target_conn_id": "t_ltarget_accounts", "backup": f"file://{tmp_path}/latest", "databases": ["edge"], "force": True}
-    plan = lr.preflight({**conf, "restore_grants": True})
-    lr.create_schema(plan)
-    for unit in lr.plan_load(plan):
-        lr.load(plan, unit)
-    lr.finalize(plan)
+    plan = logical_restore.preflight({**conf, "restore_grants": True})
+    logical_restore.create_schema(plan)
+    for unit in logical_restore.plan_load(plan):
+        logical_restore.load(plan, unit)
+    logical_restore.finalize(plan)
     assert dst.query("SHOW GRANTS FOR 'reporter'@'127.0.0.1'")[-1][0].startswith("GRANT SELECT ON `edge`.* TO `reporter`@`127.0.0.1`")
     from lastline.core.servers import Server
 
@@ -359,16 +359,16 @@ def test_grants_are_restored_when_asked_and_only_as_their_own_account(logical_so
     copy = tamper_schema(tmp_path, tmp_path / "copy", lambda s: next(
         g for g in s["grants"] if g["user"] == "reporter")["grants"].append("GRANT ALL PRIVILEGES ON *.* TO `root`@`%`"))
     with pytest.raises(IntegrityError, match="is not a GRANT to that account"):
-        lr.preflight({**conf, "backup": f"file://{copy}/latest", "restore_grants": True})
+        logical_restore.preflight({**conf, "backup": f"file://{copy}/latest", "restore_grants": True})
     with pytest.raises(PreflightError, match="taken without include_grants"):
-        lr.preflight({**conf, "backup": f"file://{_plain_backup(tmp_path)}/latest", "restore_grants": True})
+        logical_restore.preflight({**conf, "backup": f"file://{_plain_backup(tmp_path)}/latest", "restore_grants": True})
     src.query("DROP USER 'reporter'@'127.0.0.1'")
     dst.query("DROP USER 'reporter'@'127.0.0.1'")
 
 
 def _plain_backup(tmp_path: Path) -> Path:
     dest = tmp_path / "plain"
-    lb.dump(lb.preflight({"source_conn_id": "t_lsource", "destination": f"file://{dest}", "databases": ["edge"]}))
+    logical_backup.dump(logical_backup.preflight({"source_conn_id": "t_lsource", "destination": f"file://{dest}", "databases": ["edge"]}))
     return dest
 
 
@@ -418,9 +418,9 @@ def test_connections_use_tls_when_the_connection_asks_for_it(tls_source, tmp_pat
         connections.server("t_plain").connect().close()
     tls = connections.server("t_tls")
     assert tls.query("SHOW SESSION STATUS LIKE 'Ssl_cipher'")[0][1]
-    plan = lb.preflight({"source_conn_id": "t_tls", "destination": f"file://{tmp_path}", "databases": ["tlsdb"],
+    plan = logical_backup.preflight({"source_conn_id": "t_tls", "destination": f"file://{tmp_path}", "databases": ["tlsdb"],
                          "chunk_rows": 1000})
-    lb.dump(plan)  # preflight, snapshot control, splitter and the C dump workers all connected over TLS
+    logical_backup.dump(plan)  # preflight, snapshot control, splitter and the C dump workers all connected over TLS
     m = read_manifest(open_storage(f"file://{tmp_path}"), plan.backup_id, "logical")
     assert m.tables[0].rows == 3000
 
@@ -451,6 +451,6 @@ def test_server_side_files_are_looked_at_on_the_server_s_own_host(logical_target
         with pytest.raises(PreflightError, match="exists but no config snapshot records it"):
             tuning.take_snapshot(server, "run", "now")
         with pytest.raises(PreflightError, match=r"remote-only on t_ssh_ns \(.*\) has 1\.0 MB free"):
-            lr.preflight(_conf(store_backup, target_conn_id="t_remote"))
+            logical_restore.preflight(_conf(store_backup, target_conn_id="t_remote"))
     finally:
         sshd.stop()

@@ -430,7 +430,7 @@ def test_integer_bounds_cut_even_ranges():
 
 
 def test_split_deferred_keeps_the_primary_key_and_valid_ddl():
-    from lastline.logical.restore.schema_checks import split_deferred
+    from lastline.logical.restore.schema_tables import split_deferred
 
     create = (
         "CREATE TABLE `t` (\n  `id` int(11) NOT NULL,\n  `a` int(11) DEFAULT NULL,\n  `b` text,\n"

@@ -12,16 +12,42 @@ UNIT = ROOT / "tests" / "unit"
 
 # Packages other work is reshaping: their modules are not required to have a unit test yet (the whole package is
 # allowed, so a module moving inside it needs no edit here). Drop a prefix once its modules have their tests.
-ALLOWED_PACKAGES = (
-    "lastline.physical",
-    "lastline.replication",
-    "lastline.logical",
-)
+ALLOWED_PACKAGES: tuple[str, ...] = ()
 # Modules still lacking a unit test, one by one. Shrink this list; never grow it: a new module comes with its test.
 ALLOWED_MODULES = frozenset({
     "lastline.connections",  # reads Airflow connections: its e2e tests cover it; a unit test is still to come
     "lastline.pitr.retention",  # likewise
     # not yet written (some are covered by the older tests in tests/, end to end)
+    "lastline.logical.backup.dumper",
+    "lastline.logical.backup.parts",
+    "lastline.logical.backup.snapshot",
+    "lastline.logical.backup.stages",
+    "lastline.logical.backup.worker",
+    "lastline.logical.format.chunk_files",
+    "lastline.logical.format.chunking",
+    "lastline.logical.format.dialect",
+    "lastline.logical.format.infile",
+    "lastline.logical.format.schema",
+    "lastline.logical.format.sql_text",
+    "lastline.logical.restore.backup_files",
+    "lastline.logical.restore.create",
+    "lastline.logical.restore.finalize",
+    "lastline.logical.restore.lanes",
+    "lastline.logical.restore.load",
+    "lastline.logical.restore.report",
+    "lastline.logical.restore.schema_checks",
+    "lastline.logical.restore.schema_definitions",
+    "lastline.logical.restore.stages",
+    "lastline.logical.restore.target_state",
+    "lastline.logical.restore.tuning",
+    "lastline.logical.restore.verify",
+    "lastline.logical.restore.work_units",
+    "lastline.physical.backup",
+    "lastline.physical.plans",
+    "lastline.physical.restore",
+    "lastline.replication.detach",
+    "lastline.replication.plans",
+    "lastline.replication.rebuild",
     "lastline.airflow.alerts",
     "lastline.airflow.approval",
     "lastline.airflow.assets",

@@ -19,10 +19,10 @@ from lastline.airflow.defaults import DESTINATION, REPLICA_CONN_ID, SOURCE_CONN_
 from lastline.core.errors import ConfigError
 from lastline.core.impact import DEFAULT_PRIORITY
 from lastline.core.plans import KEEP, MAX_REPLICA_LAG, PARALLEL, human_size, safety_flag
-from lastline.logical.backup import DEFAULT_CHUNK_ROWS
-from lastline.logical.format.plans import INDEX_BUILDS
-from lastline.logical.format.plans import RestorePlan as LogicalRestorePlan
-from lastline.logical.restore import DEFAULT_REDO_BYTES
+from lastline.logical.backup.stages import DEFAULT_CHUNK_ROWS
+from lastline.logical.restore.plans import INDEX_BUILDS
+from lastline.logical.restore.plans import RestorePlan as LogicalRestorePlan
+from lastline.logical.restore.preflight import DEFAULT_REDO_BYTES
 from lastline.manifest import newest_complete
 
 SERVERS, BACKUP, SAFETY, SPEED, KEEPING, MASKING = "Servers", "Backup", "Safety", "Performance", "Retention", "Masking"

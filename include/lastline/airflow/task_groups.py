@@ -9,10 +9,10 @@ from airflow.sdk.definitions.xcom_arg import XComArg
 from lastline.airflow.approval import ApproveReplacement
 from lastline.airflow.routing import on_server
 from lastline.airflow.steps import step, task, xcom_form
-from lastline.logical import restore as lr
-from lastline.logical.format.plans import ConfigSnapshot
-from lastline.logical.format.plans import RestorePlan as LogicalRestorePlan
 from lastline.logical.restore import report as restore_report
+from lastline.logical.restore import stages as logical_restore
+from lastline.logical.restore.plans import ConfigSnapshot
+from lastline.logical.restore.plans import RestorePlan as LogicalRestorePlan
 from lastline.physical import restore as pr
 from lastline.replication import detach as rd
 
@@ -41,23 +41,23 @@ def logical_restore_steps(conf: Any = None, server_param: str = "target_conn_id"
 
     @task(**target)
     def preflight(conf: dict | None = None, params: Any = None) -> dict:
-        return lr.preflight(dict(conf if conf is not None else params), role=role).to_dict()
+        return logical_restore.preflight(dict(conf if conf is not None else params), role=role).to_dict()
 
     @task(**target)
     def prepare(plan: dict) -> list[str]:
-        steps, lanes = lr.prepare(LogicalRestorePlan.of(plan))
+        steps, lanes = logical_restore.prepare(LogicalRestorePlan.of(plan))
         get_current_context()["ti"].xcom_push(key="steps", value=xcom_form(steps))
         return lanes
 
     @task(map_index_template="{{ unit_name }}", **target)
     def load(plan: dict, lane: str) -> list:
         cast(dict, get_current_context())["unit_name"] = lane  # the mapped instance's name (map_index_template)
-        return xcom_form(lr.load_lane(LogicalRestorePlan.of(plan), lane))
+        return xcom_form(logical_restore.load_lane(LogicalRestorePlan.of(plan), lane))
 
     @task(**target)
     def verify(plan: dict, snap: dict, prepared: dict, loads: list, finalized: dict, reverted: dict) -> dict:
         typed = LogicalRestorePlan.of(plan)
-        verified = lr.verify(typed, ConfigSnapshot.of(snap))
+        verified = logical_restore.verify(typed, ConfigSnapshot.of(snap))
         steps = {**prepared, "finalize": finalized, "revert": reverted, "verify": verified}
         context = get_current_context()
         restore_report.write(typed, steps, list(loads), context["dag"].dag_id, context["run_id"])
@@ -65,12 +65,12 @@ def logical_restore_steps(conf: Any = None, server_param: str = "target_conn_id"
 
     plan = preflight(conf)
     approved = ApproveReplacement(task_id="approve", plan=plan)  # only when data would be replaced
-    snap = step(lr.snapshot_config, **target)(plan, run="{{ run_id }}")
+    snap = step(logical_restore.snapshot_config, **target)(plan, run="{{ run_id }}")
     plan >> approved >> snap
     lanes = prepare(plan)
     loads = load.partial(plan=plan).expand(lane=lanes)
-    finalized = step(lr.finalize, **target)(plan)
-    reverted = step(lr.revert, **target)(plan).as_teardown(setups=snap, on_failure_fail_dagrun=True)
+    finalized = step(logical_restore.finalize, **target)(plan)
+    reverted = step(logical_restore.revert, **target)(plan).as_teardown(setups=snap, on_failure_fail_dagrun=True)
     verified = verify(plan, snap, XComArg(lanes.operator, key="steps"), loads, finalized, reverted)
     snap >> lanes
     loads >> finalized >> reverted >> verified

@@ -23,7 +23,7 @@ from lastline.core.sql import META_DB, never_restored, objects_present, server_i
 from lastline.logical.format import dialect, infile
 from lastline.logical.restore.backup_files import checked_schema, enforced_engine
 from lastline.logical.restore.finalize import objects as create_objects
-from lastline.logical.restore.schema_checks import split_deferred
+from lastline.logical.restore.schema_tables import split_deferred
 from lastline.manifest import read_manifest, resolve_backup
 from lastline.staging import masking, pii, pii_objects
 from lastline.staging.plans import LateObjects, Masked, MaskingVerified, Opened, StagingPlan

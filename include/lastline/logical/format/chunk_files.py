@@ -64,7 +64,7 @@ def write_chunk(storage: Storage, key: str, compression: str, sha256: str, out: 
     The decompressor writes into `out` itself: Python passes on only the compressed bytes, hashing them on
     the way (`on_bytes` gets each piece's size), and never touches the several times larger output.
     `decompress=False`: the compressed bytes go into `out` as they are (hashed the same way), for a reader
-    that decompresses them itself (logical.infile).
+    that decompresses them itself (logical.format.infile).
     """
     c = codec(compression if decompress else "none")
     where = f"{storage.location(key)}{f' ({what})' if what else ''}"

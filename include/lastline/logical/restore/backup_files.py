@@ -14,7 +14,7 @@ from lastline.core.errors import ConfigError, IntegrityError, PreflightError
 from lastline.core.servers import Server
 from lastline.core.sql import NameKeys, as_text, engine_name, never_restored, sql_error
 from lastline.logical.format import dialect
-from lastline.logical.format.plans import RestorePlan
+from lastline.logical.restore.plans import RestorePlan
 from lastline.manifest import LogicalManifest, read_manifest, resolve_backup
 from lastline.storage import Storage, control
 

@@ -16,9 +16,11 @@ from lastline.core.errors import IntegrityError, LastlineError, Refusal
 from lastline.core.servers import Server, over_connections
 from lastline.core.sql import LOST_CONNECTION, sql_error
 from lastline.logical.format import dialect
-from lastline.logical.format.plans import RestorePlan, SchemaCreated
 from lastline.logical.restore.backup_files import RUN_SESSION, checked_schema, open_backup, run_server, selected, target_server
-from lastline.logical.restore.schema_checks import checked_create, database_create, split_deferred
+from lastline.logical.restore.plans import RestorePlan, SchemaCreated
+from lastline.logical.restore.schema_checks import checked_create
+from lastline.logical.restore.schema_session import database_create
+from lastline.logical.restore.schema_tables import split_deferred
 from lastline.logical.restore.target_state import (
     STATE,
     clear_state,

@@ -13,20 +13,14 @@ from lastline.core.errors import IntegrityError
 from lastline.core.servers import Server, over_connections
 from lastline.core.sql import as_text, global_variables, placeholders
 from lastline.logical.format import dialect
-from lastline.logical.format.plans import Finalized, RestorePlan
 from lastline.logical.restore import tuning
 from lastline.logical.restore.backup_files import RUN_SESSION, checked_schema, open_backup, run_server, target_server
-from lastline.logical.restore.schema_checks import (
-    checked_create,
-    checked_grants,
-    definer_security,
-    definition_name,
-    disabled_event,
-    session_name,
-    split_deferred,
-    with_definer,
-    without_definer,
-)
+from lastline.logical.restore.plans import Finalized, RestorePlan
+from lastline.logical.restore.schema_checks import checked_create
+from lastline.logical.restore.schema_definers import definer_security, disabled_event, with_definer, without_definer
+from lastline.logical.restore.schema_grants import checked_grants
+from lastline.logical.restore.schema_session import session_name
+from lastline.logical.restore.schema_tables import definition_name, split_deferred
 from lastline.logical.restore.target_state import clear_state
 from lastline.logical.restore.verify import keep_chunk_sums, record_check, recorded_checks
 from lastline.manifest import LogicalManifest, LogicalTable

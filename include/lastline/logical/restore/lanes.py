@@ -17,8 +17,8 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from lastline.core.servers import Server
-from lastline.logical.format.plans import UnitLoaded
 from lastline.logical.restore.load import Creates, TableMaker, load_unit
+from lastline.logical.restore.plans import UnitLoaded
 from lastline.logical.restore.target_state import loaded_count, loaded_files
 from lastline.logical.restore.work_units import WorkUnit
 from lastline.manifest import LogicalManifest, LogicalTable

@@ -2,21 +2,21 @@
 
 Each chunk is streamed from the backup (S3 or SSH), its sha256 checked, into a named pipe read by
 `LOAD DATA LOCAL INFILE` (no temporary copy, memory bounded whatever the table size): chunks go in compressed
-and lastline's handler (logical.infile; never the client library's own) decompresses them in the client,
+and lastline's handler (logical.format.infile; never the client library's own) decompresses them in the client,
 capped at the chunk's raw size. A chunk in a local folder is offered to the handler as the descriptor the storage
 opened (no link followed, a regular file), and the handler checks its sha256 as it reads (Loader._read_local). The statement passes no args (the pipe is a literal): a `%` in a name stays
 a `%`. The chunk's ledger row (`_lastline.ledger`) is inserted first, in the same transaction
 as the rows: a retried task, a re-triggered run, a killed loader or a crashed server either finds
 the row (the chunk is in, skip it) or finds neither the row nor the data (load it again). A second
 loader racing on the same chunk waits on the ledger row's lock, then skips it. Where a table's chunks are
-key ranges, each chunk's rows are checked against the manifest before its commit (logical.verify).
+key ranges, each chunk's rows are checked against the manifest before its commit (logical.restore.verify).
 
 Non-transactional tables (MyISAM, Aria) cannot share a transaction with the ledger: they are loaded
 whole by one unit, and reloaded from scratch (emptied first) unless every chunk of theirs is recorded. They keep
 the rows of a failed statement, so each chunk of theirs is proven first in a private copy (chunk_files.prove_chunk).
 
 Each unit takes one of `parallel` named locks on the target, so two runs on one target never load more
-than `parallel` units at once between them; which lane loads which unit is logical.lanes'.
+than `parallel` units at once between them; which lane loads which unit is logical.restore.lanes'.
 """
 from __future__ import annotations
 
@@ -33,8 +33,8 @@ from lastline.core.servers import Server
 from lastline.core.sql import LOST_CONNECTION, META_DB, NON_TRANSACTIONAL, sql_error, string_literal
 from lastline.logical.format import dialect, infile
 from lastline.logical.format.chunk_files import prove_chunk, write_chunk
-from lastline.logical.format.plans import UNIT_TABLES, UnitLoaded
 from lastline.logical.restore.create import Creates, TableMaker
+from lastline.logical.restore.plans import UNIT_TABLES, UnitLoaded
 from lastline.logical.restore.target_state import empty_table, loaded_files
 from lastline.logical.restore.verify import chunk_checks, table_checksum
 from lastline.logical.restore.work_units import WorkUnit
@@ -182,7 +182,7 @@ class Loader:
     def load_chunk(self, t: LogicalTable, c: ChunkInfo, checked: bool = False, where: str | None = None) -> bool:
         """Load one chunk of a transactional table exactly once; False if the ledger already had it. `checked`:
         before the commit, the chunk's rows (those `where` picks; None: the whole table) must have the
-        manifest's count and checksum, kept on its ledger row (logical.verify)."""
+        manifest's count and checksum, kept on its ledger row (logical.restore.verify)."""
         try:
             self.cur.execute(
                 f"INSERT INTO {META_DB}.ledger (backup_id, file, rows_loaded) VALUES (%s, %s, %s)",

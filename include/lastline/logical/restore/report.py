@@ -10,14 +10,14 @@ from lastline import reports
 from lastline.core import svg
 from lastline.core.plans import plain
 from lastline.core.progress import plural
-from lastline.logical.format.plans import RestorePlan
+from lastline.logical.restore.plans import RestorePlan
 
 log = logging.getLogger(__name__)
 
 
 def table_rows(loads: list[dict]) -> list[dict]:
     """Per table totals over every unit (a table split over units adds up), of the tables the units name (each its
-    slowest: logical.format.plans.UNIT_TABLES)."""
+    slowest: logical.restore.plans.UNIT_TABLES)."""
     out: dict[str, dict] = {}
     for unit in loads:
         for name, s in unit["tables"].items():

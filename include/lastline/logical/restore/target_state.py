@@ -30,7 +30,7 @@ def ensure_ledger(cur: Any) -> None:
         f"CREATE TABLE IF NOT EXISTS {META_DB}.ledger (backup_id VARBINARY(64) NOT NULL, file VARBINARY(700) NOT NULL, "
         "rows_loaded BIGINT NOT NULL, loaded_at TIMESTAMP(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6), "
         "checksum_seen VARBINARY(64) NULL, PRIMARY KEY (backup_id, file)) ENGINE=InnoDB"
-    )  # checksum_seen: the chunk's check as it loaded (logical.verify); a ledger of an earlier version gains it
+    )  # checksum_seen: the chunk's check as it loaded (logical.restore.verify); a ledger of an earlier version gains it
     cur.execute(f"ALTER TABLE {META_DB}.ledger ADD COLUMN IF NOT EXISTS checksum_seen VARBINARY(64) NULL")
 
 

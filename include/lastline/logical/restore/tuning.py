@@ -23,7 +23,7 @@ from typing import Any
 from lastline.core.errors import LastlineError, PreflightError
 from lastline.core.servers import Server
 from lastline.core.sql import META_DB, global_variables, table_exists
-from lastline.logical.format.plans import ConfigSnapshot, Reverted, Tuned
+from lastline.logical.restore.plans import ConfigSnapshot, Reverted, Tuned
 
 log = logging.getLogger(__name__)
 

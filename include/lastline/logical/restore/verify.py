@@ -24,9 +24,9 @@ from lastline.core.servers import Server, over_connections
 from lastline.core.sql import META_DB, NON_TRANSACTIONAL, VOLATILE, NameKeys, as_text, objects_present, placeholders, table_exists
 from lastline.logical.format import dialect
 from lastline.logical.format.chunking import chunk_ranges
-from lastline.logical.format.plans import ConfigSnapshot, RestorePlan, Verified
 from lastline.logical.restore import tuning
 from lastline.logical.restore.backup_files import checked_schema, open_backup, selected, target_server
+from lastline.logical.restore.plans import ConfigSnapshot, RestorePlan, Verified
 from lastline.logical.restore.target_state import aside_name, drop_aside
 from lastline.manifest import LogicalManifest, LogicalTable
 
