@@ -26,6 +26,7 @@ from __future__ import annotations
 
 from airflow.sdk import dag
 
+from lastline import pruning
 from lastline.airflow.alerts import backup_deadline
 from lastline.airflow.assets import PHYSICAL_BACKUP, announce
 from lastline.airflow.defaults import dag_args, schedule
@@ -34,8 +35,6 @@ from lastline.airflow.routing import on_server
 from lastline.airflow.steps import step, task
 from lastline.core.compression import CODECS, DEFAULT_COMPRESSION
 from lastline.physical import backup
-from lastline.physical import prune as physical_prune
-from lastline.pitr import retention
 
 
 @dag(
@@ -58,10 +57,7 @@ def physical_backup():
     def prune(params=None) -> dict:
         """The physical bases beyond `keep`, but not those the point-in-time window needs; then the archived binlogs
         no kept base needs."""
-        conf = dict(params)
-        protect = retention.window_bases(conf)
-        deleted = physical_prune.prune(conf, protect)
-        return {"deleted": deleted, "kept_for_the_window": protect, "binlogs_deleted": retention.prune_archive(conf, protect)}
+        return pruning.prune_physical(dict(params))
 
     plan = preflight()
     stats = step(backup.stream, **on_server("source_conn_id"))(plan)

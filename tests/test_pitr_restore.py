@@ -421,13 +421,7 @@ def test_refusals_come_before_anything_is_touched(history, tmp_path):
 def test_prune_keeps_every_base_and_binlog_the_window_needs(history, tmp_path):
     import shutil
 
-    from lastline.physical import prune as physical_prune
-    from lastline.pitr import retention
-
-    def prune(conf: dict) -> dict:  # the physical backup DAG's prune task: the bases, then the archive
-        protect = retention.window_bases(conf)
-        deleted = physical_prune.prune(conf, protect)
-        return {"deleted": deleted, "kept_for_the_window": protect, "binlogs_deleted": retention.prune_archive(conf, protect)}
+    from lastline.pruning import prune_physical as prune  # what the physical backup DAG's prune task runs
 
     shutil.copytree(history["dest"].removeprefix("file://"), tmp_path / "d")
     dest = f"file://{tmp_path / 'd'}"

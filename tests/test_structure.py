@@ -17,7 +17,7 @@ LAYERS = {
     "lastline.core": 0, "lastline.hooks": 1, "lastline.connections": 1, "lastline.get_provider_info": 1, "lastline.storage": 2, "lastline.manifest": 3, "lastline.reports": 3, "lastline.backup_report": 3,
     # what the stages share: mariabackup's commands and a target's datadir; a replica's flavour, pauses, backups
     "lastline.mariabackup": 4, "lastline.replicas": 4,
-    "lastline.physical": 5, "lastline.logical": 5, "lastline.replication": 5, "lastline.pitr": 5, "lastline.staging": 6, "lastline.drill": 6, "lastline.inventory": 6,
+    "lastline.physical": 5, "lastline.logical": 5, "lastline.replication": 5, "lastline.pitr": 5, "lastline.staging": 6, "lastline.drill": 6, "lastline.inventory": 6, "lastline.pruning": 6,
     "lastline.airflow": 7,
 }
 STAGES = 5  # the stage packages: none imports another, but for the pairs ACROSS_STAGES names

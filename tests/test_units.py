@@ -271,8 +271,9 @@ def test_s3_aborted_upload_leaves_nothing(s3_server):
 
 
 def test_s3_stat_list_and_delete_go_through_the_hook_with_the_storage_messages(s3_server):
-    """Stat, list and delete are S3Hook's calls: a missing object is None, not an error; a backup of more than
-    1000 objects is deleted whole (the hook's batches); a bucket that is not there is named as before."""
+    """Stat and list are S3Hook's calls: a missing object is None, not an error; a backup of more than 1000 objects
+    is deleted whole, page by page, and nothing of a backup whose id starts with the same characters; a bucket that
+    is not there is named as before."""
     st = S3Storage("backups", "hooked", "t_s3")
     assert not st.exists("20260101T000000Z/missing") and st.size_if_exists("20260101T000000Z/missing") is None
     with pytest.raises(StorageError, match="does not exist"):
@@ -283,8 +284,10 @@ def test_s3_stat_list_and_delete_go_through_the_hook_with_the_storage_messages(s
     st.write_bytes(".lastline/state", b"{}")  # a control folder, never a backup
     assert st.exists("20260101T000000Z/chunk1000") and st.size("20260101T000000Z/chunk1000") == 1
     assert st.list_backups() == ["20260101T000000Z", "20260102T000000Z"]
+    st.write_bytes("20260101T000000Z-next/manifest.json", b"{}")  # an id that starts with the deleted one's
     st.delete_backup("20260101T000000Z")
-    assert st.list_backups() == ["20260102T000000Z"] and not st.exists("20260101T000000Z/chunk0000")
+    assert st.list_backups() == ["20260101T000000Z-next", "20260102T000000Z"] and not st.exists("20260101T000000Z/chunk0000")
+    assert st.exists("20260101T000000Z-next/manifest.json")
     with pytest.raises(StorageError, match="cannot list s3://no-such-bucket/x"):
         S3Storage("no-such-bucket", "x", "t_s3").list_backups()
 

@@ -53,9 +53,10 @@ def _param_value(task_instance: Any, dag_run: Any, name: str) -> str | None:
 
 
 def connection_extras(conn_id: str, session: Any) -> dict:
-    """The connection's extras from the first of Airflow's secrets backends that has it (cached 30 s); the
-    metadata database is asked through `session` only, and not at all without one. A backend that fails is
-    logged and the next one asked, as Airflow does."""
+    """The connection's extras from the first of Airflow's secrets backends that has it; the metadata database is
+    asked through `session` only, and not at all without one. A backend that fails is logged and the next one
+    asked, as Airflow does. An answer is kept 30 s (the policy runs for every task instance the scheduler makes);
+    a lookup in which a backend failed is not kept, so an outage of a backend routes wrongly no longer than it lasts."""
     hit = _CACHE.get(conn_id)
     if hit and time.monotonic() - hit[0] < _TTL:
         return hit[1]
@@ -63,6 +64,7 @@ def connection_extras(conn_id: str, session: Any) -> dict:
     from airflow.secrets.metastore import MetastoreBackend
 
     extras: dict = {}
+    failed = False
     for backend in ensure_secrets_loaded():
         if isinstance(backend, MetastoreBackend) and session is None:
             continue
@@ -79,7 +81,9 @@ def connection_extras(conn_id: str, session: Any) -> dict:
             break
         except Exception as exc:  # noqa: BLE001 - a policy that raised would stop the scheduler's loop
             log.warning("lastline routing: connection %s unreadable from %s (%s)", conn_id, type(backend).__name__, exc)
-    _CACHE[conn_id] = (time.monotonic(), extras)
+            failed = True
+    if not failed or extras:
+        _CACHE[conn_id] = (time.monotonic(), extras)
     return extras
 
 

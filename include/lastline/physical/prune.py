@@ -9,9 +9,10 @@ from lastline.manifest import prune_backups
 from lastline.storage import open_allowed
 
 
-def prune(conf: dict, protect: dict[str, str] | None = None) -> list[str]:
-    """Delete the destination's physical backups beyond `keep` (but none `protect` names: {id: why}) and incomplete
-    ones older than `incomplete_grace_hours`. Returns the deleted ids."""
+def prune(conf: dict, *, protect: dict[str, str]) -> list[str]:
+    """Delete the destination's physical backups beyond `keep` (but none `protect` names: {id: why}, what
+    pitr.retention.window_bases gives; a caller always says, an empty dict where there is no window) and
+    incomplete ones older than `incomplete_grace_hours`. Returns the deleted ids."""
     params = Conf(conf)
     storage = open_allowed(params.required("destination"), params.text("aws_conn_id"))
     grace = timedelta(hours=params.number("incomplete_grace_hours", 24))

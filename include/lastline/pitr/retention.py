@@ -63,17 +63,19 @@ def prune_binlogs(storage: Storage, bases: list[str]) -> list[str]:
     for info in known:
         branch = read_branch(storage, info["id"])
         changed = False
-        for entry in branch.entries:
-            last = info is known[-1] and entry is branch.entries[-1]
-            if entry.missing or entry.pruned or last or (branch.id, entry.name) in needed:
-                continue
-            if not entry.last_time or entry.last_time >= oldest.timestamp():
-                continue  # as new as a kept base (or not indexed): kept
-            storage.delete_backup(f"{PREFIX}/{branch.id}/{entry.name}")
-            entry.pruned, entry.segments, changed = True, [], True
-            deleted.append(f"{branch.id}/{entry.name}")
-        if changed:
-            write_branch(storage, branch)
+        try:
+            for entry in branch.entries:
+                last = info is known[-1] and entry is branch.entries[-1]
+                if entry.missing or entry.pruned or last or (branch.id, entry.name) in needed:
+                    continue
+                if not entry.last_time or entry.last_time >= oldest.timestamp():
+                    continue  # as new as a kept base (or not indexed): kept
+                storage.delete_backup(f"{PREFIX}/{branch.id}/{entry.name}")
+                entry.pruned, entry.segments, changed = True, [], True
+                deleted.append(f"{branch.id}/{entry.name}")
+        finally:  # a delete refused half way: the chain still records the files that are gone
+            if changed:
+                write_branch(storage, branch)
     if deleted:
         log.info("retention: deleted %d archived binlog files no kept base needs: %s", len(deleted), ", ".join(deleted))
     return deleted

@@ -221,9 +221,19 @@ class S3Storage(Storage):
         return sorted(i for i in ids if i and not i.startswith("."))
 
     def delete_backup(self, backup_id: str) -> None:
-        keys = self.hook.list_keys(bucket_name=self.bucket, prefix=self._key(backup_id) + "/")
-        if keys:
-            self.hook.delete_objects(self.bucket, keys)  # 1000 keys a request; a key S3 refused is raised, not skipped
+        """Delete the backup's objects a listing page (up to 1000 keys) at a time; a key S3 refuses to delete is
+        raised with S3's code, never skipped. Not S3Hook's list_keys + delete_objects: those hold every key of the
+        backup in memory first and drop S3's error codes."""
+        refused: list[str] = []
+        for page in self.client.get_paginator("list_objects_v2").paginate(Bucket=self.bucket, Prefix=self._key(backup_id) + "/"):
+            objs = [{"Key": o["Key"]} for o in page.get("Contents", [])]
+            if objs:
+                answer = self.client.delete_objects(Bucket=self.bucket, Delete={"Objects": objs, "Quiet": True})
+                refused += [f"{e.get('Key')} ({e.get('Code')}: {e.get('Message')})" for e in answer.get("Errors", [])]
+        if refused:
+            raise StorageError(f"cannot delete {self.location(backup_id)}: S3 refused {len(refused)} object(s), "
+                               f"first {refused[0]}; fix the bucket's permissions for this connection's account, then "
+                               "prune again (what was deleted stays deleted, the rest is retried)")
 
     def check_writable(self) -> None:
         key = self._key(".lastline-write-probe")

@@ -17,19 +17,6 @@ import pytest
 from lastline.airflow import routing
 
 
-class _Session:
-    """The scheduler's session as the metadata backend uses it: one query, answered with `conn`."""
-
-    def __init__(self, conn: Any) -> None:
-        self.conn = conn
-
-    def scalar(self, statement: Any) -> Any:
-        return self.conn
-
-    def expunge(self, obj: Any) -> None:
-        pass
-
-
 @dataclass(frozen=True)
 class Case:
     name: str
@@ -56,7 +43,11 @@ CASES = [
 ]
 
 
-@pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
+IN_DB = [c for c in CASES if c.in_db is not None]
+NOT_IN_DB = [c for c in CASES if c.in_db is None]
+
+
+@pytest.mark.parametrize("case", NOT_IN_DB, ids=[c.name for c in NOT_IN_DB])
 def test_a_servers_task_gets_the_queue_of_its_connection_wherever_airflow_keeps_it(case: Case, tmp_path: Path, monkeypatch):
     monkeypatch.delenv("AIRFLOW_CONN_R_SRV", raising=False)
     for name, value in case.env.items():
@@ -66,14 +57,53 @@ def test_a_servers_task_gets_the_queue_of_its_connection_wherever_airflow_keeps_
         path.write_text(json.dumps(case.secrets_file))
         monkeypatch.setenv("AIRFLOW__SECRETS__BACKEND", "airflow.secrets.local_filesystem.LocalFilesystemBackend")
         monkeypatch.setenv("AIRFLOW__SECRETS__BACKEND_KWARGS", json.dumps({"connections_file_path": str(path)}))
-    session = None
-    if case.in_db is not None:
-        from airflow.models.connection import Connection
-
-        session = _Session(Connection(conn_id="r_srv", conn_type="mysql", host="db", extra=json.dumps(case.in_db)))
     routing._CACHE.clear()
-    extras = routing.connection_extras("r_srv", session)
-    assert extras.get("queue", "default") == case.queue
+    assert routing.connection_extras("r_srv", None).get("queue", "default") == case.queue
+
+
+@pytest.mark.parametrize("case", IN_DB, ids=[c.name for c in IN_DB])
+def test_a_connection_in_the_metadata_db_is_read_through_the_schedulers_session(case: Case, airflow_db, monkeypatch):
+    """On the suite's migrated metadata DB, a real session in the middle of its transaction, as the scheduler's is."""
+    monkeypatch.delenv("AIRFLOW_CONN_R_SRV", raising=False)
+    for name, value in case.env.items():
+        monkeypatch.setenv(name, value)
+    routing._CACHE.clear()
+    from airflow.models.connection import Connection
+    from airflow.utils.session import create_session
+
+    with create_session() as setup:
+        setup.query(Connection).filter(Connection.conn_id == "r_srv").delete()
+        setup.add(Connection(conn_id="r_srv", conn_type="mysql", host="db", extra=json.dumps(case.in_db)))
+    try:
+        with create_session() as scheduler:  # the scheduler's session, mid-transaction
+            scheduler.execute(__import__("sqlalchemy").text("SELECT 1"))
+            extras = routing.connection_extras("r_srv", scheduler)
+            assert scheduler.in_transaction() and scheduler.is_active  # neither committed nor closed under it
+        assert extras.get("queue", "default") == case.queue
+    finally:
+        with create_session() as cleanup:
+            cleanup.query(Connection).filter(Connection.conn_id == "r_srv").delete()
+
+
+def test_a_lookup_in_which_a_backend_failed_is_not_kept(monkeypatch):
+    """A secrets backend down for a moment routes to the default queue for that moment only: the next task
+    instance asks again and gets the server's queue."""
+    from airflow.secrets.environment_variables import EnvironmentVariablesBackend
+
+    real = EnvironmentVariablesBackend.get_connection
+    calls = {"n": 0}
+
+    def flaky(self, conn_id):
+        calls["n"] += 1
+        if calls["n"] == 1:
+            raise OSError("the backend is down")
+        return real(self, conn_id)
+
+    monkeypatch.setenv("AIRFLOW_CONN_R_SRV", "mysql://db/?queue=q_env")
+    monkeypatch.setattr(EnvironmentVariablesBackend, "get_connection", flaky)
+    routing._CACHE.clear()
+    assert routing.connection_extras("r_srv", None) == {}
+    assert routing.connection_extras("r_srv", None).get("queue") == "q_env"
 
 
 def test_without_the_schedulers_session_the_database_is_not_asked(monkeypatch):

@@ -9,12 +9,12 @@ OLD, NEW = "20200101T000000Z-aaaaaa", "20990101T000000Z-bbbbbb"  # incomplete: n
 
 
 @pytest.mark.parametrize("protect, deleted", [
-    (None, [OLD]),
+    ({}, [OLD]),
     ({OLD: "inside the 7-day point-in-time window"}, []),
 ], ids=["an old incomplete backup goes", "one the window needs stays"])
 def test_prune(tmp_path, protect, deleted):
     for backup_id in (OLD, NEW, "not-a-backup"):
         (tmp_path / backup_id).mkdir()
     conf = {"destination": f"file://{tmp_path}", "keep": 1, "incomplete_grace_hours": 24}
-    assert prune.prune(conf, protect) == deleted
+    assert prune.prune(conf, protect=protect) == deleted
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted({OLD, NEW, "not-a-backup"} - set(deleted))
