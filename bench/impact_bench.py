@@ -32,7 +32,7 @@ ROOT = Path(__file__).resolve().parents[1]
 os.environ.setdefault("AIRFLOW_HOME", tempfile.mkdtemp(prefix="lastline-bench-airflow-"))
 
 from lastline.logical.backup import stages as logical_backup  # noqa: E402
-from lastline.physical import backup as pb  # noqa: E402
+from lastline.physical import backup as physical_backup  # noqa: E402
 from lastline_dev.sandbox import Instance  # noqa: E402
 
 DB = "sbtest"
@@ -116,8 +116,8 @@ def backup(kind: str, dest: Path) -> dict:
     if kind == "logical":
         result = logical_backup.dump(logical_backup.preflight({**base, "databases": [DB]}))
         return {"seconds": time.monotonic() - t0, "held": result.commits_held_seconds}
-    plan = pb.preflight(base)
-    pb.finish(plan, pb.stream(plan))
+    plan = physical_backup.preflight(base)
+    physical_backup.finish(plan, physical_backup.stream(plan))
     return {"seconds": time.monotonic() - t0, "held": None}
 
 

@@ -61,10 +61,10 @@ def main() -> int:
         from lastline.logical.backup import stages as logical_backup
         from lastline.manifest import read_manifest, resolve_backup
         from lastline.staging import pii
-        from lastline.staging import sampling as sm
+        from lastline.staging import sampling as sampling
 
-        print(f"SAMPLE_CHUNKS={sm.SAMPLE_CHUNKS} SAMPLE_BYTES={sm.SAMPLE_BYTES >> 20} MiB STREAM_BYTES={sm.STREAM_BYTES >> 20} "
-              f"MiB SAMPLE_ROWS={sm.SAMPLE_ROWS} WINDOWS={sm.WINDOWS}")
+        print(f"SAMPLE_CHUNKS={sampling.SAMPLE_CHUNKS} SAMPLE_BYTES={sampling.SAMPLE_BYTES >> 20} MiB STREAM_BYTES={sampling.STREAM_BYTES >> 20} "
+              f"MiB SAMPLE_ROWS={sampling.SAMPLE_ROWS} WINDOWS={sampling.WINDOWS}")
         print(f"{'rows':>8} {'chunk_rows':>10} {'chunks':>6} {'raw MB':>7} | {'read':>4} {'MB read':>7} {'searched':>8} "
               f"{'decoded':>7} | {'best s':>6}  found: every 1000th row | last 2% of rows")
         for chunk_rows in (int(c) for c in args.chunk_rows.split(",")):
@@ -78,7 +78,7 @@ def main() -> int:
                 times = []
                 for _ in range(3):
                     t0 = time.perf_counter()
-                    s = sm.sample(storage, manifest, t)
+                    s = sampling.sample(storage, manifest, t)
                     findings = pii.column_findings(t, s)
                     times.append(time.perf_counter() - t0)
                 found = {f.column: f.why[0].split(" (e.g.")[0] for f in findings}

@@ -32,8 +32,8 @@ os.environ.setdefault("AIRFLOW_HOME", tempfile.mkdtemp(prefix="lastline-bench-ai
 
 from lastline.core.servers import Server  # noqa: E402
 from lastline.manifest import read_manifest  # noqa: E402
-from lastline.physical import backup as pb  # noqa: E402
-from lastline.physical import restore as pr  # noqa: E402
+from lastline.physical import backup as physical_backup  # noqa: E402
+from lastline.physical import restore as physical_restore  # noqa: E402
 from lastline.pitr import archive, replay, window  # noqa: E402
 from lastline.pitr import span as span_of  # noqa: E402
 from lastline.pitr.restore import coordinates  # noqa: E402
@@ -164,8 +164,8 @@ def main() -> int:
             _write(record)
             return 0
         archive.ship(src.server(), storage)
-        plan = pb.preflight({"source_conn_id": "bench_pitr_src", "destination": dest})
-        pb.finish(plan, pb.stream(plan))
+        plan = physical_backup.preflight({"source_conn_id": "bench_pitr_src", "destination": dest})
+        physical_backup.finish(plan, physical_backup.stream(plan))
         base = read_manifest(storage, plan.backup_id)
         file, position, gtid = coordinates(base)
         print(f"base {plan.backup_id}: {file}:{position}, GTID {gtid}", flush=True)
@@ -188,9 +188,9 @@ def main() -> int:
         span = span_of.resolve(storage, line, file, position, gtid, window.Until.parse("latest"))
         rounds = {}
         for method in ("pipe", "parallel"):
-            rplan = pr.preflight({"target_conn_id": "bench_pitr_tgt", "backup": f"{dest}/{plan.backup_id}",
+            rplan = physical_restore.preflight({"target_conn_id": "bench_pitr_tgt", "backup": f"{dest}/{plan.backup_id}",
                                   "force": True})
-            for step in (pr.stop_target, pr.extract, pr.prepare, pr.start_target):
+            for step in (physical_restore.stop_target, physical_restore.extract, physical_restore.prepare, physical_restore.start_target):
                 step(rplan)
             t0 = time.monotonic()
             result = replay.apply(tgt.server(), storage, span, f"bench-{method}-{time.time()}", method,

@@ -163,17 +163,17 @@ def test_without_approval_asked_only_force_replaces(store_backup, logical_target
 
 @pytest.fixture(scope="module")
 def physical_backup(source, tmp_path_factory) -> Path:
-    from lastline.physical import backup as pb
+    from lastline.physical import backup as physical_backup_stages
 
     dest = tmp_path_factory.mktemp("approval-physical")
-    plan = pb.preflight({"source_conn_id": "t_source", "destination": f"file://{dest}", "compression": "zstd"})
-    pb.finish(plan, pb.stream(plan))
+    plan = physical_backup_stages.preflight({"source_conn_id": "t_source", "destination": f"file://{dest}", "compression": "zstd"})
+    physical_backup_stages.finish(plan, physical_backup_stages.stream(plan))
     return dest
 
 
 def test_a_physical_restore_with_the_form_s_defaults_waits_for_approval_then_replaces(
         run_dag, physical_backup, source, target, asks, monkeypatch):
-    from lastline.physical import restore as pr
+    from lastline.physical import restore as physical_restore
 
     conf = {"target_conn_id": "t_target", "backup": f"file://{physical_backup}/latest", "force": False}
     with target.server().session() as cur:  # what the target holds: its own table, which the backup does not
@@ -182,7 +182,7 @@ def test_a_physical_restore_with_the_form_s_defaults_waits_for_approval_then_rep
         cur.execute("REPLACE INTO own.precious VALUES (1)")
         cur.connection.commit()
     before = table_checksums(target.server())
-    plan = pr.preflight(conf)
+    plan = physical_restore.preflight(conf)
     assert plan.datadir_state == "data" and plan.at_risk and plan.at_risk["force"] is False and plan.force
 
     def untouched() -> None:
@@ -205,26 +205,26 @@ def test_a_physical_restore_with_the_form_s_defaults_waits_for_approval_then_rep
     monkeypatch.setenv("LASTLINE_APPROVAL", "false")  # an unattended deployment: only force replaces
     with pytest.raises(PreflightError, match=r"is not empty, and no person is asked .*LASTLINE_APPROVAL is false\): "
                                              r"set force to replace it without asking"):
-        pr.preflight(conf)
-    assert pr.preflight({**conf, "force": True}).at_risk is None
+        physical_restore.preflight(conf)
+    assert physical_restore.preflight({**conf, "force": True}).at_risk is None
 
 
 def test_a_replica_rebuild_onto_data_waits_for_approval_too(source, target, asks, monkeypatch):
     """The rebuild replaces the replica's whole datadir as a physical restore does: the same rule, and the approval
     names what replaces it (a fresh copy of the source, not a backup)."""
     from lastline.airflow.approval import body, subject
-    from lastline.replication import rebuild as rr
+    from lastline.replication import rebuild as replica_rebuild
 
     conf = {"source_conn_id": "t_source", "target_conn_id": "t_target", "replication_conn_id": "t_source", "force": False}
-    plan = rr.preflight(conf)
+    plan = replica_rebuild.preflight(conf)
     assert plan.datadir_state == "data" and plan.at_risk and plan.at_risk["force"] is False and plan.force
     asked = plan.to_dict()
     assert subject(asked).endswith(f"with a fresh copy of {plan.at_risk['source']}?")
     assert "**A fresh copy of** t_source" in body(asked) and "**without force**" in body(asked)
     monkeypatch.setenv("LASTLINE_APPROVAL", "false")
     with pytest.raises(PreflightError, match=r"is not empty, and no person is asked .*: set force to replace it"):
-        rr.preflight(conf)
-    assert rr.preflight({**conf, "force": True}).at_risk is None
+        replica_rebuild.preflight(conf)
+    assert replica_rebuild.preflight({**conf, "force": True}).at_risk is None
 
 
 def test_a_database_written_while_the_approval_waited_is_not_replaced(store_backup, logical_target, asks):

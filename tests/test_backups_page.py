@@ -19,7 +19,7 @@ from conftest import ROOT, set_conn
 from lastline import connections, inventory
 from lastline.logical.backup import stages as logical_backup
 from lastline.manifest import read_manifest
-from lastline.physical import backup as pb
+from lastline.physical import backup as physical_backup
 from lastline.pitr import archive
 from lastline.storage import open_storage
 from lastline_dev.sandbox import Instance
@@ -49,8 +49,8 @@ def made(source, tmp_path_factory, drill_server, airflow_db) -> dict:
     url = f"file://{dest}"
     storage = open_storage(url)
     archive.ship(connections.server("t_source"), storage)
-    plan = pb.preflight({"source_conn_id": "t_source", "destination": url})
-    pb.finish(plan, pb.stream(plan))
+    plan = physical_backup.preflight({"source_conn_id": "t_source", "destination": url})
+    physical_backup.finish(plan, physical_backup.stream(plan))
     time.sleep(1.1)  # backup ids are stamped to the second
     logical = logical_backup.preflight({"source_conn_id": "t_source", "destination": url, "databases": ["store"]})
     logical_backup.dump(logical)

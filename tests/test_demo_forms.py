@@ -13,7 +13,7 @@ import pytest
 from conftest import _instance, _loaded, set_conn
 from lastline.core.errors import ConfigError, PreflightError
 from lastline.logical.backup import stages as logical_backup
-from lastline.staging import refresh as sr
+from lastline.staging import refresh as staging_refresh
 from lastline.staging.rules import REVEALING, run_rules
 from lastline_dev import demo
 
@@ -41,7 +41,7 @@ def test_every_connection_a_form_names_by_default_is_one_the_demo_stores(dags):
     assert dags["replica_rebuild"].params["target_conn_id"] == dags["replica_detach"].params["target_conn_id"] == "lastline_replica"
     assert dags["replica_rebuild"].params["replication_conn_id"] == "lastline_replication"
     # the keys the deployment reads: the masking key (staging_refresh) and the storage key (`make ui`'s setting)
-    assert sr.key_conn_id() in demo.CONNECTION_IDS and demo.STORAGE_KEY_CONN in demo.CONNECTION_IDS
+    assert staging_refresh.key_conn_id() in demo.CONNECTION_IDS and demo.STORAGE_KEY_CONN in demo.CONNECTION_IDS
     assert "lastline_masking_rules" in (ROOT / "dags" / "staging_refresh.py").read_text()  # the Variable the demo sets
 
 
@@ -114,7 +114,7 @@ def _conf(backup: str) -> dict:
 def test_the_refusal_on_the_demo_data_says_where_each_suggested_rule_goes(demo_data):
     _, _, backup = demo_data
     with pytest.raises(PreflightError) as refused:
-        sr.preflight(_conf(backup), "{}")
+        staging_refresh.preflight(_conf(backup), "{}")
     text = str(refused.value)
     snippet = json.loads(text[text.index("{"): text.rindex("}") + 1])
     assert "the Airflow Variable lastline_masking_rules" in text

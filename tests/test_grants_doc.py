@@ -17,9 +17,9 @@ from lastline.core.accounts import revoke_older_owners
 from lastline.core.errors import ConfigError
 from lastline.logical.backup import stages as logical_backup
 from lastline.logical.restore import stages as logical_restore
-from lastline.physical import backup as pb
+from lastline.physical import backup as physical_backup
 from lastline.pitr import archive
-from lastline.replication import rebuild as rr
+from lastline.replication import rebuild as replica_rebuild
 from lastline.storage import open_storage
 
 pytestmark = pytest.mark.e2e
@@ -105,13 +105,13 @@ def test_the_documented_accounts_back_up_restore_archive_and_replicate(logical_s
         for table in ("store.rental", "store.payment", "store.customer"):
             assert dst.query(f"CHECKSUM TABLE {table}") == src.query(f"CHECKSUM TABLE {table}"), table
         # physical backup: mariabackup's own privilege check and its locks
-        physical = pb.preflight({"source_conn_id": "t_gbackup", "destination": f"file://{tmp_path / 'physical'}"})
-        pb.finish(physical, pb.stream(physical))
+        physical = physical_backup.preflight({"source_conn_id": "t_gbackup", "destination": f"file://{tmp_path / 'physical'}"})
+        physical_backup.finish(physical, physical_backup.stream(physical))
         # the binlog archive: its listing of the source's binlogs and running statements
         shipped = archive.ship(connections.server("t_garchive"), open_storage(f"file://{tmp_path / 'archive'}"))
         assert shipped["bytes"] > 0
         # the rebuild's check of the replication user
-        rr.check_replication_user(connections.server("t_grepl"))
+        replica_rebuild.check_replication_user(connections.server("t_grepl"))
     finally:
         for server, users in ((src, ("lastline_backup", "lastline_archive", "lastline_repl")), (dst, ("lastline_restore",))):
             for user in users:  # other tests back up the source's accounts

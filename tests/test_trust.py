@@ -14,7 +14,7 @@ from lastline.core.errors import ConfigError, IntegrityError, PipelineError, Pre
 from lastline.logical.backup import stages as logical_backup
 from lastline.logical.restore import stages as logical_restore
 from lastline.manifest import PhysicalManifest, TableInfo, read_manifest, write_manifest
-from lastline.physical import restore as pr
+from lastline.physical import restore as physical_restore
 from lastline.physical.plans import RestorePlan
 from lastline.storage import open_storage
 
@@ -132,11 +132,11 @@ def test_physical_verify_quotes_names_from_the_manifest(sentinel, tmp_path):
     )
     write_manifest(storage, m)
     plan = RestorePlan(target_conn_id="t_ltarget", backup=f"file://{tmp_path}/20300101T000000Z")
-    assert pr.verify(plan)  # the real, awkward name passes
+    assert physical_restore.verify(plan)  # the real, awkward name passes
     m.tables.append(TableInfo("trust_sentinel", "t`; DROP DATABASE trust_sentinel; -- ", "InnoDB", 0, 0))
     write_manifest(storage, m)
     with pytest.raises(IntegrityError, match="DROP DATABASE trust_sentinel"):  # reported as a missing table
-        pr.verify(plan)
+        physical_restore.verify(plan)
     sentinel.query("DROP DATABASE trust_q")
 
 

@@ -118,7 +118,7 @@ def test_a_second_move_aside_in_the_same_second_gets_its_own_folder(tmp_path, mo
     the next test) moves the new contents into a folder of its own, `-2`, `-3`, and never into the kept one (nor
     a dangling link's). A folder that cannot be made at all fails at once with mkdir's own reason; output that is not
     the folder's name (a chatty login shell over SSH) is not taken for it."""
-    from lastline.core import datadir as dd
+    from lastline.core import datadir as datadirs
     from lastline.core.hosts import LocalHost
 
     class Frozen(datetime):
@@ -126,14 +126,14 @@ def test_a_second_move_aside_in_the_same_second_gets_its_own_folder(tmp_path, mo
         def now(cls, tz=None):
             return datetime(2026, 11, 27, 12, 4, 40, tzinfo=UTC)
 
-    monkeypatch.setattr(dd, "datetime", Frozen)
+    monkeypatch.setattr(datadirs, "datetime", Frozen)
     data = tmp_path / "data"
     asides = []
     for i in range(3):
         data.mkdir(exist_ok=True)
         (data / f"ibdata{i}").write_text(str(i))
         (data / "lost+found").mkdir(exist_ok=True)
-        asides.append(dd.move_aside(LocalHost(), str(data)))
+        asides.append(datadirs.move_aside(LocalHost(), str(data)))
     base = f"{data}.lastline-aside-20261127T120440Z"
     assert asides == [base, f"{base}-2", f"{base}-3"]
     assert [sorted(p.name for p in (tmp_path / a).iterdir()) for a in asides] == [[f"ibdata{i}"] for i in range(3)]
@@ -141,13 +141,13 @@ def test_a_second_move_aside_in_the_same_second_gets_its_own_folder(tmp_path, mo
 
     (tmp_path / "file").write_text("not a folder")
     with pytest.raises(PipelineError, match="Not a directory"):  # not "exists": no second name is tried
-        dd.move_aside(LocalHost(), str(tmp_path / "file" / "data"))
+        datadirs.move_aside(LocalHost(), str(tmp_path / "file" / "data"))
 
     other = tmp_path / "other"  # a dangling link holds the first name: the next one is used
     other.mkdir()
     (other / "ibdata1").write_text("x")
     (tmp_path / "other.lastline-aside-20261127T120440Z").symlink_to(tmp_path / "nowhere")
-    assert dd.move_aside(LocalHost(), str(other)) == f"{other}.lastline-aside-20261127T120440Z-2"
+    assert datadirs.move_aside(LocalHost(), str(other)) == f"{other}.lastline-aside-20261127T120440Z-2"
 
     class Chatty(LocalHost):  # a login shell that prints a banner: its output is not taken for the folder
         def sh(self, script: str, *args: str, **kwargs) -> str:
@@ -155,7 +155,7 @@ def test_a_second_move_aside_in_the_same_second_gets_its_own_folder(tmp_path, mo
 
     (other / "ibdata1").write_text("y")
     with pytest.raises(PipelineError, match=r"printed 'Welcome\\n.*-3', not the folder it made"):
-        dd.move_aside(Chatty(), str(other))
+        datadirs.move_aside(Chatty(), str(other))
 
 
 # -- servers and option files -------------------------------------------------------------------

@@ -7,7 +7,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from lastline import manifest as mf
+from lastline import manifest
 from lastline.core.errors import ConfigError, IntegrityError
 from lastline.storage import auth
 from lastline.storage.file import FileStorage
@@ -15,19 +15,19 @@ from lastline.storage.file import FileStorage
 NOW = datetime(2026, 11, 28, 16, 14, 32, tzinfo=UTC)
 
 
-def physical(backup_id: str = "20261128T161432Z-7c93b6", **kw) -> mf.PhysicalManifest:
+def physical(backup_id: str = "20261128T161432Z-7c93b6", **kw) -> manifest.PhysicalManifest:
     fields = dict(backup_id=backup_id, source_conn_id="src", server_version="11.4.2", tool_version="11.4.2",
                   artifact="backup.mbstream.zst", compression="zstd", bytes=10, sha256="0" * 64, started_at="a",
                   finished_at="b", seconds=1.0, mb_per_s=1.0, parallel=2, datadir_bytes=100,
-                  tables=[mf.TableInfo("shop", "orders", "InnoDB", 5, 16384)])
-    return mf.PhysicalManifest(**{**fields, **kw})
+                  tables=[manifest.TableInfo("shop", "orders", "InnoDB", 5, 16384)])
+    return manifest.PhysicalManifest(**{**fields, **kw})
 
 
 def logical_data(chunk_file: str = "data/shop/orders/00000-000.tsv.zst", schema_file: str = "schema.json") -> dict:
     table = dict(schema="shop", name="orders", engine="InnoDB", charset="utf8mb4", collation=None, consistent=True,
                  chunking="pk", key=["id"], columns=[], rows=1, checksum="c", bytes=1, raw_bytes=1, seconds=0.1,
                  chunks=[dict(file=chunk_file, rows=1, bytes=1, raw_bytes=1, sha256="s")])
-    return dict(format=mf.LOGICAL_FORMAT, backup_id="20261128T161432Z-7c93b6", source_conn_id="src", server_version="11.4",
+    return dict(format=manifest.LOGICAL_FORMAT, backup_id="20261128T161432Z-7c93b6", source_conn_id="src", server_version="11.4",
                 sql_mode="", time_zone="+00:00", dialect="d", compression="zstd", chunk_rows=1000, parallel=2, databases=[],
                 schema_file=schema_file, schema_sha256="s", started_at="a", finished_at="b", seconds=1.0, lock_seconds=0.0,
                 rows=1, bytes=1, raw_bytes=1, mb_per_s=1.0, tables=[table], files=[dict(name="schema.json", bytes=1, sha256="s")])
@@ -45,30 +45,30 @@ def store(tmp_path, monkeypatch) -> FileStorage:
     ("20261128T161432Z-7c93b", None), ("latest", None), ("x20261128T161432Z", None)],
     ids=["with-suffix", "older-without-suffix", "upper-case-hex", "short-suffix", "a-word", "prefixed"])
 def test_backup_time(backup_id, when):
-    assert mf.backup_time(backup_id) == when
+    assert manifest.backup_time(backup_id) == when
 
 
 def test_new_backup_ids_carry_the_time_and_avoid_the_taken_ones(monkeypatch):
     tokens = iter(["aaaaaa", "bbbbbb", "cccccc"])
-    monkeypatch.setattr(mf.secrets, "token_hex", lambda n: next(tokens))
-    assert mf.new_backup_id(NOW, taken=["20261128T161432Z-aaaaaa"]) == "20261128T161432Z-bbbbbb"
-    assert mf.backup_time(mf.new_backup_id(NOW)) == NOW
+    monkeypatch.setattr(manifest.secrets, "token_hex", lambda n: next(tokens))
+    assert manifest.new_backup_id(NOW, taken=["20261128T161432Z-aaaaaa"]) == "20261128T161432Z-bbbbbb"
+    assert manifest.backup_time(manifest.new_backup_id(NOW)) == NOW
 
 
 @pytest.mark.parametrize(("backup_id", "age"), [("20261128T161432Z-7c93b6", 1.5), ("not-an-id", None)], ids=["id", "other-folder"])
 def test_backup_age(backup_id, age):
-    found = mf.backup_age(backup_id, NOW + timedelta(minutes=90))
+    found = manifest.backup_age(backup_id, NOW + timedelta(minutes=90))
     assert (found["backup_id"], found["age_hours"]) == (backup_id, age)
 
 
 def test_json_lines_puts_a_key_and_a_list_item_per_line_sorted():
-    assert mf.json_lines({"b": [1, {"y": 2, "x": 1}], "a": "s", "c": []}) == (
+    assert manifest.json_lines({"b": [1, {"y": 2, "x": 1}], "a": "s", "c": []}) == (
         '{\n "a": "s",\n "b": [\n  1,\n  {"x": 1, "y": 2}\n ],\n "c": []\n}\n')
 
 
 def test_physical_manifest_round_trips():
     m = physical(gtid="0-1-5")
-    assert mf.PhysicalManifest.from_json(m.to_json()) == m
+    assert manifest.PhysicalManifest.from_json(m.to_json()) == m
 
 
 @pytest.mark.parametrize(("text", "message"), [
@@ -78,7 +78,7 @@ def test_physical_manifest_round_trips():
 ], ids=["unknown-format", "not-an-object", "not-json"])
 def test_physical_manifest_refuses(text, message):
     with pytest.raises(IntegrityError, match=message):
-        mf.PhysicalManifest.from_json(text)
+        manifest.PhysicalManifest.from_json(text)
 
 
 @pytest.mark.parametrize(("chunk", "schema", "ok"), [
@@ -93,11 +93,11 @@ def test_physical_manifest_refuses(text, message):
         "schema-elsewhere"])
 def test_a_logical_manifest_names_only_its_own_files(chunk, schema, ok):
     if ok:
-        m = mf.LogicalManifest.from_json(logical_data(chunk, schema))
+        m = manifest.LogicalManifest.from_json(logical_data(chunk, schema))
         assert m.tables[0].chunks[0].file == chunk and m.file("schema.json") and m.file("nope") is None
     else:
         with pytest.raises(IntegrityError, match="outside the backup's own layout"):
-            mf.LogicalManifest.from_json(logical_data(chunk, schema))
+            manifest.LogicalManifest.from_json(logical_data(chunk, schema))
 
 
 @pytest.mark.parametrize(("url", "parts"), [
@@ -106,17 +106,17 @@ def test_a_logical_manifest_names_only_its_own_files(chunk, schema, ok):
     ("/b/latest", ("/b", "latest")),
 ], ids=["file", "s3-trailing-slash", "plain-path"])
 def test_split_backup_url(url, parts):
-    assert mf.split_backup_url(url) == parts
+    assert manifest.split_backup_url(url) == parts
 
 
 @pytest.mark.parametrize("url", ["s3://bucket", "latest"], ids=["bucket-only", "no-destination"])
 def test_split_backup_url_needs_a_destination(url):
     with pytest.raises(ConfigError, match="expected <destination>/<backup_id>"):
-        mf.split_backup_url(url)
+        manifest.split_backup_url(url)
 
 
 def stamps(*hours_ago: int) -> list[str]:
-    return [(NOW - timedelta(hours=h)).strftime(mf.ID_FORMAT) + "-000000" for h in hours_ago]
+    return [(NOW - timedelta(hours=h)).strftime(manifest.ID_FORMAT) + "-000000" for h in hours_ago]
 
 
 @pytest.mark.parametrize(("all_ids", "complete", "keep", "doomed"), [
@@ -127,80 +127,80 @@ def stamps(*hours_ago: int) -> list[str]:
     (stamps(2), [], 1, []),
 ], ids=["beyond-keep", "keep-zero-keeps-the-newest", "old-incomplete", "other-folders-untouched", "young-incomplete-kept"])
 def test_plan_prune(all_ids, complete, keep, doomed):
-    assert mf.plan_prune(all_ids, complete, keep, timedelta(hours=24), now=NOW) == sorted(doomed)
+    assert manifest.plan_prune(all_ids, complete, keep, timedelta(hours=24), now=NOW) == sorted(doomed)
 
 
 def test_a_written_manifest_reads_back_with_its_sha256(store):
-    mf.write_manifest(store, physical())
-    m = mf.read_manifest(store, "20261128T161432Z-7c93b6", require=False)
+    manifest.write_manifest(store, physical())
+    m = manifest.read_manifest(store, "20261128T161432Z-7c93b6", require=False)
     assert m.tables[0].name == "orders" and len(m.read_sha256) == 64 and not m.authenticity.ok
-    assert mf.manifest_kind(store, m.backup_id) == "physical"
+    assert manifest.manifest_kind(store, m.backup_id) == "physical"
     with pytest.raises(IntegrityError, match="changed after this run's preflight"):
-        mf.read_manifest(store, m.backup_id, require=False, sha256="f" * 64)
+        manifest.read_manifest(store, m.backup_id, require=False, sha256="f" * 64)
 
 
 @pytest.mark.parametrize(("setup", "kind", "message"), [
     (lambda s: s.write_bytes("20261128T161432Z-7c93b6/part", b"x"), "physical", "the backup is incomplete"),
     (lambda s: s.write_bytes("20261128T161432Z-7c93b6/manifest.json", b"{oops"), "physical", "the manifest is damaged"),
-    (lambda s: mf.write_manifest(s, physical()), "logical", "is a physical backup; a logical restore cannot use it"),
+    (lambda s: manifest.write_manifest(s, physical()), "logical", "is a physical backup; a logical restore cannot use it"),
     (lambda s: s.write_bytes("20261128T161432Z-7c93b6/manifest.json", physical("20261128T000000Z-000000").to_json().encode()),
      "physical", "but it is in folder"),
     (lambda s: None, "physical", "it holds no backup at all"),
-    (lambda s: mf.write_manifest(s, physical("20261128T151432Z-7c93b6")), "physical", r"20261128T151432Z-7c93b6 \(60 min earlier\)"),
+    (lambda s: manifest.write_manifest(s, physical("20261128T151432Z-7c93b6")), "physical", r"20261128T151432Z-7c93b6 \(60 min earlier\)"),
 ], ids=["incomplete", "damaged", "another-kind", "moved-from-another-folder", "empty-destination", "names-the-nearest"])
 def test_read_manifest_refuses(store, setup, kind, message):
     setup(store)
     with pytest.raises(IntegrityError, match=message):
-        mf.read_manifest(store, "20261128T161432Z-7c93b6", kind, require=False)
+        manifest.read_manifest(store, "20261128T161432Z-7c93b6", kind, require=False)
 
 
 def test_an_unsigned_physical_manifest_is_refused_by_default(store, monkeypatch):
     monkeypatch.delenv(auth.TRUSTED_ENV, raising=False)
-    mf.write_manifest(store, physical())
+    manifest.write_manifest(store, physical())
     with pytest.raises(IntegrityError, match="A physical restore uses only control files lastline signed"):
-        mf.read_manifest(store, "20261128T161432Z-7c93b6")
+        manifest.read_manifest(store, "20261128T161432Z-7c93b6")
 
 
 def test_newest_complete_skips_incomplete_unreadable_and_other_kinds(store):
     old, mid, new, newest = stamps(4, 3, 2, 1)
-    mf.write_manifest(store, physical(old))
-    mf.write_manifest(store, physical(mid))
+    manifest.write_manifest(store, physical(old))
+    manifest.write_manifest(store, physical(mid))
     store.write_bytes(f"{new}/manifest.json", b"[not json")
     store.write_bytes(f"{newest}/part", b"x")
-    assert mf.newest_complete(store, "physical") == [mid]
-    assert mf.newest_complete(store, "logical") == []
-    assert mf.complete_backups(store) == [old, mid]
-    assert mf.manifest_kind(store, new) is None
+    assert manifest.newest_complete(store, "physical") == [mid]
+    assert manifest.newest_complete(store, "logical") == []
+    assert manifest.complete_backups(store) == [old, mid]
+    assert manifest.manifest_kind(store, new) is None
 
 
 def test_resolve_backup_turns_latest_into_the_newest_and_refuses_other_names(store, monkeypatch, tmp_path):
     monkeypatch.setenv("LASTLINE_BACKUP_ROOTS", f"file://{tmp_path}")
-    monkeypatch.setattr(mf, "_recorded_newest", [])
+    monkeypatch.setattr(manifest, "_recorded_newest", [])
     old, new = stamps(2, 1)
-    mf.write_manifest(store, physical(old))
-    mf.write_manifest(store, physical(new))
-    assert mf.resolve_backup(f"file://{tmp_path}/latest")[1] == new
-    assert mf.resolve_backup(f"file://{tmp_path}/{old}")[1] == old
+    manifest.write_manifest(store, physical(old))
+    manifest.write_manifest(store, physical(new))
+    assert manifest.resolve_backup(f"file://{tmp_path}/latest")[1] == new
+    assert manifest.resolve_backup(f"file://{tmp_path}/{old}")[1] == old
     with pytest.raises(ConfigError, match="is not a backup id"):
-        mf.resolve_backup(f"file://{tmp_path}/notes")
+        manifest.resolve_backup(f"file://{tmp_path}/notes")
     with pytest.raises(IntegrityError, match="holds no complete logical backup"):
-        mf.resolve_backup(f"file://{tmp_path}/latest", kind="logical")
+        manifest.resolve_backup(f"file://{tmp_path}/latest", kind="logical")
 
 
 def test_latest_is_refused_when_older_than_what_airflow_recorded(store, monkeypatch, tmp_path):
     monkeypatch.setenv("LASTLINE_BACKUP_ROOTS", f"file://{tmp_path}")
     monkeypatch.delenv(auth.TRUSTED_ENV, raising=False)
     old, new = stamps(2, 1)
-    mf.write_manifest(store, physical(old))
-    monkeypatch.setattr(mf, "_recorded_newest", [lambda place, kind: {"backup_id": new}])
+    manifest.write_manifest(store, physical(old))
+    monkeypatch.setattr(manifest, "_recorded_newest", [lambda place, kind: {"backup_id": new}])
     with pytest.raises(IntegrityError, match=f"the newest physical backup lastline recorded in Airflow, {new}, is missing"):
-        mf.resolve_backup(f"file://{tmp_path}/latest")
+        manifest.resolve_backup(f"file://{tmp_path}/latest")
 
 
 def test_prune_backups_deletes_beyond_keep_and_spares_the_protected_and_other_kinds(store):
     a, b, c = stamps(3, 2, 1)
     for backup_id in (a, b, c):
-        mf.write_manifest(store, physical(backup_id))
-    assert mf.prune_backups(store, "physical", keep=1, grace=timedelta(hours=24), protect={a: "a window's base"}) == [b]
-    assert mf.prune_backups(store, "logical", keep=1, grace=timedelta(hours=24)) == []
+        manifest.write_manifest(store, physical(backup_id))
+    assert manifest.prune_backups(store, "physical", keep=1, grace=timedelta(hours=24), protect={a: "a window's base"}) == [b]
+    assert manifest.prune_backups(store, "logical", keep=1, grace=timedelta(hours=24)) == []
     assert sorted(store.list_backups()) == [a, c]

@@ -6,7 +6,7 @@ import logging
 import time
 from dataclasses import dataclass
 
-from lastline.core import datadir as dd
+from lastline.core import datadir as datadirs
 from lastline.core.datadir import MARKER
 from lastline.core.errors import IntegrityError, PreflightError
 from lastline.core.hosts import Host
@@ -33,14 +33,14 @@ def check_datadir(server: Server, need: int, force: bool) -> str:
     """Refuse a non-empty datadir without `force` where no person is asked to approve its replacement (where one is,
     the approval step that follows preflight waits), and too little room; return the datadir's state."""
     datadir, host = server.require_datadir(), server.runner()
-    state = dd.state(host, datadir)
+    state = datadirs.state(host, datadir)
     if state == "data" and not force and not server.asks_approval():
         raise PreflightError(
             f"target datadir {datadir} on {host.name} is not empty, and {server.unforced()} (its contents are moved "
             f"aside to {datadir}.lastline-aside-<time>[-N], deleted only after a verified restore); or empty it yourself."
         )
-    dd.require_room(host, datadir, need, "the unpacked backup")
-    dd.as_owner(host, datadir)  # refuses a host where extract and prepare could not drop root
+    datadirs.require_room(host, datadir, need, "the unpacked backup")
+    datadirs.as_owner(host, datadir)  # refuses a host where extract and prepare could not drop root
     return state
 
 
@@ -55,10 +55,10 @@ def prepare_datadir(server: Server, datadir: str, use_memory: int, options: dict
     from `options` (a manifest's recorded prepare options; None for a backup that records none: the extracted file,
     through the allow-list); then the datadir's owner on every file; clears the in-progress marker. Returns seconds."""
     host = server.runner()
-    if dd.state(host, datadir) != "partial":
+    if datadirs.state(host, datadir) != "partial":
         raise PreflightError(f"{datadir} holds no extracted backup ({MARKER} missing): run the extract step first.")
     t0 = time.monotonic()
-    run_as = dd.as_owner(host, datadir)
+    run_as = datadirs.as_owner(host, datadir)
     refuse_server_state(host, datadir, run_as, where)
     if options is None:
         options = prepare_options.parse(_backup_cnf(host, datadir, run_as, where), where)
@@ -69,8 +69,8 @@ def prepare_datadir(server: Server, datadir: str, use_memory: int, options: dict
         log.info("%s: removed %d .isl file(s) (links to tablespaces outside the datadir), their tables restore into "
                  "the datadir: %s", where, len(links), ", ".join(links[:10]))
     run_logged([*run_as, *commands.prepare_argv(datadir, use_memory)], "prepare", host=host)
-    dd.own_like_folder(host, datadir)
-    dd.remove_marker(host, datadir)
+    datadirs.own_like_folder(host, datadir)
+    datadirs.remove_marker(host, datadir)
     return time.monotonic() - t0
 
 
@@ -133,6 +133,6 @@ def write_prepare_cnf(host: Host, datadir: str, options: dict[str, str], run_as:
 def start_server(server: Server, timeout: float = 180) -> float:
     """Start a server (never on a half-restored datadir) and wait until it answers; returns seconds."""
     datadir = server.require_datadir()
-    if dd.state(server.runner(), datadir) == "partial":
+    if datadirs.state(server.runner(), datadir) == "partial":
         raise IntegrityError(f"{datadir} holds an unfinished restore ({MARKER}): refusing to start {server.describe()}.")
     return server.start_service(timeout)

@@ -17,7 +17,7 @@ import uuid
 
 from lastline import connections, reports
 from lastline.core import bounds, impact, stopping
-from lastline.core import datadir as dd
+from lastline.core import datadir as datadirs
 from lastline.core.compression import codec
 from lastline.core.datadir import MARKER
 from lastline.core.errors import IntegrityError, PipelineError, PreflightError, ReplicationError, ServerError
@@ -98,7 +98,7 @@ def preflight(conf: dict) -> RebuildPlan:
     else:
         log.info("target %s does not answer: rebuilding a stopped replica", target.describe())
     force, asks = params.flag("force"), target.asks_approval()
-    need = int(dd.used_bytes(src_host, src_dir) * 1.1)
+    need = int(datadirs.used_bytes(src_host, src_dir) * 1.1)
     state = check_datadir(target, need, force)
     at_risk = None
     if state == "data" and asks:  # the replica's whole datadir is replaced: a person approves first
@@ -152,7 +152,7 @@ def stream_stages(source: Server, target: Server, optfile: str, plan: RebuildPla
         + throttle
         + [tap_stage("sent", host=src_host), tap_stage("received", host=tgt_host)]
         + commands.restore_stages(plan.datadir, plan.parallel, plan.compression, host=tgt_host,
-                                  run_as=dd.as_owner(tgt_host, plan.datadir))
+                                  run_as=datadirs.as_owner(tgt_host, plan.datadir))
     )
 
 
@@ -164,7 +164,7 @@ def stream(plan: RebuildPlan) -> Streamed:
     if target.answers():
         raise PreflightError(f"target {target.describe()} is running: stop it before streaming into its datadir.")
     tgt_host = target.runner()
-    aside = dd.prepare_for_restore(tgt_host, plan.datadir, plan.force, f"rebuild from {source.conn_id}")
+    aside = datadirs.prepare_for_restore(tgt_host, plan.datadir, plan.force, f"rebuild from {source.conn_id}")
     with option_file(source, ("client", "mariabackup"), on_host=True) as opt:
         stages = stream_stages(source, target, opt, plan)
         log.info("stream: %s", " | ".join(f"[{(s.host.name if s.host else 'local')}] {s.name}" for s in stages))
@@ -281,7 +281,7 @@ def finish(plan: RebuildPlan, streamed: Streamed, verified: Marker) -> None:
     """After a verified rebuild, delete the old datadir contents that the stream moved aside."""
     _source, target = _servers(plan)
     if streamed.aside:
-        dd.remove(target.runner(), streamed.aside)
+        datadirs.remove(target.runner(), streamed.aside)
         log.info("removed the old datadir contents at %s (marker %s arrived)", streamed.aside, verified.marker)
 
 
