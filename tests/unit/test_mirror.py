@@ -63,9 +63,7 @@ ALLOWED_MODULES = frozenset({
     "lastline.core.accounts",
     "lastline.core.alerting",
     "lastline.core.datadir",
-    "lastline.core.hosts",
     "lastline.core.impact",
-    "lastline.core.pipeline",
     "lastline.core.servers",
     "lastline.core.stopping",
     "lastline.core.svg",
@@ -95,8 +93,6 @@ ALLOWED_MODULES = frozenset({
     "lastline.staging.refresh",
     "lastline.staging.sampling",
     "lastline.staging.verify",
-    "lastline.storage.base",
-    "lastline.storage.file",
     "lastline.storage.s3",
     "lastline.storage.ssh",
 })
