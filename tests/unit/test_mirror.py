@@ -71,7 +71,6 @@ ALLOWED_MODULES = frozenset({
     "lastline.pitr.replay",
     "lastline.pitr.restore",
     "lastline.pitr.scoped",
-    "lastline.pitr.span",
     "lastline.staging.masking",
     "lastline.staging.pii",
     "lastline.staging.pii_objects",
