@@ -1,73 +1,107 @@
-"""A target's datadir (lastline.mariabackup.target_datadir): what its checks ask the host and refuse, on a fake host."""
+"""A target's datadir (lastline.mariabackup.target_datadir): the checks an extracted backup passes before prepare, run
+by their real shell scripts on this host, on a real folder; the server-facing functions are the e2e tests' share
+(tests/test_physical_e2e.py, tests/test_trust_physical.py)."""
 from __future__ import annotations
 
-import subprocess
-from dataclasses import dataclass, field
+import os
+from pathlib import Path
 
 import pytest
 
 from lastline.core.errors import IntegrityError
+from lastline.core.hosts import LOCAL
 from lastline.mariabackup import prepare_options, target_datadir
 from lastline.mariabackup.target_datadir import StepResult
 
 
-@dataclass
-class FakeHost:
-    """A Host that answers every command with `stdout` (and `returncode`) and keeps what it was asked."""
-
-    stdout: bytes = b""
-    returncode: int = 0
-    name: str = "fake"
-    calls: list[tuple[list[str], bytes | None]] = field(default_factory=list)
-
-    def run(self, argv: list[str], *, check: bool = True, input: bytes | None = None, **_: object) -> subprocess.CompletedProcess:
-        self.calls.append((argv, input))
-        return subprocess.CompletedProcess(argv, self.returncode, self.stdout, b"")
-
-
-@pytest.mark.parametrize("found, refused", [
-    (b"", False),
-    (b"master.info\nrelay-log.info\n", True),
-    (b"mariadb-bin.index\n", True),
-    (b"ddl_recovery.log\n", True),
-], ids=["clean", "replication state", "binlog index", "ddl log"])
-def test_refuse_server_state(found, refused):
-    host = FakeHost(stdout=found)
+@pytest.mark.parametrize("files, refused", [
+    ([], None),
+    (["master.info", "relay-log.info"], "master.info"),
+    (["mariadb-bin.index"], "mariadb-bin.index"),
+    (["ddl_recovery.log"], "ddl_recovery.log"),
+    (["master-east.info"], "master-east.info"),
+    (["tc.log"], "tc.log"),
+], ids=["clean", "replication state", "binlog index", "ddl log", "a named connection's state", "xa recovery log"])
+def test_refuse_server_state(tmp_path: Path, files: list[str], refused: str | None):
+    (tmp_path / "db").mkdir()
+    (tmp_path / "ibdata1").write_bytes(b"")
+    for name in files:
+        (tmp_path / name).write_text("x")
     if refused:
-        with pytest.raises(IntegrityError, match=found.split()[0].decode()):
-            target_datadir.refuse_server_state(host, "/d", ["sudo", "-u", "mysql"], "backup x")
+        with pytest.raises(IntegrityError, match=refused):
+            target_datadir.refuse_server_state(LOCAL, str(tmp_path), [], "backup x")
     else:
-        target_datadir.refuse_server_state(host, "/d", [], "backup x")
-    assert host.calls[0][0][-2:] == ["lastline", "/d"]
+        target_datadir.refuse_server_state(LOCAL, str(tmp_path), [], "backup x")
 
 
-def test_remove_links_returns_what_it_removed():
-    host = FakeHost(stdout=b"./db/t1.isl\n./db/t2.isl\n")
-    assert target_datadir.remove_links(host, "/d", []) == ["./db/t1.isl", "./db/t2.isl"]
+def test_a_state_file_that_is_a_dangling_link_is_refused_too(tmp_path: Path):
+    os.symlink("/nonexistent/primary", tmp_path / "master.info")
+    with pytest.raises(IntegrityError, match="master.info"):
+        target_datadir.refuse_server_state(LOCAL, str(tmp_path), [], "backup x")
 
 
-@pytest.mark.parametrize("stdout, returncode, ok", [
-    (b"[mysqld]\ninnodb_page_size=16384\n", 0, True),
-    (b"", 3, False),
-    (b"x" * (prepare_options.MAX_CNF_BYTES + 1), 0, False),
-], ids=["plain file", "missing or a link", "too big"])
-def test_backup_cnf_reads_a_plain_file_within_its_cap(stdout, returncode, ok):
-    host = FakeHost(stdout=stdout, returncode=returncode)
+def test_remove_links_removes_every_isl_file_and_returns_them(tmp_path: Path):
+    (tmp_path / "db").mkdir()
+    (tmp_path / "db" / "t1.isl").write_text("/elsewhere/t1.ibd")
+    (tmp_path / "db" / "t2.isl").write_text("/elsewhere/t2.ibd")
+    (tmp_path / "db" / "t3.ibd").write_bytes(b"data")
+    removed = target_datadir.remove_links(LOCAL, str(tmp_path), [])
+    assert sorted(removed) == ["./db/t1.isl", "./db/t2.isl"]
+    assert sorted(p.name for p in (tmp_path / "db").iterdir()) == ["t3.ibd"]
+
+
+def _plain(d: Path, size: int) -> None:
+    (d / prepare_options.CNF).write_text("[mysqld]\n" + "#" * max(0, size - 9))
+
+
+def _link(d: Path, size: int) -> None:
+    target = d.parent / "elsewhere.cnf"
+    target.write_text("[mysqld]\n")
+    os.symlink(target, d / prepare_options.CNF)
+
+
+def _folder(d: Path, size: int) -> None:
+    (d / prepare_options.CNF).mkdir()
+
+
+@pytest.mark.parametrize("make, size, ok", [
+    (_plain, 300, True),
+    (_plain, prepare_options.MAX_CNF_BYTES, True),
+    (_plain, prepare_options.MAX_CNF_BYTES + 1, False),
+    (None, 0, False),
+    (_link, 0, False),
+    (_folder, 0, False),
+], ids=["plain file", "at its cap", "one byte over", "missing", "a symlink", "a folder"])
+def test_backup_cnf_is_read_only_from_a_plain_file_within_its_cap(tmp_path: Path, make, size: int, ok: bool):
+    datadir = tmp_path / "datadir"
+    datadir.mkdir()
+    if make:
+        make(datadir, size)
     if ok:
-        assert target_datadir._backup_cnf(host, "/d", [], "backup x") == stdout.decode()
+        assert target_datadir._backup_cnf(LOCAL, str(datadir), [], "backup x") == (datadir / prepare_options.CNF).read_text()
     else:
         with pytest.raises(IntegrityError, match="not a plain file"):
-            target_datadir._backup_cnf(host, "/d", [], "backup x")
+            target_datadir._backup_cnf(LOCAL, str(datadir), [], "backup x")
 
 
-def test_write_prepare_cnf_writes_the_rendered_options():
-    host = FakeHost()
+@pytest.mark.parametrize("before", ["a plain file", "a symlink", "a folder"])
+def test_write_prepare_cnf_replaces_what_the_backup_brought_with_the_rendered_options(tmp_path: Path, before: str):
+    datadir, outside = tmp_path / "datadir", tmp_path / "outside.cnf"
+    datadir.mkdir()
+    outside.write_text("[mysqld]\nplugin_load_add=evil\n")
+    cnf = datadir / prepare_options.CNF
+    if before == "a plain file":
+        cnf.write_text("[mysqld]\nplugin_load_add=evil\n")
+    elif before == "a symlink":
+        os.symlink(outside, cnf)
+    else:
+        (cnf / "sub").mkdir(parents=True)
     options = {"innodb_data_file_path": "ibdata1:12M:autoextend", "innodb_log_file_size": "100663296",
                "innodb_page_size": "16384"}
-    target_datadir.write_prepare_cnf(host, "/d", options, ["runas"])
-    argv, written = host.calls[0]
-    assert argv[0] == "runas" and argv[-1] == prepare_options.CNF
-    assert written == prepare_options.render(options).encode()
+    target_datadir.write_prepare_cnf(LOCAL, str(datadir), options, [])
+    assert cnf.is_file() and not cnf.is_symlink()
+    assert cnf.read_text() == prepare_options.render(options)
+    assert outside.read_text() == "[mysqld]\nplugin_load_add=evil\n"  # never written through the link
 
 
 def test_step_result_crosses_xcom_whole():
