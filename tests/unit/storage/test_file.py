@@ -43,8 +43,10 @@ def test_a_write_appears_on_commit_private_and_leaves_nothing_on_abort(store, tm
     assert sorted(os.listdir(path.parent)) == ["x"]  # no y, no y.partial
 
 
-def test_a_deferred_writer_is_made_durable_by_sync(store):
-    store.check_writable()  # a run checks its destination first: a deferred writer needs the root to exist
+@pytest.mark.parametrize("checked_first", [True, False], ids=["root made by check_writable", "root made by the writer"])
+def test_a_deferred_writer_is_made_durable_by_sync(store, checked_first):
+    if checked_first:
+        store.check_writable()
     with store.writer("b1/a", durable=False) as w:
         w.write(b"a")
     store.sync()
