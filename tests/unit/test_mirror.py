@@ -24,8 +24,6 @@ ALLOWED_MODULES = frozenset({
     "lastline.logical.backup.stages",
     "lastline.logical.backup.worker",
     "lastline.logical.format.chunk_files",
-    "lastline.logical.format.chunking",
-    "lastline.logical.format.dialect",
     "lastline.logical.format.infile",
     "lastline.logical.format.schema",
     "lastline.logical.format.sql_text",
