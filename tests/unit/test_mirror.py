@@ -26,7 +26,6 @@ ALLOWED_MODULES = frozenset({
     "lastline.logical.format.chunk_files",
     "lastline.logical.format.infile",
     "lastline.logical.format.schema",
-    "lastline.logical.format.sql_text",
     "lastline.logical.restore.backup_files",
     "lastline.logical.restore.create",
     "lastline.logical.restore.finalize",
