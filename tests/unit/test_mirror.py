@@ -36,7 +36,6 @@ ALLOWED_MODULES = frozenset({
     "lastline.logical.restore.target_state",
     "lastline.logical.restore.tuning",
     "lastline.logical.restore.verify",
-    "lastline.logical.restore.work_units",
     "lastline.physical.backup",
     "lastline.physical.plans",
     "lastline.physical.restore",
