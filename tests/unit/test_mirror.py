@@ -34,7 +34,6 @@ ALLOWED_MODULES = frozenset({
     "lastline.logical.restore.schema_definitions",
     "lastline.logical.restore.stages",
     "lastline.logical.restore.target_state",
-    "lastline.logical.restore.tuning",
     "lastline.logical.restore.verify",
     "lastline.physical.backup",
     "lastline.physical.plans",
