@@ -91,7 +91,6 @@ ALLOWED_MODULES = frozenset({
     "lastline.staging.plans",
     "lastline.staging.quarantine",
     "lastline.staging.refresh",
-    "lastline.staging.sampling",
     "lastline.staging.verify",
     "lastline.storage.base",
     "lastline.storage.file",
