@@ -86,7 +86,6 @@ ALLOWED_MODULES = frozenset({
     "lastline.pitr.statement_check",
     "lastline.pitr.statements",
     "lastline.staging.masking",
-    "lastline.staging.pii",
     "lastline.staging.pii_objects",
     "lastline.staging.plans",
     "lastline.staging.quarantine",
