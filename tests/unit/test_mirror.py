@@ -44,7 +44,6 @@ ALLOWED_MODULES = frozenset({
     "lastline.airflow.approval",
     "lastline.airflow.assets",
     "lastline.airflow.defaults",
-    "lastline.airflow.failures",
     "lastline.airflow.form_freshness",
     "lastline.airflow.params",
     "lastline.airflow.preload",
