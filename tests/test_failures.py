@@ -92,27 +92,6 @@ def test_a_failed_run_saves_what_failed_and_its_report_tab_leads_with_it(run_dag
     assert plugin.get("/reports/physical_restore/no_such_run").status_code == 404
 
 
-def test_a_failure_is_said_once_whole_and_airflow_control_flow_is_not(caplog):
-    """A step inside a task (typed_call in a sensor) says its reason once; a multi-line message is one line; an
-    error that is not lastline's carries its kind; a skip is no error."""
-    from airflow.sdk.exceptions import AirflowSkipException
-
-    from lastline.airflow.failures import explained
-    from lastline.core.errors import IntegrityError
-
-    def fail(exc: BaseException):
-        def run():
-            raise exc
-        return run
-
-    for exc, said in ((IntegrityError("the manifest\n  is damaged"), ["the manifest is damaged"]),
-                      (KeyError("plan"), ["KeyError: 'plan'"]), (AirflowSkipException("nothing to do"), [])):
-        caplog.clear()
-        with pytest.raises(type(exc)):
-            explained(explained(fail(exc)))()
-        assert [r.getMessage() for r in caplog.records if r.name == "lastline.airflow.failures"] == said
-
-
 def _ti_failed(run_dag, target, tmp_path, monkeypatch):
     """A physical_restore run whose preflight failed (a backup that is not there): its run id."""
     monkeypatch.setenv("LASTLINE_REPORT_DIR", str(tmp_path / "reports"))
@@ -170,60 +149,6 @@ def reports_folder(run_id: str) -> str:
     from lastline import reports
 
     return reports.folder("physical_restore", run_id).split("/", 1)[1]
-
-
-def test_a_failure_reason_is_masked_as_airflow_masks_its_logs(tmp_path, monkeypatch):
-    """A reason holding a connection's password (fetched in the task's process: Airflow registers it with its
-    secrets masker) is saved and alerted with the password masked."""
-    from airflow.sdk import Connection
-
-    from lastline.airflow import failures
-    from lastline.airflow.alerts import Alert
-
-    monkeypatch.setenv("LASTLINE_REPORT_DIR", str(tmp_path / "reports"))
-    password = "pw-Zq8v1x-4711-leaky"
-    monkeypatch.setenv("AIRFLOW_CONN_T_LEAKY", json.dumps({"conn_type": "mysql", "host": "db", "login": "backup",
-                                                           "password": password}))
-    assert Connection.get("t_leaky").password == password
-
-    ti = SimpleNamespace(dag_id="logical_backup", run_id="manual__leak", task_id="dump", map_index=-1, try_number=1)
-    failures.record({"ti": ti, "exception": RuntimeError(f"access denied for backup:{password}@db")})
-    folder = tmp_path / "reports" / "logical_backup" / "manual__leak"
-    saved = (folder / "failed-dump.json").read_text() + (folder / "failed-dump.md").read_text()
-    assert password not in saved and "access denied for backup:***@db" in saved
-    details = Alert("failed")._details({"ti": ti, "dag_run": {"dag_id": "logical_backup", "run_id": "manual__leak"}})
-    assert details["reason"] == "RuntimeError: access denied for backup:***@db"
-
-
-def test_lanes_failing_at_once_lose_no_failure_and_no_report(tmp_path, monkeypatch):
-    """Mapped lanes that fail together each keep their own failure file, and none drops another task's report from
-    the run's index (failure files are not in it)."""
-    from concurrent.futures import ThreadPoolExecutor
-
-    from lastline import reports
-    from lastline.airflow import failures
-
-    monkeypatch.setenv("LASTLINE_REPORT_DIR", str(tmp_path / "reports"))
-
-    def lane(i: int) -> None:
-        ti = SimpleNamespace(dag_id="logical_restore", run_id="manual__lanes", task_id="load", map_index=i, try_number=1)
-        failures.record({"ti": ti, "exception": RuntimeError(f"lane {i} lost its connection")})
-
-    def reporting() -> None:  # the run's report steps, one after another, while the lanes fail
-        for i in range(8):
-            reports.save("logical_restore", "manual__lanes", {f"part{i}.md": f"# part {i}\n"})
-
-    with ThreadPoolExecutor(8) as pool:
-        saved = pool.submit(reporting)
-        list(pool.map(lane, range(16)))
-        saved.result()
-    assert reports.names("logical_restore", "manual__lanes") == [f"part{i}.md" for i in range(8)]
-    for i in range(16):
-        said = failures.recorded("logical_restore", "manual__lanes", "load", i)
-        assert said is not None and said["reason"] == f"RuntimeError: lane {i} lost its connection", i
-        assert said["log"].endswith(f"/tasks/load/mapped/{i}")
-    assert failures.recorded("logical_restore", "manual__lanes", "load") is None  # the unmapped task: its own name
-    assert not [n for n in reports.names("logical_restore", "manual__lanes") if n.startswith("failed")]
 
 
 def test_a_malformed_failure_file_does_not_break_the_report_tab(run_dag, target, plugin, tmp_path, monkeypatch):

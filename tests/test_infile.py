@@ -1,8 +1,8 @@
 """lastline's LOAD DATA LOCAL handler (logical.format.infile, native/infile.c) on a real server: zstd, gzip (as pigz
 writes it) and uncompressed chunks give the rows of the raw file; a truncated or damaged chunk fails the
 statement with its fault named and nothing kept; a chunk giving more than its declared raw size fails; a
-server that asks for any file but the offered one gets nothing, whatever the codec; and without the built
-library the loader refuses to start."""
+server that asks for any file but the offered one gets nothing, whatever the codec. (The handler's pieces that need no
+server, measure and the refusal without the built library, are in tests/unit/logical/format/test_infile.py.)"""
 from __future__ import annotations
 
 import hashlib
@@ -12,7 +12,6 @@ import threading
 
 import pytest
 
-from lastline.core.errors import ConfigError, IntegrityError
 from lastline.core.sql import qualified
 from lastline.logical.format import infile
 from lastline.logical.format.infile import unblock as _unblock
@@ -239,35 +238,6 @@ def test_a_descriptor_offer_serves_one_statement_and_only_a_regular_file(conn, t
         handler.withdraw()
         os.close(fd)
     conn.rollback()
-
-
-@pytest.mark.parametrize("codec", ["zstd", "pigz", "none"])
-def test_measure_reads_a_file_as_the_handler_would(tmp_path, codec):
-    path = tmp_path / "chunk"
-    path.write_bytes(PACK[codec](ROWS))
-    assert infile.measure(str(path), codec, len(ROWS), "db.t") == len(ROWS)
-    with pytest.raises(IntegrityError, match=rf"chunk db\.t decompresses to more than its declared {len(ROWS) - 1} bytes"):
-        infile.measure(str(path), codec, len(ROWS) - 1, "db.t")
-    if codec != "none":
-        path.write_bytes(path.read_bytes()[:-7])
-        with pytest.raises(IntegrityError, match=r"chunk db\.t cannot be decompressed"):
-            infile.measure(str(path), codec, len(ROWS), "db.t")
-
-
-def test_without_the_built_library_the_loader_refuses(monkeypatch, tmp_path):
-    monkeypatch.setenv("LASTLINE_INFILE_LIB", str(tmp_path / "missing.so"))
-    infile._library.cache_clear()
-    try:
-        with pytest.raises(ConfigError, match=r"not built .*missing\.so does not exist.*make setup"):
-            infile.require()
-        monkeypatch.setenv("LASTLINE_INFILE_LIB", "off")  # the decompressor process, read by the same handler
-        infile._library.cache_clear()
-        infile.require()
-        assert not infile.in_client()
-    finally:
-        infile._library.cache_clear()
-    with pytest.raises(ConfigError, match="reads none, zstd"):
-        infile.codec_of("bzip2")
 
 
 def _checksums(server, db: str) -> dict:

@@ -1,5 +1,7 @@
-"""Chunk files read back into a FIFO by the decompressor itself: same bytes as read_chunk, and every
-fault named (a corrupt file, a reader that went away)."""
+"""logical.format.chunk_files: a chunk read back (read_chunk) or decompressed into a FIFO by the decompressor itself
+(write_chunk) gives the same bytes, with every fault named (a corrupt file, a wrong sha256, a reader that went away);
+a chunk spooled to a private file (spool_chunk) or proven by the LOAD DATA handler's reader (prove_chunk) is checked
+before anyone reads it. On a folder destination, no server."""
 from __future__ import annotations
 
 import hashlib
@@ -11,7 +13,8 @@ import threading
 import pytest
 
 from lastline.core.errors import IntegrityError
-from lastline.logical.format.chunk_files import read_chunk, write_chunk
+from lastline.logical.format.chunk_files import prove_chunk, read_chunk, spool_chunk, write_chunk
+from lastline.manifest import ChunkInfo
 from lastline.storage import open_storage
 
 ROWS = b"".join(b"%d\tvalue \\\\ %d\\n\twith a tab\n" % (i, i * 7) for i in range(200_000))
@@ -77,58 +80,7 @@ def test_a_reader_that_goes_away_is_a_broken_pipe_not_corruption(tmp_path, chunk
         _through_fifo(tmp_path, storage, key, sha256, reader_stops_after=1 << 16)
 
 
-# --- a backup folder is untrusted input: reads by descriptor, never through a link (storage.file, storage.ssh) ---
-
-
-def _folder_with_traps(root) -> None:
-    """A backup folder holding a regular chunk and every kind of entry a read must refuse."""
-    (root / "b" / "data" / "db").mkdir(parents=True)
-    (root / "b" / "data" / "db" / "ok").write_bytes(b"fine\n")
-    secret = root / "worker-secret"
-    secret.write_bytes(b"AIRFLOW_CONN_PROD=mysql://root:hunter2-fake@db\n")
-    (root / "b" / "data" / "db" / "link").symlink_to(secret)
-    (root / "b" / "data" / "db" / "environ").symlink_to("/proc/self/environ")
-    (root / "b" / "data" / "linked").symlink_to(root / "b" / "data" / "db", target_is_directory=True)
-    os.mkfifo(root / "b" / "data" / "db" / "fifo")  # would block an open() that waits for a writer
-
-
-TRAPS = {"b/data/db/link": "it is a symlink", "b/data/db/environ": "it is a symlink",
-         "b/data/linked/ok": "symlink", "b/data/db/fifo": "not a regular file|a FIFO", "b/data/db": "folder|not a regular file"}
-
-
-def _reads_refuse_every_trap(storage) -> None:
-    assert storage.read_bytes("b/data/db/ok") == b"fine\n" and storage.size("b/data/db/ok") == 5
-    assert storage.exists("b/data/db/ok") and not storage.exists("b/data/db/nope") and storage.size_if_exists("b/x/y") is None
-    for key, why in TRAPS.items():
-        for read in (storage.read_bytes, storage.size_if_exists, storage.exists, storage.size):
-            with pytest.raises(IntegrityError, match=rf"{key}: .*({why}).*nothing was loaded from it"):
-                read(key)
-
-
-def test_file_storage_reads_only_regular_files_reached_without_a_link(tmp_path):
-    _folder_with_traps(tmp_path)
-    storage = open_storage(f"file://{tmp_path}")
-    _reads_refuse_every_trap(storage)
-    assert storage.list_backups() == ["b"]
-    (tmp_path / "20300101T000000Z").symlink_to(tmp_path / "b")  # a linked folder is no backup of this destination
-    assert storage.list_backups() == ["b"]
-
-
-def test_a_linked_destination_root_is_resolved_once_and_read(tmp_path):
-    """The root is the deployment's choice: a link there is followed (once); below it, none is."""
-    _folder_with_traps(tmp_path / "real")
-    (tmp_path / "alias").symlink_to(tmp_path / "real", target_is_directory=True)
-    _reads_refuse_every_trap(open_storage(f"file://{tmp_path}/alias"))
-
-
-def test_ssh_storage_reads_only_regular_files_reached_without_a_link(sshd, tmp_path):
-    _folder_with_traps(tmp_path)
-    _reads_refuse_every_trap(open_storage(f"ssh://t_ssh{tmp_path}"))
-
-
 def test_spool_chunk_proves_size_and_sha256_before_anyone_reads_it(tmp_path, chunk):
-    from lastline.logical.format.chunk_files import spool_chunk
-
     storage, key, sha256, size = chunk
     out = tmp_path / "spool"
     spool_chunk(storage, key, size, sha256, str(out), "db.t")
@@ -140,3 +92,55 @@ def test_spool_chunk_proves_size_and_sha256_before_anyone_reads_it(tmp_path, chu
         out.unlink()
         with pytest.raises(IntegrityError, match=rf"c\.tsv\.zst \(db\.t\) {refusal}.*nothing of it was loaded"):
             spool_chunk(storage, key, wrong_size, wrong_sha, str(out), "db.t")
+
+
+PACK = {
+    "none": lambda data: data,
+    "zstd": lambda data: subprocess.run(["zstd", "-q", "-1", "-c"], input=data, capture_output=True, check=True).stdout,
+    "pigz": lambda data: subprocess.run(["pigz", "--fast", "-c"], input=data, capture_output=True, check=True).stdout,
+}
+
+
+def _stored(tmp_path, compression: str, raw: bytes) -> tuple:
+    """A chunk file `b/c` holding `raw` packed with `compression`: (storage, key, packed bytes, sha256)."""
+    packed = PACK[compression](raw)
+    (tmp_path / "b").mkdir(exist_ok=True)
+    (tmp_path / "b" / "c").write_bytes(packed)
+    return open_storage(f"file://{tmp_path}"), "b/c", packed, hashlib.sha256(packed).hexdigest()
+
+
+@pytest.mark.parametrize("compression", ["none", "zstd", "pigz"])
+@pytest.mark.parametrize("raw", [b"", b"1\tone\n", b"x\\\\y\t\\N\n" * 50_000],
+                         ids=["empty", "one-row", "many-rows-with-escapes"])
+def test_read_chunk_gives_the_raw_bytes_of_every_codec(tmp_path, compression, raw):
+    storage, key, _, sha256 = _stored(tmp_path, compression, raw)
+    assert b"".join(read_chunk(storage, key, compression, sha256, "db.t")) == raw
+
+
+@pytest.mark.parametrize("compression", ["none", "zstd", "pigz"])
+def test_read_chunk_refuses_a_sha256_other_than_the_manifest_s(tmp_path, compression):
+    storage, key, _, _ = _stored(tmp_path, compression, b"1\tone\n")
+    with pytest.raises(IntegrityError, match=r"b/c \(db\.t\) is corrupt: sha256 \w+ differs from the manifest's ff"):
+        b"".join(read_chunk(storage, key, compression, "ff" * 32, "db.t"))
+
+
+@pytest.mark.parametrize("compression", ["zstd", "pigz"])
+def test_read_chunk_names_a_truncated_chunk_that_cannot_be_decompressed(tmp_path, compression):
+    storage, key, packed, _ = _stored(tmp_path, compression, b"x\ty\n" * 10_000)
+    (tmp_path / key).write_bytes(packed[:-9])
+    with pytest.raises(IntegrityError, match=r"chunk .*b/c \(db\.t\) (cannot be decompressed|is corrupt)"):
+        b"".join(read_chunk(storage, key, compression, hashlib.sha256(packed[:-9]).hexdigest(), "db.t"))
+
+
+@pytest.mark.parametrize("compression", ["none", "zstd", "pigz"])
+def test_prove_chunk_copies_then_measures_with_the_handler_s_reader(tmp_path, compression):
+    raw = b"1\tone\n" * 1000
+    storage, key, packed, sha256 = _stored(tmp_path, compression, raw)
+    info = ChunkInfo("c", 1000, len(packed), len(raw), sha256)
+    out = tmp_path / "proven"
+    prove_chunk(storage, key, info, compression, str(out), "db.t")
+    assert out.read_bytes() == packed
+    out.unlink()
+    short = ChunkInfo("c", 1000, len(packed), len(raw) - 1, sha256)  # a chunk that decompresses to more than declared
+    with pytest.raises(IntegrityError, match=rf"chunk .*b/c \(db\.t\) decompresses to more than its declared {len(raw) - 1}"):
+        prove_chunk(storage, key, short, compression, str(out), "db.t")
