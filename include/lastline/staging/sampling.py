@@ -119,6 +119,8 @@ def windows(pieces: Iterable[bytes], starts: list[int], size: int) -> Iterator[b
             if nl < 0:
                 continue  # no row begins in this window
             lo = nl + 1
+            if lo >= len(buf):
+                continue  # the stream ends with the row before: no row begins in this window
         nl = buf.find(b"\n", max(lo, end - 1 - base), end + LINE_BYTES - base)
         hi = nl + 1 if nl >= 0 else min(len(buf), end + LINE_BYTES - base)
         yield bytes(buf[lo:hi])

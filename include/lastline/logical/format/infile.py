@@ -224,7 +224,8 @@ def fed_fifo(write: Callable[[BinaryIO], None], label: str) -> Iterator[tuple[st
         try:
             yield fifo, errors
         except BaseException:
-            unblock(fifo)
-            writer.join()
+            while writer.is_alive():  # again until it is gone: a writer not yet in open() misses an early unblock
+                unblock(fifo)
+                writer.join(0.05)
             raise
         writer.join()

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import threading
 import time
 
 import pytest
@@ -77,15 +78,27 @@ def test_fed_fifo_collects_the_writer_s_error():
     assert [str(e) for e in errors] == ["storage went away"]
 
 
-def test_fed_fifo_lets_the_writer_go_when_the_block_fails_before_reading():
-    """The writer, blocked opening the FIFO, is let go. It is given the time to reach its open() first: a block that
-    fails before the writer thread got there leaves it waiting for a reader that never comes (unblock opens the
-    read end once), and the join hangs."""
-    with pytest.raises(RuntimeError, match="the statement failed"):
-        with infile.fed_fifo(lambda fh: fh.write(ROWS), "writer") as (_, errors):
-            time.sleep(0.2)
-            raise RuntimeError("the statement failed")
-    assert len(errors) == 1 and isinstance(errors[0], BrokenPipeError)
+@pytest.mark.parametrize("wait", [0, 0.2], ids=["at once, before the writer reached open()", "once the writer waits in open()"])
+def test_fed_fifo_lets_the_writer_go_when_the_block_fails_before_reading(wait):
+    """The writer is let go whenever the block fails: also before its thread reached open() (an unblock made once,
+    too early, left it waiting for a reader that never came, and the join hung for good)."""
+    outcome: dict = {}
+
+    def run() -> None:
+        try:
+            with infile.fed_fifo(lambda fh: fh.write(ROWS), "writer") as (_, errors):
+                outcome["errors"] = errors
+                time.sleep(wait)
+                raise RuntimeError("the statement failed")
+        except RuntimeError as exc:
+            outcome["raised"] = str(exc)
+
+    block = threading.Thread(target=run, daemon=True)
+    block.start()
+    block.join(20)
+    assert not block.is_alive(), "fed_fifo never let its writer go"
+    assert outcome["raised"] == "the statement failed"
+    assert len(outcome["errors"]) == 1 and isinstance(outcome["errors"][0], BrokenPipeError)
 
 
 @pytest.mark.parametrize("codec", ["zstd", "pigz", "none"])
