@@ -278,7 +278,7 @@ def test_backups_outside_the_deployment_s_roots_are_refused(backup, victims, tmp
     (root / "backups").mkdir(parents=True)
     shutil.copytree(backup, root / "backups" / "set")
     monkeypatch.setenv("LASTLINE_BACKUP_ROOTS", f"file://{root}/backups, s3://only-this-bucket/lastline")
-    assert logical_restore.preflight(_conf(root / "backups" / "set", databases=["lp_a_b"])).backup_id  # inside: fine
+    assert logical_restore.preflight(_conf(root / "backups" / "set", databases=["lp_a_b"])).backup.backup_id  # inside: fine
     (root / "backups" / "out").symlink_to(backup)  # inside by name, outside by what it is
     shutil.copytree(backup, tmp_path / "allowed" / "backups-old")
     for where in (backup, tmp_path / "allowed" / "backups-old", root / "backups" / "out"):

@@ -15,13 +15,14 @@ from pathlib import Path
 
 import pytest
 
+from lastline.backups import open_backup
 from lastline.core.errors import IntegrityError, PreflightError, ProtectedTargetError, ServerError
 from lastline.core.sql import global_variables, table_exists
 from lastline.logical.backup import stages as logical_backup
 from lastline.logical.format import dialect
 from lastline.logical.restore import stages as logical_restore
 from lastline.logical.restore import tuning
-from lastline.logical.restore.backup_files import checked_schema, open_backup, run_server
+from lastline.logical.restore.backup_files import run_server
 from lastline.logical.restore.create import table_creates
 from lastline.logical.restore.plans import ConfigSnapshot, RestorePlan
 from lastline.logical.restore.target_state import STATE, aside_name
@@ -196,7 +197,7 @@ def _big_unit(plan: RestorePlan) -> dict:
     what is killed here, and it must still be running when its first chunk is in the ledger)."""
     from lastline.logical.restore.work_units import plan_units
 
-    manifest = open_backup(plan)[1]
+    manifest = open_backup(plan.backup).logical
     unit = next(u for u in plan_units(manifest, [t for t in manifest.tables if t.schema == "big"], 1, min_unit_bytes=1 << 40)
                 if u.name.startswith("big.t"))
     assert sum(p.last - p.first + 1 for p in unit.parts) >= 3, unit
@@ -423,7 +424,7 @@ def test_per_table_index_builds_run_in_the_lanes_and_two_lanes_split_the_units(b
     assert indexes >= 3  # built in a lane, before finalize
     assert "store.rental: indexes built in" in caplog.text
     # and each table's checksum, taken in the lane while its pages were in memory, is what verify compares
-    assert recorded_checks(target, plan.backup_id) == _backup_checks(plan, dbs)
+    assert recorded_checks(target, plan.backup.backup_id) == _backup_checks(plan, dbs)
     logical_restore.finalize(plan)
     _verify_compares_the_kept_checks(plan, snap, logical_source.server(), target, dbs, caplog)
 
@@ -450,7 +451,8 @@ def test_each_table_is_created_by_the_lane_that_loads_it(backups, logical_source
     snap = logical_restore.snapshot_config(plan)
     steps, lanes = logical_restore.prepare(plan)
     target = logical_target.server()
-    storage, manifest = open_backup(plan)
+    backup = open_backup(plan.backup)
+    storage, manifest = backup.storage, backup.logical
     tables = [t for t in manifest.tables if t.schema in dbs]
     assert steps["create_schema"].in_lanes == len(tables) and _base_tables(target, dbs) == set()
     assert target.query("SELECT COUNT(*) FROM information_schema.TABLES WHERE TABLE_SCHEMA = 'edge' AND TABLE_TYPE = 'SEQUENCE'")[0][0]
@@ -468,7 +470,7 @@ def test_each_table_is_created_by_the_lane_that_loads_it(backups, logical_source
     empty = next(t for t in tables if not t.chunks)
     target.query(f"DROP TABLE {dialect.qualified(empty.schema, empty.name)}")
     only_empty = WorkUnit(len(units), "empty tables", 0, [Part(empty.schema, empty.name, 0, -1, 0, True)])
-    creates = table_creates(plan, manifest, checked_schema(storage, manifest))
+    creates = table_creates(plan, manifest, backup.schema)
     assert restore_lanes.load_lane(run_server(plan), storage, manifest, [only_empty], "lane x", 2, create=creates) == []
     assert f"{empty.schema}.{empty.name}" in _base_tables(target, dbs)
     logical_restore.finalize(plan)
@@ -616,7 +618,7 @@ def test_without_defer_indexes_prepare_creates_every_table_with_its_keys(backups
     steps, lanes = logical_restore.prepare(plan)
     target = logical_target.server()
     assert steps["create_schema"].in_lanes == 0
-    assert _base_tables(target, dbs) == {f"{t.schema}.{t.name}" for t in open_backup(plan)[1].tables if t.schema in dbs}
+    assert _base_tables(target, dbs) == {f"{t.schema}.{t.name}" for t in open_backup(plan.backup).logical.tables if t.schema in dbs}
     loaded = [u for lane in lanes for u in logical_restore.load_lane(plan, lane)]
     assert loaded and all(u.created == 0 for u in loaded)
     logical_restore.finalize(plan)
@@ -639,9 +641,9 @@ def test_after_all_finalize_takes_each_checksum_right_after_the_tables_indexes(b
     for lane in logical_restore.plan_lanes(plan):
         logical_restore.load_lane(plan, lane)
     target = logical_target.server()
-    assert recorded_checks(target, plan.backup_id) == {}  # no lane took one
+    assert recorded_checks(target, plan.backup.backup_id) == {}  # no lane took one
     # each chunk of a table cut in primary-key ranges (or of one chunk) was checked in its transaction
-    manifest = open_backup(plan)[1]
+    manifest = open_backup(plan.backup).logical
     ranged = [t for t in manifest.tables if t.schema in dbs and chunk_checks(manifest, t) is not None]
     assert any(len(t.chunks) > 1 for t in ranged)  # big.t: several key ranges
     assert sum(len(t.chunks) for t in ranged) == target.query(
@@ -655,7 +657,7 @@ def _verify_compares_the_kept_checks(plan: RestorePlan, snap: ConfigSnapshot, so
     """After finalize: every table's kept check is the manifest's; revert, then verify passes comparing them
     (it says so), forgets them, and the data equals the source's."""
     manifest = _backup_checks(plan, dbs)
-    backup_id = plan.backup_id
+    backup_id = plan.backup.backup_id
     assert recorded_checks(target, backup_id) == manifest
     logical_restore.revert(plan)
     caplog.clear()
@@ -667,7 +669,7 @@ def _verify_compares_the_kept_checks(plan: RestorePlan, snap: ConfigSnapshot, so
 
 def _backup_checks(plan: RestorePlan, dbs: tuple[str, ...]) -> dict:
     """Rows and checksum of each table of `dbs` as the backup's manifest gives them, by (schema, table)."""
-    return {(t.schema, t.name): (t.rows, t.checksum) for t in open_backup(plan)[1].tables
+    return {(t.schema, t.name): (t.rows, t.checksum) for t in open_backup(plan.backup).logical.tables
             if t.schema in dbs}
 
 

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from lastline.backups import BackupRef
 from lastline.manifest import PhysicalManifest, read_manifest
 from lastline.storage import open_storage
 from lastline_dev.compare import compare, table_checksums
@@ -314,8 +315,8 @@ def test_checksum_mismatch_is_named_and_the_target_stays_down(good_backup, targe
         pr.start_target(plan)
     assert target.pid() is None
     good = dataclasses.replace(  # a good backup still restores afterwards (its manifest pinned)
-        plan, backup=good_backup.as_uri(),
-        manifest_sha256=hashlib.sha256((good_backup / "manifest.json").read_bytes()).hexdigest())
+        plan, backup=BackupRef.parse(good_backup.as_uri(), "physical", manifest_sha256=hashlib.sha256(
+            (good_backup / "manifest.json").read_bytes()).hexdigest()))
     for step in (pr.extract, pr.prepare, pr.start_target):
         step(good)
     assert target.pid() is not None

@@ -80,7 +80,7 @@ def test_a_physical_manifest_forged_without_the_key_is_refused_before_anything(s
     manifest = dest / signed["base"] / "manifest.json"
     original = manifest.read_text()
     assert original.rstrip().splitlines()[-2].startswith(' "lastline_mac": "hmac-sha256:tests-k1:')
-    assert physical_restore.preflight(_physical(dest, signed["base"])).backup_id == signed["base"]  # the signed one is restorable
+    assert physical_restore.preflight(_physical(dest, signed["base"])).backup.backup_id == signed["base"]  # the signed one is restorable
     data = json.loads(original)
     forged_sha = hashlib.sha256(b"a stream with a plugin in it").hexdigest()
     # 1. rewritten with a new sha256 (as the attack on prepare did): the MAC no longer where lastline writes it
@@ -196,7 +196,7 @@ def test_a_rotated_key_still_reads_older_backups_and_signs_with_the_new_one(sign
                                             "extra": {"keys": {"tests-k1": old["password"]}}}))
     manifest = read_manifest(storage, signed["base"], "physical")
     assert manifest.authenticity.key_id == "tests-k1"
-    assert physical_restore.preflight(_physical(dest, signed["base"])).backup_id == signed["base"]
+    assert physical_restore.preflight(_physical(dest, signed["base"])).backup.backup_id == signed["base"]
     assert pitr.preflight(_pitr(dest)).base == signed["base"]
     _write(signed["server"], 5)
     archive.ship(signed["server"], storage)  # what the archiver writes now is signed with the new key
@@ -221,7 +221,7 @@ def test_without_a_key_physical_and_point_in_time_restores_refuse_unless_the_sto
     with pytest.raises(IntegrityError, match="this deployment has no storage key"):
         pitr.preflight(_pitr(dest))
     monkeypatch.setenv(auth.TRUSTED_ENV, "true")
-    assert physical_restore.preflight(_physical(dest, signed["base"])).backup_id == signed["base"]
+    assert physical_restore.preflight(_physical(dest, signed["base"])).backup.backup_id == signed["base"]
     assert pitr.preflight(_pitr(dest)).base == signed["base"]
     # a logical reader's view: the verdict is there to report, whatever the kind
     assert not read_manifest(storage, signed["base"], "physical", require=False).authenticity.ok

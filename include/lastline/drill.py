@@ -16,10 +16,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from lastline import connections, reports
+from lastline.backups import BackupRef, open_backup
 from lastline.core import svg
 from lastline.core.errors import IntegrityError
-from lastline.core.plans import PARALLEL, Conf, Plan
-from lastline.manifest import read_manifest, resolve_backup
+from lastline.core.plans import Conf, Plan
 
 log = logging.getLogger(__name__)
 HISTORY = "restore_drill"  # the history's name in the reports' storage
@@ -30,9 +30,8 @@ KINDS = ("logical", "physical")
 class DrillPlan(Plan):
     """One drill: the backup, the drill server, the RTO budget, when it began, and the restore's Params."""
 
-    kind: str  # KINDS
-    backup: str
-    backup_id: str
+    kind: str  # KINDS: the backup's (the DAG branches on it)
+    backup: BackupRef  # resolved, its manifest pinned: the restore reads that one
     bytes: int
     drill_conn_id: str
     rto_budget_seconds: float
@@ -48,18 +47,16 @@ def preflight(conf: dict) -> DrillPlan:
     server = connections.server(drill_conn_id)
     server.require_role("drill", "restores drills into it", "a restore drill replaces its data every time")
     kind = params.choice("kind", KINDS, "logical")
-    aws = params.text("aws_conn_id")
-    storage, backup_id = resolve_backup(params.required("backup"), aws, kind)
-    manifest = read_manifest(storage, backup_id, kind)
-    url = f"{storage.url}/{backup_id}"
-    restore: dict[str, Any] = {"target_conn_id": drill_conn_id, "backup": url, "force": True,
-                               "parallel": params.integer("parallel", PARALLEL, minimum=1), "aws_conn_id": aws,
-                               "restore_into_source": "", "manifest_sha256": manifest.read_sha256}
+    backup = open_backup(BackupRef.param(params, kind))
+    manifest = backup.manifest
+    # parallel is the restore's: its preflight validates it against the drill server's bounds
+    restore: dict[str, Any] = {"target_conn_id": drill_conn_id, **backup.ref.params(), "force": True,
+                               "parallel": params.raw.get("parallel"), "restore_into_source": ""}
     budget = params.number("rto_budget_minutes", 60.0, minimum=0) * 60
-    log.info("drill: %s backup %s into %s (RTO budget %.0f s)", kind, url, server.describe(), budget)
-    return DrillPlan(kind=kind, backup=url, backup_id=backup_id, bytes=int(manifest.bytes), drill_conn_id=drill_conn_id,
+    log.info("drill: %s backup %s into %s (RTO budget %.0f s)", kind, backup.ref.url, server.describe(), budget)
+    return DrillPlan(kind=kind, backup=backup.ref, bytes=int(manifest.bytes), drill_conn_id=drill_conn_id,
                      rto_budget_seconds=budget, started=time.time(), restore=restore,
-                     authenticity=manifest.authenticity.describe())
+                     authenticity=backup.authenticity.describe())
 
 
 def record(plan: DrillPlan, verified: dict | None, dag_id: str, run_id: str) -> dict:
@@ -67,7 +64,7 @@ def record(plan: DrillPlan, verified: dict | None, dag_id: str, run_id: str) -> 
     return the entry (the history's record); the caller alerts and fails the run when the drill failed or broke its
     budget. `verified`: the restore's verify result (its XCom form), None when the restore did not get there."""
     seconds = max(0.001, time.time() - plan.started)
-    entry = {"backup_id": plan.backup_id, "kind": plan.kind, "backup": plan.backup, "run_id": run_id,
+    entry = {"backup_id": plan.backup.backup_id, "kind": plan.kind, "backup": plan.backup.url, "run_id": run_id,
              "finished": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "ok": verified is not None,
              "rto_seconds": round(seconds, 1), "mb_per_s": round(plan.bytes / 1e6 / seconds, 2) if verified is not None else 0.0,
              "rto_budget_seconds": plan.rto_budget_seconds, "authenticity": plan.authenticity}
@@ -75,7 +72,7 @@ def record(plan: DrillPlan, verified: dict | None, dag_id: str, run_id: str) -> 
     history = reports.append_history(HISTORY, entry)
     recent = history[-20:]
     label = [f"{h['backup_id']} ({h['kind'][0]})" + ("" if h["ok"] else " FAILED") for h in recent]
-    head = (f"restore drills: {plan.kind} backup {plan.backup_id} "
+    head = (f"restore drills: {plan.kind} backup {plan.backup.backup_id} "
             + (f"restored and verified in {seconds:,.1f} s ({entry['mb_per_s']:,.1f} MB/s)" if entry["ok"] else "FAILED")
             + (f"; RTO budget {plan.rto_budget_seconds:,.0f} s" if plan.rto_budget_seconds else ""))
     chart = svg.document(head, [
@@ -86,7 +83,7 @@ def record(plan: DrillPlan, verified: dict | None, dag_id: str, run_id: str) -> 
                                           "restore_drill.svg": chart,
                                           "restore_drill.json": json.dumps({**entry, "history": recent}, indent=1)},
                          lead=True)  # the verdict opens the run's report, before the restore's own
-    log.info("drill %s: %s in %.1f s (%.1f MB/s), the backup %s; report %s/restore_drill.svg", plan.backup_id,
+    log.info("drill %s: %s in %.1f s (%.1f MB/s), the backup %s; report %s/restore_drill.svg", plan.backup.backup_id,
              "verified" if entry["ok"] else "FAILED", seconds, entry["mb_per_s"], plan.authenticity or "not checked", where)
     return entry
 

@@ -13,8 +13,8 @@ from lastline.logical.restore import report as restore_report
 from lastline.logical.restore import stages as logical_restore
 from lastline.logical.restore.plans import ConfigSnapshot
 from lastline.logical.restore.plans import RestorePlan as LogicalRestorePlan
-from lastline.physical import restore as pr
-from lastline.replication import detach as rd
+from lastline.physical import restore as physical_restore
+from lastline.replication import detach as replication_detach
 
 
 @task_group(group_id="detach_replication")
@@ -23,10 +23,10 @@ def detach_replication(target_conn_id: Any, restart: Any = True, read_only_off: 
     ... ALL, every named connection, gtid_slave_pos cleared) → verify (nothing left, also after a
     restart) → open_for_writes (read_only=OFF, only if asked). Arguments may be values, XComArgs or
     templates such as "{{ params.target_conn_id }}". The call gives the group (`a >> group >> b`)."""
-    plan = step(rd.check, task_id="check")(target_conn_id, restart, read_only_off)
-    detached = step(rd.detach, task_id="detach")(plan)
-    verified = step(rd.verify, task_id="verify")(plan, detached)
-    step(rd.open_for_writes, task_id="open_for_writes")(plan, verified)
+    plan = step(replication_detach.check, task_id="check")(target_conn_id, restart, read_only_off)
+    detached = step(replication_detach.detach, task_id="detach")(plan)
+    verified = step(replication_detach.verify, task_id="verify")(plan, detached)
+    step(replication_detach.open_for_writes, task_id="open_for_writes")(plan, verified)
 
 
 @task_group(group_id="restore")
@@ -87,11 +87,12 @@ def physical_restore_steps(conf: Any = None, server_param: str = "target_conn_id
 
     @task(**on_server(server_param, long=False))
     def preflight(conf: dict | None = None, params: Any = None) -> dict:
-        return pr.preflight(dict(conf if conf is not None else params), role=role).to_dict()
+        return physical_restore.preflight(dict(conf if conf is not None else params), role=role).to_dict()
 
     plan = preflight(conf)
     approved = ApproveReplacement(task_id="approve", plan=plan)
-    stop, ext, prep, start = (step(fn, **target)(plan) for fn in (pr.stop_target, pr.extract, pr.prepare, pr.start_target))
-    verified = step(pr.verify, **target)(plan, ext)
+    stop, ext, prep, start = (step(fn, **target)(plan) for fn in (physical_restore.stop_target, physical_restore.extract,
+                                                                   physical_restore.prepare, physical_restore.start_target))
+    verified = step(physical_restore.verify, **target)(plan, ext)
     chain(plan, approved, stop, ext, prep, start, verified)
-    step(pr.report)(plan, stop=stop, extract=ext, prepare=prep, start=start, verify=verified, dag_id="{{ dag.dag_id }}")
+    step(physical_restore.report)(plan, stop=stop, extract=ext, prepare=prep, start=start, verify=verified, dag_id="{{ dag.dag_id }}")

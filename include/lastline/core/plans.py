@@ -7,9 +7,11 @@ with one set of coercions (a trigger form, the CLI's `-c` JSON and the REST API 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
+import typing
 from collections.abc import Mapping
-from typing import Any, TypeVar, overload
+from typing import Any, TypeVar, cast, overload
 
 from lastline.core.errors import ConfigError
 
@@ -94,10 +96,19 @@ class Typed:
         unknown = sorted(set(value) - names)
         if unknown:
             raise ConfigError(f"{cls.__name__}: unknown field(s) {', '.join(unknown)}: a plan from another lastline version? Re-run from preflight.")
+        nested = _nested(cast(type, cls))
         try:
-            return cls(**value)
+            return cls(**{k: nested[k].of(v) if k in nested and isinstance(v, Mapping) else v for k, v in value.items()})
         except TypeError as exc:
             raise ConfigError(f"{cls.__name__}: {exc}; re-run from preflight.") from exc
+
+
+@functools.cache
+def _nested(cls: type) -> dict[str, type[Typed]]:
+    """The fields of `cls` that are typed themselves (a plan's BackupRef): their XCom form is turned back too."""
+    hints = typing.get_type_hints(cls)
+    return {f.name: hint for f in dataclasses.fields(cls)
+            if isinstance(hint := hints.get(f.name), type) and issubclass(hint, Typed)}
 
 
 def plain(value: Any) -> Any:

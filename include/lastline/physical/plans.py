@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from lastline.backups import BackupRef
 from lastline.core.impact import DEFAULT_PRIORITY
 from lastline.core.plans import MAX_REPLICA_LAG, PARALLEL, Plan, Result
 
@@ -33,17 +34,14 @@ class RestorePlan(Plan):
     """One physical restore: the backup, the target's datadir and how to extract and prepare."""
 
     target_conn_id: str
-    backup: str
-    backup_id: str = ""  # the id `backup` resolved to (`latest` named)
+    backup: BackupRef  # resolved, its manifest pinned: later tasks refuse any other (backups.open_backup)
     parallel: int = PARALLEL
     use_memory: int = 0
     datadir: str = ""
     datadir_state: str = ""
     force: bool = False
     bytes: int = 0
-    aws_conn_id: str | None = None
     at_risk: dict | None = None  # what the restore would replace, when it asks for approval first (core.sql.tables_at_risk)
-    manifest_sha256: str = ""  # the manifest preflight checked: later tasks refuse any other (manifest.read_manifest)
     authenticity: str = ""  # whether the storage key authenticated that manifest, in words (every report says it)
 
 

@@ -18,6 +18,7 @@ import time
 from typing import Any
 
 from lastline import connections, reports
+from lastline.backups import BackupRef, open_backup
 from lastline.core import bounds, stopping, svg
 from lastline.core import datadir as dd
 from lastline.core.compression import codec
@@ -29,22 +30,16 @@ from lastline.core.plans import PARALLEL, Conf
 from lastline.core.progress import step_report
 from lastline.core.servers import Server, base_version, over_connections, refuse_restore_into_source
 from lastline.core.sql import VOLATILE, qualified, sql_error, tables_at_risk
-from lastline.manifest import PhysicalManifest, TableInfo, backup_age, read_manifest, resolve_backup
+from lastline.manifest import TableInfo, backup_age
 from lastline.mariabackup import commands, prepare_options
 from lastline.mariabackup.target_datadir import StepResult, check_datadir, prepare_datadir, start_server
 from lastline.physical.plans import RestorePlan, RestoreReport, Verified
-from lastline.storage import Storage
 
 log = logging.getLogger(__name__)
 
 
 def _target(plan: RestorePlan) -> Server:
     return connections.server(plan.target_conn_id)
-
-
-def _manifest(plan: RestorePlan) -> tuple[Storage, PhysicalManifest]:
-    storage, backup_id = resolve_backup(plan.backup, plan.aws_conn_id)
-    return storage, read_manifest(storage, backup_id, sha256=plan.manifest_sha256 or None)
 
 
 def preflight(conf: dict, role: str | None = None) -> RestorePlan:
@@ -56,8 +51,8 @@ def preflight(conf: dict, role: str | None = None) -> RestorePlan:
     parallel = bounds.parallel(server, params.integer("parallel", PARALLEL, minimum=1))  # mariabackup's threads
     datadir = server.require_datadir()
     host = server.runner()
-    storage, backup_id = resolve_backup(params.required("backup"), params.text("aws_conn_id"))
-    manifest = read_manifest(storage, backup_id, sha256=params.text("manifest_sha256"))  # a drill pins what it read
+    backup = open_backup(BackupRef.param(params, "physical"))  # a drill or a point-in-time restore pins what it read
+    storage, manifest, backup_id = backup.storage, backup.physical, backup.ref.backup_id
     if server.answers():  # a stopped target cannot be the running source
         refuse_restore_into_source(server, server.identity(), manifest.source_identity, manifest.source_conn_id,
                                    params.text("restore_into_source"))
@@ -87,9 +82,7 @@ def preflight(conf: dict, role: str | None = None) -> RestorePlan:
             at_risk["note"] = "the target server is not running: its tables could not be listed"
     plan = RestorePlan(
         target_conn_id=server.conn_id,
-        backup=f"{storage.url}/{backup_id}",
-        backup_id=backup_id,
-        aws_conn_id=params.text("aws_conn_id"),
+        backup=backup.ref,
         parallel=parallel,
         use_memory=params.size("use_memory", 0) or commands.default_use_memory(host),
         force=force or at_risk is not None,  # without force, the approval stands for it: nothing after it runs unless approved
@@ -97,10 +90,9 @@ def preflight(conf: dict, role: str | None = None) -> RestorePlan:
         datadir_state=state,
         bytes=manifest.bytes,
         at_risk=at_risk,
-        manifest_sha256=manifest.read_sha256,
-        authenticity=manifest.authenticity.describe(),
+        authenticity=backup.authenticity.describe(),
     )
-    log.info("preflight ok: restore %s into %s (datadir %s: %s)", plan.backup, server.describe(), datadir, state)
+    log.info("preflight ok: restore %s into %s (datadir %s: %s)", plan.backup.url, server.describe(), datadir, state)
     return plan
 
 
@@ -118,7 +110,8 @@ def extract(plan: RestorePlan) -> StepResult:
     sha256 and size while reading."""
     datadir = plan.datadir
     host = _target(plan).runner()
-    storage, manifest = _manifest(plan)
+    backup = open_backup(plan.backup)
+    storage, manifest = backup.storage, backup.physical
     aside = dd.prepare_for_restore(host, datadir, plan.force, manifest.backup_id)
     key = f"{manifest.backup_id}/{manifest.artifact}"
     stages = commands.restore_stages(datadir, plan.parallel, manifest.compression, host=host,
@@ -149,7 +142,7 @@ def extract(plan: RestorePlan) -> StepResult:
 def prepare(plan: RestorePlan) -> StepResult:
     """mariabackup --prepare as the datadir's owner, reading the options the manifest records (never the backup's own
     backup-my.cnf), then give the files the datadir's owner; clears the in-progress marker."""
-    _storage, manifest = _manifest(plan)
+    manifest = open_backup(plan.backup).physical
     seconds = prepare_datadir(_target(plan), plan.datadir, plan.use_memory, manifest.prepare_options,
                               f"backup {manifest.backup_id}")
     log.info("prepare ok in %.1f s (use_memory %d MiB); ownership set", seconds, plan.use_memory >> 20)
@@ -179,7 +172,7 @@ def verify(plan: RestorePlan, extracted: StepResult | None = None) -> Verified:
     """
     aside = extracted.aside if extracted else None
     server = _target(plan)
-    _storage, manifest = _manifest(plan)
+    manifest = open_backup(plan.backup).physical
     t0 = time.monotonic()
     with server.session() as cur:  # the session's max_user_connections is the account's own limit, if it has one
         cur.execute("SELECT @@version, @@max_user_connections")
@@ -242,19 +235,19 @@ def report(plan: RestorePlan, stop: StepResult, extract: StepResult, prepare: St
     words, JSON and an SVG chart) where the UI reads them (lastline.reports)."""
     steps = {name: r.to_dict() for name, r in (("stop", stop), ("extract", extract), ("prepare", prepare),
                                                  ("start", start), ("verify", verify))}
-    text, total = step_report(f"restore of {plan.backup} into {plan.target_conn_id}:", steps, plan.bytes)
+    text, total = step_report(f"restore of {plan.backup.url} into {plan.target_conn_id}:", steps, plan.bytes)
     log.info("%s", text)
     verified = verification(verify, plan)
     log.info("report: %s", verified)
-    out = {"verification": verified, "backup": plan.backup, "target": plan.target_conn_id, "seconds": round(total, 3),
+    out = {"verification": verified, "backup": plan.backup.url, "target": plan.target_conn_id, "seconds": round(total, 3),
            "steps": steps}
     if run_id:
         at, timeline = 0.0, []
         for name, s in steps.items():  # one after another
             timeline.append((name, at, float(s["seconds"]), "#4477aa"))
             at += float(s["seconds"])
-        head = f"physical restore of {plan.backup_id} into {plan.target_conn_id}: {plan.bytes / 1e6:,.0f} MB in {total:.1f} s"
-        summary = "\n".join([f"# Physical restore of {plan.backup} into {plan.target_conn_id}: verified, "
+        head = f"physical restore of {plan.backup.backup_id} into {plan.target_conn_id}: {plan.bytes / 1e6:,.0f} MB in {total:.1f} s"
+        summary = "\n".join([f"# Physical restore of {plan.backup.url} into {plan.target_conn_id}: verified, "
                               f"{verify.tables:,} tables, {plan.bytes / 1e6:,.1f} MB in {total:,.1f} s", "", f"**{verified}**", "",
                               f"- **Took:** {total:,.1f} s for {plan.bytes:,} bytes",
                               *(f"- **{name}:** {float(s['seconds']):,.1f} s" for name, s in steps.items())]) + "\n"

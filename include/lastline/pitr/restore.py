@@ -10,11 +10,12 @@ from datetime import datetime
 from typing import Any
 
 from lastline import connections
+from lastline.backups import BackupRef, open_backup
 from lastline.core import bounds
 from lastline.core.errors import ConfigError, Refusal
 from lastline.core.plans import PARALLEL, Conf
 from lastline.core.sql import never_restored
-from lastline.manifest import ID_RE, MANIFEST, complete_backups, manifest_kind, read_manifest
+from lastline.manifest import ID_RE, MANIFEST, complete_backups, manifest_kind
 from lastline.pitr import catalog, scoped, window
 from lastline.pitr import span as span_of
 from lastline.pitr.event_check import check_span
@@ -76,7 +77,8 @@ def preflight(conf: dict[str, Any], recorded: dict[str, Any] | None = None) -> P
     target_conn_id = params.required("target_conn_id")
     target = connections.server(target_conn_id)
     target.require_target(None)
-    parallel = bounds.parallel(target, params.integer("parallel", PARALLEL, minimum=1))  # before anything is read
+    # parallel is bounded once, by the base's restore (its preflight); here it only sizes the replay's threads
+    parallel = params.integer("parallel", PARALLEL, minimum=1)
     destination = params.required("destination").rstrip("/")
     storage = open_allowed(destination, params.text("aws_conn_id"))
     rollback = authenticate(storage, recorded)
@@ -88,7 +90,8 @@ def preflight(conf: dict[str, Any], recorded: dict[str, Any] | None = None) -> P
     refusals: list[str] = []
     for backup_id, kind in _candidates(storage, params.text("base", "auto") or "auto",
                                        params.choice("base_kind", ("any", "physical", "logical"), "any")):
-        manifest = read_manifest(storage, backup_id, kind=kind, require=USE)
+        base = open_backup(BackupRef(storage.url, backup_id, kind, params.text("aws_conn_id")), storage=storage, require=USE)
+        manifest = base.manifest
         if until.kind == "time" and _started(manifest) > (until.time or 0):
             if named:
                 raise Refusal(f"until {until.describe()} is before the base {backup_id}, begun at "
@@ -107,15 +110,14 @@ def preflight(conf: dict[str, Any], recorded: dict[str, Any] | None = None) -> P
         log.info("point-in-time restore: %s base %s (%s:%s, GTID %s) on branch %s, until %s: %d binlog files; the "
                  "last transaction applied will be %s (%s); not applied: %s; base %s", kind, backup_id, file, position,
                  gtid, line.branch, until.describe(), len(span.files), span.last_gtid, window.utc(span.last_time),
-                 span.not_applied, manifest.authenticity.describe())
-        restore: dict[str, Any] = {"target_conn_id": target_conn_id, "backup": f"{destination}/{backup_id}",
-                   "aws_conn_id": params.text("aws_conn_id"), "force": params.flag("force"), "parallel": parallel,
-                   "restore_into_source": params.text("restore_into_source"), "manifest_sha256": manifest.read_sha256}
+                 span.not_applied, base.authenticity.describe())
+        restore: dict[str, Any] = {"target_conn_id": target_conn_id, **base.ref.params(), "force": params.flag("force"),
+                                   "parallel": params.raw.get("parallel"), "restore_into_source": params.text("restore_into_source")}
         replay = ReplayPlan(target_conn_id=target_conn_id, destination=destination, aws_conn_id=params.text("aws_conn_id"),
                             method=method, threads=bounds.replay_threads(target, max(2, parallel * 2)),
                             span=span.to_dict())
         if kind == "logical":  # the replay reaches the databases the logical restore restores, and no others
-            in_backup = [d["name"] for d in manifest.databases]
+            in_backup = [d["name"] for d in base.logical.databases]
             databases = params.names("databases") or [d for d in in_backup if not never_restored(d)]
             missing = [d for d in databases if d not in in_backup]
             if missing:

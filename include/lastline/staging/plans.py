@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from lastline.backups import BackupRef
 from lastline.core.plans import Plan, Result
 from lastline.staging.rules import Rule
 
@@ -12,16 +13,13 @@ class StagingPlan(Plan):
     """One staging refresh: the backup, the staging target, the rules, and the restore it runs."""
 
     target_conn_id: str
-    backup: str
-    backup_id: str
+    backup: BackupRef  # its manifest the one the PII guard read: the restore and the late objects read that one
     databases: list[str]
     rules: list[dict]
     masking_key_conn_id: str
     open_for_writes: bool
     restore: dict = field(default_factory=dict)
-    aws_conn_id: str | None = None
     kept_objects: list[str] = field(default_factory=list)  # "<db>.<object>": "keep" rules (schema text kept as is)
-    manifest_sha256: str = ""  # the manifest the PII guard read: the restore and the late objects read that one
 
     def rule_list(self) -> list[Rule]:
         return [Rule(**r) for r in self.rules]

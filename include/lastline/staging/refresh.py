@@ -16,15 +16,15 @@ import time
 from typing import Any
 
 from lastline import connections, reports
+from lastline.backups import BackupRef, open_backup
 from lastline.core.errors import IntegrityError, PreflightError, ProtectedTargetError
 from lastline.core.plans import Conf
 from lastline.core.progress import plural
 from lastline.core.sql import META_DB, never_restored, objects_present, server_identity
 from lastline.logical.format import dialect, infile
-from lastline.logical.restore.backup_files import checked_schema, enforced_engine
+from lastline.logical.restore.backup_files import enforced_engine
 from lastline.logical.restore.finalize import objects as create_objects
 from lastline.logical.restore.schema_tables import split_deferred
-from lastline.manifest import read_manifest, resolve_backup
 from lastline.staging import masking, pii, pii_objects
 from lastline.staging.plans import LateObjects, Masked, MaskingVerified, Opened, StagingPlan
 from lastline.staging.rules import EMAIL_DOMAIN, HASHED, REVEALING, Rule, run_rules
@@ -130,10 +130,8 @@ def preflight(conf: dict, rules: Any) -> StagingPlan:
     target_conn_id = params.required("target_conn_id")
     server = connections.server(target_conn_id)
     server.require_role("staging", "refreshes staging into it", "a staging refresh replaces its databases every time")
-    aws = params.text("aws_conn_id")
-    storage, backup_id = resolve_backup(params.required("backup"), aws, "logical")
-    manifest = read_manifest(storage, backup_id, "logical")
-    schema = checked_schema(storage, manifest)
+    backup = open_backup(BackupRef.param(params, "logical"))
+    storage, manifest, schema, backup_id = backup.storage, backup.logical, backup.schema, backup.ref.backup_id
     with server.session() as cur:
         if manifest.source_identity and server_identity(cur) == manifest.source_identity:
             raise ProtectedTargetError(
@@ -195,9 +193,8 @@ def preflight(conf: dict, rules: Any) -> StagingPlan:
     connections.secret(key_conn)  # present; read again where it is used, never kept
 
     restore = {k: conf[k] for k in RESTORE_KNOBS if k in conf and conf[k] is not None}
-    restore.update(target_conn_id=target_conn_id, backup=f"{_destination(params.required('backup'))}/{backup_id}",
-                   databases=databases, force=params.flag("force", True), restore_into_source="", restore_grants=False,
-                   manifest_sha256=manifest.read_sha256)  # the restore reads the very manifest the PII guard read
+    restore.update(target_conn_id=target_conn_id, **backup.ref.params(),  # the very manifest the PII guard read
+                   databases=databases, force=params.flag("force", True), restore_into_source="", restore_grants=False)
     # (nobody is asked to approve: a staging server, whose connection says so, is replaced every morning by design)
     with server.session() as cur:  # everything checked: keep writes out until masking is verified
         cur.execute("SET GLOBAL read_only = ON")
@@ -205,15 +202,11 @@ def preflight(conf: dict, rules: Any) -> StagingPlan:
              "PII-looking column covered", server.describe(), backup_id, len(databases), len(parsed),
              sum(r.strategy == "keep" for r in parsed), len(acknowledged))
     return StagingPlan(
-        target_conn_id=target_conn_id, backup=restore["backup"], backup_id=backup_id, databases=databases,
+        target_conn_id=target_conn_id, backup=backup.ref, databases=databases,
         rules=[r.to_dict() for r in parsed], masking_key_conn_id=key_conn,
-        open_for_writes=params.flag("open_for_writes", True), restore=restore, aws_conn_id=aws,
-        kept_objects=sorted({o.key for o in acknowledged}), manifest_sha256=manifest.read_sha256,
+        open_for_writes=params.flag("open_for_writes", True), restore=restore,
+        kept_objects=sorted({o.key for o in acknowledged}),
     )
-
-
-def _destination(url: str) -> str:
-    return url.rstrip("/").rsplit("/", 1)[0]
 
 
 def mask(plan: StagingPlan, run_key: str) -> Masked:
@@ -251,8 +244,7 @@ def late_objects(plan: StagingPlan) -> LateObjects:
     can copy an original value or the key anywhere), created as the restore creates its objects
     (logical.restore.finalize.objects: by the locked owner of these databases, events disabled); each checked present."""
     server = connections.server(plan.target_conn_id)
-    storage, backup_id = resolve_backup(plan.backup, plan.aws_conn_id, "logical")
-    schema = checked_schema(storage, read_manifest(storage, backup_id, "logical", sha256=plan.manifest_sha256 or None))
+    schema = open_backup(plan.backup).schema
     kinds = ("triggers", "events")
     definer = create_objects(server, schema, plan.databases, kinds=kinds)
     in_dbs = set(plan.databases)
@@ -283,12 +275,12 @@ def report(plan: StagingPlan, verified: MaskingVerified, masked: Masked, dag_id:
     """The refresh's record: backup, target, the audit (column, strategy, values, rows changed, survivors),
     the joins kept, the columns kept on purpose; JSON and Markdown beside the restore's report (lastline.reports).
     `run_id`: the run's (as a task, Airflow's context gives it)."""
-    out = {"backup": plan.backup, "target_conn_id": plan.target_conn_id, "databases": plan.databases,
+    out = {"backup": plan.backup.url, "target_conn_id": plan.target_conn_id, "databases": plan.databases,
            "mask_seconds": masked.seconds, "columns": verified.columns, "joins": verified.joins,
            "kept": [c["column"] for c in verified.columns if c["strategy"] == "keep"] + plan.kept_objects}
     masked_columns = [c for c in verified.columns if c["strategy"] != "keep"]
     kept_as_is = len(verified.columns) - len(masked_columns)
-    lines = [f"# Staging refresh of {plan.target_conn_id} from {plan.backup}: masking verified, "
+    lines = [f"# Staging refresh of {plan.target_conn_id} from {plan.backup.url}: masking verified, "
              f"{plural(len(masked_columns), 'column')} masked, no original value survives", "",
              f"**Restored {', '.join(plan.databases)} into {plan.target_conn_id} (the restore's report follows), masked "
              f"in {masked.seconds:,.1f} s, and checked: in every masked column no original value survives; "

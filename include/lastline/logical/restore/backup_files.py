@@ -1,9 +1,9 @@
-"""A logical backup opened for restore: its manifest, schema.json checked against it, the tables a
-restore selects, and every chunk file present with its size before anything is touched.
+"""What a logical restore checks of its opened backup (lastline.backups) and reaches it through: the tables a restore
+selects, the engines they need, every chunk file present with its size before anything is touched, and the target as
+the admin or the run account.
 """
 from __future__ import annotations
 
-import hashlib
 import logging
 import time
 from typing import Any
@@ -15,8 +15,8 @@ from lastline.core.servers import Server
 from lastline.core.sql import NameKeys, as_text, engine_name, never_restored, sql_error
 from lastline.logical.format import dialect
 from lastline.logical.restore.plans import RestorePlan
-from lastline.manifest import LogicalManifest, read_manifest, resolve_backup
-from lastline.storage import Storage, control
+from lastline.manifest import LogicalManifest
+from lastline.storage import Storage
 
 log = logging.getLogger(__name__)
 # the session every connection of the run account starts with: the load's sql_mode, time zone and checks, and the
@@ -34,25 +34,6 @@ def run_server(plan: RestorePlan) -> Server:
     if not plan.restore_account:
         raise ConfigError("this restore's plan names no run account (a plan from an older lastline?): re-run from preflight.")
     return accounts.run_account(target_server(plan), plan.restore_account, plan.databases, grant_option=plan.restore_grants)
-
-
-def open_backup(plan: RestorePlan) -> tuple[Storage, LogicalManifest]:
-    """The plan's backup, its manifest the very one preflight checked (its sha256 is pinned in the plan)."""
-    storage, backup_id = resolve_backup(f"{plan.destination}/{plan.backup_id}", plan.aws_conn_id, "logical")
-    return storage, read_manifest(storage, backup_id, "logical", sha256=plan.manifest_sha256 or None)
-
-
-def checked_schema(storage: Storage, manifest: LogicalManifest) -> dict:
-    """schema.json, used only if its sha256 is the manifest's (a backup folder is untrusted input)."""
-    data = control.read_bytes(storage, f"{manifest.backup_id}/{manifest.schema_file}")  # bounded: never read whole
-    sha = hashlib.sha256(data).hexdigest()
-    if sha != manifest.schema_sha256:
-        raise IntegrityError(
-            f"{storage.location(manifest.backup_id + '/' + manifest.schema_file)} has sha256 {sha}, the manifest says "
-            f"{manifest.schema_sha256}: the file was changed after the backup. Nothing was restored from it; "
-            "restore another backup."
-        )
-    return control.parse(data, storage.location(f"{manifest.backup_id}/{manifest.schema_file}"))
 
 
 def selected(manifest: LogicalManifest, databases: list[str]) -> list:

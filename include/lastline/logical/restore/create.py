@@ -11,12 +11,13 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from lastline.backups import open_backup
 from lastline.core import accounts, stopping
 from lastline.core.errors import IntegrityError, LastlineError, Refusal
 from lastline.core.servers import Server, over_connections
 from lastline.core.sql import LOST_CONNECTION, sql_error
 from lastline.logical.format import dialect
-from lastline.logical.restore.backup_files import RUN_SESSION, checked_schema, open_backup, run_server, selected, target_server
+from lastline.logical.restore.backup_files import RUN_SESSION, run_server, selected, target_server
 from lastline.logical.restore.plans import RestorePlan, SchemaCreated
 from lastline.logical.restore.schema_checks import checked_create
 from lastline.logical.restore.schema_session import database_create
@@ -89,8 +90,8 @@ def create_schema(plan: RestorePlan) -> SchemaCreated:
     """Databases, sequences, and the tables unless the lanes create them (creates_in_lanes). lastline's own statements
     (its bookkeeping, the set-aside, the databases rebuilt from checked names) run on the admin connection; the
     tables' and sequences' statements, which come from the backup, run under the run account."""
-    storage, manifest = open_backup(plan)
-    schema = checked_schema(storage, manifest)
+    backup = open_backup(plan.backup)
+    manifest, schema = backup.logical, backup.schema
     server = target_server(plan)
     wanted = set(plan.databases)  # a set: a list would cost objects x databases
     t0 = time.monotonic()
@@ -98,28 +99,28 @@ def create_schema(plan: RestorePlan) -> SchemaCreated:
         ensure_ledger(cur)
         ensure_checks(cur)
         ensure_state(cur)
-        resume = resuming(cur, plan.backup_id, plan.databases)
-        kept, recorded = resume_defer_indexes(cur, plan.backup_id, plan.databases) if resume else (plan.defer_indexes, True)
+        resume = resuming(cur, plan.backup.backup_id, plan.databases)
+        kept, recorded = resume_defer_indexes(cur, plan.backup.backup_id, plan.databases) if resume else (plan.defer_indexes, True)
         if kept != plan.defer_indexes:  # preflight adopts it: a plan made elsewhere did not
             raise IntegrityError(
-                f"this run's plan has defer_indexes={plan.defer_indexes}, but the unfinished restore of {plan.backup_id} "
+                f"this run's plan has defer_indexes={plan.defer_indexes}, but the unfinished restore of {plan.backup.backup_id} "
                 f"it resumes {'created its tables with' if recorded else 'can only be resumed safely with'} "
                 f"defer_indexes={kept}: their indexes would be left unbuilt or built twice. Run the restore again from "
                 "its preflight (which keeps the unfinished run's setting).")
         if not recorded:  # from now on it is
             cur.execute(f"UPDATE {STATE} SET defer_indexes = %s WHERE backup_id = %s AND dbs_key = %s AND defer_indexes IS NULL",
-                        (int(kept), plan.backup_id, dbs_key(plan.databases)))
+                        (int(kept), plan.backup.backup_id, dbs_key(plan.databases)))
             cur.connection.commit()
         if not resume:
             refuse_unapproved(cur, plan.databases, plan.force, plan.at_risk)
             for db in plan.databases:
                 set_aside(cur, db)  # force: the old tables stay until verify has passed
             clear_state(cur, manifest, plan.databases)
-            forget_checks(cur, plan.backup_id)  # every table is loaded anew: checksums of an earlier run do not count
+            forget_checks(cur, plan.backup.backup_id)  # every table is loaded anew: checksums of an earlier run do not count
             cur.execute(
                 f"INSERT INTO {STATE} (backup_id, dbs_key, dbs, started_at, finished_at, defer_indexes) "
                 "VALUES (%s, %s, %s, CURRENT_TIMESTAMP(6), NULL, %s)",
-                (plan.backup_id, dbs_key(plan.databases), json.dumps(sorted(plan.databases)), int(plan.defer_indexes)),
+                (plan.backup.backup_id, dbs_key(plan.databases), json.dumps(sorted(plan.databases)), int(plan.defer_indexes)),
             )
             cur.connection.commit()
         for d in schema["databases"]:

@@ -8,13 +8,14 @@ import re
 import time
 from typing import Any
 
+from lastline.backups import open_backup
 from lastline.core import accounts, stopping
 from lastline.core.errors import IntegrityError
 from lastline.core.servers import Server, over_connections
 from lastline.core.sql import as_text, global_variables, placeholders
 from lastline.logical.format import dialect
 from lastline.logical.restore import tuning
-from lastline.logical.restore.backup_files import RUN_SESSION, checked_schema, open_backup, run_server, target_server
+from lastline.logical.restore.backup_files import RUN_SESSION, run_server, target_server
 from lastline.logical.restore.plans import Finalized, RestorePlan
 from lastline.logical.restore.schema_checks import checked_create
 from lastline.logical.restore.schema_definers import definer_security, disabled_event, with_definer, without_definer
@@ -49,8 +50,8 @@ def finalize(plan: RestorePlan) -> Finalized:
     """Deferred indexes and foreign keys, AUTO_INCREMENT counters, then triggers (after the data),
     views in dependency order, routines, events, sequence states, ANALYZE TABLE; drop the ledger. What comes
     from the backup runs under the run account, the objects under their owner (see objects)."""
-    storage, manifest = open_backup(plan)
-    schema = checked_schema(storage, manifest)
+    backup = open_backup(plan.backup)
+    manifest, schema = backup.logical, backup.schema
     server = target_server(plan)
     run = run_server(plan)
     dbs = plan.databases

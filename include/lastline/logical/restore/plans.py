@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from lastline.backups import BackupRef
 from lastline.core.plans import PARALLEL, Plan, Result
 
 INDEX_BUILDS = ("per_table", "after_all")  # per_table: the lane that commits a table's last chunk builds its indexes
@@ -14,8 +15,7 @@ class RestorePlan(Plan):
     """One logical restore: the backup, the target, and how to load it."""
 
     target_conn_id: str
-    destination: str
-    backup_id: str
+    backup: BackupRef  # resolved, its manifest pinned: later tasks refuse any other (backups.open_backup)
     databases: list[str] = field(default_factory=list)
     parallel: int = PARALLEL
     tune: bool = True
@@ -28,10 +28,8 @@ class RestorePlan(Plan):
     redo_log_bytes: int = 1 << 30
     buffer_pool_bytes: int | None = None
     bytes: int = 0
-    aws_conn_id: str | None = None
     at_risk: dict | None = None  # what the restore would replace, when it asks for approval first (core.sql.tables_at_risk)
     restore_account: str = ""  # the run account every statement from the backup runs under (core.accounts)
-    manifest_sha256: str = ""  # the manifest preflight checked: later tasks refuse any other (manifest.read_manifest)
     authenticity: str = ""  # whether the storage key authenticated that manifest, in words (every report says it)
     enable_events: bool = False  # restored events come back disabled unless the run asks
 

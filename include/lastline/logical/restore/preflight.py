@@ -7,6 +7,7 @@ from collections.abc import Callable
 from typing import Any
 
 from lastline import connections
+from lastline.backups import BackupRef, open_backup
 from lastline.core import accounts, bounds
 from lastline.core import datadir as datadirs
 from lastline.core.errors import IntegrityError, PreflightError
@@ -23,7 +24,6 @@ from lastline.core.sql import (
 )
 from lastline.logical.restore import tuning
 from lastline.logical.restore.backup_files import (
-    checked_schema,
     refuse_names_one_by_case,
     require_chunk_files,
     require_engines,
@@ -33,7 +33,7 @@ from lastline.logical.restore.plans import INDEX_BUILDS, RestorePlan
 from lastline.logical.restore.schema_checks import validate_schema
 from lastline.logical.restore.schema_grants import grant_reach
 from lastline.logical.restore.target_state import aside_name, resume_defer_indexes, resuming
-from lastline.manifest import LogicalManifest, backup_age, read_manifest, resolve_backup
+from lastline.manifest import LogicalManifest, backup_age
 
 log = logging.getLogger(__name__)
 
@@ -48,10 +48,10 @@ def preflight(conf: dict, role: str | None = None) -> RestorePlan:
     server = connections.server(params.required("target_conn_id"))
     server.require_target(role)  # role: the DAG's (staging_refresh, restore_drill), never the conf's
     parallel = bounds.parallel(server, params.integer("parallel", PARALLEL, minimum=1))  # refused before anything is read
-    storage, backup_id = resolve_backup(params.required("backup"), params.text("aws_conn_id"), "logical")
     # a staging refresh pins the manifest its PII guard read: the restore reads that very one
-    manifest = read_manifest(storage, backup_id, "logical", sha256=params.text("manifest_sha256"))
-    schema = checked_schema(storage, manifest)  # checked against the manifest before anything is touched
+    backup = open_backup(BackupRef.param(params, "logical"))
+    storage, manifest, backup_id = backup.storage, backup.logical, backup.ref.backup_id
+    schema = backup.schema  # checked against the manifest before anything is touched
     wanted = chosen_databases(manifest, params.names("databases"))
     restore_grants = grants_asked(params, server, manifest)
     engines = validate_schema(schema, wanted, restore_grants)  # every statement the restore would run is the CREATE it claims to be
@@ -86,9 +86,7 @@ def preflight(conf: dict, role: str | None = None) -> RestorePlan:
     require_room(server, server.datadir or datadir, need, kept_bytes)
     plan = RestorePlan(
         target_conn_id=server.conn_id,
-        destination=storage.url,
-        backup_id=backup_id,
-        aws_conn_id=params.text("aws_conn_id"),
+        backup=backup.ref,
         databases=wanted,
         parallel=bounds.free_connections(server, parallel, own=2, label="restore lanes"),  # one connection each
         tune=params.flag("tune", RestorePlan.tune),
@@ -103,8 +101,7 @@ def preflight(conf: dict, role: str | None = None) -> RestorePlan:
         bytes=need,
         at_risk=at_risk,
         restore_account=accounts.run_account_name(),
-        manifest_sha256=manifest.read_sha256,
-        authenticity=manifest.authenticity.describe(),
+        authenticity=backup.authenticity.describe(),
         enable_events=params.flag("enable_events"),
     )
     log.info(

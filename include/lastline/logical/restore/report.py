@@ -43,7 +43,7 @@ def build(plan: RestorePlan, steps: dict[str, Any], lanes: list[list[Any]]) -> d
     order = ("tune", "create_schema", "load", "finalize", "revert", "verify")  # as they run
     stages = {k: seconds[k] for k in order if k in seconds} | {k: v for k, v in seconds.items() if k not in order}
     return {
-        "backup": f"{plan.destination}/{plan.backup_id}",
+        "backup": plan.backup.url,
         "target_conn_id": plan.target_conn_id,
         "databases": plan.databases,
         "parallel": plan.parallel,

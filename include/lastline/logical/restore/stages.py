@@ -8,17 +8,19 @@ import logging
 from datetime import UTC, datetime
 from typing import Any
 
+from lastline.backups import open_backup
 from lastline.core import accounts, stopping
 from lastline.core.errors import LastlineError
 from lastline.core.progress import plural
 from lastline.logical.restore import tuning
-from lastline.logical.restore.backup_files import RUN_SESSION, checked_schema, open_backup, run_server, selected, target_server
+from lastline.logical.restore.backup_files import RUN_SESSION, run_server, selected, target_server
 from lastline.logical.restore.create import create_schema, table_creates
 from lastline.logical.restore.finalize import complete_table, finalize
 from lastline.logical.restore.lanes import load_lane as lane_loader
 from lastline.logical.restore.load import load_unit
 from lastline.logical.restore.plans import ConfigSnapshot, RestorePlan, Reverted, SchemaCreated, Tuned, UnitLoaded
 from lastline.logical.restore.preflight import preflight
+from lastline.logical.restore.target_state import record_units, recorded_units
 from lastline.logical.restore.verify import keep_chunk_sums, verify
 from lastline.logical.restore.work_units import WorkUnit, plan_units
 
@@ -49,9 +51,13 @@ def tune(plan: RestorePlan) -> Tuned:
 
 
 def plan_load(plan: RestorePlan) -> list[dict]:
-    """The work units, as dicts (what the log and the benches show; each lane derives them again)."""
-    _storage, manifest = open_backup(plan)
+    """The work units, planned once from the checked manifest and recorded on the target for the lanes
+    (target_state.record_units: at 10,000 tables they are about 1 MB of JSON, which XCom should not carry); returned
+    as dicts (what the log and the benches show)."""
+    manifest = open_backup(plan.backup).logical
     units = plan_units(manifest, selected(manifest, plan.databases), plan.parallel)
+    with target_server(plan).session() as cur:
+        record_units(cur, manifest.backup_id, plan.databases, units)
     log.info("plan: %s for %s: %s", plural(len(units), "work unit"), plural(plan.parallel, "lane"),
              "; ".join(f"{u.name} ({u.bytes / 1e6:.1f} MB)" for u in units))
     return [u.to_dict() for u in units]
@@ -64,19 +70,20 @@ def prepare(plan: RestorePlan) -> tuple[dict[str, Tuned | SchemaCreated], list[s
 
 
 def plan_lanes(plan: RestorePlan) -> list[str]:
-    """The `parallel` lanes that load the work units (logged here; each lane derives the same units from the
-    checked manifest, see plan_load)."""
+    """The `parallel` lanes that load the work units (planned and recorded here, see plan_load)."""
     plan_load(plan)
     return [f"lane {i + 1} of {plan.parallel}" for i in range(plan.parallel)]
 
 
 @stopping.stops_cleanly
 def load_lane(plan: RestorePlan, lane: str) -> list[UnitLoaded]:
-    """One of `parallel` lanes: load the units no other lane holds, in plan order (see logical.restore.load)."""
-    storage, manifest = open_backup(plan)
-    units = plan_units(manifest, selected(manifest, plan.databases), plan.parallel)
+    """One of `parallel` lanes: load the units no other lane holds, in the order prepare planned them (recorded on
+    the target, see plan_load; logical.restore.load)."""
+    backup = open_backup(plan.backup)
+    storage, manifest, schema = backup.storage, backup.logical, backup.schema
+    with target_server(plan).session() as cur:  # lastline's own bookkeeping: read as the admin account
+        units = recorded_units(cur, manifest.backup_id, plan.databases)
     server = run_server(plan)  # the chunks, the held-back indexes and the checks: all under the run account
-    schema = checked_schema(storage, manifest)
     built = None
     if plan.index_build == "per_table":  # without defer_indexes the indexes are there: only the checksum
         tables = {(t["schema"], t["name"]): t for t in schema["tables"]}
@@ -96,9 +103,9 @@ def load_lane(plan: RestorePlan, lane: str) -> list[UnitLoaded]:
 @stopping.stops_cleanly
 def load(plan: RestorePlan, unit: dict) -> UnitLoaded:
     """Load one work unit (a dict of work_units.WorkUnit, as plan_load gives it)."""
-    storage, manifest = open_backup(plan)
-    return load_unit(run_server(plan), storage, manifest, WorkUnit.from_dict(unit), plan.parallel,
-                     table_creates(plan, manifest, checked_schema(storage, manifest)))
+    backup = open_backup(plan.backup)
+    return load_unit(run_server(plan), backup.storage, backup.logical, WorkUnit.from_dict(unit), plan.parallel,
+                     table_creates(plan, backup.logical, backup.schema))
 
 
 def revert(plan: RestorePlan) -> Reverted:

@@ -1,5 +1,6 @@
 """What a logical restore keeps on its target between runs: the restore state (a resume must restore the
-same backup into the same databases) and the databases `force` sets aside until the restore is verified.
+same backup into the same databases), the work units prepare planned (the lanes read them there: at 10,000 tables
+they are about 1 MB of JSON, too much for XCom) and the databases `force` sets aside until the restore is verified.
 """
 from __future__ import annotations
 
@@ -14,12 +15,14 @@ from lastline.core.sql import ASIDE_PREFIX, META_DB, placeholders, table_exists
 from lastline.logical.format import dialect
 from lastline.logical.restore import tuning
 from lastline.logical.restore.backup_files import selected
+from lastline.logical.restore.work_units import WorkUnit
 from lastline.manifest import LogicalManifest
 
 log = logging.getLogger(__name__)
 
 
 STATE = f"{tuning.META_DB}.restore_state"
+UNITS = f"{tuning.META_DB}.work_units"
 
 
 def ensure_ledger(cur: Any) -> None:
@@ -94,6 +97,29 @@ def ensure_state(cur: Any) -> None:
         "defer_indexes TINYINT NULL, PRIMARY KEY (backup_id, dbs_key)) ENGINE=InnoDB"
     )  # defer_indexes: how the run created its tables, which a resume keeps; a table of an earlier version gains it
     cur.execute(f"ALTER TABLE {STATE} ADD COLUMN IF NOT EXISTS defer_indexes TINYINT NULL")
+    cur.execute(
+        f"CREATE TABLE IF NOT EXISTS {UNITS} (backup_id VARBINARY(64) NOT NULL, dbs_key CHAR(64) NOT NULL, "
+        "unit_index INT NOT NULL, unit LONGBLOB NOT NULL, PRIMARY KEY (backup_id, dbs_key, unit_index)) ENGINE=InnoDB"
+    )  # a restore's work units, as prepare planned them (record_units)
+
+
+def record_units(cur: Any, backup_id: str, databases: list[str], units: list[WorkUnit]) -> None:
+    """Keep the work units prepare planned for this restore (any earlier plan of it replaced), for its lanes."""
+    cur.execute("SET SESSION sql_log_bin = 0")
+    key = dbs_key(databases)
+    cur.execute(f"DELETE FROM {UNITS} WHERE backup_id = %s AND dbs_key = %s", (backup_id, key))
+    if units:
+        cur.executemany(f"INSERT INTO {UNITS} (backup_id, dbs_key, unit_index, unit) VALUES (%s, %s, %s, %s)",
+                        [(backup_id, key, u.index, json.dumps(u.to_dict(), separators=(",", ":"))) for u in units])
+    cur.connection.commit()
+
+
+def recorded_units(cur: Any, backup_id: str, databases: list[str]) -> list[WorkUnit]:
+    """The work units prepare recorded for this restore, in plan order (none once the restore completed: finalize
+    clears them with its state)."""
+    cur.execute(f"SELECT unit FROM {UNITS} WHERE backup_id = %s AND dbs_key = %s ORDER BY unit_index",
+                (backup_id, dbs_key(databases)))
+    return [WorkUnit.from_dict(json.loads(row[0])) for row in cur.fetchall()]
 
 
 def clear_state(cur: Any, manifest: LogicalManifest, databases: list[str]) -> None:
@@ -103,6 +129,7 @@ def clear_state(cur: Any, manifest: LogicalManifest, databases: list[str]) -> No
     for backup_id, key, dbs in cur.fetchall():
         if set(json.loads(dbs)) & set(databases):
             cur.execute(f"DELETE FROM {STATE} WHERE backup_id = %s AND dbs_key = %s", (backup_id, key))
+            cur.execute(f"DELETE FROM {UNITS} WHERE backup_id = %s AND dbs_key = %s", (backup_id, key))
     folders = {c.file.split("/")[1] for t in selected(manifest, databases) for c in t.chunks}
     for folder in sorted(folders):
         prefix = f"data/{folder}/"

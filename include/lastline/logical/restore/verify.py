@@ -18,6 +18,7 @@ import logging
 import time
 from typing import Any
 
+from lastline.backups import open_backup
 from lastline.core import stopping
 from lastline.core.errors import IntegrityError
 from lastline.core.servers import Server, over_connections
@@ -25,7 +26,7 @@ from lastline.core.sql import META_DB, NON_TRANSACTIONAL, VOLATILE, NameKeys, as
 from lastline.logical.format import dialect
 from lastline.logical.format.chunking import chunk_ranges
 from lastline.logical.restore import tuning
-from lastline.logical.restore.backup_files import checked_schema, open_backup, selected, target_server
+from lastline.logical.restore.backup_files import selected, target_server
 from lastline.logical.restore.plans import ConfigSnapshot, RestorePlan, Verified
 from lastline.logical.restore.target_state import aside_name, drop_aside
 from lastline.manifest import LogicalManifest, LogicalTable
@@ -118,8 +119,8 @@ def recorded_checks(server: Server, backup_id: str) -> dict[tuple[str, str], tup
 def verify(plan: RestorePlan, snapshot: ConfigSnapshot | None) -> Verified:
     """Per table rows and checksum equal to the manifest; every object present; configuration back (as `snapshot`
     recorded it, when the restore took one)."""
-    storage, manifest = open_backup(plan)
-    schema = checked_schema(storage, manifest)
+    backup = open_backup(plan.backup)
+    manifest, schema = backup.logical, backup.schema
     server = target_server(plan)
     t0 = time.monotonic()
     bad: list[str] = []

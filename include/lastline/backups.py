@@ -1,0 +1,112 @@
+"""A backup named once and opened once per task.
+
+`BackupRef` is where a backup is: its destination, id, kind and AWS connection, parsed once from a run's `backup`
+Param; a preflight resolves `latest` and pins the manifest it read (its sha256), and every plan carries that ref as
+its one `backup` field. `OpenedBackup` is what a task works from: the storage, the manifest checked against the
+pinned sha256 (storage is untrusted: docs/trust-model.md), and for a logical backup schema.json checked against the
+manifest and parsed; `open_backup` makes it, once per task.
+"""
+from __future__ import annotations
+
+import dataclasses
+import functools
+import hashlib
+from typing import Any
+
+from lastline.core.errors import ConfigError, IntegrityError
+from lastline.core.plans import Conf, Typed
+from lastline.manifest import MANIFEST_CLASSES, LogicalManifest, PhysicalManifest, read_manifest, resolve_backup, split_backup_url
+from lastline.storage import Storage, auth, control
+
+
+@dataclasses.dataclass(frozen=True)
+class BackupRef(Typed):
+    """One backup: `<destination>/<backup_id>` of `kind` (`latest` until a preflight resolved it), reached through
+    `aws_conn_id`; `manifest_sha256`, once pinned, is the only manifest a task accepts."""
+
+    destination: str
+    backup_id: str
+    kind: str
+    aws_conn_id: str | None = None
+    manifest_sha256: str = ""
+
+    @classmethod
+    def parse(cls, url: str, kind: str, aws_conn_id: str | None = None, manifest_sha256: str | None = None) -> BackupRef:
+        """`<destination>/<backup_id>` or `<destination>/latest` as a ref of `kind`; nothing is opened (the id and the
+        roots are checked when it is opened)."""
+        if kind not in MANIFEST_CLASSES:
+            raise ConfigError(f"backup {url!r}: kind {kind!r} is not one of {', '.join(MANIFEST_CLASSES)}.")
+        destination, backup_id = split_backup_url(url)
+        return cls(destination, backup_id, kind, aws_conn_id or None, manifest_sha256 or "")
+
+    @classmethod
+    def param(cls, params: Conf, kind: str) -> BackupRef:
+        """The run's `backup` Param (with its `aws_conn_id`, and the `manifest_sha256` a staging refresh, a drill or a
+        point-in-time restore pins for the restore it runs)."""
+        return cls.parse(params.required("backup"), kind, params.text("aws_conn_id"), params.text("manifest_sha256"))
+
+    @property
+    def url(self) -> str:
+        """`<destination>/<backup_id>`: the backup as a Param names it."""
+        return f"{self.destination}/{self.backup_id}"
+
+    def params(self) -> dict[str, Any]:
+        """The Params naming this very backup, for a restore another pipeline runs (its manifest pinned)."""
+        return {"backup": self.url, "aws_conn_id": self.aws_conn_id, "manifest_sha256": self.manifest_sha256}
+
+
+def checked_schema(storage: Storage, manifest: LogicalManifest) -> dict:
+    """schema.json, used only if its sha256 is the manifest's (a backup folder is untrusted input)."""
+    data = control.read_bytes(storage, f"{manifest.backup_id}/{manifest.schema_file}")  # bounded: never read whole
+    sha = hashlib.sha256(data).hexdigest()
+    if sha != manifest.schema_sha256:
+        raise IntegrityError(
+            f"{storage.location(manifest.backup_id + '/' + manifest.schema_file)} has sha256 {sha}, the manifest says "
+            f"{manifest.schema_sha256}: the file was changed after the backup. Nothing was restored from it; "
+            "restore another backup."
+        )
+    return control.parse(data, storage.location(f"{manifest.backup_id}/{manifest.schema_file}"))
+
+
+@dataclasses.dataclass(frozen=True)
+class OpenedBackup:
+    """A backup opened for one task: `ref` resolved (its id named, its manifest's sha256 pinned), its storage, and its
+    manifest as read and checked. schema.json is read and checked against the manifest the first time it is asked for."""
+
+    ref: BackupRef
+    storage: Storage
+    manifest: PhysicalManifest | LogicalManifest
+    authenticity: auth.Authenticity  # whether the storage key authenticated the manifest (every report says it)
+
+    @property
+    def logical(self) -> LogicalManifest:
+        """The manifest of a logical backup."""
+        if not isinstance(self.manifest, LogicalManifest):
+            raise IntegrityError(f"{self.ref.url} is a {self.manifest.kind} backup, not a logical one.")
+        return self.manifest
+
+    @property
+    def physical(self) -> PhysicalManifest:
+        """The manifest of a physical backup."""
+        if not isinstance(self.manifest, PhysicalManifest):
+            raise IntegrityError(f"{self.ref.url} is a {self.manifest.kind} backup, not a physical one.")
+        return self.manifest
+
+    @functools.cached_property
+    def schema(self) -> dict:
+        """A logical backup's schema.json, checked against its manifest's sha256 and parsed (once)."""
+        return checked_schema(self.storage, self.logical)
+
+
+def open_backup(ref: BackupRef, *, storage: Storage | None = None, require: str | bool | None = None) -> OpenedBackup:
+    """Open `ref`: its storage (under the deployment's roots; `storage`: one a caller opened there already), `latest`
+    resolved, its manifest read once and, when the ref pins one, refused unless it is the very manifest pinned
+    (read_manifest; `require`: a use that refuses an unauthenticated manifest). The result's ref is resolved and
+    pinned: what a preflight puts in its plan."""
+    if storage is None:
+        storage, backup_id = resolve_backup(ref.url, ref.aws_conn_id, ref.kind)
+    else:
+        backup_id = ref.backup_id
+    manifest = read_manifest(storage, backup_id, ref.kind, sha256=ref.manifest_sha256 or None, require=require)
+    pinned = dataclasses.replace(ref, destination=storage.url, backup_id=backup_id, manifest_sha256=manifest.read_sha256)
+    return OpenedBackup(pinned, storage, manifest, manifest.authenticity)
