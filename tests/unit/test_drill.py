@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from lastline import drill
+from lastline.backups import BackupRef
 from lastline.core.errors import IntegrityError
 
 
@@ -61,6 +62,6 @@ def test_markdown_puts_the_verdict_first(the_entry, verified, head, line):
 
 
 def test_a_drill_plan_crosses_xcom():
-    plan = drill.DrillPlan(kind="physical", backup="file:///b/x", backup_id="x", bytes=10, drill_conn_id="d",
+    plan = drill.DrillPlan(kind="physical", backup=BackupRef("file:///b", "20261128T161432Z-7c93b6", "physical", None, "ab" * 32), bytes=10, drill_conn_id="d",
                            rto_budget_seconds=60.0, started=1.0, restore={"force": True})
     assert drill.DrillPlan.of(plan.to_dict()) == plan

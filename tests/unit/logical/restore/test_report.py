@@ -8,6 +8,7 @@ import xml.etree.ElementTree as ElementTree
 
 import pytest
 
+from lastline.backups import BackupRef
 from lastline.logical.restore import report
 from lastline.logical.restore.plans import RestorePlan
 
@@ -55,7 +56,8 @@ def test_verification_in_words(verified, words):
 def test_build_chart_summary_and_write(tmp_path, monkeypatch):
     monkeypatch.delenv("LASTLINE_REPORTS", raising=False)
     monkeypatch.setenv("LASTLINE_REPORT_DIR", str(tmp_path))
-    plan = RestorePlan("t_target", "file:///backups", "20261128T000000Z", ["db"], parallel=2, authenticity="signed by k1")
+    plan = RestorePlan("t_target", BackupRef("file:///backups", "20261128T000000Z", "logical"), ["db"], parallel=2,
+                       authenticity="signed by k1")
     steps = {"tune": {"seconds": 1.0}, "verify": {"seconds": 2.0, "tables": 2, "rows": 11}, "create_schema": {"seconds": 0.5},
              "finalize": {"seconds": 1.0, "steps": {"indexes": 0.75}}}
     lanes = [[unit("db.big [chunks 0-1 of 4]", 10.0, 14.0, {"db.big": (10, 8_000_000, 4.0)})],
@@ -78,7 +80,7 @@ def test_build_chart_summary_and_write(tmp_path, monkeypatch):
 
 
 def test_an_empty_restore_still_reports():
-    plan = RestorePlan("t_target", "file:///backups", "b")
+    plan = RestorePlan("t_target", BackupRef("file:///backups", "b", "logical"))
     built = report.build(plan, {"verify": {"seconds": 0.1}}, [])
     assert (built["units"], built["load_seconds"], built["load_mb_per_s"], built["tables"]) == (0, 0.0, 0.0, [])
     ElementTree.fromstring(report.chart(built))
