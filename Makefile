@@ -1,7 +1,7 @@
 # lastline: `make demo` and `make test` work on a fresh Debian machine (as root); both run `make setup` first.
 # `make docs` builds the documentation site (docs/, mkdocs.yml) strictly: a broken link or page fails it; `make docs-serve`
 # serves it on 127.0.0.1:8000.
-.PHONY: docs docs-serve setup demo ui test test-newcomer test-fast test-distributed faults bench bench-physical bench-logical bench-restore bench-rebuild bench-impact bench-pitr bench-scale lint house clean
+.PHONY: docs docs-serve setup demo ui test test-newcomer test-fast test-distributed faults bench bench-physical bench-logical bench-restore bench-rebuild bench-impact bench-pitr bench-scale lint house coverage clean
 # the benchmarks' deployment settings: their runs keep backups under bench/results (or a --work elsewhere in /tmp), unattended
 BENCH_ENV = LASTLINE_BACKUP_ROOTS="file://$(CURDIR)/bench/results,file:///tmp,s3://?aws_conn_id=bench_s3,ssh://" LASTLINE_APPROVAL=false
 
@@ -69,6 +69,10 @@ docs: setup  # the documentation site into .site/ (MkDocs, Material theme), stri
 
 docs-serve: setup  # the documentation site, rebuilt as you edit, on http://127.0.0.1:8000 (search included); Ctrl-C stops it
 	@.venv/bin/mkdocs serve --strict --dev-addr 127.0.0.1:8000
+
+coverage: setup  # the fast tier under coverage: a figure per module of the package (CI prints it)
+	@.venv/bin/python -m coverage run --source=include/lastline --data-file=.coverage.fast -m pytest -q tests -m "not e2e and not slow"
+	@.venv/bin/python -m coverage report --data-file=.coverage.fast --skip-empty --sort=cover
 
 house: setup  # the package's house in figures: rooms, floors, arrows up, the longest functions, modules without a unit test
 	@.venv/bin/python -m lastline_dev.house
