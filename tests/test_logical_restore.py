@@ -409,7 +409,8 @@ def test_per_table_index_builds_run_in_the_lanes_and_two_lanes_split_the_units(b
     snap = logical_restore.snapshot_config(plan)
     logical_restore.prepare(plan)
     lanes = logical_restore.plan_lanes(plan)
-    assert lanes == ["lane 1 of 2", "lane 2 of 2"]
+    assert [lane.split(" (units ")[0] for lane in lanes] == ["lane 1 of 2", "lane 2 of 2"]
+    assert len({lane.split(" (units ")[1] for lane in lanes}) == 1  # one plan's digest: each lane checks its units by it
     results: dict[str, list] = {}
     threads = [threading.Thread(target=lambda lane=lane: results.__setitem__(lane, logical_restore.load_lane(plan, lane))) for lane in lanes]
     for th in threads:
@@ -427,6 +428,29 @@ def test_per_table_index_builds_run_in_the_lanes_and_two_lanes_split_the_units(b
     assert recorded_checks(target, plan.backup.backup_id) == _backup_checks(plan, dbs)
     logical_restore.finalize(plan)
     _verify_compares_the_kept_checks(plan, snap, logical_source.server(), target, dbs, caplog)
+
+
+def test_a_lane_refuses_units_its_prepare_did_not_plan(backups, logical_source, logical_target):
+    """A lane loads only the units the prepare that made it planned: units planned again since (another prepare of the
+    restore) or gone (another restore into these databases cleared them) are refused with what to do, before a row."""
+    plan = logical_restore.preflight(_conf(backups, force=True, databases=["store"]))
+    logical_restore.snapshot_config(plan)
+    try:
+        _steps, lanes = logical_restore.prepare(plan)
+        ledger = "SELECT COUNT(*) FROM `_lastline`.`ledger` WHERE backup_id = %s"
+        before = logical_target.server().query(ledger, (plan.backup.backup_id,))
+        digest = lanes[0].split(" (units ")[1].rstrip(")")
+        stale = lanes[0].replace(digest, "0" * 12)
+        with pytest.raises(IntegrityError, match=r"not the ones prepare handed this lane .*Re-run the restore from prepare"):
+            logical_restore.load_lane(plan, stale)
+        with logical_target.server().session() as cur:  # what another restore's clear_state does
+            cur.execute("DELETE FROM `_lastline`.`work_units`")
+            cur.connection.commit()
+        with pytest.raises(IntegrityError, match=r"the work units recorded on the target for .* are missing"):
+            logical_restore.load_lane(plan, lanes[0])
+        assert logical_target.server().query(ledger, (plan.backup.backup_id,)) == before  # not a chunk loaded
+    finally:
+        logical_restore.revert(plan)
 
 
 def _base_tables(server, dbs: tuple[str, ...]) -> set[str]:

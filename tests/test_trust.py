@@ -10,6 +10,7 @@ import pytest
 
 from conftest import set_conn, tamper_schema
 from lastline import connections
+from lastline.backups import BackupRef
 from lastline.core.errors import ConfigError, IntegrityError, PipelineError, PreflightError, ProtectedTargetError, ServerError
 from lastline.logical.backup import stages as logical_backup
 from lastline.logical.restore import stages as logical_restore
@@ -131,7 +132,7 @@ def test_physical_verify_quotes_names_from_the_manifest(sentinel, tmp_path):
         datadir_bytes=0, tables=tables,
     )
     write_manifest(storage, m)
-    plan = RestorePlan(target_conn_id="t_ltarget", backup=f"file://{tmp_path}/20300101T000000Z")
+    plan = RestorePlan(target_conn_id="t_ltarget", backup=BackupRef.parse(f"file://{tmp_path}/20300101T000000Z", "physical"))
     assert physical_restore.verify(plan)  # the real, awkward name passes
     m.tables.append(TableInfo("trust_sentinel", "t`; DROP DATABASE trust_sentinel; -- ", "InnoDB", 0, 0))
     write_manifest(storage, m)

@@ -97,6 +97,10 @@ class Typed:
         if unknown:
             raise ConfigError(f"{cls.__name__}: unknown field(s) {', '.join(unknown)}: a plan from another lastline version? Re-run from preflight.")
         nested = _nested(cast(type, cls))
+        if flat := sorted(k for k in nested if k in value and not isinstance(value[k], Mapping | nested[k])):
+            raise ConfigError(f"{cls.__name__}: {', '.join(flat)} must be typed objects (their JSON form), not "
+                              f"{', '.join(type(value[k]).__name__ for k in flat)}: a plan from another lastline version? "
+                              "Re-run from preflight.")
         try:
             return cls(**{k: nested[k].of(v) if k in nested and isinstance(v, Mapping) else v for k, v in value.items()})
         except TypeError as exc:

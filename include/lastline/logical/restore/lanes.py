@@ -28,26 +28,28 @@ log = logging.getLogger(__name__)
 
 
 @contextlib.contextmanager
-def claimed(server: Server, backup_id: str, unit: WorkUnit) -> Iterator[Any]:
+def claimed(server: Server, scope: str, unit: WorkUnit) -> Iterator[Any]:
     """Hold the unit's named lock for the block: yields the cursor of the connection holding it, or None if
-    another lane holds it."""
+    another lane holds it. `scope` names the restore (its backup and databases): two restores of one backup into
+    other databases never hold each other's units."""
     with server.session() as cur:
-        cur.execute("SELECT GET_LOCK(%s, 0)", (f"lastline-unit-{backup_id}-{unit.index}",))
+        name = hashlib.sha256(scope.encode()).hexdigest()[:24]  # a lock name is at most 64 characters
+        cur.execute("SELECT GET_LOCK(%s, 0)", (f"lastline-unit-{name}-{unit.index}",))
         yield cur if cur.fetchone()[0] == 1 else None
 
 
 def load_lane(server: Server, storage: Storage, manifest: LogicalManifest, units: list[WorkUnit], label: str,
               parallel: int, on_table_done: Callable[[Any, str, str], None] | None = None,
-              setup: tuple[str, ...] = (), create: Creates | None = None) -> list[UnitLoaded]:
+              setup: tuple[str, ...] = (), create: Creates | None = None, scope: str | None = None) -> list[UnitLoaded]:
     """One lane: every unit, in plan order, that no other lane holds and that is not yet in whole; returns
     the results of the units this lane loaded. `on_table_done(cursor, schema, table)` runs in this lane once a
     table it loaded has every chunk in the ledger (once: the lane that finished the table's last unit), on one
     connection per unit (`setup` run on it first): a table costs no connection of its own. `create`: each table's
-    CREATE, run before its first chunk (None: the tables exist)."""
+    CREATE, run before its first chunk (None: the tables exist). `scope`: see claimed (default: the backup's id)."""
     results = []
     tables = {(t.schema, t.name): t for t in manifest.tables}
     for unit in units:
-        with claimed(server, manifest.backup_id, unit) as cur:
+        with claimed(server, scope or manifest.backup_id, unit) as cur:
             if cur is None:
                 continue
             files = unit.files(tables)

@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import re
 from datetime import UTC, datetime
 from typing import Any
 
 from lastline.backups import open_backup
 from lastline.core import accounts, stopping
-from lastline.core.errors import LastlineError
+from lastline.core.errors import IntegrityError, LastlineError
 from lastline.core.progress import plural
 from lastline.logical.restore import tuning
 from lastline.logical.restore.backup_files import RUN_SESSION, run_server, selected, target_server
@@ -20,7 +21,7 @@ from lastline.logical.restore.lanes import load_lane as lane_loader
 from lastline.logical.restore.load import load_unit
 from lastline.logical.restore.plans import ConfigSnapshot, RestorePlan, Reverted, SchemaCreated, Tuned, UnitLoaded
 from lastline.logical.restore.preflight import preflight
-from lastline.logical.restore.target_state import record_units, recorded_units
+from lastline.logical.restore.target_state import dbs_key, record_units, recorded_units, units_digest
 from lastline.logical.restore.verify import keep_chunk_sums, verify
 from lastline.logical.restore.work_units import WorkUnit, plan_units
 
@@ -70,9 +71,10 @@ def prepare(plan: RestorePlan) -> tuple[dict[str, Tuned | SchemaCreated], list[s
 
 
 def plan_lanes(plan: RestorePlan) -> list[str]:
-    """The `parallel` lanes that load the work units (planned and recorded here, see plan_load)."""
-    plan_load(plan)
-    return [f"lane {i + 1} of {plan.parallel}" for i in range(plan.parallel)]
+    """The `parallel` lanes that load the work units (planned and recorded here, see plan_load), each label naming
+    the plan's digest, which its lane checks against what it finds recorded."""
+    digest = units_digest(plan_load(plan))
+    return [f"lane {i + 1} of {plan.parallel} (units {digest})" for i in range(plan.parallel)]
 
 
 @stopping.stops_cleanly
@@ -83,6 +85,13 @@ def load_lane(plan: RestorePlan, lane: str) -> list[UnitLoaded]:
     storage, manifest, schema = backup.storage, backup.logical, backup.schema
     with target_server(plan).session() as cur:  # lastline's own bookkeeping: read as the admin account
         units = recorded_units(cur, manifest.backup_id, plan.databases)
+    handed = re.search(r"\(units ([0-9a-f]{12})\)$", lane)
+    if not units and selected(manifest, plan.databases) or handed and units_digest([u.to_dict() for u in units]) != handed[1]:
+        raise IntegrityError(
+            f"{lane}: the work units recorded on the target for {plan.backup.url} ({', '.join(plan.databases)}) are "
+            + ("missing" if not units else "not the ones prepare handed this lane (another prepare of this restore "
+               "planned them again)") + ": another restore into these databases may have cleared them. Re-run the "
+            "restore from prepare (clear prepare and what follows); the ledger keeps what was loaded.")
     server = run_server(plan)  # the chunks, the held-back indexes and the checks: all under the run account
     built = None
     if plan.index_build == "per_table":  # without defer_indexes the indexes are there: only the checksum
@@ -97,7 +106,7 @@ def load_lane(plan: RestorePlan, lane: str) -> list[UnitLoaded]:
                     "checksum for verify in %.1f s", lane, schema, name, indexes, check)
 
     return lane_loader(server, storage, manifest, units, lane, plan.parallel, on_table_done=built, setup=RUN_SESSION,
-                       create=table_creates(plan, manifest, schema))
+                       create=table_creates(plan, manifest, schema), scope=f"{manifest.backup_id}/{dbs_key(plan.databases)}")
 
 
 @stopping.stops_cleanly

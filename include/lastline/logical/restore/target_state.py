@@ -122,6 +122,12 @@ def recorded_units(cur: Any, backup_id: str, databases: list[str]) -> list[WorkU
     return [WorkUnit.from_dict(json.loads(row[0])) for row in cur.fetchall()]
 
 
+def units_digest(units: list[dict]) -> str:
+    """A short digest of a plan of work units (their dicts): a lane holds the one prepare handed it to, so that it never
+    loads from units a later prepare of the same restore planned otherwise."""
+    return hashlib.sha256(json.dumps(units, sort_keys=True, separators=(",", ":")).encode()).hexdigest()[:12]
+
+
 def clear_state(cur: Any, manifest: LogicalManifest, databases: list[str]) -> None:
     """Forget every restore state and ledger row that concerns these databases (any backup): they are being
     replaced, or were just restored."""
