@@ -46,7 +46,7 @@ LOGICAL_FORMATS = ("lastline-logical/1", LOGICAL_FORMAT)
 
 # a backup id: its UTC time, then 6 random hex digits so that two backups started in the same second
 # never share a folder (ids of older backups have no suffix)
-ID_RE = re.compile(r"^\d{8}T\d{6}Z(?:-[0-9a-f]{6})?$")
+ID_RE = re.compile(r"\d{8}T\d{6}Z(?:-[0-9a-f]{6})?")  # whole names only: fullmatch (a $ lets a trailing newline through)
 
 
 def new_backup_id(now: datetime | None = None, taken: Iterable[str] = ()) -> str:
@@ -60,7 +60,7 @@ def new_backup_id(now: datetime | None = None, taken: Iterable[str] = ()) -> str
 
 def backup_time(backup_id: str) -> datetime | None:
     """When a backup id was made, or None for a folder whose name is not exactly a backup id."""
-    if not ID_RE.match(backup_id):
+    if not ID_RE.fullmatch(backup_id):
         return None
     return datetime.strptime(backup_id[:16], ID_FORMAT).replace(tzinfo=UTC)
 
@@ -438,7 +438,7 @@ def resolve_backup(url: str, aws_conn_id: str | None = None, kind: str = "physic
         if not done:
             raise IntegrityError(f"{dest} holds no complete {kind} backup (none has a {MANIFEST} of that kind).")
         backup_id = done[0]
-    elif not ID_RE.match(backup_id):  # a folder's name reaches the approval page, the logs and the reports
+    elif not ID_RE.fullmatch(backup_id):  # a folder's name reaches the approval page, the logs and the reports
         raise ConfigError(f"backup {url!r}: {backup_id!r} is not a backup id (a UTC time and 6 hex digits, "
                           "as lastline names them: 20261128T161432Z-7c93b6); name the backup's folder or "
                           "<destination>/latest.")

@@ -27,7 +27,7 @@ from lastline.airflow.defaults import env
 
 MARK = "lastline_server_param"
 log = logging.getLogger(__name__)
-_CACHE: dict[str, tuple[float, dict]] = {}
+_CACHE: dict[tuple[str, bool], tuple[float, dict]] = {}
 _TTL = 30.0
 
 
@@ -57,7 +57,8 @@ def connection_extras(conn_id: str, session: Any) -> dict:
     asked through `session` only, and not at all without one. A backend that fails is logged and the next one
     asked, as Airflow does. An answer is kept 30 s (the policy runs for every task instance the scheduler makes);
     a lookup in which a backend failed is not kept, so an outage of a backend routes wrongly no longer than it lasts."""
-    hit = _CACHE.get(conn_id)
+    key = (conn_id, session is not None)  # without a session the database was not asked: never its answer for one with
+    hit = _CACHE.get(key)
     if hit and time.monotonic() - hit[0] < _TTL:
         return hit[1]
     from airflow.configuration import ensure_secrets_loaded
@@ -82,8 +83,8 @@ def connection_extras(conn_id: str, session: Any) -> dict:
         except Exception as exc:  # noqa: BLE001 - a policy that raised would stop the scheduler's loop
             log.warning("lastline routing: connection %s unreadable from %s (%s)", conn_id, type(backend).__name__, exc)
             failed = True
-    if not failed or extras:
-        _CACHE[conn_id] = (time.monotonic(), extras)
+    if not failed:
+        _CACHE[key] = (time.monotonic(), extras)
     return extras
 
 

@@ -42,7 +42,7 @@ def _candidates(storage: Storage, base: str, kind: str) -> list[tuple[str, str]]
     """The base backups to try, newest first, as (backup id, kind): the one named, or every complete one of `kind`
     (`any`: physical and logical alike)."""
     if base and base != "auto":
-        if not ID_RE.match(base):
+        if not ID_RE.fullmatch(base):
             raise ConfigError(f"base {base!r}: a backup id in the destination (a UTC time and 6 hex digits, as "
                               "lastline names them: 20261128T161432Z-7c93b6) or auto.")
         of = manifest_kind(storage, base) if storage.exists(f"{base}/{MANIFEST}") else None

@@ -62,20 +62,22 @@ def prune_binlogs(storage: Storage, bases: list[str]) -> list[str]:
     deleted = []
     for info in known:
         branch = read_branch(storage, info["id"])
-        changed = False
-        try:
-            for entry in branch.entries:
-                last = info is known[-1] and entry is branch.entries[-1]
-                if entry.missing or entry.pruned or last or (branch.id, entry.name) in needed:
-                    continue
-                if not entry.last_time or entry.last_time >= oldest.timestamp():
-                    continue  # as new as a kept base (or not indexed): kept
-                storage.delete_backup(f"{PREFIX}/{branch.id}/{entry.name}")
-                entry.pruned, entry.segments, changed = True, [], True
-                deleted.append(f"{branch.id}/{entry.name}")
-        finally:  # a delete refused half way: the chain still records the files that are gone
-            if changed:
-                write_branch(storage, branch)
+        going = []
+        for entry in branch.entries:
+            last = info is known[-1] and entry is branch.entries[-1]
+            if entry.missing or entry.pruned or last or (branch.id, entry.name) in needed:
+                continue
+            if not entry.last_time or entry.last_time >= oldest.timestamp():
+                continue  # as new as a kept base (or not indexed): kept
+            entry.pruned, entry.segments = True, []
+            going.append(entry.name)
+        if going:
+            # the chain says they are gone before their bytes go: a delete refused half way leaves unused bytes behind,
+            # never a chain that offers a file whose segments are missing
+            write_branch(storage, branch)
+            for name in going:
+                storage.delete_backup(f"{PREFIX}/{branch.id}/{name}")
+                deleted.append(f"{branch.id}/{name}")
     if deleted:
         log.info("retention: deleted %d archived binlog files no kept base needs: %s", len(deleted), ", ".join(deleted))
     return deleted

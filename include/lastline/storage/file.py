@@ -210,7 +210,7 @@ class FileStorage(Storage):
             if self._deferrable is None:
                 self._deferrable = syncfs_reports_errors() and filesystem_type(self.real_root) in SYNCFS_FILESYSTEMS
             if self._deferrable and self._sync_fd is None:
-                os.makedirs(self.real_root, mode=0o700, exist_ok=True)  # as a writer makes its folders
+                private_dirs(self.real_root)  # as a writer makes its folders (0700)
                 self._sync_fd = os.open(self.real_root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
             return self._deferrable
 

@@ -221,19 +221,31 @@ class S3Storage(Storage):
         return sorted(i for i in ids if i and not i.startswith("."))
 
     def delete_backup(self, backup_id: str) -> None:
-        """Delete the backup's objects a listing page (up to 1000 keys) at a time; a key S3 refuses to delete is
-        raised with S3's code, never skipped. Not S3Hook's list_keys + delete_objects: those hold every key of the
-        backup in memory first and drop S3's error codes."""
+        """Delete the backup's objects, its manifest first (a backup half deleted is never taken for a complete one),
+        then a listing page (up to 1000 keys) at a time; a key S3 refuses to delete is raised with S3's code, never
+        skipped. Not S3Hook's list_keys + delete_objects: those hold every key of the backup in memory first and drop
+        S3's error codes."""
+        from botocore.exceptions import BotoCoreError, ClientError
+
+        prefix = self._key(backup_id) + "/"
         refused: list[str] = []
-        for page in self.client.get_paginator("list_objects_v2").paginate(Bucket=self.bucket, Prefix=self._key(backup_id) + "/"):
-            objs = [{"Key": o["Key"]} for o in page.get("Contents", [])]
-            if objs:
-                answer = self.client.delete_objects(Bucket=self.bucket, Delete={"Objects": objs, "Quiet": True})
-                refused += [f"{e.get('Key')} ({e.get('Code')}: {e.get('Message')})" for e in answer.get("Errors", [])]
+        try:
+            # absent (an incomplete backup, an archived binlog file): S3 deletes nothing and says nothing
+            answer = self.client.delete_objects(Bucket=self.bucket, Delete={"Objects": [{"Key": f"{prefix}manifest.json"}],
+                                                                            "Quiet": True})
+            refused += [f"{e.get('Key')} ({e.get('Code')}: {e.get('Message')})" for e in answer.get("Errors", [])]
+            for page in self.client.get_paginator("list_objects_v2").paginate(Bucket=self.bucket, Prefix=prefix):
+                objs = [{"Key": o["Key"]} for o in page.get("Contents", [])]
+                if objs and not refused:
+                    answer = self.client.delete_objects(Bucket=self.bucket, Delete={"Objects": objs, "Quiet": True})
+                    refused += [f"{e.get('Key')} ({e.get('Code')}: {e.get('Message')})" for e in answer.get("Errors", [])]
+        except (ClientError, BotoCoreError) as exc:
+            raise StorageError(f"cannot delete {self.location(backup_id)}: {exc}; what was deleted stays deleted, and "
+                               "the next prune tries again.") from exc
         if refused:
-            raise StorageError(f"cannot delete {self.location(backup_id)}: S3 refused {len(refused)} object(s), "
-                               f"first {refused[0]}; fix the bucket's permissions for this connection's account, then "
-                               "prune again (what was deleted stays deleted, the rest is retried)")
+            raise StorageError(f"cannot delete {self.location(backup_id)}: S3 refused {len(refused)} object(s), first "
+                               f"{refused[0]}; if the code says access is denied, let this connection's account delete "
+                               "in the bucket; the next prune tries again (what was deleted stays deleted).")
 
     def check_writable(self) -> None:
         key = self._key(".lastline-write-probe")

@@ -18,16 +18,20 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import functools
+import logging
 import os
 import re
 import sys
 import tempfile
 import threading
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, BinaryIO
 
 from lastline.core.errors import ConfigError, IntegrityError
+
+log = logging.getLogger(__name__)
 
 LIBRARY = "liblastline-infile.so"
 SOURCE = Path(__file__).resolve().parents[1] / "native" / "infile.c"
@@ -193,6 +197,9 @@ def require() -> None:
     _library()
 
 
+RELEASE_SECONDS = 30  # how long a failed statement waits for its FIFO's writer to let go
+
+
 def unblock(fifo: str) -> None:
     """Open and close the FIFO's read end so a writer blocked in open() or write() gives up."""
     try:
@@ -224,8 +231,12 @@ def fed_fifo(write: Callable[[BinaryIO], None], label: str) -> Iterator[tuple[st
         try:
             yield fifo, errors
         except BaseException:
-            while writer.is_alive():  # again until it is gone: a writer not yet in open() misses an early unblock
+            deadline = time.monotonic() + RELEASE_SECONDS
+            while writer.is_alive() and time.monotonic() < deadline:  # again: a writer not yet in open() misses an early one
                 unblock(fifo)
                 writer.join(0.05)
+            if writer.is_alive():  # still reading its source (a stalled S3 or SSH read): left to end on its own
+                log.warning("%s: the chunk's writer did not stop within %d s of the statement's failure; left behind "
+                            "(a daemon thread: it ends with the task)", label, RELEASE_SECONDS)
             raise
         writer.join()
