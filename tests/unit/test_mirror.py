@@ -29,7 +29,6 @@ ALLOWED_MODULES = frozenset({
     "lastline.logical.restore.finalize",
     "lastline.logical.restore.lanes",
     "lastline.logical.restore.load",
-    "lastline.logical.restore.schema_checks",
     "lastline.logical.restore.schema_definitions",
     "lastline.logical.restore.stages",
     "lastline.logical.restore.target_state",
