@@ -50,8 +50,6 @@ ALLOWED_MODULES = frozenset({
     "lastline.airflow.steps",
     "lastline.airflow.task_groups",
     "lastline.airflow.ui_links",
-    "lastline.core.accounts",
-    "lastline.core.servers",
     "lastline.hooks.mariadb",
     "lastline.hooks.ssh",
     "lastline.pitr.applier",
