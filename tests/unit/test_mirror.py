@@ -66,7 +66,6 @@ ALLOWED_MODULES = frozenset({
     "lastline.staging.quarantine",
     "lastline.staging.refresh",
     "lastline.staging.verify",
-    "lastline.storage.s3",
     "lastline.storage.ssh",
 })
 
