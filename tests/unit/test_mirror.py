@@ -54,7 +54,6 @@ ALLOWED_MODULES = frozenset({
     "lastline.hooks.ssh",
     "lastline.pitr.applier",
     "lastline.pitr.archive",
-    "lastline.pitr.catalog",
     "lastline.pitr.check",
     "lastline.pitr.event_check",
     "lastline.pitr.replay",
