@@ -55,7 +55,6 @@ ALLOWED_MODULES = frozenset({
     "lastline.pitr.applier",
     "lastline.pitr.archive",
     "lastline.pitr.check",
-    "lastline.pitr.event_check",
     "lastline.pitr.replay",
     "lastline.pitr.restore",
     "lastline.pitr.scoped",
