@@ -57,7 +57,6 @@ ALLOWED_MODULES = frozenset({
     "lastline.pitr.check",
     "lastline.pitr.replay",
     "lastline.pitr.restore",
-    "lastline.pitr.scoped",
     "lastline.staging.masking",
     "lastline.staging.pii_objects",
     "lastline.staging.plans",
