@@ -54,7 +54,6 @@ ALLOWED_MODULES = frozenset({
     "lastline.hooks.ssh",
     "lastline.pitr.applier",
     "lastline.pitr.archive",
-    "lastline.pitr.check",
     "lastline.pitr.replay",
     "lastline.pitr.restore",
     "lastline.staging.masking",
