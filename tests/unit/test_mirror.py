@@ -53,7 +53,6 @@ ALLOWED_MODULES = frozenset({
     "lastline.hooks.mariadb",
     "lastline.hooks.ssh",
     "lastline.pitr.applier",
-    "lastline.pitr.archive",
     "lastline.pitr.replay",
     "lastline.pitr.restore",
     "lastline.staging.masking",
