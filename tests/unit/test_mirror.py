@@ -49,7 +49,6 @@ ALLOWED_MODULES = frozenset({
     "lastline.airflow.steps",
     "lastline.airflow.task_groups",
     "lastline.airflow.ui_links",
-    "lastline.hooks.mariadb",
     "lastline.pitr.applier",
     "lastline.pitr.replay",
     "lastline.pitr.restore",
