@@ -58,7 +58,6 @@ ALLOWED_MODULES = frozenset({
     "lastline.staging.quarantine",
     "lastline.staging.refresh",
     "lastline.staging.verify",
-    "lastline.storage.ssh",
 })
 
 
