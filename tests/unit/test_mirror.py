@@ -51,7 +51,6 @@ ALLOWED_MODULES = frozenset({
     "lastline.airflow.ui_links",
     "lastline.pitr.applier",
     "lastline.pitr.replay",
-    "lastline.pitr.restore",
     "lastline.staging.masking",
     "lastline.staging.pii_objects",
     "lastline.staging.plans",
