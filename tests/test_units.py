@@ -19,10 +19,6 @@ from lastline.core.servers import Server
 from lastline.manifest import PhysicalManifest, TableInfo, backup_time, json_lines, new_backup_id, plan_prune, split_backup_url
 from lastline.mariabackup import commands
 from lastline.storage import open_storage
-from lastline.storage.s3 import MAX_PARTS, S3Storage, part_size, plan_capacity
-
-TiB = 1 << 40
-
 
 # -- command builders ---------------------------------------------------------------------------
 
@@ -230,66 +226,10 @@ def test_file_writer_is_atomic(tmp_path):
 
 
 def test_open_storage_rejects_unknown_schemes():
-    from lastline.core.errors import StorageError
-
     with pytest.raises(StorageError, match="unknown scheme 'ftp'"):
         open_storage("ftp://x/y")
     with pytest.raises(StorageError, match="absolute path"):
         open_storage("relative/dir")
-
-
-def test_s3_part_plan_fits_a_tebibyte_in_ten_thousand_parts():
-    assert part_size(1) == 16 << 20 and part_size(1001) == 32 << 20
-    assert plan_capacity(MAX_PARTS) > TiB
-    assert max(part_size(n) for n in range(1, MAX_PARTS + 1)) <= 5 << 30
-
-
-def test_s3_multipart_round_trip(s3_server):
-    st = S3Storage("backups", "unit", "t_s3")  # the moto server, through its Airflow AWS connection
-    data = os.urandom(13 << 20)
-    w = st.writer("20260101T000000Z/blob")
-    w.base = 5 << 20  # S3's minimum part size, so 13 MiB takes three parts
-    with w:
-        for i in range(0, len(data), 1 << 20):
-            w.write(data[i:i + (1 << 20)])
-    assert len(w.parts) == 3
-    assert st.read_bytes("20260101T000000Z/blob") == data
-    assert st.list_backups() == ["20260101T000000Z"]
-    st.delete_backup("20260101T000000Z")
-    assert st.list_backups() == []
-
-
-def test_s3_aborted_upload_leaves_nothing(s3_server):
-    st = S3Storage("backups", "abort", "t_s3")
-    with pytest.raises(RuntimeError):
-        with st.writer("20260101T000000Z/blob") as w:
-            w.base = 5 << 20
-            w.write(os.urandom(11 << 20))
-            raise RuntimeError("stream interrupted")
-    assert not st.exists("20260101T000000Z/blob")
-    assert st.client.list_multipart_uploads(Bucket="backups", Prefix="abort/").get("Uploads", []) == []
-
-
-def test_s3_stat_list_and_delete_go_through_the_hook_with_the_storage_messages(s3_server):
-    """Stat and list are S3Hook's calls: a missing object is None, not an error; a backup of more than 1000 objects
-    is deleted whole, page by page, and nothing of a backup whose id starts with the same characters; a bucket that
-    is not there is named as before."""
-    st = S3Storage("backups", "hooked", "t_s3")
-    assert not st.exists("20260101T000000Z/missing") and st.size_if_exists("20260101T000000Z/missing") is None
-    with pytest.raises(StorageError, match="does not exist"):
-        st.size("20260101T000000Z/missing")
-    for n in range(1001):
-        st.client.put_object(Bucket="backups", Key=f"hooked/20260101T000000Z/chunk{n:04d}", Body=b"x")
-    st.write_bytes("20260102T000000Z/manifest.json", b"{}")
-    st.write_bytes(".lastline/state", b"{}")  # a control folder, never a backup
-    assert st.exists("20260101T000000Z/chunk1000") and st.size("20260101T000000Z/chunk1000") == 1
-    assert st.list_backups() == ["20260101T000000Z", "20260102T000000Z"]
-    st.write_bytes("20260101T000000Z-next/manifest.json", b"{}")  # an id that starts with the deleted one's
-    st.delete_backup("20260101T000000Z")
-    assert st.list_backups() == ["20260101T000000Z-next", "20260102T000000Z"] and not st.exists("20260101T000000Z/chunk0000")
-    assert st.exists("20260101T000000Z-next/manifest.json")
-    with pytest.raises(StorageError, match="cannot list s3://no-such-bucket/x"):
-        S3Storage("no-such-bucket", "x", "t_s3").list_backups()
 
 
 # -- manifest and retention ---------------------------------------------------------------------

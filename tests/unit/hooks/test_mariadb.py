@@ -1,0 +1,94 @@
+"""hooks.mariadb: the mysql provider's hook whose connection also carries lastline's settings: a lastline or mysql
+connection becomes a Server (any other kind is refused), the socket is read as lastline reads it, and the connection
+form's "Test connection" on the target sandbox: ready with an account that holds what lastline needs, not ready (each
+missing privilege named) with one that does not, and the driver's refusal for a wrong password."""
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+
+from lastline.core.errors import ConfigError
+from lastline.hooks.mariadb import MariaDbHook
+
+
+@pytest.fixture
+def conn(monkeypatch):
+    def put(conn_id: str, **fields) -> str:
+        monkeypatch.setenv(f"AIRFLOW_CONN_{conn_id.upper()}", json.dumps(fields))
+        return conn_id
+    return put
+
+
+@pytest.mark.parametrize("conn_type", ["lastline", "mysql", "mariadb"])
+def test_server_of_a_database_connection(conn, conn_type):
+    server = MariaDbHook(conn("unit_hook_db", conn_type=conn_type, host="db1", port=3307, login="admin",
+                              password="pw-123456", extra={"datadir": "/d"})).server()
+    assert (server.conn_id, server.host, server.port, server.user, server.datadir) == ("unit_hook_db", "db1", 3307,
+                                                                                       "admin", "/d")
+
+
+def test_a_connection_of_another_kind_is_refused(conn):
+    with pytest.raises(ConfigError, match="is of type 'postgres': a server lastline backs up or restores into is a lastline"):
+        MariaDbHook(conn("unit_hook_pg", conn_type="postgres", host="db1")).server()
+
+
+def test_a_missing_connection_says_how_to_create_it():
+    with pytest.raises(ConfigError, match="'unit_hook_nowhere' could not be read .* set AIRFLOW_CONN_UNIT_HOOK_NOWHERE"):
+        MariaDbHook("unit_hook_nowhere").server()
+
+
+@pytest.mark.parametrize(("extra", "socket"), [
+    ({"unix_socket": "/run/a.sock"}, "/run/a.sock"),
+    ({"socket": "/run/b.sock"}, "/run/b.sock"),
+    ({"socket": "/run/b.sock", "ssh_conn_id": "unit_hook_ssh"}, None),
+    ({}, None),
+], ids=["unix-socket", "socket", "a-socket-on-the-ssh-host-is-not-here", "none"])
+def test_the_client_reads_the_socket_as_lastline_does(conn, extra, socket):
+    hook = MariaDbHook(conn("unit_hook_sock", conn_type="lastline", host="db1", login="admin", extra=extra))
+    config = hook._get_conn_config_mysql_client(hook.read_connection())
+    assert config.get("unix_socket") == socket
+
+
+def test_test_connection_of_an_account_with_what_lastline_needs(target):
+    ok, message = MariaDbHook("t_target").test_connection()
+    assert ok, message
+    assert message.startswith(f"{target.server().user}@127.0.0.1:{target.server().port} answers: ")
+    assert "Ready as a backup source and a restore target." in message
+    assert "not tried: SSH, the datadir, the start and stop commands." in message
+
+
+@pytest.fixture
+def reader(target, monkeypatch):
+    """An account holding SELECT only, as a lastline connection (dropped afterwards)."""
+    admin = target.server()
+    with admin.session() as cur:
+        cur.execute("SET SESSION sql_log_bin = 0")
+        cur.execute("DROP USER IF EXISTS 'unit_hook_reader'@'%'")
+        cur.execute("CREATE USER 'unit_hook_reader'@'%' IDENTIFIED BY 'reader-pw-1'")
+        cur.execute("GRANT SELECT ON *.* TO 'unit_hook_reader'@'%'")
+    monkeypatch.setenv("AIRFLOW_CONN_UNIT_HOOK_READER", json.dumps({
+        "conn_type": "lastline", "host": "127.0.0.1", "port": admin.port, "login": "unit_hook_reader",
+        "password": "reader-pw-1"}))
+    try:
+        yield "unit_hook_reader"
+    finally:
+        with admin.session() as cur:
+            cur.execute("SET SESSION sql_log_bin = 0")
+            cur.execute("DROP USER IF EXISTS 'unit_hook_reader'@'%'")
+
+
+def test_test_connection_of_an_account_lacking_privileges(reader):
+    ok, message = MariaDbHook(reader).test_connection()
+    assert not ok
+    assert "Not ready: it lacks what lastline needs of it." in message
+    assert "Checked: SHOW GRANTS of unit_hook_reader@%" in message
+
+
+def test_test_connection_with_a_wrong_password(target, monkeypatch):
+    conn = json.loads(os.environ["AIRFLOW_CONN_T_TARGET"])
+    monkeypatch.setenv("AIRFLOW_CONN_UNIT_HOOK_WRONG", json.dumps({**conn, "password": "not-the-password"}))
+    ok, message = MariaDbHook("unit_hook_wrong").test_connection()
+    assert not ok
+    assert "wrong user or password: fix the connection's login/password" in message
