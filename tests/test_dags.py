@@ -247,9 +247,10 @@ def test_a_stage_sees_only_typed_objects_and_xcom_only_their_dicts():
         seen.update(plan=plan, extracted=extracted, note=note)
         return Verified(tables=3, rows=7, server_version="10.11", seconds=0.5)
 
-    out = typed_call(stage)({"target_conn_id": "t", "backup": "file:///b/x"}, {"seconds": 1.5, "aside": "/d.aside"}, note="n")
-    assert isinstance(seen["plan"], RestorePlan) and seen["plan"].backup == "file:///b/x"
+    ref = {"destination": "file:///b", "backup_id": "20261128T161432Z-7c93b6", "kind": "physical"}
+    out = typed_call(stage)({"target_conn_id": "t", "backup": ref}, {"seconds": 1.5, "aside": "/d.aside"}, note="n")
+    assert isinstance(seen["plan"], RestorePlan) and seen["plan"].backup.url == "file:///b/20261128T161432Z-7c93b6"
     assert seen["extracted"] == StepResult(seconds=1.5, aside="/d.aside") and seen["note"] == "n"
     assert out == {"tables": 3, "rows": 7, "server_version": "10.11", "seconds": 0.5}
-    typed_call(stage)({"target_conn_id": "t", "backup": "b"}, None)
+    typed_call(stage)({"target_conn_id": "t", "backup": ref}, None)
     assert seen["extracted"] is None
