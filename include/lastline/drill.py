@@ -17,9 +17,9 @@ from typing import Any
 
 from lastline import connections, reports
 from lastline.backups import BackupRef, open_backup
-from lastline.core import svg
+from lastline.core import bounds, svg
 from lastline.core.errors import IntegrityError
-from lastline.core.plans import Conf, Plan
+from lastline.core.plans import PARALLEL, Conf, Plan
 
 log = logging.getLogger(__name__)
 HISTORY = "restore_drill"  # the history's name in the reports' storage
@@ -49,9 +49,11 @@ def preflight(conf: dict) -> DrillPlan:
     kind = params.choice("kind", KINDS, "logical")
     backup = open_backup(BackupRef.param(params, kind))
     manifest = backup.manifest
-    # parallel is the restore's: its preflight validates it against the drill server's bounds
+    # parallel: bounded here on the drill server, before a drill is recorded (a bad value is a refusal, not a failed
+    # drill that alerts); the restore takes it as is
     restore: dict[str, Any] = {"target_conn_id": drill_conn_id, **backup.ref.params(), "force": True,
-                               "parallel": params.raw.get("parallel"), "restore_into_source": ""}
+                               "parallel": bounds.parallel(server, params.integer("parallel", PARALLEL, minimum=1)),
+                               "restore_into_source": ""}
     budget = params.number("rto_budget_minutes", 60.0, minimum=0) * 60
     log.info("drill: %s backup %s into %s (RTO budget %.0f s)", kind, backup.ref.url, server.describe(), budget)
     return DrillPlan(kind=kind, backup=backup.ref, bytes=int(manifest.bytes), drill_conn_id=drill_conn_id,

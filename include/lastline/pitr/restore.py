@@ -77,8 +77,8 @@ def preflight(conf: dict[str, Any], recorded: dict[str, Any] | None = None) -> P
     target_conn_id = params.required("target_conn_id")
     target = connections.server(target_conn_id)
     target.require_target(None)
-    # parallel is bounded once, by the base's restore (its preflight); here it only sizes the replay's threads
-    parallel = params.integer("parallel", PARALLEL, minimum=1)
+    # bounded here, before the archive is read (a run's conf only makes a run gentler); the base's restore takes it as is
+    parallel = bounds.parallel(target, params.integer("parallel", PARALLEL, minimum=1))
     destination = params.required("destination").rstrip("/")
     storage = open_allowed(destination, params.text("aws_conn_id"))
     rollback = authenticate(storage, recorded)
@@ -112,7 +112,7 @@ def preflight(conf: dict[str, Any], recorded: dict[str, Any] | None = None) -> P
                  gtid, line.branch, until.describe(), len(span.files), span.last_gtid, window.utc(span.last_time),
                  span.not_applied, base.authenticity.describe())
         restore: dict[str, Any] = {"target_conn_id": target_conn_id, **base.ref.params(), "force": params.flag("force"),
-                                   "parallel": params.raw.get("parallel"), "restore_into_source": params.text("restore_into_source")}
+                                   "parallel": parallel, "restore_into_source": params.text("restore_into_source")}
         replay = ReplayPlan(target_conn_id=target_conn_id, destination=destination, aws_conn_id=params.text("aws_conn_id"),
                             method=method, threads=bounds.replay_threads(target, max(2, parallel * 2)),
                             span=span.to_dict())
