@@ -256,7 +256,8 @@ class Server:
             return server_identity(cur)
 
     def query(self, sql: str, args: Any = None) -> list[tuple]:
-        """Run one statement and return all rows."""
+        """Run one statement and return all rows. Nothing is committed (a read, or DDL, which commits itself): a change
+        to rows goes through session() and its commit."""
         with self.session() as cur:
             cur.execute(sql, args)
             return list(cur.fetchall())
