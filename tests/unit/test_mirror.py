@@ -22,7 +22,6 @@ ALLOWED_MODULES = frozenset({
     "lastline.logical.backup.snapshot",
     "lastline.logical.backup.stages",
     "lastline.logical.backup.worker",
-    "lastline.logical.format.schema",
     "lastline.logical.restore.backup_files",
     "lastline.logical.restore.create",
     "lastline.logical.restore.finalize",
