@@ -17,7 +17,6 @@ ALLOWED_PACKAGES: tuple[str, ...] = ()
 ALLOWED_MODULES = frozenset({
     "lastline.pitr.retention",  # the window's bases and the archive's prune: tests/test_pitr_restore.py on a real archive
     # not yet written (some are covered by the older tests in tests/, end to end)
-    "lastline.logical.backup.dumper",
     "lastline.logical.backup.stages",
     "lastline.logical.restore.backup_files",
     "lastline.logical.restore.create",
