@@ -17,18 +17,12 @@ ALLOWED_PACKAGES: tuple[str, ...] = ()
 ALLOWED_MODULES = frozenset({
     "lastline.pitr.retention",  # the window's bases and the archive's prune: tests/test_pitr_restore.py on a real archive
     # not yet written (some are covered by the older tests in tests/, end to end)
-    "lastline.logical.backup.dumper",
-    "lastline.logical.backup.parts",
-    "lastline.logical.backup.snapshot",
     "lastline.logical.backup.stages",
-    "lastline.logical.backup.worker",
-    "lastline.logical.format.schema",
     "lastline.logical.restore.backup_files",
     "lastline.logical.restore.create",
     "lastline.logical.restore.finalize",
     "lastline.logical.restore.lanes",
     "lastline.logical.restore.load",
-    "lastline.logical.restore.schema_definitions",
     "lastline.logical.restore.stages",
     "lastline.logical.restore.target_state",
     "lastline.logical.restore.verify",

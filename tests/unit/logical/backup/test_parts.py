@@ -1,0 +1,108 @@
+"""logical.backup.parts: where a dump part's bytes go. On a local folder the worker writes the part's own file
+(DirectPart), checked against what it says it wrote; elsewhere, or through a compressor process, a pipe drained into
+the storage's writer (PartWriter). Either leaves a file only when committed, never when aborted. Here the test writes
+the bytes into the descriptor a worker would get."""
+from __future__ import annotations
+
+import gzip
+import hashlib
+import os
+import shutil
+
+import pytest
+
+from lastline.core.errors import PipelineError, StorageError
+from lastline.logical.backup.parts import DirectPart, PartWriter, open_part
+from lastline.storage.file import FileStorage
+
+DATA = b"1\tone\n2\t\\N\n" * 1000
+KEY = "b1/data/db/t/00000-000.tsv"
+
+
+@pytest.fixture
+def store(tmp_path) -> FileStorage:
+    return FileStorage(str(tmp_path / "dest") + "/")
+
+
+def _files(store: FileStorage) -> list[str]:
+    root = store.root
+    return sorted(os.path.relpath(os.path.join(d, f), root) for d, _, fs in os.walk(root) for f in fs)
+
+
+def _worker_writes(part, data: bytes) -> None:
+    """What the worker does with the descriptor it is handed: write the part, close its copy."""
+    fd = os.dup(part.write_fd)
+    part.handed_over()
+    with os.fdopen(fd, "wb") as out:
+        out.write(data)
+
+
+@pytest.mark.parametrize(("compression", "kind"), [("none", DirectPart), ("zstd", DirectPart), ("pigz", PartWriter)],
+                         ids=["raw-file-by-the-worker", "worker-compresses-itself", "compressor-process-through-a-pipe"])
+def test_open_part_on_a_local_folder(store, compression, kind):
+    if compression == "pigz" and not shutil.which("pigz"):
+        pytest.skip("pigz is not installed")
+    part = open_part(store, KEY, compression)
+    try:
+        assert isinstance(part, kind)
+    finally:
+        part.abort()
+    assert _files(store) == []
+
+
+def test_a_direct_part_is_committed_when_it_holds_what_the_worker_said(store):
+    part = open_part(store, KEY, "none")
+    _worker_writes(part, DATA)
+    part.reported([str(len(DATA)), hashlib.sha256(DATA).hexdigest()])
+    part.complete()
+    assert part.commit() == (len(DATA), hashlib.sha256(DATA).hexdigest())
+    assert store.read_bytes(KEY) == DATA and _files(store) == [KEY]
+
+
+def test_a_direct_part_shorter_than_the_worker_said_leaves_nothing(store):
+    part = open_part(store, KEY, "none")
+    _worker_writes(part, DATA[:-1])
+    part.reported([str(len(DATA)), hashlib.sha256(DATA).hexdigest()])
+    with pytest.raises(StorageError, match=f"holds {len(DATA) - 1} bytes, the dump worker wrote {len(DATA)}"):
+        part.commit()
+    assert _files(store) == []
+
+
+@pytest.mark.parametrize("fields", [[], ["12"], ["x", "0" * 64], ["12", "0" * 63], ["12", "G" * 64]],
+                         ids=["nothing", "no-sha256", "bytes-not-a-number", "short-sha256", "not-hex"])
+def test_a_direct_part_refuses_an_answer_without_bytes_and_sha256(store, fields):
+    part = open_part(store, KEY, "none")
+    try:
+        with pytest.raises(PipelineError, match="did not say what it wrote"):
+            part.reported(fields)
+    finally:
+        part.abort()
+
+
+def test_a_failed_write_names_a_full_destination(store):
+    part = open_part(store, KEY, "none")
+    try:
+        assert "destination is full" in str(part.write_failed(28, "No space left on device"))
+        assert "check the destination" in str(part.write_failed(5, "Input/output error"))
+    finally:
+        part.abort()
+
+
+@pytest.mark.parametrize("compression", ["none", "pigz"], ids=["plain-pipe", "through-pigz"])
+def test_a_pipe_part_is_written_through_its_compressor_when_committed(store, compression):
+    if compression == "pigz" and not shutil.which("pigz"):
+        pytest.skip("pigz is not installed")
+    part = PartWriter(store, KEY, compression)
+    _worker_writes(part, DATA)
+    part.complete()
+    nbytes, sha = part.commit()
+    stored = store.read_bytes(KEY)
+    assert (nbytes, sha) == (len(stored), hashlib.sha256(stored).hexdigest())
+    assert (gzip.decompress(stored) if compression == "pigz" else stored) == DATA
+
+
+def test_an_aborted_pipe_part_leaves_nothing(store):
+    part = PartWriter(store, KEY, "none")
+    _worker_writes(part, DATA)
+    part.abort()
+    assert _files(store) == [] and part.read_fd == -1
