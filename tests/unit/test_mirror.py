@@ -42,7 +42,6 @@ ALLOWED_MODULES = frozenset({
     "lastline.pitr.applier",
     "lastline.pitr.replay",
     "lastline.staging.masking",
-    "lastline.staging.pii_objects",
     "lastline.staging.quarantine",
     "lastline.staging.refresh",
     "lastline.staging.verify",
