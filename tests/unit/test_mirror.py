@@ -41,7 +41,6 @@ ALLOWED_MODULES = frozenset({
     "lastline.airflow.task_groups",
     "lastline.pitr.applier",
     "lastline.pitr.replay",
-    "lastline.staging.quarantine",
     "lastline.staging.refresh",
     "lastline.staging.verify",
 })
