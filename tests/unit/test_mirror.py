@@ -42,7 +42,6 @@ ALLOWED_MODULES = frozenset({
     "lastline.pitr.applier",
     "lastline.pitr.replay",
     "lastline.staging.refresh",
-    "lastline.staging.verify",
 })
 
 
