@@ -36,7 +36,6 @@ ALLOWED_MODULES = frozenset({
     "lastline.physical.restore",
     "lastline.replication.detach",
     "lastline.replication.rebuild",
-    "lastline.airflow.form_freshness",
     "lastline.airflow.steps",
     "lastline.airflow.task_groups",
     "lastline.pitr.applier",
