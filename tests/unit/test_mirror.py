@@ -37,7 +37,6 @@ ALLOWED_MODULES = frozenset({
     "lastline.replication.detach",
     "lastline.replication.rebuild",
     "lastline.airflow.form_freshness",
-    "lastline.airflow.steps",
     "lastline.airflow.task_groups",
     "lastline.pitr.applier",
     "lastline.pitr.replay",
