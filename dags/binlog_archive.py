@@ -26,7 +26,8 @@ from lastline.airflow.assets import BINLOG_ARCHIVE, record_archive_head
 from lastline.airflow.defaults import dag_args, schedule
 from lastline.airflow.params import params
 from lastline.airflow.routing import on_server
-from lastline.airflow.steps import task
+from lastline.airflow.steps import step
+from lastline.core.plans import Conf
 from lastline.pitr import archive, check
 
 
@@ -39,15 +40,10 @@ from lastline.pitr import archive, check
                   "rpo_alert_seconds"),
 )
 def binlog_archive():
-    @task(**on_server("source_conn_id", long=False))
-    def ship(params=None) -> dict:
-        return archive.run(dict(params))
-
-    @task(outlets=[BINLOG_ARCHIVE])
-    def check_chain(shipped: dict, params=None) -> dict:
+    def check_chain(shipped: dict, conf: Conf) -> dict:
         context = get_current_context()
-        record_archive_head(params["destination"], shipped.get("head"), params.get("aws_conn_id"))  # anti-rollback (pitr.catalog.check_head)
-        result = check.run(dict(params), context["dag"].dag_id, context["run_id"])
+        record_archive_head(conf.required("destination"), shipped.get("head"), conf.text("aws_conn_id"))  # anti-rollback (pitr.catalog.check_head)
+        result = check.run(conf, context["dag"].dag_id, context["run_id"])
         newest = result["windows"][-1] if result["windows"] else {}
         context["outlet_events"][BINLOG_ARCHIVE].extra = {**{k: newest.get(k) for k in ("branch", "to_time", "to_gtid")},
                                                           "head": shipped.get("head")}
@@ -56,7 +52,8 @@ def binlog_archive():
                  {"dag_id": context["dag"].dag_id, "run_id": context["run_id"], "problems": result["problems"]})
         return {"problems": result["problems"], "window": newest}
 
-    check_chain(ship())
+    shipped = step(archive.run, task_id="ship", multiple_outputs=True, **on_server("source_conn_id", long=False))()
+    step(check_chain, outlets=[BINLOG_ARCHIVE], multiple_outputs=True)(shipped)
 
 
 binlog_archive()

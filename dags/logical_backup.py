@@ -39,8 +39,9 @@ from lastline.airflow.assets import LOGICAL_BACKUP, announce
 from lastline.airflow.defaults import dag_args, schedule
 from lastline.airflow.params import params
 from lastline.airflow.routing import on_server
-from lastline.airflow.steps import step, task
+from lastline.airflow.steps import step
 from lastline.logical.backup import stages as backup_stages
+from lastline.logical.backup.plans import BackupPlan
 
 
 @dag(
@@ -56,24 +57,15 @@ from lastline.logical.backup import stages as backup_stages
     ),
 )
 def logical_backup():
-    @task
-    def preflight(params=None) -> dict:
-        return backup_stages.preflight(dict(params)).to_dict()
-
-    @task
-    def prune(params=None) -> list[str]:
-        return backup_stages.prune(dict(params))
-
-    @task(outlets=[LOGICAL_BACKUP])
-    def announce_backup(plan: dict, written: str) -> dict:
+    def announce_backup(plan: BackupPlan, written: str) -> dict:
         """The Asset event: downstream DAGs (staging_refresh) run on it."""
-        return announce(LOGICAL_BACKUP, "logical", plan["destination"], plan["backup_id"], plan.get("aws_conn_id"))
+        return announce(LOGICAL_BACKUP, "logical", plan.destination, plan.backup_id, plan.aws_conn_id)
 
-    plan = preflight()
+    plan = step(backup_stages.preflight, multiple_outputs=True)()
     written = step(backup_stages.dump, **on_server("source_conn_id"))(plan)
     # from a replica: its SQL thread runs again, whatever happened (not in the server's pool: never behind a backup)
     step(backup_stages.resume_replica)(plan, written).as_teardown(setups=plan, on_failure_fail_dagrun=True)
-    announce_backup(plan, written) >> prune()
+    step(announce_backup, outlets=[LOGICAL_BACKUP], multiple_outputs=True)(plan, written) >> step(backup_stages.prune)()
 
 
 logical_backup()

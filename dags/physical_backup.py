@@ -32,9 +32,10 @@ from lastline.airflow.assets import PHYSICAL_BACKUP, announce
 from lastline.airflow.defaults import dag_args, schedule
 from lastline.airflow.params import Override, params
 from lastline.airflow.routing import on_server
-from lastline.airflow.steps import step, task
+from lastline.airflow.steps import step
 from lastline.core.compression import CODECS, DEFAULT_COMPRESSION
 from lastline.physical import backup
+from lastline.physical.plans import BackupPlan
 
 
 @dag(
@@ -49,27 +50,19 @@ from lastline.physical import backup
     ),
 )
 def physical_backup():
-    @task(**on_server("source_conn_id", long=False))
-    def preflight(params=None) -> dict:
-        return backup.preflight(dict(params)).to_dict()
-
-    @task
-    def prune(params=None) -> dict:
-        """The physical bases beyond `keep`, but not those the point-in-time window needs; then the archived binlogs
-        no kept base needs."""
-        return pruning.prune_physical(dict(params))
-
-    plan = preflight()
-    stats = step(backup.stream, **on_server("source_conn_id"))(plan)
-    @task(outlets=[PHYSICAL_BACKUP])
-    def announce_backup(plan: dict, written: str) -> dict:
+    def announce_backup(plan: BackupPlan, written: str) -> dict:
         """The Asset event: downstream DAGs (a restore drill) run on it."""
-        return announce(PHYSICAL_BACKUP, "physical", plan["destination"], plan["backup_id"], plan.get("aws_conn_id"))
+        return announce(PHYSICAL_BACKUP, "physical", plan.destination, plan.backup_id, plan.aws_conn_id)
 
+    plan = step(backup.preflight, multiple_outputs=True, **on_server("source_conn_id", long=False))()
+    stats = step(backup.stream, **on_server("source_conn_id"))(plan)
     # from a replica: its SQL thread runs again, whatever happened (not in the server's pool: never behind a backup)
     step(backup.resume_replica)(plan, stats).as_teardown(setups=plan, on_failure_fail_dagrun=True)
     written = step(backup.finish, task_id="write_manifest")(plan, stats)
-    announce_backup(plan, written) >> prune()
+    announced = step(announce_backup, outlets=[PHYSICAL_BACKUP], multiple_outputs=True)(plan, written)
+    # prune: the physical bases beyond `keep`, but not those the point-in-time window needs; then the archived binlogs
+    # no kept base needs
+    announced >> step(pruning.prune_physical, task_id="prune", multiple_outputs=True)()
 
 
 physical_backup()

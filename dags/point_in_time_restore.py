@@ -28,9 +28,11 @@ from lastline.airflow.params import FORCE_OFF, params
 from lastline.airflow.routing import on_server
 from lastline.airflow.steps import step, task
 from lastline.airflow.task_groups import logical_restore_steps, physical_restore_steps
+from lastline.core.plans import Conf
 from lastline.pitr import replay as pitr_replay
 from lastline.pitr import report as pitr_report
 from lastline.pitr import restore as pitr
+from lastline.pitr.plans import PitrPlan
 
 
 @dag(
@@ -45,16 +47,15 @@ from lastline.pitr import restore as pitr
                         f"set aside until verified, where no person is asked to approve it, as an unattended run needs; {FORCE_OFF}"),
 )
 def point_in_time_restore():
-    @task(multiple_outputs=True, **on_server("target_conn_id", long=False))
-    def plan(params=None) -> dict:
+    def plan(conf: Conf) -> PitrPlan:
         # the archive's head Airflow recorded after its last run: a restore refuses an archive rolled back from it
-        return pitr.preflight(dict(params), recorded_archive_head(params["destination"], params.get("aws_conn_id"))).to_dict()
+        return pitr.preflight(conf, recorded_archive_head(conf.required("destination"), conf.text("aws_conn_id")))
 
     @task.branch
     def base_kind(kind: str) -> str:
         return f"{kind}_base.preflight"
 
-    p = plan()
+    p = step(plan, multiple_outputs=True, **on_server("target_conn_id", long=False))()
     physical = physical_restore_steps.override(group_id="physical_base")(p["physical"])
     logical = logical_restore_steps.override(group_id="logical_base")(p["logical"])
     base_kind(p["kind"]) >> [physical, logical]

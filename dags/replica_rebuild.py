@@ -47,16 +47,12 @@ from lastline.replication import rebuild
     ),
 )
 def replica_rebuild():
-    @task
-    def preflight(params=None) -> dict:
-        return rebuild.preflight(dict(params)).to_dict()
-
     @task.sensor(poke_interval=15, timeout=7 * 24 * 3600, mode="reschedule")
     def catch_up(plan: dict, attached: dict) -> PokeReturnValue:  # each poke checks catch_up_timeout, a Param
         waited = typed_call(rebuild.caught_up)(plan, attached)
         return PokeReturnValue(is_done=waited is not None, xcom_value=waited)
 
-    plan = preflight()
+    plan = step(rebuild.preflight, multiple_outputs=True)()
     approved = ApproveReplacement(task_id="approve", plan=plan)  # only when data would be replaced
     stopped, prepared, started = (step(f, **on_server("target_conn_id"))(plan) for f in (rebuild.stop_target, rebuild.prepare, rebuild.start_target))
     streamed = step(rebuild.stream, **on_server("source_conn_id"))(plan)  # source | ssh target: runs where mariabackup does

@@ -20,8 +20,10 @@ from lastline.airflow.alerts import send
 from lastline.airflow.assets import LOGICAL_BACKUP, PHYSICAL_BACKUP, triggering_backup
 from lastline.airflow.defaults import dag_args
 from lastline.airflow.params import params, recent_backups
-from lastline.airflow.steps import task
+from lastline.airflow.steps import step, task
 from lastline.airflow.task_groups import logical_restore_steps, physical_restore_steps
+from lastline.core.plans import Conf
+from lastline.drill import DrillPlan
 
 
 @dag(
@@ -34,20 +36,18 @@ from lastline.airflow.task_groups import logical_restore_steps, physical_restore
                                                    "backup's Asset event drills that backup")),
 )
 def restore_drill():
-    @task(multiple_outputs=True)
-    def preflight(params=None) -> dict:
+    def preflight(conf: Conf) -> DrillPlan:
         event = triggering_backup()  # a backup that just completed; else the Params (a manual run)
-        return drill.preflight({**params, "kind": event["kind"], "backup": event["url"]} if event else dict(params)).to_dict()
+        return drill.preflight(conf.replace(kind=event["kind"], backup=event["url"]) if event else conf)
 
     @task.branch
     def which(kind: str) -> str:
         return f"{kind}.preflight"
 
-    @task(trigger_rule="all_done")
-    def record(plan: dict) -> dict:
+    def record(plan: DrillPlan) -> dict:
         context = get_current_context()
-        verified = context["ti"].xcom_pull(task_ids=f"{plan['kind']}.verify")
-        entry = drill.record(drill.DrillPlan.of(plan), verified, context["dag"].dag_id, context["run_id"])
+        verified = context["ti"].xcom_pull(task_ids=f"{plan.kind}.verify")
+        entry = drill.record(plan, verified, context["dag"].dag_id, context["run_id"])
         problem = drill.verdict(entry)
         if problem:
             send("drill_failed" if not entry["ok"] else "rto_exceeded", f"lastline: {problem}",
@@ -55,11 +55,11 @@ def restore_drill():
         drill.fail_if_bad(entry)
         return entry
 
-    plan = preflight()
+    plan = step(preflight, multiple_outputs=True)()
     logical = logical_restore_steps.override(group_id="logical")(plan["restore"], server_param="drill_conn_id", role="drill")
     physical = physical_restore_steps.override(group_id="physical")(plan["restore"], server_param="drill_conn_id", role="drill")
     which(plan["kind"]) >> [logical, physical]
-    [logical, physical] >> record(plan)
+    [logical, physical] >> step(record, trigger_rule="all_done", multiple_outputs=True)(plan)
 
 
 restore_drill()

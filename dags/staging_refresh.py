@@ -29,10 +29,12 @@ from airflow.sdk import Variable, dag
 from lastline.airflow.assets import LOGICAL_BACKUP, backup_from_event
 from lastline.airflow.defaults import dag_args, env
 from lastline.airflow.params import Override, params, recent_backups
-from lastline.airflow.steps import step, task
+from lastline.airflow.steps import step
 from lastline.airflow.task_groups import detach_replication, logical_restore_steps
+from lastline.core.plans import Conf
 from lastline.staging import quarantine, refresh
 from lastline.staging import verify as staging_verify
+from lastline.staging.plans import StagingPlan
 
 
 @dag(
@@ -51,14 +53,13 @@ from lastline.staging import verify as staging_verify
     ),
 )
 def staging_refresh():
-    @task(multiple_outputs=True)
-    def preflight(params=None) -> dict:
-        conf = {**params, "backup": backup_from_event(params["backup"])}
+    def preflight(conf: Conf) -> StagingPlan:
         # the deployment's rules; the run's masking_rules may only add to them (no "keep": see rules.run_rules)
-        return refresh.preflight(conf, Variable.get("lastline_masking_rules", default="{}")).to_dict()
+        return refresh.preflight(conf.replace(backup=backup_from_event(conf.text("backup", ""))),
+                                 Variable.get("lastline_masking_rules", default="{}"))
 
     run = "{{ run_id }}"  # the run's key: what it locked, masked and verified
-    plan = preflight()
+    plan = step(preflight, multiple_outputs=True)()
     locked = step(quarantine.lock)(plan["target_conn_id"], run)  # the setup: nobody but lastline reads staging until the masking is verified
     restored = logical_restore_steps(plan["restore"], role="staging")
     detached = detach_replication(plan["target_conn_id"], "{{ params.restart }}", False)

@@ -254,3 +254,13 @@ def test_a_stage_sees_only_typed_objects_and_xcom_only_their_dicts():
     assert out == {"tables": 3, "rows": 7, "server_version": "10.11", "seconds": 0.5}
     typed_call(stage)({"target_conn_id": "t", "backup": ref}, None)
     assert seen["extracted"] is None
+
+
+def test_no_dag_file_converts_by_hand():
+    """steps.step is the one boundary between XCom and typed objects: no DAG file or task group turns a plan into its
+    dict, a dict into a plan, or reads the raw Params (a stage takes the run's Params as its Conf)."""
+    root = Path(__file__).resolve().parents[1]
+    hand = (".to_dict()", ".of(", "xcom_form(plan", "dict(params)", "params[", "params.get(", "params=None")
+    files = [*sorted((root / "dags").glob("*.py")), root / "include" / "lastline" / "airflow" / "task_groups.py"]
+    found = [f"{path.name}: {word}" for path in files for word in hand if word in path.read_text()]
+    assert not found, found

@@ -19,7 +19,7 @@ from lastline import connections, reports
 from lastline.backups import BackupRef, open_backup
 from lastline.core import bounds, svg
 from lastline.core.errors import IntegrityError
-from lastline.core.plans import PARALLEL, Conf, Plan
+from lastline.core.plans import PARALLEL, Conf, Plan, RunParams
 
 log = logging.getLogger(__name__)
 HISTORY = "restore_drill"  # the history's name in the reports' storage
@@ -40,7 +40,7 @@ class DrillPlan(Plan):
     authenticity: str = ""  # whether the storage key authenticated the backup's manifest, in words
 
 
-def preflight(conf: dict) -> DrillPlan:
+def preflight(conf: RunParams) -> DrillPlan:
     """The drill server's guard (role drill, not protected), the backup and its kind; the restore's conf."""
     params = Conf(conf)
     drill_conn_id = params.required("drill_conn_id")

@@ -5,11 +5,12 @@ from __future__ import annotations
 
 from typing import Any
 
+from lastline.core.plans import RunParams
 from lastline.physical import prune as physical_prune
 from lastline.pitr import retention
 
 
-def prune_physical(conf: dict[str, Any]) -> dict[str, Any]:
+def prune_physical(conf: RunParams) -> dict[str, Any]:
     """Prune the conf's destination (see the module): {"deleted": ids, "kept_for_the_window": {id: why},
     "binlogs_deleted": files}."""
     protect = retention.window_bases(conf)

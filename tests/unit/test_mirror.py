@@ -29,7 +29,6 @@ ALLOWED_MODULES = frozenset({
     "lastline.physical.restore",
     "lastline.replication.detach",
     "lastline.replication.rebuild",
-    "lastline.airflow.steps",
     "lastline.airflow.task_groups",
     "lastline.pitr.applier",
     "lastline.pitr.replay",

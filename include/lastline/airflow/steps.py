@@ -2,8 +2,10 @@
 
 A stage function takes its typed plan and results (core.plans.Plan, Result: frozen dataclasses) and returns a typed
 result; `step(fn)` makes it a task whose arguments, arriving from XCom as dicts, are turned back into the types the
-function's annotations name, and whose typed return value is stored as its dict form. The stages below never see
-XCom, and XCom never holds anything but small JSON.
+function's annotations name, and whose typed return value is stored as its dict form. A parameter annotated `Conf`
+(core.plans) that the task is not given receives the run's Params as a Conf (Airflow injects `params` into a callable
+whose signature names it: the task's signature gains it); given a dict (a drill's restore conf), it gets that dict's
+Conf. The stages below never see XCom, and XCom never holds anything but small JSON.
 
 `task` is the Task SDK's, every callable it makes a task of going through failures.explained (a failure's log
 opens with its whole reason); lastline's DAG files and task groups take `task` and `step` from here.
@@ -20,7 +22,7 @@ from typing import Any
 from airflow.sdk import task as sdk_task
 
 from lastline.airflow.failures import explained
-from lastline.core.plans import Typed, plain
+from lastline.core.plans import Conf, Typed, plain
 
 
 def _typed(hint: Any) -> type[Typed] | None:
@@ -32,26 +34,43 @@ def _typed(hint: Any) -> type[Typed] | None:
     return None
 
 
+def _names_conf(hint: Any) -> bool:
+    """Whether an annotation names Conf (`Conf`, `Conf | Mapping[str, Any]`)."""
+    return hint is Conf or Conf in typing.get_args(hint)
+
+
 def xcom_form(value: Any) -> Any:
     """A return value as XCom stores it: typed objects as their dicts (inside lists and dicts too)."""
     return plain(value)
 
 
 def typed_call(fn: Callable[..., Any]) -> Callable[..., Any]:
-    """`fn` taking dicts where its annotations name typed objects, and returning its result's XCom form."""
+    """`fn` taking dicts where its annotations name typed objects, the run's Params where they name a Conf, and
+    returning its result's XCom form."""
     hints = typing.get_type_hints(inspect.unwrap(fn))  # a decorated stage: its own annotations, in its own module
     signature = inspect.signature(fn)
     kinds = {name: kind for name in signature.parameters if (kind := _typed(hints.get(name)))}
+    confs = [name for name in signature.parameters if _names_conf(hints.get(name))]
 
     @functools.wraps(fn)
     @explained
     def call(*args: Any, **kwargs: Any) -> Any:
+        params = kwargs.pop("params", None) if confs else None
         bound = signature.bind_partial(*args, **kwargs)
         for name, kind in kinds.items():
             if isinstance(bound.arguments.get(name), Mapping):
                 bound.arguments[name] = kind.of(bound.arguments[name])
+        for name in confs:
+            given = bound.arguments.get(name)
+            bound.arguments[name] = Conf(params if given is None else given)
         return xcom_form(fn(*bound.args, **bound.kwargs))
 
+    if confs:  # Airflow passes a context value to a callable whose signature names it: here, the run's Params
+        assert "params" not in signature.parameters, f"{fn.__name__}: a stage's Params are its Conf parameter"
+        parameters = [p.replace(default=None) if p.name in confs else p for p in signature.parameters.values()]
+        keyword = inspect.Parameter("params", inspect.Parameter.KEYWORD_ONLY, default=None)
+        at = next((i for i, p in enumerate(parameters) if p.kind == p.VAR_KEYWORD), len(parameters))
+        call.__signature__ = signature.replace(parameters=[*parameters[:at], keyword, *parameters[at:]])  # type: ignore[attr-defined]
     return call
 
 

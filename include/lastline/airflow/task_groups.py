@@ -8,10 +8,10 @@ from airflow.sdk.definitions.xcom_arg import XComArg
 
 from lastline.airflow.approval import ApproveReplacement
 from lastline.airflow.routing import on_server
-from lastline.airflow.steps import step, task, xcom_form
+from lastline.airflow.steps import step, xcom_form
 from lastline.logical.restore import report as restore_report
 from lastline.logical.restore import stages as logical_restore
-from lastline.logical.restore.plans import ConfigSnapshot
+from lastline.logical.restore.plans import ConfigSnapshot, UnitLoaded, Verified
 from lastline.logical.restore.plans import RestorePlan as LogicalRestorePlan
 from lastline.physical import restore as physical_restore
 from lastline.replication import detach as replication_detach
@@ -39,39 +39,33 @@ def logical_restore_steps(conf: Any = None, server_param: str = "target_conn_id"
 
     target = on_server(server_param)  # every step works on the target: its queue, its pool
 
-    @task(**target)
-    def preflight(conf: dict | None = None, params: Any = None) -> dict:
-        return logical_restore.preflight(dict(conf if conf is not None else params), role=role).to_dict()
-
-    @task(**target)
-    def prepare(plan: dict) -> list[str]:
-        steps, lanes = logical_restore.prepare(LogicalRestorePlan.of(plan))
+    def prepare(plan: LogicalRestorePlan) -> list[str]:
+        steps, lanes = logical_restore.prepare(plan)
         get_current_context()["ti"].xcom_push(key="steps", value=xcom_form(steps))
         return lanes
 
-    @task(map_index_template="{{ unit_name }}", **target)
-    def load(plan: dict, lane: str) -> list:
+    def load(plan: LogicalRestorePlan, lane: str) -> list[UnitLoaded]:
         cast(dict, get_current_context())["unit_name"] = lane  # the mapped instance's name (map_index_template)
-        return xcom_form(logical_restore.load_lane(LogicalRestorePlan.of(plan), lane))
+        return logical_restore.load_lane(plan, lane)
 
-    @task(**target)
-    def verify(plan: dict, snap: dict, prepared: dict, loads: list, finalized: dict, reverted: dict) -> dict:
-        typed = LogicalRestorePlan.of(plan)
-        verified = logical_restore.verify(typed, ConfigSnapshot.of(snap))
+    def verify(plan: LogicalRestorePlan, snap: ConfigSnapshot, prepared: dict, loads: list, finalized: dict,
+               reverted: dict) -> Verified:
+        verified = logical_restore.verify(plan, snap)
         steps = {**prepared, "finalize": finalized, "revert": reverted, "verify": verified}
         context = get_current_context()
-        restore_report.write(typed, steps, list(loads), context["dag"].dag_id, context["run_id"])
-        return xcom_form(verified)
+        restore_report.write(plan, steps, list(loads), context["dag"].dag_id, context["run_id"])
+        return verified
 
-    plan = preflight(conf)
+    plan = step(logical_restore.preflight, multiple_outputs=True, **target)(conf, role=role)
     approved = ApproveReplacement(task_id="approve", plan=plan)  # only when data would be replaced
     snap = step(logical_restore.snapshot_config, **target)(plan, run="{{ run_id }}")
     plan >> approved >> snap
-    lanes = prepare(plan)
-    loads = load.partial(plan=plan).expand(lane=lanes)
+    lanes = step(prepare, **target)(plan)
+    loads = step(load, map_index_template="{{ unit_name }}", **target).partial(plan=plan).expand(lane=lanes)
     finalized = step(logical_restore.finalize, **target)(plan)
     reverted = step(logical_restore.revert, **target)(plan).as_teardown(setups=snap, on_failure_fail_dagrun=True)
-    verified = verify(plan, snap, XComArg(lanes.operator, key="steps"), loads, finalized, reverted)
+    verified = step(verify, multiple_outputs=True, **target)(plan, snap, XComArg(lanes.operator, key="steps"), loads,
+                                                             finalized, reverted)
     snap >> lanes
     loads >> finalized >> reverted >> verified
     finalized >> verified  # a failed load or finalize is never verified, though revert runs
@@ -85,11 +79,7 @@ def physical_restore_steps(conf: Any = None, server_param: str = "target_conn_id
     `group >> x` runs x after verify."""
     target = on_server(server_param)
 
-    @task(**on_server(server_param, long=False))
-    def preflight(conf: dict | None = None, params: Any = None) -> dict:
-        return physical_restore.preflight(dict(conf if conf is not None else params), role=role).to_dict()
-
-    plan = preflight(conf)
+    plan = step(physical_restore.preflight, multiple_outputs=True, **on_server(server_param, long=False))(conf, role=role)
     approved = ApproveReplacement(task_id="approve", plan=plan)
     stop, ext, prep, start = (step(fn, **target)(plan) for fn in (physical_restore.stop_target, physical_restore.extract,
                                                                    physical_restore.prepare, physical_restore.start_target))

@@ -140,10 +140,17 @@ class Result(Typed):
 
 
 class Conf:
-    """A run's Params, read with one set of coercions; a bad value is a ConfigError naming the Param."""
+    """A run's Params, read with one set of coercions; a bad value is a ConfigError naming the Param. The Airflow layer
+    (airflow.steps) hands a stage the run's Params as a Conf; a stage reads `Conf(conf)`, so a test's dict is one too."""
 
-    def __init__(self, params: Mapping[str, Any] | None) -> None:
-        self.raw = dict(params or {})
+    raw: dict[str, Any]  # the Params as given
+
+    def __init__(self, params: Conf | Mapping[str, Any] | None) -> None:
+        self.raw = dict(params.raw if isinstance(params, Conf) else params or {})
+
+    def replace(self, **values: Any) -> Conf:
+        """These Params with some values replaced (a backup's Asset event naming the backup to restore)."""
+        return Conf({**self.raw, **values})
 
     @overload
     def text(self, name: str) -> str | None: ...
@@ -228,3 +235,8 @@ class Conf:
         if isinstance(value, bool) or not math.isfinite(out):  # NaN passes every comparison, inf every ceiling
             raise ConfigError(f"the Param {name} is {value!r}: give a finite number.")
         return out
+
+
+RunParams = Conf | Mapping[str, Any]
+"""A run's Params as a stage takes them: the Conf the Airflow layer hands it (airflow.steps), or their dict (a test, a
+drill's restore conf); the stage reads `Conf(conf)`."""

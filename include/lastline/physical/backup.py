@@ -16,7 +16,7 @@ from lastline.core.errors import IntegrityError, PipelineError, StorageError
 from lastline.core.hosts import require_tools
 from lastline.core.option_files import option_file
 from lastline.core.pipeline import run_pipeline
-from lastline.core.plans import MAX_REPLICA_LAG, PARALLEL, Conf
+from lastline.core.plans import MAX_REPLICA_LAG, PARALLEL, Conf, RunParams
 from lastline.core.servers import Server
 from lastline.core.sql import SYSTEM_SCHEMAS
 from lastline.manifest import PhysicalManifest, TableInfo, new_backup_id, write_manifest
@@ -42,7 +42,7 @@ def table_estimates(server: Server) -> list[TableInfo]:
     return [TableInfo(s, n, e, int(r), int(b)) for s, n, e, r, b in rows]
 
 
-def preflight(conf: dict) -> BackupPlan:
+def preflight(conf: RunParams) -> BackupPlan:
     """Check tools, credentials, versions and the destination; choose the backup id. Changes nothing."""
     params = Conf(conf)
     server = connections.server(params.required("source_conn_id"))

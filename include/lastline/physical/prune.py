@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from lastline.core.plans import KEEP, Conf
+from lastline.core.plans import KEEP, Conf, RunParams
 from lastline.manifest import prune_backups
 from lastline.storage import open_allowed
 
 
-def prune(conf: dict, *, protect: dict[str, str]) -> list[str]:
+def prune(conf: RunParams, *, protect: dict[str, str]) -> list[str]:
     """Delete the destination's physical backups beyond `keep` (but none `protect` names: {id: why}, what
     pitr.retention.window_bases gives; a caller always says, an empty dict where there is no window) and
     incomplete ones older than `incomplete_grace_hours`. Returns the deleted ids."""

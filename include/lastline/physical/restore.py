@@ -26,7 +26,7 @@ from lastline.core.datadir import MARKER
 from lastline.core.errors import IntegrityError, PipelineError
 from lastline.core.hosts import require_tools
 from lastline.core.pipeline import run_pipeline
-from lastline.core.plans import PARALLEL, Conf
+from lastline.core.plans import PARALLEL, Conf, RunParams
 from lastline.core.progress import step_report
 from lastline.core.servers import Server, base_version, over_connections, refuse_restore_into_source
 from lastline.core.sql import VOLATILE, qualified, sql_error, tables_at_risk
@@ -42,7 +42,7 @@ def _target(plan: RestorePlan) -> Server:
     return connections.server(plan.target_conn_id)
 
 
-def preflight(conf: dict, role: str | None = None) -> RestorePlan:
+def preflight(conf: RunParams, role: str | None = None) -> RestorePlan:
     """Read-only checks: target not protected, manifest present, artifact whole, datadir (empty, or force, or a
     person's approval where the target asks for one), disk, tools."""
     params = Conf(conf)

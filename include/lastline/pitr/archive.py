@@ -26,7 +26,7 @@ from lastline import connections
 from lastline.core.errors import IntegrityError, PreflightError
 from lastline.core.hosts import Stage
 from lastline.core.pipeline import run_pipeline
-from lastline.core.plans import Conf
+from lastline.core.plans import Conf, RunParams
 from lastline.core.servers import Server
 from lastline.pitr import events
 from lastline.pitr.catalog import PREFIX, branches, head, read_branch, write_branch, write_branches
@@ -228,7 +228,7 @@ def _entry(branch: Branch, name: str, start_gtids: str) -> Entry:
     return entry
 
 
-def run(conf: dict, stop: Any = None) -> dict[str, Any]:
+def run(conf: RunParams, stop: Any = None) -> dict[str, Any]:
     """The binlog_archive DAG's task. By default it streams: it ships what the source writes every
     `ship_every_seconds` (5) for `stream_minutes` (0.8: most of the per-minute schedule's minute), then ends, and
     the schedule starts the next run (one at a time), so the archive stays seconds behind the source.

@@ -11,7 +11,7 @@ from typing import Any
 
 from lastline import reports
 from lastline.core.errors import IntegrityError, LastlineError
-from lastline.core.plans import Conf
+from lastline.core.plans import Conf, RunParams
 from lastline.core.progress import plural
 from lastline.manifest import complete_backups, manifest_kind, read_manifest
 from lastline.pitr import archive, events, window
@@ -130,7 +130,7 @@ def markdown(result: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def run(conf: dict[str, Any], dag_id: str, run_id: str) -> dict[str, Any]:
+def run(conf: RunParams, dag_id: str, run_id: str) -> dict[str, Any]:
     """The binlog_archive DAG's check task: the windows, a report, and an alert when the problems change."""
     params = Conf(conf)
     storage = open_allowed(params.required("destination"), params.text("aws_conn_id"))

@@ -13,7 +13,7 @@ from lastline import connections
 from lastline.backups import BackupRef, open_backup
 from lastline.core import bounds
 from lastline.core.errors import ConfigError, Refusal
-from lastline.core.plans import PARALLEL, Conf
+from lastline.core.plans import PARALLEL, Conf, RunParams
 from lastline.core.sql import never_restored
 from lastline.manifest import ID_RE, MANIFEST, complete_backups, manifest_kind
 from lastline.pitr import catalog, scoped, window
@@ -69,7 +69,7 @@ def authenticate(storage: Storage, recorded: dict[str, Any] | None) -> str:
     return catalog.check_head(storage, recorded, USE)
 
 
-def preflight(conf: dict[str, Any], recorded: dict[str, Any] | None = None) -> PitrPlan:
+def preflight(conf: RunParams, recorded: dict[str, Any] | None = None) -> PitrPlan:
     """Read-only: the base, the line of history and the span to replay; refuses before anything is touched an
     unauthenticated or rolled-back archive (`recorded`: the head Airflow recorded, see authenticate), an `until` in a
     hole, past the archive's end or before the base (the restore's own preflight follows)."""

@@ -8,10 +8,9 @@ from __future__ import annotations
 
 import logging
 from datetime import UTC, datetime, timedelta
-from typing import Any
 
 from lastline.core.errors import LastlineError
-from lastline.core.plans import Conf
+from lastline.core.plans import Conf, RunParams
 from lastline.manifest import backup_time, complete_backups, read_manifest
 from lastline.pitr import window
 from lastline.pitr.catalog import PREFIX, branches, read_branch, write_branch
@@ -83,7 +82,7 @@ def prune_binlogs(storage: Storage, bases: list[str]) -> list[str]:
     return deleted
 
 
-def window_bases(conf: dict[str, Any]) -> dict[str, str]:
+def window_bases(conf: RunParams) -> dict[str, str]:
     """{backup id: why} for the physical bases the conf's destination keeps for its point-in-time window
     (`pitr_window_days`): what the physical backup's prune must not delete."""
     params = Conf(conf)
@@ -91,7 +90,7 @@ def window_bases(conf: dict[str, Any]) -> dict[str, str]:
     return protected_bases(storage, params.number("pitr_window_days", 7, minimum=0))
 
 
-def prune_archive(conf: dict[str, Any], protect: dict[str, str]) -> list[str]:
+def prune_archive(conf: RunParams, protect: dict[str, str]) -> list[str]:
     """After the physical backup's prune kept `protect` (window_bases): the archived binlogs no kept base needs
     (measured against the kept bases the window needs, else the newest one). Nothing without a window."""
     if not protect:

@@ -24,7 +24,7 @@ from lastline.core.errors import IntegrityError, PipelineError, PreflightError, 
 from lastline.core.hosts import Stage, require_tools
 from lastline.core.option_files import option_file
 from lastline.core.pipeline import run_pipeline, tap_result, tap_stage
-from lastline.core.plans import PARALLEL, Conf
+from lastline.core.plans import PARALLEL, Conf, RunParams
 from lastline.core.progress import step_report
 from lastline.core.servers import Server, base_version
 from lastline.core.sql import tables_at_risk
@@ -60,7 +60,7 @@ def check_replication_user(repl: Server) -> None:
         )
 
 
-def preflight(conf: dict) -> RebuildPlan:
+def preflight(conf: RunParams) -> RebuildPlan:
     """Read-only checks on both nodes: target not protected; source has a binlog and a server_id; the
     versions fit; tools on both hosts; the target's datadir (empty, or force, or a person's approval where the
     target asks for one) and room; the replication user."""

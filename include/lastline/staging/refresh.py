@@ -18,7 +18,7 @@ from typing import Any
 from lastline import connections, reports
 from lastline.backups import BackupRef, open_backup
 from lastline.core.errors import IntegrityError, PreflightError, ProtectedTargetError
-from lastline.core.plans import Conf
+from lastline.core.plans import Conf, RunParams
 from lastline.core.progress import plural
 from lastline.core.sql import META_DB, never_restored, objects_present, server_identity
 from lastline.logical.format import dialect, infile
@@ -121,7 +121,7 @@ def key_conn_id() -> str:
     return os.environ.get("LASTLINE_MASKING_KEY_CONN_ID", "lastline_masking") or "lastline_masking"
 
 
-def preflight(conf: dict, rules: Any) -> StagingPlan:
+def preflight(conf: RunParams, rules: Any) -> StagingPlan:
     """The target guard (role staging, not protected, not the backup's source), the rules (the deployment's
     `rules`, plus the run's masking_rules: see run_rules; every one names a column of the backup and fits it),
     the PII guard (every column that looks personal has a rule) and the masking key's presence. Refusals change
@@ -155,7 +155,7 @@ def preflight(conf: dict, rules: Any) -> StagingPlan:
 
     tables = {(t.schema, t.name): t for t in manifest.tables}
     creates = {(t["schema"], t["name"]): t["create"] for t in schema["tables"]}
-    column_rules, object_rules = run_rules(rules, conf.get("masking_rules"))
+    column_rules, object_rules = run_rules(rules, params.raw.get("masking_rules"))
     parsed = [r for r in column_rules if r.schema in databases]
     acknowledged = [o for o in object_rules if o.schema in databases]
     known_objects = pii_objects.object_names(schema, databases)
@@ -192,7 +192,7 @@ def preflight(conf: dict, rules: Any) -> StagingPlan:
     key_conn = key_conn_id()
     connections.secret(key_conn)  # present; read again where it is used, never kept
 
-    restore = {k: conf[k] for k in RESTORE_KNOBS if k in conf and conf[k] is not None}
+    restore = {k: params.raw[k] for k in RESTORE_KNOBS if params.raw.get(k) is not None}
     restore.update(target_conn_id=target_conn_id, **backup.ref.params(),  # the very manifest the PII guard read
                    databases=databases, force=params.flag("force", True), restore_into_source="", restore_grants=False)
     # (nobody is asked to approve: a staging server, whose connection says so, is replaced every morning by design)

@@ -98,6 +98,14 @@ def test_conf_text(raw, expected):
     assert Conf(raw).text("p", "d") == (expected or "d")
 
 
+def test_conf_of_a_conf_and_replaced_values():
+    """A stage reads `Conf(conf)`, whether the Airflow layer handed it a Conf or a test a dict."""
+    conf = Conf({"backup": "latest", "parallel": 2})
+    assert Conf(conf).raw == conf.raw and Conf(conf) is not conf and Conf(None).raw == {}
+    replaced = conf.replace(backup="file:///b/1")
+    assert replaced.raw == {"backup": "file:///b/1", "parallel": 2} and conf.text("backup") == "latest"
+
+
 def test_conf_required_and_choice():
     assert Conf({"p": "a"}).required("p") == "a"
     with pytest.raises(ConfigError, match="the Param p is required"):

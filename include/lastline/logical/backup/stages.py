@@ -22,7 +22,7 @@ from lastline.core import bounds, impact, stopping
 from lastline.core.compression import DEFAULT_COMPRESSION, codec
 from lastline.core.errors import PreflightError, Refusal
 from lastline.core.hosts import require_tools
-from lastline.core.plans import KEEP, MAX_REPLICA_LAG, PARALLEL, Conf
+from lastline.core.plans import KEEP, MAX_REPLICA_LAG, PARALLEL, Conf, RunParams
 from lastline.core.servers import Server
 from lastline.core.sql import placeholders
 from lastline.logical.backup.dumper import Dumper, TableState
@@ -67,7 +67,7 @@ def refuse_versioned(cur: Any, databases: list[str]) -> None:
         )
 
 
-def preflight(conf: dict) -> BackupPlan:
+def preflight(conf: RunParams) -> BackupPlan:
     """Check credentials, databases, privileges, tools and destination; choose the backup id. Changes nothing."""
     params = Conf(conf)
     server = connections.server(params.required("source_conn_id"))
@@ -258,7 +258,7 @@ def resume_replica(plan: BackupPlan, dumped: DumpResult | None = None) -> list[s
     return replica_source.resume_unless_done(plan.source_conn_id, plan.replica, dumped)
 
 
-def prune(conf: dict) -> list[str]:
+def prune(conf: RunParams) -> list[str]:
     """Delete complete logical backups beyond `keep` and incomplete ones older than the grace period."""
     params = Conf(conf)
     storage = open_allowed(params.required("destination"), params.text("aws_conn_id"))

@@ -11,7 +11,7 @@ from lastline.backups import BackupRef, open_backup
 from lastline.core import accounts, bounds
 from lastline.core import datadir as datadirs
 from lastline.core.errors import IntegrityError, PreflightError
-from lastline.core.plans import PARALLEL, Conf
+from lastline.core.plans import PARALLEL, Conf, RunParams
 from lastline.core.servers import Server, base_version, refuse_restore_into_source
 from lastline.core.sql import (
     ASIDE_PREFIX,
@@ -40,7 +40,7 @@ log = logging.getLogger(__name__)
 DEFAULT_REDO_BYTES = 1 << 30
 
 
-def preflight(conf: dict, role: str | None = None) -> RestorePlan:
+def preflight(conf: RunParams, role: str | None = None) -> RestorePlan:
     """Target not protected; manifest present; databases absent or empty (unless force, a person's approval or
     resuming);
     local_infile usable; room on disk; a server version that reads the backup. Changes nothing."""
