@@ -35,8 +35,9 @@ def _typed(hint: Any) -> type[Typed] | None:
 
 
 def _names_conf(hint: Any) -> bool:
-    """Whether an annotation names Conf (`Conf`, `Conf | Mapping[str, Any]`)."""
-    return hint is Conf or Conf in typing.get_args(hint)
+    """Whether an annotation names Conf: `Conf`, or a union with it (`Conf | Mapping[str, Any]`); not a container of
+    Confs."""
+    return hint is Conf or typing.get_origin(hint) in (typing.Union, types.UnionType) and Conf in typing.get_args(hint)
 
 
 def xcom_form(value: Any) -> Any:
@@ -66,7 +67,15 @@ def typed_call(fn: Callable[..., Any]) -> Callable[..., Any]:
         return xcom_form(fn(*bound.args, **bound.kwargs))
 
     if confs:  # Airflow passes a context value to a callable whose signature names it: here, the run's Params
-        assert "params" not in signature.parameters, f"{fn.__name__}: a stage's Params are its Conf parameter"
+        if "params" in signature.parameters:
+            raise TypeError(f"{fn.__name__}: a stage's Params are its Conf parameter ({', '.join(confs)}); it cannot "
+                            "also take `params`")
+        names = list(signature.parameters)
+        after = [p.name for p in list(signature.parameters.values())[names.index(confs[0]) + 1:]
+                 if p.default is p.empty and p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+        if after:  # the Conf parameter gets a default (None: the run's Params), so nothing required may follow it
+            raise TypeError(f"{fn.__name__}: its Conf parameter {confs[0]!r} is followed by required parameters "
+                            f"({', '.join(after)}): put them first, or make them keyword-only, to make it a step")
         parameters = [p.replace(default=None) if p.name in confs else p for p in signature.parameters.values()]
         keyword = inspect.Parameter("params", inspect.Parameter.KEYWORD_ONLY, default=None)
         at = next((i for i, p in enumerate(parameters) if p.kind == p.VAR_KEYWORD), len(parameters))

@@ -51,15 +51,15 @@ def seen(conf: Conf) -> Any:
     return conf
 
 
-@pytest.mark.parametrize(("given", "params", "target"), [
+@pytest.mark.parametrize(("given", "params", "expected"), [
     ({}, {"target": "t1", "parallel": "4"}, "t1"),
     ({"conf": {"target": "from-xcom"}}, {"target": "t1"}, "from-xcom"),
     ({"conf": Conf({"target": "typed"})}, {"target": "t1"}, "typed"),
     ({"conf": None}, {"target": "t1"}, "t1"),
 ], ids=["the-run-s-params", "a-dict-from-xcom", "a-conf-as-is", "none-means-the-run-s-params"])
-def test_a_conf_parameter_receives_the_params(given, params, target):
+def test_a_conf_parameter_receives_the_params(given, params, expected):
     out = typed_call(preflight)(params=params, **given)
-    assert out["target"] == target and isinstance(out, dict)  # the plan stored as its dict
+    assert out["target"] == expected and isinstance(out, dict)  # the plan stored as its dict
 
 
 def test_the_params_arrive_as_a_conf_and_the_plan_leaves_as_its_dict():
@@ -98,3 +98,29 @@ def test_step_keeps_the_task_s_kwargs_and_binds_with_no_arguments():
     assert plan.operator.task_id == "plan" and plan.operator.multiple_outputs
     assert plan.operator.trigger_rule == "all_done"
     assert loaded.operator.upstream_task_ids == {"plan"}
+
+
+def _needs_after(conf: Conf, rules: str) -> None:
+    """A stage whose Conf is followed by a required parameter (the staging refresh's preflight takes its rules so)."""
+
+
+def _takes_params(conf: Conf, params: dict) -> None:
+    """A stage that would take Airflow's `params` beside its Conf."""
+
+
+def _conf_list(confs: list[Conf]) -> list:
+    """A stage that takes several Confs: not the run's Params."""
+    return confs
+
+
+@pytest.mark.parametrize(("stage", "says"), [
+    (_needs_after, r"_needs_after: its Conf parameter 'conf' is followed by required parameters \(rules\)"),
+    (_takes_params, r"_takes_params: a stage's Params are its Conf parameter"),
+], ids=["a required parameter after the conf", "a params parameter beside the conf"])
+def test_a_stage_that_cannot_take_the_params_is_refused_by_name_when_made_a_step(stage, says):
+    with pytest.raises(TypeError, match=says):
+        typed_call(stage)
+
+
+def test_a_container_of_confs_is_not_the_run_s_params():
+    assert "params" not in inspect.signature(typed_call(_conf_list)).parameters
