@@ -13,6 +13,8 @@ from lastline.core.sql import META_DB, qualified
 from lastline.staging import masking
 from lastline.staging.rules import EMAIL_DOMAIN, EMAIL_HEX, Rule
 
+from .bookkeeping import kept
+
 KEY = "unit key: s3cret"
 RUN = "unit_masking_run"
 DB = "unit_masking"
@@ -58,32 +60,16 @@ def crm(logical_target):
     """`unit_masking`.`people` (a UNIQUE case-insensitive email among other personal columns) and `orders` naming
     people by email in another case; the masking bookkeeping as it was before, this run's rows removed after."""
     server = logical_target.server()
-    with server.session() as cur:
-        cur.execute(f"SELECT TABLE_NAME FROM information_schema.TABLES WHERE TABLE_SCHEMA = '{META_DB}'")
-        had = {r[0] for r in cur.fetchall()}
-        cur.execute(f"SELECT COUNT(*) FROM information_schema.SCHEMATA WHERE SCHEMA_NAME = '{META_DB}'")
-        had_db = bool(cur.fetchone()[0])
-        cur.execute(f"DROP DATABASE IF EXISTS {DB}")
-        cur.execute(f"CREATE DATABASE {DB}")
-        cur.execute(f"CREATE TABLE {DB}.people (id INT PRIMARY KEY, email VARCHAR(120) NOT NULL, full_name VARCHAR(100), "
-                    "phone VARCHAR(30), address VARCHAR(200), memo TEXT, code VARBINARY(20), UNIQUE KEY (email)) "
-                    "DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_general_ci")
-        cur.executemany(f"INSERT INTO {DB}.people VALUES (%s, %s, %s, %s, %s, %s, %s)", ROWS)
-        cur.execute(f"CREATE TABLE {DB}.orders (id INT PRIMARY KEY, email VARCHAR(120)) DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin")
-        cur.executemany(f"INSERT INTO {DB}.orders VALUES (%s, %s)", [(1, "ann@example.com"), (2, "BOB@EXAMPLE.ORG")])
-        cur.connection.commit()
-    yield server
-    with server.session() as cur:
-        cur.execute(f"DROP DATABASE IF EXISTS {DB}")
-        if not had_db:
-            cur.execute(f"DROP DATABASE IF EXISTS {META_DB}")
-        else:
-            for table in BOOKKEEPING:
-                if table in had:
-                    cur.execute(f"DELETE FROM {META_DB}.{table} WHERE run_key = %s", (RUN,))
-                else:
-                    cur.execute(f"DROP TABLE IF EXISTS {META_DB}.{table}")
-        cur.connection.commit()
+    with kept(server, DB, RUN, BOOKKEEPING):
+        with server.session() as cur:
+            cur.execute(f"CREATE TABLE {DB}.people (id INT PRIMARY KEY, email VARCHAR(120) NOT NULL, full_name VARCHAR(100), "
+                        "phone VARCHAR(30), address VARCHAR(200), memo TEXT, code VARBINARY(20), UNIQUE KEY (email)) "
+                        "DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_general_ci")
+            cur.executemany(f"INSERT INTO {DB}.people VALUES (%s, %s, %s, %s, %s, %s, %s)", ROWS)
+            cur.execute(f"CREATE TABLE {DB}.orders (id INT PRIMARY KEY, email VARCHAR(120)) DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin")
+            cur.executemany(f"INSERT INTO {DB}.orders VALUES (%s, %s)", [(1, "ann@example.com"), (2, "BOB@EXAMPLE.ORG")])
+            cur.connection.commit()
+        yield server
 
 
 def test_column_infos_read_what_masking_needs(crm):

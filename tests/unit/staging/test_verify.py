@@ -9,10 +9,11 @@ import pytest
 
 from lastline.backups import BackupRef
 from lastline.core.errors import IntegrityError
-from lastline.core.sql import META_DB
 from lastline.staging import masking, verify
 from lastline.staging.plans import StagingPlan
 from lastline.staging.rules import Rule
+
+from .bookkeeping import kept
 
 CONN = "t_ltarget"  # the logical target's connection (tests/conftest.py)
 KEY_CONN = "unit_verify_key"
@@ -36,43 +37,28 @@ def masked(logical_target, monkeypatch):
     bookkeeping as it was before (this run's rows removed, tables or `_lastline` dropped if they were new)."""
     monkeypatch.setenv(f"AIRFLOW_CONN_{KEY_CONN.upper()}", json.dumps({"conn_type": "generic", "password": KEY}))
     server = logical_target.server()
-    with server.session() as cur:
-        cur.execute("SELECT TABLE_NAME FROM information_schema.TABLES WHERE TABLE_SCHEMA = %s", (META_DB,))
-        had = {r[0] for r in cur.fetchall()}
-        cur.execute("SELECT COUNT(*) FROM information_schema.SCHEMATA WHERE SCHEMA_NAME = %s", (META_DB,))
-        had_db = bool(cur.fetchone()[0])
-        cur.execute(f"DROP DATABASE IF EXISTS {DB}")
-        cur.execute(f"CREATE DATABASE {DB}")
-        cur.execute(f"CREATE TABLE {DB}.people (id INT PRIMARY KEY, email VARCHAR(120) UNIQUE, full_name VARCHAR(100), "
-                    "phone VARCHAR(30), memo TEXT, city VARCHAR(40), note VARCHAR(40)) DEFAULT CHARSET=utf8mb4")
-        cur.executemany(f"INSERT INTO {DB}.people VALUES (%s, %s, %s, %s, %s, %s, %s)", [
-            (1, "ann@example.com", "Ann Smith", "+1 555 123 4567", "vip", "Paris", "n1"),
-            (2, "bob@example.org", "Bob Diaz", "555-987-6543", None, "Rome", "n2"),
-            (3, "eve@example.net", None, None, "call back", None, None)])
-        cur.execute(f"CREATE TABLE {DB}.orders (id INT PRIMARY KEY, email VARCHAR(120)) DEFAULT CHARSET=utf8mb4")
-        cur.executemany(f"INSERT INTO {DB}.orders VALUES (%s, %s)",
-                        [(1, "ann@example.com"), (2, "ANN@example.com"), (3, "bob@example.org"), (4, "zed@example.com")])
-        cur.connection.commit()
-    conn = server.connect(local_infile=1)
-    try:
-        cur = conn.cursor()
-        masking.ensure_tables(cur)
-        masking.set_key(conn, KEY, RUN)
-        for (schema, table), rules in masking.by_table(RULES).items():
-            masking.mask_table(conn, RUN, schema, table, rules, masking.column_infos(cur, schema, table))
-    finally:
-        conn.close()
-    yield server
-    with server.session() as cur:
-        cur.execute(f"DROP DATABASE IF EXISTS {DB}")
-        if not had_db:
-            cur.execute(f"DROP DATABASE IF EXISTS {META_DB}")
-        for table in BOOKKEEPING if had_db else ():
-            if table in had:
-                cur.execute(f"DELETE FROM {META_DB}.{table} WHERE run_key = %s", (RUN,))
-            else:
-                cur.execute(f"DROP TABLE IF EXISTS {META_DB}.{table}")
-        cur.connection.commit()
+    with kept(server, DB, RUN, BOOKKEEPING):
+        with server.session() as cur:
+            cur.execute(f"CREATE TABLE {DB}.people (id INT PRIMARY KEY, email VARCHAR(120) UNIQUE, full_name VARCHAR(100), "
+                        "phone VARCHAR(30), memo TEXT, city VARCHAR(40), note VARCHAR(40)) DEFAULT CHARSET=utf8mb4")
+            cur.executemany(f"INSERT INTO {DB}.people VALUES (%s, %s, %s, %s, %s, %s, %s)", [
+                (1, "ann@example.com", "Ann Smith", "+1 555 123 4567", "vip", "Paris", "n1"),
+                (2, "bob@example.org", "Bob Diaz", "555-987-6543", None, "Rome", "n2"),
+                (3, "eve@example.net", None, None, "call back", None, None)])
+            cur.execute(f"CREATE TABLE {DB}.orders (id INT PRIMARY KEY, email VARCHAR(120)) DEFAULT CHARSET=utf8mb4")
+            cur.executemany(f"INSERT INTO {DB}.orders VALUES (%s, %s)",
+                            [(1, "ann@example.com"), (2, "ANN@example.com"), (3, "bob@example.org"), (4, "zed@example.com")])
+            cur.connection.commit()
+        conn = server.connect(local_infile=1)
+        try:
+            cur = conn.cursor()
+            masking.ensure_tables(cur)
+            masking.set_key(conn, KEY, RUN)
+            for (schema, table), rules in masking.by_table(RULES).items():
+                masking.mask_table(conn, RUN, schema, table, rules, masking.column_infos(cur, schema, table))
+        finally:
+            conn.close()
+        yield server
 
 
 def test_a_masked_run_passes_with_its_audit_and_joins(masked):
