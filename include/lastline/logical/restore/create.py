@@ -11,7 +11,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from lastline.backups import open_backup
+from lastline.backups import OpenedBackup, open_backup
 from lastline.core import accounts, stopping
 from lastline.core.errors import IntegrityError, LastlineError, Refusal
 from lastline.core.servers import Server, over_connections
@@ -86,11 +86,12 @@ def table_creates(plan: RestorePlan, manifest: LogicalManifest, schema: dict) ->
 
 
 @stopping.stops_cleanly
-def create_schema(plan: RestorePlan) -> SchemaCreated:
+def create_schema(plan: RestorePlan, backup: OpenedBackup | None = None) -> SchemaCreated:
     """Databases, sequences, and the tables unless the lanes create them (creates_in_lanes). lastline's own statements
     (its bookkeeping, the set-aside, the databases rebuilt from checked names) run on the admin connection; the
-    tables' and sequences' statements, which come from the backup, run under the run account."""
-    backup = open_backup(plan.backup)
+    tables' and sequences' statements, which come from the backup, run under the run account. `backup`: the plan's,
+    when this task opened it already."""
+    backup = backup or open_backup(plan.backup)
     manifest, schema = backup.logical, backup.schema
     server = target_server(plan)
     wanted = set(plan.databases)  # a set: a list would cost objects x databases

@@ -9,7 +9,7 @@ import re
 from datetime import UTC, datetime
 from typing import Any
 
-from lastline.backups import open_backup
+from lastline.backups import OpenedBackup, open_backup
 from lastline.core import accounts, stopping
 from lastline.core.errors import IntegrityError, LastlineError
 from lastline.core.progress import plural
@@ -51,11 +51,11 @@ def tune(plan: RestorePlan) -> Tuned:
     )
 
 
-def plan_load(plan: RestorePlan) -> list[dict]:
+def plan_load(plan: RestorePlan, backup: OpenedBackup | None = None) -> list[dict]:
     """The work units, planned once from the checked manifest and recorded on the target for the lanes
     (target_state.record_units: at 10,000 tables they are about 1 MB of JSON, which XCom should not carry); returned
-    as dicts (what the log and the benches show)."""
-    manifest = open_backup(plan.backup).logical
+    as dicts (what the log and the benches show). `backup`: the plan's, when this task opened it already."""
+    manifest = (backup or open_backup(plan.backup)).logical
     units = plan_units(manifest, selected(manifest, plan.databases), plan.parallel)
     with target_server(plan).session() as cur:
         record_units(cur, manifest.backup_id, plan.databases, units)
@@ -67,13 +67,14 @@ def plan_load(plan: RestorePlan) -> list[dict]:
 def prepare(plan: RestorePlan) -> tuple[dict[str, Tuned | SchemaCreated], list[str]]:
     """tune, create_schema and plan as one task (each takes well under a second; a task costs Airflow about
     that much again): their results, and the lanes the load runs on."""
-    return {"tune": tune(plan), "create_schema": create_schema(plan)}, plan_lanes(plan)
+    backup = open_backup(plan.backup)  # once for the task: its manifest read and checked once
+    return {"tune": tune(plan), "create_schema": create_schema(plan, backup)}, plan_lanes(plan, backup)
 
 
-def plan_lanes(plan: RestorePlan) -> list[str]:
+def plan_lanes(plan: RestorePlan, backup: OpenedBackup | None = None) -> list[str]:
     """The `parallel` lanes that load the work units (planned and recorded here, see plan_load), each label naming
     the plan's digest, which its lane checks against what it finds recorded."""
-    digest = units_digest(plan_load(plan))
+    digest = units_digest(plan_load(plan, backup))
     return [f"lane {i + 1} of {plan.parallel} (units {digest})" for i in range(plan.parallel)]
 
 
