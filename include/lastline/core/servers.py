@@ -202,14 +202,12 @@ class Server:
         where = self.socket or f"{self.host}:{self.port}"
         return f"{self.conn_id} ({self.user}@{where})"
 
-    def connect(self, database: str | None = None, **kwargs: Any) -> Any:
-        """Open a MySQLdb connection; the password goes through the driver, never argv.
-
-        One statement per call (no multi-statements) and no `LOAD DATA LOCAL` unless asked for with
-        `local_infile=1` (only the loader's connections do): nothing a backup holds can chain a second
-        statement or make the server read a worker's file."""
-        import MySQLdb
-
+    def driver_args(self, database: str | None = None, **kwargs: Any) -> dict[str, Any]:
+        """The MySQLdb arguments of a connection to this server: lastline's one way of making them (`connect` and
+        the hook's `get_conn` both use it). One statement per call (no multi-statements) and no `LOAD DATA LOCAL`
+        unless asked for with `local_infile=1` (only the loader's connections do): nothing a backup holds can chain
+        a second statement or make the server read a worker's file. The socket is never used with an SSH
+        connection (that socket is on the server's host, not here)."""
         args: dict[str, Any] = {
             "user": self.user, "passwd": self.password, "charset": self.charset, "multi_statements": False, "local_infile": 0,
         }
@@ -224,8 +222,14 @@ class Server:
         if self.ssl_mode:
             args["ssl_mode"] = self.ssl_mode
         args.update(kwargs)
+        return args
+
+    def connect(self, database: str | None = None, **kwargs: Any) -> Any:
+        """Open a MySQLdb connection made from :meth:`driver_args`; the password goes through the driver, never argv."""
+        import MySQLdb
+
         try:
-            return MySQLdb.connect(**args)
+            return MySQLdb.connect(**self.driver_args(database, **kwargs))
         except MySQLdb.OperationalError as exc:
             raise self.connect_error(exc.args[0] if exc.args else None, str(exc.args[-1])) from exc
 

@@ -4,7 +4,7 @@ A connection of type `lastline` ("MariaDB / MySQL (lastline)") shows them as fie
 connection form (declared once in :mod:`lastline.core.connection_fields`, given to Airflow by the provider info); a plain `mysql` connection with the same
 keys in its extras works the same. `test_connection()` is the form's "Test connection": reachable, the server's
 version, and the privileges lastline needs for what the connection may be used as, naming those missing. `server()` gives the typed :class:`~lastline.core.servers.Server` every stage
-takes; `get_conn()` and the rest are MySqlHook's, for anyone who wants a DB-API connection.
+takes; `get_conn()` gives a DB-API connection made the same way (`Server.driver_args`), and the rest is MySqlHook's.
 """
 from __future__ import annotations
 
@@ -33,16 +33,22 @@ class MariaDbHook(MySqlHook):
         super().__init__(lastline_conn_id, **kwargs)
         self.lastline_conn_id = lastline_conn_id
 
-    def _get_conn_config_mysql_client(self, conn: Any) -> dict:
-        """MySqlHook's client settings, with the socket read as lastline reads it: `unix_socket` or `socket`, and never
-        with an SSH connection (that socket is on the server's host, not here)."""
-        config = super()._get_conn_config_mysql_client(conn)
-        extra = conn.extra_dejson or {}
-        socket = extra.get("unix_socket") or extra.get("socket")
-        config.pop("unix_socket", None)
-        if socket and not extra.get("ssh_conn_id"):
-            config["unix_socket"] = socket
-        return config
+    def get_conn(self) -> Any:
+        """A DB-API (MySQLdb) connection to this connection's server, made as every lastline stage makes one
+        (:meth:`Server.driver_args`): one statement per call, no `LOAD DATA LOCAL` unless this hook was made with
+        `local_infile=True`, the socket read as lastline reads it (`unix_socket` or `socket`, never with an SSH
+        connection), the connection's TLS and charset; the hook's `schema`, when given, is the database. MySqlHook's
+        other clients and its IAM login are not lastline's: a `client` extra other than mysqlclient is refused."""
+        conn = self.connection or self.read_connection()
+        client = (conn.extra_dejson or {}).get("client", "mysqlclient")
+        if client != "mysqlclient":
+            raise ConfigError(f"connection {self.lastline_conn_id!r} asks for the {client!r} client: lastline connects "
+                              "with mysqlclient only; remove the extra \"client\".")
+        server = Server.from_connection(conn)
+        extra: dict[str, Any] = {"local_infile": 1} if self.local_infile else {}
+        if self.init_command:
+            extra["init_command"] = self.init_command
+        return server.connect(self.schema or conn.schema or None, **extra)
 
     def read_connection(self) -> Any:
         """The Airflow connection, or a ConfigError saying how to create it."""

@@ -10,6 +10,7 @@ import os
 import pytest
 
 from lastline.core.errors import ConfigError
+from lastline.core.servers import Server
 from lastline.hooks.mariadb import MariaDbHook
 
 
@@ -47,8 +48,61 @@ def test_a_missing_connection_says_how_to_create_it():
 ], ids=["unix-socket", "socket", "a-socket-on-the-ssh-host-is-not-here", "none"])
 def test_the_client_reads_the_socket_as_lastline_does(conn, extra, socket):
     hook = MariaDbHook(conn("unit_hook_sock", conn_type="lastline", host="db1", login="admin", extra=extra))
-    config = hook._get_conn_config_mysql_client(hook.read_connection())
-    assert config.get("unix_socket") == socket
+    args = Server.from_connection(hook.read_connection()).driver_args()
+    assert args.get("unix_socket") == socket
+    assert ("host" in args) == (socket is None)
+
+
+def _session_flags(dbapi) -> tuple[str, bool]:
+    """The connection's @@local_infile as the server sees it cannot tell the client's flag; what tells is a LOCAL load
+    refused by the client, and a second statement in one call refused by the parser."""
+    cur = dbapi.cursor()
+    cur.execute("SELECT DATABASE()")
+    database = cur.fetchone()[0]
+    try:
+        cur.execute("SELECT 1; SELECT 2")
+        multi = True
+    except Exception:  # noqa: BLE001 - MySQLdb's ProgrammingError: a syntax error at the second statement
+        multi = False
+    return database, multi
+
+
+def test_get_conn_is_made_as_every_stage_makes_one(target):
+    """The hook's DB-API connection is the stages' (Server.driver_args): one statement per call, no LOCAL INFILE."""
+    import MySQLdb
+
+    hook = MariaDbHook("t_target", schema="mysql")
+    dbapi = hook.get_conn()
+    try:
+        database, multi = _session_flags(dbapi)
+        assert (database, multi) == ("mysql", False)
+        cur = dbapi.cursor()
+        with pytest.raises(MySQLdb.OperationalError) as refused:
+            cur.execute("LOAD DATA LOCAL INFILE '/etc/hostname' INTO TABLE mysql.user")
+        assert refused.value.args[0] in (1148, 2068, 4166), refused.value  # the client's "LOCAL INFILE is disabled"
+    finally:
+        dbapi.close()
+
+
+def test_get_conn_with_local_infile_asked_for_by_its_caller(target):
+    """Only a hook made with local_infile=True (code, never a connection's extra) lets the client send a file."""
+    dbapi = MariaDbHook("t_target", local_infile=True).get_conn()
+    try:
+        cur = dbapi.cursor()
+        cur.execute("CREATE DATABASE IF NOT EXISTS unit_hook_infile")
+        cur.execute("CREATE TABLE IF NOT EXISTS unit_hook_infile.t (line TEXT)")
+        cur.execute("LOAD DATA LOCAL INFILE '/etc/hostname' INTO TABLE unit_hook_infile.t")
+        cur.execute("SELECT COUNT(*) FROM unit_hook_infile.t")
+        assert cur.fetchone()[0] >= 1
+    finally:
+        dbapi.cursor().execute("DROP DATABASE IF EXISTS unit_hook_infile")
+        dbapi.close()
+
+
+def test_get_conn_refuses_another_client(conn):
+    hook = MariaDbHook(conn("unit_hook_client", conn_type="lastline", host="db1", extra={"client": "mysql-connector-python"}))
+    with pytest.raises(ConfigError, match="asks for the 'mysql-connector-python' client: lastline connects with mysqlclient only"):
+        hook.get_conn()
 
 
 def test_test_connection_of_an_account_with_what_lastline_needs(target):
