@@ -30,9 +30,6 @@ ALLOWED_MODULES = frozenset({
     "lastline.replication.detach",
     "lastline.replication.rebuild",
     "lastline.airflow.task_groups",
-    "lastline.pitr.applier",
-    "lastline.pitr.replay",
-    "lastline.staging.refresh",
 })
 
 
