@@ -26,9 +26,6 @@ ALLOWED_MODULES = frozenset({
     "lastline.logical.restore.target_state",
     "lastline.logical.restore.verify",
     "lastline.airflow.task_groups",
-    "lastline.pitr.applier",
-    "lastline.pitr.replay",
-    "lastline.staging.refresh",
 })
 
 
