@@ -79,7 +79,15 @@ def choose_method(cur: Any, wanted: str, server_ids: set[int]) -> tuple[str, str
 
 
 def slave_status(cur: Any) -> dict[str, Any]:
-    cur.execute(f"SHOW SLAVE '{CONNECTION}' STATUS")
+    """The replay connection's SHOW SLAVE STATUS as a dict; {} when the connection does not exist (error 1617)."""
+    import MySQLdb
+
+    try:
+        cur.execute(f"SHOW SLAVE '{CONNECTION}' STATUS")
+    except MySQLdb.OperationalError as exc:
+        if exc.args and exc.args[0] == 1617:
+            return {}
+        raise
     row = cur.fetchone()
     return dict(zip([d[0] for d in cur.description], row)) if row else {}
 
@@ -143,6 +151,10 @@ def wait(cur: Any, want: str, started: float, every: float = 10.0, idle: float =
         if all(now.get(d, -1) >= n for d, n in target.items()):
             return
         status = slave_status(cur)
+        if not status:
+            raise ServerError(f"the target's applier stopped during the replay: its replication connection "
+                              f"'{CONNECTION}' no longer exists (removed on the target while the replay ran). A retry "
+                              "creates it again and resumes after the last transaction it committed.")
         if status.get("Slave_SQL_Running") != "Yes":
             err = status.get("Last_SQL_Error") or status.get("Slave_SQL_Running_State") or "it stopped"
             raise ServerError(f"the target's applier stopped during the replay: {err} (at "
