@@ -33,9 +33,10 @@ def as_bool(value: Any) -> bool:
 _FALSE = {"0", "false", "no", "off"}
 
 
-def safety_flag(value: Any, name: str, default: bool | None) -> bool | None:
-    """A safety setting of a connection (protected, approval...): true or false as JSON or words, empty for the
-    default; anything else is refused, never read as false (a typo must not leave production unprotected)."""
+def safety_flag(value: Any, name: str, default: bool | None, of: str = "the connection extra") -> bool | None:
+    """A safety setting of a connection (protected, approval...) or a step's switch (`of`: "the Param"): true or false
+    as JSON or words, empty for the default; anything else is refused, never read as false (a typo must not leave
+    production unprotected, nor skip a step)."""
     if value is None or value == "":
         return default
     if isinstance(value, bool):
@@ -43,7 +44,7 @@ def safety_flag(value: Any, name: str, default: bool | None) -> bool | None:
     text = str(value).strip().lower()
     if text in _TRUE or text in _FALSE:
         return text in _TRUE
-    raise ConfigError(f"the connection extra {name} is {value!r}: write true or false (or leave it empty).")
+    raise ConfigError(f"{of} {name} is {value!r}: write true or false (or leave it empty).")
 
 
 _UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}

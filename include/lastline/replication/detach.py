@@ -8,7 +8,8 @@ import time
 from lastline import connections
 from lastline.core.errors import ReplicationError
 from lastline.core.option_files import Setting
-from lastline.core.servers import Server, as_bool
+from lastline.core.plans import safety_flag
+from lastline.core.servers import Server
 from lastline.replicas import flavour
 from lastline.replication.plans import Detached, DetachPlan, ReadOnly, StillDetached
 
@@ -40,8 +41,8 @@ def check(target_conn_id: str, restart: object = True, read_only_off: object = F
         flavour=fl.describe(),
         connections=[flavour.describe_status(s) for s in statuses],
         statements=flavour.detach_statements(fl, names),
-        restart=as_bool(restart),
-        read_only_off=as_bool(read_only_off),
+        restart=bool(safety_flag(restart, "restart", True, of="the Param")),
+        read_only_off=bool(safety_flag(read_only_off, "read_only_off", False, of="the Param")),
     )
     log.info("%s (%s): %d replication connection(s)%s; will run: %s", server.describe(), plan.flavour,
              len(statuses), "".join(f"\n  {c}" for c in plan.connections), "; ".join(plan.statements))

@@ -10,7 +10,7 @@ import time
 import pytest
 
 from conftest import attach_replica, set_conn
-from lastline.core.errors import ProtectedTargetError, ReplicationError
+from lastline.core.errors import ConfigError, ProtectedTargetError, ReplicationError
 from lastline.core.option_files import Setting
 from lastline.core.servers import Server
 from lastline.core.sql import quote_ident
@@ -74,6 +74,16 @@ def test_check_plans_the_detach_of_a_replica(replica, restart, read_only_off, ex
     assert plan.statements == STATEMENTS
     assert (plan.restart, plan.read_only_off) == expected
     assert DetachPlan.of(plan.to_dict()) == plan
+
+
+@pytest.mark.parametrize("restart, read_only_off, refused", [
+    ("ture", False, "the Param restart is 'ture': write true or false"),
+    (True, "maybe", "the Param read_only_off is 'maybe': write true or false"),
+], ids=["a typo in restart", "a word that is neither"])
+def test_check_refuses_a_switch_that_is_neither_true_nor_false(replica, restart, read_only_off, refused):
+    """A typo never reads as false: it would skip the restart that proves the detach holds."""
+    with pytest.raises(ConfigError, match=refused):
+        detach.check("t_dt_replica", restart, read_only_off)
 
 
 def test_check_of_a_server_that_replicates_from_nothing_plans_the_same_statements(source):
