@@ -3,7 +3,7 @@
 Needs `make demo` first (its sandboxes, its backups, its connections in the project's Airflow database).
 Runs `bin/airflow standalone` in the foreground on 127.0.0.1 (LASTLINE_UI_PORT, default 8080) with every
 visitor an admin (a local sandbox only: never expose it), the backups' folder as the default destination
-(the restore forms offer `latest` and the demo's backups) and the nightly schedules off. Ctrl-C stops it.
+(the restore forms offer its `latest`; the Backups page lists every backup) and the nightly schedules off. Ctrl-C stops it.
 """
 from __future__ import annotations
 
@@ -31,7 +31,7 @@ def main() -> int:
            # sized for a laptop: 4 task processes and one api-server worker (the defaults start 32 and 4)
            "AIRFLOW__CORE__PARALLELISM": os.environ.get("LASTLINE_UI_PARALLELISM", "4"), "AIRFLOW__API__WORKERS": "1"}
     say(f"Airflow's UI on the demo servers: http://127.0.0.1:{port} (up in about 30 s; Ctrl-C stops it)")
-    say("  Dags > logical_restore > Trigger: the form offers the demo's backups; the target is the demo's")
+    say("  Dags > logical_restore > Trigger: the form offers the demo's latest backup; the target is the demo's")
     say("  (a restore that replaces data waits for your approval under 'Required actions'); each run has a Report tab")
     say("  every DAG succeeds with its form's defaults: staging_refresh writes into lastline_staging (masked by the "
         "Variable lastline_masking_rules), restore_drill into lastline_drill, replica_rebuild builds lastline_replica "
