@@ -330,7 +330,7 @@ def test_the_ui_in_a_real_browser_forms_a_restore_from_the_form_and_its_report(d
             dialog.locator("#element_target_conn_id").fill("d_ltarget")
             dialog.get_by_role("button", name="Backup", exact=True).click()
             offered = dialog.locator("#list_backup option").evaluate_all("opts => opts.map(o => o.value)")
-            assert offered == [f"file://{deployment.dest}/logical/latest"]  # latest: the Backups page lists the others
+            assert f"file://{deployment.dest}/logical/latest" in offered  # latest (the Backups page lists the others)
             dialog.locator("#element_backup").fill(offered[0])
             dialog.get_by_role("button", name="Safety", exact=True).click()
             dialog.locator("[id='switch:element_force']").click()
