@@ -2,7 +2,8 @@
 in a local folder and in S3 (moto on loopback), and what an operator's day costs there:
 
 - `latest`: the restore's resolve_backup of `<destination>/latest`;
-- the form's list: the newest complete backups a trigger form offers (airflow.params.recent_backups: ten);
+- the form's list: the ten newest complete backups (manifest.newest_complete), as the trigger forms once offered
+  them (now only the Backups page lists a destination; the name is kept so the records compare);
 - the restore's preflight on `latest` (a real backup of a few tenants: manifest, schema and chunks checked);
 - prune, keep 7: every older backup deleted (prune reads each manifest: linear is the goal).
 

@@ -37,7 +37,7 @@ from __future__ import annotations
 from airflow.sdk import dag
 
 from lastline.airflow.defaults import dag_args
-from lastline.airflow.params import FORCE_OFF, params, recent_backups
+from lastline.airflow.params import FORCE_OFF, params
 from lastline.airflow.task_groups import logical_restore_steps
 
 
@@ -52,7 +52,6 @@ from lastline.airflow.task_groups import logical_restore_steps
         databases="a subset; empty: every database in the backup", parallel="work units loading at once on the target",
         force=f"replace databases that already exist on the target (set aside until the restore is verified) where no "
               f"person is asked to approve it, as an unattended run needs; {FORCE_OFF}",
-        backup=recent_backups("logical"),
     ),
 )
 def logical_restore():

@@ -19,7 +19,7 @@ from __future__ import annotations
 from airflow.sdk import dag
 
 from lastline.airflow.defaults import dag_args
-from lastline.airflow.params import FORCE_OFF, params, recent_backups
+from lastline.airflow.params import FORCE_OFF, params
 from lastline.airflow.task_groups import physical_restore_steps
 
 
@@ -33,7 +33,6 @@ from lastline.airflow.task_groups import physical_restore_steps
         parallel="decompress and mbstream threads",
         force=f"move a non-empty target datadir aside (deleted after verify) where no person is asked to "
               f"approve it, as an unattended run needs; {FORCE_OFF}",
-        backup=recent_backups("physical"),
     ),
 )
 def physical_restore():

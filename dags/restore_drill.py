@@ -19,7 +19,7 @@ from lastline import drill
 from lastline.airflow.alerts import send
 from lastline.airflow.assets import LOGICAL_BACKUP, PHYSICAL_BACKUP, triggering_backup
 from lastline.airflow.defaults import dag_args
-from lastline.airflow.params import params, recent_backups
+from lastline.airflow.params import BACKUPS_PAGE, params
 from lastline.airflow.steps import step, task
 from lastline.airflow.task_groups import logical_restore_steps, physical_restore_steps
 from lastline.core.plans import Conf
@@ -32,8 +32,8 @@ from lastline.drill import DrillPlan
     doc_md=__doc__,
     tags=["lastline", "restore", "drill"],
     params=params("drill_conn_id", "backup", "kind", "rto_budget_minutes", "parallel", "aws_conn_id",
-                  backup=recent_backups(None, "for a manual run: the backup to drill (of `kind`); a run started by a "
-                                                   "backup's Asset event drills that backup")),
+                  backup=f"for a manual run: the backup to drill (of `kind`); a run started by a backup's Asset event "
+                         f"drills that backup; {BACKUPS_PAGE}"),
 )
 def restore_drill():
     def preflight(conf: Conf) -> DrillPlan:

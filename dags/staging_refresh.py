@@ -28,7 +28,7 @@ from airflow.sdk import Variable, dag
 
 from lastline.airflow.assets import LOGICAL_BACKUP, backup_from_event
 from lastline.airflow.defaults import dag_args, env
-from lastline.airflow.params import Override, params, recent_backups
+from lastline.airflow.params import BACKUPS_PAGE, Override, params
 from lastline.airflow.steps import step
 from lastline.airflow.task_groups import detach_replication, logical_restore_steps
 from lastline.core.plans import Conf
@@ -47,7 +47,8 @@ from lastline.staging.plans import StagingPlan
         "tune", "defer_indexes", "index_build", "force", "restart", "redo_log_bytes", "aws_conn_id",
         target_conn_id=Override(env("STAGING_CONN_ID", "lastline_staging"), servers="staging",
                                 description="the staging server's connection (its role must be staging)"),
-        backup=recent_backups("logical", "<destination>/<backup_id> or <destination>/latest; a run started by a backup's Asset event restores that backup"),
+        backup=f"<destination>/<backup_id> or <destination>/latest; a run started by a backup's Asset event restores that "
+               f"backup; {BACKUPS_PAGE}",
         force=Override(True, description="replace the staging databases a previous refresh left"),
         restart=Override(False, description="restart staging to prove the detach holds"),
     ),

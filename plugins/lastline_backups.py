@@ -7,12 +7,12 @@ opens, and a link to the restore it can start, prefilled (lastline.inventory lis
     /lastline-backups/restore/<dag_id>?conf=<json>   a restore's run configuration, prefilled, and a Trigger button
 
 Airflow 3.3's trigger form cannot be opened prefilled from a URL (its `?conf=` of Airflow 2 is gone; no route opens
-the form). So a backup's link opens a page of this plugin that shows the restore's configuration for that backup
-(every other field takes its form default), editable, with a Trigger button: it posts the run through Airflow's own
-REST API with the user's session, so Airflow checks the user's rights and the Params as its form does, and then
-opens the new run in the UI. The restore's own form (its DAG's Trigger) offers the same backups in its Backup field:
-a successful backup run has the restore forms parsed again at once (lastline.airflow.form_freshness, this plugin's
-listener), and this page asks for it too when it lists a backup newer than the forms' last parse.
+the form, and 3.3.2's UI prefills it only from a run's "Trigger again with this config"). So a backup's link opens a
+page of this plugin that shows the restore's configuration for that backup (every other field takes its form
+default), editable, with a Trigger button: it posts the run through Airflow's own REST API with the user's session,
+so Airflow checks the user's rights and the Params as its form does, and then opens the new run in the UI. The
+restore's own form (its DAG's Trigger) offers `<destination>/latest` and points here: a DAG file's parse lists no
+storage (lastline.airflow.params), so this page, which lists afresh at each view, is where the backups are found.
 
 Access is Airflow's own (the UI's session cookie or a bearer token): the page and its JSON need read access to both
 backup DAGs (physical_backup and logical_backup), whatever the URL's query says; it shows the restores that verified a
@@ -32,10 +32,10 @@ from fastapi import Depends, FastAPI, HTTPException, Request
 from fastapi.responses import HTMLResponse, JSONResponse
 
 from lastline import inventory
-from lastline.airflow.form_freshness import BACKUP_DAGS, FORMS_OFFERING_BACKUPS, LISTENER, request_parse
 from lastline.airflow.ui_links import OPEN_IN_AIRFLOW
 
 PREFIX = "/lastline-backups"
+BACKUP_DAGS = ("physical_backup", "logical_backup")
 RESTORING = ("physical_restore", "logical_restore", "point_in_time_restore", "staging_refresh", "restore_drill")
 app = FastAPI(title="lastline backups", docs_url=None, redoc_url=None, openapi_url=None)
 # the page: whoever may read both backup DAGs (fixed ids: a `?dag_id=` in the URL is never what is checked)
@@ -85,35 +85,6 @@ def _listing(user: Any) -> list[inventory.Destination]:
     """Every destination's backups, with what the restores and drills `user` may read say of them."""
     readable = _readable(user)
     return inventory.listing(_verifications(readable), drills="restore_drill" in readable)
-
-
-def _forms_parsed() -> datetime | None:
-    """When the restore forms were last parsed (the oldest of them), None when unknown."""
-    from airflow.models.dag import DagModel
-    from airflow.utils.session import create_session
-    from sqlalchemy import func, select
-
-    with create_session() as session:
-        return session.scalar(select(func.min(DagModel.last_parsed_time)).where(DagModel.dag_id.in_(FORMS_OFFERING_BACKUPS)))
-
-
-def _freshen_forms(found: list[inventory.Destination]) -> str:
-    """Ask for the restore forms to be parsed again when a backup listed here is newer than their last parse."""
-    parsed = _forms_parsed()
-    if parsed is None:
-        return "The restore forms have not been parsed yet."
-    parsed = parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
-    # a backup is offered once it has finished: its end (its start where the manifest has no end) is what counts
-    newest = max((b.finished_at or b.taken_at for d in found for b in d.backups if b.kind and (b.finished_at or b.taken_at)),
-                 default=None)
-    stamp = parsed.strftime("%Y-%m-%d %H:%M:%S UTC")
-    if newest and datetime.fromisoformat(newest.replace("Z", "+00:00")) > parsed:
-        from airflow.utils.session import create_session
-
-        with create_session() as session:
-            request_parse(session)
-        return f"The restore forms were parsed at {stamp}, before the newest backup here: they are being parsed again now."
-    return f"The restore forms' Backup fields offer the backups as of {stamp}."
 
 
 def _cell(ok: bool | None, text: str | None) -> str:
@@ -179,9 +150,8 @@ def backups_json(user: GetUserDep) -> JSONResponse:
 @app.get("/", dependencies=[Depends(d) for d in READ_BACKUPS], response_class=HTMLResponse)
 def backups_page(user: GetUserDep) -> HTMLResponse:
     found = _listing(user)
-    body = ["<h1>Backups</h1>", f"<p>{escape(_freshen_forms(found))} Listed "
-            f"{datetime.now(UTC).strftime('%Y-%m-%d %H:%M:%S UTC')}; a restore link opens its run configuration, "
-            "prefilled, to trigger.</p>"]
+    body = ["<h1>Backups</h1>", f"<p>Listed {datetime.now(UTC).strftime('%Y-%m-%d %H:%M:%S UTC')}; a restore link "
+            "opens its run configuration, prefilled, to trigger (a restore's own form offers <code>latest</code>).</p>"]
     body += [_destination(d) for d in found]
     return HTMLResponse(PAGE.format(title="lastline backups", body="\n".join(body)))
 
@@ -192,8 +162,8 @@ you need (a target, <code>force</code>, databases), then Trigger. Airflow checks
 replaces data waits for approval under <b>Required actions</b> where the deployment or the target asks.</p>
 <textarea id="conf" rows="{rows}" spellcheck="false">{conf}</textarea>
 <p><button id="trigger" data-dag="{dag_id}" data-base="{base}">Trigger {dag_id}</button> <span id="out"></span> <span class="muted">(a paused DAG is unpaused, as Airflow's own Trigger does)</span></p>
-<p class="muted">Or open <a id="dag" class="airflow" href="{base}/dags/{dag_id}">{dag_id}</a> and its Trigger form: its Backup field
-offers the same backups.</p>
+<p class="muted">Or open <a id="dag" class="airflow" href="{base}/dags/{dag_id}">{dag_id}</a> and its Trigger form, and
+paste the backup into its Backup field.</p>
 {open_in_airflow}
 <script>
 const button = document.getElementById("trigger"), out = document.getElementById("out");
@@ -250,4 +220,3 @@ class LastlineBackups(AirflowPlugin):
     fastapi_apps = [{"app": app, "url_prefix": PREFIX, "name": "lastline backups"}]
     external_views = [{"name": "Backups", "href": f"{PREFIX}/", "destination": "nav", "url_route": "lastline_backups",
                        "nav_top_level": True}]
-    listeners = [LISTENER]

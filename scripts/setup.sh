@@ -66,6 +66,7 @@ build include/lastline/logical/native/infile.c .venv/lib/liblastline-infile.so "
 
 if [ ! -f .airflow/airflow.db ]; then
   echo "setup: migrating the project-local Airflow home (.airflow, SQLite)"
+  # through bin/airflow: tuned like the deployment (lastline.airflow.embedded), its default pool fits the cores
   bin/airflow db migrate >/dev/null
 fi
 echo "setup: ok"

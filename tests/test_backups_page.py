@@ -1,8 +1,8 @@
 """The Backups page (plugins/lastline_backups.py, lastline.inventory): backups made by the real backup stages, a real
 binlog archive and a real restore drill, listed with each column; the restore links carry what the restore reads; the
 page answers only to Airflow's own authentication and permissions (a real auth manager with per-DAG reads); a backup
-run has the restore forms parsed again, in a savepoint of the scheduler's transaction; and the hook's "Test connection"
-on a full, a restricted and a backup-only account."""
+is found there, and by a restore form's `latest`, as soon as it is made; and the hook's "Test connection" on a full, a
+restricted and a backup-only account."""
 from __future__ import annotations
 
 import importlib.util
@@ -201,26 +201,24 @@ def test_a_destination_is_capped_and_says_how_many_it_holds(drilled, monkeypatch
 
 
 @pytest.mark.e2e
-def test_a_successful_backup_run_has_the_restore_forms_parsed_again(run_dag, logical_source, tmp_path, drilled):
-    from airflow.listeners.listener import get_listener_manager
-    from airflow.models.dagbag import DagPriorityParsingRequest
-    from airflow.utils.session import create_session
+def test_a_backup_is_found_as_soon_as_it_is_made(page, source, tmp_path, monkeypatch):
+    """No parse stands between a backup and the person looking for it: the page lists each view afresh, and a restore
+    form's default `<destination>/latest` resolves when the run starts, to the backup just made."""
+    from lastline.airflow.params import params
+    from lastline.manifest import resolve_backup
 
-    from lastline.airflow.form_freshness import LISTENER
-
-    with create_session() as session:
-        session.query(DagPriorityParsingRequest).delete()
-    manager = get_listener_manager()
-    manager.add_listener(LISTENER)
-    try:
-        state, tis, logs = run_dag("logical_backup", {"source_conn_id": "t_lsource", "destination": f"file://{tmp_path}",
-                                                      "databases": ["store"]})
-    finally:
-        manager.pm.unregister(LISTENER)
-    assert state == "success", tis
-    with create_session() as session:
-        asked = {r.relative_fileloc for r in session.query(DagPriorityParsingRequest)}
-    assert "restore_drill.py" in asked, (asked, logs[-2000:])  # the forms in the DB so far (restore_drill ran above)
+    _plugin_module, client = page
+    url = f"file://{tmp_path}"
+    monkeypatch.setenv("LASTLINE_BACKUPS_PAGE_DESTINATIONS", url)
+    assert client.get("/backups.json").json()[0]["backups"] == []
+    plan = logical_backup.preflight({"source_conn_id": "t_source", "destination": url, "databases": ["store"]})
+    logical_backup.dump(plan)
+    (dest,) = client.get("/backups.json").json()
+    assert [b["backup_id"] for b in dest["backups"]] == [plan.backup_id]
+    latest = params("backup")["backup"]
+    assert latest.value.endswith("/latest") and latest.schema["examples"] == [latest.value]
+    assert "the Backups page" in latest.description
+    assert resolve_backup(f"{url}/latest", None, "logical")[1] == plan.backup_id
 
 
 @pytest.mark.e2e
@@ -405,85 +403,6 @@ def test_verified_and_drilled_match_the_destination_and_the_id(drilled, tmp_path
     assert inventory.backup_named({"destination": f"{url}/", "base": backup_id}) == f"{url}/{backup_id}"
     assert inventory.backup_named({"backup": f"{url}/latest"}) is None
     assert inventory.backup_named({"base": backup_id}) is None  # no destination: no backup it names for sure
-
-
-@pytest.mark.e2e
-def test_the_forms_are_parsed_again_when_a_backup_finished_after_their_parse(page, drilled):
-    """Freshness compares the newest backup's end (its manifest's finished_at) with the forms' last parse."""
-    from datetime import datetime, timedelta
-
-    from airflow.models.dag import DagModel
-    from airflow.models.dagbag import DagPriorityParsingRequest
-    from airflow.utils.session import create_session
-
-    plugin, client = page
-    (dest,) = inventory.listing(drills=False)
-    newest = max((b for b in dest.backups if b.kind), key=lambda b: b.finished_at or "")
-    assert newest.finished_at and newest.finished_at >= str(newest.taken_at)
-    start = datetime.fromisoformat(str(newest.taken_at).replace("Z", "+00:00"))
-    end = start + timedelta(minutes=10)
-    newest.finished_at = end.strftime("%Y-%m-%dT%H:%M:%SZ")  # a backup that ran ten minutes
-    with create_session() as session:
-        forms = session.query(DagModel).filter(DagModel.dag_id.in_(plugin.FORMS_OFFERING_BACKUPS)).all()
-        assert forms, "no restore form in the metadata DB"
-        before = {f.dag_id: f.last_parsed_time for f in forms}
-        for f in forms:
-            f.last_parsed_time = start + timedelta(minutes=5)  # parsed while it ran: the form does not offer it
-        session.query(DagPriorityParsingRequest).delete()
-    try:
-        said = plugin._freshen_forms([dest])
-        with create_session() as session:
-            asked = session.query(DagPriorityParsingRequest).count()
-        assert "being parsed again" in said and asked, said
-        with create_session() as session:
-            for f in session.query(DagModel).filter(DagModel.dag_id.in_(before)):
-                f.last_parsed_time = end + timedelta(seconds=1)
-        assert "offer the backups as of" in plugin._freshen_forms([dest])
-    finally:
-        with create_session() as session:
-            for f in session.query(DagModel).filter(DagModel.dag_id.in_(before)):
-                f.last_parsed_time = before[f.dag_id]
-
-
-@pytest.mark.e2e
-def test_asking_for_a_parse_is_one_savepoint_that_a_database_error_cannot_abort_the_callers_transaction(drilled):
-    """The listener runs inside the scheduler's transaction: every statement of request_parse runs in a savepoint, and
-    a database error in it leaves the caller's transaction (and what it wrote) whole."""
-    from airflow.models.dagbag import DagPriorityParsingRequest
-    from airflow.models.variable import Variable
-    from airflow.utils.session import create_session
-    from sqlalchemy import event, text
-
-    from lastline.airflow.form_freshness import request_parse
-
-    seen: list[str] = []
-    with create_session() as session:
-        session.query(DagPriorityParsingRequest).delete()
-        session.query(Variable).filter(Variable.key == "lastline_savepoint_probe").delete()
-    with create_session() as session:
-        session.add(Variable(key="lastline_savepoint_probe", val="the scheduler's own write"))
-        session.flush()
-        engine = session.get_bind()
-        record = lambda conn, cursor, statement, *rest: seen.append(statement.split()[0].upper())  # noqa: E731
-        event.listen(engine, "before_cursor_execute", record)
-        try:
-            request_parse(session, ("physical_restore", "logical_restore", "restore_drill"))
-        finally:
-            event.remove(engine, "before_cursor_execute", record)
-        assert seen and seen[0] == "SAVEPOINT", seen  # not one statement before the savepoint
-        # a database error inside it (the server refuses the insert): raised to the caller, the caller's write stays
-        session.execute(text("CREATE TEMP TRIGGER lastline_refuse BEFORE INSERT ON dag_priority_parsing_request "
-                             "BEGIN INSERT INTO no_such_table VALUES (1); END"))
-        session.query(DagPriorityParsingRequest).delete()
-        try:
-            with pytest.raises(Exception, match="no_such_table"):
-                request_parse(session, ("restore_drill",))
-        finally:
-            session.execute(text("DROP TRIGGER lastline_refuse"))
-    with create_session() as session:
-        assert session.query(Variable).filter(Variable.key == "lastline_savepoint_probe").one().val == \
-            "the scheduler's own write"
-        session.query(Variable).filter(Variable.key == "lastline_savepoint_probe").delete()
 
 
 def test_the_report_tab_checks_the_dag_in_its_path_whatever_the_query_says(token):

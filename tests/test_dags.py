@@ -264,3 +264,98 @@ def test_no_dag_file_converts_by_hand():
     files = [*sorted((root / "dags").glob("*.py")), root / "include" / "lastline" / "airflow" / "task_groups.py"]
     found = [f"{path.name}: {word}" for path in files for word in hand if word in path.read_text()]
     assert not found, found
+
+
+# What a DAG file's parse is watched for, in a process of its own (tests/test_dags.py below): every connection read
+# (Connection.get, and any secrets backend's), every network connection and metadata database opened, every file
+# or folder of the backups' destination touched. Airflow's own imports read files too: only the destination counts.
+PARSE_SECRETS = '''
+from airflow.secrets import BaseSecretsBackend
+
+ASKED = []
+
+
+class CountingBackend(BaseSecretsBackend):
+    """The deployment's secrets backend: it answers nothing and remembers what it was asked."""
+
+    def get_conn_value(self, conn_id, team_name=None):
+        ASKED.append(f"connection {conn_id}")
+
+    def get_variable(self, key, team_name=None):
+        ASKED.append(f"variable {key}")
+'''
+PARSE_PROBE = '''
+import json, os, sys
+
+DEST = os.environ["LASTLINE_DESTINATION"][len("file://"):]
+touched = []
+
+
+def audit(event, args):
+    if event in ("socket.connect", "socket.getaddrinfo", "sqlite3.connect"):
+        touched.append(f"{event} {args!r}"[:200])
+    elif event in ("open", "os.listdir", "os.scandir", "os.stat") and args and str(args[0]).startswith(DEST):
+        touched.append(f"{event} {args[0]}")
+
+
+sys.addaudithook(audit)
+from airflow.sdk import Connection
+from lastline_parse_secrets import ASKED
+
+got = []
+real_get = Connection.get.__func__
+Connection.get = classmethod(lambda cls, conn_id: (got.append(conn_id), real_get(cls, conn_id))[1])
+from airflow.dag_processing.dagbag import DagBag
+
+bag = DagBag(dag_folder=sys.argv[1])
+from airflow.configuration import ensure_secrets_loaded
+
+backends = [type(b).__name__ for b in ensure_secrets_loaded()]  # after the parse: loading them asks nothing
+forms = {dag_id: {name: {"value": p.value, "examples": p.schema.get("examples")} for name, p in dag.params.items()}
+         for dag_id, dag in bag.dags.items()}
+print(json.dumps({"errors": {k: v[-500:] for k, v in bag.import_errors.items()}, "forms": forms, "got": got,
+                  "asked": ASKED, "touched": touched, "backends": backends}))
+'''
+
+
+def test_parsing_the_dag_files_reads_no_connection_and_lists_no_storage(tmp_path):
+    """The DAG files parsed as the DAG processor parses them (the deployment's plugins folder and local settings), with
+    the metadata database out of reach, a secrets backend that counts what it is asked, connections in the
+    environment pointing nowhere, and a destination holding a backup: nothing is read, and every form is whole."""
+    import os
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parents[1]
+    dest = tmp_path / "backups"
+    (dest / "20261128T101432Z-0a0b0c").mkdir(parents=True)
+    (tmp_path / "lastline_parse_probe.py").write_text(PARSE_PROBE)
+    (tmp_path / "lastline_parse_secrets.py").write_text(PARSE_SECRETS)
+    nowhere = {"conn_type": "lastline", "host": "192.0.2.1", "port": 3306, "extra": {"role": "staging"}}
+    env = {"PATH": os.environ["PATH"], "HOME": str(tmp_path), "AIRFLOW_HOME": str(tmp_path / "home"),
+           "PYTHONPATH": os.pathsep.join([str(tmp_path), str(root / "include"), os.environ.get("PYTHONPATH", "")]),
+           "AIRFLOW__CORE__LOAD_EXAMPLES": "False", "AIRFLOW__CORE__PLUGINS_FOLDER": str(root / "plugins"),
+           "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{tmp_path}/no-such-folder/airflow.db",
+           "AIRFLOW__SECRETS__BACKEND": "lastline_parse_secrets.CountingBackend",
+           "LASTLINE_DESTINATION": f"file://{dest}", "LASTLINE_CONNECTIONS": "lastline_db2:target,lastline_vault",
+           "AIRFLOW_CONN_LASTLINE_SOURCE": "mysql://root:pw@192.0.2.1:3306/?protected=true",
+           "AIRFLOW_CONN_LASTLINE_STAGING_2": json.dumps(nowhere)}
+    out = subprocess.run([sys.executable, str(tmp_path / "lastline_parse_probe.py"), str(root / "dags")], env=env,
+                         capture_output=True, text=True, cwd=tmp_path, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    seen = json.loads(out.stdout.strip().splitlines()[-1])
+    assert seen["errors"] == {}
+    assert seen["backends"][0] == "CountingBackend"  # the one a parse would have asked first
+    assert (seen["got"], seen["asked"], seen["touched"]) == ([], [], [])
+    forms = seen["forms"]
+    assert len(forms) == 10
+    offers = {(dag_id, name): f["examples"] for dag_id, form in forms.items() for name, f in form.items()}
+    for dag_id in ("physical_restore", "logical_restore", "staging_refresh", "restore_drill"):
+        assert offers[dag_id, "backup"] == [f"file://{dest}/latest"] == [forms[dag_id]["backup"]["value"]], dag_id
+    for (dag_id, name), examples in offers.items():  # each server field offers its default first
+        if name in ("source_conn_id", "target_conn_id", "drill_conn_id"):
+            assert examples and examples[0] == forms[dag_id][name]["value"], (dag_id, name, examples)
+    assert offers["physical_backup", "source_conn_id"] == ["lastline_source", "lastline_db2", "lastline_vault",
+                                                           "lastline_target", "lastline_replica"]
+    assert offers["physical_restore", "target_conn_id"] == ["lastline_target", "lastline_db2", "lastline_replica"]
+    assert offers["staging_refresh", "target_conn_id"] == ["lastline_staging", "lastline_staging_2"]

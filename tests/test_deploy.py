@@ -119,3 +119,41 @@ def test_processes_that_start_tasks_hold_the_task_code_before_they_fork(tmp_path
            "AIRFLOW__CORE__LOAD_EXAMPLES": "False"}
     out = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True, cwd=tmp_path, timeout=120)
     assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr[-2000:]
+
+
+def test_the_airflow_home_setup_creates_is_tuned_like_the_deployment(tmp_path):
+    """bin/airflow, as `make setup` runs it (a newcomer's environment: no Airflow or lastline settings of its own),
+    creates a home whose default pool fits the machine, and gives every command the embedded settings
+    (lastline.airflow.embedded); a setting in the caller's environment wins, but for the DAGs folder."""
+    import os
+    import sqlite3
+    import subprocess
+
+    from lastline.airflow import embedded
+
+    newcomer = {k: v for k, v in os.environ.items() if not k.startswith(("AIRFLOW", "LASTLINE_"))}
+    newcomer["LASTLINE_AIRFLOW_HOME"] = str(tmp_path / "home")
+    migrate = subprocess.run([str(ROOT / "bin/airflow"), "db", "migrate"], env=newcomer, capture_output=True, text=True,
+                             cwd=tmp_path, timeout=300)
+    assert migrate.returncode == 0, migrate.stderr[-3000:]
+    wanted = embedded.settings(str(ROOT))
+    with sqlite3.connect(tmp_path / "home" / "airflow.db") as db:
+        (slots,) = db.execute("SELECT slots FROM slot_pool WHERE pool = 'default_pool'").fetchone()
+    assert str(slots) == wanted["AIRFLOW__CORE__DEFAULT_POOL_TASK_SLOT_COUNT"]
+
+    caller = {**newcomer, "AIRFLOW__SCHEDULER__SCHEDULER_IDLE_SLEEP_TIME": "1", "AIRFLOW__CORE__DAGS_FOLDER": "/elsewhere"}
+    listed = subprocess.run([str(ROOT / "bin/airflow"), "config", "list", "--show-values", "--color", "off"], env=caller,
+                            capture_output=True, text=True, cwd=tmp_path, timeout=300)
+    assert listed.returncode == 0, listed.stderr[-3000:]
+    config, section = {}, ""
+    for line in listed.stdout.splitlines():
+        if re.fullmatch(r"\[\w+\]", line.strip()):
+            section = line.strip()[1:-1]
+        elif " = " in line and not line.startswith("#"):
+            key, value = line.split(" = ", 1)
+            config[f"AIRFLOW__{section}__{key.strip()}".upper()] = value.strip()
+    for key, value in wanted.items():
+        if key.startswith("AIRFLOW__"):
+            expected = "1" if key == "AIRFLOW__SCHEDULER__SCHEDULER_IDLE_SLEEP_TIME" else value
+            assert config.get(key) == expected, (key, config.get(key), expected)
+    assert config["AIRFLOW__CORE__DAGS_FOLDER"] == str(ROOT / "dags")

@@ -61,7 +61,7 @@ def deployment(servers, tmp_path_factory):
         "AIRFLOW__SCHEDULER__TASK_INSTANCE_HEARTBEAT_TIMEOUT_DETECTION_INTERVAL": "2",
         "LASTLINE_BACKUP_DEADLINE_MINUTES": "0.02",  # 1.2 s: every backup here misses it, and alerts
         "LASTLINE_REPORT_DIR": str(home / "reports"),
-        "LASTLINE_DESTINATION": f"file://{home / 'backups' / 'logical'}",  # the restore forms offer its backups
+        "LASTLINE_DESTINATION": f"file://{home / 'backups' / 'logical'}",  # the restore forms offer its latest
         "LASTLINE_DRILL_CONN_ID": "d_drill",
         # manual runs only: unpausing a nightly DAG would also start its last scheduled interval
         "LASTLINE_PHYSICAL_BACKUP_SCHEDULE": "none", "LASTLINE_LOGICAL_BACKUP_SCHEDULE": "none",
@@ -330,7 +330,7 @@ def test_the_ui_in_a_real_browser_forms_a_restore_from_the_form_and_its_report(d
             dialog.locator("#element_target_conn_id").fill("d_ltarget")
             dialog.get_by_role("button", name="Backup", exact=True).click()
             offered = dialog.locator("#list_backup option").evaluate_all("opts => opts.map(o => o.value)")
-            assert f"file://{deployment.dest}/logical/latest" in offered  # the form offers latest (and recent ids)
+            assert f"file://{deployment.dest}/logical/latest" in offered  # latest (the Backups page lists the others)
             dialog.locator("#element_backup").fill(offered[0])
             dialog.get_by_role("button", name="Safety", exact=True).click()
             dialog.locator("[id='switch:element_force']").click()

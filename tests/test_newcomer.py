@@ -151,7 +151,7 @@ def _killed_demo(env: dict[str, str], log: Path) -> None:
 
 def _wait_ui(base: str, ui: Proc, timeout: float = 420) -> None:
     """The api-server answers, the scheduler is healthy, every DAG is parsed (a file that timed out on a busy
-    machine is parsed again after `make ui`'s interval of 300 s)."""
+    machine is parsed again after the embedded Airflow's interval of 300 s: lastline.airflow.embedded)."""
     deadline = time.monotonic() + timeout
     waiting = "the api-server"
     while time.monotonic() < deadline:

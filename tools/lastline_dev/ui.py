@@ -3,7 +3,9 @@
 Needs `make demo` first (its sandboxes, its backups, its connections in the project's Airflow database).
 Runs `bin/airflow standalone` in the foreground on 127.0.0.1 (LASTLINE_UI_PORT, default 8080) with every
 visitor an admin (a local sandbox only: never expose it), the backups' folder as the default destination
-(the restore forms offer `latest` and the demo's backups) and the nightly schedules off. Ctrl-C stops it.
+(the restore forms offer its `latest`; the Backups page lists every backup) and the nightly schedules off. Ctrl-C stops it.
+Airflow is tuned as bin/airflow tunes it for every command (lastline.airflow.embedded: the deployment's settings, and
+task processes for this machine's cores); a setting in the caller's environment wins.
 """
 from __future__ import annotations
 
@@ -25,13 +27,10 @@ def main() -> int:
            "LASTLINE_PHYSICAL_BACKUP_SCHEDULE": "none", "LASTLINE_LOGICAL_BACKUP_SCHEDULE": "none",
            "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS": "True",  # loopback only, sandboxes only
            "AIRFLOW__CORE__TEST_CONNECTION": "Enabled",  # the connection form's Test connection (MariaDbHook.test_connection)
-           "AIRFLOW__API__HOST": "127.0.0.1", "AIRFLOW__API__PORT": port,
-           "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"http://127.0.0.1:{port}/execution/",
-           "AIRFLOW__SCHEDULER__SCHEDULER_IDLE_SLEEP_TIME": "0.2", "AIRFLOW__DAG_PROCESSOR__MIN_FILE_PROCESS_INTERVAL": "300",
-           # sized for a laptop: 4 task processes and one api-server worker (the defaults start 32 and 4)
-           "AIRFLOW__CORE__PARALLELISM": os.environ.get("LASTLINE_UI_PARALLELISM", "4"), "AIRFLOW__API__WORKERS": "1"}
+           "AIRFLOW__API__HOST": "127.0.0.1", "AIRFLOW__API__PORT": port,  # loopback whatever the environment says
+           "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"http://127.0.0.1:{port}/execution/"}
     say(f"Airflow's UI on the demo servers: http://127.0.0.1:{port} (up in about 30 s; Ctrl-C stops it)")
-    say("  Dags > logical_restore > Trigger: the form offers the demo's backups; the target is the demo's")
+    say("  Dags > logical_restore > Trigger: the form offers the demo's latest backup; the target is the demo's")
     say("  (a restore that replaces data waits for your approval under 'Required actions'); each run has a Report tab")
     say("  every DAG succeeds with its form's defaults: staging_refresh writes into lastline_staging (masked by the "
         "Variable lastline_masking_rules), restore_drill into lastline_drill, replica_rebuild builds lastline_replica "

@@ -5,11 +5,15 @@ once")`; or changes a default: `params(compression=Override("zstd-fast", enum=[.
 
 In the trigger form only what must be named is required (the connections, the backup, the destination);
 every other field may be left empty, which means its default.
+
+Built when a DAG file is parsed, so from nothing but the environment: a parse reads no connection (servers()) and
+lists no storage (the Backup field offers `<destination>/latest` and points to the Backups page).
 """
 from __future__ import annotations
 
+import json
+import logging
 import os
-import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -23,7 +27,6 @@ from lastline.logical.backup.stages import DEFAULT_CHUNK_ROWS
 from lastline.logical.restore.plans import INDEX_BUILDS
 from lastline.logical.restore.plans import RestorePlan as LogicalRestorePlan
 from lastline.logical.restore.preflight import DEFAULT_REDO_BYTES
-from lastline.manifest import newest_complete
 
 SERVERS, BACKUP, SAFETY, SPEED, KEEPING, MASKING = "Servers", "Backup", "Safety", "Performance", "Retention", "Masking"
 IMPACT, STREAMING, ALERTS = "Production impact", "Streaming", "Alerts"
@@ -36,6 +39,8 @@ SIZE = {"anyOf": [{"type": "string", "pattern": r"^\s*[0-9]+(\.[0-9]+)?\s*([KMGT
 # role), staging and drill (that role); see servers()
 ROLES = {"source_conn_id": "source", "target_conn_id": "target", "drill_conn_id": "drill"}
 SERVER_TYPES = ("lastline", "mysql", "mariadb")
+# where a form's Backup field sends a person for the backups themselves (plugins/lastline_backups.py)
+BACKUPS_PAGE = ("every backup, with a link that opens its restore prefilled: the Backups page in Airflow's navigation")
 # what a restore does without `force` (core.servers.Server.asks_approval); each restore DAG says what force replaces
 FORCE_OFF = ("off: a restore onto a non-empty target waits for a person's approval (under Required actions) where the "
              "deployment (LASTLINE_APPROVAL) or the target's connection asks for one, and is refused where neither does; "
@@ -83,8 +88,9 @@ SPECS: dict[str, Spec] = {
                                    "the source as the replica reaches it (host, port) and the replication user (login, password; REPLICATION "
                                    "SLAVE on the source): a lastline connection", SERVERS, required=True),
     "destination": _string(DESTINATION, "Destination", "file:///dir, s3://bucket/prefix or ssh://<ssh_conn_id>/<path>", BACKUP, required=True),
-    "backup": _string(f"{DESTINATION}/latest", "Backup",
-                      "<destination>/<backup_id>, or <destination>/latest for the newest complete backup", BACKUP, required=True),
+    "backup": Spec(f"{DESTINATION}/latest", "Backup", f"<destination>/<backup_id>, or <destination>/latest for the newest "
+                   f"complete backup; {BACKUPS_PAGE}", BACKUP,
+                   {"type": "string", "examples": [f"{DESTINATION.rstrip('/')}/latest"]}, required=True),
     "aws_conn_id": Spec(None, "AWS connection", "for s3:// destinations (endpoint, region, keys, server-side encryption)",
                         BACKUP, {"type": ["null", "string"]}),
     "databases": Spec([], "Databases", "a subset by name; empty: every non-system database", BACKUP,
@@ -225,69 +231,67 @@ def params(*names: str, **changed: str | Override) -> dict[str, Param]:
     return out
 
 
+log = logging.getLogger(__name__)
+# what the deployment's naming an id for a kind says of that connection: its role, and whether it is protected
+# (None: it may be, so it is never offered as a restore's target)
+DECLARED: dict[str, tuple[str | None, bool | None]] = {"source": (None, None), "target": (None, False),
+                                                       "staging": ("staging", False), "drill": ("drill", False)}
+
+
 def servers(role: str, default: str | None = None) -> list[str]:
-    """The connection ids a server field offers (its default first): of type lastline or mysql and of `role` (source:
-    no role; target: no role, not protected; staging, drill: that role). The candidates are the deployment's own
-    (LASTLINE_CONNECTIONS, comma-separated, and the LASTLINE_*_CONN_ID defaults) and the connections in the
-    environment (AIRFLOW_CONN_*): a DAG file, parsed without the metadata database, cannot list the others."""
-    named = [default, *os.environ.get("LASTLINE_CONNECTIONS", "").split(","), SOURCE_CONN_ID, TARGET_CONN_ID, REPLICA_CONN_ID,
-             env("STAGING_CONN_ID", "lastline_staging"), env("DRILL_CONN_ID", "lastline_drill"),
-             *(k[len("AIRFLOW_CONN_"):].lower() for k in os.environ if k.startswith("AIRFLOW_CONN_"))]
+    """The connection ids a server field of kind `role` offers, its default first: source (a server without a role),
+    target (without a role, not protected), staging or drill (that role). Read when a DAG file is parsed, so from
+    nothing but the environment (a parse reads no connection: not the metadata database, not a secrets backend):
+
+    - a connection defined in the environment (AIRFLOW_CONN_<ID>, JSON or URI) is offered where its type and extras
+      fit, read from that value as Airflow parses it, never looked up;
+    - any other id only where the deployment says what it is: the field's default, the forms' defaults of each kind
+      (LASTLINE_SOURCE_CONN_ID: source; LASTLINE_TARGET_CONN_ID and LASTLINE_REPLICA_CONN_ID: target, so a source
+      too; LASTLINE_STAGING_CONN_ID, LASTLINE_DRILL_CONN_ID), and LASTLINE_CONNECTIONS, comma-separated ids each
+      with its kind after a colon (`lastline_db2:target`; without one: source, as a server that may be protected).
+
+    A suggestion only: the run reads the connection and refuses one of the wrong kind by name."""
+    declared = {default: role} if default else {}
+    for entry in os.environ.get("LASTLINE_CONNECTIONS", "").split(","):
+        conn_id, _, kind = (part.strip() for part in entry.partition(":"))
+        kind = kind.lower() or "source"
+        if conn_id and kind not in DECLARED:
+            log.warning("LASTLINE_CONNECTIONS: %r names the kind %r, not one of %s: not offered", entry.strip(), kind,
+                        ", ".join(DECLARED))
+        elif conn_id:
+            declared.setdefault(conn_id, kind)
+    for conn_id, kind in ((SOURCE_CONN_ID, "source"), (TARGET_CONN_ID, "target"), (REPLICA_CONN_ID, "target"),
+                          (env("STAGING_CONN_ID", "lastline_staging"), "staging"), (env("DRILL_CONN_ID", "lastline_drill"), "drill")):
+        declared.setdefault(conn_id, kind)
+    in_environment = [k[len("AIRFLOW_CONN_"):].lower() for k in os.environ if k.startswith("AIRFLOW_CONN_")]
     offered = []
-    for conn_id in dict.fromkeys(c.strip() for c in named if c and c.strip()):
-        extra = _server_extras(conn_id)
-        if extra is None:
-            continue
-        try:
-            protected = safety_flag(extra.get("protected"), "protected", False)
-        except ConfigError:
-            protected = True  # unreadable: never offered as a target (the restore refuses it by name)
-        kind = str(extra.get("role") or "").strip().lower() or None
+    for conn_id in dict.fromkeys([*declared, *in_environment]):
+        value = os.environ.get(f"AIRFLOW_CONN_{conn_id.upper()}")
+        known = _kind_of(value, conn_id) if value is not None else DECLARED[declared[conn_id]]
+        if known is None:
+            continue  # not a server's connection
+        server_role, protected = known
         if role in ("staging", "drill"):
-            fits = kind == role
+            fits = server_role == role
         else:
-            fits = kind is None and not (role == "target" and protected)
+            fits = server_role is None and not (role == "target" and protected is not False)
         if fits:
             offered.append(conn_id)
     return offered
 
 
-_SEEN: dict[str, tuple[float, dict | None]] = {}  # per process: a DAG file's parse asks for each id once a minute
-
-
-def _server_extras(conn_id: str) -> dict | None:
-    """A server connection's extras, or None (no such connection, or not a server's); an environment connection of
-    another type is passed over without asking anyone."""
-    if conn_id in _SEEN and time.monotonic() - _SEEN[conn_id][0] < 60:
-        return _SEEN[conn_id][1]
-    found: dict | None = None
-    raw = os.environ.get(f"AIRFLOW_CONN_{conn_id.upper()}", "")
-    if raw.lstrip().startswith("{") and '"conn_type"' in raw and not any(
-            f'"conn_type": "{t}"' in raw.replace('":"', '": "') for t in SERVER_TYPES):
-        _SEEN[conn_id] = (time.monotonic(), None)
+def _kind_of(value: str, conn_id: str) -> tuple[str | None, bool | None] | None:
+    """(role, protected) of a connection's environment value, parsed as Airflow parses it (JSON, else a URI) without
+    asking anyone; None for another type's connection or an unreadable value."""
+    try:
+        conn = Connection.from_json(value, conn_id) if value.lstrip().startswith("{") else Connection.from_uri(value, conn_id)
+        extra = json.loads(conn.extra) if conn.extra else {}
+    except Exception:  # noqa: BLE001 - a malformed value is Airflow's to report where the connection is used
+        return None
+    if (conn.conn_type or "") not in SERVER_TYPES or not isinstance(extra, dict):
         return None
     try:
-        conn = Connection.get(conn_id)
-        if (conn.conn_type or "") in SERVER_TYPES:
-            found = conn.extra_dejson or {}
-    except Exception:  # noqa: BLE001 - not there (the SDK raises several types)
-        found = None
-    _SEEN[conn_id] = (time.monotonic(), found)
-    return found
-
-
-def recent_backups(kind: str | None, description: str | None = None, limit: int = 10) -> Override:
-    """The `backup` Param offering `<destination>/latest` and the newest complete backups of `kind` (None: any), when the
-    destination is a local folder (listing it costs nothing; an S3 or SSH listing at every parse would). Read when the
-    DAG file is parsed: a successful backup run has these files parsed again at once (lastline.airflow.form_freshness),
-    so a form offers a backup as soon as it is made, as the Backups page lists it."""
-    base = DESTINATION.rstrip("/")
-    offers = [f"{base}/latest"]
-    if base.startswith("file://"):
-        try:
-            from lastline.storage import open_storage
-
-            offers += [f"{base}/{b}" for b in newest_complete(open_storage(base), kind, limit)]
-        except Exception:  # noqa: BLE001 - a missing or unreadable folder only means no suggestions
-            pass
-    return Override(examples=offers, description=description)
+        protected = safety_flag(extra.get("protected"), "protected", False)
+    except ConfigError:
+        protected = True  # unreadable: never offered as a target (the restore refuses it by name)
+    return str(extra.get("role") or "").strip().lower() or None, protected

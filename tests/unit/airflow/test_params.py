@@ -1,17 +1,15 @@
 """airflow.params: a DAG picks its Params by name and says what one means there; what may be left empty accepts
 null (its default applies), an Override changes a default, an enum or the examples; a server field offers only the
-connections of its kind; the backup field offers `latest` and the newest complete backups of a local destination."""
+connections of its kind, known from the environment alone; the backup field offers `latest` and points to the
+Backups page."""
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 
-from lastline import manifest
-from lastline.airflow import params as params_module
-from lastline.airflow.params import SPECS, Override, params, recent_backups, servers
-from lastline.storage import auth
-from lastline.storage.file import FileStorage
+from lastline.airflow.params import SPECS, Override, params, servers
 
 
 def test_every_spec_has_a_title_a_description_and_a_section():
@@ -53,9 +51,10 @@ def test_a_dag_changes_what_a_param_means_there(change, value, enum, description
 
 @pytest.fixture
 def connections(monkeypatch):
-    """Server connections in the environment (as a deployment defines them), each id asked anew."""
-    monkeypatch.setattr(params_module, "_SEEN", {})
-    monkeypatch.delenv("LASTLINE_CONNECTIONS", raising=False)
+    """Server connections in the environment (as a deployment defines them), and none other: the forms' defaults and
+    LASTLINE_CONNECTIONS unset."""
+    for name in ("LASTLINE_CONNECTIONS", *(k for k in os.environ if k.startswith("AIRFLOW_CONN_"))):
+        monkeypatch.delenv(name, raising=False)
 
     def add(conn_id: str, conn_type: str, **extra):
         monkeypatch.setenv(f"AIRFLOW_CONN_{conn_id.upper()}",
@@ -64,12 +63,12 @@ def connections(monkeypatch):
 
 
 @pytest.mark.parametrize(("role", "offered"), [
-    ("source", ["unit_plain", "unit_mysql", "unit_protected", "unit_typo"]),
-    ("target", ["unit_plain", "unit_mysql"]),
+    ("source", ["unit_plain", "unit_mysql", "unit_protected", "unit_typo", "unit_uri"]),
+    ("target", ["unit_plain", "unit_mysql", "unit_uri"]),
     ("drill", ["unit_drill"]),
-    ("staging", ["unit_staging"]),
+    ("staging", ["unit_staging", "unit_uri_staging"]),
 ], ids=["source-any-without-a-role", "target-not-protected-nor-unreadable", "drill-its-role", "staging-its-role"])
-def test_a_server_field_offers_the_connections_of_its_kind(connections, role, offered):
+def test_a_server_field_offers_the_environments_connections_of_its_kind(connections, monkeypatch, role, offered):
     connections("unit_plain", "lastline")
     connections("unit_mysql", "mysql", role="")
     connections("unit_protected", "mariadb", protected="true")
@@ -77,7 +76,46 @@ def test_a_server_field_offers_the_connections_of_its_kind(connections, role, of
     connections("unit_drill", "lastline", role="drill")
     connections("unit_staging", "lastline", role=" Staging ")
     connections("unit_http", "http")
+    monkeypatch.setenv("AIRFLOW_CONN_UNIT_URI", "mysql://root:pw@db.example:3306/")
+    monkeypatch.setenv("AIRFLOW_CONN_UNIT_URI_STAGING", "mariadb://root:pw@db.example:3306/?role=staging")
+    monkeypatch.setenv("AIRFLOW_CONN_UNIT_BROKEN", '{"conn_type": "lastline", "port": "not a port"}')
     assert [c for c in servers(role) if c.startswith("unit_")] == offered
+
+
+@pytest.mark.parametrize(("setting", "role", "offered"), [
+    ("unit_db2", "source", ["unit_db2"]),
+    ("unit_db2", "target", []),
+    ("unit_db2:target", "target", ["unit_db2"]),
+    (" unit_db2 : Target ", "source", ["unit_db2"]),
+    ("unit_db2:staging,unit_db3:drill", "staging", ["unit_db2"]),
+    ("unit_db2:staging,unit_db3:drill", "drill", ["unit_db3"]),
+    ("unit_db2:replica", "source", []),
+    ("", "source", []),
+], ids=["no-kind-a-source", "no-kind-never-a-target", "target", "spaces-and-case", "staging", "drill",
+        "unknown-kind-not-offered", "empty"])
+def test_an_id_known_only_by_name_is_offered_where_the_deployment_says(connections, monkeypatch, setting, role, offered):
+    """A connection stored in the metadata database or a secrets backend is never read at parse: LASTLINE_CONNECTIONS
+    says what it is."""
+    monkeypatch.setenv("LASTLINE_CONNECTIONS", setting)
+    assert [c for c in servers(role) if c.startswith("unit_")] == offered
+
+
+def test_the_environments_value_outranks_what_a_name_says(connections, monkeypatch):
+    monkeypatch.setenv("LASTLINE_CONNECTIONS", "unit_prod:target,unit_s3:target")
+    connections("unit_prod", "lastline", protected=True)
+    connections("unit_s3", "aws")
+    assert [c for c in servers("target") if c.startswith("unit_")] == []
+    assert [c for c in servers("source") if c.startswith("unit_")] == ["unit_prod"]
+
+
+@pytest.mark.parametrize(("role", "offered"), [
+    ("source", ["lastline_source", "lastline_target", "lastline_replica"]),
+    ("target", ["lastline_target", "lastline_replica"]),
+    ("staging", ["lastline_staging"]),
+    ("drill", ["lastline_drill"]),
+], ids=["source", "target", "staging", "drill"])
+def test_the_forms_defaults_are_offered_for_their_kind(connections, role, offered):
+    assert servers(role) == offered
 
 
 def test_a_server_fields_default_comes_first_and_once(connections, monkeypatch):
@@ -86,26 +124,12 @@ def test_a_server_fields_default_comes_first_and_once(connections, monkeypatch):
     monkeypatch.setenv("LASTLINE_CONNECTIONS", " unit_a , ,unit_b")
     assert [c for c in servers("source", "unit_b") if c.startswith("unit_")] == ["unit_b", "unit_a"]
     assert params(source_conn_id=Override("unit_b"))["source_conn_id"].schema["examples"][:2] == ["unit_b", "unit_a"]
+    assert servers("staging", "unit_new_staging")[0] == "unit_new_staging"  # the field's default: of its kind
 
 
-def test_recent_backups_offer_latest_then_the_newest_complete_of_a_local_destination(tmp_path, monkeypatch):
-    monkeypatch.setattr(auth, "deployment_keys", lambda: None)
-    monkeypatch.setattr(params_module, "DESTINATION", f"file://{tmp_path}/")
-    store = FileStorage(str(tmp_path))
-    ids = ["20261128T101432Z-000000", "20261128T111432Z-000000", "20261128T121432Z-000000"]
-    fields = dict(source_conn_id="src", server_version="11.4.2", tool_version="11.4.2", artifact="backup.mbstream.zst",
-                  compression="zstd", bytes=10, sha256="0" * 64, started_at="a", finished_at="b", seconds=1.0,
-                  mb_per_s=1.0, parallel=2, datadir_bytes=100, tables=[])
-    for backup_id in ids[:2]:
-        manifest.write_manifest(store, manifest.PhysicalManifest(backup_id=backup_id, **fields))
-    store.write_bytes(f"{ids[2]}/part", b"x")  # incomplete: not offered
-    offer = recent_backups("physical", "which backup", limit=1)
-    assert offer.examples == [f"file://{tmp_path}/latest", f"file://{tmp_path}/{ids[1]}"]
-    assert offer.description == "which backup"
-    assert recent_backups("logical").examples == [f"file://{tmp_path}/latest"]
-
-
-@pytest.mark.parametrize("destination", ["s3://bucket/prefix", "file:///nonexistent/unit_params"], ids=["s3-not-listed", "missing-folder"])
-def test_recent_backups_offer_only_latest_where_listing_costs_or_fails(monkeypatch, destination):
-    monkeypatch.setattr(params_module, "DESTINATION", destination)
-    assert recent_backups(None).examples == [f"{destination}/latest"]
+@pytest.mark.parametrize("change", [None, "what it means here"], ids=["as-defined", "a-dags-description"])
+def test_the_backup_field_offers_latest_and_points_to_the_backups_page(change):
+    param = params(backup=change)["backup"] if change else params("backup")["backup"]
+    assert param.value.endswith("/latest") and param.schema["examples"] == [param.value]
+    assert "the Backups page" in SPECS["backup"].description
+    assert param.description == (change or SPECS["backup"].description)
