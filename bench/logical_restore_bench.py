@@ -206,7 +206,7 @@ def without_airflow(conf: dict, run_id: str) -> tuple[float, dict, float]:
 
 
 # a standalone scheduler (its own executor) with the deployment's settings (docker-compose.yaml, held to them by
-# tests/test_deploy.py): the scheduler loop sleeps 0.2 s when idle, not 1 s (each serial task would wait for it);
+# tests/e2e/test_deploy.py): the scheduler loop sleeps 0.2 s when idle, not 1 s (each serial task would wait for it);
 # the DAG files are parsed every 300 s, not 30; the nightly schedules off (logical_bench.SCHEDULES_OFF)
 DEPLOYMENT_ENV = {**{k: v for k, v in SHARED_SETTINGS.items() if k != "AIRFLOW__CORE__EXECUTOR"},
                   "AIRFLOW__API__HOST": "127.0.0.1", "LASTLINE_RETRIES": "0", **SCHEDULES_OFF}

@@ -1,6 +1,6 @@
 """drill: a restore drill's verdict: the RTO against its budget in words, the page a drill writes (FAILED, verified,
 verified but over budget), what it alerts about, and a failed drill failing its run. Recording into the reports'
-history and the drill's preflight on a real server are tested in tests/test_drill.py."""
+history and the drill's preflight on a real server are tested in tests/e2e/restore_drill/test_drill.py."""
 from __future__ import annotations
 
 import pytest

@@ -84,7 +84,7 @@ def test_the_allow_list_names_only_modules_that_still_lack_a_test():
 
 
 def test_unit_folders_are_packages_so_basenames_may_repeat_the_older_tests():
-    """tests/unit/airflow/test_alerts.py and tests/test_alerts.py both collect: every unit folder has `__init__.py`."""
+    """tests/unit/airflow/test_alerts.py and tests/e2e/test_alerts.py both collect: every unit folder has `__init__.py`."""
     missing = [str(d.relative_to(ROOT)) for d in [UNIT, *UNIT.rglob("*")] if d.is_dir() and d.name != "__pycache__"
                and not (d / "__init__.py").exists()]
     assert not missing, missing

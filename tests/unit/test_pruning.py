@@ -1,5 +1,5 @@
 """The physical backup DAG's prune, whole (lastline.pruning), on a folder destination: without an archive there is
-no window, so `keep` alone decides; with one, see tests/test_pitr_restore.py (a real archive of a real source)."""
+no window, so `keep` alone decides; with one, see tests/e2e/point_in_time_restore/test_pitr_restore.py (a real archive of a real source)."""
 from __future__ import annotations
 
 import json

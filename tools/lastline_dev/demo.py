@@ -88,7 +88,7 @@ MASKING_RULES = {
 
 
 STORAGE_KEY_CONN = "lastline_storage_key"
-# every connection the demo stores: each connection a DAG's form names by default is one of them (tests/test_demo_forms.py)
+# every connection the demo stores: each connection a DAG's form names by default is one of them (tests/e2e/test_demo_forms.py)
 CONNECTION_IDS = (*(f"lastline_{name}" for name in (*SERVERS, REPLICA)), "lastline_replication", "lastline_masking",
                   STORAGE_KEY_CONN)
 

@@ -34,7 +34,7 @@ PG_ADMIN = os.environ.get("LASTLINE_PG_ADMIN", "postgresql://postgres@127.0.0.1:
 REDIS_URL = os.environ.get("LASTLINE_REDIS", "redis://127.0.0.1:6379")
 TERMINAL = ("success", "failed")
 
-# What the suite and docker-compose.yaml must agree on (tests/test_deploy.py holds them to it).
+# What the suite and docker-compose.yaml must agree on (tests/e2e/test_deploy.py holds them to it).
 SHARED_SETTINGS = {
     "AIRFLOW__CORE__EXECUTOR": "CeleryExecutor",
     "AIRFLOW__CORE__LOAD_EXAMPLES": "False",

@@ -17,7 +17,7 @@ from lastline.core.servers import base_version
 ARTIFACT_BASE = "backup.xbstream"
 # mariabackup's redo copier looks for new redo every 1000 ms by default, and under BACKUP STAGE BLOCK_DDL and
 # BLOCK_COMMIT it waits for the copier to reach the current LSN: up to a second that every write (BLOCK_COMMIT)
-# or every write to a MyISAM/Aria table (BLOCK_DDL) waits. Measured (tests/test_production_safety.py): the
+# or every write to a MyISAM/Aria table (BLOCK_DDL) waits. Measured (tests/e2e/test_production_safety.py): the
 # worst InnoDB insert 0.9 s at 1000 ms, 0.1 s at 20 ms.
 LOG_COPY_INTERVAL_MS = 20
 

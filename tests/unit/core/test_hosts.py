@@ -1,6 +1,6 @@
 """core.hosts: a stage as a shell line, the group script a remote shell runs (each stage's status and stderr read back),
 private files that leave nothing on disk, and the missing tools named. Run here (LocalHost); an SSH host is tested in
-tests/test_ssh.py."""
+tests/e2e/test_ssh.py."""
 from __future__ import annotations
 
 import os

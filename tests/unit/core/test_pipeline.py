@@ -1,6 +1,6 @@
 """core.pipeline: OS pipelines run here with their two Python ends: bytes and sha256 counted at each end (read in 1 MiB
 chunks), the stage that failed first blamed (not the ones SIGPIPE killed after it), a source's own error raised as it
-is. Real local commands (cat, head, sh), milliseconds each; pipelines over SSH are tested in tests/test_ssh.py."""
+is. Real local commands (cat, head, sh), milliseconds each; pipelines over SSH are tested in tests/e2e/test_ssh.py."""
 from __future__ import annotations
 
 import hashlib

@@ -1,6 +1,6 @@
 """A target's datadir (lastline.mariabackup.target_datadir): the checks an extracted backup passes before prepare, run
 by their real shell scripts on this host, on a real folder; the server-facing functions are the e2e tests' share
-(tests/test_physical_e2e.py, tests/test_trust_physical.py)."""
+(tests/e2e/physical_restore/test_physical_e2e.py, tests/e2e/physical_restore/test_trust_physical.py)."""
 from __future__ import annotations
 
 import os

@@ -1,6 +1,6 @@
 """pitr.events: GTID states compared and carried forward, and the binlog reader (Scanner, Cutter) over bytes built
 with the module's own encoders: whole transactions found, a cut one left out, the checksum setting and in-use flag
-read, what a replay keeps. Bytes of a real server's binlogs are read end to end in tests/test_binlog_archive.py."""
+read, what a replay keeps. Bytes of a real server's binlogs are read end to end in tests/e2e/binlog_archive/test_binlog_archive.py."""
 from __future__ import annotations
 
 import pytest

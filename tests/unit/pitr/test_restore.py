@@ -1,6 +1,6 @@
 """pitr.restore: where a base backup joins the binlog chain (its own coordinates, or its primary's when it was taken
 from a replica; none refused), and the bases a point-in-time restore tries: the one named (its id checked first) or
-every complete one, newest first. The whole preflight runs end to end in tests/test_pitr_restore.py."""
+every complete one, newest first. The whole preflight runs end to end in tests/e2e/point_in_time_restore/test_pitr_restore.py."""
 from __future__ import annotations
 
 import dataclasses

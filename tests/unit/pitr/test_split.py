@@ -1,7 +1,7 @@
 """pitr.split: a logical base's replay reaching the restored databases only: each transaction classified (rows,
 statements, or refused), the format description checked and rebuilt, row transactions rebuilt with the other
 databases' table maps and rows left out, statements never passed on. Built on bytes from lastline's own encoders;
-the relay logs a real server applies are tested end to end in tests/test_pitr_logical.py."""
+the relay logs a real server applies are tested end to end in tests/e2e/point_in_time_restore/test_pitr_logical.py."""
 from __future__ import annotations
 
 import struct

@@ -1,6 +1,6 @@
 """logical.backup.dumper: where a chunk file is kept (any identifier a safe path segment), whether a waiting DDL names
 a table (a chunk gives way to it), and how a job names itself in errors. The Dumper itself runs end to end in
-tests/test_logical_backup.py."""
+tests/e2e/logical_backup/test_logical_backup.py."""
 from __future__ import annotations
 
 import pytest

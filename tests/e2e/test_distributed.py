@@ -25,7 +25,7 @@ from lastline_dev.webhook import Webhook
 
 pytestmark = [pytest.mark.distributed, pytest.mark.e2e]
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 REQUIRED = {name for name, spec in SPECS.items() if spec.required}
 WORKERS = {"w1": ["default", "near_source"], "w2": ["default", "near_target"]}
 BIG = {"t1": 400_000, "t2": 400_000}  # ~140 MB of TSV: 3 work units (a unit is 64 MB at least) for 2 lanes

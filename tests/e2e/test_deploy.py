@@ -10,7 +10,7 @@ import yaml
 
 from lastline_dev.deployment import SHARED_SETTINGS
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _compose() -> dict:

@@ -17,7 +17,7 @@ from lastline.staging import refresh as staging_refresh
 from lastline.staging.rules import REVEALING, run_rules
 from lastline_dev import demo
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")

@@ -39,7 +39,7 @@ from lastline_dev.sandbox import Instance, alive, bulk_rows, free_port
 
 pytestmark = [pytest.mark.e2e, pytest.mark.newcomer]
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 BULK_MB = 2
 KILL_AT = "bin/airflow dags test logical_backup"  # the killed demo dies as its logical backup starts
 # the newcomer's order: backups first, the archive before the point-in-time restore, a rebuild before a detach

@@ -166,7 +166,7 @@ def test_sakila_round_trips_when_present(sandbox_root, logical_target, tmp_path)
 
 
 def test_nothing_reads_a_folder_beside_the_repository():
-    root = Path(__file__).resolve().parents[1]
+    root = Path(__file__).resolve().parents[2]
     code = [p for d in ("include", "dags", "plugins", "tools", "tests", "bench", "scripts", "bin", ".ci")
             for p in (root / d).rglob("*") if p.is_file() and p.suffix in ("", ".py", ".sh")]
     for path in [*code, root / "Makefile"]:

@@ -97,7 +97,7 @@ def test_the_report_page_renders_odd_markdown_escaped():
     import importlib.util
     from pathlib import Path
 
-    spec = importlib.util.spec_from_file_location("lastline_reports", Path(__file__).parents[1] / "plugins" / "lastline_reports.py")
+    spec = importlib.util.spec_from_file_location("lastline_reports", Path(__file__).resolve().parents[2] / "plugins" / "lastline_reports.py")
     plugin = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(plugin)
     html = plugin.markdown("# <b>x</b>\n|---|---|\n\n- **a** `<script>`\n| t<i> | 1 |\n|---|---|\n| r | 2 |")

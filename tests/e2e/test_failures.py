@@ -25,7 +25,7 @@ def plugin():
     read the DAG: proven against the real api-server in test_distributed) answered yes."""
     from fastapi.testclient import TestClient
 
-    spec = importlib.util.spec_from_file_location("lastline_reports", Path(__file__).parents[1] / "plugins" / "lastline_reports.py")
+    spec = importlib.util.spec_from_file_location("lastline_reports", Path(__file__).resolve().parents[2] / "plugins" / "lastline_reports.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     module.app.dependency_overrides[module.READ[0].dependency] = lambda: None
@@ -160,7 +160,7 @@ def test_a_malformed_failure_file_does_not_break_the_report_tab(run_dag, target,
         broken.write_text(bad if isinstance(bad, str) else json.dumps(bad))
         page = plugin.get(f"/reports/physical_restore/{quote(run_id, safe='')}")
         assert page.status_code == 200 and "Failed: task <code>preflight</code>" in page.text, bad
-    spec = importlib.util.spec_from_file_location("lastline_reports_", Path(__file__).parents[1] / "plugins" / "lastline_reports.py")
+    spec = importlib.util.spec_from_file_location("lastline_reports_", Path(__file__).resolve().parents[2] / "plugins" / "lastline_reports.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     html = module._failures("d", "r", [{"task_id": "load", "map_index": "seven", "reason": None}, {"map_index": []}])
