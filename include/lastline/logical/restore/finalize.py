@@ -22,7 +22,7 @@ from lastline.logical.restore.schema_definers import definer_security, disabled_
 from lastline.logical.restore.schema_grants import checked_grants
 from lastline.logical.restore.schema_session import session_name
 from lastline.logical.restore.schema_tables import definition_name, split_deferred
-from lastline.logical.restore.target_state import clear_state
+from lastline.logical.restore.target_state import clear_state, ledger_exists
 from lastline.logical.restore.verify import keep_chunk_sums, record_check, recorded_checks
 from lastline.manifest import LogicalManifest, LogicalTable
 
@@ -109,9 +109,10 @@ def finalize(plan: RestorePlan) -> Finalized:
     with server.session() as cur:
         cur.execute("SET SESSION sql_log_bin = 0")
         clear_state(cur, manifest, dbs)  # this run's state and ledger rows: the restore is complete
-        cur.execute(f"SELECT COUNT(*) FROM {tuning.META_DB}.ledger")
-        if not cur.fetchone()[0]:
-            cur.execute(f"DROP TABLE {tuning.META_DB}.ledger")
+        if ledger_exists(cur):  # a finalize run again after one that completed finds it dropped
+            cur.execute(f"SELECT COUNT(*) FROM {tuning.META_DB}.ledger")
+            if not cur.fetchone()[0]:
+                cur.execute(f"DROP TABLE {tuning.META_DB}.ledger")
         cur.connection.commit()
     seconds = time.monotonic() - t0
     log.info("finalize: %s in %.1f s; ledger dropped", ", ".join(f"{k} {v:.1f} s" for k, v in steps.items()), seconds)

@@ -37,6 +37,11 @@ def ensure_ledger(cur: Any) -> None:
     cur.execute(f"ALTER TABLE {META_DB}.ledger ADD COLUMN IF NOT EXISTS checksum_seen VARBINARY(64) NULL")
 
 
+def ledger_exists(cur: Any) -> bool:
+    """Whether the ledger table is there (a finalize that completed drops it once no restore has rows in it)."""
+    return table_exists(cur, META_DB, "ledger")
+
+
 def dbs_key(databases: list[str]) -> str:
     """The restore's databases as one key (a resume must restore the very same set)."""
     return hashlib.sha256(json.dumps(sorted(databases)).encode()).hexdigest()
@@ -137,7 +142,7 @@ def clear_state(cur: Any, manifest: LogicalManifest, databases: list[str]) -> No
             cur.execute(f"DELETE FROM {STATE} WHERE backup_id = %s AND dbs_key = %s", (backup_id, key))
             cur.execute(f"DELETE FROM {UNITS} WHERE backup_id = %s AND dbs_key = %s", (backup_id, key))
     folders = {c.file.split("/")[1] for t in selected(manifest, databases) for c in t.chunks}
-    for folder in sorted(folders):
+    for folder in sorted(folders) if ledger_exists(cur) else ():
         prefix = f"data/{folder}/"
         cur.execute(f"DELETE FROM {tuning.META_DB}.ledger WHERE LEFT(file, %s) = %s", (len(prefix), prefix))
 

@@ -141,8 +141,6 @@ def test_objects_are_made_anew_on_a_re_run_and_events_enabled_only_when_asked(lo
     assert "ACCOUNT LOCK" in create_user  # locked again after each: it stays their DEFINER and cannot log in
 
 
-@pytest.mark.xfail(strict=True, reason="finalize says it is re-runnable, but a second run after one that completed fails: "
-                                       "that run dropped _lastline.ledger, which the second reads (clear_state, the count)")
 def test_finalize_again_after_it_completed(loaded, logical_target):
     plan, backup = loaded
     finalize(plan)
