@@ -63,7 +63,7 @@ def staging_refresh():
     plan = step(preflight, multiple_outputs=True)()
     locked = step(quarantine.lock)(plan["target_conn_id"], run)  # the setup: nobody but lastline reads staging until the masking is verified
     restored = logical_restore_steps(plan["restore"], role="staging")
-    detached = detach_replication(plan["target_conn_id"], "{{ params.restart }}", False)
+    detached = detach_replication(plan["target_conn_id"], "{{ params.restart or false }}", False)
     masked = step(refresh.mask)(plan, run)
     verified = step(staging_verify.verify_masking)(plan, run)
     late = step(refresh.late_objects, task_id="objects")(plan)  # triggers and events: none fired on the mask

@@ -357,5 +357,5 @@ def test_parsing_the_dag_files_reads_no_connection_and_lists_no_storage(tmp_path
             assert examples and examples[0] == forms[dag_id][name]["value"], (dag_id, name, examples)
     assert offers["physical_backup", "source_conn_id"] == ["lastline_source", "lastline_db2", "lastline_vault",
                                                            "lastline_target", "lastline_replica"]
-    assert offers["physical_restore", "target_conn_id"] == ["lastline_target", "lastline_db2", "lastline_replica"]
+    assert offers["physical_restore", "target_conn_id"] == ["lastline_target", "lastline_db2"]
     assert offers["staging_refresh", "target_conn_id"] == ["lastline_staging", "lastline_staging_2"]

@@ -141,7 +141,9 @@ def test_the_airflow_home_setup_creates_is_tuned_like_the_deployment(tmp_path):
         (slots,) = db.execute("SELECT slots FROM slot_pool WHERE pool = 'default_pool'").fetchone()
     assert str(slots) == wanted["AIRFLOW__CORE__DEFAULT_POOL_TASK_SLOT_COUNT"]
 
-    caller = {**newcomer, "AIRFLOW__SCHEDULER__SCHEDULER_IDLE_SLEEP_TIME": "1", "AIRFLOW__CORE__DAGS_FOLDER": "/elsewhere"}
+    # a setting the caller leaves empty is no setting: the default holds (an empty API host would listen everywhere)
+    caller = {**newcomer, "AIRFLOW__SCHEDULER__SCHEDULER_IDLE_SLEEP_TIME": "1", "AIRFLOW__CORE__DAGS_FOLDER": "/elsewhere",
+              "AIRFLOW__API__HOST": ""}
     listed = subprocess.run([str(ROOT / "bin/airflow"), "config", "list", "--show-values", "--color", "off"], env=caller,
                             capture_output=True, text=True, cwd=tmp_path, timeout=300)
     assert listed.returncode == 0, listed.stderr[-3000:]
@@ -157,3 +159,4 @@ def test_the_airflow_home_setup_creates_is_tuned_like_the_deployment(tmp_path):
             expected = "1" if key == "AIRFLOW__SCHEDULER__SCHEDULER_IDLE_SLEEP_TIME" else value
             assert config.get(key) == expected, (key, config.get(key), expected)
     assert config["AIRFLOW__CORE__DAGS_FOLDER"] == str(ROOT / "dags")
+    assert config["AIRFLOW__API__HOST"] == "127.0.0.1"

@@ -246,9 +246,11 @@ def servers(role: str, default: str | None = None) -> list[str]:
     - a connection defined in the environment (AIRFLOW_CONN_<ID>, JSON or URI) is offered where its type and extras
       fit, read from that value as Airflow parses it, never looked up;
     - any other id only where the deployment says what it is: the field's default, the forms' defaults of each kind
-      (LASTLINE_SOURCE_CONN_ID: source; LASTLINE_TARGET_CONN_ID and LASTLINE_REPLICA_CONN_ID: target, so a source
+      (LASTLINE_SOURCE_CONN_ID and LASTLINE_REPLICA_CONN_ID: source; LASTLINE_TARGET_CONN_ID: target, so a source
       too; LASTLINE_STAGING_CONN_ID, LASTLINE_DRILL_CONN_ID), and LASTLINE_CONNECTIONS, comma-separated ids each
-      with its kind after a colon (`lastline_db2:target`; without one: source, as a server that may be protected).
+      with its kind after a colon (`lastline_db2:target`, the deployment's word that it is not protected; without
+      one: source, as a server that may be protected). A replica is a restore's target only in the forms that
+      rebuild or detach it, where it is the field's default.
 
     A suggestion only: the run reads the connection and refuses one of the wrong kind by name."""
     declared = {default: role} if default else {}
@@ -260,13 +262,18 @@ def servers(role: str, default: str | None = None) -> list[str]:
                         ", ".join(DECLARED))
         elif conn_id:
             declared.setdefault(conn_id, kind)
-    for conn_id, kind in ((SOURCE_CONN_ID, "source"), (TARGET_CONN_ID, "target"), (REPLICA_CONN_ID, "target"),
+    for conn_id, kind in ((SOURCE_CONN_ID, "source"), (TARGET_CONN_ID, "target"), (REPLICA_CONN_ID, "source"),
                           (env("STAGING_CONN_ID", "lastline_staging"), "staging"), (env("DRILL_CONN_ID", "lastline_drill"), "drill")):
         declared.setdefault(conn_id, kind)
-    in_environment = [k[len("AIRFLOW_CONN_"):].lower() for k in os.environ if k.startswith("AIRFLOW_CONN_")]
+    # Airflow finds a connection's environment value under AIRFLOW_CONN_<ID upper-cased> only: another key is no
+    # connection of its (and none offered here)
+    in_environment = [k[len("AIRFLOW_CONN_"):].lower() for k in os.environ
+                      if k.startswith("AIRFLOW_CONN_") and k == k.upper()]
     offered = []
     for conn_id in dict.fromkeys([*declared, *in_environment]):
         value = os.environ.get(f"AIRFLOW_CONN_{conn_id.upper()}")
+        if value is None and conn_id not in declared:
+            continue
         known = _kind_of(value, conn_id) if value is not None else DECLARED[declared[conn_id]]
         if known is None:
             continue  # not a server's connection

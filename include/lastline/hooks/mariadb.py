@@ -35,20 +35,32 @@ class MariaDbHook(MySqlHook):
 
     def get_conn(self) -> Any:
         """A DB-API (MySQLdb) connection to this connection's server, made as every lastline stage makes one
-        (:meth:`Server.driver_args`): one statement per call, no `LOAD DATA LOCAL` unless this hook was made with
-        `local_infile=True`, the socket read as lastline reads it (`unix_socket` or `socket`, never with an SSH
-        connection), the connection's TLS and charset; the hook's `schema`, when given, is the database. MySqlHook's
-        other clients and its IAM login are not lastline's: a `client` extra other than mysqlclient is refused."""
-        conn = self.connection or self.read_connection()
-        client = (conn.extra_dejson or {}).get("client", "mysqlclient")
-        if client != "mysqlclient":
-            raise ConfigError(f"connection {self.lastline_conn_id!r} asks for the {client!r} client: lastline connects "
-                              "with mysqlclient only; remove the extra \"client\".")
-        server = Server.from_connection(conn)
-        extra: dict[str, Any] = {"local_infile": 1} if self.local_infile else {}
+        (:meth:`Server.driver_args`): one statement per call (a multi-statement string fails, where plain MySqlHook
+        allows it), no `LOAD DATA LOCAL` unless this hook was made with `local_infile=True` (code, never an extra),
+        the socket read as lastline reads it (`unix_socket` or `socket`, never with an SSH connection), the
+        connection's TLS and charset; the hook's `schema`, when given, is the database. No other extra reaches the
+        driver (`cursor` is not read); a `client` other than mysqlclient and an `iam` login are refused."""
+        conn = self._server_connection()
+        extra = conn.extra_dejson or {}
+        if extra.get("client", "mysqlclient") != "mysqlclient" or extra.get("iam"):
+            what = "an IAM login" if extra.get("iam") else f"the {extra.get('client')!r} client"
+            raise ConfigError(f"connection {self.lastline_conn_id!r} asks for {what}: lastline connects with mysqlclient "
+                              "and the connection's login and password only; remove the extra \"client\" / \"iam\".")
+        options: dict[str, Any] = {"local_infile": 1} if self.local_infile else {}
         if self.init_command:
-            extra["init_command"] = self.init_command
-        return server.connect(self.schema or conn.schema or None, **extra)
+            options["init_command"] = self.init_command
+        return Server.from_connection(conn).connect(self.schema or conn.schema or None, **options)
+
+    def get_uri(self) -> str:
+        """MySqlHook's URI without its query: a connection's extras never become driver options through it."""
+        return super().get_uri().split("?", 1)[0]
+
+    def get_sqlalchemy_engine(self, engine_kwargs: dict | None = None) -> Any:
+        """An SQLAlchemy engine whose connections are :meth:`get_conn`'s (common-sql's inspector and table schema use
+        it): made the same way, never from the URI's options."""
+        from sqlalchemy import create_engine
+
+        return create_engine("mysql+mysqldb://", **{**(engine_kwargs or {}), "creator": self.get_conn})
 
     def read_connection(self) -> Any:
         """The Airflow connection, or a ConfigError saying how to create it."""
@@ -58,13 +70,17 @@ class MariaDbHook(MySqlHook):
             raise ConfigError(f"Airflow connection {self.lastline_conn_id!r} could not be read ({exc}); create it (type "
                               f"{CONN_TYPE} or mysql) or set AIRFLOW_CONN_{self.lastline_conn_id.upper()}.") from exc
 
-    def server(self) -> Server:
-        """The Server of this connection, with the host its commands run on (its ssh_conn_id's, if set)."""
+    def _server_connection(self) -> Any:
+        """The Airflow connection, refused unless it is a server's (type lastline, mysql or mariadb)."""
         conn = self.read_connection()
         if (conn.conn_type or "mysql") not in (CONN_TYPE, "mysql", "mariadb"):
             raise ConfigError(f"connection {self.lastline_conn_id!r} is of type {conn.conn_type!r}: a server lastline "
                               f"backs up or restores into is a {CONN_TYPE} (or mysql) connection.")
-        found = Server.from_connection(conn)
+        return conn
+
+    def server(self) -> Server:
+        """The Server of this connection, with the host its commands run on (its ssh_conn_id's, if set)."""
+        found = Server.from_connection(self._server_connection())
         return dataclasses.replace(found, remote=ssh_host(found.ssh_conn_id)) if found.ssh_conn_id else found
 
     def test_connection(self) -> tuple[bool, str]:  # type: ignore[override]  # DbApiHook's says None, returns this

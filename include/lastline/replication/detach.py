@@ -21,6 +21,14 @@ def _shown(s: Setting) -> str:
     return f"{s.where()}: {s.name}={value}"
 
 
+def _switch(value: object, name: str, default: bool) -> bool:
+    """A Param that switches a step on or off, as a template renders it: true or false (JSON or words), empty (None,
+    rendered "None") for its default; anything else refused by name, never read as false."""
+    if isinstance(value, str) and value.strip().lower() in ("none", "null"):
+        value = None
+    return bool(safety_flag(value, name, default, of="the Param"))
+
+
 def check(target_conn_id: str, restart: object = True, read_only_off: object = False) -> DetachPlan:
     """Read-only: the server's flavour and connections, and no master-* line in its option files."""
     server = connections.server(target_conn_id)
@@ -41,8 +49,8 @@ def check(target_conn_id: str, restart: object = True, read_only_off: object = F
         flavour=fl.describe(),
         connections=[flavour.describe_status(s) for s in statuses],
         statements=flavour.detach_statements(fl, names),
-        restart=bool(safety_flag(restart, "restart", True, of="the Param")),
-        read_only_off=bool(safety_flag(read_only_off, "read_only_off", False, of="the Param")),
+        restart=_switch(restart, "restart", True),
+        read_only_off=_switch(read_only_off, "read_only_off", False),
     )
     log.info("%s (%s): %d replication connection(s)%s; will run: %s", server.describe(), plan.flavour,
              len(statuses), "".join(f"\n  {c}" for c in plan.connections), "; ".join(plan.statements))

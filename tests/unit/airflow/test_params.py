@@ -110,12 +110,19 @@ def test_the_environments_value_outranks_what_a_name_says(connections, monkeypat
 
 @pytest.mark.parametrize(("role", "offered"), [
     ("source", ["lastline_source", "lastline_target", "lastline_replica"]),
-    ("target", ["lastline_target", "lastline_replica"]),
+    ("target", ["lastline_target"]),  # a replica is a target only where it is the field's default (rebuild, detach)
     ("staging", ["lastline_staging"]),
     ("drill", ["lastline_drill"]),
 ], ids=["source", "target", "staging", "drill"])
 def test_the_forms_defaults_are_offered_for_their_kind(connections, role, offered):
     assert servers(role) == offered
+
+
+def test_an_environment_key_airflow_would_not_read_is_no_connection(connections, monkeypatch):
+    """Airflow reads AIRFLOW_CONN_<ID upper-cased> only: a key in another case is passed over, and breaks no form."""
+    monkeypatch.setenv("AIRFLOW_CONN_unit_lower", "mysql://root@db9:3306/")
+    assert "unit_lower" not in servers("source") and "unit_lower" not in servers("target")
+    assert params("source_conn_id", "target_conn_id")["target_conn_id"].schema["examples"][0] == "lastline_target"
 
 
 def test_a_server_fields_default_comes_first_and_once(connections, monkeypatch):

@@ -53,9 +53,9 @@ def test_the_client_reads_the_socket_as_lastline_does(conn, extra, socket):
     assert ("host" in args) == (socket is None)
 
 
-def _session_flags(dbapi) -> tuple[str, bool]:
-    """The connection's @@local_infile as the server sees it cannot tell the client's flag; what tells is a LOCAL load
-    refused by the client, and a second statement in one call refused by the parser."""
+def _database_and_multi(dbapi) -> tuple[str, bool]:
+    """The connection's current database, and whether two statements in one call run (the parser refuses the second
+    when multi-statements are off)."""
     cur = dbapi.cursor()
     cur.execute("SELECT DATABASE()")
     database = cur.fetchone()[0]
@@ -67,42 +67,73 @@ def _session_flags(dbapi) -> tuple[str, bool]:
     return database, multi
 
 
-def test_get_conn_is_made_as_every_stage_makes_one(target):
-    """The hook's DB-API connection is the stages' (Server.driver_args): one statement per call, no LOCAL INFILE."""
+@pytest.fixture
+def scratch(target):
+    """A scratch table on the target for LOCAL INFILE probes (dropped after)."""
+    server = target.server()
+    with server.session() as cur:
+        cur.execute("CREATE DATABASE IF NOT EXISTS unit_hook_infile")
+        cur.execute("CREATE TABLE IF NOT EXISTS unit_hook_infile.t (line TEXT)")
+    yield "unit_hook_infile.t"
+    with server.session() as cur:
+        cur.execute("DROP DATABASE IF EXISTS unit_hook_infile")
+
+
+@pytest.mark.parametrize("extra", [
+    pytest.param({}, id="no-extras"),
+    pytest.param({"local_infile": "1", "client_flag": "65536", "read_default_file": "/nonexistent/evil.cnf"},
+                 id="extras-asking-for-local-infile-and-multi-statements"),
+])
+def test_get_conn_and_its_engine_are_made_as_every_stage_makes_one(conn, target, scratch, extra):
+    """The hook's DB-API connection and its SQLAlchemy engine's are the stages' (Server.driver_args): one statement per
+    call, no LOCAL INFILE, whatever the connection's extras say."""
     import MySQLdb
 
-    hook = MariaDbHook("t_target", schema="mysql")
-    dbapi = hook.get_conn()
+    t = target.server()
+    hook = MariaDbHook(conn("unit_hook_made", conn_type="lastline", host=t.host, port=t.port, login=t.user,
+                            password=t.password, extra={"unix_socket": t.socket, **extra}), schema="mysql")
+    assert "?" not in hook.get_uri()
+    engine = hook.get_sqlalchemy_engine()
     try:
-        database, multi = _session_flags(dbapi)
-        assert (database, multi) == ("mysql", False)
-        cur = dbapi.cursor()
-        with pytest.raises(MySQLdb.OperationalError) as refused:
-            cur.execute("LOAD DATA LOCAL INFILE '/etc/hostname' INTO TABLE mysql.user")
-        assert refused.value.args[0] in (1148, 2068, 4166), refused.value  # the client's "LOCAL INFILE is disabled"
+        for dbapi in (hook.get_conn(), engine.raw_connection()):
+            try:
+                assert _database_and_multi(dbapi) == ("mysql", False)
+                with pytest.raises(MySQLdb.OperationalError) as refused:
+                    dbapi.cursor().execute(f"LOAD DATA LOCAL INFILE '/etc/hostname' INTO TABLE {scratch}")
+                assert refused.value.args[0] in (1148, 2068, 4166), refused.value  # "LOCAL INFILE is disabled"
+            finally:
+                dbapi.close()
     finally:
-        dbapi.close()
+        engine.dispose()
 
 
-def test_get_conn_with_local_infile_asked_for_by_its_caller(target):
+def test_get_conn_with_local_infile_asked_for_by_its_caller(target, scratch):
     """Only a hook made with local_infile=True (code, never a connection's extra) lets the client send a file."""
     dbapi = MariaDbHook("t_target", local_infile=True).get_conn()
     try:
         cur = dbapi.cursor()
-        cur.execute("CREATE DATABASE IF NOT EXISTS unit_hook_infile")
-        cur.execute("CREATE TABLE IF NOT EXISTS unit_hook_infile.t (line TEXT)")
-        cur.execute("LOAD DATA LOCAL INFILE '/etc/hostname' INTO TABLE unit_hook_infile.t")
-        cur.execute("SELECT COUNT(*) FROM unit_hook_infile.t")
+        cur.execute(f"LOAD DATA LOCAL INFILE '/etc/hostname' INTO TABLE {scratch}")
+        cur.execute(f"SELECT COUNT(*) FROM {scratch}")
         assert cur.fetchone()[0] >= 1
     finally:
-        dbapi.cursor().execute("DROP DATABASE IF EXISTS unit_hook_infile")
         dbapi.close()
 
 
-def test_get_conn_refuses_another_client(conn):
-    hook = MariaDbHook(conn("unit_hook_client", conn_type="lastline", host="db1", extra={"client": "mysql-connector-python"}))
-    with pytest.raises(ConfigError, match="asks for the 'mysql-connector-python' client: lastline connects with mysqlclient only"):
+@pytest.mark.parametrize(("conn_type", "extra", "refused"), [
+    pytest.param("lastline", {"client": "mysql-connector-python"}, "asks for the 'mysql-connector-python' client: lastline "
+                 "connects with mysqlclient", id="another-client"),
+    pytest.param("mysql", {"iam": True}, "asks for an IAM login", id="an-iam-login"),
+    pytest.param("postgres", {}, "is of type 'postgres'", id="not-a-server"),
+])
+def test_get_conn_refuses(conn, conn_type, extra, refused):
+    hook = MariaDbHook(conn("unit_hook_refused", conn_type=conn_type, host="db1", extra=extra))
+    with pytest.raises(ConfigError, match=refused):
         hook.get_conn()
+
+
+def test_get_conn_of_a_missing_connection_says_how_to_create_it():
+    with pytest.raises(ConfigError, match="set AIRFLOW_CONN_UNIT_HOOK_NOWHERE"):
+        MariaDbHook("unit_hook_nowhere").get_conn()
 
 
 def test_test_connection_of_an_account_with_what_lastline_needs(target):

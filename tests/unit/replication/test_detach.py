@@ -65,7 +65,9 @@ def test_shown(setting, shown):
     ("0", "yes", (False, True)),
     ("off", 1, (False, True)),
     (False, "no", (False, False)),
-], ids=["booleans", "words", "digits and yes", "off and 1", "no"])
+    ("None", "null", (True, False)),
+    ("", None, (True, False)),
+], ids=["booleans", "words", "digits and yes", "off and 1", "no", "an empty Param rendered: its default", "empty"])
 def test_check_plans_the_detach_of_a_replica(replica, restart, read_only_off, expected):
     plan = detach.check("t_dt_replica", restart, read_only_off)
     assert plan.target_conn_id == "t_dt_replica" and plan.flavour.startswith("MariaDB 1")
