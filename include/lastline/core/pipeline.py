@@ -169,22 +169,7 @@ def run_pipeline(
     progress = Progress(label, expected_bytes, progress_every or float("inf"))
     watch_stop = threading.Event()
     try:
-        prev_stdout: Any = subprocess.PIPE if source is not None else subprocess.DEVNULL
-        for i, (where, group) in enumerate(groups):
-            fd, errpath = tempfile.mkstemp(prefix=f"lastline-{group[0].name}-", suffix=".err")
-            errfiles.append(errpath)
-            last = i == len(groups) - 1
-            stdout = subprocess.PIPE if (not last or sink is not None) else subprocess.DEVNULL
-            with os.fdopen(fd, "wb") as errfh:
-                proc = where.start(group, stdin=prev_stdout, stdout=stdout, stderr=errfh)
-            if procs and procs[-1].stdout:
-                procs[-1].stdout.close()  # the child holds it now; we must not, or SIGPIPE never comes
-            if proc.stdout is not None:
-                widen_pipe(proc.stdout.fileno())
-            procs.append(proc)
-            stop_tokens.append(stopping.add(f"{label}: killed {group[0].name}", stopping.kill_process(proc)))
-            prev_stdout = proc.stdout
-
+        _start(groups, procs, stop_tokens, errfiles, label, piped_in=source is not None, piped_out=sink is not None)
         if source is None and sink is None and progress_every:
             threading.Thread(target=_watch_io, args=(procs[-1].pid, progress, watch_stop),
                              name=f"{label}-watch", daemon=True).start()
@@ -197,19 +182,7 @@ def run_pipeline(
             feeder.start()
         try:
             if sink is not None:
-                out = procs[-1].stdout
-                assert out is not None  # a PIPE: sink is set
-                # what one read returns (a buffered pipe's read1): read() gathers CHUNK in copies, 2x the system CPU
-                read = getattr(out, "read1", out.read)
-                while True:
-                    chunk = read(CHUNK)
-                    if not chunk:
-                        break
-                    out_hash.update(chunk)
-                    counters["out"] += len(chunk)
-                    if source is None:
-                        progress.add(len(chunk))
-                    sink(chunk)
+                _drain(procs[-1], sink, out_hash, counters, progress if source is None else None)
         except BaseException:
             _kill(procs)
             raise
@@ -226,20 +199,12 @@ def run_pipeline(
         results = []
         for (where, group), errpath, code in zip(groups, errfiles, codes):
             results += _results(where, group, code, errpath)
-        seconds = time.monotonic() - start
-        failed = [r for r in results if r.returncode != 0]
-        if failed:
-            blamed = next((r for r in failed if not r.sigpipe), failed[0])
-            others = ", ".join(f"{r.name}={r.returncode}" for r in results)
-            raise PipelineError(
-                f"{label}: stage {blamed.name!r} failed with exit status {blamed.returncode} "
-                f"(all stages: {others}). Its stderr ends with:\n{blamed.stderr_tail or '(empty)'}"
-            )
+        _blame(results, label)
         if progress_every:
             log.info("%s", progress.line())
         return PipelineResult(
             stages=results,
-            seconds=seconds,
+            seconds=time.monotonic() - start,
             bytes_in=counters["in"],
             sha256_in=in_hash.hexdigest() if source is not None and in_hash is not None else None,
             bytes_out=counters["out"],
@@ -256,6 +221,57 @@ def run_pipeline(
                 os.unlink(path)
             except FileNotFoundError:
                 pass
+
+
+def _start(groups: list[tuple[Host, list[Stage]]], procs: list[subprocess.Popen], stop_tokens: list[int],
+           errfiles: list[str], label: str, *, piped_in: bool, piped_out: bool) -> None:
+    """Start each group of stages on its host, each reading the one before, appending as it goes (so the caller's
+    cleanup sees what started when one fails to): the processes, their stop tokens, their stderr files."""
+    prev_stdout: Any = subprocess.PIPE if piped_in else subprocess.DEVNULL
+    for i, (where, group) in enumerate(groups):
+        fd, errpath = tempfile.mkstemp(prefix=f"lastline-{group[0].name}-", suffix=".err")
+        errfiles.append(errpath)
+        last = i == len(groups) - 1
+        stdout = subprocess.PIPE if (not last or piped_out) else subprocess.DEVNULL
+        with os.fdopen(fd, "wb") as errfh:
+            proc = where.start(group, stdin=prev_stdout, stdout=stdout, stderr=errfh)
+        if procs and procs[-1].stdout:
+            procs[-1].stdout.close()  # the child holds it now; we must not, or SIGPIPE never comes
+        if proc.stdout is not None:
+            widen_pipe(proc.stdout.fileno())
+        procs.append(proc)
+        stop_tokens.append(stopping.add(f"{label}: killed {group[0].name}", stopping.kill_process(proc)))
+        prev_stdout = proc.stdout
+
+
+def _drain(last: subprocess.Popen, sink: Callable[[bytes], None], out_hash: Any, counters: dict[str, int],
+           progress: Progress | None) -> None:
+    """The last stage's output into `sink`, hashed and counted (and into `progress` when no source counts)."""
+    out = last.stdout
+    assert out is not None  # a PIPE: sink is set
+    # what one read returns (a buffered pipe's read1): read() gathers CHUNK in copies, 2x the system CPU
+    read = getattr(out, "read1", out.read)
+    while True:
+        chunk = read(CHUNK)
+        if not chunk:
+            break
+        out_hash.update(chunk)
+        counters["out"] += len(chunk)
+        if progress is not None:
+            progress.add(len(chunk))
+        sink(chunk)
+
+
+def _blame(results: list[StageResult], label: str) -> None:
+    """A PipelineError naming the first stage that failed of itself (not one a later stage's exit SIGPIPEd)."""
+    failed = [r for r in results if r.returncode != 0]
+    if failed:
+        blamed = next((r for r in failed if not r.sigpipe), failed[0])
+        others = ", ".join(f"{r.name}={r.returncode}" for r in results)
+        raise PipelineError(
+            f"{label}: stage {blamed.name!r} failed with exit status {blamed.returncode} "
+            f"(all stages: {others}). Its stderr ends with:\n{blamed.stderr_tail or '(empty)'}"
+        )
 
 
 # Passes its stdin to its stdout and, at the end, prints `@@lastline-tap <bytes> <crc>` on stderr:
