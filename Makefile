@@ -11,7 +11,7 @@ setup:
 demo: setup
 	@.venv/bin/python -m lastline_dev.demo
 
-ui: setup  # Airflow's UI on the demo's servers (after `make demo`): http://127.0.0.1:8080
+ui: setup  # Airflow's UI on the demo's servers (after `make demo`): http://127.0.0.1:8080, or the next free port (it prints the URL)
 	@.venv/bin/python -m lastline_dev.ui
 
 test: setup  # the suite (~25 min here); the newcomer's walk in a browser is its own target, run by CI after it

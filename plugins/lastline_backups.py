@@ -16,7 +16,9 @@ storage (lastline.airflow.params), so this page, which lists afresh at each view
 
 Access is Airflow's own (the UI's session cookie or a bearer token): the page and its JSON need read access to both
 backup DAGs (physical_backup and logical_backup), whatever the URL's query says; it shows the restores that verified a
-backup, and the drills, only of the DAGs the user may read. A restore's page needs read access to that restore.
+backup, and the drills, only of the DAGs the user may read. A successful restore run verified the backup its restore's
+preflight resolved and opened (its `backup` XCom: `<destination>/latest` counts for the backup it was), never what its
+conf asked for. A restore's page needs read access to that restore.
 """
 from __future__ import annotations
 
@@ -60,25 +62,27 @@ def _readable(user: Any) -> set[str]:
 
 
 def _verifications(dag_ids: set[str]) -> dict[str, list[dict[str, Any]]]:
-    """Successful runs of the restores `dag_ids` that named a backup (not `latest`), by the backup's URL
-    (destination/id), oldest first: each verified it."""
+    """The newest 500 successful runs of the restores `dag_ids`, by the backup each restored (the one its restore's
+    preflight resolved: `latest` too; lastline.inventory.verifications), oldest first: each verified it. Two queries
+    whatever the number of runs: the runs, then their preflights' `backup` XComs."""
     from airflow.models.dagrun import DagRun
+    from airflow.models.xcom import XComModel
     from airflow.utils.session import create_session
     from sqlalchemy import select
 
-    out: dict[str, list[dict[str, Any]]] = {}
     if not dag_ids:
-        return out
+        return {}
+    preflights = sorted({t for d in dag_ids for t in inventory.RESTORE_PREFLIGHTS.get(d, ())})
     with create_session() as session:
-        runs = session.execute(select(DagRun.dag_id, DagRun.run_id, DagRun.conf, DagRun.end_date)
+        runs = session.execute(select(DagRun.id, DagRun.dag_id, DagRun.run_id, DagRun.end_date)
                                .where(DagRun.dag_id.in_(sorted(dag_ids)), DagRun.state == "success")
                                .order_by(DagRun.end_date.desc()).limit(500)).all()
-    for run in reversed(runs):
-        backup_url = inventory.backup_named(run.conf or {})
-        if backup_url:
-            finished = run.end_date.strftime("%Y-%m-%dT%H:%M:%SZ") if run.end_date else ""
-            out.setdefault(backup_url, []).append({"dag_id": run.dag_id, "run_id": run.run_id, "finished": finished})
-    return out
+        rows = session.execute(select(XComModel.dag_id, XComModel.run_id, XComModel.task_id, XComModel.value)
+                               .where(XComModel.dag_run_id.in_([r.id for r in runs]), XComModel.key == "backup",
+                                      XComModel.task_id.in_(preflights), XComModel.map_index == -1)).all() if runs else []
+    plans = [(r.dag_id, r.run_id, r.task_id, XComModel.deserialize_value(r)) for r in rows]
+    finished = [(r.dag_id, r.run_id, r.end_date.strftime("%Y-%m-%dT%H:%M:%SZ") if r.end_date else "") for r in reversed(runs)]
+    return inventory.verifications(finished, plans)
 
 
 def _listing(user: Any) -> list[inventory.Destination]:

@@ -1,6 +1,7 @@
 """The deployment's backups as the Backups page shows them: per destination, every backup with its kind, age, size,
 duration, whether it is authenticated, verified and drilled, and the point-in-time window it opens, with the restore
-each can start.
+each can start. (Over 300 lines: each column of a row, from the manifest, the archive, the drills and the restore runs,
+is read here, so that one view reads each source once.)
 
 The destinations are the deployment's: `LASTLINE_BACKUPS_PAGE_DESTINATIONS` (storage URLs separated by commas; an S3
 one may end in `?aws_conn_id=<connection>`), else `LASTLINE_DESTINATION`. Listing S3 or SSH costs a round trip per
@@ -9,8 +10,9 @@ many more it holds.
 
 - **authenticated**: the manifest's MAC checked with the deployment's storage key (storage.auth), as a restore does;
 - **verified**: a run restored it and verified every table: a restore drill that passed (the drills' history,
-  lastline.drill) or a successful restore run naming it (`verifications`, which the page reads from Airflow); both
-  are matched by the backup's destination and id, never by its id alone (two destinations may hold the same id);
+  lastline.drill) or a successful restore run that restored it (`verifications`: the backup its restore's preflight
+  resolved, `latest` too, which the page reads from Airflow's XCom); both are matched by the backup's destination and
+  id, never by its id alone (two destinations may hold the same id);
 - **drilled**: the newest restore drill of it, passed or failed, with its time to restore;
 - **point-in-time window**: where the destination holds a binlog archive, the line of history that holds the
   backup's binlog position (read from the archive's chain files only; the restore's plan checks the bytes) and how
@@ -54,6 +56,7 @@ class Backup:
     authenticated: bool = False
     authenticity: str = ""
     verified: str | None = None
+    verified_by: dict[str, Any] | None = None  # {dag_id, run_id, finished}: the run that restored and verified it last
     drilled: str | None = None
     drill_ok: bool | None = None
     window: dict[str, Any] | None = None
@@ -247,10 +250,11 @@ def describe(storage: Storage, url: str, backup_id: str, lines: list[Line], dril
                        else f"FAILED {last.get('finished')}")
     passed = [e for e in ran if e.get("ok")]
     named = verifications.get(row.url, [])
-    if named:
-        row.verified = f"restored and verified by {named[-1]['dag_id']} {named[-1]['finished']}"
-    if passed and (not named or str(passed[-1].get("finished")) > str(named[-1]["finished"])):
-        row.verified = f"restored and verified by restore_drill {passed[-1].get('finished')}"
+    by = {k: named[-1].get(k) for k in ("dag_id", "run_id", "finished")} if named else None
+    if passed and (not by or str(passed[-1].get("finished")) > str(by["finished"])):
+        by = {"dag_id": "restore_drill", "run_id": passed[-1].get("run_id"), "finished": passed[-1].get("finished")}
+    if by:
+        row.verified, row.verified_by = f"restored and verified by {by['dag_id']} {by['finished']}", by
     row.window = window(lines, facts)
     row.restores = _restores(url, row, aws_conn_id)
     return row
@@ -295,12 +299,33 @@ def listing(verifications: dict[str, list[dict[str, Any]]] | None = None, now: d
     return [list_destination(url, aws, None, history, verifications, now or datetime.now(UTC)) for url, aws in destinations()]
 
 
-def backup_named(conf: dict[str, Any]) -> str | None:
-    """The backup a restore run's conf names explicitly, as `<destination>/<id>` (None for `latest`, `auto`, none, or
-    an id without its destination): a restore's `backup`, or a point-in-time restore's `destination` and `base`."""
-    if conf.get("backup"):
-        dest, _, backup_id = str(conf["backup"]).rstrip("/").rpartition("/")
-    else:
-        dest, backup_id = str(conf.get("destination") or "").rstrip("/"), str(conf.get("base") or "")
-    return f"{dest}/{backup_id}" if dest and backup_time(backup_id) else None
+# Each restoring DAG's restore preflight (its restore task group's): its plan's `backup` (an XCom row of its own) is the
+# backup the run opened, `latest` resolved, its manifest pinned. A run's conf is never read: it is not what was restored.
+RESTORE_PREFLIGHTS: dict[str, tuple[str, ...]] = {"logical_restore": ("preflight",), "physical_restore": ("preflight",),
+    "staging_refresh": ("restore.preflight",), "restore_drill": ("logical.preflight", "physical.preflight"),
+    "point_in_time_restore": ("logical_base.preflight", "physical_base.preflight")}
 
+
+def backup_restored(dag_id: str, task_id: str, value: Any) -> str | None:
+    """`<destination>/<id>` of the backup `dag_id`'s restore preflight `task_id` opened (its `backup` XCom, a
+    BackupRef's dict form: an id, a kind, its manifest pinned), else None."""
+    if task_id not in RESTORE_PREFLIGHTS.get(dag_id, ()) or not isinstance(value, dict):
+        return None
+    dest, backup_id = str(value.get("destination") or "").rstrip("/"), str(value.get("backup_id") or "")
+    opened = dest and backup_time(backup_id) and value.get("kind") in RESTORE_DAGS and value.get("manifest_sha256")
+    return f"{dest}/{backup_id}" if opened else None
+
+
+def verifications(runs: list[tuple[str, str, str]], plans: list[tuple[str, str, str, Any]]) -> dict[str, list[dict[str, Any]]]:
+    """Successful restore runs ((dag_id, run_id, finished), oldest first) by the backup each verified, from their
+    preflights' `backup` XComs `plans` ((dag_id, run_id, task_id, value)); a run naming none, or two, verified none."""
+    restored: dict[tuple[str, str], set[str | None]] = {}
+    for dag_id, run_id, task_id, value in plans:
+        if task_id in RESTORE_PREFLIGHTS.get(dag_id, ()):  # another task's `backup` (a staging refresh's own plan)
+            restored.setdefault((dag_id, run_id), set()).add(backup_restored(dag_id, task_id, value))
+    out: dict[str, list[dict[str, Any]]] = {}
+    for dag_id, run_id, finished in runs:
+        found = restored.get((dag_id, run_id), set())
+        if len(found) == 1 and (url := next(iter(found))):
+            out.setdefault(url, []).append({"dag_id": dag_id, "run_id": run_id, "finished": finished})
+    return out

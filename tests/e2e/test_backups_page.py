@@ -399,10 +399,7 @@ def test_verified_and_drilled_match_the_destination_and_the_id(drilled, tmp_path
     assert other.verified is None and other.drilled is None and other.drill_ok is None
     here = row({f"{url}/{backup_id}": named}, [{**drill, "backup": f"{url}/{backup_id}"}])
     assert here.verified == "restored and verified by logical_restore 2099-01-01T00:00:00Z" and here.drill_ok
-    assert inventory.backup_named({"backup": f"{url}/{backup_id}/"}) == f"{url}/{backup_id}"
-    assert inventory.backup_named({"destination": f"{url}/", "base": backup_id}) == f"{url}/{backup_id}"
-    assert inventory.backup_named({"backup": f"{url}/latest"}) is None
-    assert inventory.backup_named({"base": backup_id}) is None  # no destination: no backup it names for sure
+    assert here.verified_by == {"dag_id": "logical_restore", "run_id": "r1", "finished": "2099-01-01T00:00:00Z"}
 
 
 def test_the_report_tab_checks_the_dag_in_its_path_whatever_the_query_says(token):
@@ -417,3 +414,47 @@ def test_the_report_tab_checks_the_dag_in_its_path_whatever_the_query_says(token
                  "/reports/logical_restore/r1/report.md?dag_id=physical_backup"):
         assert client.get(path).status_code == 403, path
     assert client.get("/reports/physical_backup/no-such-run/report.md").status_code == 404  # its own DAG: read
+
+
+@pytest.fixture(scope="module")
+def restored_latest(drilled, run_dag_module, logical_target) -> dict:
+    """A logical_restore of `<destination>/latest`, its form's default (the conf names no backup), run in Airflow
+    after the drill: the newest run that verified the logical backup. The tests that use it come last in this file."""
+    state, run_id, _ = run_dag_module("logical_restore", {
+        "target_conn_id": "t_ltarget", "backup": f"{drilled['url']}/latest", "databases": ["store"], "parallel": 2,
+        "tune": True, "restart_allowed": False, "defer_indexes": True, "index_build": "per_table", "force": True,
+        "enable_events": False, "restore_grants": False, "restore_into_source": "", "redo_log_bytes": 128 << 20,
+        "aws_conn_id": None})
+    assert state == "success", run_id
+    return {**drilled, "run_id": run_id}
+
+
+@pytest.mark.e2e
+def test_a_restore_of_latest_verifies_the_backup_it_restored(restored_latest, monkeypatch, token):
+    """The page reads the backup the run's preflight resolved (its XCom), not the conf's `latest`: that backup, and
+    only that one, is verified by that run; and only for a user who may read logical_restore."""
+    from fastapi.testclient import TestClient
+
+    url, logical, physical, run_id = (restored_latest[k] for k in ("url", "logical", "physical", "run_id"))
+    monkeypatch.setenv("LASTLINE_BACKUPS_PAGE_DESTINATIONS", url)
+    plugin = _plugin()
+    found = plugin._verifications({"logical_restore"})
+    mine = {backup: [v for v in runs if v["run_id"] == run_id] for backup, runs in found.items()}
+    assert {backup for backup, runs in mine.items() if runs} == {f"{url}/{logical}"}
+    (entry,) = mine[f"{url}/{logical}"]
+    assert entry["dag_id"] == "logical_restore" and re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ", entry["finished"])
+
+    def rows(user: str, role: str = "viewer") -> dict:
+        client = TestClient(plugin.app, headers={"Authorization": f"Bearer {token(user, role)}"})
+        return {b["backup_id"]: b for b in client.get("/backups.json").json()[0]["backups"]}
+
+    admin = rows("admin", "admin")
+    assert admin[logical]["verified_by"] == {"dag_id": "logical_restore", "run_id": run_id, "finished": entry["finished"]}
+    assert admin[logical]["verified"] == f"restored and verified by logical_restore {entry['finished']}"
+    assert admin[physical]["verified"] is None and admin[physical]["verified_by"] is None  # not what latest was
+    client = TestClient(plugin.app, headers={"Authorization": f"Bearer {token('admin', 'admin')}"})
+    assert f"restored and verified by logical_restore {entry['finished']}" in client.get("/").text
+    # a reader of the restores but not of restore_drill: verified by the restore; one of neither: by nothing
+    restores = rows("backups_and_restores")
+    assert restores[logical]["verified_by"]["run_id"] == run_id and restores[logical]["drilled"] is None
+    assert rows("backups_only")[logical]["verified"] is None

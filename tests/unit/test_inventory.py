@@ -45,14 +45,61 @@ def test_limit(monkeypatch, value, expected):
     assert inventory.limit() == expected
 
 
-@pytest.mark.parametrize(("conf", "expected"), [
-    ({"backup": f"file:///b/{ID}/"}, f"file:///b/{ID}"),
-    ({"destination": "s3://x/y/", "base": ID}, f"s3://x/y/{ID}"),
-    ({"backup": "latest"}, None), ({"destination": "file:///b", "base": "auto"}, None), ({}, None),
-    ({"backup": ID}, None),
-], ids=["a-restore", "a-pitr", "latest", "auto", "none", "id-without-destination"])
-def test_backup_named(conf, expected):
-    assert inventory.backup_named(conf) == expected
+SHA = "ab" * 32
+
+
+def ref(destination: str = "file:///b", backup_id: str = ID, kind: str = "logical", sha: str = SHA) -> dict:
+    """A resolved BackupRef's XCom form, as a restore's preflight stores it (its plan's `backup`)."""
+    return {"destination": destination, "backup_id": backup_id, "kind": kind, "aws_conn_id": None, "manifest_sha256": sha}
+
+
+@pytest.mark.parametrize(("dag_id", "task_id", "value", "expected"), [
+    ("logical_restore", "preflight", ref(), f"file:///b/{ID}"),
+    ("physical_restore", "preflight", ref("s3://x/y/", kind="physical"), f"s3://x/y/{ID}"),
+    ("staging_refresh", "restore.preflight", ref(), f"file:///b/{ID}"),
+    ("restore_drill", "physical.preflight", ref(kind="physical"), f"file:///b/{ID}"),
+    ("point_in_time_restore", "logical_base.preflight", ref("file:///a b/c.d/`e`"), f"file:///a b/c.d/`e`/{ID}"),
+    ("staging_refresh", "preflight", ref(), None),
+    ("restore_drill", "preflight", ref(), None),
+    ("logical_backup", "preflight", ref(), None),
+    ("logical_restore", "preflight", ref(backup_id="latest"), None),
+    ("logical_restore", "preflight", ref(sha=""), None),
+    ("logical_restore", "preflight", ref(kind="mysqldump"), None),
+    ("logical_restore", "preflight", ref(destination=""), None),
+    ("logical_restore", "preflight", f"file:///b/{ID}", None),
+    ("logical_restore", "preflight", {}, None),
+    ("logical_restore", "preflight", None, None),
+], ids=["logical-restore", "physical-restore-s3", "staging-its-restore-group", "drill-its-branch",
+        "pitr-its-base-odd-names", "staging-top-plan-not-the-restore", "drill-top-plan-not-the-restore",
+        "not-a-restore", "unresolved-latest", "manifest-not-pinned", "unknown-kind", "no-destination",
+        "a-string-not-a-plan", "empty", "none"])
+def test_backup_restored(dag_id, task_id, value, expected):
+    assert inventory.backup_restored(dag_id, task_id, value) == expected
+
+
+OTHER = "20261128T170000Z-0d0d0d"
+
+
+@pytest.mark.parametrize(("runs", "plans", "expected"), [
+    ([("logical_restore", "r1", "T1")], [("logical_restore", "r1", "preflight", ref())],
+     {f"file:///b/{ID}": [{"dag_id": "logical_restore", "run_id": "r1", "finished": "T1"}]}),
+    ([("logical_restore", "r1", "T1"), ("physical_restore", "r1", "T2")],
+     [("physical_restore", "r1", "preflight", ref(kind="physical")), ("logical_restore", "r1", "preflight", ref())],
+     {f"file:///b/{ID}": [{"dag_id": "logical_restore", "run_id": "r1", "finished": "T1"},
+                          {"dag_id": "physical_restore", "run_id": "r1", "finished": "T2"}]}),
+    ([("logical_restore", "r1", "T1")], [], {}),
+    ([("logical_restore", "r1", "T1")], [("logical_restore", "r2", "preflight", ref())], {}),
+    ([("restore_drill", "d1", "T1")], [("restore_drill", "d1", "logical.preflight", ref()),
+                                       ("restore_drill", "d1", "physical.preflight", ref(backup_id=OTHER))], {}),
+    ([("staging_refresh", "s1", "T1")], [("staging_refresh", "s1", "preflight", ref(backup_id=OTHER)),
+                                         ("staging_refresh", "s1", "restore.preflight", ref())],
+     {f"file:///b/{ID}": [{"dag_id": "staging_refresh", "run_id": "s1", "finished": "T1"}]}),
+    ([("logical_restore", "r1", "T1")], [("logical_restore", "r1", "preflight", ref(sha=""))], {}),
+    ([], [("logical_restore", "r1", "preflight", ref())], {}),
+], ids=["latest-resolved", "same-run-id-in-two-dags", "no-preflight-row", "another-runs-row",
+        "two-backups-none-credited", "the-restore-groups-not-the-top-plan", "not-pinned", "not-a-successful-run"])
+def test_verifications(runs, plans, expected):
+    assert inventory.verifications(runs, plans) == expected
 
 
 @pytest.mark.parametrize(("seconds", "text"), [(12.34, "12.3 s"), (90, "2 min"), (5399, "90 min"), (5400, "1.5 h")],
@@ -109,7 +156,7 @@ def test_list_destination_rows(tmp_path):
     store.write_bytes("not-a-backup/x", b"x")
     drills = [{"backup": f"{url}/{ID}", "kind": "physical", "ok": True, "finished": "2026-11-28T17:00:00Z", "rto_seconds": 600},
               {"backup": ID, "kind": "physical", "ok": False, "finished": "2026-11-28T17:30:00Z"}]
-    verified = {f"{url}/{older}": [{"dag_id": "physical_restore", "finished": "2026-11-28T12:00:00Z"}]}
+    verified = {f"{url}/{older}": [{"dag_id": "physical_restore", "run_id": "r1", "finished": "2026-11-28T12:00:00Z"}]}
     dest = inventory.list_destination(url, cap=2, drill_history=drills, verifications=verified, now=NOW)
     assert dest.problem is None and dest.folders == 3 and dest.limit == 2
     running, newest = dest.backups
@@ -117,10 +164,12 @@ def test_list_destination_rows(tmp_path):
     assert newest.backup_id == ID and newest.kind == "physical" and newest.bytes == 1234 and newest.authenticated
     assert newest.drilled == "passed 2026-11-28T17:00:00Z: restored and verified in 10 min" and newest.drill_ok
     assert newest.verified == "restored and verified by restore_drill 2026-11-28T17:00:00Z"
+    assert newest.verified_by == {"dag_id": "restore_drill", "run_id": None, "finished": "2026-11-28T17:00:00Z"}
     assert newest.window is None  # no binlog archive in this destination
     assert newest.restores == [{"dag_id": "physical_restore", "label": "physical restore", "conf": {"backup": f"{url}/{ID}"}}]
     third = inventory.list_destination(url, cap=3, drill_history=[], verifications=verified, now=NOW).backups[2]
     assert third.verified == "restored and verified by physical_restore 2026-11-28T12:00:00Z" and third.drilled is None
+    assert third.verified_by == {"dag_id": "physical_restore", "run_id": "r1", "finished": "2026-11-28T12:00:00Z"}
 
 
 def test_a_destination_that_cannot_be_listed_is_said_so(tmp_path):

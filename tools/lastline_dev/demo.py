@@ -298,7 +298,8 @@ def main() -> int:
         "can roll a backup forward to latest")
     say("the sandboxes keep running: `.venv/bin/python -m lastline_dev.sandbox --root .demo/sandbox "
         "status`; `make clean` stops and removes them")
-    say("next: `make ui` opens Airflow's UI on these servers (http://127.0.0.1:8080): trigger a restore from its form")
+    say("next: `make ui` opens Airflow's UI on these servers (http://127.0.0.1:8080, or the next free port: it says "
+        "which): trigger a restore from its form")
     return 1 if diff or ldiff else 0
 
 
