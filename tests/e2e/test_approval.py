@@ -182,6 +182,7 @@ def test_a_physical_restore_with_the_form_s_defaults_waits_for_approval_then_rep
         cur.execute("REPLACE INTO own.precious VALUES (1)")
         cur.connection.commit()
     before = table_checksums(target.server())
+    asides = set(Path(target.datadir).parent.glob("data.lastline-aside-*"))  # what earlier restores of the suite left
     plan = physical_restore.preflight(conf)
     assert plan.datadir_state == "data" and plan.at_risk and plan.at_risk["force"] is False and plan.force
 
@@ -192,7 +193,7 @@ def test_a_physical_restore_with_the_form_s_defaults_waits_for_approval_then_rep
         state, tis, _logs = run_dag("physical_restore", conf)
     assert state == "failed" and tis["approve"] == "failed" and tis["stop_target"] == "upstream_failed", tis
     assert table_checksums(target.server()) == before  # a rejection touches nothing: the server still runs on it
-    assert not list(Path(target.datadir).parent.glob("data.lastline-aside-*"))
+    assert set(Path(target.datadir).parent.glob("data.lastline-aside-*")) == asides
     assert "`own.precious`" in person.asked["body"] and "**without force**" in person.asked["body"]
     assert "the whole datadir" in person.asked["body"]
 
@@ -200,7 +201,7 @@ def test_a_physical_restore_with_the_form_s_defaults_waits_for_approval_then_rep
         state, tis, logs = run_dag("physical_restore", conf)
     assert state == "success", tis
     assert table_checksums(target.server()) == table_checksums(source.server())  # own.precious went with the datadir
-    assert not list(Path(target.datadir).parent.glob("data.lastline-aside-*"))  # deleted once verified
+    assert set(Path(target.datadir).parent.glob("data.lastline-aside-*")) == asides  # its own deleted once verified
 
     monkeypatch.setenv("LASTLINE_APPROVAL", "false")  # an unattended deployment: only force replaces
     with pytest.raises(PreflightError, match=r"is not empty, and no person is asked .*LASTLINE_APPROVAL is false\): "

@@ -20,6 +20,7 @@ from lastline.pitr import restore as pitr
 from lastline.replicas import flavour
 from lastline.storage import open_storage
 from lastline_dev.sandbox import Instance
+
 from .test_pitr_restore import _shop, _writes, state
 
 pytestmark = pytest.mark.e2e

@@ -25,6 +25,7 @@ from lastline.pitr import restore as pitr
 from lastline.pitr.split import query_text
 from lastline.storage import open_storage
 from lastline_dev.sandbox import Instance
+
 from .test_pitr_restore import Writer, _shop, mark, state, temporary_table_across_a_rotation
 
 pytestmark = pytest.mark.e2e
