@@ -506,7 +506,7 @@ def main() -> int:
         print("myloader 1.0: NOT FOUND (no --myloader1 / LASTLINE_MYDUMPER1_DIR folder holding it, no bench/.mydumper1, "
               "and no LASTLINE_MYDUMPER1_SRC to build it from: git clone --branch v1.0.1-3 "
               "https://github.com/mydumper/mydumper and set LASTLINE_MYDUMPER1_SRC to the clone). Racing Debian's "
-              "myloader 0.10 instead: its ratio is not the headline's.", flush=True)
+              "myloader 0.10 instead, labelled so: its ratio is not the race's.", flush=True)
         methods = (methods - {"myloader1"}) | {"myloader"}
     run_one = bool(one) and bool(methods & {"myloader1", "myloader"})
     run_debian = "myloader" in methods
@@ -561,7 +561,8 @@ def main() -> int:
 
     one_name = next((k for k in next(iter(pools.values()))["results"] if k.startswith("myloader 1.0")), None)
     ref = "myloader 1.0" if one_name else "Debian's myloader 0.10"
-    print(f"\nthe race ({ref} time over lastline's whole run; above 1.00x lastline is faster):", flush=True)
+    if any(res.get("headline") for res in pools.values()):
+        print(f"\nthe race ({ref} time over lastline's whole run; above 1.00x lastline is faster):", flush=True)
     for label, res in pools.items():
         if res.get("headline"):
             h = res["headline"]
