@@ -4,7 +4,7 @@ at two buffer pools: the canonical race, one command.
     make bench-restore
     (or: .venv/bin/python bench/logical_restore_bench.py; a quick check: ARGS="--tables 2 --rows 50000 --pools 512M")
 
-The default race (about 15 minutes here):
+The default race (about 12 minutes here, 2 of them generating the data; `--reuse` keeps it):
 
 - data: 8 sysbench-shaped tables of `--rows` 1M rows plus one table `--big` 4 times bigger (sbtest_big), 12M rows,
   about 2.3 GB of TSV, generated in-server; dumped once by lastline's dump and by `mydumper 1.0 --format=LOAD_DATA
