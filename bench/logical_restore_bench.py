@@ -1,40 +1,51 @@
-"""Logical restore speed: lastline's DAG under the real scheduler against myloader, `mariadb < dump.sql`
-and a hand-run parallel LOAD DATA of the same chunks, on the same tuned target, one run.
+"""Logical restore speed: lastline's DAG under the real scheduler against myloader 1.0 on the same tuned target,
+at two buffer pools: the canonical race, one command.
 
-    make bench-restore ARGS="--tables 8 --rows 1000000"
-    (or: .venv/bin/python bench/logical_restore_bench.py --tables 8 --rows 1000000)
+    make bench-restore
+    (or: .venv/bin/python bench/logical_restore_bench.py; a quick check: ARGS="--tables 2 --rows 50000 --pools 512M")
 
-Data: `--tables` sysbench-shaped tables of `--rows` rows plus one table `--big` times bigger
-(sbtest_big), generated in-server. Target: one sandbox with the restore profile in its my.cnf
-(buffer pool, redo 1G, doublewrite off, flush_log_at_trx_commit=0, skip-log-bin, autoinc lock mode 2,
-no adaptive hash index, max_allowed_packet 1G, io_capacity 2000), the same for every method:
+The default race (about 12 minutes here, 2 of them generating the data; `--reuse` keeps it):
 
-- lastline: `logical_backup` (the dump task) then the `logical_restore` DAG triggered on a running
-  `airflow standalone` (LocalExecutor, SQLite) with `parallel` lanes; timed from the run's start to
-  its end as the metadata DB records them (scheduling, task start-up, finalize's index builds,
-  verify's checksums and the report included), and its load step alone;
-- direct: lastline without Airflow, the same steps with the same settings (the first of
-  `--index-builds`) called in order by this process, its lanes as N forked processes: lastline's own
-  work (checks, ledger, verify, report) apart from what the scheduler and task processes add;
-- `myloader -t N` of a `mydumper --rows 250000` dump (Debian's 0.10);
-- with `--myloader1 DIR` (or LASTLINE_MYDUMPER1_DIR): myloader 1.0 in its fastest setting
-  (`--optimize-keys=AFTER_IMPORT_ALL_TABLES`) of a `mydumper 1.0 --format=LOAD_DATA` dump; the bench
-  does not build it: build mydumper 1.0 from its source beside the project and point it there;
-- `mariadb < dump.sql` of a `mariadb-dump` (one thread: what most restores still are);
-- by hand: tables created with their primary key only, `zstd -dc <chunks> | mariadb -e "LOAD DATA LOCAL
-  INFILE '/dev/stdin' ..."`, one table per loader, N loaders, then each table's secondary indexes in one
-  ALTER, N at a time (the practical limit of a client-side load: no checksum, no ledger, no scheduler).
+- data: 8 sysbench-shaped tables of `--rows` 1M rows plus one table `--big` 4 times bigger (sbtest_big), 12M rows,
+  about 2.3 GB of TSV, generated in-server; dumped once by lastline's dump and by `mydumper 1.0 --format=LOAD_DATA
+  --rows 250000`, 2 threads each;
+- target: one sandbox with the restore profile in its my.cnf (redo 1G, doublewrite off, flush_log_at_trx_commit=0,
+  skip-log-bin, autoinc lock mode 2, no adaptive hash index, max_allowed_packet 1G, io_capacity 2000), fresh for each
+  of `--pools` 4G (the data fits in memory) and 512M (the data about 4x the pool), the same for both methods;
+- lastline: the `logical_restore` DAG triggered (REST API) on `bin/airflow standalone`, the embedded Airflow as
+  `make setup` makes it, with the deployment's settings bin/airflow gives it (include/lastline/airflow/embedded.py;
+  the bench adds none but no retries, the nightly schedules off and ports of its own), 2 lanes: a warm-up run (the
+  workers' first imports, the target's first touch of its buffer pool), then one run, timed from the run's start to
+  its end as the metadata DB records them (scheduling, task start-up, finalize's index builds, verify, the report);
+- myloader 1.0 (`-t 2 --optimize-keys=AFTER_IMPORT_ALL_TABLES`), once, after lastline's runs (the standalone is
+  stopped by then), from bench/.mydumper1, which bench/build_mydumper1.sh builds from a checkout named by
+  LASTLINE_MYDUMPER1_SRC (`git clone --branch v1.0.1-3 https://github.com/mydumper/mydumper`), or from `--myloader1
+  DIR` / LASTLINE_MYDUMPER1_DIR. Without it the bench says so and races Debian's myloader 0.10, labelled.
 
-`--memory quarter` runs every method against a target whose buffer pool is a quarter of the data and
-whose redo log is small (128 MB; lastline is told not to grow it): the regime of production restores.
-The first lastline run after the scheduler came up is printed apart (cold: the workers' first imports);
-the runs that follow are warm and make the means.
+Per pool it prints the ratio (myloader 1.0's time over lastline's whole run: above 1.00x lastline is faster), and for
+lastline's run: the load step and what lies outside it; trigger to first row (the DAG run's queued_at to the ledger's
+first loaded_at on the target: the first chunk committed; the ledger is read every 0.5 s while the run goes, since
+finalize drops it) and last row to end (the ledger's last loaded_at to the run's end); each task's queued, start and
+end from the metadata DB, with the scheduler's hop to it and its start-up; the CPU seconds each process group used
+from the trigger to the end, read from /proc per process before and after (scheduler; the LocalExecutor's workers with
+the task processes they start; dag-processor, api-server, triggerer; the target's mariadbd; this bench; the rest of
+the machine). Writes a JSON record to bench/records/.
 
-Each competitor, and lastline without Airflow (its log lines in `direct.log` beside the record), runs twice,
-before lastline's DAG and after it (a fresh target's first restore pays for touching its buffer pool; the
-machine's speed drifts), and the ratios use the mean of the two. Every restore
-starts from an empty database and is checked by row counts. Prints seconds, MB/s (raw TSV bytes) and
-each method's time over lastline's; writes a JSON record.
+Other methods and the older race, behind flags:
+
+- `--methods` adds `hand` (tables created with their primary key only, `zstd -dc <chunks> | mariadb -e "LOAD DATA
+  LOCAL INFILE '/dev/stdin' ..."`, one table per loader, N loaders, then each table's secondary indexes in one ALTER,
+  N at a time: the practical limit of a client-side load), `direct` (lastline without Airflow: the DAG's steps called
+  in order by this process, its lanes as N forked processes, its log lines in `direct.log`), `myloader` (Debian's
+  0.10 of a `mydumper --rows 250000` dump) and `sql` (`mariadb < dump.sql` of a `mariadb-dump`, one thread);
+- `--index-builds` runs more lastline runs after the warm-up (ABBA, `per_table,after_all,after_all,per_table`, as the
+  older race did: the run in second place is faster by itself); the first setting's mean is the ratios' base;
+- `--rounds 2` runs each competitor before lastline's runs and again after them, the ratios on the mean of the two;
+- `--memory in` (buffer pool 6G) or `--memory quarter` (a quarter of the data, redo 128 MB, lastline told not to grow
+  it) instead of `--pools`: the older regimes.
+
+The older race: `--methods hand,direct,myloader,sql,lastline --index-builds per_table,after_all,after_all,per_table
+--rounds 2 --memory in`. Every restore starts from an empty database and is checked by row counts.
 """
 from __future__ import annotations
 
@@ -46,6 +57,7 @@ import multiprocessing
 import os
 import shutil
 import sqlite3
+import subprocess
 import sys
 import time
 from collections.abc import Iterator
@@ -58,13 +70,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from logical_bench import SCHEDULES_OFF, dataset, sh  # noqa: E402
 
 from lastline.core.option_files import option_file, option_file_text  # noqa: E402
+from lastline.core.sql import META_DB  # noqa: E402
 from lastline.logical.backup import stages as logical_backup  # noqa: E402
 from lastline.logical.restore import report as restore_report  # noqa: E402
 from lastline.logical.restore import stages as logical_restore  # noqa: E402
 from lastline.logical.restore.schema_tables import split_deferred  # noqa: E402
 from lastline.manifest import read_manifest  # noqa: E402
 from lastline.storage import open_storage  # noqa: E402
-from lastline_dev.deployment import SHARED_SETTINGS  # noqa: E402
+from lastline_dev.deployment import SHARED_SETTINGS, free_port  # noqa: E402
 from lastline_dev.sandbox import Instance  # noqa: E402
 from lastline_dev.standalone import Standalone  # noqa: E402
 
@@ -89,8 +102,9 @@ BUILDS = {
 }
 
 
-def target(work: Path, buffer_pool: int | None) -> Instance:
-    """The tuned target sandbox (fresh every run); `buffer_pool` bytes and a small redo log if given."""
+def target(work: Path, buffer_pool: int | None, pool: str | None = None) -> Instance:
+    """The tuned target sandbox (fresh every run); `buffer_pool` bytes and a small redo log if given, or a buffer
+    pool of `pool` (as my.cnf writes it: 4G, 512M) with the tuned redo log."""
     inst = Instance(work / "sandbox", "rtgt")
     if inst.exists():
         inst.destroy()
@@ -99,6 +113,8 @@ def target(work: Path, buffer_pool: int | None) -> Instance:
     if buffer_pool:
         tuned = tuned.replace("innodb-buffer-pool-size=6G", f"innodb-buffer-pool-size={buffer_pool}").replace(
             "innodb-log-file-size=1G", f"innodb-log-file-size={SMALL_REDO}")
+    elif pool:
+        tuned = tuned.replace("innodb-buffer-pool-size=6G", f"innodb-buffer-pool-size={pool}")
     (inst.conf_d / "tuned.cnf").write_text(tuned)
     inst.stop()
     inst.start()
@@ -121,11 +137,6 @@ def cpu_since(start: tuple[float, float], pid: int | None) -> tuple[float, float
     """cpu_seconds now minus `start`."""
     now = cpu_seconds(pid)
     return now[0] - start[0], now[1] - start[1]
-
-
-def rows_on(inst: Instance) -> int:
-    return int(inst.server().query("SELECT SUM(c) FROM (SELECT COUNT(*) c FROM sbtest.sbtest1 UNION ALL "
-                                   "SELECT COUNT(*) FROM sbtest.sbtest_big) x")[0][0] or 0)
 
 
 def drop(inst: Instance) -> None:
@@ -230,37 +241,288 @@ def task_timeline(db: Path, dag_id: str, run_id: str) -> list[dict]:
     ]
 
 
+def epoch(stamp: str | None) -> float | None:
+    """A metadata DB time (ISO, UTC) as epoch seconds."""
+    return datetime.fromisoformat(stamp).timestamp() if stamp else None
+
+
+def run_times(db: Path, dag_id: str, run_id: str) -> dict:
+    """The run as the metadata DB records it (epoch seconds): its trigger (queued_at), start and end, and each task
+    instance's queued, start and end, in the order they started."""
+    with sqlite3.connect(db) as c:
+        queued, start, end, state = c.execute(
+            "SELECT queued_at, start_date, end_date, state FROM dag_run WHERE dag_id = ? AND run_id = ?",
+            (dag_id, run_id)).fetchone()
+        tis = c.execute(
+            "SELECT task_id, map_index, rendered_map_index, queued_dttm, start_date, end_date FROM task_instance "
+            "WHERE dag_id = ? AND run_id = ? AND start_date IS NOT NULL ORDER BY start_date, map_index",
+            (dag_id, run_id)).fetchall()
+    return {"state": state, "triggered": epoch(queued), "start": epoch(start), "end": epoch(end),
+            "tasks": [{"task": f"{task}[{idx}] {name or ''}".rstrip() if idx >= 0 else task, "queued": epoch(q),
+                       "start": epoch(s), "end": epoch(e)} for task, idx, name, q, s, e in tis]}
+
+
+def timeline_rows(times: dict) -> list[dict]:
+    """Each task's queued, start and end in seconds from the run's start, its duration, and the scheduler's hop to it:
+    `after` = queued minus the last end of a task that ended before it was queued (the scheduler seeing the
+    upstream done and queueing this one), `startup` = start minus queued (the executor starting its process)."""
+    t0, out = times["start"], []
+    for t in times["tasks"]:
+        before = [o["end"] for o in times["tasks"] if o["end"] is not None and t["queued"] is not None and o["end"] <= t["queued"]]
+        prev = max(before, default=t0)
+        out.append({"task": t["task"],
+                    "queued": round(t["queued"] - t0, 2) if t["queued"] else None,
+                    "start": round(t["start"] - t0, 2), "end": round(t["end"] - t0, 2) if t["end"] else None,
+                    "seconds": round(t["end"] - t["start"], 2) if t["end"] else None,
+                    "hop": round(t["queued"] - prev, 2) if t["queued"] else None,
+                    "startup": round(t["start"] - t["queued"], 2) if t["queued"] else None})
+    return out
+
+
+def _stat(pid: int) -> tuple[int, float, float] | None:
+    """A process's parent, its own CPU seconds and those of its children it reaped (None if gone)."""
+    try:
+        f = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+    tick = os.sysconf("SC_CLK_TCK")
+    return int(f[1]), (int(f[11]) + int(f[12])) / tick, (int(f[13]) + int(f[14])) / tick
+
+
+COMPONENTS = ("scheduler", "dag-processor", "api-server", "triggerer")
+TASKS = "task processes (LocalExecutor workers, tasks, what they run)"
+
+
+def group_cpu(sid: int, server_pid: int | None) -> dict[str, float]:
+    """CPU seconds so far per process group: each part `airflow standalone` starts (its direct children: scheduler,
+    dag-processor, api-server, triggerer; the processes each starts counted with it, but the scheduler's: the
+    LocalExecutor's workers and the task processes they start, a group of their own), the target's mariadbd, this
+    bench (triggering, polling), and the machine's busy total. A process counts its own CPU and that of the children
+    it reaped, so a task process that ended between two readings is in its worker's figure; the difference of two
+    readings is what each group used in between."""
+    procs: dict[int, tuple[int, float, float]] = {}
+    titles: dict[int, str] = {}
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        pid = int(entry.name)
+        try:
+            if os.getsid(pid) != sid:
+                continue
+            st = _stat(pid)
+            title = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if st:
+            procs[pid], titles[pid] = st, title
+    out: dict[str, float] = {}
+
+    def add(group: str, seconds: float) -> None:
+        out[group] = out.get(group, 0.0) + seconds
+
+    for pid, (_ppid, own, reaped) in procs.items():
+        if pid == sid:
+            add("standalone (the parent)", own + reaped)
+            continue
+        child = pid  # the direct child of standalone this process descends from
+        while procs.get(child, (sid,))[0] != sid and child in procs:
+            child = procs[child][0]
+        words = titles.get(child, "").replace("_", "-").split()  # the api-server calls itself `airflow api_server -- ...`
+        name = next((c for c in COMPONENTS if c in words), "other " + " ".join(words[1:3]))
+        if name == "scheduler":
+            if pid == child:
+                add("scheduler", own)
+                add(TASKS, reaped)
+            else:
+                add(TASKS, own + reaped)
+        else:
+            add(name, own + reaped)
+    if server_pid and (st := _stat(server_pid)):
+        add("mariadbd (target)", st[1] + st[2])
+    me = os.times()
+    add("this bench (trigger, polling)", me.user + me.system)
+    add("machine busy (all cores)", cpu_seconds(None)[0])
+    return out
+
+
+def cpu_between(before: dict[str, float], after: dict[str, float]) -> dict[str, float]:
+    """What each group used between two group_cpu readings, and the rest of the machine (other processes)."""
+    used = {k: round(after.get(k, 0.0) - before.get(k, 0.0), 1) for k in after}
+    machine = used.pop("machine busy (all cores)")
+    used["rest of the machine"] = round(machine - sum(used.values()), 1)
+    used["machine busy (all cores)"] = machine
+    return used
+
+
+def lastline_run(af: Standalone, tgt: Instance, conf: dict, backup_id: str, chunks: int, timeout: float = 7200) -> dict:
+    """Trigger a logical_restore with `conf` and follow it to its end: its times from the metadata DB, the ledger's
+    first and last loaded_at on the target (read every 0.5 s while it runs: finalize drops the ledger), and the CPU
+    each process group used from just before the trigger to the run's end."""
+    before = group_cpu(af.proc.pid if af.proc else 0, tgt.pid())
+    run_id = af.trigger("logical_restore", conf)
+    first = last = None
+    seen = 0
+    deadline = time.monotonic() + timeout
+    with tgt.server().session() as cur:
+        cur.execute("SET SESSION autocommit = 1")
+        while True:
+            with sqlite3.connect(af.db) as c:
+                state = c.execute("SELECT state FROM dag_run WHERE dag_id = 'logical_restore' AND run_id = ?",
+                                  (run_id,)).fetchone()
+            if state and state[0] in ("success", "failed"):
+                break
+            if time.monotonic() > deadline:
+                raise SystemExit(f"logical_restore {run_id} did not finish in {timeout:.0f} s; see {af.log}")
+            try:
+                cur.execute(f"SELECT UNIX_TIMESTAMP(MIN(loaded_at)), UNIX_TIMESTAMP(MAX(loaded_at)), COUNT(*) FROM "
+                            f"{META_DB}.ledger WHERE backup_id = %s", (backup_id,))
+                lo, hi, n = cur.fetchone()
+                if n:
+                    first, last, seen = float(lo), float(hi), int(n)
+            except Exception:  # noqa: BLE001 - the ledger is not there yet, or finalize dropped it
+                pass
+            time.sleep(0.5)
+    after = group_cpu(af.proc.pid if af.proc else 0, tgt.pid())
+    times = run_times(af.db, "logical_restore", run_id)
+    return {"run_id": run_id, "state": times["state"], "seconds": times["end"] - times["start"], "times": times,
+            "first_row": first, "last_row": last, "ledger_rows_seen": seen, "chunks": chunks,
+            "cpu": cpu_between(before, after)}
+
+
+def myloader1_folder(given: str) -> Path | None:
+    """The folder of mydumper and myloader 1.0: `given` (--myloader1 or LASTLINE_MYDUMPER1_DIR) if it holds them, else
+    bench/.mydumper1, built there by bench/build_mydumper1.sh from LASTLINE_MYDUMPER1_SRC when it does not yet hold
+    1.0.1; None when there is neither."""
+    if given and (Path(given) / "myloader").exists() and (Path(given) / "mydumper").exists():
+        return Path(given)
+    folder = Path(given) if given else ROOT / "bench" / ".mydumper1"
+    built = subprocess.run([str(ROOT / "bench" / "build_mydumper1.sh"), "", str(folder)], check=False)
+    return folder if built.returncode == 0 else None
+
+
+def version(binary: Path | str) -> str:
+    """A mydumper or myloader's --version line."""
+    out = subprocess.run([str(binary), "--version"], capture_output=True, text=True, check=False)
+    return (out.stdout or out.stderr).strip().splitlines()[0] if (out.stdout or out.stderr).strip() else "unknown"
+
+
+def print_run(run: dict, report: dict, timeline: bool = True) -> dict:
+    """A lastline run's figures (printed) and its record: the whole run, the load step and what lies outside it, the
+    trigger to the first row and the last row to the end, the task timeline, CPU per process group."""
+    times = run["times"]
+    whole = run["seconds"]
+    outside = whole - report["load_seconds"]
+    out = {"seconds": round(whole, 2), "load_seconds": report["load_seconds"], "outside_load_seconds": round(outside, 2),
+           "trigger_to_start": round(times["start"] - times["triggered"], 2) if times["triggered"] else None,
+           "stages": report["stages"], "cpu": run["cpu"], "timeline": timeline_rows(times)}
+    print(f"    the run's start to its end in the metadata DB: {whole:.1f} s (triggered {out['trigger_to_start']} s "
+          "before its start)", flush=True)
+    print(f"    load step {report['load_seconds']:.1f} s ({report['load_mb_per_s']:.1f} MB/s); outside the load step "
+          f"{outside:.1f} s; stages: " + ", ".join(f"{k} {v:.1f}" for k, v in report["stages"].items()), flush=True)
+    if run["first_row"] and times["triggered"]:
+        out["trigger_to_first_row"] = round(run["first_row"] - times["triggered"], 2)
+        out["start_to_first_row"] = round(run["first_row"] - times["start"], 2)
+        out["last_row_to_end"] = round(times["end"] - run["last_row"], 2)
+        loads = [t for t in times["tasks"] if t["task"].startswith("load")]
+        out["start_to_first_load_task"] = round(loads[0]["start"] - times["start"], 2) if loads else None
+        complete = run["ledger_rows_seen"] == run["chunks"]
+        out["ledger_complete"] = complete
+        print(f"    trigger -> first row {out['trigger_to_first_row']:.1f} s (run start -> first row "
+              f"{out['start_to_first_row']:.1f} s; the first load task started {out['start_to_first_load_task']} s "
+              f"after the run; first row = the ledger's first loaded_at: the first chunk committed)", flush=True)
+        print(f"    last row -> end {out['last_row_to_end']:.1f} s (the ledger's last loaded_at to the run's end"
+              + ("" if complete else f"; only {run['ledger_rows_seen']} of {run['chunks']} chunks' rows were seen before "
+                 "finalize dropped the ledger: the last row may be later") + ")", flush=True)
+    else:
+        print("    the ledger was not seen (no row read while the run went): no first or last row", flush=True)
+    if timeline:
+        print("    task timeline, seconds from the run's start (hop: queued after the last end before it; startup: "
+              "queued to start):", flush=True)
+        print(f"      {'task':<44} {'queued':>7} {'start':>7} {'end':>7} {'dur':>7} {'hop':>6} {'startup':>7}", flush=True)
+        for t in out["timeline"]:
+            print(f"      {t['task'][:44]:<44} {t['queued'] or 0:7.2f} {t['start']:7.2f} {t['end'] or 0:7.2f} "
+                  f"{t['seconds'] or 0:7.2f} {t['hop'] or 0:6.2f} {t['startup'] or 0:7.2f}", flush=True)
+        print("    CPU seconds from the trigger to the run's end, per process group:", flush=True)
+        for group, seconds in run["cpu"].items():
+            print(f"      {group:<62} {seconds:7.1f}", flush=True)
+    return out
+
+
+def pools_of(args: argparse.Namespace, raw_bytes: int) -> list[dict]:
+    """The targets to race on: --memory (the older regimes) if given, else each of --pools."""
+    if args.memory == "in":
+        return [{"label": "6G", "buffer_pool": None, "pool": None, "redo": 1 << 30,
+                 "memory": "buffer pool 6G, redo 1G (the data fits in memory)"}]
+    if args.memory == "quarter":
+        quarter = max(128 << 20, raw_bytes // 4 // (128 << 20) * (128 << 20))
+        return [{"label": f"{quarter >> 20}M", "buffer_pool": quarter, "pool": None, "redo": SMALL_REDO,
+                 "memory": f"buffer pool {quarter >> 20} MB (a quarter of the data), redo {SMALL_REDO >> 20} MB"}]
+    out = []
+    for pool in args.pools.split(","):
+        size = int(pool[:-1]) << {"K": 10, "M": 20, "G": 30}[pool[-1].upper()] if pool[-1].isalpha() else int(pool)
+        fits = "the data fits in memory" if size > raw_bytes * 1.3 else f"the data {raw_bytes / size:.1f}x the pool"
+        out.append({"label": pool, "buffer_pool": None, "pool": pool, "redo": 1 << 30,
+                    "memory": f"buffer pool {pool}, redo 1G ({fits})"})
+    return out
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--tables", type=int, default=8)
     p.add_argument("--rows", type=int, default=1_000_000)
-    p.add_argument("--big", type=int, default=4, help="the extra table is this many times bigger")
+    p.add_argument("--big", type=int, default=4, help="the extra table is this many times bigger (0: none)")
     p.add_argument("--parallel", type=int, default=2)
     p.add_argument("--myloader1", default=os.environ.get("LASTLINE_MYDUMPER1_DIR", ""),
                    help="a folder with mydumper and myloader 1.0 built from their source (github.com/mydumper/mydumper, "
-                        "tag v1.0.1-3; not in Debian): runs myloader 1.0 in its fastest setting too")
+                        "tag v1.0.1-3; not in Debian); default bench/.mydumper1, which bench/build_mydumper1.sh "
+                        "builds from LASTLINE_MYDUMPER1_SRC")
     p.add_argument("--reuse", action="store_true", help="keep the generated source dataset from an earlier run")
-    p.add_argument("--index-builds", default="per_table,after_all,after_all,per_table",
-                   help="lastline's index settings to run, in order (comma list of " + ", ".join(BUILDS) + "; ABBA by "
-                        "default, since the run in second place is faster by itself); the first setting's mean is the ratios' base")
-    p.add_argument("--methods", default="hand,direct,myloader,sql,lastline", help="which to run (comma list); ratios need lastline")
-    p.add_argument("--memory", choices=("in", "quarter"), default="in",
-                   help="in: the data fits the target's buffer pool (6G); quarter: the buffer pool is a quarter of the "
-                        "data and the redo log 128 MB, for every method")
+    p.add_argument("--index-builds", default="per_table",
+                   help="lastline's index settings to run after the warm-up, in order (comma list of " + ", ".join(BUILDS)
+                        + "); the warm-up takes the first; the first setting's mean is the ratios' base "
+                        "(the older race: per_table,after_all,after_all,per_table)")
+    p.add_argument("--methods", default="myloader1,lastline",
+                   help="which to run (comma list of hand, direct, myloader (Debian's 0.10), myloader1, sql, lastline); "
+                        "ratios need lastline (the older race: hand,direct,myloader,sql,lastline)")
+    p.add_argument("--pools", default="4G,512M", help="the target's buffer pools, one race each (comma list)")
+    p.add_argument("--memory", choices=("in", "quarter"), default=None,
+                   help="instead of --pools, the older regimes: in: buffer pool 6G; quarter: a quarter of the data and "
+                        "the redo log 128 MB, for every method")
+    p.add_argument("--rounds", type=int, choices=(1, 2), default=1,
+                   help="1: each competitor once, after lastline's runs; 2: before them and after (the older race; "
+                        "the ratios use the mean of the two)")
     p.add_argument("--work", default=str(ROOT / "bench" / "results" / "restore"))
+    p.add_argument("--records", default=str(ROOT / "bench" / "records"), help="where the JSON record goes")
     p.add_argument("--airflow-env", nargs="*", default=[], metavar="KEY=VALUE",
                    help="settings added to the standalone that runs lastline (e.g. AIRFLOW__DAG_PROCESSOR__MIN_FILE_PROCESS_INTERVAL=600)")
     args = p.parse_args()
+    started = time.monotonic()
     work = Path(args.work)
     work.mkdir(parents=True, exist_ok=True)
     n = args.parallel
-    sizes = {f"sbtest{i}": args.rows for i in range(1, args.tables + 1)} | {"sbtest_big": args.rows * args.big}
+    methods = set(args.methods.split(","))
+    one = myloader1_folder(args.myloader1) if methods & {"myloader1", "myloader"} else None
+    if "myloader1" in methods and not one:
+        print("myloader 1.0: NOT FOUND (no --myloader1 / LASTLINE_MYDUMPER1_DIR folder holding it, no bench/.mydumper1, "
+              "and no LASTLINE_MYDUMPER1_SRC to build it from: git clone --branch v1.0.1-3 "
+              "https://github.com/mydumper/mydumper and set LASTLINE_MYDUMPER1_SRC to the clone). Racing Debian's "
+              "myloader 0.10 instead, labelled so: its ratio is not the race's.", flush=True)
+        methods = (methods - {"myloader1"}) | {"myloader"}
+    run_one = bool(one) and bool(methods & {"myloader1", "myloader"})
+    run_debian = "myloader" in methods
+    sizes = {f"sbtest{i}": args.rows for i in range(1, args.tables + 1)}
+    if args.big:
+        sizes["sbtest_big"] = args.rows * args.big
     src = dataset(work, "rsrc", sizes, args.reuse, "[mysqld]\ninnodb-buffer-pool-size=4G\ninnodb-log-file-size=1G\n")
     env = dict(os.environ)
     env["AIRFLOW_CONN_BENCH_RSRC"] = json.dumps(src.connection("bench_rsrc"))
     os.environ["AIRFLOW_CONN_BENCH_RSRC"] = env["AIRFLOW_CONN_BENCH_RSRC"]
-    expected = args.rows + args.rows * args.big
-    results: dict[str, dict] = {}
+    big = "sbtest_big" if args.big else "sbtest1"
+    expected = args.rows + args.rows * (args.big or 1)
+
+    def rows_on(inst: Instance) -> int:
+        return int(inst.server().query("SELECT SUM(c) FROM (SELECT COUNT(*) c FROM sbtest.sbtest1 UNION ALL "
+                                       f"SELECT COUNT(*) FROM sbtest.{big}) x")[0][0] or 0)
 
     # the backups every method restores from
     dumps = work / "dumps"
@@ -271,15 +533,65 @@ def main() -> int:
     logical_backup.dump(plan)
     manifest = read_manifest(open_storage(f"file://{dumps / 'lastline'}"), plan.backup_id, "logical")
     raw_mb = manifest.raw_bytes / 1e6
-    buffer_pool = max(128 << 20, manifest.raw_bytes // 4 // (128 << 20) * (128 << 20)) if args.memory == "quarter" else None
-    tgt = target(work, buffer_pool)
+    chunks = sum(len(t.chunks) for t in manifest.tables)
+    versions = {}
+    if run_debian or "sql" in methods:
+        with option_file(src.server(), ("client", "mydumper", "mariadb-dump")) as sopt:
+            if run_debian:
+                sh(f"mydumper --defaults-file={sopt} -B sbtest -t {n} --rows 250000 -o {dumps / 'mydumper'}")
+                versions["myloader"] = version("myloader")
+            if "sql" in methods:
+                sh(f"mariadb-dump --defaults-extra-file={sopt} --single-transaction --databases sbtest > {dumps / 'dump.sql'}")
+    if run_one and one:
+        s1 = work / "mydumper1-source.cnf"  # 1.0 refuses the `protocol` line of the shared option files
+        s1.write_text("".join(line + "\n" for line in option_file_text(src.server(), ("mydumper",)).splitlines()
+                              if not line.startswith("protocol=")))
+        s1.chmod(0o600)
+        sh(f"{one / 'mydumper'} --defaults-file={s1} -B sbtest -t {n} --rows 250000 --format=LOAD_DATA "
+           f"-o {dumps / 'mydumper1'}")
+        versions["myloader1"] = version(one / "myloader")
+    builds = args.index_builds.split(",")
+    os.environ["LASTLINE_REPORT_DIR"] = str(work / "reports")
+    print(f"restoring {raw_mb:,.0f} MB of rows ({manifest.rows:,} rows, {len(manifest.tables)} tables, {chunks} chunks), "
+          f"{n} threads; methods: {', '.join(sorted(methods))}; " + "; ".join(versions.values()), flush=True)
+    pools = {}
+    for pool in pools_of(args, manifest.raw_bytes):
+        pools[pool["label"]] = race(args, pool, src, manifest, dumps, work, env, methods, builds, one if run_one else None,
+                                    rows_on, expected, raw_mb, chunks)
+
+    one_name = next((k for k in next(iter(pools.values()))["results"] if k.startswith("myloader 1.0")), None)
+    ref = "myloader 1.0" if one_name else "Debian's myloader 0.10"
+    if any(res.get("headline") for res in pools.values()):
+        print(f"\nthe race ({ref} time over lastline's whole run; above 1.00x lastline is faster):", flush=True)
+    for label, res in pools.items():
+        if res.get("headline"):
+            h = res["headline"]
+            print(f"  buffer pool {label:<6} {h['reference']} {h['reference_seconds']:7.1f} s, lastline {h['lastline_seconds']:7.1f} s"
+                  f" (outside the load step {h['outside_load_seconds']:.1f} s): {h['ratio']:.2f}x", flush=True)
+    records = Path(args.records)
+    records.mkdir(parents=True, exist_ok=True)
+    out = records / f"restore-{datetime.now(UTC):%Y%m%dT%H%M%SZ}.json"
+    out.write_text(json.dumps({"tables": args.tables, "rows": args.rows, "big": args.big, "parallel": n,
+                               "raw_mb": round(raw_mb, 1), "chunks": chunks, "methods": sorted(methods),
+                               "index_builds": builds, "rounds": args.rounds, "versions": versions,
+                               "bench_seconds": round(time.monotonic() - started), "pools": pools}, indent=1))
+    print(f"\nrecorded in {out} ({(time.monotonic() - started) / 60:.0f} min in all); the DAG runs' reports and charts: "
+          f"{work / 'reports' / 'logical_restore'}")
+    src.stop()
+    return 0
+
+
+def race(args: argparse.Namespace, pool: dict, src: Instance, manifest, dumps: Path, work: Path, env: dict,
+         methods: set[str], builds: list[str], one: Path | None, rows_on, expected: int, raw_mb: float,
+         chunks: int) -> dict:
+    """Every method in `methods` on one fresh target of the `pool`'s buffer pool: lastline's DAG on a standalone (a
+    warm-up run, then each of `builds`), the competitors after it (and before it too with --rounds 2)."""
+    n = args.parallel
+    tgt = target(work, pool["buffer_pool"], pool["pool"])
     env["AIRFLOW_CONN_BENCH_RTGT"] = json.dumps(tgt.connection("bench_rtgt"))
     os.environ["AIRFLOW_CONN_BENCH_RTGT"] = env["AIRFLOW_CONN_BENCH_RTGT"]
-    memory = (f"buffer pool {buffer_pool >> 20} MB (a quarter of the data), redo {SMALL_REDO >> 20} MB" if buffer_pool
-              else "buffer pool 6G, redo 1G (the data fits in memory)")
-    print(f"restoring {raw_mb:,.0f} MB of rows ({manifest.rows:,} rows, {len(manifest.tables)} tables), {n} threads; "
-          f"target: {memory}", flush=True)
-
+    print(f"\n== target: {pool['memory']}", flush=True)
+    results: dict[str, dict] = {}
     last_cpu: list[tuple[float, float]] = [(0.0, 0.0)]
 
     def timed(cmd: str) -> float:
@@ -292,7 +604,7 @@ def main() -> int:
     def record(name: str, seconds: float, check: bool = True, cpu: tuple[float, float] | None = None) -> None:
         busy, server = cpu or last_cpu[0]
         if check and rows_on(tgt) != expected:
-            raise SystemExit(f"{name}: sbtest1 + sbtest_big hold {rows_on(tgt)} rows, expected {expected}")
+            raise SystemExit(f"{name}: the tables counted hold {rows_on(tgt)} rows, expected {expected}")
         # where the 2 cores went: the target server, and everything else (the client or lastline with its
         # scheduler, api-server and task processes); what neither used was idle or waiting on the disk
         results[name] = {"seconds": round(seconds, 1), "mb_per_s": round(raw_mb / seconds, 1),
@@ -300,25 +612,9 @@ def main() -> int:
         print(f"  {name:<58} {seconds:7.1f} s  {raw_mb / seconds:6.1f} MB/s  CPU s: server {server:5.1f}, "
               f"rest {busy - server:5.1f}", flush=True)
 
-    methods = set(args.methods.split(","))
-    if methods & {"myloader", "sql"}:
-        with option_file(src.server(), ("client", "mydumper", "mariadb-dump")) as sopt:
-            sh(f"mydumper --defaults-file={sopt} -B sbtest -t {n} --rows 250000 -o {dumps / 'mydumper'}")
-            sh(f"mariadb-dump --defaults-extra-file={sopt} --single-transaction --databases sbtest > {dumps / 'dump.sql'}")
-    one = Path(args.myloader1) if args.myloader1 else None
-    if ("myloader1" in methods or "myloader" in methods) and one and (one / "mydumper").exists():
-        s1 = work / "mydumper1-source.cnf"  # 1.0 refuses the `protocol` line of the shared option files
-        s1.write_text("".join(line + "\n" for line in option_file_text(src.server(), ("mydumper",)).splitlines()
-                              if not line.startswith("protocol=")))
-        s1.chmod(0o600)
-        sh(f"{one / 'mydumper'} --defaults-file={s1} -B sbtest -t {n} --rows 250000 --format=LOAD_DATA "
-           f"-o {dumps / 'mydumper1'}")
-
     conf = {"target_conn_id": "bench_rtgt", "backup": f"file://{dumps / 'lastline'}/{manifest.backup_id}",
-            "parallel": n, "force": True, "redo_log_bytes": SMALL_REDO if buffer_pool else 1 << 30,
+            "parallel": n, "force": True, "redo_log_bytes": pool["redo"],
             "databases": [], "tune": True, "restart_allowed": False, "defer_indexes": True, "aws_conn_id": None}
-    builds = args.index_builds.split(",")
-    os.environ["LASTLINE_REPORT_DIR"] = str(work / "reports")
 
     def anchors(suffix: str) -> None:
         """Every competitor in `methods` once, each into an empty database, its name ending in `suffix`."""
@@ -329,110 +625,117 @@ def main() -> int:
                 drop(tgt)
                 start = cpu_seconds(tgt.pid())
                 with logs_to(work / "direct.log"):
-                    seconds, report, checks = without_airflow({**conf, **BUILDS[builds[0]]}, f"direct{suffix.replace(' ', '')}")
+                    seconds, report, checks = without_airflow({**conf, **BUILDS[builds[0]]}, f"direct{suffix.replace(' ', '').replace(',', '')}")
                 record(f"lastline without Airflow: its steps called in order, {n} lanes as processes, "
                        f"index_build={builds[0]}{suffix}", seconds, cpu=cpu_since(start, tgt.pid()))
                 print(f"  {'  of which: load step':<58} {report['load_seconds']:7.1f} s (lanes reading chunks back for "
                       f"their checks: {checks:.1f} s)", flush=True)
             if "myloader" in methods:
                 drop(tgt)
-                record(f"myloader -t {n} (mydumper --rows 250000){suffix}",
+                record(f"Debian's myloader 0.10 -t {n} (mydumper --rows 250000){suffix}",
                        timed(f"myloader --defaults-file={topt} -t {n} -d {dumps / 'mydumper'}"))
-            if "myloader1" in methods or ("myloader" in methods and one):
-                if not one or not (one / "myloader").exists():
-                    print("  myloader 1.0: not run (no --myloader1 folder with mydumper and myloader 1.0 built from "
-                          "github.com/mydumper/mydumper, tag v1.0.1-3)", flush=True)
-                else:  # 1.0 refuses the `protocol` line of the shared option files: a file of its own, without it
-                    t1 = work / "mydumper1-target.cnf"
-                    t1.write_text("".join(line + "\n" for line in option_file_text(tgt.server(), ("myloader",)).splitlines()
-                                          if not line.startswith("protocol=")))
-                    t1.chmod(0o600)
-                    drop(tgt)
-                    record(f"myloader 1.0 -t {n} --optimize-keys=AFTER_IMPORT_ALL_TABLES (mydumper 1.0 --format=LOAD_DATA){suffix}",
-                           timed(f"{one / 'myloader'} --defaults-file={t1} -t {n} --optimize-keys=AFTER_IMPORT_ALL_TABLES "
-                                 f"-d {dumps / 'mydumper1'}"))
+            if one:  # 1.0 refuses the `protocol` line of the shared option files: a file of its own, without it
+                t1 = work / "mydumper1-target.cnf"
+                t1.write_text("".join(line + "\n" for line in option_file_text(tgt.server(), ("myloader",)).splitlines()
+                                      if not line.startswith("protocol=")))
+                t1.chmod(0o600)
+                drop(tgt)
+                record(f"myloader 1.0 -t {n} --optimize-keys=AFTER_IMPORT_ALL_TABLES (mydumper 1.0 --format=LOAD_DATA){suffix}",
+                       timed(f"{one / 'myloader'} --defaults-file={t1} -t {n} --optimize-keys=AFTER_IMPORT_ALL_TABLES "
+                             f"-d {dumps / 'mydumper1'}"))
             if "sql" in methods:
                 drop(tgt)
                 record(f"mariadb < dump.sql (mariadb-dump){suffix}",
                        timed(f"mariadb --defaults-extra-file={topt} < {dumps / 'dump.sql'}"))
 
-    # each competitor runs before lastline and again after it (a fresh target's first restore pays for touching
-    # its buffer pool; the machine's speed drifts): the ratios use the mean of the two
-    anchors(", run 1")
+    two = args.rounds == 2 or "lastline" not in methods
+    if two:
+        anchors(", run 1")
     if "lastline" not in methods:
         anchors(", run 2")
-        src.stop()
         tgt.stop()
-        return 0
+        return {"memory": pool["memory"], "results": results}
 
     drop(tgt)
     (ROOT / ".airflow").mkdir(exist_ok=True)
-    env.update(DEPLOYMENT_ENV, LASTLINE_REPORT_DIR=str(work / "reports"))
+    # bin/airflow gives the standalone the deployment's settings (include/lastline/airflow/embedded.py): the bench
+    # adds no tuning of its own, only what a bench needs (no retries; the nightly schedules off) and --airflow-env
+    env.update({"LASTLINE_RETRIES": "0", **SCHEDULES_OFF}, LASTLINE_REPORT_DIR=str(work / "reports"))
     env.update(dict(a.split("=", 1) for a in args.airflow_env))
-    with Standalone(env, work / "standalone.log") as af:
-        # the first run after `standalone` starts pays the workers' first imports (once per deployment):
-        # printed apart as the cold run; the runs after it are warm
-        runs = []
+    if "AIRFLOW__API__PORT" not in env:  # ports of its own: another Airflow on this machine may hold the defaults
+        port = str(free_port())
+        env.update({"AIRFLOW__API__PORT": port, "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"http://127.0.0.1:{port}/execution/",
+                    "AIRFLOW__LOGGING__WORKER_LOG_SERVER_PORT": str(free_port()),
+                    "AIRFLOW__LOGGING__TRIGGER_LOG_SERVER_PORT": str(free_port())})
+    runs = []
+    print(f"  lastline: logical_restore on `bin/airflow standalone`, {n} lanes; a warm-up run (index_build={builds[0]}), "
+          "then " + ", ".join(f"index_build={b}" for b in builds), flush=True)
+    log = work / f"standalone-{pool['label']}.log"
+    with Standalone(env, log) as af:
+        # the first run after `standalone` starts pays the workers' first imports (once per deployment) and a fresh
+        # target's first touch of its buffer pool: the warm-up, printed apart
         for build in [builds[0], *builds]:
             drop(tgt)
-            start = cpu_seconds(tgt.pid())  # the trigger (two REST calls) is counted
-            run = af.wait("logical_restore", af.trigger("logical_restore", {**conf, **BUILDS[build]}))
-            run["cpu"] = cpu_since(start, tgt.pid())
+            run = lastline_run(af, tgt, {**conf, **BUILDS[build]}, manifest.backup_id, chunks)
             run["peak_rss"] = af.task_peaks("logical_restore", run["run_id"])
-            if run["state"] == "success" and rows_on(tgt) != expected:
-                raise SystemExit(f"index_build={build}: sbtest1 + sbtest_big hold {rows_on(tgt)} rows, expected {expected}")
+            if run["state"] != "success":
+                raise SystemExit(f"logical_restore {run['run_id']} failed: see {log} "
+                                 "and .airflow/logs")
+            if rows_on(tgt) != expected:
+                raise SystemExit(f"index_build={build}: the tables counted hold {rows_on(tgt)} rows, expected {expected}")
             runs.append((build, run))
-    timelines = {}
     by_build: dict[str, list[float]] = {}
+    detail = {}
     for position, (build, run) in enumerate(runs):
-        if run["state"] != "success":
-            raise SystemExit(f"logical_restore {run['run_id']} failed: see {work / 'standalone.log'} and .airflow/logs")
         report = json.loads((work / "reports" / "logical_restore" / run["run_id"] / "logical_restore.json").read_text())
         if position == 0:
-            name = f"lastline DAG, {n} lanes, index_build={build}, cold: first run after the scheduler started"
+            name = f"lastline DAG, {n} lanes, index_build={build}, warm-up: first run after the scheduler started"
         else:
-            name = f"lastline DAG, {n} lanes, index_build={build}, warm run {position} (whole run)"
+            name = f"lastline DAG, {n} lanes, index_build={build}, run {position} (whole run)"
             by_build.setdefault(build, []).append(run["seconds"])
-        record(name, run["seconds"], check=False, cpu=run["cpu"])  # rows checked right after the run
+        busy = run["cpu"]["machine busy (all cores)"]
+        server = run["cpu"].get("mariadbd (target)", 0.0)
+        record(name, run["seconds"], check=False, cpu=(busy, server))  # rows checked right after the run
         results[name]["load_step"] = {"seconds": report["load_seconds"], "mb_per_s": report["load_mb_per_s"],
                                       "stages": report["stages"]}
         results[name]["peak_rss"] = peaks = run["peak_rss"]
-        print(f"  {'  peak RSS: largest task process':<58} {peaks['largest_task']['mb']:7.0f} MB "
-              f"({peaks['largest_task']['task']}; the largest process a task started: "
-              f"{peaks['largest_child']['command']} {peaks['largest_child']['mb']:.0f} MB)", flush=True)
-        print(f"  {'  of which: load step (lanes, in-lane index builds included)':<58} {report['load_seconds']:7.1f} s", flush=True)
-        print(f"  {'  stages':<58} " + ", ".join(f"{k} {v:.1f} s" for k, v in report["stages"].items()), flush=True)
-        timelines[name] = timeline = task_timeline(af.db, "logical_restore", run["run_id"])
-        print("  task timeline (seconds from the run's first task start: start, duration):", flush=True)
-        for t in timeline:
-            print(f"    {t['task']:<48} {t['start']:6.1f} {t['seconds']:6.1f}", flush=True)
-    results["lastline task timelines"] = timelines
-    anchors(", run 2")
-    for name in [k[:-len(", run 1")] for k in results if k.endswith(", run 1")]:
-        if f"{name}, run 2" in results:
-            mean = (results[f"{name}, run 1"]["seconds"] + results[f"{name}, run 2"]["seconds"]) / 2
-            results[f"{name}: mean of 2 runs"] = {"seconds": round(mean, 1), "mb_per_s": round(raw_mb / mean, 1)}
-            print(f"  {name[:46] + ': mean of 2 runs':<58} {mean:7.1f} s", flush=True)
-
+        detail[name] = print_run(run, report, timeline=position > 0)
+        print(f"    peak RSS: largest task process {peaks['largest_task']['mb']:.0f} MB ({peaks['largest_task']['task']}); "
+              f"the largest process a task started: {peaks['largest_child']['command']} {peaks['largest_child']['mb']:.0f} MB",
+              flush=True)
+    anchors(", run 2" if two else "")
+    if two:
+        for name in [k[:-len(", run 1")] for k in results if k.endswith(", run 1")]:
+            if f"{name}, run 2" in results:
+                mean = (results[f"{name}, run 1"]["seconds"] + results[f"{name}, run 2"]["seconds"]) / 2
+                results[f"{name}: mean of 2 runs"] = {"seconds": round(mean, 1), "mb_per_s": round(raw_mb / mean, 1)}
+                print(f"  {name[:46] + ': mean of 2 runs':<58} {mean:7.1f} s", flush=True)
     for build, seconds in by_build.items():
-        mean = sum(seconds) / len(seconds)
-        results[f"lastline DAG, {n} lanes, index_build={build}: mean of {len(seconds)} runs"] = {
-            "seconds": round(mean, 1), "mb_per_s": round(raw_mb / mean, 1)}
-        print(f"  {f'lastline, index_build={build}: mean of ' + str(len(seconds)) + ' runs':<58} {mean:7.1f} s", flush=True)
-    base = results[f"lastline DAG, {n} lanes, index_build={builds[0]}: mean of {len(by_build[builds[0]])} runs"]["seconds"]
-    print(f"\ntime over lastline's whole warm DAG run (index_build={builds[0]}, mean); above 1.00 means lastline is faster:")
+        if len(seconds) > 1:
+            mean = sum(seconds) / len(seconds)
+            results[f"lastline DAG, {n} lanes, index_build={build}: mean of {len(seconds)} runs"] = {
+                "seconds": round(mean, 1), "mb_per_s": round(raw_mb / mean, 1)}
+            print(f"  {f'lastline, index_build={build}: mean of ' + str(len(seconds)) + ' runs':<58} {mean:7.1f} s", flush=True)
+    base_seconds = by_build[builds[0]]
+    base = sum(base_seconds) / len(base_seconds)
+    print(f"\n  time over lastline's whole DAG run (index_build={builds[0]}"
+          + (", mean" if len(base_seconds) > 1 else "") + "); above 1.00 means lastline is faster:", flush=True)
     for name, res in results.items():
-        if "seconds" not in res:
-            continue
         res["ratio_to_lastline"] = round(res["seconds"] / base, 2)
-        print(f"  {name:<58} {res['ratio_to_lastline']:5.2f}x")
-    out = work / f"restore-{datetime.now(UTC):%Y%m%dT%H%M%SZ}.json"
-    out.write_text(json.dumps({"tables": args.tables, "rows": args.rows, "big": args.big, "parallel": n,
-                               "memory": memory, "raw_mb": round(raw_mb, 1), "results": results}, indent=1))
-    print(f"\nrecorded in {out}; the DAG runs' reports and charts: {work / 'reports' / 'logical_restore'}")
-    src.stop()
+        print(f"    {name:<58} {res['ratio_to_lastline']:5.2f}x", flush=True)
+    out: dict = {"memory": pool["memory"], "results": results, "lastline_runs": detail}
+    ref = next((k for k in results if k.startswith("myloader 1.0") and ("mean" in k or not two)), None) or \
+        next((k for k in results if k.startswith("Debian's myloader") and ("mean" in k or not two)), None)
+    if ref:
+        measured = [d for k, d in detail.items() if "warm-up" not in k and f"index_build={builds[0]}," in k]
+        outside = sum(d["outside_load_seconds"] for d in measured) / len(measured)
+        out["headline"] = {"reference": ref.split(" -t ")[0], "reference_seconds": results[ref]["seconds"],
+                           "lastline_seconds": round(base, 1), "ratio": round(results[ref]["seconds"] / base, 2),
+                           "outside_load_seconds": round(outside, 2)}
+        print(f"\n  RATIO at buffer pool {pool['label']}: {ref.split(' -t ')[0]} {results[ref]['seconds']:.1f} s / lastline "
+              f"{base:.1f} s = {out['headline']['ratio']:.2f}x", flush=True)
     tgt.stop()
-    return 0
+    return out
 
 
 if __name__ == "__main__":
