@@ -116,10 +116,10 @@ def test_target_datadir_full_mid_load(sandbox_root, logical_source, tmp_path, fa
     import time
 
     from conftest import set_conn
+    from e2e.logical_restore.test_logical_restore import _wait_for_load
     from lastline.logical.restore import stages as logical_restore
     from lastline_dev.compare import table_checksums
     from lastline_dev.sandbox import Instance
-    from test_logical_restore import _wait_for_load
 
     inst = Instance(sandbox_root, "smalldisk")
     inst.datadir.mkdir(parents=True, exist_ok=True)
