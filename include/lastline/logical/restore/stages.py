@@ -75,6 +75,7 @@ def prepare(plan: RestorePlan) -> tuple[dict[str, Tuned | SchemaCreated], list[s
     return {"tune": tune(plan), "create_schema": create_schema(plan, backup)}, plan_lanes(plan, backup)
 
 
+@stopping.stops_cleanly  # a SIGTERM raises here too (TaskStopped), so the configuration is put back
 def set_up(plan: RestorePlan, run: str = "") -> tuple[ConfigSnapshot, dict[str, Tuned | SchemaCreated], list[str]]:
     """snapshot_config then prepare, as one task: the revert teardown's setup (the snapshot, its results, the lanes).
     Airflow runs a teardown only after a setup that succeeded, so a failure here (a raised error, a SIGTERM) puts the
