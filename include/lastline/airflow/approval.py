@@ -6,21 +6,29 @@ the run waits on Airflow's human-in-the-loop approval showing the blast radius: 
 replaced with their rows, size and last write, and the backup's id and age. Approve: the restore goes on (a run
 started without `force` replaces as `force` would: the approval is what allows it). Reject, or no answer in
 time: the run fails at once, nothing touched. Nothing at risk (an empty target, a resumed restore, a target that
-asks no approval): the task passes straight through.
+asks no approval): the preflight that made the plan skips `approve` as it ends (`deciding`), so no task starts for it
+and the step after it (trigger rule none_failed) follows the preflight at once; an `approve` that runs anyway (cleared
+by hand) passes straight through.
 """
 from __future__ import annotations
 
+import functools
+import logging
 import re
+from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
 from airflow.providers.standard.exceptions import HITLTimeoutError, HITLTriggerEventError
 from airflow.providers.standard.operators.hitl import ApprovalOperator, HITLOperator
+from airflow.sdk import get_current_context
+from airflow.sdk.exceptions import DownstreamTasksSkipped
 
 from lastline.airflow.alerts import Alert
 from lastline.core.errors import Refusal
 
 LISTED = 40
+log = logging.getLogger(__name__)
 
 
 def _size(n: int) -> str:
@@ -77,6 +85,30 @@ def body(plan: dict) -> str:
             lines.append(f"| ... and {risk['table_count'] - LISTED:,} more | | | |")
     lines += ["", "The replaced data is kept aside until the restore is verified. **Reject** ends the run with nothing touched."]
     return "\n".join(lines)
+
+
+def deciding(preflight: Callable[..., dict]) -> Callable[..., dict]:
+    """`preflight` (a task's callable returning its plan as a dict, with multiple_outputs) deciding the approval: with
+    nothing at risk, the ApproveReplacement tasks right after its task are skipped as it ends, its plan pushed as the
+    task runner pushes a return value (each key, then the whole), which a skip would otherwise leave out."""
+
+    @functools.wraps(preflight)
+    def call(*args: Any, **kwargs: Any) -> dict:
+        plan = preflight(*args, **kwargs)
+        if plan.get("at_risk"):
+            return plan
+        ti = get_current_context()["ti"]
+        approvals = [t.task_id for t in ti.task.downstream_list if isinstance(t, ApproveReplacement)]
+        if not approvals:
+            return plan
+        log.info("no approval needed (nothing on the target is replaced, the restore resumes, or the target asks no "
+                 "approval): %s skipped", ", ".join(approvals))
+        for key, value in plan.items():
+            ti.xcom_push(key, value)
+        ti.xcom_push("return_value", plan)
+        raise DownstreamTasksSkipped(tasks=approvals)
+
+    return call
 
 
 class ApproveReplacement(ApprovalOperator):

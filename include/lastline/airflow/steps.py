@@ -83,9 +83,12 @@ def typed_call(fn: Callable[..., Any]) -> Callable[..., Any]:
     return call
 
 
-def step(fn: Callable[..., Any], **kw: Any) -> Any:
-    """A stage function as a task of this layer (`task(**kw)`): XComArgs (or values) in, an XComArg out."""
-    return sdk_task(**kw)(typed_call(fn))
+def step(fn: Callable[..., Any], *, around: Callable[[Callable[..., Any]], Callable[..., Any]] | None = None,
+         **kw: Any) -> Any:
+    """A stage function as a task of this layer (`task(**kw)`): XComArgs (or values) in, an XComArg out. `around`: a
+    wrapper of the typed call, seeing its XCom form (approval.deciding)."""
+    call = typed_call(fn)
+    return sdk_task(**kw)(around(call) if around else call)
 
 
 class _Explained:

@@ -5,13 +5,14 @@ from typing import Any, cast
 
 from airflow.sdk import chain, get_current_context, task_group
 from airflow.sdk.definitions.xcom_arg import XComArg
+from airflow.task.trigger_rule import TriggerRule
 
-from lastline.airflow.approval import ApproveReplacement
+from lastline.airflow.approval import ApproveReplacement, deciding
 from lastline.airflow.routing import on_server
 from lastline.airflow.steps import step, xcom_form
 from lastline.logical.restore import report as restore_report
 from lastline.logical.restore import stages as logical_restore
-from lastline.logical.restore.plans import ConfigSnapshot, UnitLoaded, Verified
+from lastline.logical.restore.plans import ConfigSnapshot, Finalized, UnitLoaded, Verified
 from lastline.logical.restore.plans import RestorePlan as LogicalRestorePlan
 from lastline.physical import restore as physical_restore
 from lastline.replication import detach as replication_detach
@@ -31,22 +32,30 @@ def detach_replication(target_conn_id: Any, restart: Any = True, read_only_off: 
 
 @task_group(group_id="restore")
 def logical_restore_steps(conf: Any = None, server_param: str = "target_conn_id", role: str | None = None) -> None:
-    """preflight → **snapshot_config** (setup, read-only) → prepare (tune, create_schema, plan) → **load**
-    (`parallel` mapped lanes) → finalize → **revert** (teardown: runs after a failure too) → verify (then
-    the report). `conf`: the restore's Params as a dict or an XComArg (None: the run's own Params);
-    `server_param`: the Param naming the server restored into (its queue and pool). The call gives the group:
-    `group >> x` runs x after verify."""
+    """preflight (read-only) → approve (only when data would be replaced and a person is asked: else preflight skips
+    it) → **prepare** (snapshot_config, tune, create_schema, plan: the setup of revert) → **load** (`parallel` mapped
+    lanes) → finalize (then revert at once) → verify (then the report), and beside verify **revert** (the teardown: it
+    runs after a failure too, and after a run that went well finds nothing left to put back). `conf`: the restore's
+    Params as a dict or an XComArg (None: the run's own Params); `server_param`: the Param naming the server restored
+    into (its queue and pool). The call gives the group: `group >> x` runs x after verify."""
 
     target = on_server(server_param)  # every step works on the target: its queue, its pool
 
-    def prepare(plan: LogicalRestorePlan) -> list[str]:
-        steps, lanes = logical_restore.prepare(plan)
-        get_current_context()["ti"].xcom_push(key="steps", value=xcom_form(steps))
+    def prepare(plan: LogicalRestorePlan, run: str) -> list[str]:
+        snap, steps, lanes = logical_restore.set_up(plan, run)
+        ti = get_current_context()["ti"]
+        ti.xcom_push(key="snapshot", value=xcom_form(snap))
+        ti.xcom_push(key="steps", value=xcom_form(steps))
         return lanes
 
     def load(plan: LogicalRestorePlan, lane: str) -> list[UnitLoaded]:
         cast(dict, get_current_context())["unit_name"] = lane  # the mapped instance's name (map_index_template)
         return logical_restore.load_lane(plan, lane)
+
+    def finalize(plan: LogicalRestorePlan) -> Finalized:
+        finalized, reverted = logical_restore.finish(plan)
+        get_current_context()["ti"].xcom_push(key="revert", value=xcom_form(reverted))
+        return finalized
 
     def verify(plan: LogicalRestorePlan, snap: ConfigSnapshot, prepared: dict, loads: list, finalized: dict,
                reverted: dict) -> Verified:
@@ -56,19 +65,17 @@ def logical_restore_steps(conf: Any = None, server_param: str = "target_conn_id"
         restore_report.write(plan, steps, list(loads), context["dag"].dag_id, context["run_id"])
         return verified
 
-    plan = step(logical_restore.preflight, multiple_outputs=True, **target)(conf, role=role)
-    approved = ApproveReplacement(task_id="approve", plan=plan)  # only when data would be replaced
-    snap = step(logical_restore.snapshot_config, **target)(plan, run="{{ run_id }}")
-    plan >> approved >> snap
-    lanes = step(prepare, **target)(plan)
+    plan = step(logical_restore.preflight, around=deciding, multiple_outputs=True, **target)(conf, role=role)
+    approved = ApproveReplacement(task_id="approve", plan=plan)  # only when data would be replaced and a person is asked
+    lanes = step(prepare, trigger_rule=TriggerRule.NONE_FAILED_MIN_ONE_SUCCESS, **target)(plan, run="{{ run_id }}")
+    plan >> approved >> lanes  # a skipped approval lets prepare run, a rejected one stops it
     loads = step(load, map_index_template="{{ unit_name }}", **target).partial(plan=plan).expand(lane=lanes)
-    finalized = step(logical_restore.finalize, **target)(plan)
-    reverted = step(logical_restore.revert, **target)(plan).as_teardown(setups=snap, on_failure_fail_dagrun=True)
-    verified = step(verify, multiple_outputs=True, **target)(plan, snap, XComArg(lanes.operator, key="steps"), loads,
-                                                             finalized, reverted)
-    snap >> lanes
-    loads >> finalized >> reverted >> verified
-    finalized >> verified  # a failed load or finalize is never verified, though revert runs
+    finalized = step(finalize, **target)(plan)
+    reverted = step(logical_restore.revert, **target)(plan).as_teardown(setups=lanes, on_failure_fail_dagrun=True)
+    step(verify, multiple_outputs=True, **target)(plan, XComArg(lanes.operator, key="snapshot"),
+                                                  XComArg(lanes.operator, key="steps"), loads, finalized,
+                                                  XComArg(finalized.operator, key="revert"))
+    loads >> finalized >> reverted  # a failed load or finalize is never verified, though revert runs
 
 
 @task_group(group_id="restore")

@@ -1,6 +1,9 @@
 """The logical restore's stages, in the order the DAG runs them: preflight, snapshot_config, prepare (tune,
-create_schema, plan), load_lane, finalize, revert, verify (then the report). Each is one Airflow task; see
-dags/logical_restore.py for the shape. preflight, create_schema, finalize and verify live in their own modules."""
+create_schema, plan), load_lane, finalize, revert, verify (then the report). The DAG runs them as five tasks in a row
+(dags/logical_restore.py): preflight; prepare (set_up: snapshot_config, then prepare; the revert teardown's setup); a
+load_lane each; finalize (finish: finalize, then revert); verify; beside verify, revert again as the teardown, which
+after a run that went well finds nothing to put back. preflight, create_schema, finalize and verify live in their own
+modules."""
 from __future__ import annotations
 
 import dataclasses
@@ -13,20 +16,21 @@ from lastline.backups import OpenedBackup, open_backup
 from lastline.core import accounts, stopping
 from lastline.core.errors import IntegrityError, LastlineError
 from lastline.core.progress import plural
+from lastline.core.sql import META_DB
 from lastline.logical.restore import tuning
 from lastline.logical.restore.backup_files import RUN_SESSION, run_server, selected, target_server
 from lastline.logical.restore.create import create_schema, table_creates
 from lastline.logical.restore.finalize import complete_table, finalize
 from lastline.logical.restore.lanes import load_lane as lane_loader
 from lastline.logical.restore.load import load_unit
-from lastline.logical.restore.plans import ConfigSnapshot, RestorePlan, Reverted, SchemaCreated, Tuned, UnitLoaded
+from lastline.logical.restore.plans import ConfigSnapshot, Finalized, RestorePlan, Reverted, SchemaCreated, Tuned, UnitLoaded
 from lastline.logical.restore.preflight import preflight
 from lastline.logical.restore.target_state import dbs_key, record_units, recorded_units, units_digest
 from lastline.logical.restore.verify import keep_chunk_sums, verify
 from lastline.logical.restore.work_units import WorkUnit, plan_units
 
-__all__ = ["preflight", "snapshot_config", "tune", "create_schema", "plan_load", "prepare", "plan_lanes", "load_lane", "load",
-           "finalize", "revert", "verify"]
+__all__ = ["preflight", "snapshot_config", "tune", "create_schema", "plan_load", "prepare", "set_up", "plan_lanes", "load_lane",
+           "load", "finalize", "revert", "finish", "verify"]
 
 log = logging.getLogger(__name__)
 
@@ -69,6 +73,28 @@ def prepare(plan: RestorePlan) -> tuple[dict[str, Tuned | SchemaCreated], list[s
     that much again): their results, and the lanes the load runs on."""
     backup = open_backup(plan.backup)  # once for the task: its manifest read and checked once
     return {"tune": tune(plan), "create_schema": create_schema(plan, backup)}, plan_lanes(plan, backup)
+
+
+@stopping.stops_cleanly  # a SIGTERM raises here too (TaskStopped), so the configuration is put back
+def set_up(plan: RestorePlan, run: str = "") -> tuple[ConfigSnapshot, dict[str, Tuned | SchemaCreated], list[str]]:
+    """snapshot_config then prepare, as one task: the revert teardown's setup (the snapshot, its results, the lanes).
+    Airflow runs a teardown only after a setup that succeeded, so a failure here (a raised error, a SIGTERM) puts the
+    configuration back itself (revert) before it raises: a tuned, read-only target is never left to a teardown that
+    will not run. Whatever a retry finds recorded stays the production values: a failed revert keeps the snapshot,
+    which the next snapshot_config inherits (first record wins); a revert that read every value back equal forgets it,
+    and the retry records the same values again."""
+    snap = snapshot_config(plan, run)
+    try:
+        steps, lanes = prepare(plan)
+    except BaseException as exc:
+        log.error("prepare failed (%s): putting the configuration back before the task ends", exc)
+        try:
+            revert(plan)
+        except Exception as undo:  # noqa: BLE001 - the first failure is the one to raise; this one is said beside it
+            exc.add_note(f"The configuration could not be put back after it ({undo}): the snapshot stays in "
+                         f"{META_DB}.config_snapshot, and the restore's next prepare or revert starts from it.")
+        raise
+    return snap, steps, lanes
 
 
 def plan_lanes(plan: RestorePlan, backup: OpenedBackup | None = None) -> list[str]:
@@ -126,3 +152,10 @@ def revert(plan: RestorePlan) -> Reverted:
     dropped = accounts.drop(server, plan.restore_account) if plan.restore_account else False
     accounts.lock(server, accounts.owner_name(plan.databases))
     return dataclasses.replace(tuning.revert(server), run_account_dropped=dropped)
+
+
+def finish(plan: RestorePlan) -> tuple[Finalized, Reverted]:
+    """finalize, then revert at once, as one task: verify follows it without waiting on the teardown, which after
+    this finds nothing to put back (it still runs, and reverts whatever a failed finalize or load left)."""
+    finalized = finalize(plan)
+    return finalized, revert(plan)
