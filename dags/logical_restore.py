@@ -4,10 +4,10 @@
 preflight → approve (when data on the target would be replaced and the deployment or the target's connection
 asks: a person approves, shown the tables, rows and last writes at risk and the backup's age; without `force`,
 the approval is what lets the restore replace them, and where nothing asks, only `force` does; where no one is
-asked, preflight skips it) → **prepare** (the setup: snapshot_config, recording the production values durably
-on the target, then tune, create_schema, plan: short steps, one task; a prepare that fails puts the settings
-back itself) → **load** (`parallel` mapped lanes) → finalize (then revert) → verify (then the report); beside
-verify, **revert** (the teardown: runs after a failure too; after a finalize that passed, nothing is left for it).
+asked, preflight skips it) → **snapshot_config** (setup, read-only: records the production values durably on
+the target) → prepare (tune, create_schema, plan: short steps, one task) → **load** (`parallel` mapped lanes) →
+finalize (then revert) → verify (then the report); beside verify, **revert** (the teardown: runs after a failure
+too, a prepare killed included; after a finalize that passed, nothing is left for it).
 
 Everything the backup brings runs under this run's own account, which can touch the restored databases
 only (dropped by revert); triggers, views, routines and events are created by, and run as, a locked owner

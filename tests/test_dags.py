@@ -73,13 +73,13 @@ def test_logical_restore_shape(dagbag):
         "restore_into_source",
     }
     order = [t.task_id for t in dag.topological_sort()]
-    assert order == ["preflight", "approve", "prepare", "load", "finalize", "revert", "verify"]  # short steps folded
+    assert order == ["preflight", "approve", "snapshot_config", "prepare", "load", "finalize", "revert", "verify"]
     assert type(dag.get_task("approve")).__name__ == "ApproveReplacement"
     assert dag.get_task("load").executor_config == {"lastline_server_param": "target_conn_id"}
-    revert, prepare = dag.get_task("revert"), dag.get_task("prepare")
-    assert revert.is_teardown and prepare.is_setup and revert.on_failure_fail_dagrun
+    revert, snap, prepare = dag.get_task("revert"), dag.get_task("snapshot_config"), dag.get_task("prepare")
+    assert revert.is_teardown and snap.is_setup and prepare.is_setup and revert.on_failure_fail_dagrun
     assert dag.get_task("verify").upstream_task_ids >= {"finalize", "load"}  # never verifies a failed load
-    assert revert.upstream_task_ids >= {"prepare", "finalize"}  # after a failure too, beside verify
+    assert revert.upstream_task_ids >= {"snapshot_config", "prepare", "finalize"}  # after a failure too, beside verify
     assert dag.get_task("load").map_index_template == "{{ unit_name }}"
 
 
@@ -113,7 +113,7 @@ def test_staging_refresh_shape(dagbag):
     assert dag.params["target_conn_id"] == "lastline_staging" and dag.params["force"] is True
     order = [t.task_id for t in dag.topological_sort()]
     restore = [t for t in order if t.startswith("restore.")]
-    assert restore == ["restore.preflight", "restore.approve", "restore.prepare", "restore.load", "restore.finalize",
+    assert restore == ["restore.preflight", "restore.approve", "restore.snapshot_config", "restore.prepare", "restore.load", "restore.finalize",
                        "restore.revert", "restore.verify"]  # the logical restore's own group
     assert order.index("preflight") < order.index("restore.preflight")
     assert "restore.verify" in dag.get_task("detach_replication.check").upstream_task_ids  # detached once restored

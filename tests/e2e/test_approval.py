@@ -129,7 +129,7 @@ def test_a_logical_restore_with_the_form_s_defaults_waits_for_approval_then_repl
 
     with Approver("Reject", untouched) as person:
         state, tis, _logs = run_dag("logical_restore", _conf(store_backup))
-    assert state == "failed" and tis["approve"] == "failed" and tis["prepare"] == "upstream_failed", tis
+    assert state == "failed" and tis["approve"] == "failed" and tis["snapshot_config"] == "upstream_failed", tis
     assert _store(logical_target) == before  # a rejection touches nothing
     assert not logical_target.server().query("SHOW DATABASES LIKE 'lastline\\_aside%'")
     assert person.asked["options"] == ["Approve", "Reject"]

@@ -160,7 +160,7 @@ def _awaiting_approval(api, run, deadline: float) -> dict:
     while True:
         assert time.monotonic() < deadline, api.task_instances(run)
         states = {ti["task_id"]: ti["state"] for ti in api.task_instances(run)}
-        assert states.get("prepare") in (None, "scheduled", "queued"), states  # nothing touched before the answer
+        assert states.get("snapshot_config") in (None, "scheduled", "queued"), states  # nothing touched before the answer
         if states.get("approve") == "awaiting_input":
             return api.call("GET", f"/api/v2/dags/{run[0]}/dagRuns/{run[1]}/taskInstances/approve/-1/hitlDetails")
         time.sleep(0.5)
@@ -188,7 +188,7 @@ def test_a_restore_that_replaces_data_waits_for_approval_and_a_rejection_touches
              json={"chosen_options": ["Reject"]})
     assert api.wait(rejected, 120)["state"] == "failed"
     states = {ti["task_id"]: ti["state"] for ti in api.task_instances(rejected)}
-    assert states["approve"] == "failed" and states["prepare"] == "upstream_failed", states
+    assert states["approve"] == "failed" and states["snapshot_config"] == "upstream_failed", states
     assert [t["try_number"] for t in api.tries(rejected, "approve")] == [1]  # a refusal: no retry asks again
     assert target.query("CHECKSUM TABLE dist_big.t1, store.film") == before  # nothing touched
     assert not target.query("SHOW DATABASES LIKE 'lastline_aside%'")

@@ -33,19 +33,18 @@ def detach_replication(target_conn_id: Any, restart: Any = True, read_only_off: 
 @task_group(group_id="restore")
 def logical_restore_steps(conf: Any = None, server_param: str = "target_conn_id", role: str | None = None) -> None:
     """preflight (read-only) → approve (only when data would be replaced and a person is asked: else preflight skips
-    it) → **prepare** (snapshot_config, tune, create_schema, plan: the setup of revert) → **load** (`parallel` mapped
-    lanes) → finalize (then revert at once) → verify (then the report), and beside verify **revert** (the teardown: it
-    runs after a failure too, and after a run that went well finds nothing left to put back). `conf`: the restore's
+    it) → **snapshot_config** (records the production values on the target: the setup of revert) → prepare (tune,
+    create_schema, plan: revert's other setup) → **load** (`parallel` mapped lanes) → finalize (then revert at once) →
+    verify (then the report), and beside verify **revert** (the teardown: it runs after a failure too, a prepare killed
+    on its last try included, and after a run that went well finds nothing left to put back). `conf`: the restore's
     Params as a dict or an XComArg (None: the run's own Params); `server_param`: the Param naming the server restored
     into (its queue and pool). The call gives the group: `group >> x` runs x after verify."""
 
     target = on_server(server_param)  # every step works on the target: its queue, its pool
 
-    def prepare(plan: LogicalRestorePlan, run: str) -> list[str]:
-        snap, steps, lanes = logical_restore.set_up(plan, run)
-        ti = get_current_context()["ti"]
-        ti.xcom_push(key="snapshot", value=xcom_form(snap))
-        ti.xcom_push(key="steps", value=xcom_form(steps))
+    def prepare(plan: LogicalRestorePlan) -> list[str]:
+        steps, lanes = logical_restore.prepare(plan)
+        get_current_context()["ti"].xcom_push(key="steps", value=xcom_form(steps))
         return lanes
 
     def load(plan: LogicalRestorePlan, lane: str) -> list[UnitLoaded]:
@@ -67,12 +66,17 @@ def logical_restore_steps(conf: Any = None, server_param: str = "target_conn_id"
 
     plan = step(logical_restore.preflight, around=deciding, multiple_outputs=True, **target)(conf, role=role)
     approved = ApproveReplacement(task_id="approve", plan=plan)  # only when data would be replaced and a person is asked
-    lanes = step(prepare, trigger_rule=TriggerRule.NONE_FAILED_MIN_ONE_SUCCESS, **target)(plan, run="{{ run_id }}")
-    plan >> approved >> lanes  # a skipped approval lets prepare run, a rejected one stops it
+    # a skipped approval lets the snapshot be taken, a rejected one stops the run; the snapshot is its own task, the
+    # teardown's setup, so a prepare killed on its last try (after it tuned) is still reverted
+    snap = step(logical_restore.snapshot_config, trigger_rule=TriggerRule.NONE_FAILED_MIN_ONE_SUCCESS,
+                **target)(plan, run="{{ run_id }}")
+    plan >> approved >> snap
+    lanes = step(prepare, **target)(plan)
+    snap >> lanes
     loads = step(load, map_index_template="{{ unit_name }}", **target).partial(plan=plan).expand(lane=lanes)
     finalized = step(finalize, **target)(plan)
-    reverted = step(logical_restore.revert, **target)(plan).as_teardown(setups=lanes, on_failure_fail_dagrun=True)
-    step(verify, multiple_outputs=True, **target)(plan, XComArg(lanes.operator, key="snapshot"),
+    reverted = step(logical_restore.revert, **target)(plan).as_teardown(setups=[snap, lanes], on_failure_fail_dagrun=True)
+    step(verify, multiple_outputs=True, **target)(plan, snap,
                                                   XComArg(lanes.operator, key="steps"), loads, finalized,
                                                   XComArg(finalized.operator, key="revert"))
     loads >> finalized >> reverted  # a failed load or finalize is never verified, though revert runs

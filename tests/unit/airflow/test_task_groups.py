@@ -33,11 +33,13 @@ def _upstream(dag: DAG) -> dict[str, set[str]]:
 LOGICAL = {
     "restore.preflight": set(),
     "restore.approve": {"restore.preflight"},
-    "restore.prepare": {"restore.preflight", "restore.approve"},
+    "restore.snapshot_config": {"restore.preflight", "restore.approve"},
+    "restore.prepare": {"restore.preflight", "restore.snapshot_config"},
     "restore.load": {"restore.preflight", "restore.prepare"},
     "restore.finalize": {"restore.preflight", "restore.load"},
-    "restore.revert": {"restore.preflight", "restore.prepare", "restore.finalize"},
-    "restore.verify": {"restore.preflight", "restore.prepare", "restore.load", "restore.finalize"},
+    "restore.revert": {"restore.preflight", "restore.snapshot_config", "restore.prepare", "restore.finalize"},
+    "restore.verify": {"restore.preflight", "restore.snapshot_config", "restore.prepare", "restore.load",
+                       "restore.finalize"},
 }
 PHYSICAL = {
     "restore.preflight": set(),
@@ -89,7 +91,7 @@ def test_every_step_that_works_on_the_target_is_routed_by_the_param_naming_it(gr
 
 
 @pytest.mark.parametrize(("group", "next_step"), [
-    pytest.param(task_groups.logical_restore_steps, "restore.prepare", id="logical-restore"),
+    pytest.param(task_groups.logical_restore_steps, "restore.snapshot_config", id="logical-restore"),
     pytest.param(task_groups.physical_restore_steps, "restore.stop_target", id="physical-restore"),
 ])
 def test_a_restore_asks_approval_of_its_preflight_s_plan_and_passes_the_dag_s_role(group, next_step):
@@ -113,19 +115,25 @@ def test_the_logical_restore_loads_one_mapped_instance_per_lane_and_reverts_as_i
     assert set(expanded) == {"lane"} and expanded["lane"].operator is tasks["restore.prepare"]  # a lane each
     assert load.partial_kwargs["op_kwargs"]["plan"].operator is tasks["restore.preflight"]  # the one plan for all of them
     assert load.partial_kwargs["map_index_template"] == "{{ unit_name }}"  # each instance named by its lane
-    prepare, revert, verify = tasks["restore.prepare"], tasks["restore.revert"], tasks["restore.verify"]
-    assert prepare.is_setup and not prepare.is_teardown and prepare.op_kwargs == {"run": "{{ run_id }}"}  # takes the snapshot
-    assert prepare.trigger_rule == TriggerRule.NONE_FAILED_MIN_ONE_SUCCESS  # after a skipped approval too (not after a
+    snap, prepare = tasks["restore.snapshot_config"], tasks["restore.prepare"]
+    revert, verify = tasks["restore.revert"], tasks["restore.verify"]
+    assert snap.is_setup and not snap.is_teardown and snap.op_kwargs == {"run": "{{ run_id }}"}  # a setup of revert
+    assert prepare.is_setup and not prepare.is_teardown and prepare.upstream_task_ids >= {"restore.snapshot_config"}
+    assert snap.trigger_rule == TriggerRule.NONE_FAILED_MIN_ONE_SUCCESS  # after a skipped approval too (not after a
     # rejected one, nor when the whole group is skipped: a branch not taken)
+    assert prepare.trigger_rule == TriggerRule.ALL_SUCCESS
+    assert {"restore.snapshot_config", "restore.prepare"} <= revert.upstream_task_ids  # its setups: a prepare killed on
+    # its last try is reverted (the snapshot succeeded)
     assert revert.is_teardown and revert.on_failure_fail_dagrun  # runs after a failure too, and a failed revert fails the run
     assert revert.trigger_rule == TriggerRule.ALL_DONE_SETUP_SUCCESS and verify.trigger_rule == TriggerRule.ALL_SUCCESS
     assert {"restore.load", "restore.finalize"} <= verify.upstream_task_ids  # a failed load or finalize is never verified
     assert "restore.revert" not in verify.upstream_task_ids  # beside it: finalize reverted already
     cleared_with = {t: {x.task_id for x in tasks[t].get_upstreams_only_setups_and_teardowns()} for t in ("restore.load", "restore.verify")}
-    assert cleared_with == {"restore.load": {"restore.prepare", "restore.revert"}, "restore.verify": set()}  # a cleared lane
-    # loads tuned and reverts after; a cleared verify re-tunes nothing
-    pulled = [arg.key for arg in verify.op_args if arg.operator is prepare]
-    assert pulled == ["snapshot", "steps"]  # prepare's results reach verify by their own keys, its return value being the lanes
+    assert cleared_with == {"restore.load": {"restore.snapshot_config", "restore.prepare", "restore.revert"},
+                            "restore.verify": set()}  # a cleared lane loads tuned (the snapshot kept: first record wins)
+    # and reverts after; a cleared verify re-tunes nothing
+    assert [arg.key for arg in verify.op_args if arg.operator is snap] == ["return_value"]
+    assert [arg.key for arg in verify.op_args if arg.operator is prepare] == ["steps"]  # its return value is the lanes
     assert [arg.key for arg in verify.op_args if arg.operator is tasks["restore.finalize"]] == ["return_value", "revert"]
     assert tasks["restore.preflight"].execution_timeout is not None and load.partial_kwargs["execution_timeout"] is not None
 

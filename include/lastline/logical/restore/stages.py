@@ -1,8 +1,8 @@
 """The logical restore's stages, in the order the DAG runs them: preflight, snapshot_config, prepare (tune,
-create_schema, plan), load_lane, finalize, revert, verify (then the report). The DAG runs them as five tasks in a row
-(dags/logical_restore.py): preflight; prepare (set_up: snapshot_config, then prepare; the revert teardown's setup); a
-load_lane each; finalize (finish: finalize, then revert); verify; beside verify, revert again as the teardown, which
-after a run that went well finds nothing to put back. preflight, create_schema, finalize and verify live in their own
+create_schema, plan), load_lane, finalize, revert, verify (then the report). The DAG runs them as six tasks in a row
+(dags/logical_restore.py): preflight; snapshot_config and prepare (the revert teardown's setups); a load_lane each;
+finalize (finish: finalize, then revert); verify; beside verify, revert again as the teardown, which after a run that
+went well finds nothing to put back. preflight, create_schema, finalize and verify live in their own
 modules."""
 from __future__ import annotations
 
@@ -16,7 +16,6 @@ from lastline.backups import OpenedBackup, open_backup
 from lastline.core import accounts, stopping
 from lastline.core.errors import IntegrityError, LastlineError
 from lastline.core.progress import plural
-from lastline.core.sql import META_DB
 from lastline.logical.restore import tuning
 from lastline.logical.restore.backup_files import RUN_SESSION, run_server, selected, target_server
 from lastline.logical.restore.create import create_schema, table_creates
@@ -29,7 +28,7 @@ from lastline.logical.restore.target_state import dbs_key, record_units, recorde
 from lastline.logical.restore.verify import keep_chunk_sums, verify
 from lastline.logical.restore.work_units import WorkUnit, plan_units
 
-__all__ = ["preflight", "snapshot_config", "tune", "create_schema", "plan_load", "prepare", "set_up", "plan_lanes", "load_lane",
+__all__ = ["preflight", "snapshot_config", "tune", "create_schema", "plan_load", "prepare", "plan_lanes", "load_lane",
            "load", "finalize", "revert", "finish", "verify"]
 
 log = logging.getLogger(__name__)
@@ -73,28 +72,6 @@ def prepare(plan: RestorePlan) -> tuple[dict[str, Tuned | SchemaCreated], list[s
     that much again): their results, and the lanes the load runs on."""
     backup = open_backup(plan.backup)  # once for the task: its manifest read and checked once
     return {"tune": tune(plan), "create_schema": create_schema(plan, backup)}, plan_lanes(plan, backup)
-
-
-@stopping.stops_cleanly  # a SIGTERM raises here too (TaskStopped), so the configuration is put back
-def set_up(plan: RestorePlan, run: str = "") -> tuple[ConfigSnapshot, dict[str, Tuned | SchemaCreated], list[str]]:
-    """snapshot_config then prepare, as one task: the revert teardown's setup (the snapshot, its results, the lanes).
-    Airflow runs a teardown only after a setup that succeeded, so a failure here (a raised error, a SIGTERM) puts the
-    configuration back itself (revert) before it raises: a tuned, read-only target is never left to a teardown that
-    will not run. Whatever a retry finds recorded stays the production values: a failed revert keeps the snapshot,
-    which the next snapshot_config inherits (first record wins); a revert that read every value back equal forgets it,
-    and the retry records the same values again."""
-    snap = snapshot_config(plan, run)
-    try:
-        steps, lanes = prepare(plan)
-    except BaseException as exc:
-        log.error("prepare failed (%s): putting the configuration back before the task ends", exc)
-        try:
-            revert(plan)
-        except Exception as undo:  # noqa: BLE001 - the first failure is the one to raise; this one is said beside it
-            exc.add_note(f"The configuration could not be put back after it ({undo}): the snapshot stays in "
-                         f"{META_DB}.config_snapshot, and the restore's next prepare or revert starts from it.")
-        raise
-    return snap, steps, lanes
 
 
 def plan_lanes(plan: RestorePlan, backup: OpenedBackup | None = None) -> list[str]:

@@ -2,8 +2,8 @@
 called as its task calls it: the config snapshot before tune (tune refuses to run without one), prepare's work units
 recorded for the lanes and its lanes labelled with their digest, a lane refusing units its prepare did not plan (or
 none at all) before a row, per_table index builds in the lanes, one unit loaded by `load` exactly once, revert dropping
-the run account and putting the settings back, set_up (the DAG's prepare task: the snapshot, then prepare) keeping the
-first snapshot on a retry and putting the configuration back itself when it fails after tuning, and the stages in their
+the run account and putting the settings back, the snapshot and prepare (the DAG's two setups of revert) keeping the
+first snapshot on a retry and leaving the teardown what to put back when prepare fails after tuning, and the stages in their
 order, as the DAG's tasks call them (finish: finalize, then revert), restoring the backup exactly."""
 from __future__ import annotations
 
@@ -133,33 +133,40 @@ def test_load_loads_one_unit_exactly_once(restore_backup, logical_target):
         stages.revert(plan)
 
 
-def test_set_up_takes_the_snapshot_then_prepares_and_a_retry_keeps_the_first_snapshot(restore_backup, logical_target):
+def test_the_snapshot_then_prepare_and_a_retry_of_each_keeps_the_first_snapshot(restore_backup, logical_target):
     server = logical_target.server()
     before = server.variables(*tuning.TUNED_VARIABLES)
     with restoring(restore_backup, tune=True) as plan:
-        snap, done, lanes = stages.set_up(plan, "run `1`.a b")
+        snap = stages.snapshot_config(plan, "run `1`.a b")
+        done, lanes = stages.prepare(plan)
         assert isinstance(snap, ConfigSnapshot) and snap.run_id == "run `1`.a b" and not snap.inherited
         assert isinstance(done["tune"], Tuned) and "read_only" in done["tune"].applied
         assert isinstance(done["create_schema"], SchemaCreated) and len(lanes) == 2
         assert server.variables("read_only") == {"read_only": "ON"}
-        again, _done, relanes = stages.set_up(plan, "run 2")  # a retry of the task, on the tuned target
+        again = stages.snapshot_config(plan, "run 2")  # a retry (or a cleared lane's), on the tuned target
+        _done, relanes = stages.prepare(plan)
         assert again.inherited and again.run_id == "run `1`.a b" and relanes == lanes
         assert {k: again.variables[k] for k in before} == before  # the production values, never the tuned ones
         stages.revert(plan)
         assert server.variables(*tuning.TUNED_VARIABLES) == before
 
 
-def test_set_up_puts_the_configuration_back_itself_when_prepare_fails_after_tuning(restore_backup, logical_target, caplog):
+def test_a_prepare_that_fails_after_tuning_leaves_the_snapshot_for_the_teardown(restore_backup, logical_target, caplog):
+    """The DAG's revert teardown has the snapshot task as its setup: whatever prepare did before it failed (or was
+    killed on its last try), revert puts back from the snapshot."""
     server = logical_target.server()
     before = server.variables(*tuning.TUNED_VARIABLES)
     with restoring(restore_backup, tune=True, force=False) as plan:
         with server.session() as cur:  # written after preflight saw the database empty: create_schema refuses it
             cur.execute(f"CREATE DATABASE {quote_ident(SMALL)}")
             cur.execute(f"CREATE TABLE {qualified(SMALL, 'app`s t.1')} (id INT PRIMARY KEY)")
+        stages.snapshot_config(plan, "failing")
         with caplog.at_level("INFO"), pytest.raises(Refusal, match=r"hold tables now but were empty when the restore was planned"):
-            stages.set_up(plan, "failing")
+            stages.prepare(plan)
         assert "tune: set {'read_only': 'ON'" in caplog.text  # it had tuned
-        assert server.variables(*tuning.TUNED_VARIABLES) == before  # put back by the task itself: no teardown runs
+        assert server.variables("read_only") == {"read_only": "ON"} and tuning.read_snapshot(server) is not None
+        stages.revert(plan)  # the teardown
+        assert server.variables(*tuning.TUNED_VARIABLES) == before
         assert tuning.read_snapshot(server) is None
         assert _rows(server, SMALL, "app`s t.1") == 0 and server.query(
             "SELECT COUNT(*) FROM information_schema.TABLES WHERE TABLE_SCHEMA = %s", (SMALL,))[0][0] == 1  # untouched
@@ -169,7 +176,8 @@ def test_the_stages_in_their_order_restore_the_backup_exactly(restore_backup, lo
     server = logical_target.server()
     before = server.variables(*tuning.TUNED_VARIABLES)
     with restoring(restore_backup, databases=[SMALL, BIG], tune=True) as plan:
-        snap, _done, lanes = stages.set_up(plan, "unit")
+        snap = stages.snapshot_config(plan, "unit")
+        _done, lanes = stages.prepare(plan)
         for lane in lanes:
             stages.load_lane(plan, lane)
         finalized, reverted = stages.finish(plan)  # finalize, then revert at once
