@@ -6,8 +6,7 @@ asks: a person approves, shown the tables, rows and last writes at risk and the 
 the approval is what lets the restore replace them, and where nothing asks, only `force` does; where no one is
 asked, preflight skips it) → **snapshot_config** (setup, read-only: records the production values durably on
 the target) → prepare (tune, create_schema, plan: short steps, one task) → **load** (`parallel` mapped lanes) →
-finalize (then revert) → verify (then the report); beside verify, **revert** (the teardown: runs after a failure
-too, a prepare killed included; after a finalize that passed, nothing is left for it).
+finalize → **revert** (teardown: runs after a failure too, a prepare killed included) → verify (then the report).
 
 Everything the backup brings runs under this run's own account, which can touch the restored databases
 only (dropped by revert); triggers, views, routines and events are created by, and run as, a locked owner
@@ -29,7 +28,7 @@ of those databases, never the backup's DEFINER; events come back disabled unless
   a lane that ends early takes the rest, and a retried lane resumes after the ledger.
 - **finalize**: deferred indexes and foreign keys, AUTO_INCREMENT, then triggers (after the data),
   views in dependency order, routines, events, sequences, ANALYZE; the ledger is dropped.
-- **revert** (at the end of finalize, and as the teardown) restores every recorded value, removes the drop-in (restart) and reads them all back,
+- **revert** restores every recorded value, removes the drop-in (restart) and reads them all back,
   failing loudly on any difference. **verify** recomputes each table's rows and checksum and checks
   every object and the configuration, then writes the report: per-table figures and an SVG chart.
 """

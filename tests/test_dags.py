@@ -73,13 +73,13 @@ def test_logical_restore_shape(dagbag):
         "restore_into_source",
     }
     order = [t.task_id for t in dag.topological_sort()]
-    assert order == ["preflight", "approve", "snapshot_config", "prepare", "load", "finalize", "revert", "verify"]
+    assert order == ["preflight", "approve", "snapshot_config", "prepare", "load", "finalize", "revert", "verify"]  # short steps folded
+    assert dag.get_task("snapshot_config").trigger_rule == "none_failed_min_one_success"  # after a skipped approve too
     assert type(dag.get_task("approve")).__name__ == "ApproveReplacement"
     assert dag.get_task("load").executor_config == {"lastline_server_param": "target_conn_id"}
-    revert, snap, prepare = dag.get_task("revert"), dag.get_task("snapshot_config"), dag.get_task("prepare")
-    assert revert.is_teardown and snap.is_setup and prepare.is_setup and revert.on_failure_fail_dagrun
-    assert dag.get_task("verify").upstream_task_ids >= {"finalize", "load"}  # never verifies a failed load
-    assert revert.upstream_task_ids >= {"snapshot_config", "prepare", "finalize"}  # after a failure too, beside verify
+    revert, snap = dag.get_task("revert"), dag.get_task("snapshot_config")
+    assert revert.is_teardown and snap.is_setup and revert.on_failure_fail_dagrun
+    assert dag.get_task("verify").upstream_task_ids >= {"finalize", "revert"}  # never verifies a failed load
     assert dag.get_task("load").map_index_template == "{{ unit_name }}"
 
 
@@ -122,11 +122,10 @@ def test_staging_refresh_shape(dagbag):
         < order.index("objects") < order.index("open") < order.index("close") < order.index("report")
     assert order.index("lock") < order.index("restore.preflight")  # nobody else reads staging from before the restore
     assert dag.get_task("close").is_teardown and dag.get_task("lock").is_setup
-    # the report is the run's one leaf but the restore's revert (a teardown beside its verify, which can fail the run,
-    # never make it a success) and waits on open: a failed objects or open step fails the run (a teardown that succeeds
-    # must not make it a success)
+    # the report is the run's one leaf and waits on open: a failed objects or open step fails the run (a teardown
+    # that succeeds must not make it a success)
     assert {"open", "close"} <= dag.get_task("report").upstream_task_ids
-    assert [t.task_id for t in dag.tasks if not t.downstream_task_ids] == ["restore.revert", "report"]
+    assert [t.task_id for t in dag.tasks if not t.downstream_task_ids] == ["report"]
 
 
 def test_backup_deadline(monkeypatch):
@@ -183,8 +182,7 @@ def test_point_in_time_restore_shape(dagbag):
     assert type(dag.timetable).__name__ == "NullTimetable"  # manual only
     assert {"target_conn_id", "destination", "until", "base", "base_kind", "databases", "branch", "replay_method",
             "force"} <= set(dag.params.keys())
-    assert {t.task_id for t in dag.roots} == {"plan"}
-    assert {t.task_id for t in dag.leaves} == {"cleanup", "logical_base.revert"}  # the logical restore's teardown beside it
+    assert {t.task_id for t in dag.roots} == {"plan"} and {t.task_id for t in dag.leaves} == {"cleanup"}
     assert dag.get_task("cleanup").is_teardown and "replay" in dag.get_task("cleanup").upstream_task_ids
     assert dag.get_task("report").upstream_task_ids == {"plan", "replay"}  # the roll-forward's report, before cleanup
     assert "report" in dag.get_task("cleanup").upstream_task_ids

@@ -7,7 +7,7 @@ replaced with their rows, size and last write, and the backup's id and age. Appr
 started without `force` replaces as `force` would: the approval is what allows it). Reject, or no answer in
 time: the run fails at once, nothing touched. Nothing at risk (an empty target, a resumed restore, a target that
 asks no approval): the preflight that made the plan skips `approve` as it ends (`deciding`), so no task starts for it
-and the step after it (trigger rule none_failed) follows the preflight at once; an `approve` that runs anyway (cleared
+and the step after it (trigger rule none_failed_min_one_success) follows the preflight at once; an `approve` that runs anyway (cleared
 by hand) passes straight through.
 """
 from __future__ import annotations

@@ -12,7 +12,7 @@ from lastline.airflow.routing import on_server
 from lastline.airflow.steps import step, xcom_form
 from lastline.logical.restore import report as restore_report
 from lastline.logical.restore import stages as logical_restore
-from lastline.logical.restore.plans import ConfigSnapshot, Finalized, UnitLoaded, Verified
+from lastline.logical.restore.plans import ConfigSnapshot, UnitLoaded, Verified
 from lastline.logical.restore.plans import RestorePlan as LogicalRestorePlan
 from lastline.physical import restore as physical_restore
 from lastline.replication import detach as replication_detach
@@ -33,12 +33,11 @@ def detach_replication(target_conn_id: Any, restart: Any = True, read_only_off: 
 @task_group(group_id="restore")
 def logical_restore_steps(conf: Any = None, server_param: str = "target_conn_id", role: str | None = None) -> None:
     """preflight (read-only) → approve (only when data would be replaced and a person is asked: else preflight skips
-    it) → **snapshot_config** (records the production values on the target: the setup of revert) → prepare (tune,
-    create_schema, plan: revert's other setup) → **load** (`parallel` mapped lanes) → finalize (then revert at once) →
-    verify (then the report), and beside verify **revert** (the teardown: it runs after a failure too, a prepare killed
-    on its last try included, and after a run that went well finds nothing left to put back). `conf`: the restore's
-    Params as a dict or an XComArg (None: the run's own Params); `server_param`: the Param naming the server restored
-    into (its queue and pool). The call gives the group: `group >> x` runs x after verify."""
+    it, and no task starts for it) → **snapshot_config** (setup, read-only) → prepare (tune, create_schema, plan) →
+    **load** (`parallel` mapped lanes) → finalize → **revert** (teardown: runs after a failure too, a prepare killed on
+    its last try included) → verify (then the report). `conf`: the restore's Params as a dict or an XComArg (None: the
+    run's own Params); `server_param`: the Param naming the server restored into (its queue and pool). The call gives
+    the group: `group >> x` runs x after verify, so after revert."""
 
     target = on_server(server_param)  # every step works on the target: its queue, its pool
 
@@ -51,11 +50,6 @@ def logical_restore_steps(conf: Any = None, server_param: str = "target_conn_id"
         cast(dict, get_current_context())["unit_name"] = lane  # the mapped instance's name (map_index_template)
         return logical_restore.load_lane(plan, lane)
 
-    def finalize(plan: LogicalRestorePlan) -> Finalized:
-        finalized, reverted = logical_restore.finish(plan)
-        get_current_context()["ti"].xcom_push(key="revert", value=xcom_form(reverted))
-        return finalized
-
     def verify(plan: LogicalRestorePlan, snap: ConfigSnapshot, prepared: dict, loads: list, finalized: dict,
                reverted: dict) -> Verified:
         verified = logical_restore.verify(plan, snap)
@@ -66,20 +60,21 @@ def logical_restore_steps(conf: Any = None, server_param: str = "target_conn_id"
 
     plan = step(logical_restore.preflight, around=deciding, multiple_outputs=True, **target)(conf, role=role)
     approved = ApproveReplacement(task_id="approve", plan=plan)  # only when data would be replaced and a person is asked
-    # a skipped approval lets the snapshot be taken, a rejected one stops the run; the snapshot is its own task, the
-    # teardown's setup, so a prepare killed on its last try (after it tuned) is still reverted
+    # a skipped approval lets the snapshot be taken, a rejected one stops the run
     snap = step(logical_restore.snapshot_config, trigger_rule=TriggerRule.NONE_FAILED_MIN_ONE_SUCCESS,
                 **target)(plan, run="{{ run_id }}")
     plan >> approved >> snap
     lanes = step(prepare, **target)(plan)
-    snap >> lanes
     loads = step(load, map_index_template="{{ unit_name }}", **target).partial(plan=plan).expand(lane=lanes)
-    finalized = step(finalize, **target)(plan)
-    reverted = step(logical_restore.revert, **target)(plan).as_teardown(setups=[snap, lanes], on_failure_fail_dagrun=True)
-    step(verify, multiple_outputs=True, **target)(plan, snap,
-                                                  XComArg(lanes.operator, key="steps"), loads, finalized,
-                                                  XComArg(finalized.operator, key="revert"))
-    loads >> finalized >> reverted  # a failed load or finalize is never verified, though revert runs
+    finalized = step(logical_restore.finalize, **target)(plan)
+    # the teardown's one setup is the snapshot (it only reads): once it passed, revert runs whatever prepare, the lanes
+    # or finalize do; prepare is no setup, so clearing a lane or finalize never plans the restore again
+    reverted = step(logical_restore.revert, **target)(plan).as_teardown(setups=snap, on_failure_fail_dagrun=True)
+    verified = step(verify, multiple_outputs=True, **target)(plan, snap, XComArg(lanes.operator, key="steps"), loads,
+                                                             finalized, reverted)
+    snap >> lanes
+    loads >> finalized >> reverted >> verified
+    finalized >> verified  # a failed load or finalize is never verified, though revert runs
 
 
 @task_group(group_id="restore")

@@ -1,9 +1,8 @@
 """airflow.task_groups: the shape of each shared group, built inside a DAG (no run): its task ids in order, each task's
 upstream tasks, where its tasks run (the Param naming their server), the approve step after a restore's preflight (the
-logical restore's preflight skips it when no person is asked, and prepare follows a skipped approval), the logical
-restore's mapped load (one instance per lane prepare returns) and its revert, a teardown set up by prepare that runs after
-a failure too, beside verify, while verify runs only after a load and a finalize that passed; and `group >> x` runs x
-after its last step."""
+logical restore's preflight skips it when no person is asked, and the snapshot follows a skipped approval), the
+logical restore's mapped load (one instance per lane prepare returns) and its revert, a teardown that runs after a
+failure too while verify runs only after a load and a finalize that passed; and `group >> x` runs x after its last step."""
 from __future__ import annotations
 
 import pytest
@@ -37,9 +36,9 @@ LOGICAL = {
     "restore.prepare": {"restore.preflight", "restore.snapshot_config"},
     "restore.load": {"restore.preflight", "restore.prepare"},
     "restore.finalize": {"restore.preflight", "restore.load"},
-    "restore.revert": {"restore.preflight", "restore.snapshot_config", "restore.prepare", "restore.finalize"},
+    "restore.revert": {"restore.preflight", "restore.snapshot_config", "restore.finalize"},
     "restore.verify": {"restore.preflight", "restore.snapshot_config", "restore.prepare", "restore.load",
-                       "restore.finalize"},
+                       "restore.finalize", "restore.revert"},
 }
 PHYSICAL = {
     "restore.preflight": set(),
@@ -104,7 +103,8 @@ def test_a_restore_asks_approval_of_its_preflight_s_plan_and_passes_the_dag_s_ro
     assert approve.plan.operator is preflight and approve.plan.key == "return_value"  # the plan it shows the approver
     if group is task_groups.logical_restore_steps:  # its preflight skips approve as it ends when no one is asked
         assert preflight.python_callable.__code__.co_qualname == "deciding.<locals>.call"
-        assert dag.task_dict[next_step].trigger_rule == TriggerRule.NONE_FAILED_MIN_ONE_SUCCESS
+        assert dag.task_dict[next_step].trigger_rule == TriggerRule.NONE_FAILED_MIN_ONE_SUCCESS  # a skipped approve
+        # lets it run, a rejected one not
 
 
 def test_the_logical_restore_loads_one_mapped_instance_per_lane_and_reverts_as_its_teardown():
@@ -115,26 +115,18 @@ def test_the_logical_restore_loads_one_mapped_instance_per_lane_and_reverts_as_i
     assert set(expanded) == {"lane"} and expanded["lane"].operator is tasks["restore.prepare"]  # a lane each
     assert load.partial_kwargs["op_kwargs"]["plan"].operator is tasks["restore.preflight"]  # the one plan for all of them
     assert load.partial_kwargs["map_index_template"] == "{{ unit_name }}"  # each instance named by its lane
-    snap, prepare = tasks["restore.snapshot_config"], tasks["restore.prepare"]
-    revert, verify = tasks["restore.revert"], tasks["restore.verify"]
-    assert snap.is_setup and not snap.is_teardown and snap.op_kwargs == {"run": "{{ run_id }}"}  # a setup of revert
-    assert prepare.is_setup and not prepare.is_teardown and prepare.upstream_task_ids >= {"restore.snapshot_config"}
-    assert snap.trigger_rule == TriggerRule.NONE_FAILED_MIN_ONE_SUCCESS  # after a skipped approval too (not after a
-    # rejected one, nor when the whole group is skipped: a branch not taken)
-    assert prepare.trigger_rule == TriggerRule.ALL_SUCCESS
-    assert {"restore.snapshot_config", "restore.prepare"} <= revert.upstream_task_ids  # its setups: a prepare killed on
-    # its last try is reverted (the snapshot succeeded)
+    snap, revert, verify = tasks["restore.snapshot_config"], tasks["restore.revert"], tasks["restore.verify"]
+    assert snap.is_setup and not snap.is_teardown and snap.op_kwargs == {"run": "{{ run_id }}"}
     assert revert.is_teardown and revert.on_failure_fail_dagrun  # runs after a failure too, and a failed revert fails the run
     assert revert.trigger_rule == TriggerRule.ALL_DONE_SETUP_SUCCESS and verify.trigger_rule == TriggerRule.ALL_SUCCESS
     assert {"restore.load", "restore.finalize"} <= verify.upstream_task_ids  # a failed load or finalize is never verified
-    assert "restore.revert" not in verify.upstream_task_ids  # beside it: finalize reverted already
-    cleared_with = {t: {x.task_id for x in tasks[t].get_upstreams_only_setups_and_teardowns()} for t in ("restore.load", "restore.verify")}
-    assert cleared_with == {"restore.load": {"restore.snapshot_config", "restore.prepare", "restore.revert"},
-                            "restore.verify": set()}  # a cleared lane loads tuned (the snapshot kept: first record wins)
-    # and reverts after; a cleared verify re-tunes nothing
-    assert [arg.key for arg in verify.op_args if arg.operator is snap] == ["return_value"]
-    assert [arg.key for arg in verify.op_args if arg.operator is prepare] == ["steps"]  # its return value is the lanes
-    assert [arg.key for arg in verify.op_args if arg.operator is tasks["restore.finalize"]] == ["return_value", "revert"]
+    cleared_with = {t: {x.task_id for x in tasks[t].get_upstreams_only_setups_and_teardowns()}
+                    for t in ("restore.load", "restore.finalize")}
+    assert cleared_with == {"restore.load": {"restore.snapshot_config", "restore.revert"},
+                            "restore.finalize": {"restore.snapshot_config", "restore.revert"}}  # never prepare: a cleared
+    # lane or finalize never plans the restore again (a finalize that completed forgot its state)
+    pulled = [arg.key for arg in verify.op_args if arg.operator is tasks["restore.prepare"]]
+    assert pulled == ["steps"]  # prepare's results reach the report by their own key, its return value being the lanes
     assert tasks["restore.preflight"].execution_timeout is not None and load.partial_kwargs["execution_timeout"] is not None
 
 

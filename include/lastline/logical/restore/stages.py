@@ -1,8 +1,6 @@
 """The logical restore's stages, in the order the DAG runs them: preflight, snapshot_config, prepare (tune,
-create_schema, plan), load_lane, finalize, revert, verify (then the report). The DAG runs them as six tasks in a row
-(dags/logical_restore.py): preflight; snapshot_config and prepare (the revert teardown's setups); a load_lane each;
-finalize (finish: finalize, then revert); verify; beside verify, revert again as the teardown, which after a run that
-went well finds nothing to put back. preflight, create_schema, finalize and verify live in their own
+create_schema, plan), load_lane, finalize, revert, verify (then the report). Each is one Airflow task (a load_lane
+each); see dags/logical_restore.py for the shape. preflight, create_schema, finalize and verify live in their own
 modules."""
 from __future__ import annotations
 
@@ -22,14 +20,14 @@ from lastline.logical.restore.create import create_schema, table_creates
 from lastline.logical.restore.finalize import complete_table, finalize
 from lastline.logical.restore.lanes import load_lane as lane_loader
 from lastline.logical.restore.load import load_unit
-from lastline.logical.restore.plans import ConfigSnapshot, Finalized, RestorePlan, Reverted, SchemaCreated, Tuned, UnitLoaded
+from lastline.logical.restore.plans import ConfigSnapshot, RestorePlan, Reverted, SchemaCreated, Tuned, UnitLoaded
 from lastline.logical.restore.preflight import preflight
 from lastline.logical.restore.target_state import dbs_key, record_units, recorded_units, units_digest
 from lastline.logical.restore.verify import keep_chunk_sums, verify
 from lastline.logical.restore.work_units import WorkUnit, plan_units
 
 __all__ = ["preflight", "snapshot_config", "tune", "create_schema", "plan_load", "prepare", "plan_lanes", "load_lane",
-           "load", "finalize", "revert", "finish", "verify"]
+           "load", "finalize", "revert", "verify"]
 
 log = logging.getLogger(__name__)
 
@@ -129,10 +127,3 @@ def revert(plan: RestorePlan) -> Reverted:
     dropped = accounts.drop(server, plan.restore_account) if plan.restore_account else False
     accounts.lock(server, accounts.owner_name(plan.databases))
     return dataclasses.replace(tuning.revert(server), run_account_dropped=dropped)
-
-
-def finish(plan: RestorePlan) -> tuple[Finalized, Reverted]:
-    """finalize, then revert at once, as one task: verify follows it without waiting on the teardown, which after
-    this finds nothing to put back (it still runs, and reverts whatever a failed finalize or load left)."""
-    finalized = finalize(plan)
-    return finalized, revert(plan)

@@ -4,7 +4,7 @@ recorded for the lanes and its lanes labelled with their digest, a lane refusing
 none at all) before a row, per_table index builds in the lanes, one unit loaded by `load` exactly once, revert dropping
 the run account and putting the settings back, the snapshot and prepare (the DAG's two setups of revert) keeping the
 first snapshot on a retry and leaving the teardown what to put back when prepare fails after tuning, and the stages in their
-order, as the DAG's tasks call them (finish: finalize, then revert), restoring the backup exactly."""
+order, as the DAG's tasks call them, restoring the backup exactly."""
 from __future__ import annotations
 
 import re
@@ -180,10 +180,11 @@ def test_the_stages_in_their_order_restore_the_backup_exactly(restore_backup, lo
         _done, lanes = stages.prepare(plan)
         for lane in lanes:
             stages.load_lane(plan, lane)
-        finalized, reverted = stages.finish(plan)  # finalize, then revert at once
+        finalized = stages.finalize(plan)
+        reverted = stages.revert(plan)
         assert isinstance(finalized, Finalized) and isinstance(reverted, Reverted) and reverted.run_account_dropped
         assert reverted.reverted and server.variables(*tuning.TUNED_VARIABLES) == before
-        assert stages.revert(plan) == Reverted({}, False)  # the teardown, after: nothing left to put back or drop
+        assert stages.revert(plan) == Reverted({}, False)  # a retried revert: nothing left to put back or drop
         verified = stages.verify(plan, snap)
         assert isinstance(verified, Verified) and verified.row_hashes
         manifest = manifest_of(restore_backup)
