@@ -23,9 +23,10 @@ The default race (about 12 minutes here, 2 of them generating the data; `--reuse
   DIR` / LASTLINE_MYDUMPER1_DIR. Without it the bench says so and races Debian's myloader 0.10, labelled.
 
 Per pool it prints the ratio (myloader 1.0's time over lastline's whole run: above 1.00x lastline is faster), and for
-lastline's run: the load step and what lies outside it; trigger to first row (the DAG run's queued_at to the ledger's
-first loaded_at on the target: the first chunk committed; the ledger is read every 0.5 s while the run goes, since
-finalize drops it) and last row to end (the ledger's last loaded_at to the run's end); each task's queued, start and
+lastline's run: the load step and what lies outside it; trigger to first row (the DAG run's queued_at to when this
+bench first saw a committed ledger row on the target: the first chunk's rows in; it reads the ledger every 0.2 s
+while the run goes, since finalize drops it) and last row to end (when it last saw the ledger grow to the run's
+end); each task's queued, start and
 end from the metadata DB, with the scheduler's hop to it and its start-up; the CPU seconds each process group used
 from the trigger to the end, read from /proc per process before and after (scheduler; the LocalExecutor's workers with
 the task processes they start; dag-processor, api-server, triggerer; the target's mariadbd; this bench; the rest of
@@ -242,8 +243,11 @@ def task_timeline(db: Path, dag_id: str, run_id: str) -> list[dict]:
 
 
 def epoch(stamp: str | None) -> float | None:
-    """A metadata DB time (ISO, UTC) as epoch seconds."""
-    return datetime.fromisoformat(stamp).timestamp() if stamp else None
+    """A metadata DB time (ISO, UTC; SQLite keeps it without its zone) as epoch seconds."""
+    if not stamp:
+        return None
+    when = datetime.fromisoformat(stamp)
+    return (when if when.tzinfo else when.replace(tzinfo=UTC)).timestamp()
 
 
 def run_times(db: Path, dag_id: str, run_id: str) -> dict:
@@ -355,12 +359,14 @@ def cpu_between(before: dict[str, float], after: dict[str, float]) -> dict[str, 
 
 
 def lastline_run(af: Standalone, tgt: Instance, conf: dict, backup_id: str, chunks: int, timeout: float = 7200) -> dict:
-    """Trigger a logical_restore with `conf` and follow it to its end: its times from the metadata DB, the ledger's
-    first and last loaded_at on the target (read every 0.5 s while it runs: finalize drops the ledger), and the CPU
-    each process group used from just before the trigger to the run's end."""
+    """Trigger a logical_restore with `conf` and follow it to its end: its times from the metadata DB; when the first
+    committed ledger row showed on the target and when the last one did (this bench's clock, read every 0.2 s while
+    it runs: finalize drops the ledger; a row is committed with its chunk, so these are rows loaded), besides the
+    ledger's own loaded_at (a chunk's transaction's start); and the CPU each process group used from just before the
+    trigger to the run's end."""
     before = group_cpu(af.proc.pid if af.proc else 0, tgt.pid())
     run_id = af.trigger("logical_restore", conf)
-    first = last = None
+    first = last = started = None
     seen = 0
     deadline = time.monotonic() + timeout
     with tgt.server().session() as cur:
@@ -376,16 +382,21 @@ def lastline_run(af: Standalone, tgt: Instance, conf: dict, backup_id: str, chun
             try:
                 cur.execute(f"SELECT UNIX_TIMESTAMP(MIN(loaded_at)), UNIX_TIMESTAMP(MAX(loaded_at)), COUNT(*) FROM "
                             f"{META_DB}.ledger WHERE backup_id = %s", (backup_id,))
-                lo, hi, n = cur.fetchone()
+                lo, _hi, n = cur.fetchone()
                 if n:
-                    first, last, seen = float(lo), float(hi), int(n)
+                    now = time.time()
+                    first = first or now
+                    if n > seen:
+                        last, seen = now, int(n)
+                    started = started or float(lo)
             except Exception:  # noqa: BLE001 - the ledger is not there yet, or finalize dropped it
                 pass
-            time.sleep(0.5)
+            time.sleep(0.2)
     after = group_cpu(af.proc.pid if af.proc else 0, tgt.pid())
     times = run_times(af.db, "logical_restore", run_id)
     return {"run_id": run_id, "state": times["state"], "seconds": times["end"] - times["start"], "times": times,
-            "first_row": first, "last_row": last, "ledger_rows_seen": seen, "chunks": chunks,
+            "first_row": first, "last_row": last, "first_chunk_started": started, "ledger_rows_seen": seen,
+            "chunks": chunks,
             "cpu": cpu_between(before, after)}
 
 
@@ -429,8 +440,8 @@ def print_run(run: dict, report: dict, timeline: bool = True) -> dict:
         out["ledger_complete"] = complete
         print(f"    trigger -> first row {out['trigger_to_first_row']:.1f} s (run start -> first row "
               f"{out['start_to_first_row']:.1f} s; the first load task started {out['start_to_first_load_task']} s "
-              f"after the run; first row = the ledger's first loaded_at: the first chunk committed)", flush=True)
-        print(f"    last row -> end {out['last_row_to_end']:.1f} s (the ledger's last loaded_at to the run's end"
+              f"after the run; first row = the first committed ledger row seen, read every 0.2 s)", flush=True)
+        print(f"    last row -> end {out['last_row_to_end']:.1f} s (the ledger last seen growing, to the run's end"
               + ("" if complete else f"; only {run['ledger_rows_seen']} of {run['chunks']} chunks' rows were seen before "
                  "finalize dropped the ledger: the last row may be later") + ")", flush=True)
     else:
