@@ -10,12 +10,13 @@ from pathlib import Path
 
 import pytest
 
+from lastline.backups import BackupRef, OpenedBackup, open_backup
 from lastline.core.servers import Server
 from lastline.logical.backup import stages as logical_backup
 from lastline.logical.format.dialect import qualified, quote_ident
 from lastline.logical.restore import stages as logical_restore
 from lastline.logical.restore.plans import RestorePlan
-from lastline.logical.restore.target_state import aside_name
+from lastline.logical.restore.target_state import aside_name, clear_state, ensure_ledger, ensure_state
 
 from .small_backup import taken
 
@@ -80,6 +81,19 @@ def tiny_backup(logical_source, tmp_path_factory) -> Path:
 def conf(dest: Path, **kw) -> dict:
     return {"target_conn_id": "t_ltarget", "backup": f"file://{dest}/latest", "databases": [DB], "parallel": 2,
             "tune": False, "restart_allowed": False, "defer_indexes": True, "force": True, "aws_conn_id": None, **kw}
+
+
+def fresh_target(logical_target, tiny_backup: Path) -> OpenedBackup:
+    """The tiny backup, opened, with no state of an earlier module's run of its restore on the target (its state,
+    ledger rows, database and aside copy gone)."""
+    backup = open_backup(BackupRef.parse(conf(tiny_backup)["backup"], "logical"))
+    with logical_target.server().session() as cur:
+        ensure_ledger(cur)
+        ensure_state(cur)
+        clear_state(cur, backup.logical, [DB])
+        cur.connection.commit()
+    drop(logical_target, DB, aside_name(DB))
+    return backup
 
 
 @pytest.fixture(scope="module")

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import pytest
 
-from lastline.backups import BackupRef, open_backup
 from lastline.core import accounts
 from lastline.core.sql import META_DB, table_exists
 from lastline.logical.format.dialect import qualified
@@ -22,22 +21,16 @@ from lastline.logical.restore.finalize import (
     index_names,
     objects,
 )
-from lastline.logical.restore.target_state import STATE, aside_name, clear_state, ensure_ledger, ensure_state
+from lastline.logical.restore.target_state import STATE
 from lastline.logical.restore.verify import recorded_checks
 
-from .conftest import CHILD, DB, EMPTY, EVENT, PARENT, PROC, SEQ, TRIGGER, VIEW, conf, drop
+from .conftest import CHILD, DB, EMPTY, EVENT, PARENT, PROC, SEQ, TRIGGER, VIEW, fresh_target
 
 
 @pytest.fixture(scope="module")
 def loaded(restore_plan, logical_target, tiny_backup):
     """A plan (after_all) whose lanes loaded every chunk: finalize is next."""
-    backup = open_backup(BackupRef.parse(conf(tiny_backup)["backup"], "logical"))
-    with logical_target.server().session() as cur:  # no state of an earlier module's run of this restore
-        ensure_ledger(cur)
-        ensure_state(cur)
-        clear_state(cur, backup.logical, [DB])
-        cur.connection.commit()
-    drop(logical_target, DB, aside_name(DB))
+    backup = fresh_target(logical_target, tiny_backup)
     plan = restore_plan(index_build="after_all")
     logical_restore.snapshot_config(plan, "unit finalize")
     _steps, lanes = logical_restore.prepare(plan)

@@ -10,7 +10,6 @@ import re
 
 import pytest
 
-from lastline.backups import BackupRef, open_backup
 from lastline.core.errors import IntegrityError
 from lastline.core.sql import META_DB
 from lastline.logical.format import dialect
@@ -18,7 +17,7 @@ from lastline.logical.format.dialect import qualified, quote_ident
 from lastline.logical.restore.backup_files import target_server
 from lastline.logical.restore.finalize import objects
 from lastline.logical.restore.plans import ConfigSnapshot
-from lastline.logical.restore.target_state import aside_name, clear_state, ensure_ledger, ensure_state
+from lastline.logical.restore.target_state import aside_name, ensure_ledger
 from lastline.logical.restore.verify import (
     chunk_checks,
     ensure_checks,
@@ -31,7 +30,7 @@ from lastline.logical.restore.verify import (
 )
 from lastline.manifest import ChunkInfo, LogicalManifest, LogicalTable
 
-from .conftest import DB, EMPTY, MYISAM, PARENT, VIEW, conf, drop, root
+from .conftest import DB, EMPTY, MYISAM, PARENT, VIEW, fresh_target, root
 
 
 def _table(engine: str = "InnoDB", chunks: list[tuple] = (), chunking: str = "primary key ranges") -> LogicalTable:
@@ -73,13 +72,7 @@ def restored(restore_plan, logical_target, tiny_backup):
     """The tiny backup restored by every step but verify: (plan, its config snapshot, the opened backup)."""
     from conftest import restore_steps
 
-    backup = open_backup(BackupRef.parse(conf(tiny_backup)["backup"], "logical"))
-    with logical_target.server().session() as cur:  # no state of an earlier module's run of this restore
-        ensure_ledger(cur)
-        ensure_state(cur)
-        clear_state(cur, backup.logical, [DB])
-        cur.connection.commit()
-    drop(logical_target, DB, aside_name(DB))
+    backup = fresh_target(logical_target, tiny_backup)
     plan = restore_plan()
     return plan, restore_steps(plan, "unit verify"), backup
 
