@@ -123,9 +123,11 @@ def target(work: Path, buffer_pool: int | None, pool: str | None = None) -> Inst
 
 
 def process_seconds(pid: int | str) -> float:
-    """CPU seconds (user + system) the process `pid` has used so far."""
-    stat = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(stat[11]) + int(stat[12])) / os.sysconf("SC_CLK_TCK")
+    """CPU seconds (user + system) the process `pid` has used so far (ProcessLookupError, an OSError, once it is gone)."""
+    st = _stat(int(pid))
+    if st is None:
+        raise ProcessLookupError(f"process {pid} is gone")
+    return st[1]
 
 
 def cpu_seconds(pid: int | None) -> tuple[float, float]:
@@ -225,21 +227,13 @@ DEPLOYMENT_ENV = {**{k: v for k, v in SHARED_SETTINGS.items() if k != "AIRFLOW__
 
 
 def task_timeline(db: Path, dag_id: str, run_id: str) -> list[dict]:
-    """Each task instance's start (from the run's first task start) and duration, from the metadata DB."""
-    with sqlite3.connect(db) as c:
-        rows = c.execute(
-            "SELECT task_id, map_index, rendered_map_index, start_date, end_date FROM task_instance "
-            "WHERE dag_id = ? AND run_id = ? AND start_date IS NOT NULL ORDER BY start_date", (dag_id, run_id),
-        ).fetchall()
-    if not rows:
+    """Each task instance's start (from the run's first task start) and duration, from the metadata DB (run_times)."""
+    tasks = [t for t in run_times(db, dag_id, run_id)["tasks"] if t["end"] is not None]
+    if not tasks:
         return []
-    t0 = datetime.fromisoformat(rows[0][3])
-    return [
-        {"task": f"{task}[{idx}] {name}" if idx >= 0 else task,
-         "start": round((datetime.fromisoformat(start) - t0).total_seconds(), 2),
-         "seconds": round((datetime.fromisoformat(end) - datetime.fromisoformat(start)).total_seconds(), 2)}
-        for task, idx, name, start, end in rows
-    ]
+    t0 = tasks[0]["start"]
+    return [{"task": t["task"], "start": round(t["start"] - t0, 2), "seconds": round(t["end"] - t["start"], 2)}
+            for t in tasks]
 
 
 def epoch(stamp: str | None) -> float | None:

@@ -27,6 +27,7 @@ from typing import Any
 
 import httpx
 
+from lastline.airflow.embedded import DEPLOYMENT
 from lastline_dev.sandbox import alive, free_port
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -37,11 +38,10 @@ TERMINAL = ("success", "failed")
 # What the suite and docker-compose.yaml must agree on (tests/e2e/test_deploy.py holds them to it).
 SHARED_SETTINGS = {
     "AIRFLOW__CORE__EXECUTOR": "CeleryExecutor",
-    "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
-    "AIRFLOW__SCHEDULER__SCHEDULER_IDLE_SLEEP_TIME": "0.2",
-    # DAG files change with a deploy, not every 30 s: parsing them less often leaves the cores to the restores
-    "AIRFLOW__DAG_PROCESSOR__MIN_FILE_PROCESS_INTERVAL": "300",
     "AIRFLOW__CELERY__WORKER_PREFETCH_MULTIPLIER": "1",
+    # the Airflow settings the deployment and the embedded Airflow share, declared once (examples off, the scheduler's
+    # idle sleep, the parse interval); the folders are set below, from this checkout
+    **{k: v for k, v in DEPLOYMENT.items() if k.startswith("AIRFLOW__") and "{root}" not in v},
 }
 
 

@@ -83,16 +83,21 @@ def conf(dest: Path, **kw) -> dict:
             "tune": False, "restart_allowed": False, "defer_indexes": True, "force": True, "aws_conn_id": None, **kw}
 
 
-def fresh_target(logical_target, tiny_backup: Path) -> OpenedBackup:
-    """The tiny backup, opened, with no state of an earlier module's run of its restore on the target (its state,
-    ledger rows, database and aside copy gone)."""
-    backup = open_backup(BackupRef.parse(conf(tiny_backup)["backup"], "logical"))
+def afresh(logical_target, backup: OpenedBackup) -> None:
+    """No state of an earlier run of `backup`'s restore on the target (its state and ledger rows), and no DB nor its
+    aside copy (before a preflight)."""
     with logical_target.server().session() as cur:
         ensure_ledger(cur)
         ensure_state(cur)
         clear_state(cur, backup.logical, [DB])
         cur.connection.commit()
     drop(logical_target, DB, aside_name(DB))
+
+
+def fresh_target(logical_target, tiny_backup: Path) -> OpenedBackup:
+    """The tiny backup, opened, with the target afresh for its restore."""
+    backup = open_backup(BackupRef.parse(conf(tiny_backup)["backup"], "logical"))
+    afresh(logical_target, backup)
     return backup
 
 

@@ -25,9 +25,9 @@ from lastline.logical.restore.create import (
     table_creates,
 )
 from lastline.logical.restore.plans import RestorePlan
-from lastline.logical.restore.target_state import STATE, aside_name, clear_state, dbs_key, ensure_ledger, ensure_state
+from lastline.logical.restore.target_state import STATE, aside_name, dbs_key
 
-from .conftest import CHILD, DB, EMPTY, MYISAM, PARENT, SEQ, conf, drop, root
+from .conftest import CHILD, DB, EMPTY, MYISAM, PARENT, SEQ, afresh, conf, root
 
 
 @pytest.fixture(scope="module")
@@ -118,15 +118,6 @@ def test_table_creates_are_checked_when_a_lane_asks_and_only_with_defer_indexes(
 
 
 # --- on the logical target --------------------------------------------------------------------------------------------
-def _afresh(tiny, target) -> None:
-    """No state of an earlier run of this restore, and no DB nor its aside on the target (before its preflight)."""
-    with target.server().session() as cur:
-        ensure_ledger(cur)
-        ensure_state(cur)
-        clear_state(cur, tiny.logical, [DB])
-        cur.connection.commit()
-    drop(target, DB, aside_name(DB))
-
 
 def _kinds(target) -> dict[str, str]:
     return {n: k for n, k in target.server().query(
@@ -139,7 +130,7 @@ def _state(target, plan: RestorePlan) -> list[tuple]:
 
 
 def test_create_schema_makes_databases_and_sequences_and_leaves_the_tables_to_the_lanes(restore_plan, logical_target, tiny):
-    _afresh(tiny, logical_target)
+    afresh(logical_target, tiny)
     plan = restore_plan()
     made = create_schema(plan)
     assert (made.tables, made.in_lanes) == (1, 4)  # the sequence; the 4 tables come with their first chunk
@@ -155,7 +146,7 @@ def test_create_schema_makes_databases_and_sequences_and_leaves_the_tables_to_th
 
 
 def test_create_schema_records_the_setting_a_state_of_an_older_lastline_lacks(restore_plan, logical_target, tiny):
-    _afresh(tiny, logical_target)
+    afresh(logical_target, tiny)
     plan = restore_plan()
     create_schema(plan)
     with logical_target.server().session() as cur:
@@ -168,7 +159,7 @@ def test_create_schema_records_the_setting_a_state_of_an_older_lastline_lacks(re
 
 
 def test_without_defer_indexes_every_table_is_made_with_its_keys(restore_plan, logical_target, tiny):
-    _afresh(tiny, logical_target)
+    afresh(logical_target, tiny)
     plan = restore_plan(defer_indexes=False)
     made = create_schema(plan)
     assert (made.tables, made.in_lanes) == (5, 0)
@@ -181,7 +172,7 @@ def test_without_defer_indexes_every_table_is_made_with_its_keys(restore_plan, l
 
 
 def test_create_schema_refuses_tables_nobody_approved_and_force_sets_them_aside(restore_plan, logical_target, tiny):
-    _afresh(tiny, logical_target)
+    afresh(logical_target, tiny)
     plan = restore_plan()
     with root(logical_target).session() as cur:
         cur.execute(f"CREATE DATABASE {quote_ident(DB)}")
@@ -196,7 +187,7 @@ def test_create_schema_refuses_tables_nobody_approved_and_force_sets_them_aside(
 
 
 def test_a_lanes_table_maker_makes_a_table_once_and_names_a_refused_one(restore_plan, logical_target, tiny):
-    _afresh(tiny, logical_target)
+    afresh(logical_target, tiny)
     plan = restore_plan()
     create_schema(plan)
     creates = table_creates(plan, tiny.logical, tiny.schema)
