@@ -39,7 +39,7 @@ from lastline.core.hosts import Host, Stage
 from lastline.core.option_files import option_file
 from lastline.core.pipeline import run_pipeline
 from lastline.core.servers import Server
-from lastline.core.sql import META_DB
+from lastline.core.sql import META_DB, as_text
 from lastline.pitr import applier, events, scoped
 from lastline.pitr.event_check import CheckedCutter
 from lastline.pitr.events import gtid_map, includes
@@ -58,6 +58,13 @@ METHODS = ("auto", "parallel", "pipe")
 def _gtid_text(state: dict[int, int]) -> str:
     """A {domain: seq} state as a GTID list (server ids unknown: 0; only domains and sequence numbers compare)."""
     return ",".join(f"{d}-0-{n}" for d, n in sorted(state.items()))
+
+
+def prepared_xa(cur: Any) -> list[str]:
+    """The XA transactions prepared on a server, each id as `XA COMMIT` and `XA ROLLBACK` take it: the server's own
+    `XA RECOVER FORMAT='SQL'` ('gtrid'[,'bqual'[,formatID]], each part as X'..' where it is not printable)."""
+    cur.execute("XA RECOVER FORMAT='SQL'")
+    return [as_text(r[3]) for r in cur.fetchall()]
 
 
 def _ledger(cur: Any) -> None:
@@ -249,14 +256,14 @@ def apply(server: Server, storage: Storage, span: Span, run_id: str, method: str
         if kept and chosen == "pipe":  # the pipe records nothing itself: the target's position is set once it is done
             cur.execute("SET GLOBAL gtid_slave_pos=%s", (end,))
             holds = end
-        cur.execute("XA RECOVER")
-        prepared = [str(r[3]) for r in cur.fetchall()]
+        prepared = prepared_xa(cur)
     if not includes(holds, end):
         raise IntegrityError(f"after the replay the target holds GTID position {holds!r}, short of {end!r}: it did not "
                              "apply every transaction. A retry resumes.")
     if prepared:  # as on the source at that point: prepared, their XA COMMIT after the stop
         log.warning("replay: XA transactions left prepared (their XA COMMIT comes after until, as on the source at that "
-                    "point): %s. XA COMMIT or XA ROLLBACK them on the target.", ", ".join(prepared))
+                    "point): %s. End each on the target with XA COMMIT <id> or XA ROLLBACK <id>, the id as shown.",
+                    "; ".join(prepared))
     if left_out:
         log.warning("replay: %d statements on other databases than the restored ones were left out (they never run in a "
                     "logical base's replay): %s", len(left_out), "; ".join(f"{s['gtid']} {s['statement'][:80]!r}"

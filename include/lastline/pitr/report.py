@@ -92,7 +92,8 @@ def markdown(plan: PitrPlan, replayed: Replayed, base_verified: str) -> str:
                      + "; ".join(f"{s['gtid']} `{s['statement'][:80]}`" for s in replayed.left_out[:5]))
     if replayed.prepared_xa:
         lines.append(f"- **XA transactions left prepared** (their XA COMMIT comes after until): "
-                     f"{', '.join(replayed.prepared_xa)}; XA COMMIT or XA ROLLBACK them on the target")
+                     f"{'; '.join(f'`` {x} ``' for x in replayed.prepared_xa)}; end each on the target with `XA COMMIT <id>` "
+                     "or `XA ROLLBACK <id>`, the id as shown")
     return "\n".join(lines) + "\n"
 
 

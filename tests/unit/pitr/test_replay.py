@@ -270,3 +270,46 @@ def test_the_pipes_account_holds_data_rights_only_and_is_dropped(tgt):
                     cur.execute(denied)
         assert "BINLOG REPLAY" in grants and not any(p in grants for p in (" FILE", "SUPER", "SHUTDOWN", "GRANT OPTION"))
     assert not tgt.query("SELECT User FROM mysql.global_priv WHERE User = %s", (replay.REPLAY_USER,))
+
+
+XA_IDS = [  # as written in XA START, and as the server prints it for XA COMMIT/ROLLBACK (X'..' where not printable)
+    ("'zoo-xa-1'", "'zoo-xa-1'"),
+    ("'a b','c',7", "'a b','c',7"),
+    ("'x','y',1", "'x','y'"),
+    ("X'00ff','',1", "X'00ff'"),
+    ("'it''s'", "X'69742773'"),
+    ("'q\\\\z'", "X'715c7a'"),
+    ("X'0a',X'0b',3", "X'0a',X'0b',3"),
+    ("'é'", "X'c3a9'"),
+]
+
+
+def test_prepared_xa_names_each_transaction_as_xa_commit_takes_it(tgt):
+    """A prepared XA transaction left at the stop point is named by the id an operator pastes into XA COMMIT or
+    XA ROLLBACK (never a Python bytes repr): each form printed ends its transaction on the server."""
+    with tgt.session(autocommit=True) as cur:
+        cur.execute("SET SESSION sql_log_bin = 0")
+        cur.execute(f"CREATE DATABASE {QDB}")
+        cur.execute(f"CREATE TABLE {QDB}.`t 1` (id INT PRIMARY KEY) ENGINE=InnoDB")
+    for i, (xid, _) in enumerate(XA_IDS):
+        conn = tgt.connect()
+        try:
+            cur = conn.cursor()
+            cur.execute("SET SESSION sql_log_bin = 0")
+            cur.execute(f"XA START {xid}")
+            cur.execute(f"INSERT INTO {QDB}.`t 1` VALUES ({i})")
+            cur.execute(f"XA END {xid}")
+            cur.execute(f"XA PREPARE {xid}")
+        finally:
+            conn.close()  # the transaction stays prepared, as a replay leaves one
+    with tgt.session(autocommit=True) as cur:
+        cur.execute("SET SESSION sql_log_bin = 0")
+        shown = replay.prepared_xa(cur)
+        try:
+            assert sorted(shown) == sorted(printed for _, printed in XA_IDS)
+            assert not any(x.startswith("b'") for x in shown)
+        finally:
+            for xid in shown:
+                cur.execute(f"XA ROLLBACK {xid}")  # pasted as shown
+        assert replay.prepared_xa(cur) == []
+        assert tgt.query(f"SELECT COUNT(*) FROM {QDB}.`t 1`")[0][0] == 0

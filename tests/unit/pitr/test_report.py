@@ -51,7 +51,7 @@ def test_the_page_opens_with_the_verdict_and_names_what_is_left():
     logical = plan(kind="logical", until="GTID 0-1-9", archive="checked against the head Airflow recorded",
                    window={"holes": ["bin.000004"], "branch": "b2"})
     done = replayed(method="pipe", left_out=[{"gtid": "0-1-7", "statement": "DELETE FROM other.t"}], left_out_count=1,
-                    prepared_xa=["'x1'"], resumed=True, not_applied="from GTID 0-1-10 on")
+                    prepared_xa=["'x1'", "X'00ff','b`q',7"], resumed=True, not_applied="from GTID 0-1-10 on")
     text = markdown(logical, done, "Verified: 2 tables.")
     lines = text.splitlines()
     assert lines[0] == ("# Point-in-time restore of tgt to GTID 0-1-9: 3 transactions replayed in this attempt, the last "
@@ -59,7 +59,9 @@ def test_the_page_opens_with_the_verdict_and_names_what_is_left():
     assert lines[2] == f"**{verdict(logical, done, 'tgt')}**"
     assert "applied through that transaction" in text and "holes: bin.000004" in text and "branch b2" in text
     assert "- **Left out:** 1 statement on other databases" in text and "0-1-7 `DELETE FROM other.t`" in text
-    assert "XA COMMIT or XA ROLLBACK them on the target" in text and "- **Not applied:** from GTID 0-1-10 on" in text
+    assert ("`` 'x1' ``; `` X'00ff','b`q',7 ``; end each on the target with `XA COMMIT <id>` or `XA ROLLBACK <id>`"
+            in text)  # each id as XA COMMIT takes it, in a code span a backtick inside does not end
+    assert "- **Not applied:** from GTID 0-1-10 on" in text
     assert "mariadb-binlog | mariadb (one session)" in text and "- **Archive:** checked" in text
 
 
