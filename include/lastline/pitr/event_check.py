@@ -23,7 +23,17 @@ from typing import NoReturn
 
 from lastline.core.errors import Refusal
 from lastline.core.sql import never_restored
-from lastline.pitr.events import GTID, HEADER_LEN, QUERY, QUERY_COMPRESSED, XA_PREPARE, XID, Cutter, gtid_map
+from lastline.pitr.events import (
+    GTID,
+    HEADER_LEN,
+    QUERY,
+    QUERY_COMPRESSED,
+    XA_PREPARE,
+    XID,
+    Cutter,
+    event_name,
+    gtid_map,
+)
 from lastline.pitr.span import Span
 from lastline.pitr.split import ANNOTATE_ROWS, BETWEEN, ROWS, TABLE_MAP, check_format, cut
 from lastline.pitr.statement_check import statement_problem
@@ -87,7 +97,7 @@ class CheckedCutter(Cutter):
                 self._refuse("the format description", f"is not one lastline reads ({exc})")
         elif role == "between":
             if kind not in BETWEEN:
-                self._refuse(f"an event of type {kind}", "lies outside any transaction (no GTID before it)")
+                self._refuse(f"an event {event_name(kind)}", "lies outside any transaction (no GTID before it)")
         elif role == "begin":
             self._mapped = set()
             self._gtid = self._open[0] if self._open is not None else ""
@@ -102,7 +112,7 @@ class CheckedCutter(Cutter):
         decides whether it keeps it)."""
         checksum = self.out.checksum
         if kind not in IN_GROUP:
-            self._refuse(f"an event of type {kind}", "is not a data change lastline replays (LOAD DATA, an "
+            self._refuse(f"an event {event_name(kind)}", "is not a data change lastline replays (LOAD DATA, an "
                          "incident, ...)")
         if kind in (QUERY, QUERY_COMPRESSED):
             try:

@@ -7,9 +7,10 @@ applies row events to any table once an account holds BINLOG REPLAY: tested), an
 databases runs an archived statement safely (lastline.pitr.statements). So nothing of the archive runs as the
 archive wrote it:
 
-- **row changes** (a GTID, table maps, row events, an XID or `COMMIT`: no statement) go to the target's own
-  parallel applier in relay logs that lastline *rebuilds*: the format description (its server version and in-use
-  flag set by lastline, its layout checked), the GTID, BEGIN, XID and COMMIT events re-encoded from what lastline
+- **row changes** (a GTID, table maps, row events, savepoints, an XID or `COMMIT`: no other statement) go to the
+  target's own parallel applier in relay logs that lastline *rebuilds*: the format description (its server version
+  and in-use flag set by lastline, its layout checked), the GTID, BEGIN, savepoint (`SAVEPOINT`, `ROLLBACK TO`,
+  `RELEASE SAVEPOINT` and one name, rebuilt from those parts), XID and COMMIT events re-encoded from what lastline
   read, the table maps and row events of the restored databases copied, those of any other database left out
   (the statement-end flag moved onto the last row event kept), nothing between transactions but lastline's own
   Rotate. The server's `replicate_do_db` on the connection is a second line (and a crash that restarts the
@@ -17,13 +18,15 @@ archive wrote it:
 - **statements** never run: one that may change a restored database refuses the roll-forward in the first pass,
   before anything is applied, naming it; one that reaches only other databases becomes an empty transaction (its
   GTID kept, so the target's position moves past it) and is named as left out;
-- anything else is refused in the first pass: a transaction mixing both, LOAD DATA, XA, an event between
+- anything else is refused in the first pass, the statement named by its first characters and an event by its
+  type's name: a transaction mixing both, LOAD DATA, XA, an event between
   transactions other than a Gtid_list, checkpoint, Rotate or Stop, a second format description, or one whose
   layout differs from what lastline parses.
 """
 from __future__ import annotations
 
 import logging
+import re
 import struct
 import zlib
 from collections.abc import Iterator
@@ -62,9 +65,46 @@ BETWEEN = {GTID_LIST, BINLOG_CHECKPOINT, ROTATE, STOP}
 # the post-header length the server must read for each event lastline passes on, as lastline parses it
 POST_HEADER = {QUERY: 13, TABLE_MAP: 8, GTID: 19, XID: 0, **{k: 8 for k in ROWS_V1}, **{k: 10 for k in ROWS_V2}}
 GTID_KEPT_FLAGS = 0x02 | 0x04 | 0x08 | 0x10  # group commit id, transactional, allow parallel, waited
-NAMES = {QUERY: "a statement", events.QUERY_COMPRESSED: "a compressed statement", 17: "LOAD DATA (Begin_load_query)",
+NAMES = {events.QUERY_COMPRESSED: "a compressed statement", 17: "LOAD DATA (Begin_load_query)",
          18: "LOAD DATA (Execute_load_query)", events.XA_PREPARE: "XA PREPARE", TABLE_MAP: "row events",
-         **{k: "row events" for k in ROWS}}
+         ANNOTATE_ROWS: "row events", **{k: "row events" for k in ROWS}}
+ROW_BODY = {ANNOTATE_ROWS, TABLE_MAP, *ROWS}
+# the savepoint statements as the server logs them inside a row transaction: the verb, one identifier
+_SAVEPOINT_VERBS = (b"SAVEPOINT ", b"ROLLBACK TO ", b"RELEASE SAVEPOINT ")
+_BARE = re.compile(rb"[A-Za-z0-9_$\x80-\xff]+")
+
+
+def savepoint(text: bytes) -> bytes | None:
+    """A savepoint statement (`SAVEPOINT sp`, `ROLLBACK TO sp`, `RELEASE SAVEPOINT sp`, the name quoted by backticks
+    or double quotes, or bare, as the server logs it) rebuilt from its verb and name, the name backquoted; None for
+    any other text. They change no data themselves, and in a row transaction the server runs them as a replica does:
+    a `ROLLBACK TO` is logged only when the rows after the savepoint stay in the binlog (a non-transactional table
+    changed), and then it undoes them on the target as on the source."""
+    verb = next((v for v in _SAVEPOINT_VERBS if text.upper().startswith(v)), None)
+    if verb is None:
+        return None
+    rest = text[len(verb):]
+    name = _unquoted(rest)
+    if name is None or not name or b"\0" in name:
+        return None
+    return verb + b"`" + name.replace(b"`", b"``") + b"`"
+
+
+def _unquoted(ident: bytes) -> bytes | None:
+    """The name one whole identifier stands for (quoted by backticks or double quotes, the quote doubled inside, or
+    bare and not all digits); None for anything else."""
+    if ident[:1] in (b"`", b'"') and len(ident) >= 2 and ident[-1:] == ident[:1]:
+        q, inner = ident[:1], ident[1:-1]
+        if inner.replace(q + q, b"").count(q):
+            return None
+        return inner.replace(q + q, q)
+    return ident if _BARE.fullmatch(ident) and not ident.isdigit() else None
+
+
+def statement_head(text: bytes, n: int = 80) -> str:
+    """A statement's first characters, for a message: `"UPDATE t SET a = ..."`."""
+    shown = text[:n].decode("utf-8", "replace").replace("\n", " ")
+    return f'"{shown}{"..." if len(text) > n else ""}"'
 
 
 def query_text(event: bytes | bytearray, checksum: bool) -> bytes:
@@ -115,25 +155,32 @@ def empty_transaction(group: list[bytes], checksum: bool) -> bytes:
 
 def classify(kinds: list[int], texts: list[bytes], flags2: int, gtid: str) -> str:
     """`rows` or `statements` for one transaction's event kinds (its Query events' texts and its GTID flags);
-    refuses the rest. A row transaction is a GTID event (not standalone, not DDL), an optional `BEGIN`, table maps and
-    row events (Annotate_rows among them), and an XID or a `COMMIT`."""
+    refuses the rest, naming the first statement by its first characters. A row transaction is a GTID event (not
+    standalone, not DDL), an optional `BEGIN`, table maps and row events (Annotate_rows among them) and savepoint
+    statements, and an XID or a `COMMIT`."""
     if flags2 & 0xC0:
         raise Refusal(f"transaction {gtid} is an XA transaction: a logical base's replay never prepares or ends one; "
                       "roll forward from a physical base, or choose an until before it.")
-    body = kinds[1:-1]
-    begin = bool(body) and body[0] == QUERY
+    said = iter(texts)
+    named = [(k, next(said, b"") if k == QUERY else b"") for k in kinds]
+    body = named[1:-1]
+    if body and body[0] == (QUERY, b"BEGIN"):
+        body = body[1:]
     if (len(kinds) >= 2 and not flags2 & (FL_STANDALONE | events.FL_DDL)
-            and set(body[1 if begin else 0:]) <= {ANNOTATE_ROWS, TABLE_MAP, *ROWS}
-            and (not begin or texts[0] == b"BEGIN")
-            and (kinds[-1] == XID or (kinds[-1] == QUERY and texts[-1] == b"COMMIT"))):
+            and all(k in ROW_BODY or (k == QUERY and savepoint(t) is not None) for k, t in body)
+            and (kinds[-1] == XID or named[-1] == (QUERY, b"COMMIT"))):
         return "rows"
     if set(kinds) <= STATEMENT_KINDS:
         return "statements"
-    found = sorted({NAMES.get(k, f"event type {k}") for k in kinds if k not in (GTID, XID)})
+    statement = next((t for k, t in named if k == QUERY and t not in (b"BEGIN", b"COMMIT") and savepoint(t) is None),
+                     None)
+    found = sorted({NAMES.get(k) or events.event_name(k) for k in kinds if k not in (GTID, XID, QUERY)})
+    if statement is not None:
+        found.insert(0, f"a statement {statement_head(statement)}")
     raise Refusal(f"transaction {gtid} holds {' and '.join(found)}: a logical base rolls forward through row events "
-                  "(rebuilt for the restored databases and run by the target's applier); a statement never runs, and a "
-                  "transaction mixing both or holding anything else is not passed on. Roll forward from a physical "
-                  "base, or choose an until before this transaction.")
+                  "(rebuilt for the restored databases and run by the target's applier, savepoints among them); a "
+                  "statement never runs, and a transaction mixing both or holding anything else is not passed on. Roll "
+                  "forward from a physical base, or choose an until before this transaction.")
 
 
 def rebuild_rows(group: list[bytes], checksum: bool, databases: frozenset[bytes]) -> bytes:
@@ -145,11 +192,9 @@ def rebuild_rows(group: list[bytes], checksum: bool, databases: frozenset[bytes]
     out = [events.gtid_event(ts, server_id, end, seq, domain, flags2 & GTID_KEPT_FLAGS, commit_id, checksum,
                              flags & events.SUPPRESS_USE)]
     body = group[1:-1]
-    if body and body[0][4] == QUERY:  # a BEGIN (MariaDB's GTID event begins the transaction itself)
-        begin = parse_query(body[0], checksum, f"{domain}-{server_id}-{seq}")
-        bts, _, bsid, _, bend, bflags = HEADER.unpack_from(body[0], 0)
-        out.append(events.query_event(bts, bsid, bend, begin.thread_id, begin.status.encode(), b"BEGIN", checksum,
-                                      bflags & (events.SUPPRESS_USE | events.THREAD_SPECIFIC)))
+    gtid = f"{domain}-{server_id}-{seq}"
+    if body and body[0][4] == QUERY and query_text(body[0], checksum) == b"BEGIN":  # (MariaDB's GTID event begins
+        out.append(_rebuilt_query(body[0], checksum, gtid, b"BEGIN"))  # the transaction itself: rarely written)
         body = body[1:]
     mapped: set[bytes] = set()  # the table ids of this statement's kept table maps
     last_kept: int | None = None  # where in `out` the statement's last kept row event is (its end flag not yet set)
@@ -160,6 +205,11 @@ def rebuild_rows(group: list[bytes], checksum: bool, databases: frozenset[bytes]
             if bytes(event[HEADER_LEN + 9:HEADER_LEN + 9 + db_len]) in databases:
                 mapped.add(table_id)
                 out.append(bytes(event))
+        elif kind == QUERY:  # a savepoint (classify let no other statement through), rebuilt from its parts
+            text = savepoint(query_text(event, checksum))
+            if text is None:
+                raise Refusal(f"transaction {gtid}: a statement inside its row events is not a savepoint: refused.")
+            out.append(_rebuilt_query(event, checksum, gtid, text))
         elif kind in ROWS:
             table_id = bytes(event[HEADER_LEN:HEADER_LEN + 6])
             ends = struct.unpack_from("<H", event, HEADER_LEN + 6)[0] & STMT_END
@@ -175,10 +225,17 @@ def rebuild_rows(group: list[bytes], checksum: bool, databases: frozenset[bytes]
     if kind == XID:
         out.append(events.xid_event(ts, server_id, end, struct.unpack_from("<Q", group[-1], HEADER_LEN)[0], checksum))
     else:
-        commit = parse_query(group[-1], checksum, f"{domain}-{server_id}-{seq}")
-        out.append(events.query_event(ts, server_id, end, commit.thread_id, commit.status.encode(), b"COMMIT", checksum,
-                                      flags & (events.SUPPRESS_USE | events.THREAD_SPECIFIC)))
+        out.append(_rebuilt_query(group[-1], checksum, gtid, b"COMMIT"))
     return b"".join(out)
+
+
+def _rebuilt_query(event: bytes, checksum: bool, gtid: str, text: bytes) -> bytes:
+    """A Query event of a row transaction (BEGIN, COMMIT, a savepoint) re-encoded with `text`: its time, server,
+    session, the status variables lastline read (flags, sql_mode, charset), no default database."""
+    query = parse_query(event, checksum, gtid)
+    ts, _, server_id, _, end, flags = HEADER.unpack_from(event, 0)
+    return events.query_event(ts, server_id, end, query.thread_id, query.status.encode(), text, checksum,
+                              flags & (events.SUPPRESS_USE | events.THREAD_SPECIFIC))
 
 
 def _with_stmt_end(event: bytes, checksum: bool) -> bytes:
@@ -225,7 +282,7 @@ class Splitter(Cutter):
             return
         if role == "between":
             if event[4] not in BETWEEN:
-                raise Refusal(f"{self.name}: an event of type {event[4]} at byte {self.pos} lies outside any transaction "
+                raise Refusal(f"{self.name}: an event {events.event_name(event[4])} at byte {self.pos} lies outside any transaction "
                               "(no GTID before it): a logical base's replay passes nothing of the kind on; refused.")
             return  # none of these reaches the relay logs
         if role == "begin":

@@ -313,3 +313,56 @@ def test_prepared_xa_names_each_transaction_as_xa_commit_takes_it(tgt):
                 cur.execute(f"XA ROLLBACK {xid}")  # pasted as shown
         assert replay.prepared_xa(cur) == []
         assert tgt.query(f"SELECT COUNT(*) FROM {QDB}.`t 1`")[0][0] == 0
+
+
+SDB = "`unit savepoint.db`"  # a space and a dot
+
+
+def _nested(conn) -> None:
+    """An ORM's nested transactions on InnoDB, and one whose ROLLBACK TO the server logs (a MyISAM table changed after
+    the savepoint: the InnoDB rows it undoes stay in the binlog before it)."""
+    cur = conn.cursor()
+    cur.execute(f"CREATE DATABASE {SDB}")  # 0
+    cur.execute(f"CREATE TABLE {SDB}.`t` (id INT PRIMARY KEY, v VARCHAR(20)) ENGINE=InnoDB")  # 1
+    cur.execute(f"CREATE TABLE {SDB}.`m` (id INT) ENGINE=MyISAM")  # 2
+    conn.autocommit(False)
+    for sql in ("SAVEPOINT sa_savepoint_1", f"INSERT INTO {SDB}.t VALUES (1, 'rolled back')",
+                "ROLLBACK TO SAVEPOINT sa_savepoint_1", f"INSERT INTO {SDB}.t VALUES (2, 'kept')", "SAVEPOINT `sp 2`",
+                f"INSERT INTO {SDB}.t VALUES (3, 'released')", "RELEASE SAVEPOINT `sp 2`", "COMMIT",
+                f"INSERT INTO {SDB}.t VALUES (4, 'outer')", "SAVEPOINT a", f"INSERT INTO {SDB}.t VALUES (5, 'inner')",
+                "SAVEPOINT b", f"UPDATE {SDB}.t SET v = 'undone' WHERE id = 4", "ROLLBACK TO SAVEPOINT b", "COMMIT",
+                f"INSERT INTO {SDB}.t VALUES (6, 'before')", "SAVEPOINT c", f"INSERT INTO {SDB}.m VALUES (1)",
+                f"INSERT INTO {SDB}.t VALUES (7, 'undone, logged')", "ROLLBACK TO SAVEPOINT c",
+                f"INSERT INTO {SDB}.t VALUES (8, 'after')", "COMMIT"):
+        cur.execute(sql)
+    conn.autocommit(True)
+
+
+def test_a_logical_bases_replay_passes_savepoints_and_equals_the_source(tgt, logical_source, tmp_path):
+    """Savepoints inside row transactions (an ORM's nested transactions) roll a logical base forward exactly: the
+    rows a ROLLBACK TO undid are not applied, whether the server left them out of the binlog or logged them with the
+    ROLLBACK TO after them."""
+    made = hist.written(logical_source, _nested)
+    src = logical_source.server()
+    try:
+        expected = {t: src.query(f"SELECT * FROM {SDB}.{t} ORDER BY 1") for t in ("t", "m")}
+    finally:
+        src.query(f"DROP DATABASE {SDB}")
+    assert list(expected["t"]) == [(2, "kept"), (3, "released"), (4, "outer"), (5, "inner"), (6, "before"), (8, "after")]
+    assert b"ROLLBACK TO `c`" in made.data and b"undone, logged" in made.data  # the case the applier must undo
+    store, line = hist.archived(str(tmp_path / "archive"), made)
+    ddl = made.transactions[2]
+    span = resolve(store, line, made.name, ddl.end, ddl.gtid, Until.parse("latest"))
+    try:
+        with tgt.session(autocommit=True) as cur:  # the base: the database and its tables, as a logical restore makes
+            cur.execute("SET SESSION sql_log_bin = 0")
+            cur.execute(f"CREATE DATABASE {SDB}")
+            cur.execute(f"CREATE TABLE {SDB}.`t` (id INT PRIMARY KEY, v VARCHAR(20)) ENGINE=InnoDB")
+            cur.execute(f"CREATE TABLE {SDB}.`m` (id INT) ENGINE=MyISAM")
+        result = replay.apply(tgt, store, span, "unit-replay-savepoints", "auto", databases=["unit savepoint.db"])
+        assert result["method"] == "parallel" and result["transactions"] == len(made.transactions) - 3
+        assert {t: tgt.query(f"SELECT * FROM {SDB}.{t} ORDER BY 1") for t in ("t", "m")} == expected
+    finally:
+        with tgt.session(autocommit=True) as cur:
+            cur.execute("SET SESSION sql_log_bin = 0")
+            cur.execute(f"DROP DATABASE IF EXISTS {SDB}")

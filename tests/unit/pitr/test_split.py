@@ -23,6 +23,7 @@ from lastline.pitr.split import (
     query_text,
     rebuild_format,
     rebuild_rows,
+    savepoint,
 )
 
 from .binlog import binlog, format_description, gtid, query, split_events, xid
@@ -67,7 +68,14 @@ def test_query_text(checksum, text):
     ([GTID, QUERY, QUERY, XID], [b"BEGIN", b"INSERT INTO t VALUES (1)"], 0, "statements"),
     ([GTID, QUERY], [b"CREATE TABLE t (id INT)"], events.FL_STANDALONE, "statements"),
     ([GTID, 5, 13, 14, QUERY, XID], [b"INSERT INTO t VALUES (RAND())"], 0, "statements"),
-], ids=["rows-with-xid", "rows-begin-commit-annotated", "statements", "standalone-ddl", "statement-with-context-events"])
+    ([GTID, QUERY, ANNOTATE_ROWS, TABLE_MAP, WRITE_ROWS, QUERY, ANNOTATE_ROWS, TABLE_MAP, WRITE_ROWS, XID],
+     [b"SAVEPOINT `sa_savepoint_1`", b"ROLLBACK TO `sa_savepoint_1`"], 0x0C, "rows"),
+    ([GTID, QUERY, QUERY, TABLE_MAP, WRITE_ROWS, QUERY, QUERY], [b"BEGIN", b"SAVEPOINT sp", b"RELEASE SAVEPOINT sp",
+                                                                 b"COMMIT"], 0, "rows"),
+    ([GTID, QUERY, XID], [b"SAVEPOINT `a`"], 0x0C, "rows"),
+    ([GTID, QUERY, QUERY, QUERY, XID], [b"BEGIN", b"SAVEPOINT a", b"UPDATE t SET v = 1"], 0, "statements"),
+], ids=["rows-with-xid", "rows-begin-commit-annotated", "statements", "standalone-ddl", "statement-with-context-events",
+        "orm-savepoint-in-rows", "savepoint-after-begin-and-release", "only-a-savepoint", "savepoint-among-statements"])
 def test_classify(kinds, texts, flags2, expected):
     assert classify(kinds, texts, flags2, "0-1-9") == expected
 
@@ -76,12 +84,43 @@ def test_classify(kinds, texts, flags2, expected):
     ([GTID, QUERY, QUERY], [b"XA START 'a'", b"XA END 'a'"], 0x40, "is an XA transaction"),
     ([GTID, QUERY, TABLE_MAP, WRITE_ROWS, XID], [b"UPDATE t SET a = 1"], 0, "transaction mixing both"),
     ([GTID, 17, 18, XID], [], 0, "LOAD DATA"),
-    ([GTID, 200, XID], [], 0, "event type 200"),
+    ([GTID, 200, XID], [], 0, r"an unknown event \(type 200\)"),
     ([GTID, TABLE_MAP, WRITE_ROWS, XID], [], events.FL_STANDALONE, "row events"),
-], ids=["xa", "statement-before-rows", "load-data", "unknown-event", "standalone-rows"])
+    ([GTID, QUERY, ANNOTATE_ROWS, TABLE_MAP, WRITE_ROWS, XID], [b"SAVEPOINT `a` /* and more */"], 0,
+     r'holds a statement "SAVEPOINT `a` /\* and more \*/" and row events:'),
+    ([GTID, ANNOTATE_ROWS, TABLE_MAP, WRITE_ROWS, QUERY, XID], [b"UPDATE shop.t SET v = 'x' " + b"y" * 100], 0,
+     r'holds a statement "UPDATE shop.t SET v = \'x\' y+\.\.\." and row events:'),
+    ([GTID, 6, XID], [], 0, r"holds Load \(event type 6\)"),
+], ids=["xa", "statement-before-rows", "load-data", "unknown-event", "standalone-rows", "savepoint-with-more-text",
+        "statement-named-by-its-first-characters", "a-known-event-by-its-name"])
 def test_classify_refuses(kinds, texts, flags2, message):
-    with pytest.raises(Refusal, match=message):
+    with pytest.raises(Refusal, match=message) as refused:
         classify(kinds, texts, flags2, "0-1-9")
+    assert "event type 160" not in str(refused.value)  # Annotate_rows is part of the row events
+
+
+@pytest.mark.parametrize(("text", "rebuilt"), [
+    (b"SAVEPOINT `sa_savepoint_1`", b"SAVEPOINT `sa_savepoint_1`"),
+    (b"ROLLBACK TO `sp 1`", b"ROLLBACK TO `sp 1`"),
+    (b"RELEASE SAVEPOINT `x`", b"RELEASE SAVEPOINT `x`"),
+    (b"SAVEPOINT `a``b`", b"SAVEPOINT `a``b`"),
+    (b'SAVEPOINT "a""b`c"', b"SAVEPOINT `a\"b``c`"),
+    (b"savepoint sp_1", b"SAVEPOINT `sp_1`"),
+    (b"SAVEPOINT `a` ; DROP TABLE t", None),
+    (b"SAVEPOINT `a`b`", None),
+    (b"SAVEPOINT a b", None),
+    (b"SAVEPOINT 123", None),
+    (b"SAVEPOINT ``", None),
+    (b"SAVEPOINT `a\0`", None),
+    (b"ROLLBACK", None),
+    (b"ROLLBACK TO SAVEPOINT `a`", None),
+    (b"SAVEPOINT /* x */ a", None),
+    (b"UPDATE t SET a = 1", None),
+], ids=["savepoint", "rollback-to-with-a-space", "release", "doubled-backtick", "ansi-quotes-requoted", "bare-lowercase",
+        "second-statement", "unbalanced-quote", "two-words", "all-digits", "empty-name", "nul-in-name", "plain-rollback",
+        "a-form-the-server-never-logs", "comment", "a-data-change"])
+def test_savepoint_passes_only_a_savepoint_statement_rebuilt(text, rebuilt):
+    assert savepoint(text) == rebuilt
 
 
 @pytest.mark.parametrize("checksum", [False, True], ids=["no-checksum", "crc32"])
@@ -140,6 +179,22 @@ def test_rebuild_rows_keeps_the_restored_databases_only(checksum, body, kept):
     found = scan(binlog(out, checksum=checksum))
     assert [t.gtid for t in found.transactions] == ["0-1-5"]
     assert maps_and_rows(out[len(gtid(5, checksum)):]) == kept
+
+
+@pytest.mark.parametrize("checksum", [False, True], ids=["no-checksum", "crc32"])
+def test_rebuild_rows_passes_savepoints_rebuilt_and_keeps_rows_around_them(checksum):
+    """An ORM's nested transaction (a savepoint, rows, a ROLLBACK TO it, rows): the statements rebuilt from their
+    parts, in place, the rows of the restored database around them."""
+    shop, other = table_map(1, b"shop", checksum), table_map(2, b"other", checksum)
+    group = [gtid(5, checksum), shop, rows(1, checksum, ends=True), query(b'SAVEPOINT "sp 1"', checksum), other,
+             rows(2, checksum, ends=True), shop, rows(1, checksum, ends=True), query(b"ROLLBACK TO `sp 1`", checksum),
+             shop, rows(1, checksum, ends=True), xid(checksum)]
+    out = rebuild_rows(group, checksum, frozenset({b"shop"}))
+    parts = split_events(out)
+    assert [e[4] for e in parts] == [GTID, TABLE_MAP, WRITE_ROWS, QUERY, TABLE_MAP, WRITE_ROWS, QUERY, TABLE_MAP,
+                                     WRITE_ROWS, XID]
+    assert [query_text(e, checksum) for e in parts if e[4] == QUERY] == [b"SAVEPOINT `sp 1`", b"ROLLBACK TO `sp 1`"]
+    assert [t.gtid for t in scan(binlog(out, checksum=checksum)).transactions] == ["0-1-5"]
 
 
 def splitter(collect: bool, *groups: bytes, checksum: bool = True) -> Splitter:
