@@ -114,7 +114,9 @@ def _row(b: inventory.Backup) -> str:
                 f'{escape(str(window["to"]))}, before this backup ended)</span>')
     else:
         pitr = (f"{escape(window['from'])} to {escape(window['to'])} <span class=\"muted\">(branch {escape(window['branch'])}"
-                + (f"; a hole after it: {escape(', '.join(window['holes_after']))}" if window["holes_after"] else "") + ")</span>")
+                + (f"; a hole after it: {escape(', '.join(window['holes_after']))}" if window["holes_after"] else "")
+                + (f"; crossed, proven empty: {escape(', '.join(window['proven_empty_after']))}"
+                   if window.get("proven_empty_after") else "") + ")</span>")
     links = " ".join(f'<a href="restore/{quote(r["dag_id"])}?conf={quote(json.dumps(r["conf"], separators=(",", ":")))}">'
                      f"{escape(r['label'])}</a>" for r in b.restores)
     return (f"<tr><td><code>{escape(b.backup_id)}</code></td><td>{escape(b.kind or '')}</td><td>{escape(_when(b.taken_at))}</td>"

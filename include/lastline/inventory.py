@@ -147,16 +147,17 @@ def window(lines: list[Line], facts: Facts) -> dict[str, Any] | None:
         if at is None:
             continue
         after = line.files[at:]
-        hole = next((i for i, (_, e) in enumerate(after) if i and (e.unusable or e.tail_missing)), None)
+        hole = next((i for i, (_, e) in enumerate(after) if i and (e.unusable or e.tail_hole)), None)
         if hole is None:
             end = line.covered_time() or max((e.last_time for _, e in after), default=0)
         else:
-            reach = after[:hole + 1] if after[hole][1].tail_missing else after[:hole]
+            reach = after[:hole + 1] if after[hole][1].tail_hole else after[:hole]
             end = max((e.last_time for _, e in reach), default=0)
         ended = int(datetime.fromisoformat(facts.finished_at.replace("Z", "+00:00")).timestamp())
         # until the archive confirms a point past the backup's end (its next run), there is nothing to roll forward
         return {"branch": line.branch, "from": utc(ended), "to": utc(end), "reaches": end >= ended,
-                "holes_after": [e.name for _, e in after if e.unusable or e.tail_missing]}
+                "holes_after": [e.name for _, e in after if e.unusable or e.tail_hole],
+                "proven_empty_after": [e.name for _, e in after if e.proven_empty]}
     return None
 
 

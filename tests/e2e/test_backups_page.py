@@ -458,3 +458,12 @@ def test_a_restore_of_latest_verifies_the_backup_it_restored(restored_latest, mo
     restores = rows("backups_and_restores")
     assert restores[logical]["verified_by"]["run_id"] == run_id and restores[logical]["drilled"] is None
     assert rows("backups_only")[logical]["verified"] is None
+
+
+def test_a_window_says_which_holes_it_crossed_as_proven_empty_and_which_stop_it():
+    row = inventory.Backup("20261128T164122Z-733e7a", "file:///b/20261128T164122Z-733e7a", kind="physical", bytes=1,
+                           seconds=1.0, window={"branch": "1-000001-ab", "from": "a", "to": "b", "reaches": True,
+                                                "holes_after": ["bin.000009"],
+                                                "proven_empty_after": ["bin.000003", "bin.000004"]})
+    html = _plugin()._row(row)
+    assert "; a hole after it: bin.000009; crossed, proven empty: bin.000003, bin.000004)" in html

@@ -127,16 +127,20 @@ def facts(gtid: str | None = "0-1-15", file: str | None = "bin.000001") -> inven
     ([entry(1, T0 - 10, T0 + 10, tail_missing=True), entry(2, T0 + 20, T0 + 30)], None, facts(),
      {"to": "2026-11-28T16:15:02Z", "reaches": True, "holes_after": ["bin.000001"]}),
     ([entry(1, T0 - 20, T0 - 10)], None, facts(), {"to": "2026-11-28T16:14:22Z", "reaches": False, "holes_after": []}),
+    ([entry(1, T0 - 10, T0 + 10, tail_missing=True, proven_empty="bin.000003"), entry(2, 0, 0, missing=True,
+      proven_empty="bin.000003"), entry(3, T0 + 40, T0 + 50)], {"file": "bin.000003", "size": 100, "time": T0 + 99},
+     facts(), {"to": "2026-11-28T16:16:11Z", "reaches": True, "holes_after": [],
+               "proven_empty_after": ["bin.000001", "bin.000002"]}),
     ([entry(1, T0, T0)], None, facts(gtid=None), None),
     ([entry(1, T0, T0)], None, facts(file="bin.000009"), None),
 ], ids=["to-the-covered-end", "to-the-last-transaction", "up-to-a-hole", "tail-missing-after-the-base-file",
-        "nothing-past-the-backup-yet", "no-gtid", "file-not-in-the-archive"])
+        "nothing-past-the-backup-yet", "holes-proven-empty-are-crossed", "no-gtid", "file-not-in-the-archive"])
 def test_window(files, covered, the_facts, expected):
     found = inventory.window([Line("b1", files, covered)], the_facts)
     if expected is None:
         assert found is None
     else:
-        assert found == {"branch": "b1", "from": "2026-11-28T16:14:32Z", **expected}
+        assert found == {"branch": "b1", "from": "2026-11-28T16:14:32Z", "proven_empty_after": [], **expected}
 
 
 def physical(backup_id: str) -> mf.PhysicalManifest:

@@ -89,7 +89,7 @@ def ship(server: Server, storage: Storage) -> dict[str, Any]:
         # process per archived file per run)
         files = [_with_tail(f, branch, binlog_dir, host) if f.name == resumed.name else f for f in files]
     steps = plan(branch, files)
-    shipped, holes, forks = 0, [], []
+    shipped, holes, forks, empty = 0, [], [], []
     if branch is None and steps:
         branch = _start(storage, known, branch_id(min(files, key=lambda f: f.seq)), None, None, "the first binlog archived")
     for step in steps:
@@ -100,13 +100,18 @@ def ship(server: Server, storage: Storage) -> dict[str, Any]:
             log.warning("binlog archive: the source's history forks (%s): new branch %s", step.reason, branch.id)
             continue
         if step.kind == "hole":
-            holes.append(step.name)
             entry = _entry(branch, step.name, "")
             if entry.segments:  # archived in part: what it holds stays usable, the rest is the hole
                 entry.tail_missing, entry.closed = True, True
             else:
                 entry.missing, entry.closed = True, True
-            log.warning("binlog archive: %s is missing (%s): a roll-forward cannot cross it", step.name, step.reason)
+            entry.proven_empty, entry.lost_gtids = step.proven, step.lost
+            if step.proven:
+                empty.append(step.name)
+                log.info("binlog archive: %s is missing (%s)", step.name, step.reason)
+            else:
+                holes.append(step.name)
+                log.warning("binlog archive: %s is missing (%s): a roll-forward cannot cross it", step.name, step.reason)
         else:
             entry = _entry(branch, step.name, step.start_gtids)
             if step.upto > step.offset:
@@ -122,7 +127,7 @@ def ship(server: Server, storage: Storage) -> dict[str, Any]:
         write_branch(storage, branch)
     last = next((e for e in reversed(branch.entries) if not e.missing), None) if branch else None
     return {"branch": branch.id if branch else None, "bytes": shipped, "holes": holes, "forks": forks,
-            "position": f"{last.name}:{last.size}" if last else None}
+            "proven_empty": empty, "position": f"{last.name}:{last.size}" if last else None}
 
 
 def _start(storage: Storage, known: list[dict[str, Any]], bid: str, parent: str | None, shared: str | None,
@@ -244,14 +249,14 @@ def run(conf: RunParams, stop: Any = None) -> dict[str, Any]:
     every = params.number("ship_every_seconds", 5, minimum=0.5, maximum=60)
     # a run that never ended would hold the archive from the next one, and its head would never be recorded
     deadline = time.monotonic() + 60 * params.number("stream_minutes", 0.8, minimum=0.1, maximum=60)
-    total: dict[str, Any] = {"bytes": 0, "holes": [], "forks": [], "runs": 0}
+    total: dict[str, Any] = {"bytes": 0, "holes": [], "forks": [], "proven_empty": [], "runs": 0}
     while True:
         started = time.monotonic()
         result = ship(server, storage)
         total.update(branch=result["branch"], position=result["position"], runs=total["runs"] + 1,
                      bytes=total["bytes"] + result["bytes"], holes=total["holes"] + result["holes"],
-                     forks=total["forks"] + result["forks"])
-        if result["bytes"] or result["holes"] or result["forks"]:
+                     forks=total["forks"] + result["forks"], proven_empty=total["proven_empty"] + result["proven_empty"])
+        if result["bytes"] or result["holes"] or result["forks"] or result["proven_empty"]:
             _log_result(storage, result)
         wait = max(0.0, every - (time.monotonic() - started))
         if time.monotonic() + wait >= deadline or (stop is not None and stop.wait(wait)):
@@ -264,5 +269,7 @@ def run(conf: RunParams, stop: Any = None) -> dict[str, Any]:
 
 
 def _log_result(storage: Storage, result: dict[str, Any]) -> None:
-    log.info("binlog archive %s: %s bytes shipped, at %s; holes: %s; forks: %s", storage.location(PREFIX),
-             f"{result['bytes']:,}", result["position"], ", ".join(result["holes"]) or "none", len(result["forks"]))
+    log.info("binlog archive %s: %s bytes shipped, at %s; holes: %s%s; forks: %s", storage.location(PREFIX),
+             f"{result['bytes']:,}", result["position"], ", ".join(result["holes"]) or "none",
+             f" (proven empty, crossed: {', '.join(result['proven_empty'])})" if result["proven_empty"] else "",
+             len(result["forks"]))

@@ -11,7 +11,7 @@ from dataclasses import asdict
 from typing import Any
 
 from lastline.core.errors import IntegrityError
-from lastline.pitr.chain import BRANCH_ID, Branch, Entry, split_name
+from lastline.pitr.chain import BRANCH_ID, Branch, Entry, split_name, unproven
 from lastline.storage import Storage, auth, control
 
 log = logging.getLogger(__name__)
@@ -62,6 +62,9 @@ def read_branch(storage: Storage, bid: str, use: str | None = None) -> Branch:
         branch = Branch(bid, entries, data.get("parent"), data.get("fork_after"), data.get("covered"))
     except (TypeError, KeyError, ValueError, AttributeError) as exc:
         raise IntegrityError(f"{storage.location(key)} is not a chain lastline wrote ({exc!r}); refused.") from exc
+    wrong = unproven(entries)
+    if wrong:  # a hole is crossed only on the chain's own proof, whoever signed it
+        raise IntegrityError(f"{storage.location(key)}: {wrong}; refused.")
     _authenticated(storage, key, found, use)
     return branch
 

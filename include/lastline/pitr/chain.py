@@ -6,7 +6,10 @@ itself (I/O) and the DAG build on it.
 A binlog file is known by its name *and* the GTID state it starts from (its `Gtid_list` event): a restored
 server, or a new primary after a failover, may reuse a name for different history, and that is a fork, never
 an overwrite. A file the source purged before the archive had it is a hole, named, never skipped silently:
-a roll-forward cannot cross it.
+a roll-forward cannot cross it, unless the hole is proven empty: the next file the source still has starts from
+the very GTID state the archived bytes end at (every domain at the same GTID, server id included), so the bytes
+lost held no transaction (a file closed by `FLUSH BINARY LOGS`, a rotation or a restart, then purged before the
+archive shipped its Rotate event). A real hole names the GTIDs it lost.
 """
 from __future__ import annotations
 
@@ -15,7 +18,7 @@ import re
 from dataclasses import dataclass, field
 
 from lastline.core.errors import IntegrityError
-from lastline.pitr.events import includes
+from lastline.pitr.events import gtid_state, includes
 
 _SEQ = re.compile(r"(?P<base>[A-Za-z0-9_.-]+)\.(?P<seq>\d{6,})")
 BRANCH_ID = re.compile(r"\d+-\d{6,}-[0-9a-f]{8}(-\d+)?\Z")
@@ -64,6 +67,10 @@ class Entry:
     checksum: bool = False
     pruned: bool = False  # its bytes were deleted by retention (no kept base needs them): like a hole, not crossed
     tail_missing: bool = False  # purged on the source after byte `size` was archived: usable up to there, not crossed
+    # a hole (missing or tail_missing) proven empty: the name of the next file, whose Gtid_list equals the GTID state
+    # the archived bytes end at; a roll-forward crosses it
+    proven_empty: str = ""
+    lost_gtids: str = ""  # a real hole: the GTIDs it lost, as far as the next file's Gtid_list tells
 
     @property
     def seq(self) -> int:
@@ -72,9 +79,27 @@ class Entry:
     @property
     def unusable(self) -> str:
         """Why a roll-forward cannot cross this file ("" when it can)."""
-        if self.missing:
-            return "was purged on the source before it was archived"
+        if self.missing and not self.proven_empty:
+            return "was purged on the source before it was archived" + self._lost()
         return "was deleted by retention (no base kept needs it)" if self.pruned else ""
+
+    @property
+    def tail_hole(self) -> bool:
+        """Archived in part, the rest purged on the source, and not proven empty: usable up to `size`, not crossed."""
+        return self.tail_missing and not self.proven_empty
+
+    @property
+    def hole(self) -> bool:
+        """Bytes of this file the archive lacks that may have held transactions."""
+        return (self.missing or self.tail_missing) and not self.proven_empty
+
+    def _lost(self) -> str:
+        return f" (the GTIDs {self.lost_gtids} are missing)" if self.lost_gtids else ""
+
+    def tail_lost(self) -> str:
+        """Why a roll-forward stops at the end of what is archived of a file whose tail is a hole, in words."""
+        return (f"the rest of {self.name} after byte {self.size} was purged on the source before it was archived"
+                + self._lost())
 
 
 @dataclass
@@ -104,6 +129,33 @@ class Step:
     start_gtids: str = ""
     reason: str = ""
     shares: str | None = None  # a fork: the last file the new branch shares with the old one
+    proven: str = ""  # a hole proven empty: the next file, which starts where the archived bytes end
+    lost: str = ""  # a real hole: the GTIDs it lost (the next file's start is ahead of the archived end)
+
+
+def _last_per_domain(state: str) -> dict[int, str]:
+    """{domain: its most recent GTID, `d-s-n`} of a GTID state or Gtid_list (which lists a domain's last GTID last)."""
+    return {int(g.split("-")[0]): g for g in gtid_state(state, []).split(",") if g}
+
+
+def gap(end_gtids: str, following: SourceFile) -> tuple[str, str]:
+    """What the bytes between an archived end (the GTID state after the last transaction archived) and the start of
+    the next file the source still has held: ("", the GTIDs lost) or, proven empty (the same domains, each at the
+    same GTID, server id included), (that file's name, "")."""
+    end, start = _last_per_domain(end_gtids), _last_per_domain(following.start_gtids)
+    if end_gtids and end == start:
+        return following.name, ""
+    lost = []
+    for d, g in sorted(start.items()):
+        if d not in end:
+            lost.append(f"domain {d}'s up to {g}")
+            continue
+        first, last = int(end[d].split("-")[2]) + 1, int(g.split("-")[2])
+        if last >= first:
+            lost.append(g if last == first else f"{d}-{g.split('-')[1]}-{first}..{g}")
+    if not lost:  # the next file starts elsewhere (another server id, a domain gone): not proven, and no range to name
+        lost.append(f"those between {end_gtids or 'the start'} and {following.start_gtids or 'the start'}")
+    return "", ", ".join(lost)
 
 
 def branch_id(first: SourceFile) -> str:
@@ -120,14 +172,35 @@ def _sorted(files: list[SourceFile]) -> list[SourceFile]:
     return sorted(files, key=lambda f: f.seq)
 
 
-def _ship_from(files: list[SourceFile], start: int, base: str, after_seq: int | None) -> list[Step]:
-    """Ship files[start:], naming as holes the sequence numbers missing between them (and after `after_seq`)."""
+def unproven(entries: list[Entry]) -> str | None:
+    """The first hole of a branch's chain marked proven empty that the chain itself contradicts (the file it names is
+    not the next one archived, or that file does not start from the GTID state the archived bytes before the hole
+    end at), in words; None when every such mark holds."""
+    end = ""
+    for i, e in enumerate(entries):
+        if e.proven_empty:
+            following = next((x for x in entries[i + 1:] if not x.missing), None)
+            before = e.end_gtids if e.tail_missing else end
+            if following is None or following.name != e.proven_empty or not before \
+                    or _last_per_domain(before) != _last_per_domain(following.start_gtids):
+                return f"{e.name} is marked proven empty by {e.proven_empty}, which the chain does not bear out"
+        if not e.missing:
+            end = e.end_gtids
+    return None
+
+
+def _ship_from(files: list[SourceFile], start: int, base: str, after_seq: int | None, end_gtids: str = "") -> list[Step]:
+    """Ship files[start:], naming as holes the sequence numbers missing between them (and after `after_seq`, whose
+    archived bytes end at GTID state `end_gtids`: the holes before files[start] are proven empty or name what they
+    lost)."""
     steps: list[Step] = []
     expected = None if after_seq is None else after_seq + 1
     for i, f in enumerate(files[start:], start):
         if expected is not None:
+            proven, lost = gap(end_gtids, f) if i == start and end_gtids else ("", "")
             for seq in range(expected, f.seq):
-                steps.append(Step("hole", f"{base}.{seq:06d}", reason="purged on the source before it was archived"))
+                steps.append(Step("hole", f"{base}.{seq:06d}", reason=_hole_reason(
+                    "purged on the source before it was archived", proven, lost), proven=proven, lost=lost))
         steps.append(Step("ship", f.name, 0, f.size, closes=i < len(files) - 1, start_gtids=f.start_gtids))
         expected = f.seq + 1
     return steps
@@ -171,10 +244,19 @@ def plan(branch: Branch | None, files: list[SourceFile]) -> list[Step]:
         if current.size > last.size or (later and not last.closed):
             steps.append(Step("ship", last.name, last.size, current.size, closes=bool(later), start_gtids=last.start_gtids))
     elif not last.closed:
-        steps.append(Step("hole", last.name, last.size, reason=f"purged on the source after byte {last.size} was archived"))
+        proven, lost = gap(last.end_gtids, later[0]) if later else ("", "")
+        steps.append(Step("hole", last.name, last.size, reason=_hole_reason(
+            f"purged on the source after byte {last.size} was archived", proven, lost), proven=proven, lost=lost))
     if later:
-        steps += _ship_from(files, files.index(later[0]), base, last.seq)
+        steps += _ship_from(files, files.index(later[0]), base, last.seq, last.end_gtids)
     return steps
+
+
+def _hole_reason(what: str, proven: str, lost: str) -> str:
+    if proven:
+        return (f"{what}; proven empty: {proven} starts from the GTID state the archived bytes end at, so no transaction "
+                "was lost (a roll-forward crosses it)")
+    return f"{what}; the GTIDs {lost} are missing" if lost else what
 
 
 def _fork(branch: Branch | None, files: list[SourceFile], base: str, why: str) -> list[Step]:

@@ -35,8 +35,10 @@ def reach(line: window.Line, file: str | None, gtid: str) -> dict[str, Any]:
         if entry.unusable:
             hole = entry.name
             break
+        if entry.missing:  # a hole proven empty: crossed
+            continue
         last = entry
-        if entry.tail_missing:
+        if entry.tail_hole:
             hole = entry.name
             break
     covered = line.covered_time() if hole is None else None
@@ -122,8 +124,10 @@ def markdown(result: dict[str, Any]) -> str:
     lines += [f"**Problem:** {p}" for p in result["problems"]] or ["**No problem: the chain is whole and current.**"]
     lines += ["", "| branch | from | to (time) | to (GTID) | holes |", "|---|---|---|---|---|"]
     for w in result["windows"]:
+        empty = w.get("proven_empty") or []
         lines.append(f"| {w['branch']} | {w['from_time'] or '-'} | {w['to_time'] or '-'} | {w['to_gtid'] or '-'} | "
-                     f"{', '.join(w['holes']) or 'none'} |")
+                     f"{', '.join(w['holes']) or 'none'}"
+                     + (f" (crossed, proven empty: {', '.join(empty)})" if empty else "") + " |")
     lines += ["", "| base backup | kind | rolls forward to (time) | to (GTID) | note |", "|---|---|---|---|---|"]
     for b in result["bases"]:
         lines.append(f"| {b['backup_id']} | {b['kind']} | {b['to_time'] or '-'} | {b['to_gtid'] or '-'} | {b['note']} |")

@@ -67,6 +67,8 @@ def resolve(storage: Storage, line: Line, file: str | None, position: int | None
                           f"{entry.unusable} (branch {bid}). A roll-forward cannot cross it: the "
                           f"newest point this base reaches is {utc(span.last_time) or 'the base itself'}; take a new "
                           "base backup after the hole.")
+        if entry.missing:  # a hole proven empty: no byte to read, no transaction lost
+            continue
         fspan = FileSpan(bid, entry.name, entry.size, entry.checksum, entry.segments)
         if first and position is not None and file == entry.name:
             if position > entry.size:
@@ -83,10 +85,9 @@ def resolve(storage: Storage, line: Line, file: str | None, position: int | None
             return span
         span.last_gtid = entry.end_gtids or span.last_gtid
         span.last_time = max(entry.last_time, span.last_time or 0) or span.last_time
-        if entry.tail_missing:
-            raise Refusal(f"until {until.describe()} lies beyond a hole in the binlog archive: the rest of {entry.name} "
-                          f"after byte {entry.size} was purged on the source before it was archived (branch {bid}). A "
-                          f"roll-forward cannot cross it: the newest point this base reaches is "
+        if entry.tail_hole:
+            raise Refusal(f"until {until.describe()} lies beyond a hole in the binlog archive: {entry.tail_lost()} "
+                          f"(branch {bid}). A roll-forward cannot cross it: the newest point this base reaches is "
                           f"{utc(span.last_time) or 'the base itself'}; take a new base backup after the hole.")
     # the whole line applies: fine for latest; a time must lie within what the archive covers
     if until.kind == "time":

@@ -92,9 +92,9 @@ def lineage(storage: Storage, bid: str, _depth: int = 0) -> Line:
 
 def line_window(line: Line) -> dict[str, Any]:
     """The line's recoverable window: from the first file after its last hole to its end; the holes named."""
-    holes = [e.name for _, e in line.files if e.missing or e.tail_missing]
-    last_hole = max((i for i, (_, e) in enumerate(line.files) if e.unusable or e.tail_missing), default=-1)
-    usable = [e for _, e in line.files[last_hole + 1:]]
+    holes = [e.name for _, e in line.files if e.hole]
+    last_hole = max((i for i, (_, e) in enumerate(line.files) if e.unusable or e.tail_hole), default=-1)
+    usable = [e for _, e in line.files[last_hole + 1:] if not e.missing]
     first = next((e for e in usable if e.transactions), None)
     end_time = line.covered_time() or max((e.last_time for e in usable), default=0)
     return {
@@ -106,6 +106,7 @@ def line_window(line: Line) -> dict[str, Any]:
         "to_gtid": usable[-1].end_gtids if usable else None,
         "to_file": f"{usable[-1].name}:{usable[-1].size}" if usable else None,
         "holes": holes,
+        "proven_empty": [e.name for _, e in line.files if e.proven_empty],  # holes crossed: no transaction was lost
         "files": len(line.files),
     }
 
@@ -137,7 +138,8 @@ def segment_bytes(storage: Storage, branch: str, name: str, segment: dict) -> by
 def find_base(line: Line, file: str | None, gtid: str) -> int | None:
     """The index in `line` of the base's file: by name when the backup recorded one (its start state must not be
     past the base's), else the last file starting at or before the base's GTID state."""
-    fits = [i for i, (_, e) in enumerate(line.files) if not e.unusable and events.includes(gtid, e.start_gtids)]
+    fits = [i for i, (_, e) in enumerate(line.files)
+            if not e.unusable and not e.missing and events.includes(gtid, e.start_gtids)]
     if file:
         named = [i for i in fits if line.files[i][1].name == file]
         return named[-1] if named else None

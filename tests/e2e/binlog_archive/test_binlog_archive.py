@@ -12,7 +12,7 @@ import pytest
 from conftest import set_conn
 from lastline import connections
 from lastline.core.errors import IntegrityError
-from lastline.pitr import archive
+from lastline.pitr import archive, check, window
 from lastline.storage import open_storage
 from lastline_dev.sandbox import Instance
 
@@ -118,6 +118,41 @@ def test_files_purged_before_they_were_shipped_are_named_holes(source, tmp_path)
     assert [e.name for e in chain.entries if e.missing or e.tail_missing] == missing
     assert chain.entries[-4].tail_missing and chain.entries[-4].segments  # archived in part: that part is kept
     assert chain.entries[-1].name == now[-1].name and not chain.entries[-1].missing
+
+
+def test_a_file_purged_with_only_its_rotate_unshipped_is_proven_empty_and_one_with_transactions_is_a_named_hole(
+        source, tmp_path):
+    storage = open_storage(f"file://{tmp_path}")
+    server = connections.server("t_barchive")
+    _write(source, 5)
+    archive.ship(server, storage)  # the open file, archived up to its last transaction
+    server.query("FLUSH BINARY LOGS")  # closed: all the archive lacks of it is its Rotate event
+    server.query("FLUSH BINARY LOGS")  # and a file of no transaction at all
+    _write(source, 5)
+    _, now = archive.source_files(server)
+    server.query(f"PURGE BINARY LOGS TO '{now[-1].name}'")
+    result = archive.ship(server, storage)
+    assert result["holes"] == [] and result["proven_empty"] == [f.name for f in now[-3:-1]], result
+    chain = archive.read_branch(storage, result["branch"])
+    tail, whole, after = chain.entries[-3:]
+    assert tail.tail_missing and tail.segments and whole.missing and after.name == now[-1].name
+    assert tail.proven_empty == whole.proven_empty == now[-1].name and tail.end_gtids == now[-1].start_gtids
+    assert not tail.hole and not whole.unusable
+    win = window.windows(storage)[-1]
+    assert win["holes"] == [] and win["proven_empty"] == [tail.name, whole.name] and win["from_file"] == chain.entries[0].name
+    assert check.check(storage, 3600)["problems"] == []
+    # transactions the archive never shipped, in a file closed and purged: a hole, naming the GTIDs it lost
+    domain, server_id, seq = server.query("SELECT @@GLOBAL.gtid_binlog_pos")[0][0].split("-")
+    _write(source, 3)
+    server.query("FLUSH BINARY LOGS")
+    _write(source, 2)
+    _, now = archive.source_files(server)
+    server.query(f"PURGE BINARY LOGS TO '{now[-1].name}'")
+    result = archive.ship(server, storage)
+    assert result["holes"] == [now[-2].name] and result["proven_empty"] == [], result
+    hole = next(e for e in archive.read_branch(storage, result["branch"]).entries if e.name == now[-2].name)
+    assert hole.tail_hole and hole.lost_gtids == f"{domain}-{server_id}-{int(seq) + 1}..{domain}-{server_id}-{int(seq) + 3}"
+    assert window.windows(storage)[-1]["holes"] == [now[-2].name]
 
 
 def test_binlogs_written_anew_under_the_same_names_fork_the_archive(source, tmp_path):

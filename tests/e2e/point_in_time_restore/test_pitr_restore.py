@@ -513,3 +513,60 @@ def test_a_server_writing_reused_names_forks_the_archive_and_a_restore_on_either
     finally:
         src.destroy()
 
+
+
+def test_a_hole_proven_empty_is_crossed_exactly_and_a_real_hole_is_refused_naming_it(run_dag, sandbox_root, tmp_path):
+    """A file closed and purged on the source before the archive shipped its Rotate event (and a file of no transaction
+    purged with it) holds no lost transaction: the next file starts from the state the archive ends at. A restore
+    crosses them and equals the source; a file purged with transactions unshipped is still refused, named with the
+    GTIDs it lost."""
+    src, tgt = Instance(sandbox_root, "pitr_empty"), Instance(sandbox_root, "pitr_empty_tgt")
+    src.create()
+    tgt.create()
+    try:
+        set_conn("t_pitr_empty", src)
+        set_conn("t_pitr_empty_tgt", tgt)
+        server = connections.server("t_pitr_empty")
+        _shop(server, stock=1000, accounts=5)
+        dest = f"file://{tmp_path}"
+        storage = open_storage(dest)
+        archive.ship(server, storage)
+        base = physical_backup.preflight({"source_conn_id": "t_pitr_empty", "destination": dest})
+        physical_backup.finish(base, physical_backup.stream(base))
+        _writes(src, 20, "before")
+        archive.ship(server, storage)
+        server.query("FLUSH BINARY LOGS")  # the archive lacks only this file's Rotate event
+        server.query("FLUSH BINARY LOGS")  # and a whole file that holds no transaction
+        _writes(src, 20, "after")
+        _, files = archive.source_files(server)
+        server.query(f"PURGE BINARY LOGS TO '{files[-1].name}'")
+        shipped = archive.ship(server, storage)
+        assert shipped["holes"] == [] and shipped["proven_empty"] == [f.name for f in files[-3:-1]], shipped
+        conf = {"target_conn_id": "t_pitr_empty_tgt", "destination": dest, "base_kind": "any", "databases": [],
+                "branch": "", "replay_method": "auto", "parallel": 2, "force": True, "restore_into_source": "",
+                "aws_conn_id": None, "until": "latest", "base": base.backup_id}
+        state_, tis, logs = run_dag("point_in_time_restore", conf)
+        assert state_ == "success", (tis, logs[-4000:])
+        assert state(tgt) == state(src)
+        whole = check.check(storage, 3600)
+        assert whole["problems"] == [] and whole["bases"][0]["hole"] is None
+        assert f"(crossed, proven empty: {', '.join(shipped['proven_empty'])})" in check.markdown(whole)
+        # a file closed and purged with three transactions unshipped: refused, named
+        domain, server_id, seq = server.query("SELECT @@GLOBAL.gtid_binlog_pos")[0][0].split("-")
+        _writes(src, 3, "lost")
+        server.query("FLUSH BINARY LOGS")
+        _writes(src, 2, "past")
+        _, files = archive.source_files(server)
+        server.query(f"PURGE BINARY LOGS TO '{files[-1].name}'")
+        shipped = archive.ship(server, storage)
+        assert shipped["holes"] == [files[-2].name] and shipped["proven_empty"] == [], shipped
+        lost = f"{domain}-{server_id}-{int(seq) + 1}..{domain}-{server_id}-{int(seq) + 3}"
+        with pytest.raises(Refusal, match=rf"beyond a hole in the binlog archive: the rest of {files[-2].name} after "
+                                          rf"byte \d+ was purged on the source before it was archived \(the GTIDs "
+                                          rf"{re.escape(lost)} are missing\)"):
+            pitr.preflight(conf)
+        assert check.check(storage, 3600)["problems"][0].startswith(
+            f"the chain is broken after the newest base {base.backup_id}: {files[-2].name}")
+    finally:
+        src.destroy()
+        tgt.destroy()

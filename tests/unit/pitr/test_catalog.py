@@ -147,3 +147,28 @@ def test_the_head_skips_a_trailing_entry_with_no_segment(tmp_path):
     assert head(storage)["file"] == "bin.000002"
     write_branch(storage, dataclasses.replace(b, entries=[Entry("bin.000001", "", missing=True)]))
     assert head(storage) is None
+
+
+def _with_hole(proven: str, start: str, tail: bool) -> Branch:
+    """The branch with a third file purged (its tail only, or whole) and a fourth starting from `start`."""
+    b = branch()
+    if tail:
+        b.entries[1].tail_missing, b.entries[1].closed, b.entries[1].proven_empty = True, True, proven
+    else:
+        b.entries.append(Entry("bin.000003", "", missing=True, closed=True, proven_empty=proven))
+    b.entries.append(Entry("bin.000004", start, size=10, segments=[{"offset": 0, "size": 10, "sha256": "01" * 32}],
+                           end_gtids=start))
+    return b
+
+
+@pytest.mark.parametrize("tail", [True, False], ids=["a-tail", "a-whole-file"])
+def test_a_hole_proven_empty_reads_back_and_one_the_chain_contradicts_is_refused(tmp_path, tail):
+    """A hole is crossed on the chain's own proof (the next file starts from the state the archived bytes end at),
+    never on a mark alone, even one signed."""
+    storage = FileStorage(str(tmp_path))
+    write_branch(storage, _with_hole("bin.000004", "0-1-5", tail))
+    assert read_branch(storage, BID, USE).entries[-2 if not tail else 1].proven_empty == "bin.000004"
+    for proven, start in (("bin.000004", "0-1-9"), ("bin.000009", "0-1-5")):  # transactions lost; another file named
+        write_branch(storage, _with_hole(proven, start, tail))
+        with pytest.raises(IntegrityError, match=f"is marked proven empty by {proven}, which the chain does not bear out"):
+            read_branch(storage, BID, USE)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from lastline.core.errors import IntegrityError
-from lastline.pitr.chain import BRANCH_ID, Branch, Entry, SourceFile, Step, branch_id, plan, split_name
+from lastline.pitr.chain import BRANCH_ID, Branch, Entry, SourceFile, Step, branch_id, gap, plan, split_name
 
 
 @pytest.mark.parametrize(("name", "expected"), [
@@ -38,6 +38,10 @@ def arc(seq: int, size: int = 100, closed: bool = True, start: str | None = None
                  missing=missing, end_gtids=f"0-1-{seq * 10 + 9}")
 
 
+PROVEN = ("proven empty: bin.000002 starts from the GTID state the archived bytes end at, so no transaction was lost "
+          "(a roll-forward crosses it)")
+
+
 def ship(seq: int, offset: int = 0, upto: int = 100, closes: bool = True) -> Step:
     return Step("ship", f"bin.{seq:06d}", offset, upto, closes=closes, start_gtids=f"0-1-{seq * 10}")
 
@@ -54,11 +58,24 @@ def ship(seq: int, offset: int = 0, upto: int = 100, closes: bool = True) -> Ste
     ([arc(1, 100)], [src(1), src(2, 40)], [ship(2, 0, 40, closes=False)]),
     ([arc(1, 100)], [src(2, 40)], [ship(2, 0, 40, closes=False)]),
     ([arc(1, 60, closed=False)], [src(2, 40)],
-     [Step("hole", "bin.000001", 60, reason="purged on the source after byte 60 was archived"), ship(2, 0, 40, closes=False)]),
+     [Step("hole", "bin.000001", 60, reason="purged on the source after byte 60 was archived; the GTIDs 0-1-20 are "
+           "missing", lost="0-1-20"), ship(2, 0, 40, closes=False)]),
     ([arc(1), arc(2, missing=True), arc(3, closed=False)], [src(3)], []),
+    ([arc(1, 60, closed=False)], [src(2, 40, start="0-1-19")],
+     [Step("hole", "bin.000001", 60, reason=f"purged on the source after byte 60 was archived; {PROVEN}",
+           proven="bin.000002"), Step("ship", "bin.000002", 0, 40, start_gtids="0-1-19")]),
+    ([arc(1, 60, closed=False)], [src(3, 40, start="0-1-19")],
+     [Step("hole", "bin.000001", 60, reason=f"purged on the source after byte 60 was archived; {PROVEN}".replace(
+         "bin.000002", "bin.000003"), proven="bin.000003"),
+      Step("hole", "bin.000002", reason=f"purged on the source before it was archived; {PROVEN}".replace(
+          "bin.000002", "bin.000003"), proven="bin.000003"), Step("ship", "bin.000003", 0, 40, start_gtids="0-1-19")]),
+    ([arc(1, 100)], [src(3, 40, start="0-1-25")],
+     [Step("hole", "bin.000002", reason="purged on the source before it was archived; the GTIDs 0-1-20..0-1-25 are "
+           "missing", lost="0-1-20..0-1-25"), Step("ship", "bin.000003", 0, 40, start_gtids="0-1-25")]),
 ], ids=["nothing-on-the-source", "first-file", "sorted-by-number", "gap-is-a-hole", "up-to-date", "resumes-a-file",
         "closes-the-grown-file", "next-file-only", "the-archived-one-purged-since", "purged-mid-file",
-        "an-archived-hole-is-not-shipped"])
+        "an-archived-hole-is-not-shipped", "only-the-rotate-lost-is-proven-empty",
+        "a-tail-and-a-whole-file-proven-empty-together", "a-whole-file-with-transactions-names-them"])
 def test_plan_ships_exactly_once(entries, files, steps):
     branch = None if entries is None else Branch("b", entries)
     assert plan(branch, files) == steps
@@ -96,8 +113,28 @@ def test_plan_refuses_two_bases_on_one_source():
         plan(None, [src(1), SourceFile("other.000002", 1, "")])
 
 
+@pytest.mark.parametrize(("end", "start", "expected"), [
+    ("0-1-19", "0-1-19", ("bin.000002", "")),
+    ("0-1-19,3-1-4", "0-7-12,0-1-19,3-1-4", ("bin.000002", "")),  # an older server id listed first: the last agrees
+    ("0-1-19", "0-1-20", ("", "0-1-20")),
+    ("0-1-19,3-1-4", "0-1-19,3-1-9", ("", "3-1-5..3-1-9")),
+    ("0-1-19", "0-2-19", ("", "those between 0-1-19 and 0-2-19")),  # same number, another server: not the same GTID
+    ("0-1-19", "0-1-19,5-1-2", ("", "domain 5's up to 5-1-2")),
+    ("0-1-19,5-1-2", "0-1-19", ("", "those between 0-1-19,5-1-2 and 0-1-19")),  # a domain gone: not proven
+    ("", "0-1-19", ("", "domain 0's up to 0-1-19")),
+], ids=["equal", "older-server-ids-listed-before", "one-transaction-lost", "a-range-in-one-domain", "another-server-id",
+        "a-new-domain", "a-domain-gone", "nothing-archived"])
+def test_gap_proves_a_hole_empty_only_when_the_next_file_starts_where_the_archive_ends(end, start, expected):
+    assert gap(end, src(2, start=start)) == expected
+
+
 def test_entry_unusable_says_why():
     assert Entry("bin.000001", "").unusable == ""
     assert "purged on the source" in Entry("bin.000001", "", missing=True).unusable
+    assert "the GTIDs 0-1-5 are missing" in Entry("bin.000001", "", missing=True, lost_gtids="0-1-5").unusable
+    empty = Entry("bin.000001", "", missing=True, proven_empty="bin.000002")
+    assert empty.unusable == "" and not empty.hole and not empty.tail_hole
+    assert Entry("bin.000001", "", tail_missing=True).tail_hole
+    assert not Entry("bin.000001", "", tail_missing=True, proven_empty="bin.000002").tail_hole
     assert "deleted by retention" in Entry("bin.000001", "", pruned=True).unusable
     assert src(7).seq == 7 and arc(8).seq == 8

@@ -41,8 +41,13 @@ COVERED = {"file": "bin.000003", "size": 50, "time": T0 + 30}
     ({"bin.000003": {"pruned": True}}, COVERED, ("bin.000002", "0-1-4"), T0 + 5, "0-1-5", "bin.000003"),
     ({"bin.000002": {"tail_missing": True}}, COVERED, ("bin.000001", "0-1-1"), T0 + 5, "0-1-5", "bin.000002"),
     ({}, COVERED, (None, "0-1-4"), T0 + 30, "0-1-6", None),
+    ({"bin.000002": {"missing": True, "segments": [], "proven_empty": "bin.000003"}}, COVERED, ("bin.000001", "0-1-2"),
+     T0 + 30, "0-1-6", None),
+    ({"bin.000002": {"tail_missing": True, "proven_empty": "bin.000003"}}, COVERED, ("bin.000001", "0-1-1"), T0 + 30,
+     "0-1-6", None),
 ], ids=["whole-line-to-the-covered-time", "no-covered-time-ends-at-the-last-transaction", "a-hole-after-the-base",
-        "a-pruned-file", "a-file-cut-at-its-tail", "base-known-by-gtid-only"])
+        "a-pruned-file", "a-file-cut-at-its-tail", "base-known-by-gtid-only", "a-hole-proven-empty-is-crossed",
+        "a-tail-proven-empty-is-crossed"])
 def test_reach(changes, covered, base, to_time, to_gtid, hole):
     line = Line(BID, [(BID, e) for e in files(**changes)], covered)
     got = reach(line, *base)
@@ -98,7 +103,7 @@ def test_base_window_without_an_archive(tmp_path):
 def test_markdown_names_the_window_the_problems_and_each_base():
     result = {"checked_at": utc(T0 + 60), "problems": ["the binlog archive is 999 s behind"],
               "windows": [{"branch": BID, "from_time": utc(T0 + 1), "to_time": utc(T0 + 30), "to_gtid": "0-1-6",
-                           "holes": ["bin.000002"]}],
+                           "holes": ["bin.000002"], "proven_empty": ["bin.000001"]}],
               "bases": [{"backup_id": "20261128T161432Z-7c93b6", "kind": "physical", "to_time": utc(T0 + 30),
                          "to_gtid": "0-1-6", "note": ""},
                         {"backup_id": "20261128T160000Z-000000", "kind": "logical", "to_time": None, "to_gtid": None,
@@ -107,7 +112,7 @@ def test_markdown_names_the_window_the_problems_and_each_base():
     assert page[0] == (f"# Binlog archive, checked {utc(T0 + 60)}: recoverable to {utc(T0 + 30)} (GTID 0-1-6) on branch "
                        f"{BID}, 1 base backup it rolls forward; 1 problem")
     assert "**Problem:** the binlog archive is 999 s behind" in page
-    assert f"| {BID} | {utc(T0 + 1)} | {utc(T0 + 30)} | 0-1-6 | bin.000002 |" in page
+    assert f"| {BID} | {utc(T0 + 1)} | {utc(T0 + 30)} | 0-1-6 | bin.000002 (crossed, proven empty: bin.000001) |" in page
     assert "| 20261128T160000Z-000000 | logical | - | - | the archive does not reach back to this backup |" in page
 
 

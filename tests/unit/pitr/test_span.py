@@ -70,8 +70,15 @@ def test_resolve_from_the_bases_position(archive, until, stop, last, not_applied
     (dict(until="latest", more=[Entry("bin.000002", "", missing=True)]), "lies beyond a hole in the binlog archive"),
     (dict(until="latest", first=dict(tail_missing=True), more=[dataclasses.replace(entry(), name="bin.000002")]),
      "the rest of bin.000001 after byte"),
+    (dict(until="latest", more=[Entry("bin.000002", "", missing=True, lost_gtids="0-1-4..0-1-9")]),
+     r"bin.000002 was purged on the source before it was archived \(the GTIDs 0-1-4..0-1-9 are missing\)"),
+    (dict(until="latest", first=dict(tail_missing=True, lost_gtids="0-1-4"),
+          more=[dataclasses.replace(entry(), name="bin.000002")]),
+     r"the rest of bin.000001 after byte \d+ was purged on the source before it was archived \(the GTIDs 0-1-4 are "
+     r"missing\) \(branch b1\)"),
 ], ids=["gtid-before-the-base", "gtid-of-another-server-id", "gtid-past-the-end", "gtid-of-another-domain", "time-before-the-base",
-        "time-past-the-covered-end", "position-past-the-archived-bytes", "a-hole", "a-tail-purged"])
+        "time-past-the-covered-end", "position-past-the-archived-bytes", "a-hole", "a-tail-purged",
+        "a-hole-names-the-gtids-lost", "a-tail-names-the-gtids-lost"])
 def test_resolve_refuses(archive, kwargs, message):
     files = [("b1", entry(**kwargs.get("first", {}))), *(("b1", e) for e in kwargs.get("more", []))]
     the_line = Line("b1", files, {"file": files[-1][1].name, "size": files[-1][1].size, "time": T0 + 10})
@@ -89,3 +96,24 @@ def test_latest_reads_no_segment(archive):
     archive.delete_backup(PREFIX)
     span = resolve(archive, line(), "bin.000001", TRX[0].end, "0-1-1", Until.parse("latest"))
     assert span.files[0].stop is None and span.last_time == T0 + 3
+
+
+def test_resolve_crosses_holes_proven_empty(archive):
+    """A file's tail and a whole file purged before they were archived, proven to hold no transaction (the next file
+    starts from the GTID state the archived bytes end at): the span goes on past them, reading no byte of the missing
+    file, to the next file's transactions."""
+    store = archive
+    data = binlog(*(transaction(n, True, ts=T0 + n) for n in (4, 5)), checksum=True)
+    store.write_bytes(f"{PREFIX}/b1/bin.000003/{0:012d}", data)
+    seg = {"offset": 0, "size": len(data), "sha256": hashlib.sha256(data).hexdigest(), "last_time": T0 + 5,
+           "end_gtids": "0-1-5"}
+    third = Entry("bin.000003", "0-1-3", size=len(data), segments=[seg], closed=True, checksum=True, transactions=2,
+                  end_gtids="0-1-5", first_time=T0 + 4, last_time=T0 + 5)
+    files = [("b1", entry(tail_missing=True, proven_empty="bin.000003")),
+             ("b1", Entry("bin.000002", "", missing=True, closed=True, proven_empty="bin.000003")), ("b1", third)]
+    the_line = Line("b1", files, {"file": "bin.000003", "size": len(data), "time": T0 + 10})
+    span = resolve(store, the_line, "bin.000001", TRX[0].end, "0-1-1", Until.parse("latest"))
+    assert [(f.name, f.start, f.stop) for f in span.files] == [("bin.000001", TRX[0].end, None), ("bin.000003", 0, None)]
+    assert span.last_gtid == "0-1-5"
+    span = resolve(store, the_line, "bin.000001", TRX[0].end, "0-1-1", Until.parse("0-1-4"))
+    assert span.files[-1].name == "bin.000003" and span.last_gtid == "0-1-4"

@@ -70,8 +70,15 @@ def test_covered_time_counts_only_at_the_line_end(covered, expected):
       "holes": []}),
     ([entry(1), entry(2, missing=True)], None,
      {"from_file": None, "from_time": None, "to_time": None, "to_gtid": None, "to_file": None, "holes": ["bin.000002"]}),
+    ([entry(1, T0, T0 + 10, tail_missing=True, proven_empty="bin.000003"),
+      entry(2, missing=True, proven_empty="bin.000003"), entry(3, T0 + 40, T0 + 50)], None,
+     {"from_file": "bin.000001", "from_time": utc(T0), "to_time": utc(T0 + 50), "to_gtid": "0-1-3",
+      "to_file": "bin.000003:100", "holes": [], "proven_empty": ["bin.000001", "bin.000002"]}),
+    ([entry(1, T0, T0 + 10, tail_missing=True, proven_empty="bin.000002"), entry(2, T0 + 20, T0 + 30),
+      entry(3, missing=True, lost_gtids="0-1-3"), entry(4, T0 + 40, T0 + 50)], None,
+     {"from_file": "bin.000004", "holes": ["bin.000003"], "proven_empty": ["bin.000001"]}),
 ], ids=["whole", "after-a-hole", "after-a-purged-tail", "pruned-is-not-crossed-but-not-a-hole", "covered-up-to-the-last-run",
-        "ends-in-a-hole"])
+        "ends-in-a-hole", "holes-proven-empty-are-crossed", "a-real-hole-after-one-proven-empty"])
 def test_line_window(files, covered, window):
     found = line_window(Line("b1", files, covered))
     assert {k: found[k] for k in window} == window
