@@ -1,5 +1,6 @@
 """Point-in-time restore from a logical base (issue 29): a logical backup of one database (`shop`) taken while the
-workload writes, rolled forward to a second, to a GTID and to latest, each exactly the source's `shop` at that point,
+workload writes (an ORM's nested transaction with savepoints among it), rolled forward to a second, to a GTID and to
+latest, each exactly the source's `shop` at that point,
 into a target whose other database (`other`, a namesake of the source's) and whose `mysql` schema the replay never
 reaches: row changes of other databases are filtered by the server (replicate_do_db), statements and DDL on them are
 refused to the run account and skipped, named. A forged archive (statements rewritten into GRANT, BINLOG, writes to
@@ -95,6 +96,12 @@ def _workload(src: Instance, tgt: Instance, dest, storage, server, writer: Write
         cur.execute("UPDATE shop.stock SET qty = qty + 1000 WHERE id = 7")
         cur.connection.commit()
         cur.execute("INSERT INTO mysql.time_zone_name (Name, Time_zone_id) VALUES ('Lastline/Replayed', 4242)")
+        cur.connection.commit()
+        for sql in ("SAVEPOINT sa_savepoint_1", "INSERT INTO shop.accounts VALUES (901, 1)",  # an ORM's nested transaction
+                    "ROLLBACK TO SAVEPOINT sa_savepoint_1", "INSERT INTO shop.accounts VALUES (902, 2)",
+                    "SAVEPOINT sa_savepoint_2", "UPDATE shop.stock SET qty = qty + 5 WHERE id = 8",
+                    "RELEASE SAVEPOINT sa_savepoint_2", "INSERT INTO other.t (v) VALUES ('savepoint, other')"):
+            cur.execute(sql)
         cur.connection.commit()
     archive.ship(server, storage)
     server.query("FLUSH BINARY LOGS")
