@@ -23,6 +23,7 @@ from typing import NoReturn
 
 from lastline.core.errors import Refusal
 from lastline.core.sql import never_restored
+from lastline.pitr.event_names import event_name
 from lastline.pitr.events import (
     GTID,
     HEADER_LEN,
@@ -31,7 +32,6 @@ from lastline.pitr.events import (
     XA_PREPARE,
     XID,
     Cutter,
-    event_name,
     gtid_map,
 )
 from lastline.pitr.span import Span

@@ -26,7 +26,6 @@ archive wrote it:
 from __future__ import annotations
 
 import logging
-import re
 import struct
 import zlib
 from collections.abc import Iterator
@@ -35,6 +34,7 @@ from lastline.core.errors import IntegrityError, Refusal
 from lastline.core.hosts import Host, Stage
 from lastline.core.pipeline import run_pipeline
 from lastline.pitr import events
+from lastline.pitr.event_names import event_name
 from lastline.pitr.events import (
     BINLOG_CHECKPOINT,
     FL_STANDALONE,
@@ -49,7 +49,17 @@ from lastline.pitr.events import (
     Cutter,
 )
 from lastline.pitr.span import FileSpan
-from lastline.pitr.statements import INTVAR, RAND, USER_VAR, StatementGroup, parse_query, read, touches
+from lastline.pitr.statements import (
+    INTVAR,
+    RAND,
+    USER_VAR,
+    StatementGroup,
+    parse_query,
+    read,
+    savepoint,
+    statement_head,
+    touches,
+)
 from lastline.pitr.window import segment_chunks
 from lastline.storage import Storage
 
@@ -69,44 +79,6 @@ NAMES = {events.QUERY_COMPRESSED: "a compressed statement", 17: "LOAD DATA (Begi
          18: "LOAD DATA (Execute_load_query)", events.XA_PREPARE: "XA PREPARE", TABLE_MAP: "row events",
          ANNOTATE_ROWS: "row events", **{k: "row events" for k in ROWS}}
 ROW_BODY = {ANNOTATE_ROWS, TABLE_MAP, *ROWS}
-# the savepoint statements as the server logs them inside a row transaction: the verb, one identifier
-_SAVEPOINT_VERBS = (b"SAVEPOINT ", b"ROLLBACK TO ", b"RELEASE SAVEPOINT ")
-_BARE = re.compile(rb"[A-Za-z0-9_$\x80-\xff]+")
-
-
-def savepoint(text: bytes) -> bytes | None:
-    """A savepoint statement (`SAVEPOINT sp`, `ROLLBACK TO sp`, `RELEASE SAVEPOINT sp`, the name quoted by backticks
-    or double quotes, or bare, as the server logs it) rebuilt from its verb and name, the name backquoted; None for
-    any other text. They change no data themselves, and in a row transaction the server runs them as a replica does:
-    a `ROLLBACK TO` is logged only when the rows after the savepoint stay in the binlog (a non-transactional table
-    changed), and then it undoes them on the target as on the source."""
-    verb = next((v for v in _SAVEPOINT_VERBS if text.upper().startswith(v)), None)
-    if verb is None:
-        return None
-    rest = text[len(verb):]
-    name = _unquoted(rest)
-    if name is None or not name or b"\0" in name:
-        return None
-    return verb + b"`" + name.replace(b"`", b"``") + b"`"
-
-
-def _unquoted(ident: bytes) -> bytes | None:
-    """The name one whole identifier stands for (quoted by backticks or double quotes, the quote doubled inside, or
-    bare and not all digits); None for anything else."""
-    if ident[:1] in (b"`", b'"') and len(ident) >= 2 and ident[-1:] == ident[:1]:
-        q, inner = ident[:1], ident[1:-1]
-        if inner.replace(q + q, b"").count(q):
-            return None
-        return inner.replace(q + q, q)
-    return ident if _BARE.fullmatch(ident) and not ident.isdigit() else None
-
-
-def statement_head(text: bytes, n: int = 80) -> str:
-    """A statement's first characters, for a message: `"UPDATE t SET a = ..."`."""
-    shown = text[:n].decode("utf-8", "replace").replace("\n", " ")
-    return f'"{shown}{"..." if len(text) > n else ""}"'
-
-
 def query_text(event: bytes | bytearray, checksum: bool) -> bytes:
     """A Query event's statement text."""
     body = HEADER_LEN
@@ -174,7 +146,7 @@ def classify(kinds: list[int], texts: list[bytes], flags2: int, gtid: str) -> st
         return "statements"
     statement = next((t for k, t in named if k == QUERY and t not in (b"BEGIN", b"COMMIT") and savepoint(t) is None),
                      None)
-    found = sorted({NAMES.get(k) or events.event_name(k) for k in kinds if k not in (GTID, XID, QUERY)})
+    found = sorted({NAMES.get(k) or event_name(k) for k in kinds if k not in (GTID, XID, QUERY)})
     if statement is not None:
         found.insert(0, f"a statement {statement_head(statement)}")
     raise Refusal(f"transaction {gtid} holds {' and '.join(found)}: a logical base rolls forward through row events "
@@ -282,7 +254,7 @@ class Splitter(Cutter):
             return
         if role == "between":
             if event[4] not in BETWEEN:
-                raise Refusal(f"{self.name}: an event {events.event_name(event[4])} at byte {self.pos} lies outside any transaction "
+                raise Refusal(f"{self.name}: an event {event_name(event[4])} at byte {self.pos} lies outside any transaction "
                               "(no GTID before it): a logical base's replay passes nothing of the kind on; refused.")
             return  # none of these reaches the relay logs
         if role == "begin":

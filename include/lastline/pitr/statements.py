@@ -10,11 +10,15 @@ executable comments read as code: a superset of what any server runs) finds a re
 words or identifiers, or cannot read it exactly. What that misses on an honest archive (a statement on another
 database whose trigger, view or function writes a restored one) is named in the documentation as a limit.
 
+The one kind passed on is a savepoint inside a row transaction (`savepoint`): rebuilt from its verb and name, it
+changes no data itself.
+
 A physical base's replay (pitr.event_check) does run archived statements, each first read by
 pitr.statement_check as the server reads it in the event's own sql_mode: only data changes and definitions pass.
 """
 from __future__ import annotations
 
+import re
 import struct
 from dataclasses import dataclass, field
 
@@ -176,3 +180,41 @@ def read(group: StatementGroup) -> list[Query]:
     """Every Query event of a statement group, parsed (a damaged one refused)."""
     return [parse_query(e, group.checksum, group.gtid, status=False) for e in group.events
             if HEADER.unpack_from(e, 0)[1] == QUERY]
+
+
+# the savepoint statements as the server logs them inside a row transaction: the verb, one identifier
+_SAVEPOINT_VERBS = (b"SAVEPOINT ", b"ROLLBACK TO ", b"RELEASE SAVEPOINT ")
+_BARE = re.compile(rb"[A-Za-z0-9_$\x80-\xff]+")
+
+
+def savepoint(text: bytes) -> bytes | None:
+    """A savepoint statement (`SAVEPOINT sp`, `ROLLBACK TO sp`, `RELEASE SAVEPOINT sp`, the name quoted by backticks
+    or double quotes, or bare, as the server logs it) rebuilt from its verb and name, the name backquoted; None for
+    any other text. They change no data themselves, and in a row transaction the server runs them as a replica does:
+    a `ROLLBACK TO` is logged only when the rows after the savepoint stay in the binlog (a non-transactional table
+    changed), and then it undoes them on the target as on the source."""
+    verb = next((v for v in _SAVEPOINT_VERBS if text.upper().startswith(v)), None)
+    if verb is None:
+        return None
+    rest = text[len(verb):]
+    name = _unquoted(rest)
+    if name is None or not name or b"\0" in name:
+        return None
+    return verb + b"`" + name.replace(b"`", b"``") + b"`"
+
+
+def _unquoted(ident: bytes) -> bytes | None:
+    """The name one whole identifier stands for (quoted by backticks or double quotes, the quote doubled inside, or
+    bare and not all digits); None for anything else."""
+    if ident[:1] in (b"`", b'"') and len(ident) >= 2 and ident[-1:] == ident[:1]:
+        q, inner = ident[:1], ident[1:-1]
+        if inner.replace(q + q, b"").count(q):
+            return None
+        return inner.replace(q + q, q)
+    return ident if _BARE.fullmatch(ident) and not ident.isdigit() else None
+
+
+def statement_head(text: bytes, n: int = 80) -> str:
+    """A statement's first characters, for a message: `"UPDATE t SET a = ..."`."""
+    shown = text[:n].decode("utf-8", "replace").replace("\n", " ")
+    return f'"{shown}{"..." if len(text) > n else ""}"'

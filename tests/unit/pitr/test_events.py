@@ -162,14 +162,3 @@ def test_cutter_jump_refuses_segments_that_do_not_meet():
         cutter.jump(cutter.pos - 1)
     cutter.jump(cutter.pos + 100)
     assert cutter.pos == len(binlog(transaction(1, False))) + 100
-
-
-@pytest.mark.parametrize(("kind", "name"), [
-    (160, "Annotate_rows (event type 160)"),
-    (events.QUERY, "Query (event type 2)"),
-    (events.XA_PREPARE, "XA_prepare (event type 38)"),
-    (171, "Delete_rows_compressed (event type 171)"),
-    (200, "an unknown event (type 200)"),
-], ids=["annotate-rows", "query", "xa-prepare", "last-mariadb-one", "unknown"])
-def test_event_name_says_what_a_dump_shows(kind, name):
-    assert events.event_name(kind) == name

@@ -23,7 +23,6 @@ from lastline.pitr.split import (
     query_text,
     rebuild_format,
     rebuild_rows,
-    savepoint,
 )
 
 from .binlog import binlog, format_description, gtid, query, split_events, xid
@@ -97,30 +96,6 @@ def test_classify_refuses(kinds, texts, flags2, message):
     with pytest.raises(Refusal, match=message) as refused:
         classify(kinds, texts, flags2, "0-1-9")
     assert "event type 160" not in str(refused.value)  # Annotate_rows is part of the row events
-
-
-@pytest.mark.parametrize(("text", "rebuilt"), [
-    (b"SAVEPOINT `sa_savepoint_1`", b"SAVEPOINT `sa_savepoint_1`"),
-    (b"ROLLBACK TO `sp 1`", b"ROLLBACK TO `sp 1`"),
-    (b"RELEASE SAVEPOINT `x`", b"RELEASE SAVEPOINT `x`"),
-    (b"SAVEPOINT `a``b`", b"SAVEPOINT `a``b`"),
-    (b'SAVEPOINT "a""b`c"', b"SAVEPOINT `a\"b``c`"),
-    (b"savepoint sp_1", b"SAVEPOINT `sp_1`"),
-    (b"SAVEPOINT `a` ; DROP TABLE t", None),
-    (b"SAVEPOINT `a`b`", None),
-    (b"SAVEPOINT a b", None),
-    (b"SAVEPOINT 123", None),
-    (b"SAVEPOINT ``", None),
-    (b"SAVEPOINT `a\0`", None),
-    (b"ROLLBACK", None),
-    (b"ROLLBACK TO SAVEPOINT `a`", None),
-    (b"SAVEPOINT /* x */ a", None),
-    (b"UPDATE t SET a = 1", None),
-], ids=["savepoint", "rollback-to-with-a-space", "release", "doubled-backtick", "ansi-quotes-requoted", "bare-lowercase",
-        "second-statement", "unbalanced-quote", "two-words", "all-digits", "empty-name", "nul-in-name", "plain-rollback",
-        "a-form-the-server-never-logs", "comment", "a-data-change"])
-def test_savepoint_passes_only_a_savepoint_statement_rebuilt(text, rebuilt):
-    assert savepoint(text) == rebuilt
 
 
 @pytest.mark.parametrize("checksum", [False, True], ids=["no-checksum", "crc32"])

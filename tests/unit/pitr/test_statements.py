@@ -9,7 +9,18 @@ import pytest
 
 from lastline.core.errors import Refusal
 from lastline.pitr import events
-from lastline.pitr.statements import FLAGS2_KNOWN, Query, StatementGroup, Status, parse_query, parse_status, read, touches
+from lastline.pitr.statements import (
+    FLAGS2_KNOWN,
+    Query,
+    StatementGroup,
+    Status,
+    parse_query,
+    parse_status,
+    read,
+    savepoint,
+    statement_head,
+    touches,
+)
 
 from .binlog import gtid, query, xid
 
@@ -89,3 +100,37 @@ def test_touches(text, db, why):
 def test_read_parses_only_the_query_events_of_a_group():
     group = StatementGroup("0-1-1", 0, True, [gtid(1, True), query(b"BEGIN", True), query(b"DELETE FROM t", True), xid(True)])
     assert [q.text for q in read(group)] == [b"BEGIN", b"DELETE FROM t"]
+
+
+@pytest.mark.parametrize(("text", "rebuilt"), [
+    (b"SAVEPOINT `sa_savepoint_1`", b"SAVEPOINT `sa_savepoint_1`"),
+    (b"ROLLBACK TO `sp 1`", b"ROLLBACK TO `sp 1`"),
+    (b"RELEASE SAVEPOINT `x`", b"RELEASE SAVEPOINT `x`"),
+    (b"SAVEPOINT `a``b`", b"SAVEPOINT `a``b`"),
+    (b'SAVEPOINT "a""b`c"', b"SAVEPOINT `a\"b``c`"),
+    (b"savepoint sp_1", b"SAVEPOINT `sp_1`"),
+    (b"SAVEPOINT `a` ; DROP TABLE t", None),
+    (b"SAVEPOINT `a`b`", None),
+    (b"SAVEPOINT a b", None),
+    (b"SAVEPOINT 123", None),
+    (b"SAVEPOINT ``", None),
+    (b"SAVEPOINT `a\0`", None),
+    (b"ROLLBACK", None),
+    (b"ROLLBACK TO SAVEPOINT `a`", None),
+    (b"SAVEPOINT /* x */ a", None),
+    (b"UPDATE t SET a = 1", None),
+], ids=["savepoint", "rollback-to-with-a-space", "release", "doubled-backtick", "ansi-quotes-requoted", "bare-lowercase",
+        "second-statement", "unbalanced-quote", "two-words", "all-digits", "empty-name", "nul-in-name", "plain-rollback",
+        "a-form-the-server-never-logs", "comment", "a-data-change"])
+def test_savepoint_passes_only_a_savepoint_statement_rebuilt(text, rebuilt):
+    assert savepoint(text) == rebuilt
+
+
+@pytest.mark.parametrize(("text", "shown"), [
+    (b"UPDATE t SET a = 1", '"UPDATE t SET a = 1"'),
+    (b"INSERT INTO t\nVALUES (1)", '"INSERT INTO t VALUES (1)"'),
+    (b"x" * 81, '"' + "x" * 80 + '..."'),
+    (b"SELECT '\xff'", '"SELECT \'\ufffd\'"'),
+], ids=["short", "newline-shown-as-a-space", "cut-at-80-characters", "not-utf8"])
+def test_statement_head_shows_the_first_characters(text, shown):
+    assert statement_head(text) == shown
