@@ -31,6 +31,11 @@ def preflight(conf: RunParams) -> VerifyPlan:
     return VerifyPlan(place, aws_conn_id, complete, incomplete)
 
 
+def backup_ids(plan: VerifyPlan) -> list[str]:
+    """The backups to read back, one task each (Airflow maps a task over a task's own return value only)."""
+    return list(plan.backups)
+
+
 def expected_files(manifest: PhysicalManifest | LogicalManifest) -> list[FileInfo]:
     """Every file a manifest names, with its size (-1: not recorded) and sha256: a physical backup's artifact; a
     logical backup's file list (format 1, without one: its schema file and its chunks)."""

@@ -16,7 +16,7 @@ from lastline.storage import open_storage
 from lastline.verify import backups
 from lastline.verify.plans import VerifyPlan
 
-from .conftest import Made
+from .destination import Made
 
 
 def _plan(folder: Path) -> VerifyPlan:
@@ -139,3 +139,7 @@ def test_over_ssh_a_clean_backup_reads_back_ok_and_a_deleted_file_is_missing(mad
     path.unlink()
     verdict = backups.verify_backup(plan, made.logical)
     assert verdict.status == "missing" and [f.file for f in verdict.findings] == [name]
+
+
+def test_backup_ids_are_the_plans_one_task_each():
+    assert backups.backup_ids(VerifyPlan("file:///tmp/d", None, ["20261101T000000Z-aaaaaa"], [])) == ["20261101T000000Z-aaaaaa"]
