@@ -107,12 +107,14 @@ def record(plan: VerifyPlan, found: Any, archive: Any, dag_id: str, run_id: str)
     return {"destination": plan.destination, "problems": found_problems, "backups": entry["backups"], "archive": entry["archive"]}
 
 
-def newest_read_back(history: list[dict[str, Any]], destination: str, backup_id: str) -> dict[str, Any] | None:
-    """The newest read-back of one backup of `destination` in the history: {status, what, finished, run_id}."""
-    for entry in reversed(history):
-        if str(entry.get("destination", "")).rstrip("/") == destination.rstrip("/") and backup_id in (entry.get("backups") or {}):
-            return {**entry["backups"][backup_id], "finished": entry.get("finished"), "run_id": entry.get("run_id")}
-    return None
+def read_backs(history: list[dict[str, Any]], destination: str) -> dict[str, dict[str, Any]]:
+    """The newest read-back of each backup of `destination` in the history, by id: {status, what, finished, run_id}."""
+    out: dict[str, dict[str, Any]] = {}
+    for entry in history:
+        if str(entry.get("destination", "")).rstrip("/") == destination.rstrip("/"):
+            for backup_id, got in (entry.get("backups") or {}).items():
+                out[backup_id] = {**got, "finished": entry.get("finished"), "run_id": entry.get("run_id")}
+    return out
 
 
 def fail_if_bad(summary: dict[str, Any]) -> None:

@@ -65,8 +65,8 @@ def test_record_saves_the_report_and_the_history_and_fail_if_bad_refuses(tmp_pat
         report.fail_if_bad(summary)
     report.fail_if_bad({"destination": DEST, "problems": []})
     history = reports.history(report.HISTORY)
-    assert report.newest_read_back(history, DEST, B)["status"] == "damaged"
-    assert report.newest_read_back(history, "file:///other", B) is None
+    assert report.read_backs(history, DEST)[B]["status"] == "damaged" and report.read_backs(history, "file:///other") == {}
     report.record(VerifyPlan(DEST, None, [B]), [BAD_B.to_dict() | {"status": "ok", "findings": []}], ARCHIVE.to_dict(),
                   "backup_verify", "r2")
-    assert report.newest_read_back(reports.history(report.HISTORY), DEST, B)["run_id"] == "r2"  # the newest wins
+    newest = report.read_backs(reports.history(report.HISTORY), DEST + "/")
+    assert newest[B]["run_id"] == "r2" and newest[A]["run_id"] == "r1"  # the newest read-back of each
