@@ -48,7 +48,8 @@ def backup_verify():
                                 context["dag"].dag_id, context["run_id"])
         if summary["problems"]:
             send("verify_failed", "lastline: " + "; ".join(summary["problems"])[:1500],
-                 {"dag_id": context["dag"].dag_id, "run_id": context["run_id"], **summary})
+                 {"dag_id": context["dag"].dag_id, "run_id": context["run_id"], "destination": summary["destination"],
+                  "problems": summary["problems"]})
         report.fail_if_bad(summary)
         return summary
 

@@ -35,6 +35,13 @@ def test_a_whole_destination_passes(made, run_dag, tmp_path):
     assert f"| {made.physical} | physical | ok |" in page and f"| {made.logical} | logical | ok |" in page
 
 
+def test_a_destination_without_backups_passes_with_nothing_to_read(run_dag, tmp_path):
+    (tmp_path / "empty").mkdir()
+    state, states, _ = run_dag("backup_verify", {"destination": f"file://{tmp_path / 'empty'}", "aws_conn_id": None})
+    assert state == "success" and states["verify_backup"] == "skipped" and states["report"] == "success", states
+    assert "every backup ok (0 backups, 0 bytes read back)" in _page(f"file://{tmp_path / 'empty'}")
+
+
 def test_damage_fails_the_run_names_the_files_and_alerts(made, run_dag, webhook, tmp_path):
     folder = made.copy(tmp_path / "d")
     chunk = next(f.name for f in read_manifest(open_storage(f"file://{folder}"), made.logical, "logical").files
@@ -52,4 +59,4 @@ def test_damage_fails_the_run_names_the_files_and_alerts(made, run_dag, webhook,
     assert f"the binlog archive is damaged: {segment.relative_to(folder)}: digest" in page
     assert f"| {made.physical} | physical | ok |" in page  # the other backup is not blamed
     alert = webhook.wait_for("verify_failed", timeout=10)
-    assert chunk in alert["text"] and alert["dag_id"] == "backup_verify"
+    assert chunk in alert["text"] and alert["dag_id"] == "backup_verify" and alert["problems"]
