@@ -59,6 +59,15 @@ def _drilled(entry: dict[str, Any] | None) -> str:
     return f"{'passed' if entry.get('ok') else 'FAILED'} {entry.get('finished')}"
 
 
+def newest_drill(drills: dict[str, dict[str, Any]]) -> str:
+    """The destination's newest restore drill in a sentence (the drills' history, lastline.drill)."""
+    if not drills:
+        return "No restore drill of a backup of this destination is recorded: run restore_drill."
+    backup_id, entry = max(drills.items(), key=lambda item: str(item[1].get("finished")))
+    kind = f"{entry['kind']} " if entry.get("kind") else ""
+    return f"Newest restore drill: {kind}backup {backup_id}, {_drilled(entry)}."
+
+
 def _covered(c: Coverage | None) -> str:
     if c is None:
         return "-"
@@ -71,7 +80,7 @@ def markdown(plan: VerifyPlan, verdicts: list[BackupVerdict], archive: ArchiveVe
     read = sum(v.bytes for v in verdicts) + (archive.bytes if archive else 0)
     head = (f"# Backup verify of {plan.destination}: " + (f"{plural(len(found), 'problem')}" if found else "every backup ok")
             + f" ({plural(len(verdicts), 'backup')}, {read:,} bytes read back)")
-    lines = [head, ""] + [f"**Problem:** {p}" for p in found]
+    lines = [head, ""] + [f"**Problem:** {p}" for p in found] + ["", newest_drill(drills)]
     lines += ["", "| backup | kind | status | files | bytes | what differs | newest drill | point-in-time |",
               "|---|---|---|---:|---:|---|---|---|"]
     cover = {c.backup_id: c for c in (archive.coverage if archive else [])}

@@ -52,6 +52,13 @@ def test_the_newest_drill_of_each_backup_of_this_destination():
     assert report.newest_drills(DEST, history) == {A: history[2]}
 
 
+def test_the_newest_drill_in_a_sentence():
+    drills = {A: {"kind": "logical", "ok": False, "finished": "2026-11-03T00:00:00Z"},
+              B: {"kind": "physical", "ok": True, "finished": "2026-11-02T00:00:00Z"}}
+    assert report.newest_drill(drills) == f"Newest restore drill: logical backup {A}, FAILED 2026-11-03T00:00:00Z."
+    assert report.newest_drill({}).startswith("No restore drill")
+
+
 def test_record_saves_the_report_and_the_history_and_fail_if_bad_refuses(tmp_path):
     reports.append_history(drill.HISTORY, {"backup": f"{DEST}/{A}", "ok": True, "finished": "2026-11-02T00:00:00Z"})
     summary = report.record(PLAN, [OK_A.to_dict(), BAD_B.to_dict()], ARCHIVE.to_dict(), "backup_verify", "r1")
@@ -60,6 +67,7 @@ def test_record_saves_the_report_and_the_history_and_fail_if_bad_refuses(tmp_pat
     assert page.startswith(f"# Backup verify of {DEST}: 2 problems")
     assert f"| {A} | physical | ok | 1 | 100 | - | passed 2026-11-02T00:00:00Z | x.000001 to x.000002" in page
     assert "data/d/t/00000-000.tsv.zst: digest" in page and "20261104T000000Z-dddddd" in page
+    assert f"Newest restore drill: backup {A}, passed 2026-11-02T00:00:00Z." in page
     assert json.loads(reports.read("backup_verify", "r1", "backup_verify.json"))["archive"]["status"] == "ok"
     with pytest.raises(IntegrityError, match=f"backup {B} is damaged: data/d/t/00000-000.tsv.zst: digest"):
         report.fail_if_bad(summary)
