@@ -25,6 +25,17 @@ def _page(destination: str) -> str:
     return reports.read("backup_verify", entry["run_id"], "backup_verify.md").decode()
 
 
+def _names(page: str) -> list[str]:
+    """The rendered names of the verify_backup instances of the run whose report is `page`."""
+    from airflow.models.taskinstance import TaskInstance
+    from airflow.utils.session import create_session
+
+    run_id = next(e["run_id"] for e in reversed(reports.history(report.HISTORY)) if e["destination"] in page)
+    with create_session() as session:
+        tis = session.query(TaskInstance).filter_by(dag_id="backup_verify", run_id=run_id, task_id="verify_backup").all()
+        return sorted(str(ti.rendered_map_index) for ti in tis)
+
+
 def test_a_whole_destination_passes(made, run_dag, tmp_path):
     folder = made.copy(tmp_path / "d")
     state, states, _ = run_dag("backup_verify", {"destination": f"file://{folder}", "aws_conn_id": None})
@@ -32,6 +43,7 @@ def test_a_whole_destination_passes(made, run_dag, tmp_path):
     assert states["verify_backup[0]"] == states["verify_backup[1]"] == states["verify_archive"] == "success"
     page = _page(f"file://{folder}")
     assert page.startswith(f"# Backup verify of file://{folder}: every backup ok")
+    assert _names(page) == sorted([made.physical, made.logical])  # each instance named in the Grid by its backup
     assert f"| {made.physical} | physical | ok |" in page and f"| {made.logical} | logical | ok |" in page
 
 

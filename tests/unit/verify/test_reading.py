@@ -36,6 +36,15 @@ def test_what_differs_is_named(store, key, size, sha, problem, read):
     assert found is not None and (found.file, found.problem, n) == ("f", problem, read)
 
 
+def test_an_object_past_16_mib_streams_through_and_its_last_byte_counts(store):
+    big = bytearray(b"\t\\`" * (17 * (1 << 20) // 3 + 1))
+    sha = hashlib.sha256(big).hexdigest()
+    big[-1] ^= 0x01
+    store.write_bytes("20261128T161432Z-7c93b6/big", bytes(big))
+    found, n = reading.check_object(store, "20261128T161432Z-7c93b6/big", len(big), sha, "big")
+    assert found is not None and found.problem == "digest" and n == len(big) > 16 * (1 << 20)
+
+
 def test_a_link_is_refused_not_followed(store, tmp_path):
     (tmp_path / "elsewhere").write_bytes(DATA)
     (tmp_path / "dest" / "20261128T161432Z-7c93b6" / "l").symlink_to(tmp_path / "elsewhere")
