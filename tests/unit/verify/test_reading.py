@@ -70,3 +70,18 @@ def test_a_control_files_mac_as_a_finding(monkeypatch, state, trusted, keyed, fi
     found = reading.mac_finding(auth.Authenticity(None, state, "why"), "manifest.json")
     assert (found is not None) == finding
     assert reading.mac_finding(auth.Authenticity("k1"), "manifest.json") is None
+
+
+def test_a_storage_that_does_not_answer_is_raised_to_retry_never_a_finding_nor_a_refusal(monkeypatch):
+    import json
+
+    from lastline.core.errors import Refusal
+    from lastline.storage.s3 import S3Storage
+
+    monkeypatch.setenv("AIRFLOW_CONN_T_S3_GONE", json.dumps({  # an endpoint nothing listens on
+        "conn_type": "aws", "login": "testing", "password": "testing-secret",
+        "extra": {"endpoint_url": "http://127.0.0.1:9", "region_name": "us-east-1",
+                  "config_kwargs": {"retries": {"max_attempts": 1}, "connect_timeout": 2}}}))
+    with pytest.raises(Exception) as raised:
+        reading.check_object(S3Storage("backups", "p", "t_s3_gone"), "20261128T161432Z-7c93b6/f", 5, "0" * 64, "f")
+    assert "127.0.0.1:9" in str(raised.value) and not isinstance(raised.value, Refusal)  # Airflow retries it
