@@ -1,6 +1,7 @@
 """The Backups page in the Airflow UI (a top-level "Backups" entry of the navigation): per destination, every backup
-with its kind, age, size, duration, whether it is authenticated, verified and drilled, the point-in-time window it
-opens, and a link to the restore it can start, prefilled (lastline.inventory lists them, each view afresh).
+with its kind, age, size, duration, whether it is authenticated, verified, drilled and read back (backup_verify), the
+point-in-time window it opens, and a link to the restore it can start, prefilled (lastline.inventory lists them, each
+view afresh).
 
     /lastline-backups/                     the page
     /lastline-backups/backups.json         the same, as JSON
@@ -38,7 +39,8 @@ from lastline.airflow.ui_links import OPEN_IN_AIRFLOW
 
 PREFIX = "/lastline-backups"
 BACKUP_DAGS = ("physical_backup", "logical_backup")
-RESTORING = ("physical_restore", "logical_restore", "point_in_time_restore", "staging_refresh", "restore_drill")
+RESTORING = ("physical_restore", "logical_restore", "point_in_time_restore", "staging_refresh", "restore_drill",
+             "backup_verify")
 app = FastAPI(title="lastline backups", docs_url=None, redoc_url=None, openapi_url=None)
 # the page: whoever may read both backup DAGs (fixed ids: a `?dag_id=` in the URL is never what is checked)
 READ_BACKUPS = [requires_access_dag("GET", param_dag_id=dag_id) for dag_id in BACKUP_DAGS]
@@ -88,7 +90,8 @@ def _verifications(dag_ids: set[str]) -> dict[str, list[dict[str, Any]]]:
 def _listing(user: Any) -> list[inventory.Destination]:
     """Every destination's backups, with what the restores and drills `user` may read say of them."""
     readable = _readable(user)
-    return inventory.listing(_verifications(readable), drills="restore_drill" in readable)
+    return inventory.listing(_verifications(readable), drills="restore_drill" in readable,
+                             read_backs="backup_verify" in readable)
 
 
 def _cell(ok: bool | None, text: str | None) -> str:
@@ -105,7 +108,7 @@ def _row(b: inventory.Backup) -> str:
     age = "" if b.age_hours is None else f"{b.age_hours:,.1f} h"
     if b.problem:
         return (f"<tr><td><code>{escape(b.backup_id)}</code></td><td>{escape(b.kind or '?')}</td>"
-                f"<td>{escape(_when(b.taken_at))}</td><td>{age}</td><td colspan=\"7\" class=\"bad\">{escape(b.problem)}</td></tr>")
+                f"<td>{escape(_when(b.taken_at))}</td><td>{age}</td><td colspan=\"8\" class=\"bad\">{escape(b.problem)}</td></tr>")
     window = b.window
     if not window:
         pitr = '<span class="muted">none (no binlog archive holds its position)</span>'
@@ -122,11 +125,11 @@ def _row(b: inventory.Backup) -> str:
     return (f"<tr><td><code>{escape(b.backup_id)}</code></td><td>{escape(b.kind or '')}</td><td>{escape(_when(b.taken_at))}</td>"
             f"<td>{age}</td><td>{(b.bytes or 0) / 1e6:,.1f} MB</td>"
             f"<td>{b.seconds or 0:,.1f} s</td>{_cell(b.authenticated, b.authenticity)}{_cell(bool(b.verified), b.verified)}"
-            f"{_cell(b.drill_ok, b.drilled)}<td>{pitr}</td><td>{links}</td></tr>")
+            f"{_cell(b.drill_ok, b.drilled)}{_cell(b.read_back_ok, b.read_back)}<td>{pitr}</td><td>{links}</td></tr>")
 
 
 HEAD = ("<tr><th>Backup</th><th>Kind</th><th>Taken (UTC)</th><th>Age</th><th>Size</th><th>Duration</th>"
-        "<th>Authenticated</th><th>Verified</th><th>Drilled</th><th>Point-in-time window</th><th>Restore</th></tr>")
+        "<th>Authenticated</th><th>Verified</th><th>Drilled</th><th>Read back</th><th>Point-in-time window</th><th>Restore</th></tr>")
 
 
 def _destination(d: inventory.Destination) -> str:

@@ -177,6 +177,20 @@ def test_binlog_archive_shape(dagbag):
     assert [o.name for o in dag.get_task("check_chain").outlets] == ["lastline_binlog_archive"]
 
 
+def test_backup_verify_shape(dagbag):
+    dag = dagbag.get_dag("backup_verify")
+    assert dag.timetable.expression == "0 4 * * 0" and dag.catchup is False and dag.max_active_runs == 1  # weekly
+    assert set(dag.params.keys()) == {"destination", "aws_conn_id"}
+    assert [t.task_id for t in dag.topological_sort()][0] == "preflight"
+    assert {t.task_id for t in dag.tasks} == {"preflight", "backups", "verify_backup", "verify_archive", "report"}
+    read = dag.get_task("verify_backup")  # one instance per backup, named by its id: Airflow's states are the ledger
+    assert type(read).__name__.endswith("MappedOperator") and read.map_index_template == "{{ backup_id }}"
+    assert dag.get_task("report").upstream_task_ids == {"preflight", "verify_backup", "verify_archive"}
+    assert dag.get_task("report").trigger_rule == "all_done"  # the report is saved whatever failed before it
+    assert dag.on_failure_callback  # a failed run alerts
+    assert "backup_verify" in dag.doc_md and "never" in dag.doc_md
+
+
 def test_point_in_time_restore_shape(dagbag):
     dag = dagbag.get_dag("point_in_time_restore")
     assert type(dag.timetable).__name__ == "NullTimetable"  # manual only
@@ -349,7 +363,7 @@ def test_parsing_the_dag_files_reads_no_connection_and_lists_no_storage(tmp_path
     assert seen["backends"][0] == "CountingBackend"  # the one a parse would have asked first
     assert (seen["got"], seen["asked"], seen["touched"]) == ([], [], [])
     forms = seen["forms"]
-    assert len(forms) == 10
+    assert len(forms) == 11
     offers = {(dag_id, name): f["examples"] for dag_id, form in forms.items() for name, f in form.items()}
     for dag_id in ("physical_restore", "logical_restore", "staging_refresh", "restore_drill"):
         assert offers[dag_id, "backup"] == [f"file://{dest}/latest"] == [forms[dag_id]["backup"]["value"]], dag_id

@@ -14,6 +14,7 @@ many more it holds.
   resolved, `latest` too, which the page reads from Airflow's XCom); both are matched by the backup's destination and
   id, never by its id alone (two destinations may hold the same id);
 - **drilled**: the newest restore drill of it, passed or failed, with its time to restore;
+- **read back**: the newest backup_verify of it (lastline.verify): ok, damaged or missing, and what differs;
 - **point-in-time window**: where the destination holds a binlog archive, the line of history that holds the
   backup's binlog position (read from the archive's chain files only; the restore's plan checks the bytes) and how
   far it reaches: from the backup's end to the archive's covered end, or to the first hole after the backup.
@@ -34,6 +35,7 @@ from lastline.manifest import MANIFEST, backup_age, backup_time, manifest_kind, 
 from lastline.pitr.archive import PREFIX, branches
 from lastline.pitr.window import Line, find_base, lineage, utc
 from lastline.storage import Storage, allowed_roots, open_storage
+from lastline.verify import report as verify_report
 
 log = logging.getLogger(__name__)
 DEFAULT_LIMIT = 30
@@ -59,6 +61,8 @@ class Backup:
     verified_by: dict[str, Any] | None = None  # {dag_id, run_id, finished}: the run that restored and verified it last
     drilled: str | None = None
     drill_ok: bool | None = None
+    read_back: str | None = None  # the newest backup_verify of it: `ok 2026-11-29T04:00:12Z`, or what differs
+    read_back_ok: bool | None = None
     window: dict[str, Any] | None = None
     problem: str | None = None
     restores: list[dict[str, Any]] = field(default_factory=list)  # {dag_id, conf, label}: the restores it can start
@@ -227,8 +231,9 @@ def _restores(url: str, backup: Backup, aws_conn_id: str | None) -> list[dict[st
 
 
 def describe(storage: Storage, url: str, backup_id: str, lines: list[Line], drills: dict, verifications: dict,
-             aws_conn_id: str | None = None, now: datetime | None = None) -> Backup:
-    """One backup folder of `storage` as a row of the page."""
+             aws_conn_id: str | None = None, now: datetime | None = None,
+             read_backs: dict[str, dict[str, Any]] | None = None) -> Backup:
+    """One backup folder of `storage` as a row of the page (`read_backs`: verify.report.read_backs of its destination)."""
     age = backup_age(backup_id, now)
     row = Backup(backup_id, f"{url}/{backup_id}", taken_at=age["taken_at"], age_hours=age["age_hours"])
     try:
@@ -256,6 +261,10 @@ def describe(storage: Storage, url: str, backup_id: str, lines: list[Line], dril
         by = {"dag_id": "restore_drill", "run_id": passed[-1].get("run_id"), "finished": passed[-1].get("finished")}
     if by:
         row.verified, row.verified_by = f"restored and verified by {by['dag_id']} {by['finished']}", by
+    got = (read_backs or {}).get(backup_id)
+    if got:
+        row.read_back_ok = got.get("status") == "ok"
+        row.read_back = f"{got.get('status')} {got.get('finished')}" + (f": {got['what']}" if got.get("what") else "")
     row.window = window(lines, facts)
     row.restores = _restores(url, row, aws_conn_id)
     return row
@@ -264,7 +273,7 @@ def describe(storage: Storage, url: str, backup_id: str, lines: list[Line], dril
 def list_destination(url: str, aws_conn_id: str | None = None, cap: int | None = None,
                      drill_history: list[dict[str, Any]] | None = None,
                      verifications: dict[str, list[dict[str, Any]]] | None = None,
-                     now: datetime | None = None) -> Destination:
+                     now: datetime | None = None, verify_history: list[dict[str, Any]] | None = None) -> Destination:
     """The newest `cap` backup folders of a destination (see the module), newest first; a destination that cannot be
     listed comes back with its `problem` in words, never as an exception (one bad destination leaves the page up)."""
     cap = cap or limit()
@@ -275,29 +284,33 @@ def list_destination(url: str, aws_conn_id: str | None = None, cap: int | None =
                                "(the api-server's): mount the destination there, or list it by a URL it can reach")
         ids = sorted((b for b in storage.list_backups() if backup_time(b)), reverse=True)
         lines, archive, problem = _lines(storage)
-        drills = _drills(drill_history if drill_history is not None else _drill_history())
-        rows = [describe(storage, url, b, lines, drills, verifications or {}, aws_conn_id, now) for b in ids[:cap]]
+        drills = _drills(drill_history if drill_history is not None else _history(drill.HISTORY))
+        read = verify_report.read_backs(verify_history if verify_history is not None else _history(verify_report.HISTORY), url)
+        rows = [describe(storage, url, b, lines, drills, verifications or {}, aws_conn_id, now, read) for b in ids[:cap]]
     except Exception as exc:  # noqa: BLE001 - storage errors of every backend: said on the page, per destination
         log.warning("backups page: %s cannot be listed: %s", url, exc)
         return Destination(url, aws_conn_id, [], 0, cap, problem=f"cannot be listed: {exc}")
     return Destination(url, aws_conn_id, rows, len(ids), cap, archive, problem)
 
 
-def _drill_history() -> list[dict[str, Any]]:
-    """The restore drills' history (lastline.drill), or nothing when the reports' storage cannot be read."""
+def _history(name: str) -> list[dict[str, Any]]:
+    """A history beside the reports (the drills', lastline.drill; the read-backs', lastline.verify.report), or nothing
+    when the reports' storage cannot be read."""
     try:
-        return reports.history(drill.HISTORY)
-    except Exception as exc:  # noqa: BLE001 - the page shows the backups without their drills
-        log.warning("backups page: the drills' history cannot be read (%s)", exc)
+        return reports.history(name)
+    except Exception as exc:  # noqa: BLE001 - the page shows the backups without it
+        log.warning("backups page: the history %s cannot be read (%s)", name, exc)
         return []
 
 
 def listing(verifications: dict[str, list[dict[str, Any]]] | None = None, now: datetime | None = None,
-            drills: bool = True) -> list[Destination]:
-    """Every destination the page lists (see destinations), the drills' history read once (not at all when `drills`
-    is false: a user who may not read restore_drill sees no drill)."""
-    history = _drill_history() if drills else []
-    return [list_destination(url, aws, None, history, verifications, now or datetime.now(UTC)) for url, aws in destinations()]
+            drills: bool = True, read_backs: bool = True) -> list[Destination]:
+    """Every destination the page lists (see destinations), the drills' and the read-backs' histories read once (not at
+    all when `drills` or `read_backs` is false: a user who may not read restore_drill, or backup_verify, sees none)."""
+    history = _history(drill.HISTORY) if drills else []
+    verified = _history(verify_report.HISTORY) if read_backs else []
+    return [list_destination(url, aws, None, history, verifications, now or datetime.now(UTC), verified)
+            for url, aws in destinations()]
 
 
 # Each restoring DAG's restore preflight (its restore task group's): its plan's `backup` (an XCom row of its own) is the

@@ -66,6 +66,8 @@ def drilled(made, run_dag_module) -> dict:
         "drill_conn_id": "t_bp_drill", "backup": f"{made['url']}/{made['logical']}", "kind": "logical",
         "rto_budget_minutes": 60, "parallel": 2, "aws_conn_id": None})
     assert state == "success", tis
+    state, tis, _ = run_dag_module("backup_verify", {"destination": made["url"], "aws_conn_id": None})  # read back
+    assert state == "success", tis
     return made
 
 
@@ -131,7 +133,7 @@ def test_the_page_lists_every_backup_with_each_column(page):
     rows = {b["backup_id"]: b for b in dest["backups"]}
     assert dest["folders"] == 3 and len(rows) == 3
     html = client.get("/").text
-    assert "<h1>Backups</h1>" in html and "Point-in-time window" in html
+    assert "<h1>Backups</h1>" in html and "Point-in-time window" in html and "<th>Read back</th>" in html
     storage = open_storage(dest["url"])
     for backup_id, row in rows.items():
         if row["problem"]:
@@ -142,6 +144,7 @@ def test_the_page_lists_every_backup_with_each_column(page):
         assert row["bytes"] == manifest.bytes > 0 and row["seconds"] == pytest.approx(manifest.seconds)
         assert row["taken_at"] == manifest.started_at and row["age_hours"] is not None and row["age_hours"] < 1
         assert row["authenticated"] and "authenticated (storage key tests-k1)" in row["authenticity"]
+        assert row["read_back_ok"] and row["read_back"].startswith("ok ")  # backup_verify read every file back
         window = row["window"]
         assert window["from"] == manifest.finished_at[:19] + "Z" and window["to"] >= window["from"] and window["reaches"]
         assert f"<code>{backup_id}</code>" in html
@@ -362,9 +365,11 @@ def test_the_page_needs_both_backup_dags_whatever_the_query_says(drilled, monkey
     rows = {b["backup_id"]: b for b in get("backups_only", "/backups.json").json()[0]["backups"]}
     logical = rows[drilled["logical"]]
     assert logical["verified"] is None and logical["drilled"] is None  # restore_drill is not the user's to read
+    assert logical["read_back"] is None  # nor backup_verify
     assert logical["restores"] and "drill" not in get("backups_only", "/").text.split("<table>", 1)[1]
     admin = {b["backup_id"]: b for b in get("admin", "/backups.json").json()[0]["backups"]}
     assert admin[drilled["logical"]]["verified"].startswith("restored and verified by restore_drill")
+    assert admin[drilled["logical"]]["read_back"].startswith("ok ")
     answer = get("backups_only", "/restore/logical_restore?dag_id=physical_backup&conf={}")
     assert answer.status_code == 403  # the DAG in the path is what is checked
     assert get("backups_and_restores", "/restore/logical_restore?conf={}").status_code == 200

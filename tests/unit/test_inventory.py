@@ -180,3 +180,24 @@ def test_a_destination_that_cannot_be_listed_is_said_so(tmp_path):
     dest = inventory.list_destination(f"file://{tmp_path}/nowhere", drill_history=[])
     assert dest.backups == [] and "no such folder on the machine this page runs on" in dest.problem
     assert inventory.Destination("u", None, [], 0, 1).to_dict()["url"] == "u"
+
+
+def test_each_backup_shows_its_newest_read_back_of_this_destination(tmp_path):
+    store = FileStorage(str(tmp_path))
+    url = f"file://{tmp_path}"
+    older = "20261127T100000Z-aaaaaa"
+    for b in (ID, older):
+        mf.write_manifest(store, physical(b))
+    history = [{"destination": url, "finished": "2026-11-29T04:00:00Z", "run_id": "r1",
+                "backups": {ID: {"status": "damaged", "what": "backup.mbstream.zst: size"}, older: {"status": "ok", "what": ""}}},
+               {"destination": "file:///elsewhere", "finished": "2026-11-30T04:00:00Z", "run_id": "r9",
+                "backups": {ID: {"status": "ok", "what": ""}}},
+               {"destination": url + "/", "finished": "2026-12-06T04:00:00Z", "run_id": "r2",
+                "backups": {ID: {"status": "ok", "what": ""}}}]
+    newest, second = inventory.list_destination(url, drill_history=[], verify_history=history, now=NOW).backups
+    assert (newest.read_back, newest.read_back_ok) == ("ok 2026-12-06T04:00:00Z", True)
+    assert (second.read_back, second.read_back_ok) == ("ok 2026-11-29T04:00:00Z", True)
+    damaged = inventory.list_destination(url, drill_history=[], verify_history=history[:2], now=NOW).backups[0]
+    assert (damaged.read_back, damaged.read_back_ok) == ("damaged 2026-11-29T04:00:00Z: backup.mbstream.zst: size", False)
+    never = inventory.list_destination(url, drill_history=[], verify_history=[], now=NOW).backups[0]
+    assert (never.read_back, never.read_back_ok) == (None, None)

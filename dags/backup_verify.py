@@ -1,0 +1,63 @@
+"""
+### backup_verify: every backup of a destination, and its binlog archive, read back
+
+Weekly, and on demand (the form: `destination`, `aws_conn_id`): lists every complete backup (physical and logical)
+and re-reads each in a task of its own: every file's presence, size and sha256 against its manifest, the manifest
+read bounded and its MAC checked with the deployment's storage key (a file's own claim is never trusted). On S3 and
+SSH the bytes stream through the digest; nothing is downloaded whole, nothing is written to the storage. The binlog
+archive is read back as well: every segment against its chain, no gap in bytes or GTIDs, and how far it rolls each
+base forward (holes named).
+
+preflight (the destination, its complete backups) → backups → verify_backup (one per backup, named by its id) and
+verify_archive → report (always: the run's **Report**, the Backups page's "Read back" column, and the newest drill of
+each backup). A damaged, missing or unread backup, or a damaged archive, fails the run and alerts (the connection
+`lastline_alerts`). A killed run, cleared, reads again only the backups whose task did not finish.
+
+Schedule: `LASTLINE_BACKUP_VERIFY_SCHEDULE` (cron, or `none`; default 04:00 UTC on Sundays); catchup off.
+"""
+from __future__ import annotations
+
+from typing import cast
+
+from airflow.sdk import dag, get_current_context
+
+from lastline.airflow.alerts import send
+from lastline.airflow.defaults import dag_args, schedule
+from lastline.airflow.params import params
+from lastline.airflow.steps import step
+from lastline.verify import archive, backups, report
+from lastline.verify.plans import BackupVerdict, VerifyPlan
+
+
+@dag(
+    dag_id="backup_verify",
+    **dag_args(schedule=schedule("BACKUP_VERIFY_SCHEDULE", "0 4 * * 0")),
+    doc_md=__doc__,
+    tags=["lastline", "verify"],
+    params=params("destination", "aws_conn_id", destination="the destination whose backups and binlog archive are read back"),
+)
+def backup_verify():
+    def verify_backup(plan: VerifyPlan, backup_id: str) -> BackupVerdict:
+        cast(dict, get_current_context())["backup_id"] = backup_id  # the mapped instance's name (map_index_template)
+        return backups.verify_backup(plan, backup_id)
+
+    def record(plan: VerifyPlan) -> dict:
+        context = get_current_context()
+        found = context["ti"].xcom_pull(task_ids="verify_backup")  # the instances that ended (a failed one left none)
+        summary = report.record(plan, found, context["ti"].xcom_pull(task_ids="verify_archive"),
+                                context["dag"].dag_id, context["run_id"])
+        if summary["problems"]:
+            send("verify_failed", "lastline: " + "; ".join(summary["problems"])[:1500],
+                 {"dag_id": context["dag"].dag_id, "run_id": context["run_id"], "destination": summary["destination"],
+                  "problems": summary["problems"]})
+        report.fail_if_bad(summary)
+        return summary
+
+    plan = step(backups.preflight, task_id="preflight")()
+    ids = step(backups.backup_ids, task_id="backups")(plan)
+    read = step(verify_backup, map_index_template="{{ backup_id }}").partial(plan=plan).expand(backup_id=ids)
+    archived = step(archive.verify_archive)(plan)
+    [read, archived] >> step(record, task_id="report", trigger_rule="all_done", multiple_outputs=True)(plan)
+
+
+backup_verify()

@@ -1,0 +1,148 @@
+"""The binlog archive of one destination read back: branches.json and each branch's chain.json (bounded, their MACs
+checked), every archived segment against its chain (presence, size, sha256, streamed), the segments of each file
+contiguous from byte 0 to its archived size and each file starting from the GTID state the one before it ended in
+(an unrecorded gap is damage); then, for each base backup, the files from its binlog position to the newest one, with
+the holes (recorded by the archiver, or found here) that stop a roll-forward named. It reads, never writes."""
+from __future__ import annotations
+
+import logging
+
+from lastline.core.errors import IntegrityError, LastlineError
+from lastline.pitr import catalog, events, window
+from lastline.pitr.catalog import PREFIX
+from lastline.pitr.chain import Branch, Entry, split_name
+from lastline.pitr.restore import coordinates
+from lastline.storage import Storage, control, open_storage
+from lastline.verify.backups import read_back_manifest
+from lastline.verify.plans import MISSING, OK, ArchiveVerdict, Coverage, Finding, VerifyPlan, status_of
+from lastline.verify.reading import check_object, mac_finding
+
+log = logging.getLogger(__name__)
+
+
+def _control(storage: Storage, key: str) -> Finding | None:
+    """What is wrong with an archive's control file before its own reader uses it: unreadable, or its MAC."""
+    try:
+        return mac_finding(control.read(storage, key).auth, key)
+    except IntegrityError as exc:
+        return Finding(key, "unreadable", "a control file lastline wrote", str(exc)[:300])
+
+
+def gaps(bid: str, entry: Entry) -> list[Finding]:
+    """Bytes of a file its segments do not hold: they must follow each other from byte 0 to its archived size."""
+    at, out = 0, []
+    for seg in sorted(entry.segments, key=lambda s: int(s["offset"])):
+        if int(seg["offset"]) != at:
+            out.append(Finding(f"{PREFIX}/{bid}/{entry.name}", "gap", f"a segment at byte {at:,}",
+                               f"the next one at byte {int(seg['offset']):,}"))
+        at = int(seg["offset"]) + int(seg["size"])
+    if entry.segments and at != entry.size:
+        out.append(Finding(f"{PREFIX}/{bid}/{entry.name}", "gap", f"{entry.size:,} bytes archived", f"segments end at {at:,}"))
+    return out
+
+
+def _usable(entry: Entry) -> bool:
+    return not (entry.missing or entry.pruned)
+
+
+def sequence_gaps(bid: str, entries: list[Entry]) -> list[Finding]:
+    """Files that do not follow the one before them (no hole recorded between): a number skipped, or a start GTID
+    state behind the previous file's end."""
+    out = []
+    for before, after in zip(entries, entries[1:], strict=False):
+        where = f"{PREFIX}/{bid}/{after.name}"
+        if split_name(after.name)[1] != split_name(before.name)[1] + 1:
+            out.append(Finding(where, "gap", f"the file after {before.name}", f"{after.name}, with no hole recorded"))
+        elif _usable(before) and _usable(after) and not before.tail_missing and before.end_gtids \
+                and not events.includes(after.start_gtids, before.end_gtids):
+            out.append(Finding(where, "gap", f"a start at GTID state {before.end_gtids}", f"{after.start_gtids}"))
+    return out
+
+
+def check_branch(storage: Storage, branch: Branch) -> tuple[list[Finding], int, int]:
+    """(findings, segments read, bytes read) of one branch's own files."""
+    findings, segments, total = sequence_gaps(branch.id, branch.entries), 0, 0
+    for entry in branch.entries:
+        findings += gaps(branch.id, entry)
+        for seg in entry.segments:
+            name = f"{PREFIX}/{branch.id}/{entry.name}/{int(seg['offset']):012d}"
+            found, n = check_object(storage, name, int(seg["size"]), str(seg["sha256"]), name)
+            segments, total = segments + 1, total + n
+            findings += [found] if found else []
+    return findings, segments, total
+
+
+def _damaged(findings: list[Finding]) -> set[str]:
+    """The binlog files (`<branch>/<file>`) a finding names."""
+    return {"/".join(f.file.split("/")[1:3]) for f in findings if f.file.count("/") >= 2}
+
+
+def coverage(backup_id: str, manifest: object, lines: list[window.Line], damaged: set[str]) -> Coverage:
+    """How far the archive rolls one base forward (see the module); the newest line that holds its file first."""
+    try:
+        file, _, gtid = coordinates(manifest)
+    except LastlineError as exc:
+        return Coverage(backup_id, note=str(exc).split(":")[0])
+    for line in lines:
+        at = window.find_base(line, file, gtid)
+        if at is None:
+            continue
+        after = line.files[at:]
+        holes = [e.name for i, (b, e) in enumerate(after) if (i and not _usable(e)) or e.tail_missing
+                 or f"{b}/{e.name}" in damaged]
+        return Coverage(backup_id, line.branch, after[0][1].name, after[-1][1].name, holes,
+                        f"stops at {holes[0]}" if holes else f"rolls forward to the end of {after[-1][1].name}")
+    return Coverage(backup_id, note="the archive does not reach back to this backup")
+
+
+def _read_chains(storage: Storage) -> tuple[list[Branch], list[Finding]]:
+    """Every branch's chain that reads and authenticates; the control files that do not, as findings."""
+    key = f"{PREFIX}/branches.json"
+    found = _control(storage, key)
+    if found is not None:
+        return [], [found]
+    chains, findings = [], []
+    for bid in [str(b["id"]) for b in catalog.branches(storage)]:
+        found = _control(storage, f"{PREFIX}/{bid}/chain.json")
+        if found is None:
+            try:
+                chains.append(catalog.read_branch(storage, bid))
+                continue
+            except IntegrityError as exc:
+                found = Finding(f"{PREFIX}/{bid}/chain.json", "unreadable", "a chain lastline wrote", str(exc)[:300])
+        findings.append(found)
+    return chains, findings
+
+
+def verify_archive(plan: VerifyPlan) -> ArchiveVerdict:
+    """The archive read back, and each base's coverage (see the module); no archive: ok, with nothing read."""
+    storage = open_storage(plan.destination, plan.aws_conn_id)
+    if not storage.exists(f"{PREFIX}/branches.json"):
+        log.info("verify %s: no binlog archive", plan.destination)
+        return ArchiveVerdict(OK)
+    chains, findings = _read_chains(storage)
+    segments = total = 0
+    for branch in chains:
+        got, n, size = check_branch(storage, branch)
+        findings, segments, total = findings + got, segments + n, total + size
+    lines = [] if findings and not chains else _lines(storage, chains)
+    covered = [coverage(b, m, lines, _damaged(findings)) for b in plan.backups
+               if (m := read_back_manifest(storage, b)[0]) is not None]
+    status = status_of(findings)
+    newest = next((c for c in reversed(covered) if c.branch), None)
+    if status == OK and newest is not None and newest.holes:
+        status = MISSING  # the newest base cannot roll forward to the archive's end
+    log.info("verify %s: %s, %d segments (%s bytes)%s", storage.location(PREFIX), status, segments, f"{total:,}",
+             "".join(f"; {f.describe()}" for f in findings))
+    return ArchiveVerdict(status, len(chains), segments, total, findings, covered)
+
+
+def _lines(storage: Storage, chains: list[Branch]) -> list[window.Line]:
+    """Each readable branch's line of history, newest first (a line whose parent does not read is left out)."""
+    lines = []
+    for branch in reversed(chains):
+        try:
+            lines.append(window.lineage(storage, branch.id))
+        except IntegrityError:
+            continue
+    return lines

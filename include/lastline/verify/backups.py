@@ -1,0 +1,89 @@
+"""The backups of one destination read back: which folders are complete (the preflight), and for one backup its
+manifest (bounded, its MAC checked) and every file it names (presence, size, sha256, streamed): ok, damaged or
+missing, naming each file that differs and how. It reads, never writes."""
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from lastline.core.errors import IntegrityError
+from lastline.core.plans import Conf, RunParams
+from lastline.core.progress import plural
+from lastline.manifest import MANIFEST, FileInfo, LogicalManifest, PhysicalManifest, backup_time, manifest_kind, read_manifest
+from lastline.storage import Storage, open_storage, require_allowed
+from lastline.verify.plans import BackupVerdict, Finding, VerifyPlan, status_of
+from lastline.verify.reading import check_object, mac_finding
+
+log = logging.getLogger(__name__)
+
+
+def preflight(conf: RunParams) -> VerifyPlan:
+    """The destination (under the deployment's roots) and its backup folders: those with a manifest, oldest first."""
+    params = Conf(conf)
+    aws_conn_id = params.text("aws_conn_id") or None
+    place = require_allowed(params.required("destination"), "destination", aws_conn_id)
+    storage = open_storage(place, aws_conn_id)
+    folders = [b for b in storage.list_backups() if backup_time(b)]
+    complete = [b for b in folders if storage.exists(f"{b}/{MANIFEST}")]
+    incomplete = [b for b in folders if b not in complete]
+    log.info("verify %s: %s to read back (%d incomplete, not read)", place, plural(len(complete), "backup"),
+             len(incomplete))
+    return VerifyPlan(place, aws_conn_id, complete, incomplete)
+
+
+def backup_ids(plan: VerifyPlan) -> list[str]:
+    """The backups to read back, one task each (Airflow maps a task over a task's own return value only)."""
+    return list(plan.backups)
+
+
+def expected_files(manifest: PhysicalManifest | LogicalManifest) -> list[FileInfo]:
+    """Every file a manifest names, with its size (-1: not recorded) and sha256: a physical backup's artifact; a
+    logical backup's file list (format 1, without one: its schema file and its chunks)."""
+    if isinstance(manifest, PhysicalManifest):
+        if "/" in manifest.artifact:
+            raise IntegrityError(f"manifest of {manifest.backup_id} names the artifact {manifest.artifact!r}, outside its folder")
+        return [FileInfo(manifest.artifact, int(manifest.bytes), manifest.sha256)]
+    if manifest.files:
+        return list(manifest.files)
+    chunks = [FileInfo(c.file, int(c.bytes), c.sha256) for t in manifest.tables for c in t.chunks]
+    return [FileInfo(manifest.schema_file, -1, manifest.schema_sha256), *chunks]
+
+
+def read_back_manifest(storage: Storage, backup_id: str) -> tuple[Any, list[Finding]]:
+    """A backup's manifest as read_manifest reads it (bounded, parsed, its id checked; its `.authenticity` the MAC's
+    verdict), or None, and what is wrong with it."""
+    try:
+        if storage.size_if_exists(f"{backup_id}/{MANIFEST}") is None:
+            return None, [Finding(MANIFEST, "missing", "a manifest", "no such file (removed since the listing)")]
+        kind = manifest_kind(storage, backup_id)
+        if kind is None:
+            return None, [Finding(MANIFEST, "unreadable", "a manifest lastline wrote", "unreadable, or of no known kind")]
+        manifest = read_manifest(storage, backup_id, kind, require=False)
+    except IntegrityError as exc:
+        return None, [Finding(MANIFEST, "unreadable", "a manifest lastline wrote", str(exc)[:300])]
+    found = mac_finding(manifest.authenticity, MANIFEST)
+    return manifest, [found] if found else []
+
+
+def verify_backup(plan: VerifyPlan, backup_id: str) -> BackupVerdict:
+    """One backup read back (see the module)."""
+    storage = open_storage(plan.destination, plan.aws_conn_id)
+    manifest, findings = read_back_manifest(storage, backup_id)
+    if manifest is None:
+        return BackupVerdict(backup_id, None, status_of(findings), findings=findings)
+    try:
+        files = expected_files(manifest)
+    except IntegrityError as exc:
+        findings.append(Finding(MANIFEST, "unreadable", "files inside the backup's folder", str(exc)[:300]))
+        files = []
+    total = 0
+    for info in files:
+        found, n = check_object(storage, f"{backup_id}/{info.name}", int(info.bytes), info.sha256, info.name)
+        total += n
+        if found is not None:
+            findings.append(found)
+    verdict = BackupVerdict(backup_id, manifest.kind, status_of(findings), len(files), total, findings,
+                            manifest.authenticity.describe())
+    log.info("verify %s/%s: %s, %s read (%s bytes)%s", plan.destination, backup_id, verdict.status,
+             plural(len(files), "file"), f"{total:,}", "".join(f"; {f.describe()}" for f in findings))
+    return verdict

@@ -1,0 +1,74 @@
+"""backup_verify as Airflow runs it (dag.test) on a destination holding a real physical and logical backup and the
+binlog archive of the suite's source: a whole destination passes, one instance of verify_backup per backup; a flipped
+byte in a chunk and a flipped byte in an archived segment fail the run at once, named in its Report and its alert,
+while every backup's own task ends (each finding is a verdict, not a retry)."""
+from __future__ import annotations
+
+import pytest
+from tests.unit.verify.destination import Made, take
+
+from lastline import reports
+from lastline.manifest import read_manifest
+from lastline.storage import open_storage
+from lastline.verify import report
+
+pytestmark = pytest.mark.e2e
+
+
+@pytest.fixture(scope="module")
+def made(source, tmp_path_factory) -> Made:
+    return take(source, tmp_path_factory.mktemp("verify-dag") / "dest")
+
+
+def _page(destination: str) -> str:
+    entry = next(e for e in reversed(reports.history(report.HISTORY)) if e["destination"] == destination)
+    return reports.read("backup_verify", entry["run_id"], "backup_verify.md").decode()
+
+
+def _names(page: str) -> list[str]:
+    """The rendered names of the verify_backup instances of the run whose report is `page`."""
+    from airflow.models.taskinstance import TaskInstance
+    from airflow.utils.session import create_session
+
+    run_id = next(e["run_id"] for e in reversed(reports.history(report.HISTORY)) if e["destination"] in page)
+    with create_session() as session:
+        tis = session.query(TaskInstance).filter_by(dag_id="backup_verify", run_id=run_id, task_id="verify_backup").all()
+        return sorted(str(ti.rendered_map_index) for ti in tis)
+
+
+def test_a_whole_destination_passes(made, run_dag, tmp_path):
+    folder = made.copy(tmp_path / "d")
+    state, states, _ = run_dag("backup_verify", {"destination": f"file://{folder}", "aws_conn_id": None})
+    assert state == "success", states
+    assert states["verify_backup[0]"] == states["verify_backup[1]"] == states["verify_archive"] == "success"
+    page = _page(f"file://{folder}")
+    assert page.startswith(f"# Backup verify of file://{folder}: every backup ok")
+    assert _names(page) == sorted([made.physical, made.logical])  # each instance named in the Grid by its backup
+    assert f"| {made.physical} | physical | ok |" in page and f"| {made.logical} | logical | ok |" in page
+
+
+def test_a_destination_without_backups_passes_with_nothing_to_read(run_dag, tmp_path):
+    (tmp_path / "empty").mkdir()
+    state, states, _ = run_dag("backup_verify", {"destination": f"file://{tmp_path / 'empty'}", "aws_conn_id": None})
+    assert state == "success" and states["verify_backup"] == "skipped" and states["report"] == "success", states
+    assert "every backup ok (0 backups, 0 bytes read back)" in _page(f"file://{tmp_path / 'empty'}")
+
+
+def test_damage_fails_the_run_names_the_files_and_alerts(made, run_dag, webhook, tmp_path):
+    folder = made.copy(tmp_path / "d")
+    chunk = next(f.name for f in read_manifest(open_storage(f"file://{folder}"), made.logical, "logical").files
+                 if f.name.startswith("data/"))
+    segment = next(p for p in (folder / "binlogs").rglob("0*") if p.is_file())
+    for path in (folder / made.logical / chunk, segment):
+        data = bytearray(path.read_bytes())
+        data[len(data) // 2] ^= 0x04
+        path.write_bytes(bytes(data))
+    state, states, log = run_dag("backup_verify", {"destination": f"file://{folder}", "aws_conn_id": None})
+    assert state == "failed" and states["report"] == "failed"
+    assert states["verify_backup[0]"] == states["verify_backup[1]"] == states["verify_archive"] == "success"
+    page = _page(f"file://{folder}")
+    assert f"backup {made.logical} is damaged: {chunk}: digest" in page
+    assert f"the binlog archive is damaged: {segment.relative_to(folder)}: digest" in page
+    assert f"| {made.physical} | physical | ok |" in page  # the other backup is not blamed
+    alert = webhook.wait_for("verify_failed", timeout=10)
+    assert chunk in alert["text"] and alert["dag_id"] == "backup_verify" and alert["problems"]
