@@ -79,16 +79,20 @@ def logical_restore_steps(conf: Any = None, server_param: str = "target_conn_id"
 
 @task_group(group_id="restore")
 def physical_restore_steps(conf: Any = None, server_param: str = "target_conn_id", role: str | None = None) -> None:
-    """preflight (read-only) → approve (only when data would be replaced) → stop_target → extract → prepare
+    """preflight (read-only) → approve (only when data would be replaced and a person is asked: else preflight skips
+    it, and no task starts for it) → stop_target → extract → prepare
     → start_target → verify → report. `conf`: the restore's Params as a dict or an XComArg (None: the run's own
     Params); `server_param`: the Param naming the server restored into (its queue and pool). The call gives the group:
     `group >> x` runs x after verify."""
     target = on_server(server_param)
 
-    plan = step(physical_restore.preflight, multiple_outputs=True, **on_server(server_param, long=False))(conf, role=role)
-    approved = ApproveReplacement(task_id="approve", plan=plan)
-    stop, ext, prep, start = (step(fn, **target)(plan) for fn in (physical_restore.stop_target, physical_restore.extract,
-                                                                   physical_restore.prepare, physical_restore.start_target))
+    plan = step(physical_restore.preflight, around=deciding, multiple_outputs=True,
+                **on_server(server_param, long=False))(conf, role=role)
+    approved = ApproveReplacement(task_id="approve", plan=plan)  # only when data would be replaced and a person is asked
+    # a skipped approval lets the target be stopped, a rejected one stops the run
+    stop = step(physical_restore.stop_target, trigger_rule=TriggerRule.NONE_FAILED_MIN_ONE_SUCCESS, **target)(plan)
+    ext, prep, start = (step(fn, **target)(plan) for fn in (physical_restore.extract, physical_restore.prepare,
+                                                            physical_restore.start_target))
     verified = step(physical_restore.verify, **target)(plan, ext)
     chain(plan, approved, stop, ext, prep, start, verified)
     step(physical_restore.report)(plan, stop=stop, extract=ext, prepare=prep, start=start, verify=verified, dag_id="{{ dag.dag_id }}")

@@ -19,7 +19,14 @@ from lastline.pitr.events import gtid_map
 log = logging.getLogger(__name__)
 
 CONNECTION = "lastline_pitr"  # the replication connection the parallel replay uses (never connects anywhere)
-SETTINGS = ("slave_parallel_threads", "slave_exec_mode")  # what the parallel replay changes, put back after it
+# what the parallel replay changes, put back after it
+SETTINGS = ("slave_parallel_threads", "slave_exec_mode", "innodb_flush_log_at_trx_commit")
+# While it replays, the target writes its redo log at each commit and flushes it to disk once a second, not at every
+# commit (innodb_flush_log_at_trx_commit 1 -> 2; 0 stays 0): the replay committed 1.6x the transactions a second here
+# (bench/pitr_bench.py). The target is a restored base no one uses yet: a crash of its server loses nothing, and after
+# a crash of the machine the replay refuses to resume on a target that restarted (replay.apply) and the DAG restores
+# the base again.
+DURING = "IF(@@GLOBAL.innodb_flush_log_at_trx_commit IN (1, 3), 2, @@GLOBAL.innodb_flush_log_at_trx_commit)"
 
 
 def settings(cur: Any) -> dict[str, Any]:
@@ -39,6 +46,8 @@ def put_back(cur: Any, settings: dict[str, Any]) -> None:
     drop_connection(cur)
     cur.execute("SET GLOBAL slave_parallel_threads=%s", (int(settings["slave_parallel_threads"]),))
     cur.execute("SET GLOBAL slave_exec_mode=%s", (str(settings["slave_exec_mode"]),))
+    if "innodb_flush_log_at_trx_commit" in settings:  # a ledger row written before the replay changed it has none
+        cur.execute("SET GLOBAL innodb_flush_log_at_trx_commit=%s", (int(settings["innodb_flush_log_at_trx_commit"]),))
 
 
 def gtid_slave_pos(cur: Any) -> str:
@@ -135,6 +144,7 @@ def run_parallel(server: Server, paths: list[str], kept: list[events.Transaction
         cur.execute(f"SET GLOBAL {CONNECTION}.replicate_do_db=%s", (",".join(databases or []),))
         cur.execute("SET GLOBAL slave_parallel_threads=%s", (int(threads),))
         cur.execute("SET GLOBAL slave_exec_mode='STRICT'")
+        cur.execute(f"SET GLOBAL innodb_flush_log_at_trx_commit = {DURING}")  # see DURING
         cur.execute(f"START SLAVE '{CONNECTION}' SQL_THREAD")
         wait(cur, events.gtid_state("", kept), started)
     return {"seconds": round(time.monotonic() - started, 3)}

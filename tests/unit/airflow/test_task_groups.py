@@ -101,10 +101,10 @@ def test_a_restore_asks_approval_of_its_preflight_s_plan_and_passes_the_dag_s_ro
     assert preflight.multiple_outputs
     assert isinstance(approve, ApproveReplacement) and approve.downstream_task_ids == {next_step}  # before anything is touched
     assert approve.plan.operator is preflight and approve.plan.key == "return_value"  # the plan it shows the approver
-    if group is task_groups.logical_restore_steps:  # its preflight skips approve as it ends when no one is asked
-        assert preflight.python_callable.__code__.co_qualname == "deciding.<locals>.call"
-        assert dag.task_dict[next_step].trigger_rule == TriggerRule.NONE_FAILED_MIN_ONE_SUCCESS  # a skipped approve
-        # lets it run, a rejected one not
+    # its preflight skips approve as it ends when no one is asked: no task starts for it
+    assert preflight.python_callable.__code__.co_qualname == "deciding.<locals>.call"
+    assert dag.task_dict[next_step].trigger_rule == TriggerRule.NONE_FAILED_MIN_ONE_SUCCESS  # a skipped approve
+    # lets it run, a rejected one not
 
 
 def test_the_logical_restore_loads_one_mapped_instance_per_lane_and_reverts_as_its_teardown():
