@@ -113,9 +113,24 @@ def _e(seq: int, start: str, end: str, **kw) -> Entry:
     ([_e(1, "0-1-1", "0-1-5"), _e(2, "0-1-4", "0-1-9")], ["mariadb-bin.000002"]),
     ([_e(1, "0-1-1", "0-1-5"), _e(2, "", "", missing=True), _e(3, "0-1-7", "0-1-9")], []),
     ([_e(1, "0-1-1", "0-1-5", tail_missing=True), _e(2, "0-1-7", "0-1-9")], []),
-], ids=["in-order", "a-number-skipped", "a-start-behind-the-end-before", "a-recorded-hole", "a-recorded-tail-hole"])
+    # a tail proven empty is crossed, so the file after it must start where the archived bytes end
+    ([_e(1, "0-1-1", "0-1-5", tail_missing=True, proven_empty="mariadb-bin.000002"), _e(2, "0-1-5", "0-1-9")], []),
+    ([_e(1, "0-1-1", "0-1-5", tail_missing=True, proven_empty="mariadb-bin.000002"), _e(2, "0-1-4", "0-1-9")],
+     ["mariadb-bin.000002"]),
+], ids=["in-order", "a-number-skipped", "a-start-behind-the-end-before", "a-recorded-hole", "a-recorded-tail-hole",
+        "a-tail-proven-empty", "a-tail-proven-empty-then-a-start-behind-it"])
 def test_sequence_gaps(entries, gaps):
     assert [f.file.rsplit("/", 1)[1] for f in archive.sequence_gaps("b1", entries)] == gaps
+
+
+@pytest.mark.parametrize(("entry", "crossed"), [
+    (_e(2, "", "", missing=True), False),
+    (_e(2, "", "", missing=True, proven_empty="mariadb-bin.000003"), True),
+    (_e(2, "0-1-5", "0-1-9", pruned=True), False),
+    (_e(2, "0-1-5", "0-1-9"), True),
+], ids=["a-hole", "a-hole-proven-empty", "pruned", "archived"])
+def test_a_roll_forward_crosses_an_archived_file_and_a_hole_proven_empty(entry, crossed):
+    assert archive._usable(entry) is crossed
 
 
 def test_coverage_of_a_base_the_archive_does_not_reach(made, tmp_path):
