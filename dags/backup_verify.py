@@ -8,8 +8,8 @@ SSH the bytes stream through the digest; nothing is downloaded whole, nothing is
 archive is read back as well: every segment against its chain, no gap in bytes or GTIDs, and how far it rolls each
 base forward (holes named).
 
-preflight (the destination, its complete backups) → backups → verify_backup (one per backup, named by its id) and
-verify_archive → report (always: the run's **Report**, the Backups page's "Read back" column, and the newest drill of
+preflight (the destination, its complete backups) → backups → verify_backup (one per backup, named by its id: one
+that finds damage fails at once, without retries) and verify_archive (the same) → report (always: the run's **Report**, the Backups page's "Read back" column, and the newest drill of
 each backup). A damaged, missing or unread backup, or a damaged archive, fails the run and alerts (the connection
 `lastline_alerts`). A killed run, cleared, reads again only the backups whose task did not finish.
 
@@ -26,7 +26,7 @@ from lastline.airflow.defaults import dag_args, schedule
 from lastline.airflow.params import params
 from lastline.airflow.steps import step
 from lastline.verify import archive, backups, report
-from lastline.verify.plans import BackupVerdict, VerifyPlan
+from lastline.verify.plans import ArchiveVerdict, BackupVerdict, VerifyPlan
 
 
 @dag(
@@ -37,9 +37,14 @@ from lastline.verify.plans import BackupVerdict, VerifyPlan
     params=params("destination", "aws_conn_id", destination="the destination whose backups and binlog archive are read back"),
 )
 def backup_verify():
+    # a backup or archive found damaged fails its own task at once, its verdict kept for the report (report.kept)
     def verify_backup(plan: VerifyPlan, backup_id: str) -> BackupVerdict:
-        cast(dict, get_current_context())["backup_id"] = backup_id  # the mapped instance's name (map_index_template)
-        return backups.verify_backup(plan, backup_id)
+        context = cast(dict, get_current_context())
+        context["backup_id"] = backup_id  # the mapped instance's name (map_index_template)
+        return cast(BackupVerdict, report.kept(backups.verify_backup(plan, backup_id), context["ti"], f"backup {backup_id}"))
+
+    def verify_archive(plan: VerifyPlan) -> ArchiveVerdict:
+        return cast(ArchiveVerdict, report.kept(archive.verify_archive(plan), get_current_context()["ti"], "the binlog archive"))
 
     def record(plan: VerifyPlan) -> dict:
         context = get_current_context()
@@ -56,7 +61,7 @@ def backup_verify():
     plan = step(backups.preflight, task_id="preflight")()
     ids = step(backups.backup_ids, task_id="backups")(plan)
     read = step(verify_backup, map_index_template="{{ backup_id }}").partial(plan=plan).expand(backup_id=ids)
-    archived = step(archive.verify_archive)(plan)
+    archived = step(verify_archive)(plan)
     [read, archived] >> step(record, task_id="report", trigger_rule="all_done", multiple_outputs=True)(plan)
 
 

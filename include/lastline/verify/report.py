@@ -12,6 +12,7 @@ from typing import Any
 
 from lastline import drill, reports
 from lastline.core.errors import IntegrityError
+from lastline.core.plans import plain
 from lastline.core.progress import plural
 from lastline.verify.plans import OK, ArchiveVerdict, BackupVerdict, Coverage, VerifyPlan
 
@@ -124,6 +125,18 @@ def read_backs(history: list[dict[str, Any]], destination: str) -> dict[str, dic
             for backup_id, got in (entry.get("backups") or {}).items():
                 out[backup_id] = {**got, "finished": entry.get("finished"), "run_id": entry.get("run_id")}
     return out
+
+
+def kept(verdict: BackupVerdict | ArchiveVerdict, ti: Any, what: str) -> BackupVerdict | ArchiveVerdict:
+    """`verdict`, or, when it is not ok, a refusal after it was pushed as the task's return value (`ti`: the task
+    instance): the task that read the damage fails at once (red in the Grid, never retried) and the report still
+    reads what it found."""
+    if verdict.status == OK:
+        return verdict
+    ti.xcom_push("return_value", plain(verdict))
+    shown = "; ".join(f.describe() for f in verdict.findings[:5]) + (" ..." if len(verdict.findings) > 5 else "")
+    raise IntegrityError(f"{what} is {verdict.status}: {shown or 'nothing could be read'}. The run's report lists every "
+                         "finding; restore from another backup and find out who or what changed the storage.")
 
 
 def fail_if_bad(summary: dict[str, Any]) -> None:

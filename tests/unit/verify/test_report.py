@@ -10,7 +10,7 @@ import pytest
 from lastline import drill, reports
 from lastline.core.errors import IntegrityError
 from lastline.verify import report
-from lastline.verify.plans import ArchiveVerdict, BackupVerdict, Coverage, Finding, VerifyPlan
+from lastline.verify.plans import DAMAGED, OK, ArchiveVerdict, BackupVerdict, Coverage, Finding, VerifyPlan
 
 A, B, C = "20261101T000000Z-aaaaaa", "20261102T000000Z-bbbbbb", "20261103T000000Z-cccccc"
 DEST = "file:///tmp/d `x`"
@@ -78,3 +78,28 @@ def test_record_saves_the_report_and_the_history_and_fail_if_bad_refuses(tmp_pat
                   "backup_verify", "r2")
     newest = report.read_backs(reports.history(report.HISTORY), DEST + "/")
     assert newest[B]["run_id"] == "r2" and newest[A]["run_id"] == "r1"  # the newest read-back of each
+
+
+class _Instance:
+    """What report.kept uses of a task instance: xcom_push, recorded."""
+
+    def __init__(self) -> None:
+        self.pushed: dict[str, object] = {}
+
+    def xcom_push(self, key: str, value: object) -> None:
+        self.pushed[key] = value
+
+
+def test_kept_passes_an_ok_verdict_and_refuses_a_damaged_one_after_keeping_it_for_the_report():
+    ti, ok = _Instance(), BackupVerdict("20261101T000000Z-aaaaaa", "logical", OK, 3, 100)
+    assert report.kept(ok, ti, "backup x") is ok and ti.pushed == {}
+    findings = [Finding(f"data/t/{i:05d}.tsv.zst", "digest", "ab", "cd") for i in range(7)]
+    bad = BackupVerdict("20261101T000000Z-bbbbbb", "logical", DAMAGED, 7, 100, findings)
+    with pytest.raises(IntegrityError, match=r"^backup 20261101T000000Z-bbbbbb is damaged: data/t/00000.tsv.zst: digest "
+                                             r"\(expected ab, found cd\);.* \.\.\.\. The run's report lists every finding"):
+        report.kept(bad, ti, "backup 20261101T000000Z-bbbbbb")
+    assert BackupVerdict.of(ti.pushed["return_value"]) == bad  # what the report task pulls
+    archive_ti = _Instance()
+    with pytest.raises(IntegrityError, match="^the binlog archive is damaged: nothing could be read"):
+        report.kept(ArchiveVerdict(DAMAGED), archive_ti, "the binlog archive")
+    assert ArchiveVerdict.of(archive_ti.pushed["return_value"]) == ArchiveVerdict(DAMAGED)
