@@ -114,7 +114,7 @@ class SealWriter:
     """Seals what is written into `sink` (a binary file-like object) as object `name` of backup `backup_id`.
 
     `close()` writes the final chunk (it does not close the sink); leaving a `with` block on an exception abandons
-    the object without it, so a reader finds it truncated. Memory: about two chunks."""
+    the object without it, so a reader finds it truncated. Memory: a chunk pending and the one being sealed."""
 
     def __init__(self, sink: BinaryIO, key: DataKey, backup_id: str, name: str, *, cipher: str = DEFAULT_CIPHER,
                  chunk_size: int = CHUNK_SIZE) -> None:
@@ -135,17 +135,23 @@ class SealWriter:
     def write(self, data: bytes | bytearray | memoryview) -> int:
         if self._closed:
             raise ValueError("write to a closed SealWriter")
-        view = memoryview(data).cast("B")
-        for start in range(0, len(view), self._size):
-            self._buf += view[start:start + self._size]
-            while len(self._buf) > self._size:  # a full chunk is sealed once a byte after it shows it is not the last
-                self._emit(memoryview(self._buf)[:self._size], final=False)
-                del self._buf[:self._size]
+        view, pos, size = memoryview(data).cast("B"), 0, self._size
+        while pos < len(view):
+            if len(self._buf) == size:  # a byte follows the pending chunk: it is not the last
+                self._emit(memoryview(self._buf), final=False)
+                self._buf = bytearray()
+            elif not self._buf and len(view) - pos > size:  # a whole chunk and a byte after it: sealed in place
+                self._emit(view[pos:pos + size], final=False)
+                pos += size
+            else:
+                take = min(len(view) - pos, size - len(self._buf))
+                self._buf += view[pos:pos + take]
+                pos += take
         self.bytes_in += len(view)
         return len(view)
 
     def _emit(self, piece: memoryview, final: bool) -> None:
-        sealed = self._aead.encrypt(_nonce(self._index, final), bytes(piece), self._fields)
+        sealed = self._aead.encrypt(_nonce(self._index, final), piece, self._fields)
         self._sink.write(sealed)
         self._index, self.bytes_out = self._index + 1, self.bytes_out + len(sealed)
 
@@ -219,7 +225,7 @@ class SealReader:
     def _next(self) -> bytes:
         frame_size = self.chunk_size + TAG
         data = self._ahead + _read_full(self._source, frame_size + 1 - len(self._ahead))
-        frame, self._ahead = data[:frame_size], data[frame_size:]
+        frame, self._ahead = memoryview(data)[:frame_size], data[frame_size:]
         final = not self._ahead
         try:
             plain = self._aead.decrypt(_nonce(self._index, final), frame, self._fields)
@@ -228,14 +234,14 @@ class SealReader:
         self._index, self._done = self._index + 1, final
         return plain
 
-    def _opens(self, frame: bytes, index: int, final: bool) -> bool:
+    def _opens(self, frame: memoryview, index: int, final: bool) -> bool:
         try:
             self._aead.decrypt(_nonce(index, final), frame, self._fields)
         except InvalidTag:
             return False
         return True
 
-    def _diagnose(self, frame: bytes, final: bool) -> NoReturn:
+    def _diagnose(self, frame: memoryview, final: bool) -> NoReturn:
         """Name why chunk `self._index` failed: the object cut or extended, chunks reordered, or bytes changed."""
         index, full = self._index, len(frame) == self.chunk_size + TAG
         if final and not frame:
