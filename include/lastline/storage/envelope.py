@@ -17,7 +17,7 @@ from __future__ import annotations
 import base64
 import binascii
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from cryptography.exceptions import InvalidTag
@@ -30,7 +30,18 @@ from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 from lastline.core.errors import ConfigError, IntegrityError
 from lastline.storage.auth import key_entry
 from lastline.storage.encryption_keys import KEY_CONN_ENV, EncryptionKeys, Identity, Recipient
-from lastline.storage.sealing import CHUNK_SIZE, CIPHERS, FORMAT, MAX_CHUNK, MIN_CHUNK, DataKey
+from lastline.storage.sealing import (
+    CHUNK_SIZE,
+    CIPHERS,
+    FORMAT,
+    MAX_CHUNK,
+    MIN_CHUNK,
+    DataKey,
+    SealReader,
+    SealWriter,
+    Sink,
+    Source,
+)
 
 _ZERO_NONCE = bytes(12)  # every wrapping key is used once
 _SIZES = {"kek": ("salt", 16), "x25519": ("ephemeral", 32)}
@@ -194,3 +205,34 @@ def rewrap(envelope: Envelope, keys: EncryptionKeys, backup_id: str) -> Envelope
     the same data key, so no data is re-encrypted; the old wrappings are dropped, so old keys no longer open it."""
     data_key = open_data_key(envelope, keys, backup_id)
     return _wrap_all(data_key, keys, backup_id, envelope.cipher, envelope.chunk_size)
+
+
+@dataclass(frozen=True)
+class BackupSeal:
+    """What seals and opens the objects of one backup: its data key (never printed), id, cipher and chunk size."""
+
+    data_key: DataKey = field(repr=False)
+    backup_id: str
+    cipher: str
+    chunk_size: int
+
+    def writer(self, sink: Sink, name: str) -> SealWriter:
+        """A SealWriter of object `name` (its key in the destination) into `sink`."""
+        return SealWriter(sink, self.data_key, self.backup_id, name, cipher=self.cipher, chunk_size=self.chunk_size)
+
+    def reader(self, source: Source, name: str) -> SealReader:
+        """A SealReader of object `name` from `source`."""
+        return SealReader(source, self.data_key, self.backup_id, name)
+
+
+def new_seal(keys: EncryptionKeys, backup_id: str) -> tuple[BackupSeal, Envelope]:
+    """A new backup's seal and the envelope its manifest records."""
+    data_key, env = new_data_key(keys, backup_id)
+    return BackupSeal(data_key, backup_id, env.cipher, env.chunk_size), env
+
+
+def opened_seal(recorded: object, keys: EncryptionKeys | None, backup_id: str, where: str) -> BackupSeal:
+    """The seal of a backup whose manifest (at `where`) records envelope `recorded`: refused (IntegrityError) if the
+    envelope is not one lastline writes, (ConfigError) naming the key ids needed if the deployment holds none."""
+    env = Envelope.from_json(recorded, where)
+    return BackupSeal(open_data_key(env, keys, backup_id), backup_id, env.cipher, env.chunk_size)

@@ -22,7 +22,7 @@ import hmac
 import os
 import struct
 from collections.abc import Iterator
-from typing import BinaryIO, NoReturn
+from typing import NoReturn, Protocol
 
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives import hashes
@@ -41,6 +41,18 @@ _FIELDS = struct.Struct("!6sBBI32s")
 HEADER_SIZE = _FIELDS.size + 32
 TAG = 16
 _REORDER_WINDOW = 32  # a failed chunk is tried as these many other indices, to name a reordering
+
+
+class Sink(Protocol):
+    """Where sealed (or opened) bytes go: anything with write()."""
+
+    def write(self, data: bytes, /) -> object: ...
+
+
+class Source(Protocol):
+    """Where sealed (or plain) bytes come from: anything with read(n)."""
+
+    def read(self, size: int, /) -> bytes: ...
 
 
 class DataKey:
@@ -116,7 +128,7 @@ class SealWriter:
     `close()` writes the final chunk (it does not close the sink); leaving a `with` block on an exception abandons
     the object without it, so a reader finds it truncated. Memory: a chunk pending and the one being sealed."""
 
-    def __init__(self, sink: BinaryIO, key: DataKey, backup_id: str, name: str, *, cipher: str = DEFAULT_CIPHER,
+    def __init__(self, sink: Sink, key: DataKey, backup_id: str, name: str, *, cipher: str = DEFAULT_CIPHER,
                  chunk_size: int = CHUNK_SIZE) -> None:
         if cipher not in CIPHERS:
             raise ValueError(f"cipher {cipher!r} is not one of {', '.join(CIPHERS)}")
@@ -176,7 +188,7 @@ class SealWriter:
         self.abort() if kind is not None else self.close()
 
 
-def _read_full(source: BinaryIO, size: int) -> bytes:
+def _read_full(source: Source, size: int) -> bytes:
     parts, got = [], 0
     while got < size:
         part = source.read(size - got)
@@ -191,7 +203,7 @@ class SealReader:
     """Opens sealed object `name` of backup `backup_id` from `source`: `chunks()` yields each chunk's plaintext once
     it is authenticated, `read(n)` reads as a file does. Memory: about two chunks. Raises SealError."""
 
-    def __init__(self, source: BinaryIO, key: DataKey, backup_id: str, name: str) -> None:
+    def __init__(self, source: Source, key: DataKey, backup_id: str, name: str) -> None:
         self._source, self.name, self.backup_id = source, name, backup_id
         header = _read_full(source, HEADER_SIZE)
         magic, version, code, size, salt = _FIELDS.unpack(header[:_FIELDS.size].ljust(_FIELDS.size, b"\x00"))
@@ -280,7 +292,7 @@ class SealReader:
         return len(data)
 
 
-def seal_stream(source: BinaryIO, sink: BinaryIO, key: DataKey, backup_id: str, name: str, *,
+def seal_stream(source: Source, sink: Sink, key: DataKey, backup_id: str, name: str, *,
                 cipher: str = DEFAULT_CIPHER, chunk_size: int = CHUNK_SIZE) -> tuple[int, int]:
     """Seal all of `source` into `sink` (a pipeline's stage: `... | zstd | seal -> storage`); (bytes in, bytes out)."""
     with SealWriter(sink, key, backup_id, name, cipher=cipher, chunk_size=chunk_size) as writer:
@@ -289,7 +301,7 @@ def seal_stream(source: BinaryIO, sink: BinaryIO, key: DataKey, backup_id: str, 
     return writer.bytes_in, writer.bytes_out
 
 
-def open_stream(source: BinaryIO, sink: BinaryIO, key: DataKey, backup_id: str, name: str) -> int:
+def open_stream(source: Source, sink: Sink, key: DataKey, backup_id: str, name: str) -> int:
     """Write the plaintext of sealed object `name` from `source` into `sink`; the bytes written. Raises SealError,
     possibly after earlier chunks were written: the sink's consumer must not commit before this returns."""
     written = 0

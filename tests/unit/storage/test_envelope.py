@@ -7,6 +7,7 @@ from __future__ import annotations
 import base64
 import io
 import json
+import pickle
 
 import pytest
 
@@ -146,3 +147,18 @@ def test_a_changed_wrapped_key_is_refused_as_a_wrong_key_naming_its_id():
     data["wrappings"][0]["wrapped"] = base64.b64encode(bytes(wrapped)).decode()
     with pytest.raises(ConfigError, match=r"key 'k1' of the encryption key connection .*\(or the envelope was changed\)"):
         envelope.open_data_key(Envelope.from_json(data, "m"), keys(), "b1")
+
+
+def test_a_backup_seal_seals_and_opens_its_objects_and_never_shows_its_key():
+    seal, env = envelope.new_seal(keys(cipher="chacha20-poly1305"), "b1")
+    assert (seal.backup_id, seal.cipher, seal.chunk_size) == ("b1", "chacha20-poly1305", sealing.CHUNK_SIZE)
+    sink = io.BytesIO()
+    with seal.writer(sink, "b1/data/t.tsv") as writer:
+        writer.write(b"row\n" * 1000)
+    opened = envelope.opened_seal(env.to_json(), keys(), "b1", "b1/manifest.json")
+    assert opened == seal and opened.reader(io.BytesIO(sink.getvalue()), "b1/data/t.tsv").read() == b"row\n" * 1000
+    assert seal.data_key.raw().hex() not in repr(seal) and "DataKey" not in repr(seal)
+    with pytest.raises(TypeError, match="never serialised"):
+        pickle.dumps(seal)
+    with pytest.raises(IntegrityError, match="b1/manifest.json: the encryption envelope is not one lastline writes"):
+        envelope.opened_seal({"format": "lastline-seal/1"}, keys(), "b1", "b1/manifest.json")
