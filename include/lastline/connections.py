@@ -81,14 +81,15 @@ def secret(conn_id: str) -> str:
 
 
 def key_ring(conn_id: str) -> tuple[str, str, str, dict]:
-    """(type, login, password, extras) of a connection that holds keys (storage.auth's); every secret in it is
-    handed to Airflow's log masker first."""
+    """(type, login, password, extras) of a connection that holds keys (storage.auth's, storage.encryption_keys');
+    every secret in it is handed to Airflow's log masker first."""
     conn = _connection(conn_id, "generic")
     extra = conn.extra_dejson or {}
     try:
         from airflow.sdk.log import mask_secret
 
-        for secret in [conn.password, *((extra.get("keys") or {}).values() if isinstance(extra.get("keys"), dict) else [])]:
+        rings = [extra.get(name) for name in ("keys", "identities")]  # older keys; private keys (encryption's)
+        for secret in [conn.password, *(value for ring in rings if isinstance(ring, dict) for value in ring.values())]:
             if isinstance(secret, str) and secret:
                 mask_secret(secret)
     except ImportError:  # pragma: no cover - without Airflow nothing prints task logs

@@ -246,6 +246,9 @@ class LogicalManifest:
     files: list[FileInfo] = field(default_factory=list)
     checksum: str = ""  # what the tables' checksums are (dialect.CHECKSUM); "" in format 1
     source_identity: str | None = None  # servers.server_identity of the source (None in older backups)
+    # the chunk files' encryption: storage.envelope's Envelope as JSON (key ids and wrapped keys, never a key); None:
+    # the chunk files are not sealed
+    encryption: dict | None = None
     format: str = LOGICAL_FORMAT
     kind: str = "logical"
 

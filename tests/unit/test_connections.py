@@ -77,3 +77,14 @@ def test_key_ring(conns):
     conns("unit_conn_ring", conn_type="generic", login="k2", password="secret-two",
           extra={"keys": {"k1": "secret-one"}})
     assert connections.key_ring("unit_conn_ring") == ("generic", "k2", "secret-two", {"keys": {"k1": "secret-one"}})
+
+
+def test_key_ring_hands_every_secret_to_the_log_masker(conns, monkeypatch):
+    import airflow.sdk.log
+
+    masked: list[str] = []
+    monkeypatch.setattr(airflow.sdk.log, "mask_secret", masked.append)
+    conns("unit_conn_ring", conn_type="generic", login="k2", password="secret-two",
+          extra={"keys": {"k1": "secret-one"}, "identities": {"ops": "private-x25519"}, "recipients": {"ops": "public"}})
+    connections.key_ring("unit_conn_ring")
+    assert {"private-x25519", "secret-one", "secret-two"} <= {m for m in masked if isinstance(m, str)}

@@ -25,6 +25,7 @@ from lastline.logical.format.chunk_files import read_chunk
 from lastline.manifest import ChunkInfo, LogicalManifest, LogicalTable
 from lastline.staging import patterns
 from lastline.storage import Storage
+from lastline.storage.envelope import BackupSeal
 
 SAMPLE_CHUNKS = 32  # chunks read per table at most
 SAMPLE_BYTES = 16 << 20  # uncompressed bytes searched per table at most
@@ -195,8 +196,8 @@ def _check_value(value: bytes | None, col: dialect.Column, s: ColumnSample, row:
         s.example.setdefault("phone", patterns.redact("phone", whole.strip()))
 
 
-def sample(storage: Storage, manifest: LogicalManifest, t: LogicalTable) -> TableSample:
-    """The table's sample (see the module doc)."""
+def sample(storage: Storage, manifest: LogicalManifest, t: LogicalTable, seal: BackupSeal | None = None) -> TableSample:
+    """The table's sample (see the module doc); `seal` opens an encrypted backup's chunks (chunk_files.chunk_seal)."""
     cols = [dialect.Column(**c) for c in t.columns]
     out = TableSample([ColumnSample() for _ in cols])
     chosen = spread(t.chunks)
@@ -209,7 +210,7 @@ def sample(storage: Storage, manifest: LogicalManifest, t: LogicalTable) -> Tabl
         size = span if n == 1 else max(share // n, 1)
         starts = [j * span // n for j in range(n)]
         key, where = f"{manifest.backup_id}/{c.file}", f"{t.schema}.{t.name}"
-        reader = read_chunk(storage, key, manifest.compression, c.sha256, where)
+        reader = read_chunk(storage, key, manifest.compression, c.sha256, where, seal)
         try:
             for data in windows(reader, starts, size if n > 1 else max(size, share)):
                 budget -= len(data)

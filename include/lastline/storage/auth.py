@@ -44,7 +44,9 @@ class Keys:
     secrets: dict[str, bytes] = field(repr=False)
 
 
-def _key(where: str, key_id: object, secret: object) -> tuple[str, bytes]:
+def key_entry(where: str, key_id: object, secret: object) -> tuple[str, bytes]:
+    """(id, secret) of one key of a key connection, checked: an id of 1 to 64 letters, digits, '.', '_' or '-', a
+    secret of 32 characters or more (storage.encryption_keys reads its keys by the same rules)."""
     if not isinstance(key_id, str) or not _KEY_ID.match(key_id):
         raise ConfigError(f"{where}: key id {key_id!r} is not 1 to 64 letters, digits, '.', '_' or '-'.")
     if not isinstance(secret, str) or len(secret) < MIN_KEY_CHARS:
@@ -68,11 +70,11 @@ def deployment_keys() -> Keys | None:
     if not login or not password:
         raise ConfigError(f"{where} needs a login (the key's id) and a password (the key), e.g. AIRFLOW_CONN_"
                           f"{conn_id.upper()}='{{\"conn_type\": \"generic\", \"login\": \"k1\", \"password\": \"<64 hex>\"}}'.")
-    sign_id, secret = _key(where, login, password)
+    sign_id, secret = key_entry(where, login, password)
     older = extra.get("keys") or {}
     if not isinstance(older, dict):
         raise ConfigError(f"{where}: extras `keys` must be an object {{\"<id>\": \"<secret>\"}}.")
-    secrets = dict(_key(where, k, v) for k, v in older.items())
+    secrets = dict(key_entry(where, k, v) for k, v in older.items())
     secrets[sign_id] = secret
     return Keys(sign_id, secrets)
 

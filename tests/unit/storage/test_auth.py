@@ -61,7 +61,7 @@ def test_only_a_json_object_is_signed():
     ids=["space-in-id", "id-too-long", "short-secret", "secret-not-text"])
 def test_key_checks(key_id, secret, message):
     with pytest.raises(ConfigError, match=message):
-        auth._key("the connection", key_id, secret)
+        auth.key_entry("the connection", key_id, secret)
 
 
 @pytest.mark.parametrize(("found", "trusted", "refused"), [

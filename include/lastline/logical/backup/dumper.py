@@ -28,6 +28,7 @@ from lastline.manifest import (
     ChunkInfo,
 )
 from lastline.storage import Storage
+from lastline.storage.envelope import BackupSeal
 
 log = logging.getLogger(__name__)
 
@@ -120,6 +121,7 @@ class Dumper:
                                  eta_by="rows")
         self.workers: list[DumpWorker] = []
         self.priority = "normal"  # core.impact: the compressors' nice and ionice
+        self.seal: BackupSeal | None = None  # the backup's seal when it is encrypted (storage.envelope)
         self.savepoints = False  # workers in their snapshot roll back to a savepoint after each chunk (snapshot module doc)
         self.reading: dict[int, Job] = {}  # worker connection id -> the chunk it reads now (guarded by cv)
         self.yielded: set[int] = set()  # workers whose chunk query the DDL watcher stopped (guarded by cv)
@@ -369,7 +371,7 @@ class Dumper:
 
         def new_part(part: int) -> tuple[str, Part]:
             key = chunk_key(self.backup_id, plan, job.seq, part, self.suffix)
-            return key, open_part(self.storage, key, self.compression, self.priority)
+            return key, open_part(self.storage, key, self.compression, self.priority, self.seal)
 
         if self.savepoints:
             if worker.connection_id not in self.saved:

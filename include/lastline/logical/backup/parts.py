@@ -1,7 +1,7 @@
 """Where a dump part's bytes go: the part's own file, written by the worker itself through a descriptor handed over
 (DirectPart: a local folder, compressed in the worker or not at all), or a pipe drained by a thread into the
-storage's writer, through a compressor process if one is used (PartWriter: S3, SSH, pigz). Either is committed
-only when the worker says the part is whole, and aborted otherwise."""
+storage's writer, through a compressor process if one is used, sealed if the backup is encrypted (PartWriter: S3, SSH,
+pigz, encrypted). Either is committed only when the worker says the part is whole, and aborted otherwise."""
 from __future__ import annotations
 
 import errno
@@ -16,6 +16,8 @@ from lastline.core.compression import codec
 from lastline.core.errors import PipelineError, StorageError
 from lastline.core.pipeline import widen_pipe
 from lastline.storage import Storage, Writer
+from lastline.storage.envelope import BackupSeal
+from lastline.storage.sealing import SealWriter
 
 # compressions the worker does itself (libzstd level 1 with a content checksum, as `zstd -1` writes):
 # the raw lines then never cross a pipe (`make bench-logical ARGS=--design` times both ways)
@@ -30,8 +32,9 @@ class PartWriter:
     The write end goes to the worker; the file is written through `<key>.partial` by the storage
     writer, and discarded by abort() (a part is never taken for complete unless the worker said so)."""
 
-    def __init__(self, storage: Storage, key: str, compression: str, priority: str = "normal") -> None:
-        self.storage, self.key = storage, key
+    def __init__(self, storage: Storage, key: str, compression: str, priority: str = "normal",
+                 seal: BackupSeal | None = None) -> None:
+        self.storage, self.key, self.seal = storage, key, seal
         self.read_fd, self.write_fd = os.pipe()
         widen_pipe(self.write_fd)
         c = codec(compression)
@@ -56,17 +59,18 @@ class PartWriter:
         self.thread.start()
 
     def _drain(self) -> None:
-        digest, n = hashlib.sha256(), 0
         try:
             with self.storage.writer(self.key, durable=False) as writer:  # made durable at once before the manifest
+                stored = _Hashed(writer)  # the bytes at rest: what the manifest's size and sha256 pin
+                sink = self.seal.writer(stored, self.key) if self.seal else stored
                 while data := os.read(self.source, READ_BLOCK):
-                    digest.update(data)
-                    writer.write(data)
-                    n += len(data)
+                    sink.write(data)
                 self.decided.wait()
                 if not self.commit_ok:
                     raise PipelineError("part aborted")  # the writer discards what it wrote
-                self.bytes, self.sha256 = n, digest.hexdigest()
+                if isinstance(sink, SealWriter):
+                    sink.close()  # the final chunk: only a part the worker called whole has one
+                self.bytes, self.sha256 = stored.bytes, stored.digest.hexdigest()
         except BaseException as exc:  # noqa: BLE001 - reported by commit()
             self.error = exc
 
@@ -118,6 +122,19 @@ class PartWriter:
                     f.close()
 
 
+class _Hashed:
+    """A storage writer that counts and hashes what goes through it."""
+
+    def __init__(self, writer: Writer) -> None:
+        self.writer, self.digest, self.bytes = writer, hashlib.sha256(), 0
+
+    def write(self, data: bytes) -> int:
+        self.digest.update(data)
+        self.writer.write(data)
+        self.bytes += len(data)
+        return len(data)
+
+
 class DirectPart:
     """A part the worker writes straight into its file under the destination (`<key>.partial`, made as the storage's
     writer makes it): the worker counts and hashes what it writes; commit() checks the file's size against that count
@@ -164,14 +181,15 @@ class DirectPart:
 Part = PartWriter | DirectPart
 
 
-def open_part(storage: Storage, key: str, compression: str, priority: str = "normal") -> Part:
-    """Where a part's bytes go: its own file, written by the worker, where the destination is a local folder and the
-    worker writes the file's bytes as they are (it compresses with zstd, or there is nothing to compress); otherwise a
-    PartWriter (a pipe drained into the storage's writer by a thread, through a compressor process if one is used).
-    Parts are made durable all at once before the manifest (the storage's sync())."""
-    if storage.local_files and (compression in IN_WORKER or codec(compression).tool is None):
+def open_part(storage: Storage, key: str, compression: str, priority: str = "normal", seal: BackupSeal | None = None) -> Part:
+    """Where a part's bytes go: its own file, written by the worker, where the destination is a local folder, the
+    worker writes the file's bytes as they are (it compresses with zstd, or there is nothing to compress) and nothing is
+    sealed; otherwise a PartWriter (a pipe drained into the storage's writer by a thread, through a compressor process
+    if one is used, sealed with `seal` if the backup is encrypted). Parts are made durable all at once before the
+    manifest (the storage's sync())."""
+    if seal is None and storage.local_files and (compression in IN_WORKER or codec(compression).tool is None):
         writer = storage.writer(key, durable=False)
         fd = writer.fileno()
         assert fd is not None, "a storage with local_files writes files"
         return DirectPart(key, writer, fd)
-    return PartWriter(storage, key, compression, priority)
+    return PartWriter(storage, key, compression, priority, seal)

@@ -3,7 +3,9 @@
 Layout of `<destination>/<backup_id>/`: `schema.json` (every schema object, see format.schema),
 `schema.sql` (the same, readable), `data/<db>/<table>/<chunk>-<part>.tsv.zst` (see dialect), and
 `manifest.json`, written last: a folder without it is incomplete and never restored. The manifest lists
-every other file of the folder with its size and sha256.
+every other file of the folder with its size and sha256. With an encryption key connection (storage.encryption_keys)
+every chunk file is sealed (storage.sealing) with the backup's data key, whose envelope the manifest records; the
+schema files are not sealed yet.
 
 The rows are read by `parallel` worker processes (tsvdump: C, one connection each, all opened on one
 snapshot) that escape each value on the client in one linear pass; the server adds each row's hash,
@@ -11,6 +13,7 @@ computed from the stored values, which the manifest sums per chunk and per table
 """
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import logging
 import time
@@ -42,6 +45,8 @@ from lastline.manifest import (
 )
 from lastline.replicas import backup_source as replica_source
 from lastline.storage import open_allowed, open_storage
+from lastline.storage.encryption_keys import deployment_encryption_keys
+from lastline.storage.envelope import new_seal
 
 log = logging.getLogger(__name__)
 
@@ -150,6 +155,8 @@ def dump(plan: BackupPlan) -> DumpResult:
     if storage.exists(f"{backup_id}/{MANIFEST}"):
         raise Refusal(f"{storage.location(backup_id)} is already complete; trigger a new run for a new backup.")
     storage.delete_backup(backup_id)  # what an earlier, failed attempt of this task left
+    keys = deployment_encryption_keys()  # a wrong key connection is refused before the source is touched
+    seal, envelope = new_seal(keys, backup_id) if keys else (None, None)
     started_at = datetime.now(UTC)
     t0 = time.monotonic()
     guard = Guard(plan.long_query_guard, plan.long_query_wait, plan.kill_long_queries, plan.lock_timeout)
@@ -169,7 +176,7 @@ def dump(plan: BackupPlan) -> DumpResult:
             held["states"] = states = [TableState(p) for p in plans]
             held["dumper"] = dumper = Dumper(server, storage, plan.backup_id, plan.compression, plan.chunk_rows, states,
                                              sum(p.est_rows for p in plans))
-            dumper.priority = plan.priority
+            dumper.priority, dumper.seal = plan.priority, seal
             locked = [s for s in states if not s.plan.transactional]
             if locked and plan.lock_nontransactional:
                 log.info("dumping %d non-transactional tables while their writes wait: %s", len(locked),
@@ -201,6 +208,8 @@ def dump(plan: BackupPlan) -> DumpResult:
     log.info("%s", dumper.progress.line(final=True))
     manifest = build_manifest(plan, coords, states, schema, schema_files, started_at, seconds, pool.writes_blocked_seconds,
                               primary)
+    if envelope is not None:
+        manifest = dataclasses.replace(manifest, encryption=envelope.to_json())
     where = write_manifest(storage, manifest)
     log.info(
         "logical backup complete: %d tables, %s rows, %.1f MB raw -> %.1f MB in %.1f s (%.1f MB/s); %s: writes blocked up "

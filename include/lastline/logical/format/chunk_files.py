@@ -1,5 +1,6 @@
-"""Chunk files: read one back, checked against its sha256 and decompressed (they are written by tsvdump);
-or copy one into a private file, checked, before anything reads it (spool_chunk)."""
+"""Chunk files: read one back, checked against its sha256, opened if the backup is encrypted (storage.sealing) and
+decompressed (they are written by tsvdump); or copy one into a private file, checked, before anything reads it
+(spool_chunk)."""
 from __future__ import annotations
 
 import hashlib
@@ -13,11 +14,46 @@ from lastline.core.compression import codec
 from lastline.core.errors import IntegrityError, PipelineError
 from lastline.core.pipeline import filtered
 from lastline.logical.format import infile
-from lastline.manifest import ChunkInfo
+from lastline.manifest import MANIFEST, ChunkInfo, LogicalManifest
 from lastline.storage import Storage
+from lastline.storage.encryption_keys import deployment_encryption_keys
+from lastline.storage.envelope import BackupSeal, opened_seal
 
 
-def read_chunk(storage: Storage, key: str, compression: str, sha256: str, what: str = "") -> Generator[bytes, None, None]:
+def chunk_seal(storage: Storage, manifest: LogicalManifest) -> BackupSeal | None:
+    """What opens an encrypted backup's chunk files (the deployment's keys opening the envelope its manifest records),
+    None when they are not sealed; refused, naming the key ids it needs, when the deployment holds none of them."""
+    if manifest.encryption is None:
+        return None
+    where = storage.location(f"{manifest.backup_id}/{MANIFEST}")
+    return opened_seal(manifest.encryption, deployment_encryption_keys(), manifest.backup_id, where)
+
+
+class _Pieces:
+    """read(n) over an iterator of byte strings (a storage reader), for a SealReader."""
+
+    def __init__(self, pieces: Iterator[bytes]) -> None:
+        self.pieces, self.rest = pieces, b""
+
+    def read(self, size: int) -> bytes:
+        parts, have = [self.rest], len(self.rest)
+        while have < size and (piece := next(self.pieces, None)) is not None:
+            parts.append(piece)
+            have += len(piece)
+        joined = b"".join(parts)
+        self.rest = joined[size:]
+        return joined[:size]
+
+
+def _opened(stored: Iterator[bytes], seal: BackupSeal | None, key: str) -> Iterator[bytes]:
+    """The bytes of chunk file `key` as written before sealing (each chunk authenticated first), or as stored."""
+    if seal is None:
+        return stored
+    return seal.reader(_Pieces(stored), key).chunks()
+
+
+def read_chunk(storage: Storage, key: str, compression: str, sha256: str, what: str = "",
+               seal: BackupSeal | None = None) -> Generator[bytes, None, None]:
     """The uncompressed bytes of a chunk file, streamed (memory stays bounded by pipe buffers).
 
     Raises IntegrityError naming the file (and `what`, e.g. its table) if it cannot be decompressed or
@@ -29,20 +65,17 @@ def read_chunk(storage: Storage, key: str, compression: str, sha256: str, what: 
     where = f"{storage.location(key)}{f' ({what})' if what else ''}"
     digest = hashlib.sha256()
 
-    if c.tool is None:
-        for data in storage.reader(key):
-            digest.update(data)
-            yield data
-        _check(digest, sha256, where)
-        return
-
     def hashed() -> Iterator[bytes]:
         for data in storage.reader(key):
             digest.update(data)
             yield data
 
+    if c.tool is None:
+        yield from _opened(hashed(), seal, key)
+        _check(digest, sha256, where)
+        return
     try:
-        yield from filtered(c.decompress_argv(1), hashed(), f"decompress {key}")
+        yield from filtered(c.decompress_argv(1), _opened(hashed(), seal, key), f"decompress {key}")
     except PipelineError as exc:
         raise IntegrityError(f"chunk {where} cannot be decompressed ({exc}); nothing of it was loaded.") from exc
     _check(digest, sha256, where)
@@ -58,13 +91,15 @@ def _check(digest: Any, sha256: str, where: str) -> None:
 
 
 def write_chunk(storage: Storage, key: str, compression: str, sha256: str, out: BinaryIO, what: str = "",
-                on_bytes: Callable[[int], None] | None = None, decompress: bool = True) -> None:
+                on_bytes: Callable[[int], None] | None = None, decompress: bool = True,
+                seal: BackupSeal | None = None) -> None:
     """Write a chunk's uncompressed bytes into `out` (a FIFO's write end), with read_chunk's checks.
 
     The decompressor writes into `out` itself: Python passes on only the compressed bytes, hashing them on
     the way (`on_bytes` gets each piece's size), and never touches the several times larger output.
     `decompress=False`: the compressed bytes go into `out` as they are (hashed the same way), for a reader
-    that decompresses them itself (logical.format.infile).
+    that decompresses them itself (logical.format.infile). `seal`: the chunk is sealed; each of its chunks is opened
+    (authenticated) in Python before a byte of it goes on.
     """
     c = codec(compression if decompress else "none")
     where = f"{storage.location(key)}{f' ({what})' if what else ''}"
@@ -78,14 +113,14 @@ def write_chunk(storage: Storage, key: str, compression: str, sha256: str, out: 
             yield data
 
     if c.tool is None:
-        for data in hashed():
+        for data in _opened(hashed(), seal, key):
             out.write(data)
     else:
         proc = subprocess.Popen(c.decompress_argv(1), stdin=subprocess.PIPE, stdout=out, stderr=subprocess.PIPE)
         assert proc.stdin is not None and proc.stderr is not None
         try:
             try:
-                for data in hashed():
+                for data in _opened(hashed(), seal, key):
                     proc.stdin.write(data)
                 proc.stdin.close()
             except BrokenPipeError:
@@ -132,9 +167,22 @@ def spool_chunk(storage: Storage, key: str, size: int, sha256: str, path: str, w
 
 
 def prove_chunk(storage: Storage, key: str, c: ChunkInfo, compression: str, path: str, what: str = "",
-                on_bytes: Callable[[int], None] | None = None) -> None:
-    """A private copy of chunk `c` at `path` (spool_chunk: its size and sha256 the manifest's), proven to
-    decompress within its declared raw size by the LOAD DATA handler's own reader: for tables that keep the
-    rows of a failed statement (MyISAM, Aria), which must not see a byte of a chunk that will be refused."""
-    spool_chunk(storage, key, c.bytes, c.sha256, path, what, on_bytes)
+                on_bytes: Callable[[int], None] | None = None, seal: BackupSeal | None = None) -> None:
+    """A private copy of chunk `c` at `path` (spool_chunk: its size and sha256 the manifest's; opened whole when it
+    is sealed), proven to decompress within its declared raw size by the LOAD DATA handler's own reader: for tables
+    that keep the rows of a failed statement (MyISAM, Aria), which must not see a byte of a chunk that will be refused."""
+    if seal is None:
+        spool_chunk(storage, key, c.bytes, c.sha256, path, what, on_bytes)
+    else:
+        sealed = f"{path}.sealed"
+        try:
+            spool_chunk(storage, key, c.bytes, c.sha256, sealed, what, on_bytes)
+            flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+            with open(os.open(sealed, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC), "rb") as src, \
+                    open(os.open(path, flags, 0o600), "wb") as out:
+                for plain in seal.reader(src, key).chunks():
+                    out.write(plain)
+        finally:
+            if os.path.lexists(sealed):
+                os.unlink(sealed)
     infile.measure(path, compression, c.raw_bytes, f"{storage.location(key)}{f' ({what})' if what else ''}")

@@ -1,22 +1,22 @@
 """Load a work unit's chunks exactly once: LOAD DATA from a FIFO, one transaction per chunk with its ledger row.
 
-Each chunk is streamed from the backup (S3 or SSH), its sha256 checked, into a named pipe read by
-`LOAD DATA LOCAL INFILE` (no temporary copy, memory bounded whatever the table size): chunks go in compressed
-and lastline's handler (logical.format.infile; never the client library's own) decompresses them in the client,
-capped at the chunk's raw size. A chunk in a local folder is offered to the handler as the descriptor the storage
-opened (no link followed, a regular file), and the handler checks its sha256 as it reads (Loader._read_local). The statement passes no args (the pipe is a literal): a `%` in a name stays
-a `%`. The chunk's ledger row (`_lastline.ledger`) is inserted first, in the same transaction
-as the rows: a retried task, a re-triggered run, a killed loader or a crashed server either finds
-the row (the chunk is in, skip it) or finds neither the row nor the data (load it again). A second
-loader racing on the same chunk waits on the ledger row's lock, then skips it. Where a table's chunks are
-key ranges, each chunk's rows are checked against the manifest before its commit (logical.restore.verify).
+Each chunk is streamed from the backup (S3 or SSH), its sha256 checked, into a named pipe read by `LOAD DATA LOCAL
+INFILE` (no temporary copy, bounded memory): chunks go in compressed and lastline's handler (logical.format.infile;
+never the client library's own) decompresses them in the client, capped at the chunk's raw size. A chunk in a local
+folder is offered to the handler as the descriptor the storage opened (no link followed, a regular file), and the
+handler checks its sha256 as it reads (Loader._read_local); a sealed one (encrypted) goes through the FIFO. The
+statement passes no args (a literal path): a `%` in a name stays a `%`. The chunk's ledger row (`_lastline.ledger`) is
+inserted first, in the same transaction as the rows: a retried task, a re-triggered run, a killed loader or a crashed
+server either finds the row (the chunk is in, skip it) or finds neither the row nor the data (load it again). A second
+loader racing on the same chunk waits on the ledger row's lock, then skips it. Where a table's chunks are key ranges,
+each chunk's rows are checked against the manifest before its commit (logical.restore.verify).
 
-Non-transactional tables (MyISAM, Aria) cannot share a transaction with the ledger: they are loaded
-whole by one unit, and reloaded from scratch (emptied first) unless every chunk of theirs is recorded. They keep
-the rows of a failed statement, so each chunk of theirs is proven first in a private copy (chunk_files.prove_chunk).
+Non-transactional tables (MyISAM, Aria) cannot share a transaction with the ledger: they are loaded whole by one unit,
+and reloaded from scratch (emptied first) unless every chunk of theirs is recorded. They keep the rows of a failed
+statement, so each chunk of theirs is proven first in a private copy (chunk_files.prove_chunk).
 
-Each unit takes one of `parallel` named locks on the target, so two runs on one target never load more
-than `parallel` units at once between them; which lane loads which unit is logical.restore.lanes'.
+Each unit takes one of `parallel` named locks on the target, so two runs on one target never load more than `parallel`
+units at once between them; which lane loads which unit is logical.restore.lanes'.
 """
 from __future__ import annotations
 
@@ -32,7 +32,7 @@ from lastline.core.progress import Progress
 from lastline.core.servers import Server
 from lastline.core.sql import LOST_CONNECTION, META_DB, NON_TRANSACTIONAL, sql_error, string_literal
 from lastline.logical.format import dialect, infile
-from lastline.logical.format.chunk_files import prove_chunk, write_chunk
+from lastline.logical.format.chunk_files import chunk_seal, prove_chunk, write_chunk
 from lastline.logical.restore.create import Creates, TableMaker
 from lastline.logical.restore.plans import UNIT_TABLES, UnitLoaded
 from lastline.logical.restore.target_state import empty_table, loaded_files
@@ -86,7 +86,7 @@ class Loader:
         infile.require()  # before connecting: ConfigError unless lastline's handler is built (never the library's)
         self.conn = server.connect(local_infile=1)
         self.infile = infile.install(self.conn)
-        self.in_client = infile.in_client()  # False (LASTLINE_INFILE_LIB=off): a decompressor process feeds the FIFO
+        self.in_client, self.seal = infile.in_client(), chunk_seal(storage, manifest)  # in_client: False with LASTLINE_INFILE_LIB=off
         self._stop = stopping.add(f"{progress.label}: KILL QUERY on the loader's connection",
                                   stopping.kill_query(server, self.conn.thread_id()))
         self.cur = self.conn.cursor()
@@ -106,13 +106,13 @@ class Loader:
         """LOAD DATA one chunk through a FIFO inside the caller's transaction (its sha256 is known only at its
         end: a refused chunk is rolled back with the transaction); returns rows loaded. A chunk in a local folder
         is read by the handler itself, from the descriptor storage.open_file gives (_read_local)."""
-        if self.in_client and self.storage.local_files:
+        if self.in_client and self.storage.local_files and self.seal is None:
             return self._read_local(t, c)
         key, what = f"{self.manifest.backup_id}/{c.file}", f"{t.schema}.{t.name}"
 
         def pump(fh: Any) -> None:  # progress in raw bytes, estimated from the compressed ones
-            write_chunk(self.storage, key, self.manifest.compression, c.sha256, fh, what,
-                        lambda n: self.progress.add(n * c.raw_bytes // max(c.bytes, 1)), decompress=not self.in_client)
+            write_chunk(self.storage, key, self.manifest.compression, c.sha256, fh, what, lambda n: self.progress.add(
+                n * c.raw_bytes // max(c.bytes, 1)), decompress=not self.in_client, seal=self.seal)
 
         with infile.fed_fifo(pump, f"pump-{c.file}") as (fifo, errors):
             self.infile.offer(fifo, self.manifest.compression if self.in_client else "none", c.raw_bytes)
@@ -152,7 +152,7 @@ class Loader:
         with tempfile.TemporaryDirectory(prefix="lastline-load-") as d:  # 0700, removed with the copy
             path = os.path.join(d, "chunk")
             prove_chunk(self.storage, f"{self.manifest.backup_id}/{c.file}", c, self.manifest.compression, path,
-                        f"{t.schema}.{t.name}", lambda n: self.progress.add(n * c.raw_bytes // max(c.bytes, 1)))
+                        f"{t.schema}.{t.name}", lambda n: self.progress.add(n * c.raw_bytes // max(c.bytes, 1)), self.seal)
             self.infile.offer(path, self.manifest.compression, c.raw_bytes)
             return self._loaded(t, c, self._load(t, c, path))
 

@@ -1,11 +1,13 @@
 """logical.backup.parts: where a dump part's bytes go. On a local folder the worker writes the part's own file
 (DirectPart), checked against what it says it wrote; elsewhere, or through a compressor process, a pipe drained into
-the storage's writer (PartWriter). Either leaves a file only when committed, never when aborted. Here the test writes
+the storage's writer (PartWriter), sealed there when the backup is encrypted. Either leaves a file only when committed,
+never when aborted. Here the test writes
 the bytes into the descriptor a worker would get."""
 from __future__ import annotations
 
 import gzip
 import hashlib
+import io
 import os
 import shutil
 
@@ -13,7 +15,10 @@ import pytest
 
 from lastline.core.errors import PipelineError, StorageError
 from lastline.logical.backup.parts import DirectPart, PartWriter, open_part
+from lastline.storage import sealing
+from lastline.storage.envelope import BackupSeal
 from lastline.storage.file import FileStorage
+from lastline.storage.sealing import DataKey
 
 DATA = b"1\tone\n2\t\\N\n" * 1000
 KEY = "b1/data/db/t/00000-000.tsv"
@@ -106,3 +111,30 @@ def test_an_aborted_pipe_part_leaves_nothing(store):
     _worker_writes(part, DATA)
     part.abort()
     assert _files(store) == [] and part.read_fd == -1
+
+
+def _seal() -> BackupSeal:
+    return BackupSeal(DataKey.generate(), "b1", "aes-256-gcm", sealing.MIN_CHUNK)
+
+
+@pytest.mark.parametrize("compression", ["none", "zstd"], ids=["plain", "zstd-in-the-worker"])
+def test_an_encrypted_part_goes_through_a_pipe_and_is_sealed_under_its_key(store, compression):
+    seal = _seal()
+    part = open_part(store, KEY, compression, seal=seal)
+    assert isinstance(part, PartWriter)  # never the worker's own file: the bytes are sealed on their way
+    _worker_writes(part, DATA)
+    part.complete()
+    nbytes, sha = part.commit()
+    stored = store.read_bytes(KEY)
+    assert (nbytes, sha) == (len(stored), hashlib.sha256(stored).hexdigest())  # the manifest pins the bytes at rest
+    assert stored.startswith(sealing.MAGIC) and b"1\tone\n" not in stored
+    assert seal.reader(io.BytesIO(stored), KEY).read() == DATA
+    with pytest.raises(sealing.SealError, match="its header"):
+        seal.reader(io.BytesIO(stored), "b1/data/db/t/00001-000.tsv").read()  # bound to its name
+
+
+def test_an_aborted_encrypted_part_leaves_nothing(store):
+    part = PartWriter(store, KEY, "none", seal=_seal())
+    _worker_writes(part, DATA)
+    part.abort()
+    assert _files(store) == []

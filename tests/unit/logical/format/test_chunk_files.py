@@ -1,21 +1,28 @@
 """logical.format.chunk_files: a chunk read back (read_chunk) or decompressed into a FIFO by the decompressor itself
 (write_chunk) gives the same bytes, with every fault named (a corrupt file, a wrong sha256, a reader that went away);
 a chunk spooled to a private file (spool_chunk) or proven by the LOAD DATA handler's reader (prove_chunk) is checked
-before anyone reads it. On a folder destination, no server."""
+before anyone reads it; a sealed chunk (an encrypted backup) is opened on each of these ways, a damaged one named by its
+sealed chunk, and an encrypted manifest's seal is opened with the deployment's keys or refused. On a folder
+destination, no server."""
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import io
+import json
 import os
 import subprocess
+import tempfile
 import threading
 
 import pytest
 
-from lastline.core.errors import IntegrityError
-from lastline.logical.format.chunk_files import prove_chunk, read_chunk, spool_chunk, write_chunk
-from lastline.manifest import ChunkInfo
-from lastline.storage import open_storage
+from lastline.core.errors import ConfigError, IntegrityError
+from lastline.logical.format.chunk_files import chunk_seal, prove_chunk, read_chunk, spool_chunk, write_chunk
+from lastline.manifest import ChunkInfo, LogicalManifest
+from lastline.storage import encryption_keys, open_storage, sealing
+from lastline.storage.envelope import BackupSeal, new_seal
+from lastline.storage.sealing import DataKey
 
 ROWS = b"".join(b"%d\tvalue \\\\ %d\\n\twith a tab\n" % (i, i * 7) for i in range(200_000))
 
@@ -144,3 +151,88 @@ def test_prove_chunk_copies_then_measures_with_the_handler_s_reader(tmp_path, co
     short = ChunkInfo("c", 1000, len(packed), len(raw) - 1, sha256)  # a chunk that decompresses to more than declared
     with pytest.raises(IntegrityError, match=rf"chunk .*b/c \(db\.t\) decompresses to more than its declared {len(raw) - 1}"):
         prove_chunk(storage, key, short, compression, str(out), "db.t")
+
+
+SEAL = BackupSeal(DataKey.generate(), "b", "chacha20-poly1305", sealing.MIN_CHUNK)
+
+
+def _sealed(tmp_path, compression: str, raw: bytes) -> tuple:
+    """`_stored`, with the packed file sealed as an encrypted backup's chunk `b/c`: (storage, key, sealed, sha256,
+    packed)."""
+    storage, key, packed, _ = _stored(tmp_path, compression, raw)
+    out = io.BytesIO()
+    with SEAL.writer(out, key) as writer:
+        writer.write(packed)
+    (tmp_path / key).write_bytes(out.getvalue())
+    return storage, key, out.getvalue(), hashlib.sha256(out.getvalue()).hexdigest(), packed
+
+
+def _written(tmp_path, *args, **kw) -> bytes:
+    """What write_chunk writes into a file (a decompressor process needs a descriptor)."""
+    with tempfile.TemporaryFile(dir=tmp_path) as out:
+        write_chunk(*args, out, "db.t", **kw)
+        out.seek(0)
+        return out.read()
+
+
+@pytest.mark.parametrize("compression", ["none", "zstd", "pigz"])
+@pytest.mark.parametrize("raw", [b"", b"1\tone\n", b"x\\\\y\t\\N\n" * 50_000], ids=["empty", "one-row", "many-chunks"])
+def test_a_sealed_chunk_reads_and_writes_the_raw_bytes_with_every_codec(tmp_path, compression, raw):
+    storage, key, sealed, sha256, packed = _sealed(tmp_path, compression, raw)
+    assert sealed.startswith(sealing.MAGIC) and (packed[:20] not in sealed or not raw)
+    assert b"".join(read_chunk(storage, key, compression, sha256, "db.t", SEAL)) == raw
+    assert _written(tmp_path, storage, key, compression, sha256, seal=SEAL) == raw
+    assert _written(tmp_path, storage, key, compression, sha256, decompress=False, seal=SEAL) == packed  # for the handler
+
+
+NOISE = b"".join(b"%d\t%s\n" % (i, os.urandom(40).hex().encode()) for i in range(2000))  # does not compress
+
+
+@pytest.mark.parametrize("compression", ["none", "zstd"])
+def test_a_flipped_byte_in_a_sealed_chunk_is_named_before_its_sha256_is_reached(tmp_path, compression):
+    storage, key, sealed, _, _ = _sealed(tmp_path, compression, NOISE)
+    damaged = bytearray(sealed)
+    damaged[sealing.HEADER_SIZE + 2 * (sealing.MIN_CHUNK + sealing.TAG) + 7] ^= 1  # inside chunk 2
+    (tmp_path / key).write_bytes(bytes(damaged))
+    sha256 = hashlib.sha256(damaged).hexdigest()  # as someone who rewrote the manifest too would have it
+    with pytest.raises(sealing.SealError, match=r"sealed object 'b/c' of backup 'b', chunk 2: it does not authenticate"):
+        b"".join(read_chunk(storage, key, compression, sha256, "db.t", SEAL))
+    with pytest.raises(sealing.SealError, match="chunk 2:"):
+        _written(tmp_path, storage, key, compression, sha256, seal=SEAL)
+
+
+@pytest.mark.parametrize("compression", ["none", "zstd", "pigz"])
+def test_prove_chunk_opens_a_sealed_chunk_into_its_private_copy(tmp_path, compression):
+    raw = b"1\tone\n" * 1000
+    storage, key, sealed, sha256, _ = _sealed(tmp_path, compression, raw)
+    info = ChunkInfo("c", 1000, len(sealed), len(raw), sha256)
+    out = tmp_path / "proven"
+    prove_chunk(storage, key, info, compression, str(out), "db.t", seal=SEAL)
+    assert read_chunk(open_storage(f"file://{tmp_path}"), "proven", compression, hashlib.sha256(out.read_bytes()).hexdigest())
+    assert b"".join(read_chunk(open_storage(f"file://{tmp_path}"), "proven", compression,
+                               hashlib.sha256(out.read_bytes()).hexdigest())) == raw
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith("proven")) == ["proven"]  # no sealed copy left
+    out.unlink()
+    with pytest.raises(sealing.SealError, match="its header"):
+        other = BackupSeal(DataKey.generate(), "b", "aes-256-gcm", sealing.MIN_CHUNK)
+        prove_chunk(storage, key, info, compression, str(out), "db.t", seal=other)
+    assert not out.exists() or out.stat().st_size == 0
+
+
+def test_chunk_seal_is_none_for_a_plain_backup_and_opens_or_refuses_an_encrypted_one(tmp_path, monkeypatch):
+    storage = open_storage(f"file://{tmp_path}")
+    manifest = LogicalManifest("b", "src", "10.11", "", "+00:00", "lastline-tsv/2", "zstd", 1000, 1, [], "schema.json",
+                               "00", "t0", "t1", 1.0, 0.0, 0, 0, 0, 0.0)
+    assert chunk_seal(storage, manifest) is None
+    keys = encryption_keys.keys_from_connection("c", "generic", "k1", "s" * 32, {})
+    seal, envelope = new_seal(keys, "b")
+    encrypted = dataclasses.replace(manifest, encryption=envelope.to_json())
+    monkeypatch.setenv(encryption_keys.KEY_CONN_ENV, "unit_enc")
+    monkeypatch.setenv("AIRFLOW_CONN_UNIT_ENC", json.dumps({"conn_type": "generic", "login": "k1", "password": "s" * 32}))
+    assert chunk_seal(storage, encrypted) == seal
+    monkeypatch.delenv(encryption_keys.KEY_CONN_ENV)
+    with pytest.raises(ConfigError, match=r"backup 'b' is encrypted .* k1 \(kek\)"):
+        chunk_seal(storage, encrypted)
+    broken = dataclasses.replace(manifest, encryption={"format": "lastline-seal/1"})
+    with pytest.raises(IntegrityError, match=r"b/manifest\.json: the encryption envelope is not one lastline writes"):
+        chunk_seal(storage, broken)

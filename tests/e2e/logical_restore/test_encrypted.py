@@ -1,0 +1,235 @@
+"""Encrypted logical backups on real servers (issue 46): with an encryption key connection every chunk file is sealed
+(storage.sealing) and holds no row in the clear, the manifest records key ids and wrapped keys only, and the backup
+restores exactly with either cipher and every compression (a keyed InnoDB table in several chunks, a MyISAM table, a
+17 MiB incompressible value over several sealed chunks); a restore with no key or the wrong one is refused in its
+preflight naming the key id, with nothing made on the target; a byte flipped in a chunk is refused naming the chunk,
+and not one row of it is kept; a backup written with a recipient's public key alone is restored with its private
+key only."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from lastline.core.errors import ConfigError, IntegrityError
+from lastline.logical.backup import stages as logical_backup
+from lastline.logical.format.dialect import qualified, quote_ident
+from lastline.logical.restore import stages as logical_restore
+from lastline.logical.restore.target_state import aside_name, clear_state
+from lastline.manifest import read_manifest
+from lastline.storage import encryption_keys, open_storage
+
+pytestmark = pytest.mark.e2e
+
+DB = "enc `db`.x y"
+KEYED, MYISAM, ONE, BLOBS = "t.1 `k`", "my isam", "one chunk", "blob s"
+MARKER = "qx-secret-row-7f3a"  # in every row of every table but the blob's
+KEYED_ROWS = 2500
+BIG = os.urandom(17 << 20)  # past the 16 MiB packet, incompressible: several 4 MiB sealed chunks
+KEY1, KEY2 = "1f" * 32, "2e" * 32
+CONN = "lastline_encryption"
+
+
+def _conn(monkeypatch, login: str = "enc-k1", password: str = KEY1, **extra) -> None:
+    monkeypatch.setenv(encryption_keys.KEY_CONN_ENV, CONN)
+    monkeypatch.setenv(f"AIRFLOW_CONN_{CONN.upper()}", json.dumps(
+        {"conn_type": "generic", "login": login, "password": password, "extra": extra}))
+
+
+def _escape(value: bytes) -> bytes:
+    return value.replace(b"\\", b"\\\\").replace(b"\t", b"\\t").replace(b"\n", b"\\n")
+
+
+@pytest.fixture(scope="module")
+def source_db(logical_source):
+    server = logical_source.server()
+    conn = server.connect(local_infile=1)
+    cur = conn.cursor()
+    cur.execute(f"DROP DATABASE IF EXISTS {quote_ident(DB)}")
+    cur.execute(f"CREATE DATABASE {quote_ident(DB)}")
+    cur.execute(f"CREATE TABLE {qualified(DB, KEYED)} (id INT PRIMARY KEY, v VARCHAR(200)) ENGINE=InnoDB")
+    cur.execute(f"INSERT INTO {qualified(DB, KEYED)} SELECT seq, CONCAT('{MARKER} ', seq, REPEAT('z', 100)) "
+                f"FROM mysql.seq_1_to_{KEYED_ROWS}")
+    cur.execute(f"CREATE TABLE {qualified(DB, MYISAM)} (id INT PRIMARY KEY, v VARCHAR(50)) ENGINE=MyISAM")
+    cur.execute(f"INSERT INTO {qualified(DB, MYISAM)} SELECT seq, CONCAT('{MARKER} m', seq) FROM mysql.seq_1_to_300")
+    cur.execute(f"CREATE TABLE {qualified(DB, ONE)} (id INT PRIMARY KEY, v VARCHAR(50)) ENGINE=InnoDB")
+    cur.execute(f"INSERT INTO {qualified(DB, ONE)} SELECT seq, CONCAT('{MARKER} o', seq) FROM mysql.seq_1_to_50")
+    cur.execute(f"CREATE TABLE {qualified(DB, BLOBS)} (id INT PRIMARY KEY, b LONGBLOB NOT NULL) ENGINE=InnoDB")
+    with tempfile.NamedTemporaryFile(suffix=".tsv") as fh:  # an INSERT of it would not fit the 16 MiB packet
+        fh.write(b"1\t" + _escape(BIG) + b"\n2\t" + MARKER.encode() + b"\n")
+        fh.flush()
+        cur.execute(f"LOAD DATA LOCAL INFILE '{fh.name}' INTO TABLE {qualified(DB, BLOBS)} CHARACTER SET binary "
+                    "FIELDS TERMINATED BY '\\t' ESCAPED BY '\\\\' LINES TERMINATED BY '\\n'")
+    assert conn.warning_count() == 0
+    conn.commit()
+    conn.close()
+    yield server
+    server.query(f"DROP DATABASE IF EXISTS {quote_ident(DB)}")
+
+
+def _backup(dest: Path | str, compression: str = "zstd", aws: str | None = None) -> Path | str:
+    url = dest if isinstance(dest, str) else f"file://{dest}"
+    logical_backup.dump(logical_backup.preflight({"source_conn_id": "t_lsource", "destination": url, "aws_conn_id": aws,
+                                                  "databases": [DB], "chunk_rows": 1000, "compression": compression}))
+    return dest
+
+
+@pytest.fixture(scope="module")
+def sealed_backups(source_db, tmp_path_factory) -> dict[str, Path]:
+    """A backup per (cipher, compression), written under key enc-k1."""
+    out = {}
+    with pytest.MonkeyPatch.context() as mp:
+        for cipher, compression in (("aes-256-gcm", "zstd"), ("chacha20-poly1305", "none"), ("aes-256-gcm", "pigz")):
+            _conn(mp, cipher=cipher)
+            out[f"{cipher}-{compression}"] = _backup(tmp_path_factory.mktemp(f"enc-{compression}"), compression)
+    return out
+
+
+def _manifest(dest: Path | str, aws: str | None = None):
+    storage = open_storage(dest if isinstance(dest, str) else f"file://{dest}", aws)
+    return read_manifest(storage, storage.list_backups()[-1], "logical")
+
+
+def _forget(server) -> None:
+    """DB, what force set aside, and the restore state and ledger rows a refused restore left."""
+    with server.session() as cur:
+        cur.execute("SELECT COUNT(*) FROM information_schema.TABLES WHERE TABLE_SCHEMA = '_lastline' "
+                    "AND TABLE_NAME IN ('restore_state', 'work_units', 'ledger')")
+        if cur.fetchone()[0] == 3:
+            for dest, aws in _TAKEN:
+                clear_state(cur, _manifest(dest, aws), [DB])
+        cur.execute(f"DROP DATABASE IF EXISTS {quote_ident(DB)}")
+        cur.execute(f"DROP DATABASE IF EXISTS {quote_ident(aside_name(DB))}")
+        cur.connection.commit()
+
+
+_TAKEN: list[tuple[Path | str, str | None]] = []
+
+
+@pytest.fixture(autouse=True)
+def fresh_target(logical_target):
+    _forget(logical_target.server())
+    yield
+    _forget(logical_target.server())
+
+
+def _restore(dest: Path | str, aws: str | None = None) -> None:
+    _TAKEN.append((dest, aws))
+    url = dest if isinstance(dest, str) else f"file://{dest}"
+    plan = logical_restore.preflight({"target_conn_id": "t_ltarget", "backup": f"{url}/latest", "aws_conn_id": aws,
+                                      "databases": [DB], "force": True})
+    logical_restore.create_schema(plan)
+    for unit in logical_restore.plan_load(plan):
+        logical_restore.load(plan, unit)
+    logical_restore.finalize(plan)
+
+
+def _same(source, target) -> None:
+    for table in (KEYED, MYISAM, ONE, BLOBS):
+        sql = f"CHECKSUM TABLE {qualified(DB, table)}"
+        assert target.query(sql)[0][1] == source.query(sql)[0][1] is not None, table
+
+
+def _exists(server) -> bool:
+    return bool(server.query("SELECT COUNT(*) FROM information_schema.SCHEMATA WHERE SCHEMA_NAME = %s", (DB,))[0][0])
+
+
+@pytest.mark.parametrize("which", ["aes-256-gcm-zstd", "chacha20-poly1305-none", "aes-256-gcm-pigz"])
+def test_an_encrypted_backup_holds_no_row_in_the_clear_and_restores_exactly(
+        sealed_backups, source_db, logical_target, monkeypatch, which):
+    dest = sealed_backups[which]
+    manifest = _manifest(dest)
+    assert manifest.encryption is not None and manifest.encryption["cipher"] == which.rsplit("-", 1)[0]
+    assert [(w["type"], w["key_id"]) for w in manifest.encryption["wrappings"]] == [("kek", "enc-k1")]
+    chunks = [f for f in dest.rglob("*") if f.is_file() and "/data/" in str(f)]
+    assert len(chunks) >= 6  # the keyed table in three chunks, the big value, the others
+    for f in chunks:
+        data = f.read_bytes()
+        assert data.startswith(b"LLSEAL"), f
+        assert MARKER.encode() not in data and BIG[1000:1064] not in data, f
+    raw = (dest / manifest.backup_id / "manifest.json").read_text()
+    assert KEY1 not in raw
+    _conn(monkeypatch, "enc-k2", KEY2, keys={"enc-k1": KEY1})  # a later key: the older one still reads it
+    _restore(dest)
+    _same(source_db, logical_target.server())
+
+
+@pytest.mark.parametrize(("conn", "refusal"), [
+    (None, r"is encrypted \(its data key is wrapped under enc-k1 \(kek\)\) and this deployment has no encryption key"),
+    ({"login": "enc-k2", "password": KEY2}, r"needs one of the keys enc-k1 \(kek\) to be read; .* holds enc-k2"),
+    ({"login": "enc-k1", "password": KEY2}, r"key 'enc-k1' of the encryption key connection .* does not open"),
+], ids=["no-key-connection", "another-key", "another-secret-under-the-id"])
+def test_a_restore_without_the_key_is_refused_in_preflight_with_nothing_made(
+        sealed_backups, logical_target, monkeypatch, conn, refusal):
+    if conn is None:
+        monkeypatch.delenv(encryption_keys.KEY_CONN_ENV, raising=False)
+    else:
+        _conn(monkeypatch, **conn)
+    with pytest.raises(ConfigError, match=refusal) as caught:
+        _restore(sealed_backups["aes-256-gcm-zstd"])
+    assert "Nothing was touched" in str(caught.value) and KEY1 not in str(caught.value)
+    assert not _exists(logical_target.server())
+
+
+def test_a_flipped_byte_in_a_chunk_is_refused_naming_it_and_nothing_of_it_is_kept(
+        sealed_backups, logical_target, monkeypatch, tmp_path):
+    dest = tmp_path / "copy"
+    shutil.copytree(sealed_backups["aes-256-gcm-zstd"], dest)
+    manifest = _manifest(dest)
+    table = next(t for t in manifest.tables if t.name == ONE)
+    path = dest / manifest.backup_id / table.chunks[0].file
+    data = bytearray(path.read_bytes())
+    data[len(data) // 2] ^= 0x20
+    path.write_bytes(bytes(data))
+    _conn(monkeypatch)
+    with pytest.raises(IntegrityError) as caught:
+        _restore(dest)
+    message = str(caught.value)
+    assert f"sealed object '{manifest.backup_id}/{table.chunks[0].file}'" in message and "chunk 0:" in message
+    assert "its bytes were changed" in message or "cut inside" in message
+    server = logical_target.server()
+    assert server.query(f"SELECT COUNT(*) FROM {qualified(DB, ONE)}")[0][0] == 0
+
+
+def test_a_backup_for_a_recipient_is_written_without_the_private_key_and_restored_with_it(
+        source_db, logical_target, monkeypatch, tmp_path_factory):
+    private, public = encryption_keys.new_identity()
+    _conn(monkeypatch, "", "", recipients={"ops": public})  # the backup host: the public key alone
+    dest = _backup(tmp_path_factory.mktemp("enc-recipient"))
+    assert [w["type"] for w in _manifest(dest).encryption["wrappings"]] == ["x25519"]
+    with pytest.raises(ConfigError, match=r"needs one of the keys ops \(x25519\) to be read; .* holds none"):
+        _restore(dest)  # the host that wrote it cannot read it
+    assert not _exists(logical_target.server())
+    _conn(monkeypatch, "", "", identities={"ops": private})  # the restore host
+    _restore(dest)
+    _same(source_db, logical_target.server())
+
+
+def test_with_the_decompressor_process_feeding_the_fifo_it_restores_exactly_too(
+        sealed_backups, source_db, logical_target, monkeypatch):
+    monkeypatch.setenv("LASTLINE_INFILE_LIB", "off")
+    _conn(monkeypatch)
+    _restore(sealed_backups["aes-256-gcm-pigz"])
+    _same(source_db, logical_target.server())
+
+
+def test_an_encrypted_backup_in_s3_holds_no_row_in_the_clear_and_restores_exactly(
+        source_db, logical_target, monkeypatch, s3_server):
+    import boto3
+
+    _conn(monkeypatch, cipher="chacha20-poly1305")
+    url = _backup("s3://backups/encrypted", "zstd", "t_s3")
+    s3 = boto3.client("s3", endpoint_url=s3_server, region_name="us-east-1", aws_access_key_id="testing",
+                      aws_secret_access_key="testing-secret")
+    backup_id = _manifest(url, "t_s3").backup_id
+    keys = [o["Key"] for o in s3.list_objects_v2(Bucket="backups", Prefix=f"encrypted/{backup_id}/data/")["Contents"]]
+    assert len(keys) >= 6
+    for key in keys:
+        data = s3.get_object(Bucket="backups", Key=key)["Body"].read()
+        assert data.startswith(b"LLSEAL") and MARKER.encode() not in data and BIG[1000:1064] not in data, key
+    _restore(url, "t_s3")
+    _same(source_db, logical_target.server())
