@@ -175,13 +175,15 @@ def _sorted(files: list[SourceFile]) -> list[SourceFile]:
 def unproven(entries: list[Entry]) -> str | None:
     """The first hole of a branch's chain marked proven empty that the chain itself contradicts (the file it names is
     not the next one archived, or that file does not start from the GTID state the archived bytes before the hole
-    end at), in words; None when every such mark holds."""
+    end at), in words; None when every such mark holds. A mark whose file is not archived yet (the archiver writes
+    the chain after each step: a run that ended between the hole and that file) holds nothing past the hole: no
+    roll-forward crosses it until that file is written, and checked then."""
     end = ""
     for i, e in enumerate(entries):
-        if e.proven_empty:
-            following = next((x for x in entries[i + 1:] if not x.missing), None)
+        following = next((x for x in entries[i + 1:] if not x.missing), None) if e.proven_empty else None
+        if following is not None:
             before = e.end_gtids if e.tail_missing else end
-            if following is None or following.name != e.proven_empty or not before \
+            if following.name != e.proven_empty or not before \
                     or _last_per_domain(before) != _last_per_domain(following.start_gtids):
                 return f"{e.name} is marked proven empty by {e.proven_empty}, which the chain does not bear out"
         if not e.missing:

@@ -172,3 +172,20 @@ def test_a_hole_proven_empty_reads_back_and_one_the_chain_contradicts_is_refused
         write_branch(storage, _with_hole(proven, start, tail))
         with pytest.raises(IntegrityError, match=f"is marked proven empty by {proven}, which the chain does not bear out"):
             read_branch(storage, BID, USE)
+
+
+@pytest.mark.parametrize("tail", [True, False], ids=["a-tail", "a-whole-file"])
+def test_a_mark_whose_file_is_not_archived_yet_reads_back_and_is_checked_once_that_file_is(tmp_path, tail):
+    """The archiver writes the chain after each step: a run that ended between the hole and the file proving it left a
+    chain the next run (and every restore meanwhile) must read; that file, once written, must bear the mark out."""
+    storage = FileStorage(str(tmp_path))
+    b = _with_hole("bin.000004", "0-1-5", tail)
+    pending = dataclasses.replace(b, entries=b.entries[:-1])  # the hole written, bin.000004 not yet
+    write_branch(storage, pending)
+    read = read_branch(storage, BID, USE)
+    assert read.entries[-1].proven_empty == "bin.000004" and read.entries[-1].name == ("bin.000002" if tail else "bin.000003")
+    write_branch(storage, b)
+    assert read_branch(storage, BID, USE).entries[-1].name == "bin.000004"
+    write_branch(storage, _with_hole("bin.000004", "0-1-9", tail))  # then written starting past the archived bytes
+    with pytest.raises(IntegrityError, match="is marked proven empty by bin.000004, which the chain does not bear out"):
+        read_branch(storage, BID, USE)
