@@ -54,7 +54,7 @@ def sequence_gaps(bid: str, entries: list[Entry]) -> list[Finding]:
         where = f"{PREFIX}/{bid}/{after.name}"
         if split_name(after.name)[1] != split_name(before.name)[1] + 1:
             out.append(Finding(where, "gap", f"the file after {before.name}", f"{after.name}, with no hole recorded"))
-        elif _usable(before) and _usable(after) and not before.tail_hole and before.end_gtids \
+        elif _usable(before) and _usable(after) and not after.missing and not before.tail_hole and before.end_gtids \
                 and not events.includes(after.start_gtids, before.end_gtids):
             out.append(Finding(where, "gap", f"a start at GTID state {before.end_gtids}", f"{after.start_gtids}"))
     return out

@@ -117,8 +117,11 @@ def _e(seq: int, start: str, end: str, **kw) -> Entry:
     ([_e(1, "0-1-1", "0-1-5", tail_missing=True, proven_empty="mariadb-bin.000002"), _e(2, "0-1-5", "0-1-9")], []),
     ([_e(1, "0-1-1", "0-1-5", tail_missing=True, proven_empty="mariadb-bin.000002"), _e(2, "0-1-4", "0-1-9")],
      ["mariadb-bin.000002"]),
+    # a whole file purged and proven empty holds no start of its own (the chain's reader checked the proof)
+    ([_e(1, "0-1-1", "0-1-5"), _e(2, "", "", missing=True, proven_empty="mariadb-bin.000003"), _e(3, "0-1-5", "0-1-9")],
+     []),
 ], ids=["in-order", "a-number-skipped", "a-start-behind-the-end-before", "a-recorded-hole", "a-recorded-tail-hole",
-        "a-tail-proven-empty", "a-tail-proven-empty-then-a-start-behind-it"])
+        "a-tail-proven-empty", "a-tail-proven-empty-then-a-start-behind-it", "a-file-proven-empty"])
 def test_sequence_gaps(entries, gaps):
     assert [f.file.rsplit("/", 1)[1] for f in archive.sequence_gaps("b1", entries)] == gaps
 
