@@ -34,6 +34,13 @@ def settings(cur: Any) -> dict[str, Any]:
     return dict(zip(SETTINGS, cur.fetchone()))
 
 
+def as_before(cur: Any, recorded: dict[str, Any] | None) -> dict[str, Any]:
+    """The settings before a replay's first attempt: as `recorded` (its ledger row; None: this is the first) says, and
+    a setting it lacks (recorded by a lastline that never changed that one) as it is now."""
+    now = settings(cur)
+    return now if recorded is None else {**now, **recorded}
+
+
 def booted(cur: Any) -> int:
     """When the target's server process started (UTC seconds)."""
     cur.execute("SELECT UNIX_TIMESTAMP() - VARIABLE_VALUE FROM information_schema.GLOBAL_STATUS "

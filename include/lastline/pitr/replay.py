@@ -190,7 +190,9 @@ def apply(server: Server, storage: Storage, span: Span, run_id: str, method: str
         if row and row[1] == "done":
             log.info("replay: this run already replayed the binlogs: %s", row[2])
             return dict(json.loads(row[2]))
-        settings = json.loads(row[3]) if row and row[3] else applier.settings(cur)
+        settings = applier.as_before(cur, json.loads(row[3]) if row and row[3] else None)
+        if row and settings != json.loads(row[3] or "{}"):  # a setting its row lacks, recorded for the teardown too
+            cur.execute(f"UPDATE {LEDGER} SET settings=%s WHERE run_id=%s", (json.dumps(settings), run_id))
         if row:
             applier.put_back(cur, settings)  # an earlier attempt's applier stops here, at a transaction's end
         cur.execute("SHOW ALL SLAVES STATUS")

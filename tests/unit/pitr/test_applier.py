@@ -283,3 +283,12 @@ def test_wait_without_an_applier(tgt, want, raised):
     else:
         applier.wait(tgt, wanted, time.monotonic())
     assert applier.gtid_slave_pos(tgt) == "7-1-40"
+
+
+def test_as_before_takes_what_a_ledger_row_recorded_and_a_setting_it_lacks_as_it_is_now(tgt):
+    now = applier.settings(tgt)
+    assert applier.as_before(tgt, None) == now  # the first attempt: as the target is
+    recorded = {"slave_parallel_threads": 0, "slave_exec_mode": "STRICT"}  # a row of a lastline that changed no flush
+    assert applier.as_before(tgt, recorded) == {**recorded, "innodb_flush_log_at_trx_commit": now["innodb_flush_log_at_trx_commit"]}
+    whole = {**recorded, "innodb_flush_log_at_trx_commit": 1}
+    assert applier.as_before(tgt, whole) == whole  # what it recorded wins over what a killed attempt left

@@ -150,23 +150,30 @@ def test_apply_stops_at_a_gtid(tgt, history, method):
     assert gtid_map(result["gtid_position"]) == gtid_map(stop.gtid)
 
 
-def _ledger_row(server, run_id: str, method: str, booted: int | None = None) -> None:
-    """What an attempt that died part way leaves: its ledger row, still applying."""
+def _ledger_row(server, run_id: str, method: str, booted: int | None = None, leave_out: str = "") -> None:
+    """What an attempt that died part way leaves: its ledger row, still applying (`leave_out`: a setting its lastline
+    did not record)."""
     with server.session(autocommit=True) as cur:
         replay._ledger(cur)
+        settings = {k: v for k, v in applier.settings(cur).items() if k != leave_out}
         cur.execute(f"INSERT INTO {replay.LEDGER} (run_id, method, base_gtid, state, settings, booted) VALUES "
-                    "(%s, %s, '', 'applying', %s, %s)", (run_id, method, json.dumps(applier.settings(cur)),
+                    "(%s, %s, '', 'applying', %s, %s)", (run_id, method, json.dumps(settings),
                                                         applier.booted(cur) if booted is None else booted))
 
 
 def test_a_run_that_died_part_way_resumes_from_what_the_target_committed(tgt, history):
     made, store = history["made"], history["store"]
     replay.apply(tgt, store, hist.span(store, history["line"], made, made.transactions[3].gtid), "unit-replay-first", "parallel")
-    _ledger_row(tgt, "unit-replay-resumed", "parallel")  # the same target, committed up to transaction 3
+    before = tgt.query("SELECT @@GLOBAL.innodb_flush_log_at_trx_commit")[0][0]
+    # the same target, committed up to transaction 3, by a lastline that recorded no flush setting (it changed none)
+    _ledger_row(tgt, "unit-replay-resumed", "parallel", leave_out="innodb_flush_log_at_trx_commit")
     result = replay.apply(tgt, store, hist.span(store, history["line"], made), "unit-replay-resumed", "auto")
     assert result["resumed"] is True and result["method"] == "parallel"
     assert result["transactions"] == 4  # 4..7: none of 0..3 again
     assert tgt.query(ROWS) == history["final"]
+    assert tgt.query("SELECT @@GLOBAL.innodb_flush_log_at_trx_commit")[0][0] == before  # put back all the same
+    recorded = json.loads(tgt.query(f"SELECT settings FROM {replay.LEDGER} WHERE run_id='unit-replay-resumed'")[0][0])
+    assert recorded["innodb_flush_log_at_trx_commit"] == before  # and recorded for the teardown
 
 
 @pytest.mark.parametrize(("setup", "kwargs", "refused"), [
