@@ -59,6 +59,7 @@ from lastline.pitr.statements import (
     savepoint,
     statement_head,
     touches,
+    without_literals,
 )
 from lastline.pitr.window import segment_chunks
 from lastline.storage import Storage
@@ -276,12 +277,13 @@ class Splitter(Cutter):
             for query in read(StatementGroup(t.gtid, t.time, self.out.checksum, self._events)):
                 why = touches(query, self.folded)
                 if why:
-                    raise Refusal(f"transaction {t.gtid} ({query.text[:200].decode('utf-8', 'replace')!r}, stamped "
+                    raise Refusal(f"transaction {t.gtid} ({without_literals(query.text)[:200].decode('utf-8', 'replace')!r}, stamped "
                                   f"{t.time}) may change a restored database by a statement: {why}. A logical base rolls "
                                   "forward through row events only (no account limited to some databases runs an "
                                   "archived statement safely). Choose an until before it, a base taken after it, or a "
                                   "physical base; a source with binlog_format=ROW logs its data changes as row events.")
-            self.left_out.append({"gtid": t.gtid, "statement": texts[-1][:200].decode("utf-8", "replace") if texts else ""})
+            self.left_out.append({"gtid": t.gtid, "statement": without_literals(texts[-1])[:200].decode("utf-8", "replace")
+                                  if texts else ""})
         elif not self.collect:
             self.emit += (rebuild_rows(self._events, self.out.checksum, self.names) if kind == "rows"
                           else empty_transaction(self._events, self.out.checksum))

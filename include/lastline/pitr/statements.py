@@ -214,7 +214,30 @@ def _unquoted(ident: bytes) -> bytes | None:
     return ident if _BARE.fullmatch(ident) and not ident.isdigit() else None
 
 
+def without_literals(text: bytes) -> bytes:
+    """`text` for a log or a message: every quoted string (`'...'`, `"..."`, the quotes of X'..' and B'..') shown as
+    `'...'`, since a literal may hold a secret (a password in IDENTIFIED BY or PASSWORD(), a key); identifiers in
+    backticks as written. An unterminated quote or backtick (a cut statement) ends it there."""
+    out, i, n = bytearray(), 0, len(text)
+    while i < n:
+        c = text[i:i + 1]
+        if c not in (b"'", b'"', b"`"):
+            out += c
+            i += 1
+            continue
+        j = i + 1
+        while j < n and not (text[j:j + 1] == c and text[j + 1:j + 2] != c):
+            j += 2 if text[j:j + 1] == c or (c != b"`" and text[j:j + 1] == b"\\") else 1
+        if j >= n:
+            return bytes(out + (b"'...'" if c != b"`" else b"`..."))
+        out += text[i:j + 1] if c == b"`" else b"'...'"
+        i = j + 1
+    return bytes(out)
+
+
 def statement_head(text: bytes, n: int = 80) -> str:
-    """A statement's first characters, for a message: `"UPDATE t SET a = ..."`."""
-    shown = text[:n].decode("utf-8", "replace").replace("\n", " ")
-    return f'"{shown}{"..." if len(text) > n else ""}"'
+    """A statement's first characters, for a message, its quoted strings left out (without_literals):
+    `"UPDATE t SET a = '...' ..."`."""
+    shown = without_literals(text)
+    head = shown[:n].decode("utf-8", "replace").replace("\n", " ")
+    return f'"{head}{"..." if len(shown) > n else ""}"'

@@ -20,6 +20,7 @@ from lastline.pitr.statements import (
     savepoint,
     statement_head,
     touches,
+    without_literals,
 )
 
 from .binlog import gtid, query, xid
@@ -130,7 +131,23 @@ def test_savepoint_passes_only_a_savepoint_statement_rebuilt(text, rebuilt):
     (b"UPDATE t SET a = 1", '"UPDATE t SET a = 1"'),
     (b"INSERT INTO t\nVALUES (1)", '"INSERT INTO t VALUES (1)"'),
     (b"x" * 81, '"' + "x" * 80 + '..."'),
-    (b"SELECT '\xff'", '"SELECT \'\ufffd\'"'),
-], ids=["short", "newline-shown-as-a-space", "cut-at-80-characters", "not-utf8"])
+    (b"SELECT `\xff`", '"SELECT `\ufffd`"'),
+    (b"UPDATE t SET a = 'x' WHERE b = \"y\"", '"UPDATE t SET a = \'...\' WHERE b = \'...\'"'),
+], ids=["short", "newline-shown-as-a-space", "cut-at-80-characters", "not-utf8", "strings-left-out"])
 def test_statement_head_shows_the_first_characters(text, shown):
     assert statement_head(text) == shown
+
+
+@pytest.mark.parametrize(("text", "shown"), [
+    (b"GRANT ALL ON *.* TO 'u'@'%' IDENTIFIED BY 'hunter2'", b"GRANT ALL ON *.* TO '...'@'...' IDENTIFIED BY '...'"),
+    (b"SET PASSWORD FOR u = PASSWORD('hunter2')", b"SET PASSWORD FOR u = PASSWORD('...')"),
+    (b"ALTER USER u IDENTIFIED VIA ed25519 USING PASSWORD(\"hunter2\")", b"ALTER USER u IDENTIFIED VIA ed25519 USING PASSWORD('...')"),
+    (b"SELECT 'it''s hunter2', 'a\\'hunter2'", b"SELECT '...', '...'"),
+    (b"SELECT X'68756e74657232', `a``'hunter2`", b"SELECT X'...', `a``'hunter2`"),
+    (b"INSERT INTO t VALUES ('hunter2", b"INSERT INTO t VALUES ('...'"),
+    (b"INSERT INTO `t'hunter2", b"INSERT INTO `..."),
+], ids=["identified-by", "password-function", "double-quoted", "escaped-quotes", "hex-and-identifier", "cut-string",
+        "cut-identifier"])
+def test_without_literals_never_shows_a_quoted_string(text, shown):
+    assert without_literals(text) == shown
+    assert b"hunter2" not in without_literals(text) or b"`a``'hunter2`" in shown  # an identifier is shown as written
