@@ -22,6 +22,7 @@ from typing import cast
 from airflow.sdk import dag, get_current_context
 
 from lastline.airflow.alerts import send
+from lastline.airflow.assets import recorded_archive_head
 from lastline.airflow.defaults import dag_args, schedule
 from lastline.airflow.params import params
 from lastline.airflow.steps import step
@@ -43,8 +44,9 @@ def backup_verify():
         context["backup_id"] = backup_id  # the mapped instance's name (map_index_template)
         return cast(BackupVerdict, report.kept(backups.verify_backup(plan, backup_id), context["ti"], f"backup {backup_id}"))
 
-    def verify_archive(plan: VerifyPlan) -> ArchiveVerdict:
-        return cast(ArchiveVerdict, report.kept(archive.verify_archive(plan), get_current_context()["ti"], "the binlog archive"))
+    def verify_archive(plan: VerifyPlan) -> ArchiveVerdict:  # against the head Airflow recorded after its last run
+        found = archive.verify_archive(plan, recorded_archive_head(plan.destination, plan.aws_conn_id))
+        return cast(ArchiveVerdict, report.kept(found, get_current_context()["ti"], "the binlog archive"))
 
     def record(plan: VerifyPlan) -> dict:
         context = get_current_context()

@@ -416,12 +416,18 @@ def split_backup_url(url: str) -> tuple[str, str]:
     return dest, backup_id
 
 
+def newest_recorded(place: str, kind: str) -> str:
+    """The newest `kind` backup Airflow recorded in `place` (place_name of a destination), "" without a record (a first
+    backup, a run outside Airflow) or on storage the deployment declares trusted."""
+    record = _recorded_newest[0](place, kind) if _recorded_newest and not auth.storage_trusted() else None
+    return str((record or {}).get("backup_id") or "")
+
+
 def _not_rolled_back(place: str, kind: str, newest: str | None) -> None:
     """Refuse `latest` when it would be older than the newest backup Airflow recorded in `place` (that backup deleted
     or its manifest spoiled by someone who can write the storage: an older, validly signed backup would be restored
     in its stead, silently). Without a record (a first backup, a run outside Airflow) or on trusted storage: no check."""
-    record = _recorded_newest[0](place, kind) if _recorded_newest and not auth.storage_trusted() else None
-    recorded = str((record or {}).get("backup_id") or "")
+    recorded = newest_recorded(place, kind)
     if recorded and (newest is None or newest < recorded):
         raise IntegrityError(
             f"{place}: the newest {kind} backup lastline recorded in Airflow, {recorded}, is missing or unreadable, so "

@@ -18,7 +18,7 @@ import pytest
 from conftest import ROOT, set_conn
 from lastline import connections, inventory
 from lastline.logical.backup import stages as logical_backup
-from lastline.manifest import read_manifest
+from lastline.manifest import new_backup_id, read_manifest
 from lastline.physical import backup as physical_backup
 from lastline.pitr import archive
 from lastline.storage import open_storage
@@ -56,8 +56,10 @@ def made(source, tmp_path_factory, drill_server, airflow_db) -> dict:
     logical_backup.dump(logical)
     time.sleep(2.1)  # the archive confirms what the source committed up to a second before it looked
     archive.ship(connections.server("t_source"), storage)
-    (dest / "20260101T000000Z-abcdef").mkdir()  # a backup that never finished
-    return {"dest": dest, "url": url, "physical": str(plan.backup_id), "logical": str(logical.backup_id)}
+    unfinished = new_backup_id()  # a backup under way, or one that never finished (backup_verify: a problem after a day)
+    (dest / unfinished).mkdir()
+    return {"dest": dest, "url": url, "physical": str(plan.backup_id), "logical": str(logical.backup_id),
+            "unfinished": unfinished}
 
 
 @pytest.fixture(scope="module")
@@ -126,7 +128,7 @@ def page(monkeypatch, drilled, token):
 
 
 @pytest.mark.e2e
-def test_the_page_lists_every_backup_with_each_column(page):
+def test_the_page_lists_every_backup_with_each_column(page, made):
     _plugin_module, client = page
     data = client.get("/backups.json").json()
     (dest,) = data
@@ -137,7 +139,7 @@ def test_the_page_lists_every_backup_with_each_column(page):
     storage = open_storage(dest["url"])
     for backup_id, row in rows.items():
         if row["problem"]:
-            assert backup_id == "20260101T000000Z-abcdef" and "incomplete" in row["problem"] and not row["restores"]
+            assert backup_id == made["unfinished"] and "incomplete" in row["problem"] and not row["restores"]
             assert "incomplete: no manifest" in html
             continue
         manifest = read_manifest(storage, backup_id, row["kind"], require=False)
@@ -199,7 +201,8 @@ def test_a_destination_is_capped_and_says_how_many_it_holds(drilled, monkeypatch
     monkeypatch.setenv("LASTLINE_BACKUPS_PAGE_LIMIT", "1")
     monkeypatch.setenv("LASTLINE_BACKUPS_PAGE_DESTINATIONS", f"{drilled['url']},file:///nonexistent-lastline-page")
     first, missing = inventory.listing()
-    assert first.folders == 3 and [b.backup_id for b in first.backups] == [max(drilled["logical"], drilled["physical"])]
+    assert first.folders == 3 and [b.backup_id for b in first.backups] == [max(drilled["logical"], drilled["physical"],
+                                                                               drilled["unfinished"])]  # the newest folder
     assert missing.folders == 0 and missing.backups == [] and "no such folder" in str(missing.problem)
 
 

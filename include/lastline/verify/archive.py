@@ -6,6 +6,7 @@ the holes (recorded by the archiver, or found here) that stop a roll-forward nam
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 from lastline.core.errors import IntegrityError, LastlineError
 from lastline.pitr import catalog, events, window
@@ -115,13 +116,27 @@ def _read_chains(storage: Storage) -> tuple[list[Branch], list[Finding]]:
     return chains, findings
 
 
-def verify_archive(plan: VerifyPlan) -> ArchiveVerdict:
-    """The archive read back, and each base's coverage (see the module); no archive: ok, with nothing read."""
+def rolled_back(storage: Storage, recorded: dict[str, Any] | None) -> list[Finding]:
+    """The archive against the head Airflow recorded after its last run (catalog.check_head: an older, validly signed
+    state put back, or files dropped), as a finding; none without a record."""
+    try:
+        catalog.check_head(storage, recorded, "backup_verify")
+    except IntegrityError as exc:
+        return [Finding(f"{PREFIX}/branches.json", "rollback", "the head Airflow recorded after the archive's last run",
+                        str(exc).split(": ", 1)[-1][:300])]
+    return []
+
+
+def verify_archive(plan: VerifyPlan, recorded: dict[str, Any] | None = None) -> ArchiveVerdict:
+    """The archive read back, and each base's coverage (see the module); no archive: ok, with nothing read, unless
+    Airflow recorded a head of it (`recorded`: lastline.airflow.assets.recorded_archive_head)."""
     storage = open_storage(plan.destination, plan.aws_conn_id)
     if not storage.exists(f"{PREFIX}/branches.json"):
         log.info("verify %s: no binlog archive", plan.destination)
-        return ArchiveVerdict(OK)
+        gone = [Finding(f"{PREFIX}/branches.json", "missing", "the archive Airflow recorded", "no archive")] if recorded else []
+        return ArchiveVerdict(status_of(gone), findings=gone)
     chains, findings = _read_chains(storage)
+    findings += rolled_back(storage, recorded) if chains else []
     segments = total = 0
     for branch in chains:
         got, n, size = check_branch(storage, branch)

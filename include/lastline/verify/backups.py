@@ -9,8 +9,17 @@ from typing import Any
 from lastline.core.errors import IntegrityError
 from lastline.core.plans import Conf, RunParams
 from lastline.core.progress import plural
-from lastline.manifest import MANIFEST, FileInfo, LogicalManifest, PhysicalManifest, backup_time, manifest_kind, read_manifest
-from lastline.storage import Storage, open_storage, require_allowed
+from lastline.manifest import (
+    MANIFEST,
+    FileInfo,
+    LogicalManifest,
+    PhysicalManifest,
+    backup_time,
+    manifest_kind,
+    newest_recorded,
+    read_manifest,
+)
+from lastline.storage import Storage, open_storage, place_name, require_allowed
 from lastline.verify.plans import BackupVerdict, Finding, VerifyPlan, status_of
 from lastline.verify.reading import check_object, mac_finding
 
@@ -26,9 +35,12 @@ def preflight(conf: RunParams) -> VerifyPlan:
     folders = [b for b in storage.list_backups() if backup_time(b)]
     complete = [b for b in folders if storage.exists(f"{b}/{MANIFEST}")]
     incomplete = [b for b in folders if b not in complete]
-    log.info("verify %s: %s to read back (%d incomplete, not read)", place, plural(len(complete), "backup"),
-             len(incomplete))
-    return VerifyPlan(place, aws_conn_id, complete, incomplete)
+    # the newest backup of each kind Airflow recorded, out of the storage writer's reach, must still be there
+    lost = [f"{kind} backup {b}" for kind in ("physical", "logical")
+            if (b := newest_recorded(place_name(place, aws_conn_id), kind)) and b not in complete]
+    log.info("verify %s: %s to read back (%d incomplete, not read)%s", place, plural(len(complete), "backup"),
+             len(incomplete), "".join(f"; the newest {x} Airflow recorded is not complete there" for x in lost))
+    return VerifyPlan(place, aws_conn_id, complete, incomplete, lost)
 
 
 def backup_ids(plan: VerifyPlan) -> list[str]:

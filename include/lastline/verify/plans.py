@@ -10,19 +10,21 @@ from lastline.core.plans import Plan, Result
 
 OK, DAMAGED, MISSING = "ok", "damaged", "missing"
 # what differs in a file: gone, another size, another sha256, a MAC that fails, unreadable (a link, bad JSON, ...),
-# a gap in the archive (bytes or GTIDs lastline never recorded as a hole)
-PROBLEMS = ("missing", "size", "digest", "mac", "unreadable", "gap")
+# a gap in the archive (bytes or GTIDs lastline never recorded as a hole), an archive older than the head Airflow recorded
+PROBLEMS = ("missing", "size", "digest", "mac", "unreadable", "gap", "rollback")
 
 
 @dataclasses.dataclass(frozen=True)
 class VerifyPlan(Plan):
     """One destination (as the deployment's roots allow it) and the backup folders found complete in it, oldest
-    first; `incomplete`: folders without a manifest (never restored, not read)."""
+    first; `incomplete`: folders without a manifest (never restored, not read); `lost`: the newest backup of a kind
+    that Airflow recorded and the destination no longer holds complete (`<kind> backup <id>`)."""
 
     destination: str
     aws_conn_id: str | None
     backups: list[str]
     incomplete: list[str] = dataclasses.field(default_factory=list)
+    lost: list[str] = dataclasses.field(default_factory=list)
 
 
 @dataclasses.dataclass(frozen=True)

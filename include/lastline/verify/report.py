@@ -8,12 +8,14 @@ import json
 import logging
 import time
 from collections.abc import Mapping
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from lastline import drill, reports
 from lastline.core.errors import IntegrityError
 from lastline.core.plans import plain
 from lastline.core.progress import plural
+from lastline.manifest import backup_time
 from lastline.verify.plans import OK, ArchiveVerdict, BackupVerdict, Coverage, VerifyPlan
 
 log = logging.getLogger(__name__)
@@ -36,6 +38,21 @@ def newest_drills(destination: str, history: list[dict[str, Any]]) -> dict[str, 
         dest, _, backup_id = str(entry.get("backup") or "").rstrip("/").rpartition("/")
         if dest == destination.rstrip("/"):
             out[backup_id] = entry
+    return out
+
+
+def left_behind(plan: VerifyPlan, now: datetime | None = None, grace: timedelta = timedelta(hours=24)) -> list[str]:
+    """The plan's own problems, one line each: the newest backup of a kind Airflow recorded and the destination no longer
+    holds complete, and folders without a manifest for longer than `grace` (a backup that never finished, which prune
+    removes after that long, or one whose manifest was removed)."""
+    now = now or datetime.now(UTC)
+    out = [f"the newest {lost} Airflow recorded is gone or incomplete: someone who can write the storage removed it or "
+           "its manifest" for lost in plan.lost]
+    old = [b for b in plan.incomplete if (t := backup_time(b)) is not None and now - t > grace]
+    if old:
+        out.append(f"{plural(len(old), 'backup folder')} without a manifest for more than {grace.total_seconds() / 3600:.0f} "
+                   f"hours ({', '.join(old[:5])}{' ...' if len(old) > 5 else ''}): backups that never finished (prune "
+                   "removes those) or whose manifest was removed")
     return out
 
 
@@ -103,7 +120,7 @@ def record(plan: VerifyPlan, found: Any, archive: Any, dag_id: str, run_id: str)
     verdicts = verdicts_of(plan, found)
     archived = ArchiveVerdict.of(archive) if archive else None
     drills = newest_drills(plan.destination, reports.history(drill.HISTORY))
-    found_problems = problems(verdicts, archived)
+    found_problems = left_behind(plan) + problems(verdicts, archived)
     entry = {"destination": plan.destination, "run_id": run_id, "finished": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
              "backups": {v.backup_id: {"status": v.status, "what": "; ".join(f.describe() for f in v.findings)[:500]}
                          for v in verdicts}, "archive": archived.status if archived else UNREAD}

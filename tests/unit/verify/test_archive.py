@@ -146,3 +146,21 @@ def test_coverage_of_a_base_the_archive_does_not_reach(made, tmp_path):
     lines = [window.lineage(storage, b["id"]) for b in catalog.branches(storage)]
     assert archive.coverage(made.logical, far, lines, set()).note == "the archive does not reach back to this backup"
     assert archive.coverage(made.logical, dataclasses.replace(manifest, gtid=None, primary=None), lines, set()).branch is None
+
+
+def test_an_archive_rolled_back_behind_the_head_airflow_recorded_is_named(made, tmp_path):
+    folder = made.copy(tmp_path / "d")
+    storage = open_storage(f"file://{folder}")
+    plan = backups.preflight({"destination": f"file://{folder}"})
+    recorded = catalog.head(storage)
+    assert archive.verify_archive(plan, recorded).status == "ok"
+    branch = catalog.read_branch(storage, catalog.branches(storage)[-1]["id"])
+    # an older state put back, validly signed (what a storage writer holding an old copy can do): its last file gone
+    catalog.write_branch(storage, dataclasses.replace(branch, entries=branch.entries[:-1]))
+    found = archive.verify_archive(plan, recorded)
+    assert found.status == "damaged" and [(f.file, f.problem) for f in found.findings] == [("binlogs/branches.json", "rollback")]
+    assert "missing from its chain" in found.findings[0].found and "Someone who can write the storage" in found.findings[0].found
+    shutil.rmtree(folder / "binlogs")  # the whole archive removed: Airflow knows there was one
+    gone = archive.verify_archive(plan, recorded)
+    assert gone.status == "missing" and [(f.file, f.problem) for f in gone.findings] == [("binlogs/branches.json", "missing")]
+    assert archive.verify_archive(plan, None).status == "ok"  # no record (a first run, or outside Airflow): nothing to hold it to

@@ -143,3 +143,24 @@ def test_over_ssh_a_clean_backup_reads_back_ok_and_a_deleted_file_is_missing(mad
 
 def test_backup_ids_are_the_plans_one_task_each():
     assert backups.backup_ids(VerifyPlan("file:///tmp/d", None, ["20261101T000000Z-aaaaaa"], [])) == ["20261101T000000Z-aaaaaa"]
+
+
+@pytest.fixture
+def recorded(monkeypatch):
+    """The newest backup of each kind Airflow recorded, as lastline.airflow.assets installs its reader: {kind: id}."""
+    from lastline import manifest
+
+    records: dict[str, str] = {}
+    monkeypatch.setattr(manifest, "_recorded_newest", [lambda place, kind: {"backup_id": records[kind]} if kind in records else None])
+    return records
+
+
+def test_the_newest_backup_airflow_recorded_must_still_be_there_complete(made, tmp_path, recorded):
+    folder = made.copy(tmp_path / "d")
+    recorded.update(physical=made.physical, logical=made.logical)
+    assert _plan(folder).lost == []
+    (folder / made.logical / "manifest.json").unlink()  # a storage writer hides the newest logical backup
+    plan = _plan(folder)
+    assert plan.lost == [f"logical backup {made.logical}"] and made.logical in plan.incomplete
+    recorded["physical"] = "20991231T235959Z-ffffff"  # recorded, and never seen by this destination since
+    assert _plan(folder).lost == ["physical backup 20991231T235959Z-ffffff", f"logical backup {made.logical}"]

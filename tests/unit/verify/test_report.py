@@ -64,7 +64,8 @@ def test_record_saves_the_report_and_the_history_and_fail_if_bad_refuses(tmp_pat
     summary = report.record(PLAN, [OK_A.to_dict(), BAD_B.to_dict()], ARCHIVE.to_dict(), "backup_verify", "r1")
     assert summary["backups"][A] == {"status": "ok", "what": ""} and summary["backups"][B]["status"] == "damaged"
     page = reports.read("backup_verify", "r1", "backup_verify.md").decode()
-    assert page.startswith(f"# Backup verify of {DEST}: 2 problems")
+    assert page.startswith(f"# Backup verify of {DEST}: 3 problems")  # the folder without a manifest since November 4 too
+    assert "1 backup folder without a manifest for more than 24 hours (20261104T000000Z-dddddd)" in page
     assert f"| {A} | physical | ok | 1 | 100 | - | passed 2026-11-02T00:00:00Z | x.000001 to x.000002" in page
     assert "data/d/t/00000-000.tsv.zst: digest" in page and "20261104T000000Z-dddddd" in page
     assert f"Newest restore drill: backup {A}, passed 2026-11-02T00:00:00Z." in page
@@ -103,3 +104,16 @@ def test_kept_passes_an_ok_verdict_and_refuses_a_damaged_one_after_keeping_it_fo
     with pytest.raises(IntegrityError, match="^the binlog archive is damaged: nothing could be read"):
         report.kept(ArchiveVerdict(DAMAGED), archive_ti, "the binlog archive")
     assert ArchiveVerdict.of(archive_ti.pushed["return_value"]) == ArchiveVerdict(DAMAGED)
+
+
+def test_left_behind_names_a_lost_newest_backup_and_folders_without_a_manifest_past_a_day():
+    from datetime import UTC, datetime
+
+    now = datetime(2026, 11, 5, tzinfo=UTC)
+    plan = VerifyPlan(DEST, None, [A], ["20261103T000000Z-dddddd", "20261104T120000Z-eeeeee"], [f"logical backup {B}"])
+    assert report.left_behind(plan, now) == [
+        f"the newest logical backup {B} Airflow recorded is gone or incomplete: someone who can write the storage removed "
+        "it or its manifest",
+        "1 backup folder without a manifest for more than 24 hours (20261103T000000Z-dddddd): backups that never "
+        "finished (prune removes those) or whose manifest was removed"]
+    assert report.left_behind(VerifyPlan(DEST, None, [A], ["20261104T120000Z-eeeeee"]), now) == []  # a backup under way
