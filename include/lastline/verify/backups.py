@@ -20,7 +20,7 @@ from lastline.manifest import (
     read_manifest,
 )
 from lastline.storage import Storage, open_storage, place_name, require_allowed
-from lastline.verify.plans import BackupVerdict, Finding, VerifyPlan, status_of
+from lastline.verify.plans import GONE, OK, BackupVerdict, Finding, VerifyPlan, status_of
 from lastline.verify.reading import check_object, mac_finding
 
 log = logging.getLogger(__name__)
@@ -61,6 +61,12 @@ def expected_files(manifest: PhysicalManifest | LogicalManifest) -> list[FileInf
     return [FileInfo(manifest.schema_file, -1, manifest.schema_sha256), *chunks]
 
 
+def gone(storage: Storage, backup_id: str) -> bool:
+    """Whether the backup's folder is no longer there at all (prune deletes whole folders, an old backup's while a long
+    run reads): not damage. A folder still there with a file or its manifest gone is."""
+    return backup_id not in storage.list_backups()
+
+
 def read_back_manifest(storage: Storage, backup_id: str) -> tuple[Any, list[Finding]]:
     """A backup's manifest as read_manifest reads it (bounded, parsed, its id checked; its `.authenticity` the MAC's
     verdict), or None, and what is wrong with it."""
@@ -82,6 +88,9 @@ def verify_backup(plan: VerifyPlan, backup_id: str) -> BackupVerdict:
     storage = open_storage(plan.destination, plan.aws_conn_id)
     manifest, findings = read_back_manifest(storage, backup_id)
     if manifest is None:
+        if gone(storage, backup_id):
+            log.info("verify %s/%s: removed since the listing (pruned?): not read", plan.destination, backup_id)
+            return BackupVerdict(backup_id, None, GONE)
         return BackupVerdict(backup_id, None, status_of(findings), findings=findings)
     try:
         files = expected_files(manifest)
@@ -94,8 +103,11 @@ def verify_backup(plan: VerifyPlan, backup_id: str) -> BackupVerdict:
         total += n
         if found is not None:
             findings.append(found)
-    verdict = BackupVerdict(backup_id, manifest.kind, status_of(findings), len(files), total, findings,
-                            manifest.authenticity.describe())
+    status = status_of(findings)
+    if status != OK and gone(storage, backup_id):
+        log.info("verify %s/%s: removed while it was read (pruned?): not read", plan.destination, backup_id)
+        return BackupVerdict(backup_id, manifest.kind, GONE, len(files), total)
+    verdict = BackupVerdict(backup_id, manifest.kind, status, len(files), total, findings, manifest.authenticity.describe())
     log.info("verify %s/%s: %s, %s read (%s bytes)%s", plan.destination, backup_id, verdict.status,
              plural(len(files), "file"), f"{total:,}", "".join(f"; {f.describe()}" for f in findings))
     return verdict

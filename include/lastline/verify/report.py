@@ -16,7 +16,7 @@ from lastline.core.errors import IntegrityError
 from lastline.core.plans import plain
 from lastline.core.progress import plural
 from lastline.manifest import backup_time
-from lastline.verify.plans import OK, ArchiveVerdict, BackupVerdict, Coverage, VerifyPlan
+from lastline.verify.plans import GONE, OK, ArchiveVerdict, BackupVerdict, Coverage, VerifyPlan
 
 log = logging.getLogger(__name__)
 HISTORY = "backup_verify"  # the read-backs' history in the reports' storage (the Backups page's "Read back" column)
@@ -60,7 +60,7 @@ def problems(verdicts: list[BackupVerdict], archive: ArchiveVerdict | None) -> l
     """What fails the run, one line each: a backup damaged, missing or unread, the archive not ok."""
     out = [f"backup {v.backup_id} is {v.status}" + (": " + "; ".join(f.describe() for f in v.findings) if v.findings
                                                     else ": its task did not end (see its log)" if v.status == UNREAD else "")
-           for v in verdicts if v.status != OK]
+           for v in verdicts if v.status not in (OK, GONE)]
     if archive is None:
         out.append("the binlog archive is unread: its task did not end (see its log)")
     elif archive.status != OK:
@@ -148,7 +148,7 @@ def kept(verdict: BackupVerdict | ArchiveVerdict, ti: Any, what: str) -> BackupV
     """`verdict`, or, when it is not ok, a refusal after it was pushed as the task's return value (`ti`: the task
     instance): the task that read the damage fails at once (red in the Grid, never retried) and the report still
     reads what it found."""
-    if verdict.status == OK:
+    if verdict.status in (OK, GONE):
         return verdict
     ti.xcom_push("return_value", plain(verdict))
     shown = "; ".join(f.describe() for f in verdict.findings[:5]) + (" ..." if len(verdict.findings) > 5 else "")

@@ -164,3 +164,18 @@ def test_the_newest_backup_airflow_recorded_must_still_be_there_complete(made, t
     assert plan.lost == [f"logical backup {made.logical}"] and made.logical in plan.incomplete
     recorded["physical"] = "20991231T235959Z-ffffff"  # recorded, and never seen by this destination since
     assert _plan(folder).lost == ["physical backup 20991231T235959Z-ffffff", f"logical backup {made.logical}"]
+
+
+def test_a_backup_removed_whole_while_the_run_reads_is_gone_not_damage_and_a_file_removed_is_missing(made, tmp_path):
+    import shutil
+
+    folder = made.copy(tmp_path / "d")
+    plan = _plan(folder)
+    name, path = _chunk(made, folder)
+    path.unlink()  # one file of a backup still there: damage
+    assert [(f.file, f.problem) for f in backups.verify_backup(plan, made.logical).findings] == [(name, "missing")]
+    shutil.rmtree(folder / made.logical)  # the whole folder, as prune deletes an old backup after the listing
+    verdict = backups.verify_backup(plan, made.logical)
+    assert (verdict.status, verdict.findings) == ("gone", [])
+    (folder / made.physical / "manifest.json").unlink()  # the folder there, its manifest gone: not pruning
+    assert backups.verify_backup(plan, made.physical).status == "missing"

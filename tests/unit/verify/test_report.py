@@ -117,3 +117,9 @@ def test_left_behind_names_a_lost_newest_backup_and_folders_without_a_manifest_p
         "1 backup folder without a manifest for more than 24 hours (20261103T000000Z-dddddd): backups that never "
         "finished (prune removes those) or whose manifest was removed"]
     assert report.left_behind(VerifyPlan(DEST, None, [A], ["20261104T120000Z-eeeeee"]), now) == []  # a backup under way
+
+
+def test_a_backup_gone_while_read_is_no_problem_and_its_task_passes():
+    gone = BackupVerdict(B, "logical", "gone")
+    assert report.problems([OK_A, gone], ARCHIVE) == []
+    assert report.kept(gone, _Instance(), f"backup {B}") is gone
