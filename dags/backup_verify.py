@@ -8,8 +8,9 @@ SSH the bytes stream through the digest; nothing is downloaded whole, nothing is
 archive is read back as well: every segment against its chain, no gap in bytes or GTIDs, and how far it rolls each
 base forward (holes named).
 
-preflight (the destination, its complete backups) → backups → verify_backup (one per backup, named by its id: one
-that finds damage fails at once, without retries) and verify_archive (the same) → report (always: the run's **Report**, the Backups page's "Read back" column, and the newest drill of
+preflight (the destination, its complete backups) → backups → verify_backup (one per backup, named by its id; runs of
+consecutive backups past 1,000 of them; one that finds damage fails at once, without retries) and verify_archive (the
+same) → report (always: the run's **Report**, the Backups page's "Read back" column, and the newest drill of
 each backup). A damaged, missing or unread backup, or a damaged archive, fails the run and alerts (the connection
 `lastline_alerts`). A killed run, cleared, reads again only the backups whose task did not finish.
 
@@ -39,10 +40,10 @@ from lastline.verify.plans import ArchiveVerdict, BackupVerdict, VerifyPlan
 )
 def backup_verify():
     # a backup or archive found damaged fails its own task at once, its verdict kept for the report (report.kept)
-    def verify_backup(plan: VerifyPlan, backup_id: str) -> BackupVerdict:
+    def verify_backup(plan: VerifyPlan, backup_ids: list[str]) -> list[BackupVerdict]:
         context = cast(dict, get_current_context())
-        context["backup_id"] = backup_id  # the mapped instance's name (map_index_template)
-        return cast(BackupVerdict, report.kept(backups.verify_backup(plan, backup_id), context["ti"], f"backup {backup_id}"))
+        context["backup_id"] = " .. ".join(dict.fromkeys([backup_ids[0], backup_ids[-1]]))  # the instance's name
+        return report.kept([backups.verify_backup(plan, b) for b in backup_ids], context["ti"], "backups")
 
     def verify_archive(plan: VerifyPlan) -> ArchiveVerdict:  # against the head Airflow recorded after its last run
         found = archive.verify_archive(plan, recorded_archive_head(plan.destination, plan.aws_conn_id))
@@ -50,7 +51,7 @@ def backup_verify():
 
     def record(plan: VerifyPlan) -> dict:
         context = get_current_context()
-        found = context["ti"].xcom_pull(task_ids="verify_backup")  # the instances that ended (a failed one left none)
+        found = context["ti"].xcom_pull(task_ids="verify_backup")  # every instance's verdicts (a damaged one's too)
         summary = report.record(plan, found, context["ti"].xcom_pull(task_ids="verify_archive"),
                                 context["dag"].dag_id, context["run_id"])
         if summary["problems"]:
@@ -61,8 +62,8 @@ def backup_verify():
         return summary
 
     plan = step(backups.preflight, task_id="preflight")()
-    ids = step(backups.backup_ids, task_id="backups")(plan)
-    read = step(verify_backup, map_index_template="{{ backup_id }}").partial(plan=plan).expand(backup_id=ids)
+    ids = step(backups.batches, task_id="backups")(plan)
+    read = step(verify_backup, map_index_template="{{ backup_id }}").partial(plan=plan).expand(backup_ids=ids)
     archived = step(verify_archive)(plan)
     [read, archived] >> step(record, task_id="report", trigger_rule="all_done", multiple_outputs=True)(plan)
 

@@ -43,9 +43,15 @@ def preflight(conf: RunParams) -> VerifyPlan:
     return VerifyPlan(place, aws_conn_id, complete, incomplete, lost)
 
 
-def backup_ids(plan: VerifyPlan) -> list[str]:
-    """The backups to read back, one task each (Airflow maps a task over a task's own return value only)."""
-    return list(plan.backups)
+# the most verify_backup instances a run maps: under Airflow's [core] max_map_length (1024 by default)
+MAX_TASKS = 1000
+
+
+def batches(plan: VerifyPlan, most: int = MAX_TASKS) -> list[list[str]]:
+    """The backups to read back, a task each (named by its id), or, where there are more than `most`, runs of consecutive
+    ones: at most `most` tasks (Airflow maps a task over a task's own return value, at most max_map_length times)."""
+    size = max(1, -(-len(plan.backups) // most))
+    return [plan.backups[i:i + size] for i in range(0, len(plan.backups), size)]
 
 
 def expected_files(manifest: PhysicalManifest | LogicalManifest) -> list[FileInfo]:

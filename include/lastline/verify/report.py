@@ -26,9 +26,15 @@ UNREAD = "unread"  # a backup whose task did not end (it failed after its retrie
 def verdicts_of(plan: VerifyPlan, found: Any) -> list[BackupVerdict]:
     """Every backup of the plan with its verdict, in the plan's order; one whose task left none is `unread`. `found`:
     the mapped tasks' XComs (one instance's alone, as Airflow hands a single one back, or none)."""
-    found = [found] if isinstance(found, Mapping) else list(found or [])
-    by = {v.backup_id: v for v in (BackupVerdict.of(x) for x in found if x)}
+    by = {v.backup_id: v for v in (BackupVerdict.of(x) for x in _flat(found))}
     return [by.get(b) or BackupVerdict(b, None, UNREAD) for b in plan.backups]
+
+
+def _flat(found: Any) -> list[Mapping[str, Any]]:
+    """The verdicts in `found`: one, a task's list of them, or the mapped tasks' lists (a failed task's too)."""
+    if isinstance(found, Mapping):
+        return [found]
+    return [v for x in found or [] if x for v in _flat(x)]
 
 
 def newest_drills(destination: str, history: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
@@ -144,16 +150,19 @@ def read_backs(history: list[dict[str, Any]], destination: str) -> dict[str, dic
     return out
 
 
-def kept(verdict: BackupVerdict | ArchiveVerdict, ti: Any, what: str) -> BackupVerdict | ArchiveVerdict:
-    """`verdict`, or, when it is not ok, a refusal after it was pushed as the task's return value (`ti`: the task
-    instance): the task that read the damage fails at once (red in the Grid, never retried) and the report still
-    reads what it found."""
-    if verdict.status in (OK, GONE):
-        return verdict
-    ti.xcom_push("return_value", plain(verdict))
-    shown = "; ".join(f.describe() for f in verdict.findings[:5]) + (" ..." if len(verdict.findings) > 5 else "")
-    raise IntegrityError(f"{what} is {verdict.status}: {shown or 'nothing could be read'}. The run's report lists every "
-                         "finding; restore from another backup and find out who or what changed the storage.")
+def kept(found: Any, ti: Any, what: str) -> Any:
+    """`found` (a verdict, or a task's list of them), or, when one is not ok, a refusal after `found` was pushed as the
+    task's return value (`ti`: the task instance): the task that read the damage fails at once (red in the Grid, never
+    retried) and the report still reads what it found."""
+    bad = [v for v in (found if isinstance(found, list) else [found]) if v.status not in (OK, GONE)]
+    if not bad:
+        return found
+    ti.xcom_push("return_value", plain(found))
+    shown = "; ".join(f"{what if len(bad) == 1 and not isinstance(found, list) else 'backup ' + v.backup_id} is {v.status}: "
+                      + ("; ".join(f.describe() for f in v.findings[:5]) + (" ..." if len(v.findings) > 5 else "")
+                         or "nothing could be read") for v in bad[:3])
+    raise IntegrityError(f"{shown}{' ...' if len(bad) > 3 else ''}. The run's report lists every finding; restore from "
+                         "another backup and find out who or what changed the storage.")
 
 
 def fail_if_bad(summary: dict[str, Any]) -> None:

@@ -141,8 +141,12 @@ def test_over_ssh_a_clean_backup_reads_back_ok_and_a_deleted_file_is_missing(mad
     assert verdict.status == "missing" and [f.file for f in verdict.findings] == [name]
 
 
-def test_backup_ids_are_the_plans_one_task_each():
-    assert backups.backup_ids(VerifyPlan("file:///tmp/d", None, ["20261101T000000Z-aaaaaa"], [])) == ["20261101T000000Z-aaaaaa"]
+def test_batches_are_one_backup_a_task_up_to_the_most_tasks_then_runs_of_consecutive_ones():
+    ids = [f"20261101T{i // 60:02d}{i % 60:02d}00Z-aaaaaa" for i in range(1001)]
+    assert backups.batches(VerifyPlan("file:///tmp/d", None, ids[:1000], [])) == [[b] for b in ids[:1000]]
+    two = backups.batches(VerifyPlan("file:///tmp/d", None, ids, []))  # 1,001: past Airflow's 1,024 mapped instances soon
+    assert len(two) == 501 and all(len(b) == 2 for b in two[:-1]) and [b for run in two for b in run] == ids
+    assert backups.batches(VerifyPlan("file:///tmp/d", None, [], [])) == []
 
 
 @pytest.fixture

@@ -98,8 +98,10 @@ def test_kept_passes_an_ok_verdict_and_refuses_a_damaged_one_after_keeping_it_fo
     bad = BackupVerdict("20261101T000000Z-bbbbbb", "logical", DAMAGED, 7, 100, findings)
     with pytest.raises(IntegrityError, match=r"^backup 20261101T000000Z-bbbbbb is damaged: data/t/00000.tsv.zst: digest "
                                              r"\(expected ab, found cd\);.* \.\.\.\. The run's report lists every finding"):
-        report.kept(bad, ti, "backup 20261101T000000Z-bbbbbb")
-    assert BackupVerdict.of(ti.pushed["return_value"]) == bad  # what the report task pulls
+        report.kept([ok, bad], ti, "backups")  # a task's run of backups: the damaged one named
+    assert [BackupVerdict.of(v) for v in ti.pushed["return_value"]] == [ok, bad]  # what the report task pulls
+    assert [v.status for v in report.verdicts_of(VerifyPlan(DEST, None, [ok.backup_id, bad.backup_id]),
+                                                 [ti.pushed["return_value"]])] == ["ok", "damaged"]
     archive_ti = _Instance()
     with pytest.raises(IntegrityError, match="^the binlog archive is damaged: nothing could be read"):
         report.kept(ArchiveVerdict(DAMAGED), archive_ti, "the binlog archive")
