@@ -22,10 +22,11 @@ CONNECTION = "lastline_pitr"  # the replication connection the parallel replay u
 # what the parallel replay changes, put back after it
 SETTINGS = ("slave_parallel_threads", "slave_exec_mode", "innodb_flush_log_at_trx_commit")
 # While it replays, the target writes its redo log at each commit and flushes it to disk once a second, not at every
-# commit (innodb_flush_log_at_trx_commit 1 -> 2; 0 stays 0): the replay committed 1.6x the transactions a second here
-# (bench/pitr_bench.py). The target is a restored base no one uses yet: a crash of its server loses nothing, and after
-# a crash of the machine the replay refuses to resume on a target that restarted (replay.apply) and the DAG restores
-# the base again.
+# commit (innodb_flush_log_at_trx_commit 1 -> 2; 0 stays 0): the replay committed 1.65x the transactions a second here
+# (bench/pitr_bench.py). A crash of the target's server loses nothing this way; a crash of the machine loses at most
+# the last second, and the replay refuses to resume on a target that restarted (replay.apply): the base is restored
+# again. It is the server's setting: on a logical base's server, its other databases' commits are flushed once a
+# second too while the replay runs (as while the logical restore loads, where tune sets 0).
 DURING = "IF(@@GLOBAL.innodb_flush_log_at_trx_commit IN (1, 3), 2, @@GLOBAL.innodb_flush_log_at_trx_commit)"
 
 
