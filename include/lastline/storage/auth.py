@@ -48,10 +48,13 @@ def key_entry(where: str, key_id: object, secret: object) -> tuple[str, bytes]:
     """(id, secret) of one key of a key connection, checked: an id of 1 to 64 letters, digits, '.', '_' or '-', a
     secret of 32 characters or more (storage.encryption_keys reads its keys by the same rules)."""
     if not isinstance(key_id, str) or not _KEY_ID.match(key_id):
-        raise ConfigError(f"{where}: key id {key_id!r} is not 1 to 64 letters, digits, '.', '_' or '-'.")
+        # never quoted: an id and a secret swapped in the extras would print the secret
+        raise ConfigError(f"{where}: a key id is not 1 to 64 letters, digits, '.', '_' or '-' (were a key's id and "
+                          "secret swapped?); its value is not shown.")
     if not isinstance(secret, str) or len(secret) < MIN_KEY_CHARS:
-        raise ConfigError(f"{where}: key {key_id!r} must be a string of {MIN_KEY_CHARS} characters or more "
-                          "(e.g. `openssl rand -hex 32`).")
+        shown = repr(key_id) if len(key_id) < MIN_KEY_CHARS else "(its id not shown: as long as a key)"
+        raise ConfigError(f"{where}: the secret of key {shown} must be a string of {MIN_KEY_CHARS} characters or more "
+                          "(e.g. `openssl rand -hex 32`; were a key's id and secret swapped?).")
     return key_id, secret.encode()
 
 

@@ -177,18 +177,29 @@ def _unwrap(wrapping: Wrapping, keys: EncryptionKeys, backup_id: str, cipher: st
         return None
 
 
-def open_data_key(envelope: Envelope, keys: EncryptionKeys | None, backup_id: str) -> DataKey:
-    """Backup `backup_id`'s data key, from the first wrapping the deployment's keys open; a ConfigError naming the
-    key ids it needs when none does (before anything is touched)."""
+def open_data_key(envelope: Envelope, keys: EncryptionKeys | None, backup_id: str, authenticated: bool = False) -> DataKey:
+    """Backup `backup_id`'s data key, from the wrappings the deployment's keys open; a ConfigError naming the key ids it
+    needs when none does (before anything is touched). A KEK wrapping is taken over a recipient one, and every held
+    wrapping that opens must open the same key (IntegrityError otherwise). Anyone with a recipient's public key can make
+    a recipient wrapping: a key only such a wrapping opens is taken only from a manifest that is `authenticated` (its
+    MAC checked, or storage the deployment declares trusted)."""
     if keys is None:
         raise ConfigError(f"backup {backup_id!r} is encrypted (its data key is wrapped under {envelope.needs()}) and "
                           f"this deployment has no encryption key connection ({KEY_CONN_ENV}): set it to one holding "
                           "one of those keys. Nothing was touched.")
     held = [w for w in envelope.wrappings if w.key_id in (keys.keks if w.kind == "kek" else keys.identities)]
-    for wrapping in held:
-        data_key = _unwrap(wrapping, keys, backup_id, envelope.cipher)
-        if data_key is not None:
-            return data_key
+    opened = [(w.kind, k) for w in held if (k := _unwrap(w, keys, backup_id, envelope.cipher)) is not None]
+    if opened:
+        data_key = next((k for kind, k in opened if kind == "kek"), opened[0][1])
+        if any(k != data_key for _, k in opened):
+            raise IntegrityError(f"backup {backup_id!r}: the wrappings of its data key open different keys: its manifest "
+                                 "was changed by someone who cannot sign it. Nothing was touched; restore another backup.")
+        if not authenticated and all(kind != "kek" for kind, _ in opened):
+            raise IntegrityError(f"backup {backup_id!r} opens only through a recipient's wrapping, which anyone with that "
+                                 "recipient's public key can make, and its manifest is not authenticated: its rows could "
+                                 "be anyone's. Set the storage key (storage.auth) where the backup is written and read, or "
+                                 "hold its KEK. Nothing was touched.")
+        return data_key
     if held:
         ids, one = ", ".join(repr(w.key_id) for w in held), len(held) == 1
         raise ConfigError(f"backup {backup_id!r}: {'key' if one else 'keys'} {ids} of the encryption key connection "
@@ -200,10 +211,11 @@ def open_data_key(envelope: Envelope, keys: EncryptionKeys | None, backup_id: st
                       "key goes in its extras `keys`, a private key in `identities`). Nothing was touched.")
 
 
-def rewrap(envelope: Envelope, keys: EncryptionKeys, backup_id: str) -> Envelope:
+def rewrap(envelope: Envelope, keys: EncryptionKeys, backup_id: str, authenticated: bool = False) -> Envelope:
     """Backup `backup_id`'s envelope re-wrapped under the deployment's current KEK and recipients only (a rotation):
-    the same data key, so no data is re-encrypted; the old wrappings are dropped, so old keys no longer open it."""
-    data_key = open_data_key(envelope, keys, backup_id)
+    the same data key, so no data is re-encrypted; the old wrappings are dropped, so old keys no longer open this
+    envelope (a copy of the old one still does). `authenticated`: as open_data_key."""
+    data_key = open_data_key(envelope, keys, backup_id, authenticated)
     return _wrap_all(data_key, keys, backup_id, envelope.cipher, envelope.chunk_size)
 
 
@@ -231,8 +243,10 @@ def new_seal(keys: EncryptionKeys, backup_id: str) -> tuple[BackupSeal, Envelope
     return BackupSeal(data_key, backup_id, env.cipher, env.chunk_size), env
 
 
-def opened_seal(recorded: object, keys: EncryptionKeys | None, backup_id: str, where: str) -> BackupSeal:
-    """The seal of a backup whose manifest (at `where`) records envelope `recorded`: refused (IntegrityError) if the
-    envelope is not one lastline writes, (ConfigError) naming the key ids needed if the deployment holds none."""
+def opened_seal(recorded: object, keys: EncryptionKeys | None, backup_id: str, where: str,
+                authenticated: bool = False) -> BackupSeal:
+    """The seal of a backup whose manifest (at `where`; `authenticated`: its MAC checked) records envelope `recorded`:
+    refused (IntegrityError) if the envelope is not one lastline writes or its wrappings do not hold (open_data_key),
+    (ConfigError) naming the key ids needed if the deployment holds none."""
     env = Envelope.from_json(recorded, where)
-    return BackupSeal(open_data_key(env, keys, backup_id), backup_id, env.cipher, env.chunk_size)
+    return BackupSeal(open_data_key(env, keys, backup_id, authenticated), backup_id, env.cipher, env.chunk_size)

@@ -78,3 +78,13 @@ def test_require(monkeypatch, found, trusted, refused):
             auth.require(found, "b1/manifest.json", "a physical restore")
     else:
         auth.require(found, "b1/manifest.json", "a physical restore")
+
+
+@pytest.mark.parametrize(("key_id", "secret"), [
+    ("0f" * 32, "k0"),  # an id and its secret swapped: the secret in the id's place, 64 hex characters
+    ("s3cr3t+key/with=base64chars" * 2, "s" * 32),  # one that breaks the id's rules
+], ids=["swapped", "not-an-id"])
+def test_a_key_entry_refused_never_shows_what_may_be_a_secret(key_id, secret):
+    with pytest.raises(ConfigError) as caught:
+        auth.key_entry("the connection", key_id, secret)
+    assert key_id not in str(caught.value) and "swapped" in str(caught.value)

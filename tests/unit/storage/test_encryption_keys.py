@@ -42,7 +42,7 @@ def test_recipients_only_writes_and_identities_only_reads():
     ({"login": "", "password": ""}, {}, "holds no key"),
     ({"login": "bad id"}, {}, "is not 1 to 64 letters"),
     ({"password": "short"}, {}, "32 characters or more"),
-    ({}, {"keys": {"k1": "short"}}, "key 'k1' must be a string of 32 characters or more"),
+    ({}, {"keys": {"k1": "short"}}, "the secret of key 'k1' must be a string of 32 characters or more"),
     ({}, {"keys": ["k1"]}, "extras `keys` must be an object"),
     ({}, {"recipients": {"ops": "not base64!"}}, "recipient 'ops' is not an X25519 key in base64"),
     ({}, {"recipients": {"ops": "AAAA"}}, "recipient 'ops' is not an X25519 key in base64"),

@@ -102,9 +102,34 @@ def test_recipient_mode_writes_with_the_public_key_only_and_reads_with_the_priva
     with pytest.raises(ConfigError, match=r"needs one of the keys ops \(x25519\) to be read; .* holds none"):
         envelope.open_data_key(env, backup_host, "b1")  # the host that took the backup cannot read it
     restore_host = keys("", "", identities={"ops": PRIVATE})
-    assert envelope.open_data_key(round_trip(env), restore_host, "b1") == data_key
+    assert envelope.open_data_key(round_trip(env), restore_host, "b1", authenticated=True) == data_key
     with pytest.raises(ConfigError, match="key 'ops' of the encryption key connection .* does not open"):
-        envelope.open_data_key(env, keys("", "", identities={"ops": OTHER_PRIVATE}), "b1")
+        envelope.open_data_key(env, keys("", "", identities={"ops": OTHER_PRIVATE}), "b1", authenticated=True)
+    # anyone with the public key makes such a wrapping: from a manifest whose MAC was not checked it is refused
+    with pytest.raises(IntegrityError, match="opens only through a recipient's wrapping, which anyone with that "
+                                             "recipient's public key can make, and its manifest is not authenticated"):
+        envelope.open_data_key(env, restore_host, "b1")
+
+
+def _forged(env: Envelope, first: bool = True) -> tuple[sealing.DataKey, Envelope]:
+    """`env` with a wrapping to recipient ops of a data key of a storage writer's own (who holds the public key only)."""
+    theirs, made = envelope.new_data_key(keys("", "", recipients={"ops": PUBLIC}), "b1")
+    wrappings = (*made.wrappings, *env.wrappings) if first else (*env.wrappings, *made.wrappings)
+    return theirs, Envelope(env.cipher, env.chunk_size, wrappings)
+
+
+@pytest.mark.parametrize("first", [True, False], ids=["listed-first", "listed-last"])
+def test_a_recipient_wrapping_a_storage_writer_adds_never_replaces_the_data_key(first):
+    data_key, env = envelope.new_data_key(keys(recipients={"ops": PUBLIC}), "b1")
+    theirs, forged = _forged(env, first)
+    kek_only = keys()
+    assert envelope.open_data_key(forged, kek_only, "b1") == data_key  # the KEK's wrapping is taken, never theirs
+    both = keys(identities={"ops": PRIVATE})
+    with pytest.raises(IntegrityError, match="the wrappings of its data key open different keys"):
+        envelope.open_data_key(forged, both, "b1", authenticated=True)
+    with pytest.raises(IntegrityError, match="open different keys"):  # nor does a rotation make theirs the KEK's
+        envelope.rewrap(forged, both, "b1", authenticated=True)
+    assert theirs != data_key
 
 
 def test_a_deployment_that_cannot_write_says_so():

@@ -16,6 +16,7 @@ from lastline.core.pipeline import filtered
 from lastline.logical.format import infile
 from lastline.manifest import MANIFEST, ChunkInfo, LogicalManifest
 from lastline.storage import Storage
+from lastline.storage.auth import storage_trusted
 from lastline.storage.encryption_keys import deployment_encryption_keys
 from lastline.storage.envelope import BackupSeal, opened_seal
 
@@ -26,7 +27,8 @@ def chunk_seal(storage: Storage, manifest: LogicalManifest) -> BackupSeal | None
     if manifest.encryption is None:
         return None
     where = storage.location(f"{manifest.backup_id}/{MANIFEST}")
-    return opened_seal(manifest.encryption, deployment_encryption_keys(), manifest.backup_id, where)
+    return opened_seal(manifest.encryption, deployment_encryption_keys(), manifest.backup_id, where,
+                       bool(getattr(getattr(manifest, "authenticity", None), "ok", False)) or storage_trusted())
 
 
 class _Pieces:
