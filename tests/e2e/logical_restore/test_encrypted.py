@@ -175,24 +175,32 @@ def test_a_restore_without_the_key_is_refused_in_preflight_with_nothing_made(
     assert not _exists(logical_target.server())
 
 
+@pytest.mark.parametrize(("name", "at", "sealed_chunk"), [
+    (ONE, 0.5, "chunk 0:"),
+    (BLOBS, 0.99, "chunk 4:"),  # the last of the 17 MiB value's sealed chunks: the rows before it already streamed
+    (MYISAM, 0.5, None),  # its whole file's sha256 checked before it is opened into a private copy: never a row of it
+], ids=["one-sealed-chunk", "a-later-sealed-chunk", "myisam"])
 def test_a_flipped_byte_in_a_chunk_is_refused_naming_it_and_nothing_of_it_is_kept(
-        sealed_backups, logical_target, monkeypatch, tmp_path):
+        sealed_backups, logical_target, monkeypatch, tmp_path, name, at, sealed_chunk):
     dest = tmp_path / "copy"
     shutil.copytree(sealed_backups["aes-256-gcm-zstd"], dest)
     manifest = _manifest(dest)
-    table = next(t for t in manifest.tables if t.name == ONE)
+    table = next(t for t in manifest.tables if t.name == name)
     path = dest / manifest.backup_id / table.chunks[0].file
     data = bytearray(path.read_bytes())
-    data[len(data) // 2] ^= 0x20
+    data[int(len(data) * at)] ^= 0x20
     path.write_bytes(bytes(data))
     _conn(monkeypatch)
     with pytest.raises(IntegrityError) as caught:
         _restore(dest)
     message = str(caught.value)
-    assert f"sealed object '{manifest.backup_id}/{table.chunks[0].file}'" in message and "chunk 0:" in message
-    assert "its bytes were changed" in message or "cut inside" in message
+    if sealed_chunk is None:
+        assert f"{table.chunks[0].file} ({DB}.{name}) is corrupt: sha256 " in message, message
+    else:
+        assert f"sealed object '{manifest.backup_id}/{table.chunks[0].file}'" in message and sealed_chunk in message, message
+        assert "its bytes were changed" in message or "cut inside" in message
     server = logical_target.server()
-    assert server.query(f"SELECT COUNT(*) FROM {qualified(DB, ONE)}")[0][0] == 0
+    assert server.query(f"SELECT COUNT(*) FROM {qualified(DB, name)}")[0][0] == 0
 
 
 def test_a_backup_for_a_recipient_is_written_without_the_private_key_and_restored_with_it(

@@ -15,11 +15,11 @@ Non-transactional tables (MyISAM, Aria) cannot share a transaction with the ledg
 and reloaded from scratch (emptied first) unless every chunk of theirs is recorded. They keep the rows of a failed
 statement, so each chunk of theirs is proven first in a private copy (chunk_files.prove_chunk).
 
-Each unit takes one of `parallel` named locks on the target, so two runs on one target never load more than `parallel`
-units at once between them; which lane loads which unit is logical.restore.lanes'.
-"""
+Each unit takes one of `parallel` named locks on the target: two runs on one target never load more than `parallel`
+units at once between them (which lane loads which unit: logical.restore.lanes)."""
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import tempfile
@@ -72,10 +72,8 @@ class Lane:
 
     def __exit__(self, *exc: Any) -> None:
         if self.conn is not None:
-            try:
+            with contextlib.suppress(Exception):
                 self.conn.close()  # releases the lock
-            except Exception:  # noqa: BLE001
-                pass
 
 
 class Loader:
@@ -97,10 +95,8 @@ class Loader:
 
     def close(self) -> None:
         stopping.remove(self._stop)
-        try:
+        with contextlib.suppress(Exception):
             self.conn.close()
-        except Exception:  # noqa: BLE001
-            pass
 
     def _stream_into(self, t: LogicalTable, c: ChunkInfo) -> int:
         """LOAD DATA one chunk through a FIFO inside the caller's transaction (its sha256 is known only at its
@@ -114,9 +110,15 @@ class Loader:
             write_chunk(self.storage, key, self.manifest.compression, c.sha256, fh, what, lambda n: self.progress.add(
                 n * c.raw_bytes // max(c.bytes, 1)), decompress=not self.in_client, seal=self.seal)
 
-        with infile.fed_fifo(pump, f"pump-{c.file}") as (fifo, errors):
-            self.infile.offer(fifo, self.manifest.compression if self.in_client else "none", c.raw_bytes)
-            rows = self._load(t, c, fifo)
+        errors: list[BaseException] = []
+        try:
+            with infile.fed_fifo(pump, f"pump-{c.file}") as (fifo, errors):
+                self.infile.offer(fifo, self.manifest.compression if self.in_client else "none", c.raw_bytes)
+                rows = self._load(t, c, fifo)
+        except Exception as exc:  # noqa: BLE001 - the statement failed: a check of the pump's (a sealed chunk's) is why
+            if errors and isinstance(errors[0], IntegrityError):
+                raise errors[0] from exc
+            raise
         if errors and not isinstance(errors[0], BrokenPipeError):
             raise errors[0]
         if errors:
@@ -231,10 +233,8 @@ class Loader:
         self.conn.commit()
 
     def _rollback(self) -> None:
-        try:
+        with contextlib.suppress(Exception):  # the connection may be gone; the server rolls back then
             self.conn.rollback()
-        except Exception:  # noqa: BLE001 - the connection may be gone; the server rolls back then
-            pass
 
 
 def load_unit(server: Server, storage: Storage, manifest: LogicalManifest, unit: WorkUnit, parallel: int,
