@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import io
 import os
 from dataclasses import dataclass, field
 from typing import Any
@@ -223,6 +224,17 @@ class BackupSeal:
     def reader(self, source: Source, name: str) -> SealReader:
         """A SealReader of object `name` from `source`."""
         return SealReader(source, self.data_key, self.backup_id, name)
+
+    def sealed(self, data: bytes, name: str) -> bytes:
+        """`data` sealed whole as object `name` (a small file held in memory: a schema file)."""
+        out = io.BytesIO()
+        with self.writer(out, name) as writer:
+            writer.write(data)
+        return out.getvalue()
+
+    def opened(self, data: bytes, name: str) -> bytes:
+        """The plaintext of sealed object `name` held whole in `data`, every chunk authenticated (SealError if not)."""
+        return self.reader(io.BytesIO(data), name).read()
 
 
 def new_seal(keys: EncryptionKeys, backup_id: str) -> tuple[BackupSeal, Envelope]:

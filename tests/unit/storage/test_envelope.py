@@ -162,3 +162,16 @@ def test_a_backup_seal_seals_and_opens_its_objects_and_never_shows_its_key():
         pickle.dumps(seal)
     with pytest.raises(IntegrityError, match="b1/manifest.json: the encryption envelope is not one lastline writes"):
         envelope.opened_seal({"format": "lastline-seal/1"}, keys(), "b1", "b1/manifest.json")
+
+
+def test_a_small_object_is_sealed_and_opened_whole_bound_to_its_name():
+    seal, _ = envelope.new_seal(keys(), "b1")
+    text = b'{"tables": []}\n' * 5000
+    stored = seal.sealed(text, "b1/schema.json")
+    assert stored.startswith(b"LLSEAL") and b"tables" not in stored
+    assert len(stored) == sealing.sealed_size(len(text)) and seal.opened(stored, "b1/schema.json") == text
+    assert seal.opened(seal.sealed(b"", "b1/schema.sql"), "b1/schema.sql") == b""
+    with pytest.raises(sealing.SealError, match="its header"):
+        seal.opened(stored, "b1/schema.sql")  # moved to another name
+    with pytest.raises(sealing.SealError, match="chunk 0"):
+        seal.opened(stored[:-1], "b1/schema.json")

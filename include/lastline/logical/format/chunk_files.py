@@ -14,19 +14,9 @@ from lastline.core.compression import codec
 from lastline.core.errors import IntegrityError, PipelineError
 from lastline.core.pipeline import filtered
 from lastline.logical.format import infile
-from lastline.manifest import MANIFEST, ChunkInfo, LogicalManifest
+from lastline.manifest import ChunkInfo
 from lastline.storage import Storage
-from lastline.storage.encryption_keys import deployment_encryption_keys
-from lastline.storage.envelope import BackupSeal, opened_seal
-
-
-def chunk_seal(storage: Storage, manifest: LogicalManifest) -> BackupSeal | None:
-    """What opens an encrypted backup's chunk files (the deployment's keys opening the envelope its manifest records),
-    None when they are not sealed; refused, naming the key ids it needs, when the deployment holds none of them."""
-    if manifest.encryption is None:
-        return None
-    where = storage.location(f"{manifest.backup_id}/{MANIFEST}")
-    return opened_seal(manifest.encryption, deployment_encryption_keys(), manifest.backup_id, where)
+from lastline.storage.envelope import BackupSeal
 
 
 class _Pieces:
