@@ -66,7 +66,7 @@ class BackupRef(Typed):
         return {"backup": self.url, "aws_conn_id": self.aws_conn_id, "manifest_sha256": self.manifest_sha256}
 
 
-def backup_seal(storage: Storage, manifest: LogicalManifest) -> BackupSeal | None:
+def backup_seal(storage: Storage, manifest: LogicalManifest | PhysicalManifest) -> BackupSeal | None:
     """What opens an encrypted backup's files (the deployment's keys opening the envelope its manifest records), None
     when they are not sealed; refused (ConfigError), naming the key ids it needs, when the deployment holds none."""
     if manifest.encryption is None:
@@ -118,8 +118,8 @@ class OpenedBackup:
 
     @functools.cached_property
     def seal(self) -> BackupSeal | None:
-        """What opens a logical backup's files when it is encrypted (backup_seal: refused without a key), once."""
-        return backup_seal(self.storage, self.logical)
+        """What opens the backup's files when it is encrypted (backup_seal: refused without a key), once."""
+        return backup_seal(self.storage, self.manifest)
 
     @functools.cached_property
     def schema(self) -> dict:

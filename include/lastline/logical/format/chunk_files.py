@@ -19,27 +19,11 @@ from lastline.storage import Storage
 from lastline.storage.envelope import BackupSeal
 
 
-class _Pieces:
-    """read(n) over an iterator of byte strings (a storage reader), for a SealReader."""
-
-    def __init__(self, pieces: Iterator[bytes]) -> None:
-        self.pieces, self.rest = pieces, b""
-
-    def read(self, size: int) -> bytes:
-        parts, have = [self.rest], len(self.rest)
-        while have < size and (piece := next(self.pieces, None)) is not None:
-            parts.append(piece)
-            have += len(piece)
-        joined = b"".join(parts)
-        self.rest = joined[size:]
-        return joined[:size]
-
-
 def _opened(stored: Iterator[bytes], seal: BackupSeal | None, key: str) -> Iterator[bytes]:
     """The bytes of chunk file `key` as written before sealing (each chunk authenticated first), or as stored."""
     if seal is None:
         return stored
-    return seal.reader(_Pieces(stored), key).chunks()
+    return seal.opened_stream(stored, key)
 
 
 def read_chunk(storage: Storage, key: str, compression: str, sha256: str, what: str = "",
