@@ -4,7 +4,8 @@
 Param; a preflight resolves `latest` and pins the manifest it read (its sha256), and every plan carries that ref as
 its one `backup` field. `OpenedBackup` is what a task works from: the storage, the manifest checked against the
 pinned sha256 (storage is untrusted: docs/trust-model.md), and for a logical backup schema.json checked against the
-manifest and parsed; `open_backup` makes it, once per task.
+manifest, opened when the backup is encrypted (its seal: the data key the deployment's keys unwrap) and parsed;
+`open_backup` makes it, once per task.
 """
 from __future__ import annotations
 
@@ -15,8 +16,18 @@ from typing import Any
 
 from lastline.core.errors import ConfigError, IntegrityError
 from lastline.core.plans import Conf, Typed
-from lastline.manifest import MANIFEST_CLASSES, LogicalManifest, PhysicalManifest, read_manifest, resolve_backup, split_backup_url
+from lastline.manifest import (
+    MANIFEST,
+    MANIFEST_CLASSES,
+    LogicalManifest,
+    PhysicalManifest,
+    read_manifest,
+    resolve_backup,
+    split_backup_url,
+)
 from lastline.storage import Storage, auth, control
+from lastline.storage.encryption_keys import deployment_encryption_keys
+from lastline.storage.envelope import BackupSeal, opened_seal
 
 
 @dataclasses.dataclass(frozen=True)
@@ -55,17 +66,32 @@ class BackupRef(Typed):
         return {"backup": self.url, "aws_conn_id": self.aws_conn_id, "manifest_sha256": self.manifest_sha256}
 
 
-def checked_schema(storage: Storage, manifest: LogicalManifest) -> dict:
-    """schema.json, used only if its sha256 is the manifest's (a backup folder is untrusted input)."""
-    data = control.read_bytes(storage, f"{manifest.backup_id}/{manifest.schema_file}")  # bounded: never read whole
+def backup_seal(storage: Storage, manifest: LogicalManifest | PhysicalManifest) -> BackupSeal | None:
+    """What opens an encrypted backup's files (the deployment's keys opening the envelope its manifest records), None
+    when they are not sealed; refused (ConfigError), naming the key ids it needs, when the deployment holds none."""
+    if manifest.encryption is None:
+        return None
+    where = storage.location(f"{manifest.backup_id}/{MANIFEST}")
+    # a key only a recipient's wrapping opens is taken from an authenticated manifest alone (envelope.open_data_key)
+    authenticated = bool(getattr(getattr(manifest, "authenticity", None), "ok", False)) or auth.storage_trusted()
+    return opened_seal(manifest.encryption, deployment_encryption_keys(), manifest.backup_id, where, authenticated)
+
+
+def checked_schema(storage: Storage, manifest: LogicalManifest, seal: BackupSeal | None = None) -> dict:
+    """schema.json, used only if the sha256 of its bytes as stored is the manifest's (a backup folder is untrusted
+    input), then opened when the backup is encrypted (`seal`, or backup_seal's) and parsed."""
+    key = f"{manifest.backup_id}/{manifest.schema_file}"
+    data = control.read_bytes(storage, key)  # bounded: never read whole
     sha = hashlib.sha256(data).hexdigest()
     if sha != manifest.schema_sha256:
         raise IntegrityError(
-            f"{storage.location(manifest.backup_id + '/' + manifest.schema_file)} has sha256 {sha}, the manifest says "
-            f"{manifest.schema_sha256}: the file was changed after the backup. Nothing was restored from it; "
-            "restore another backup."
+            f"{storage.location(key)} has sha256 {sha}, the manifest says {manifest.schema_sha256}: the file was changed "
+            "after the backup. Nothing was restored from it; restore another backup."
         )
-    return control.parse(data, storage.location(f"{manifest.backup_id}/{manifest.schema_file}"))
+    opener = seal if seal is not None else backup_seal(storage, manifest)
+    if opener is not None:
+        data = opener.opened(data, key)
+    return control.parse(data, storage.location(key))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -93,9 +119,14 @@ class OpenedBackup:
         return self.manifest
 
     @functools.cached_property
+    def seal(self) -> BackupSeal | None:
+        """What opens the backup's files when it is encrypted (backup_seal: refused without a key), once."""
+        return backup_seal(self.storage, self.manifest)
+
+    @functools.cached_property
     def schema(self) -> dict:
-        """A logical backup's schema.json, checked against its manifest's sha256 and parsed (once)."""
-        return checked_schema(self.storage, self.logical)
+        """A logical backup's schema.json, checked against its manifest's sha256, opened and parsed (once)."""
+        return checked_schema(self.storage, self.logical, self.seal)
 
 
 def open_backup(ref: BackupRef, *, storage: Storage | None = None, require: str | bool | None = None) -> OpenedBackup:

@@ -151,6 +151,8 @@ class PhysicalManifest:
     tables: list[TableInfo] = field(default_factory=list)
     source_identity: str | None = None  # servers.server_identity of the source (None in older backups)
     prepare_options: dict[str, str] | None = None  # mariabackup.prepare_options, from the source (None in older backups)
+    # the artifact's encryption: storage.envelope's Envelope as JSON (never a key); None: the artifact is not sealed
+    encryption: dict | None = None
     format: str = FORMAT
     kind: str = "physical"
 

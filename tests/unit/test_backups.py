@@ -1,19 +1,22 @@
 """backups: a backup named once (BackupRef parsed from a Param, its XCom form inside a plan) and opened once a task
-(OpenedBackup: `latest` resolved, the manifest pinned by its sha256, schema.json checked against the manifest). On a
-local folder, without a storage key."""
+(OpenedBackup: `latest` resolved, the manifest pinned by its sha256, schema.json checked against the manifest, and
+opened with the deployment's key when the backup is encrypted, or refused naming the key it needs). On a local
+folder, without a storage key."""
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 
 import pytest
 
 from lastline import manifest as mf
-from lastline.backups import BackupRef, open_backup
+from lastline.backups import BackupRef, backup_seal, checked_schema, open_backup
 from lastline.core.errors import ConfigError, IntegrityError
 from lastline.core.plans import Conf
 from lastline.logical.restore.plans import RestorePlan
-from lastline.storage import auth
+from lastline.storage import auth, encryption_keys, sealing
+from lastline.storage.envelope import new_seal
 from lastline.storage.file import FileStorage
 
 OLD, NEW = "20261128T101432Z-aaaaaa", "20261128T161432Z-7c93b6"
@@ -110,3 +113,61 @@ def test_open_refuses(folder, tmp_path, case, refusal):
             open_backup(BackupRef.parse(f"file://{tmp_path}/notes", "logical"))
         else:
             open_backup(BackupRef.parse(f"file:///etc/{NEW}", "logical"))
+
+
+def _key_connection(monkeypatch, login: str = "k1", password: str = "s" * 32) -> None:
+    monkeypatch.setenv(encryption_keys.KEY_CONN_ENV, "unit_enc")
+    monkeypatch.setenv("AIRFLOW_CONN_UNIT_ENC", json.dumps({"conn_type": "generic", "login": login, "password": password}))
+
+
+def test_backup_seal_is_none_for_a_plain_backup_and_opens_or_refuses_an_encrypted_one(folder, monkeypatch):
+    manifest = logical(NEW)
+    assert backup_seal(folder, manifest) is None
+    seal, envelope = new_seal(encryption_keys.keys_from_connection("c", "generic", "k1", "s" * 32, {}), NEW)
+    encrypted = dataclasses.replace(manifest, encryption=envelope.to_json())
+    _key_connection(monkeypatch)
+    assert backup_seal(folder, encrypted) == seal
+    monkeypatch.delenv(encryption_keys.KEY_CONN_ENV)
+    with pytest.raises(ConfigError, match=rf"backup '{NEW}' is encrypted .* k1 \(kek\)"):
+        backup_seal(folder, encrypted)
+    broken = dataclasses.replace(manifest, encryption={"format": "lastline-seal/1"})
+    with pytest.raises(IntegrityError, match=r"manifest\.json: the encryption envelope is not one lastline writes"):
+        backup_seal(folder, broken)
+
+
+@pytest.fixture
+def sealed_schema(folder, tmp_path, monkeypatch):
+    """NEW's schema.json sealed with its data key, the manifest's sha256 over the sealed bytes as stored."""
+    seal, envelope = new_seal(encryption_keys.keys_from_connection("c", "generic", "k1", "s" * 32, {}), NEW)
+    stored = seal.sealed(SCHEMA, f"{NEW}/schema.json")
+    (tmp_path / NEW / "schema.json").write_bytes(stored)
+    manifest = dataclasses.replace(logical(NEW), schema_sha256=hashlib.sha256(stored).hexdigest(),
+                                   encryption=envelope.to_json())
+    _key_connection(monkeypatch)
+    return manifest, seal, stored
+
+
+def test_a_sealed_schema_is_checked_as_stored_then_opened(folder, sealed_schema, monkeypatch):
+    manifest, seal, stored = sealed_schema
+    assert checked_schema(folder, manifest) == json.loads(SCHEMA) == checked_schema(folder, manifest, seal)
+    mf.write_manifest(folder, manifest)
+    assert open_backup(BackupRef.parse(f"{folder.url}/{NEW}", "logical")).schema == json.loads(SCHEMA)
+    _key_connection(monkeypatch, "k2", "t" * 32)  # another key: refused before a byte of it is used
+    with pytest.raises(ConfigError, match=r"needs one of the keys k1 \(kek\)"):
+        open_backup(BackupRef.parse(f"{folder.url}/{NEW}", "logical")).schema  # noqa: B018
+
+
+@pytest.mark.parametrize(("case", "refusal"), [
+    ("plain-where-the-manifest-says-sealed", "its header"),
+    ("sealed-for-another-name", "its header"),
+    ("cut", "chunk 0"),
+    ("flipped-with-its-sha256-rewritten", "chunk 0"),
+])
+def test_a_sealed_schema_that_does_not_open_is_refused(folder, sealed_schema, tmp_path, case, refusal):
+    manifest, seal, stored = sealed_schema
+    data = {"plain-where-the-manifest-says-sealed": SCHEMA, "sealed-for-another-name": seal.sealed(SCHEMA, f"{NEW}/schema.sql"),
+            "cut": stored[:-3], "flipped-with-its-sha256-rewritten": stored[:100] + bytes([stored[100] ^ 1]) + stored[101:]}[case]
+    (tmp_path / NEW / "schema.json").write_bytes(data)
+    rewritten = dataclasses.replace(manifest, schema_sha256=hashlib.sha256(data).hexdigest())  # a storage writer's
+    with pytest.raises(sealing.SealError, match=refusal):
+        checked_schema(folder, rewritten)

@@ -1,9 +1,14 @@
-"""The physical backup's stages: preflight, stream, manifest (its prune: physical.prune). Each is one Airflow task."""
+"""The physical backup's stages: preflight, stream, manifest (its prune: physical.prune). Each is one Airflow task.
+
+With an encryption key connection (storage.encryption_keys) the stream is sealed (storage.sealing) in this process on
+its way from the compressor to the storage's writer (`mariabackup | zstd | seal -> storage`: the key never reaches a
+child process), and the manifest records the envelope; its size and sha256 are of the sealed bytes as stored."""
 from __future__ import annotations
 
 import hashlib
 import json
 import logging
+from collections.abc import Callable
 from contextlib import nullcontext
 from dataclasses import asdict
 from datetime import UTC, datetime
@@ -25,6 +30,8 @@ from lastline.mariabackup.target_datadir import options_of
 from lastline.physical.plans import BackupPlan, StreamResult
 from lastline.replicas import backup_source, pauses
 from lastline.storage import open_allowed, open_storage
+from lastline.storage.encryption_keys import deployment_encryption_keys
+from lastline.storage.envelope import BackupSeal, new_seal
 
 log = logging.getLogger(__name__)
 TABLES_FILE = "tables.json"  # the stream's table list (InnoDB's estimates), read into the manifest by finish
@@ -89,6 +96,24 @@ def preflight(conf: RunParams) -> BackupPlan:
 
 
 @stopping.stops_cleanly
+class _Sealed:
+    """The stream sealed into the storage's writer (`sealer`: write the compressor's output there, close it at the
+    end), what is stored counted and hashed: the manifest's size and sha256."""
+
+    def __init__(self, write: Callable[[bytes], object], seal: BackupSeal, key: str) -> None:
+        self._write, self.bytes, self.digest = write, 0, hashlib.sha256()
+        self.sealer = seal.writer(self, key)
+
+    def write(self, data: bytes) -> None:
+        self._write(data)
+        self.bytes += len(data)
+        self.digest.update(data)
+
+    def feed(self, data: bytes) -> None:
+        """The compressor's output, sealed."""
+        self.sealer.write(data)
+
+
 def stream(plan: BackupPlan) -> StreamResult:
     """Run `mariabackup --stream | compressor` (on the source's host) into the destination; sha256 and
     bytes counted in-stream."""
@@ -102,35 +127,41 @@ def stream(plan: BackupPlan) -> StreamResult:
     if plan.replica is not None:  # mariabackup leaves a SQL thread it finds stopped as it is
         replica = backup_source.attempt(server, plan.replica, plan.max_replica_lag, single=True)
     options = options_of(server)  # what the restore's prepare will read, never the stream's backup-my.cnf
+    keys = deployment_encryption_keys()  # a wrong key connection is refused before the stream starts
+    seal, envelope = new_seal(keys, plan.backup_id) if keys else (None, None)
     started = datetime.now(UTC)
     key = f"{plan.backup_id}/{plan.artifact}"
     # mariabackup --safe-slave-backup pauses the replica's SQL thread: recorded for as long as the stream runs
     pause = pauses.recorded(server, plan.replica["sql_running"], f"physical backup {plan.backup_id}") \
         if plan.replica is not None else nullcontext()
     with pause, option_file(server, ("client", "mariabackup"), on_host=True) as opt, storage.writer(key) as writer:
+        sealed = _Sealed(writer.write, seal, key) if seal else None
         stages = commands.backup_stages(opt, datadir, plan.parallel, plan.compression, host=host, priority=plan.priority,
                                         max_read_mb_per_s=plan.max_read_mb_per_s, replica=plan.replica is not None,
                                         open_files=open_files)
         log.info("stream: %s", " | ".join(s.display() for s in stages))
         try:
-            result = run_pipeline(stages, sink=writer.write, label="backup stream")
+            result = run_pipeline(stages, sink=sealed.feed if sealed else writer.write, label="backup stream")
         except PipelineError as exc:
             raise PipelineError(f"{exc}\nNothing was kept at {storage.location(key)}; the backup can be re-run.") from exc
         mb_log = result.stderr["mariabackup"]
         if not commands.backup_completed(mb_log):
             raise PipelineError("mariabackup exited 0 without `completed OK!`; the stream is not trusted.")
+        if sealed:
+            sealed.sealer.close()  # its final chunk: a stream cut before it reads as cut
     finished = datetime.now(UTC)
     facts = commands.parse_backup_log(mb_log)
     listed = json.dumps([asdict(t) for t in tables]).encode()
     storage.write_bytes(f"{plan.backup_id}/{TABLES_FILE}", listed)
     stats = StreamResult(
-        bytes=result.bytes_out, sha256=result.sha256_out or "", seconds=round(result.seconds, 3),
+        bytes=sealed.bytes if sealed else result.bytes_out, seconds=round(result.seconds, 3),
+        sha256=sealed.digest.hexdigest() if sealed else result.sha256_out or "",
         mb_per_s=round(result.mb_per_s, 2), started_at=started.isoformat(), finished_at=finished.isoformat(),
         datadir_bytes=datadir_ops.used_bytes(host, datadir), binlog_file=facts["binlog_file"],
         binlog_position=facts["binlog_position"], gtid=facts["gtid"],
         server_version=facts["server_version"] or plan.server_version, tables=len(tables),
         tables_sha256=hashlib.sha256(listed).hexdigest(), tables_bytes=len(listed), primary=primary_of(replica, mb_log),
-        prepare_options=options)
+        prepare_options=options, encryption=envelope.to_json() if envelope else None)
     log.info("backup stream done: %.1f MB in %.1f s (%.1f MB/s), binlog %s:%s, gtid %s", stats.bytes / 1e6, stats.seconds,
              stats.mb_per_s, stats.binlog_file, stats.binlog_position, stats.gtid)
     return stats

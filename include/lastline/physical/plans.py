@@ -65,6 +65,7 @@ class StreamResult(Result):
     tables_bytes: int  # its size: finish reads no more than that of a folder anyone may write to
     primary: dict | None = None  # from a replica: its primary's coordinates
     prepare_options: dict[str, str] | None = None  # what prepare needs, from the source's variables (prepare_options)
+    encryption: dict | None = None  # the artifact's envelope (key ids and wrapped keys: never a key); None: not sealed
 
 
 @dataclass(frozen=True)

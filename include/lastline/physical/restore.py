@@ -8,13 +8,18 @@ Safety rules:
   did not finish leaves it, so half-restored data never serves);
 - with `force` (or, without it, once a person approved: see lastline.airflow.approval), what the datadir held is
   moved aside to `<datadir>.lastline-aside-<time>[-N]` and deleted only once the restored server has been verified;
-- a retry finds its own marker and starts the extraction again on a clean datadir.
+- a retry finds its own marker and starts the extraction again on a clean datadir;
+- an encrypted backup (storage.sealing) is refused in preflight without a key that opens it; extract checks the size
+  and sha256 of the artifact as stored and opens each sealed chunk in this process, authenticated before a byte of it
+  goes on to the decompressor (the key never reaches a child process).
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import time
+from collections.abc import Iterator
 from typing import Any
 
 from lastline import connections, reports
@@ -34,6 +39,7 @@ from lastline.manifest import TableInfo, backup_age
 from lastline.mariabackup import commands, prepare_options
 from lastline.mariabackup.target_datadir import StepResult, check_datadir, prepare_datadir, start_server
 from lastline.physical.plans import RestorePlan, RestoreReport, Verified
+from lastline.storage.sealing import SealError
 
 log = logging.getLogger(__name__)
 
@@ -53,6 +59,7 @@ def preflight(conf: RunParams, role: str | None = None) -> RestorePlan:
     host = server.runner()
     backup = open_backup(BackupRef.param(params, "physical"))  # a drill or a point-in-time restore pins what it read
     storage, manifest, backup_id = backup.storage, backup.physical, backup.ref.backup_id
+    backup.seal  # noqa: B018 - encrypted: refused here, naming the key ids it needs, unless a key held opens it
     if server.answers():  # a stopped target cannot be the running source
         refuse_restore_into_source(server, server.identity(), manifest.source_identity, manifest.source_conn_id,
                                    params.text("restore_into_source"))
@@ -104,6 +111,19 @@ def stop_target(plan: RestorePlan, timeout: float = 120) -> StepResult:
     return StepResult(round(seconds, 3))
 
 
+class _Counted:
+    """A storage reader's pieces, counted and hashed as they pass."""
+
+    def __init__(self, pieces: Iterator[bytes]) -> None:
+        self.pieces, self.bytes, self.digest = pieces, 0, hashlib.sha256()
+
+    def __iter__(self) -> Iterator[bytes]:
+        for piece in self.pieces:
+            self.bytes += len(piece)
+            self.digest.update(piece)
+            yield piece
+
+
 @stopping.stops_cleanly
 def extract(plan: RestorePlan) -> StepResult:
     """fetch | decompress | mbstream -x into the datadir (on the target's host, as the datadir's owner), checking
@@ -117,10 +137,10 @@ def extract(plan: RestorePlan) -> StepResult:
     stages = commands.restore_stages(datadir, plan.parallel, manifest.compression, host=host,
                                      run_as=dd.as_owner(host, datadir))
     log.info("extract: %s | %s (on %s)", storage.location(key), " | ".join(s.display() for s in stages), host.name)
+    stored = _Counted(storage.reader(key))  # the artifact as stored: its size and sha256 are the manifest's
+    source = backup.seal.opened_stream(iter(stored), key) if backup.seal else stored  # each chunk authenticated
     try:
-        result = run_pipeline(
-            stages, source=storage.reader(key), label="restore stream", expected_bytes=manifest.bytes
-        )
+        result = run_pipeline(stages, source=source, label="restore stream", expected_bytes=manifest.bytes, hash_source=False)
     except PipelineError as exc:  # a cut stream or a full disk may pass: retried (a bad artifact fails its size check first)
         raise PipelineError(
             f"extracting {storage.location(key)} failed: the artifact is corrupt or truncated, the stream was "
@@ -128,14 +148,17 @@ def extract(plan: RestorePlan) -> StepResult:
             f"partial data marked by {MARKER}" + (f"; the previous contents are in {aside}." if aside else ".")
             + " A retry starts the extraction again."
         ) from exc
-    if result.bytes_in != manifest.bytes or result.sha256_in != manifest.sha256:
+    except SealError as exc:  # the sealed artifact was changed, cut or moved: a refusal, never retried
+        raise IntegrityError(f"{exc}\nRestore another backup; the target was not started, its datadir holds partial data "
+                             f"marked by {MARKER}" + (f"; the previous contents are in {aside}." if aside else ".")) from exc
+    if stored.bytes != manifest.bytes or stored.digest.hexdigest() != manifest.sha256:
         raise IntegrityError(
-            f"{storage.location(key)}: read {result.bytes_in} bytes with sha256 {result.sha256_in}, the manifest "
+            f"{storage.location(key)}: read {stored.bytes} bytes with sha256 {stored.digest.hexdigest()}, the manifest "
             f"says {manifest.bytes} bytes, {manifest.sha256}: the artifact is corrupt. Restore another backup; "
             "the target was not started."
         )
-    log.info("extract ok: %.1f MB, sha256 verified, %.1f s (%.1f MB/s)", result.bytes_in / 1e6, result.seconds, result.mb_per_s)
-    return StepResult(round(result.seconds, 3), result.bytes_in, round(result.mb_per_s, 2), aside)
+    log.info("extract ok: %.1f MB, sha256 verified, %.1f s (%.1f MB/s)", stored.bytes / 1e6, result.seconds, result.mb_per_s)
+    return StepResult(round(result.seconds, 3), stored.bytes, round(result.mb_per_s, 2), aside)
 
 
 @stopping.stops_cleanly

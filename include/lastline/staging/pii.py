@@ -14,8 +14,8 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+from lastline.backups import backup_seal
 from lastline.logical.format import dialect
-from lastline.logical.format.chunk_files import chunk_seal
 from lastline.manifest import LogicalManifest, LogicalTable
 from lastline.staging import patterns
 from lastline.staging.patterns import iban_ok, luhn  # noqa: F401 (part of this module's interface)
@@ -145,7 +145,7 @@ def scan(storage: Storage, manifest: LogicalManifest, databases: list[str]) -> l
     """Every column of the databases in scope that looks like personal data, by name or by its values, or
     whose values cannot be inspected."""
     found: list[Finding] = []
-    seal = chunk_seal(storage, manifest)  # an encrypted backup's chunks are opened with the deployment's key
+    seal = backup_seal(storage, manifest)  # an encrypted backup's chunks are opened with the deployment's key
     for t in manifest.tables:
         if t.schema in databases:
             found += column_findings(t, sample(storage, manifest, t, seal))

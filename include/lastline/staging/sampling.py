@@ -197,7 +197,7 @@ def _check_value(value: bytes | None, col: dialect.Column, s: ColumnSample, row:
 
 
 def sample(storage: Storage, manifest: LogicalManifest, t: LogicalTable, seal: BackupSeal | None = None) -> TableSample:
-    """The table's sample (see the module doc); `seal` opens an encrypted backup's chunks (chunk_files.chunk_seal)."""
+    """The table's sample (see the module doc); `seal` opens an encrypted backup's chunks (backups.backup_seal)."""
     cols = [dialect.Column(**c) for c in t.columns]
     out = TableSample([ColumnSample() for _ in cols])
     chosen = spread(t.chunks)

@@ -16,7 +16,9 @@ from __future__ import annotations
 
 import base64
 import binascii
+import io
 import os
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -219,6 +221,22 @@ def rewrap(envelope: Envelope, keys: EncryptionKeys, backup_id: str, authenticat
     return _wrap_all(data_key, keys, backup_id, envelope.cipher, envelope.chunk_size)
 
 
+class _Pieces:
+    """read(n) over an iterator of byte strings (a storage reader), for a SealReader."""
+
+    def __init__(self, pieces: Iterator[bytes]) -> None:
+        self.pieces, self.rest = pieces, b""
+
+    def read(self, size: int) -> bytes:
+        parts, have = [self.rest], len(self.rest)
+        while have < size and (piece := next(self.pieces, None)) is not None:
+            parts.append(piece)
+            have += len(piece)
+        joined = b"".join(parts)
+        self.rest = joined[size:]
+        return joined[:size]
+
+
 @dataclass(frozen=True)
 class BackupSeal:
     """What seals and opens the objects of one backup: its data key (never printed), id, cipher and chunk size."""
@@ -235,6 +253,22 @@ class BackupSeal:
     def reader(self, source: Source, name: str) -> SealReader:
         """A SealReader of object `name` from `source`."""
         return SealReader(source, self.data_key, self.backup_id, name)
+
+    def opened_stream(self, pieces: Iterator[bytes], name: str) -> Iterator[bytes]:
+        """The plaintext of sealed object `name` read as byte strings (a storage's reader), each chunk authenticated
+        before it is given; SealError once one is not (its consumer must not commit before the end)."""
+        return self.reader(_Pieces(pieces), name).chunks()
+
+    def sealed(self, data: bytes, name: str) -> bytes:
+        """`data` sealed whole as object `name` (a small file held in memory: a schema file)."""
+        out = io.BytesIO()
+        with self.writer(out, name) as writer:
+            writer.write(data)
+        return out.getvalue()
+
+    def opened(self, data: bytes, name: str) -> bytes:
+        """The plaintext of sealed object `name` held whole in `data`, every chunk authenticated (SealError if not)."""
+        return self.reader(io.BytesIO(data), name).read()
 
 
 def new_seal(keys: EncryptionKeys, backup_id: str) -> tuple[BackupSeal, Envelope]:

@@ -1,12 +1,15 @@
 """Encrypted logical backups on real servers (issue 46): with an encryption key connection every chunk file is sealed
 (storage.sealing) and holds no row in the clear, the manifest records key ids and wrapped keys only, and the backup
 restores exactly with either cipher and every compression (a keyed InnoDB table in several chunks, a MyISAM table, a
-17 MiB incompressible value over several sealed chunks); a restore with no key or the wrong one is refused in its
+17 MiB incompressible value over several sealed chunks); schema.json and schema.sql are sealed too (a table comment,
+a column default and, with include_grants, an account's password hash are nowhere in the clear) and the restored table
+is created as on the source; a restore with no key or the wrong one is refused in its
 preflight naming the key id, with nothing made on the target; a byte flipped in a chunk is refused naming the chunk,
 and not one row of it is kept; a backup written with a recipient's public key alone is restored with its private
 key only."""
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
@@ -28,6 +31,8 @@ pytestmark = pytest.mark.e2e
 DB = "enc `db`.x y"
 KEYED, MYISAM, ONE, BLOBS = "t.1 `k`", "my isam", "one chunk", "blob s"
 MARKER = "qx-secret-row-7f3a"  # in every row of every table but the blob's
+COMMENT, DEFAULT = "qx-secret-comment-c41d", "qx-secret-default-9e20"  # in the keyed table's schema only
+ACCOUNT, PASSWORD = "'enc `user`'@'localhost'", "qx-secret-password-55ab"  # its hash is in the schema files' grants
 KEYED_ROWS = 2500
 BIG = os.urandom(17 << 20)  # past the 16 MiB packet, incompressible: several 4 MiB sealed chunks
 KEY1, KEY2 = "1f" * 32, "2e" * 32
@@ -51,8 +56,9 @@ def source_db(logical_source):
     cur = conn.cursor()
     cur.execute(f"DROP DATABASE IF EXISTS {quote_ident(DB)}")
     cur.execute(f"CREATE DATABASE {quote_ident(DB)}")
-    cur.execute(f"CREATE TABLE {qualified(DB, KEYED)} (id INT PRIMARY KEY, v VARCHAR(200)) ENGINE=InnoDB")
-    cur.execute(f"INSERT INTO {qualified(DB, KEYED)} SELECT seq, CONCAT('{MARKER} ', seq, REPEAT('z', 100)) "
+    cur.execute(f"CREATE TABLE {qualified(DB, KEYED)} (id INT PRIMARY KEY, v VARCHAR(200), "
+                f"d VARCHAR(40) NOT NULL DEFAULT '{DEFAULT}') ENGINE=InnoDB COMMENT '{COMMENT}'")
+    cur.execute(f"INSERT INTO {qualified(DB, KEYED)} (id, v) SELECT seq, CONCAT('{MARKER} ', seq, REPEAT('z', 100)) "
                 f"FROM mysql.seq_1_to_{KEYED_ROWS}")
     cur.execute(f"CREATE TABLE {qualified(DB, MYISAM)} (id INT PRIMARY KEY, v VARCHAR(50)) ENGINE=MyISAM")
     cur.execute(f"INSERT INTO {qualified(DB, MYISAM)} SELECT seq, CONCAT('{MARKER} m', seq) FROM mysql.seq_1_to_300")
@@ -65,16 +71,21 @@ def source_db(logical_source):
         cur.execute(f"LOAD DATA LOCAL INFILE '{fh.name}' INTO TABLE {qualified(DB, BLOBS)} CHARACTER SET binary "
                     "FIELDS TERMINATED BY '\\t' ESCAPED BY '\\\\' LINES TERMINATED BY '\\n'")
     assert conn.warning_count() == 0
+    cur.execute(f"DROP USER IF EXISTS {ACCOUNT}")
+    cur.execute(f"CREATE USER {ACCOUNT} IDENTIFIED BY '{PASSWORD}'")
+    cur.execute(f"GRANT SELECT ON {quote_ident(DB)}.* TO {ACCOUNT}")
     conn.commit()
     conn.close()
     yield server
+    server.query(f"DROP USER IF EXISTS {ACCOUNT}")
     server.query(f"DROP DATABASE IF EXISTS {quote_ident(DB)}")
 
 
 def _backup(dest: Path | str, compression: str = "zstd", aws: str | None = None) -> Path | str:
     url = dest if isinstance(dest, str) else f"file://{dest}"
     logical_backup.dump(logical_backup.preflight({"source_conn_id": "t_lsource", "destination": url, "aws_conn_id": aws,
-                                                  "databases": [DB], "chunk_rows": 1000, "compression": compression}))
+                                                  "databases": [DB], "chunk_rows": 1000, "compression": compression,
+                                                  "include_grants": True}))
     return dest
 
 
@@ -132,6 +143,21 @@ def _same(source, target) -> None:
     for table in (KEYED, MYISAM, ONE, BLOBS):
         sql = f"CHECKSUM TABLE {qualified(DB, table)}"
         assert target.query(sql)[0][1] == source.query(sql)[0][1] is not None, table
+    create = f"SHOW CREATE TABLE {qualified(DB, KEYED)}"  # its comment and default came from the sealed schema.json
+    assert target.query(create)[0][1] == source.query(create)[0][1]
+    assert COMMENT in target.query(create)[0][1] and DEFAULT in target.query(create)[0][1]
+
+
+def _secrets(source) -> list[bytes]:
+    """What no stored file but the manifest may hold in the clear: a row, the big value, the schema's secrets."""
+    password_hash = source.query("SELECT PASSWORD(%s)", (PASSWORD,))[0][0]
+    assert password_hash.startswith("*")
+    return [MARKER.encode(), BIG[1000:1064], COMMENT.encode(), DEFAULT.encode(), password_hash.encode()]
+
+
+def _sealed_and_opaque(name: str, data: bytes, source) -> None:
+    assert data.startswith(b"LLSEAL"), name
+    assert not [s for s in _secrets(source) if s in data], name
 
 
 def _exists(server) -> bool:
@@ -145,14 +171,16 @@ def test_an_encrypted_backup_holds_no_row_in_the_clear_and_restores_exactly(
     manifest = _manifest(dest)
     assert manifest.encryption is not None and manifest.encryption["cipher"] == which.rsplit("-", 1)[0]
     assert [(w["type"], w["key_id"]) for w in manifest.encryption["wrappings"]] == [("kek", "enc-k1")]
-    chunks = [f for f in dest.rglob("*") if f.is_file() and "/data/" in str(f)]
-    assert len(chunks) >= 6  # the keyed table in three chunks, the big value, the others
-    for f in chunks:
-        data = f.read_bytes()
-        assert data.startswith(b"LLSEAL"), f
-        assert MARKER.encode() not in data and BIG[1000:1064] not in data, f
+    stored = [f for f in dest.rglob("*") if f.is_file() and f.name != "manifest.json"]
+    assert len([f for f in stored if "/data/" in str(f)]) >= 6  # the keyed table in three chunks, the big value, the others
+    assert {f.name for f in stored} >= {"schema.json", "schema.sql"}
+    for f in stored:
+        _sealed_and_opaque(str(f), f.read_bytes(), source_db)
+    schema = next(f for f in manifest.files if f.name == "schema.json")  # sha256 and size: of the bytes as stored
+    held = (dest / manifest.backup_id / "schema.json").read_bytes()
+    assert (schema.bytes, schema.sha256) == (len(held), manifest.schema_sha256) == (len(held), hashlib.sha256(held).hexdigest())
     raw = (dest / manifest.backup_id / "manifest.json").read_text()
-    assert KEY1 not in raw
+    assert KEY1 not in raw and not [s for s in _secrets(source_db)[2:] if s.decode() in raw]
     _conn(monkeypatch, "enc-k2", KEY2, keys={"enc-k1": KEY1})  # a later key: the older one still reads it
     _restore(dest)
     _same(source_db, logical_target.server())
@@ -234,10 +262,10 @@ def test_an_encrypted_backup_in_s3_holds_no_row_in_the_clear_and_restores_exactl
     s3 = boto3.client("s3", endpoint_url=s3_server, region_name="us-east-1", aws_access_key_id="testing",
                       aws_secret_access_key="testing-secret")
     backup_id = _manifest(url, "t_s3").backup_id
-    keys = [o["Key"] for o in s3.list_objects_v2(Bucket="backups", Prefix=f"encrypted/{backup_id}/data/")["Contents"]]
-    assert len(keys) >= 6
+    keys = [o["Key"] for o in s3.list_objects_v2(Bucket="backups", Prefix=f"encrypted/{backup_id}/")["Contents"]]
+    keys = [k for k in keys if not k.endswith("/manifest.json")]
+    assert len(keys) >= 8 and {k.rsplit("/", 1)[1] for k in keys} >= {"schema.json", "schema.sql"}
     for key in keys:
-        data = s3.get_object(Bucket="backups", Key=key)["Body"].read()
-        assert data.startswith(b"LLSEAL") and MARKER.encode() not in data and BIG[1000:1064] not in data, key
+        _sealed_and_opaque(key, s3.get_object(Bucket="backups", Key=key)["Body"].read(), source_db)
     _restore(url, "t_s3")
     _same(source_db, logical_target.server())

@@ -13,12 +13,13 @@ from pathlib import Path
 import pytest
 
 from conftest import _loaded, set_conn
-from lastline.core.errors import PreflightError, ProtectedTargetError, Refusal
+from lastline.core.errors import ConfigError, PreflightError, ProtectedTargetError, Refusal
 from lastline.logical.backup import stages as logical_backup
 from lastline.staging import pii
 from lastline.staging import refresh as sr
 from lastline.staging.plans import Masked, MaskingVerified
 from lastline.staging.rules import parse_rules, split_key
+from lastline.storage import encryption_keys
 
 RULES = {
     "crm.customers.email": "email",
@@ -438,6 +439,38 @@ def test_the_snippet_merged_passes_the_pii_guard(leaky, logical_target, deployme
         assert json.loads(Path(saved.removeprefix("file://")).read_text())["kept"] == plan.kept_objects  # on the record
     finally:
         tgt.query("SET GLOBAL read_only = OFF")  # as the other tests expect the shared target
+
+
+@pytest.fixture(scope="module")
+def leaky_sealed(leaky, tmp_path_factory):
+    """`leaky` backed up again, encrypted (a key connection: every file but the manifest sealed)."""
+    dest = tmp_path_factory.mktemp("leaky-sealed")
+    with pytest.MonkeyPatch.context() as mp:
+        _key_connection(mp)
+        plan = logical_backup.preflight({"source_conn_id": "t_crm", "destination": f"file://{dest}", "databases": ["leaky"],
+                                         "parallel": 2, "chunk_rows": 1000})
+        logical_backup.dump(plan)
+    return f"file://{dest}/{plan.backup_id}"
+
+
+def _key_connection(mp) -> None:
+    mp.setenv(encryption_keys.KEY_CONN_ENV, "t_staging_enc")
+    mp.setenv("AIRFLOW_CONN_T_STAGING_ENC", json.dumps({"conn_type": "generic", "login": "k1", "password": "5e" * 32}))
+
+
+def test_the_pii_guard_opens_an_encrypted_backup_s_chunks_and_schema_and_finds_the_same(
+        leaky, leaky_sealed, logical_target, monkeypatch):
+    folder = Path(leaky_sealed.removeprefix("file://"))
+    for name in ("schema.json", "schema.sql"):  # the table COMMENT's address is in neither in the clear
+        stored = (folder / name).read_bytes()
+        assert stored.startswith(b"LLSEAL") and b"example.net" not in stored and b"leaky" not in stored, name
+    _key_connection(monkeypatch)
+    _, columns, objects, snippet = _refusal(leaky_sealed, LEAKY_RULES, logical_target)
+    _, plain_columns, plain_objects, plain_snippet = _refusal(leaky, LEAKY_RULES, logical_target)
+    assert (columns, objects, snippet) == (plain_columns, plain_objects, plain_snippet) and objects and columns
+    monkeypatch.delenv(encryption_keys.KEY_CONN_ENV)  # without the key: refused naming it, before any guard
+    with pytest.raises(ConfigError, match=r"is encrypted \(its data key is wrapped under k1 \(kek\)\)"):
+        sr.preflight(_conf(leaky_sealed, databases=["leaky"]), LEAKY_RULES)
 
 
 def test_object_rules_take_only_keep():

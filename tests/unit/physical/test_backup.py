@@ -230,3 +230,19 @@ def test_a_rerun_of_stream_over_what_a_killed_stream_left_makes_a_whole_backup(b
     assert hashlib.sha256((folder / plan.artifact).read_bytes()).hexdigest() == stats.sha256
     pb.finish(retry, stats)
     assert read_manifest(open_storage(retry.destination), plan.backup_id, "physical").sha256 == stats.sha256
+
+
+def test_a_sealed_stream_counts_and_hashes_the_bytes_as_stored_and_opens_again():
+    from lastline.storage import encryption_keys
+    from lastline.storage.envelope import new_seal
+
+    seal, _ = new_seal(encryption_keys.keys_from_connection("c", "generic", "k1", "s" * 32, {}), "b1")
+    stored = bytearray()
+    sealed = pb._Sealed(stored.extend, seal, "b1/backup.xbstream.zst")
+    plain = [b"x" * 5, b"y" * (5 << 20), b"", b"z" * 3]  # pieces as a pipe gives them, one over a sealed chunk
+    for piece in plain:
+        sealed.feed(piece)
+    sealed.sealer.close()
+    assert (sealed.bytes, sealed.digest.hexdigest()) == (len(stored), hashlib.sha256(stored).hexdigest())
+    assert b"y" * 64 not in stored and stored.startswith(b"LLSEAL")
+    assert b"".join(seal.opened_stream(iter([bytes(stored)]), "b1/backup.xbstream.zst")) == b"".join(plain)

@@ -289,3 +289,9 @@ def test_verification_in_words(authenticity, said):
     assert text.startswith("Verified: the backup's 1,234,567 bytes matched the sha256 its manifest records")
     assert "the server started (11.4.2-MariaDB) and all 1,200 tables of the backup answer, 3,456,789 rows" in text
     assert text.endswith(said)
+
+
+def test_the_artifact_as_stored_is_counted_and_hashed_as_it_passes():
+    counted = pr._Counted(iter([b"ab", b"", b"cde"]))
+    assert b"".join(counted) == b"abcde"
+    assert (counted.bytes, counted.digest.hexdigest()) == (5, hashlib.sha256(b"abcde").hexdigest())

@@ -187,3 +187,26 @@ def test_a_backup_seal_seals_and_opens_its_objects_and_never_shows_its_key():
         pickle.dumps(seal)
     with pytest.raises(IntegrityError, match="b1/manifest.json: the encryption envelope is not one lastline writes"):
         envelope.opened_seal({"format": "lastline-seal/1"}, keys(), "b1", "b1/manifest.json")
+
+
+def test_a_small_object_is_sealed_and_opened_whole_bound_to_its_name():
+    seal, _ = envelope.new_seal(keys(), "b1")
+    text = b'{"tables": []}\n' * 5000
+    stored = seal.sealed(text, "b1/schema.json")
+    assert stored.startswith(b"LLSEAL") and b"tables" not in stored
+    assert len(stored) == sealing.sealed_size(len(text)) and seal.opened(stored, "b1/schema.json") == text
+    assert seal.opened(seal.sealed(b"", "b1/schema.sql"), "b1/schema.sql") == b""
+    with pytest.raises(sealing.SealError, match="its header"):
+        seal.opened(stored, "b1/schema.sql")  # moved to another name
+    with pytest.raises(sealing.SealError, match="chunk 0"):
+        seal.opened(stored[:-1], "b1/schema.json")
+
+
+def test_a_stream_of_pieces_of_any_size_is_opened_chunk_by_chunk():
+    seal, _ = envelope.new_seal(keys(), "b1")
+    text = bytes(range(256)) * 40000  # over two 4 MiB chunks
+    stored = seal.sealed(text, "b1/data/x")
+    pieces = [stored[i:i + 777] for i in range(0, len(stored), 777)]
+    assert b"".join(seal.opened_stream(iter(pieces), "b1/data/x")) == text
+    with pytest.raises(sealing.SealError, match="chunk 2"):
+        list(seal.opened_stream(iter(pieces[:-1]), "b1/data/x"))

@@ -4,8 +4,8 @@ Layout of `<destination>/<backup_id>/`: `schema.json` (every schema object, see 
 `schema.sql` (the same, readable), `data/<db>/<table>/<chunk>-<part>.tsv.zst` (see dialect), and
 `manifest.json`, written last: a folder without it is incomplete and never restored. The manifest lists
 every other file of the folder with its size and sha256. With an encryption key connection (storage.encryption_keys)
-every chunk file is sealed (storage.sealing) with the backup's data key, whose envelope the manifest records; the
-schema files are not sealed yet.
+every file but the manifest (chunk files, schema.json, schema.sql) is sealed (storage.sealing) with the backup's
+data key, whose envelope the manifest records; the manifest's sizes and sha256 are of the sealed bytes as stored.
 
 The rows are read by `parallel` worker processes (tsvdump: C, one connection each, all opened on one
 snapshot) that escape each value on the client in one linear pass; the server adds each row's hash,
@@ -202,6 +202,7 @@ def dump(plan: BackupPlan) -> DumpResult:
     schema = held["schema"]
     schema_files = []
     for name, data in ((SCHEMA_FILE, json_lines(schema).encode()), (SCHEMA_SQL, render_sql(schema).encode())):
+        data = seal.sealed(data, f"{backup_id}/{name}") if seal else data  # size and sha256: of the stored bytes
         storage.write_bytes(f"{backup_id}/{name}", data)
         schema_files.append(FileInfo(name, len(data), hashlib.sha256(data).hexdigest()))
     seconds = time.monotonic() - t0

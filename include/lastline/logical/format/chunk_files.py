@@ -14,44 +14,16 @@ from lastline.core.compression import codec
 from lastline.core.errors import IntegrityError, PipelineError
 from lastline.core.pipeline import filtered
 from lastline.logical.format import infile
-from lastline.manifest import MANIFEST, ChunkInfo, LogicalManifest
+from lastline.manifest import ChunkInfo
 from lastline.storage import Storage
-from lastline.storage.auth import storage_trusted
-from lastline.storage.encryption_keys import deployment_encryption_keys
-from lastline.storage.envelope import BackupSeal, opened_seal
-
-
-def chunk_seal(storage: Storage, manifest: LogicalManifest) -> BackupSeal | None:
-    """What opens an encrypted backup's chunk files (the deployment's keys opening the envelope its manifest records),
-    None when they are not sealed; refused, naming the key ids it needs, when the deployment holds none of them."""
-    if manifest.encryption is None:
-        return None
-    where = storage.location(f"{manifest.backup_id}/{MANIFEST}")
-    return opened_seal(manifest.encryption, deployment_encryption_keys(), manifest.backup_id, where,
-                       bool(getattr(getattr(manifest, "authenticity", None), "ok", False)) or storage_trusted())
-
-
-class _Pieces:
-    """read(n) over an iterator of byte strings (a storage reader), for a SealReader."""
-
-    def __init__(self, pieces: Iterator[bytes]) -> None:
-        self.pieces, self.rest = pieces, b""
-
-    def read(self, size: int) -> bytes:
-        parts, have = [self.rest], len(self.rest)
-        while have < size and (piece := next(self.pieces, None)) is not None:
-            parts.append(piece)
-            have += len(piece)
-        joined = b"".join(parts)
-        self.rest = joined[size:]
-        return joined[:size]
+from lastline.storage.envelope import BackupSeal
 
 
 def _opened(stored: Iterator[bytes], seal: BackupSeal | None, key: str) -> Iterator[bytes]:
     """The bytes of chunk file `key` as written before sealing (each chunk authenticated first), or as stored."""
     if seal is None:
         return stored
-    return seal.reader(_Pieces(stored), key).chunks()
+    return seal.opened_stream(stored, key)
 
 
 def read_chunk(storage: Storage, key: str, compression: str, sha256: str, what: str = "",

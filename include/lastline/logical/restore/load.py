@@ -11,9 +11,8 @@ server either finds the row (the chunk is in, skip it) or finds neither the row 
 loader racing on the same chunk waits on the ledger row's lock, then skips it. Where a table's chunks are key ranges,
 each chunk's rows are checked against the manifest before its commit (logical.restore.verify).
 
-Non-transactional tables (MyISAM, Aria) cannot share a transaction with the ledger: they are loaded whole by one unit,
-and reloaded from scratch (emptied first) unless every chunk of theirs is recorded. They keep the rows of a failed
-statement, so each chunk of theirs is proven first in a private copy (chunk_files.prove_chunk).
+Non-transactional tables (MyISAM, Aria) keep a failed statement's rows and cannot share the ledger's transaction: one
+unit loads each whole (emptied first unless all its chunks are recorded), each chunk proven in a private copy first.
 
 Each unit takes one of `parallel` named locks on the target: two runs on one target never load more than `parallel`
 units at once between them (which lane loads which unit: logical.restore.lanes)."""
@@ -26,13 +25,14 @@ import tempfile
 import time
 from typing import Any
 
+from lastline.backups import backup_seal
 from lastline.core import accounts, stopping
 from lastline.core.errors import IntegrityError, LastlineError, ServerError
 from lastline.core.progress import Progress
 from lastline.core.servers import Server
 from lastline.core.sql import LOST_CONNECTION, META_DB, NON_TRANSACTIONAL, sql_error, string_literal
 from lastline.logical.format import dialect, infile
-from lastline.logical.format.chunk_files import chunk_seal, prove_chunk, write_chunk
+from lastline.logical.format.chunk_files import prove_chunk, write_chunk
 from lastline.logical.restore.create import Creates, TableMaker
 from lastline.logical.restore.plans import UNIT_TABLES, UnitLoaded
 from lastline.logical.restore.target_state import empty_table, loaded_files
@@ -84,7 +84,7 @@ class Loader:
         infile.require()  # before connecting: ConfigError unless lastline's handler is built (never the library's)
         self.conn = server.connect(local_infile=1)
         self.infile = infile.install(self.conn)
-        self.in_client, self.seal = infile.in_client(), chunk_seal(storage, manifest)  # in_client: False with LASTLINE_INFILE_LIB=off
+        self.in_client, self.seal = infile.in_client(), backup_seal(storage, manifest)  # in_client: False with LASTLINE_INFILE_LIB=off
         self._stop = stopping.add(f"{progress.label}: KILL QUERY on the loader's connection",
                                   stopping.kill_query(server, self.conn.thread_id()))
         self.cur = self.conn.cursor()

@@ -22,7 +22,6 @@ from lastline.core.sql import (
     server_identity,
     tables_at_risk,
 )
-from lastline.logical.format.chunk_files import chunk_seal
 from lastline.logical.restore import tuning
 from lastline.logical.restore.backup_files import (
     refuse_names_one_by_case,
@@ -52,13 +51,13 @@ def preflight(conf: RunParams, role: str | None = None) -> RestorePlan:
     # a staging refresh pins the manifest its PII guard read: the restore reads that very one
     backup = open_backup(BackupRef.param(params, "logical"))
     storage, manifest, backup_id = backup.storage, backup.logical, backup.ref.backup_id
-    schema = backup.schema  # checked against the manifest before anything is touched
+    schema = backup.schema  # checked against the manifest before anything is touched; encrypted: opened with the
+    # deployment's key, refused here naming the key ids it needs unless a key held opens it (backups.backup_seal)
     wanted = chosen_databases(manifest, params.names("databases"))
     restore_grants = grants_asked(params, server, manifest)
     engines = validate_schema(schema, wanted, restore_grants)  # every statement the restore would run is the CREATE it claims to be
     same_tables(schema, manifest, wanted)
     require_chunk_files(storage, manifest, wanted)
-    chunk_seal(storage, manifest)  # encrypted: refused here, naming the key ids it needs, unless a key held opens it
     with server.session() as cur:  # @@local_infile is the server's: this connection allows no LOCAL INFILE itself
         datadir = require_server(cur, server, manifest, params.text("restore_into_source"))
         require_engines(cur, manifest, wanted, engines, server.describe())

@@ -2,14 +2,11 @@
 (write_chunk) gives the same bytes, with every fault named (a corrupt file, a wrong sha256, a reader that went away);
 a chunk spooled to a private file (spool_chunk) or proven by the LOAD DATA handler's reader (prove_chunk) is checked
 before anyone reads it; a sealed chunk (an encrypted backup) is opened on each of these ways, a damaged one named by its
-sealed chunk, and an encrypted manifest's seal is opened with the deployment's keys or refused. On a folder
-destination, no server."""
+sealed chunk. On a folder destination, no server."""
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import io
-import json
 import os
 import subprocess
 import tempfile
@@ -17,11 +14,11 @@ import threading
 
 import pytest
 
-from lastline.core.errors import ConfigError, IntegrityError
-from lastline.logical.format.chunk_files import chunk_seal, prove_chunk, read_chunk, spool_chunk, write_chunk
-from lastline.manifest import ChunkInfo, LogicalManifest
-from lastline.storage import encryption_keys, open_storage, sealing
-from lastline.storage.envelope import BackupSeal, new_seal
+from lastline.core.errors import IntegrityError
+from lastline.logical.format.chunk_files import prove_chunk, read_chunk, spool_chunk, write_chunk
+from lastline.manifest import ChunkInfo
+from lastline.storage import open_storage, sealing
+from lastline.storage.envelope import BackupSeal
 from lastline.storage.sealing import DataKey
 
 ROWS = b"".join(b"%d\tvalue \\\\ %d\\n\twith a tab\n" % (i, i * 7) for i in range(200_000))
@@ -217,22 +214,3 @@ def test_prove_chunk_opens_a_sealed_chunk_into_its_private_copy(tmp_path, compre
         other = BackupSeal(DataKey.generate(), "b", "aes-256-gcm", sealing.MIN_CHUNK)
         prove_chunk(storage, key, info, compression, str(out), "db.t", seal=other)
     assert not out.exists() or out.stat().st_size == 0
-
-
-def test_chunk_seal_is_none_for_a_plain_backup_and_opens_or_refuses_an_encrypted_one(tmp_path, monkeypatch):
-    storage = open_storage(f"file://{tmp_path}")
-    manifest = LogicalManifest("b", "src", "10.11", "", "+00:00", "lastline-tsv/2", "zstd", 1000, 1, [], "schema.json",
-                               "00", "t0", "t1", 1.0, 0.0, 0, 0, 0, 0.0)
-    assert chunk_seal(storage, manifest) is None
-    keys = encryption_keys.keys_from_connection("c", "generic", "k1", "s" * 32, {})
-    seal, envelope = new_seal(keys, "b")
-    encrypted = dataclasses.replace(manifest, encryption=envelope.to_json())
-    monkeypatch.setenv(encryption_keys.KEY_CONN_ENV, "unit_enc")
-    monkeypatch.setenv("AIRFLOW_CONN_UNIT_ENC", json.dumps({"conn_type": "generic", "login": "k1", "password": "s" * 32}))
-    assert chunk_seal(storage, encrypted) == seal
-    monkeypatch.delenv(encryption_keys.KEY_CONN_ENV)
-    with pytest.raises(ConfigError, match=r"backup 'b' is encrypted .* k1 \(kek\)"):
-        chunk_seal(storage, encrypted)
-    broken = dataclasses.replace(manifest, encryption={"format": "lastline-seal/1"})
-    with pytest.raises(IntegrityError, match=r"b/manifest\.json: the encryption envelope is not one lastline writes"):
-        chunk_seal(storage, broken)
