@@ -10,7 +10,6 @@ key only."""
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import shutil
 import tempfile
@@ -25,6 +24,7 @@ from lastline.logical.restore import stages as logical_restore
 from lastline.logical.restore.target_state import aside_name, clear_state
 from lastline.manifest import read_manifest
 from lastline.storage import encryption_keys, open_storage
+from lastline_dev.keys import encryption_connection
 
 pytestmark = pytest.mark.e2e
 
@@ -40,9 +40,7 @@ CONN = "lastline_encryption"
 
 
 def _conn(monkeypatch, login: str = "enc-k1", password: str = KEY1, **extra) -> None:
-    monkeypatch.setenv(encryption_keys.KEY_CONN_ENV, CONN)
-    monkeypatch.setenv(f"AIRFLOW_CONN_{CONN.upper()}", json.dumps(
-        {"conn_type": "generic", "login": login, "password": password, "extra": extra}))
+    encryption_connection(monkeypatch.setenv, CONN, login, password, **extra)
 
 
 def _escape(value: bytes) -> bytes:

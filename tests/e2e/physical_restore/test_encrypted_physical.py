@@ -7,7 +7,6 @@ sealed chunk, and the target is not started."""
 from __future__ import annotations
 
 import hashlib
-import json
 import shutil
 
 import pytest
@@ -16,6 +15,7 @@ from lastline.backups import backup_seal
 from lastline.manifest import PhysicalManifest
 from lastline.storage import encryption_keys, open_storage
 from lastline_dev.compare import compare
+from lastline_dev.keys import encryption_connection
 
 pytestmark = pytest.mark.e2e
 
@@ -25,9 +25,7 @@ CONN = "lastline_encryption_physical"
 
 
 def _conn(mp, login: str = "phys-k1", password: str = KEY1, **extra) -> None:
-    mp.setenv(encryption_keys.KEY_CONN_ENV, CONN)
-    mp.setenv(f"AIRFLOW_CONN_{CONN.upper()}", json.dumps(
-        {"conn_type": "generic", "login": login, "password": password, "extra": extra}))
+    encryption_connection(mp.setenv, CONN, login, password, **extra)
 
 
 @pytest.fixture(scope="module")
