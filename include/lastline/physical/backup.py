@@ -95,7 +95,6 @@ def preflight(conf: RunParams) -> BackupPlan:
     return plan
 
 
-@stopping.stops_cleanly
 class _Sealed:
     """The stream sealed into the storage's writer (`sealer`: write the compressor's output there, close it at the
     end), what is stored counted and hashed: the manifest's size and sha256."""
@@ -114,6 +113,7 @@ class _Sealed:
         self.sealer.write(data)
 
 
+@stopping.stops_cleanly
 def stream(plan: BackupPlan) -> StreamResult:
     """Run `mariabackup --stream | compressor` (on the source's host) into the destination; sha256 and
     bytes counted in-stream."""

@@ -71,3 +71,22 @@ def test_stops_cleanly_keeps_the_signature_and_the_result():
     before = signal.getsignal(signal.SIGTERM)
     assert stage(1, b=3) == 4 and stage.__name__ == "stage" and stage.__doc__ == "A stage."
     assert signal.getsignal(signal.SIGTERM) == before
+
+
+# the stages that run long, each stopped cleanly by SIGTERM (its queries killed, its processes ended): a refactor that
+# moves the decorator off one of them leaves its pipeline running after the task was told to stop
+LONG_STAGES = [
+    "lastline.logical.backup.stages:dump", "lastline.logical.restore.create:create_schema",
+    "lastline.logical.restore.finalize:finalize", "lastline.logical.restore.stages:load_lane",
+    "lastline.logical.restore.stages:load", "lastline.logical.restore.verify:verify", "lastline.physical.backup:stream",
+    "lastline.physical.restore:extract", "lastline.physical.restore:prepare", "lastline.replication.rebuild:stream",
+]
+
+
+@pytest.mark.parametrize("where", LONG_STAGES)
+def test_every_long_stage_stops_cleanly(where):
+    import importlib
+
+    module, name = where.split(":")
+    fn = getattr(importlib.import_module(module), name)
+    assert fn.__code__.co_qualname == "stops_cleanly.<locals>.wrapper" and fn.__wrapped__.__name__ == name
