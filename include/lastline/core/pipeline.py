@@ -145,6 +145,7 @@ def run_pipeline(
     progress_every: float | None = 5.0,
     host: Host = LOCAL,
     hash_source: bool = True,
+    hash_sink: bool = True,
 ) -> PipelineResult:
     """Run `stages` as one OS pipeline; feed `source` into the first, drain the last into `sink`.
 
@@ -153,7 +154,8 @@ def run_pipeline(
     named as such), with its exit status and the tail of its stderr. Errors raised by `source` or `sink`
     (a read or a write that failed) stop every stage and rise as they are.
     `progress_every=None`: no progress lines (for the many small pipelines of a logical dump);
-    `hash_source=False`: count the source's bytes but skip its sha256 (sha256_in is then None).
+    `hash_source=False`, `hash_sink=False`: count the source's (the sink's) bytes but skip their sha256 (sha256_in,
+    sha256_out is then None): for a caller that hashes other bytes (a sealed stream's, as stored).
     Without a Python end, progress counts the bytes read by the last local process.
     """
     if not stages:
@@ -164,7 +166,7 @@ def run_pipeline(
     stop_tokens: list[int] = []
     errfiles: list[str] = []
     feed_error: list[BaseException] = []
-    in_hash, out_hash = (hashlib.sha256() if hash_source else None), hashlib.sha256()
+    in_hash, out_hash = (hashlib.sha256() if hash_source else None), (hashlib.sha256() if hash_sink else None)
     counters = {"in": 0, "out": 0}
     progress = Progress(label, expected_bytes, progress_every or float("inf"))
     watch_stop = threading.Event()
@@ -208,7 +210,7 @@ def run_pipeline(
             bytes_in=counters["in"],
             sha256_in=in_hash.hexdigest() if source is not None and in_hash is not None else None,
             bytes_out=counters["out"],
-            sha256_out=out_hash.hexdigest() if sink is not None else None,
+            sha256_out=out_hash.hexdigest() if sink is not None and out_hash is not None else None,
             stderr={r.name: r.stderr for r in results if r.stderr is not None},
         )
     finally:
@@ -255,7 +257,8 @@ def _drain(last: subprocess.Popen, sink: Callable[[bytes], None], out_hash: Any,
         chunk = read(CHUNK)
         if not chunk:
             break
-        out_hash.update(chunk)
+        if out_hash is not None:
+            out_hash.update(chunk)
         counters["out"] += len(chunk)
         if progress is not None:
             progress.add(len(chunk))

@@ -141,7 +141,8 @@ def stream(plan: BackupPlan) -> StreamResult:
                                         open_files=open_files)
         log.info("stream: %s", " | ".join(s.display() for s in stages))
         try:
-            result = run_pipeline(stages, sink=sealed.feed if sealed else writer.write, label="backup stream")
+            result = run_pipeline(stages, sink=sealed.feed if sealed else writer.write, label="backup stream",
+                                  hash_sink=sealed is None)  # sealed: the stored bytes are hashed (_Sealed)
         except PipelineError as exc:
             raise PipelineError(f"{exc}\nNothing was kept at {storage.location(key)}; the backup can be re-run.") from exc
         mb_log = result.stderr["mariabackup"]

@@ -42,11 +42,6 @@ def gaps(bid: str, entry: Entry) -> list[Finding]:
     return out
 
 
-def _usable(entry: Entry) -> bool:
-    """Whether a roll-forward crosses the file: archived, or purged on the source with its emptiness proven."""
-    return not entry.unusable
-
-
 def sequence_gaps(bid: str, entries: list[Entry]) -> list[Finding]:
     """Files that do not follow the one before them (no hole recorded between): a number skipped, or a start GTID
     state behind the previous file's end."""
@@ -55,7 +50,7 @@ def sequence_gaps(bid: str, entries: list[Entry]) -> list[Finding]:
         where = f"{PREFIX}/{bid}/{after.name}"
         if split_name(after.name)[1] != split_name(before.name)[1] + 1:
             out.append(Finding(where, "gap", f"the file after {before.name}", f"{after.name}, with no hole recorded"))
-        elif _usable(before) and _usable(after) and not after.missing and not before.tail_hole and before.end_gtids \
+        elif not before.unusable and not after.unusable and not after.missing and not before.tail_hole and before.end_gtids \
                 and not events.includes(after.start_gtids, before.end_gtids):
             out.append(Finding(where, "gap", f"a start at GTID state {before.end_gtids}", f"{after.start_gtids}"))
     return out
@@ -90,7 +85,7 @@ def coverage(backup_id: str, manifest: object, lines: list[window.Line], damaged
         if at is None:
             continue
         after = line.files[at:]
-        holes = [e.name for i, (b, e) in enumerate(after) if (i and not _usable(e)) or e.tail_hole
+        holes = [e.name for i, (b, e) in enumerate(after) if (i and e.unusable) or e.tail_hole
                  or f"{b}/{e.name}" in damaged]
         return Coverage(backup_id, line.branch, after[0][1].name, after[-1][1].name, holes,
                         f"stops at {holes[0]}" if holes else f"rolls forward to the end of {after[-1][1].name}")

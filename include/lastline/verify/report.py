@@ -154,11 +154,12 @@ def kept(found: Any, ti: Any, what: str) -> Any:
     """`found` (a verdict, or a task's list of them), or, when one is not ok, a refusal after `found` was pushed as the
     task's return value (`ti`: the task instance): the task that read the damage fails at once (red in the Grid, never
     retried) and the report still reads what it found."""
-    bad = [v for v in (found if isinstance(found, list) else [found]) if v.status not in (OK, GONE)]
+    one = not isinstance(found, list)
+    bad = [v for v in ([found] if one else found) if v.status not in (OK, GONE)]
     if not bad:
         return found
     ti.xcom_push("return_value", plain(found))
-    shown = "; ".join(f"{what if len(bad) == 1 and not isinstance(found, list) else 'backup ' + v.backup_id} is {v.status}: "
+    shown = "; ".join(f"{what if one else f'backup {v.backup_id}'} is {v.status}: "
                       + ("; ".join(f.describe() for f in v.findings[:5]) + (" ..." if len(v.findings) > 5 else "")
                          or "nothing could be read") for v in bad[:3])
     raise IntegrityError(f"{shown}{' ...' if len(bad) > 3 else ''}. The run's report lists every finding; restore from "

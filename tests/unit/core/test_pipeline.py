@@ -48,6 +48,14 @@ def test_hash_source_false_counts_without_hashing():
     assert result.bytes_in == 3 and result.sha256_in is None and result.sha256_out is None
 
 
+def test_hash_sink_false_counts_what_the_sink_gets_without_hashing_it():
+    got: list[bytes] = []
+    result = run_pipeline([Stage("copy", ["cat"])], source=[b"abc", b"de"], sink=got.append, hash_sink=False,
+                          progress_every=None)
+    assert b"".join(got) == b"abcde" and result.bytes_out == 5 and result.sha256_out is None
+    assert result.sha256_in == hashlib.sha256(b"abcde").hexdigest()  # the source's hash is still taken
+
+
 def test_the_stage_that_failed_is_blamed_with_its_stderr_not_the_one_sigpipe_killed():
     """`yes` dies of SIGPIPE because `fail` stopped reading: `fail` is named, with its stderr."""
     stages = [Stage("yes", ["yes"]), Stage("fail", ["sh", "-c", "head -c 10 >/dev/null; echo 'disk on fire' >&2; exit 3"])]
