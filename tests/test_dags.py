@@ -191,6 +191,18 @@ def test_backup_verify_shape(dagbag):
     assert "backup_verify" in dag.doc_md and "never" in dag.doc_md
 
 
+def test_key_rotation_shape(dagbag):
+    dag = dagbag.get_dag("key_rotation")
+    assert type(dag.timetable).__name__ == "NullTimetable" and dag.max_active_runs == 1  # manual only
+    assert set(dag.params.keys()) == {"destination", "aws_conn_id", "dry_run"} and dag.params["dry_run"] is False
+    assert {t.task_id for t in dag.tasks} == {"preflight", "backups", "rotate_backups", "rotate_archive", "report"}
+    rotate = dag.get_task("rotate_backups")  # one instance per batch of backups, named by its first and last id
+    assert type(rotate).__name__.endswith("MappedOperator") and rotate.map_index_template == "{{ backup_id }}"
+    assert dag.get_task("report").upstream_task_ids == {"preflight", "rotate_backups", "rotate_archive"}
+    assert dag.get_task("report").trigger_rule == "all_done"  # the report is saved whatever failed before it
+    assert dag.on_failure_callback and "no data object is rewritten" in dag.doc_md
+
+
 def test_point_in_time_restore_shape(dagbag):
     dag = dagbag.get_dag("point_in_time_restore")
     assert type(dag.timetable).__name__ == "NullTimetable"  # manual only
@@ -363,7 +375,7 @@ def test_parsing_the_dag_files_reads_no_connection_and_lists_no_storage(tmp_path
     assert seen["backends"][0] == "CountingBackend"  # the one a parse would have asked first
     assert (seen["got"], seen["asked"], seen["touched"]) == ([], [], [])
     forms = seen["forms"]
-    assert len(forms) == 11
+    assert len(forms) == 12
     offers = {(dag_id, name): f["examples"] for dag_id, form in forms.items() for name, f in form.items()}
     for dag_id in ("physical_restore", "logical_restore", "staging_refresh", "restore_drill"):
         assert offers[dag_id, "backup"] == [f"file://{dest}/latest"] == [forms[dag_id]["backup"]["value"]], dag_id

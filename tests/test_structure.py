@@ -18,7 +18,7 @@ LAYERS = {
     # what the stages share: mariabackup's commands and a target's datadir; a replica's flavour, pauses, backups
     "lastline.mariabackup": 4, "lastline.replicas": 4,
     "lastline.physical": 5, "lastline.logical": 5, "lastline.replication": 5, "lastline.pitr": 5, "lastline.staging": 6, "lastline.drill": 6, "lastline.inventory": 6, "lastline.pruning": 6,
-    "lastline.verify": 6,
+    "lastline.verify": 6, "lastline.rotation": 6,
     "lastline.airflow": 7,
 }
 STAGES = 5  # the stage packages: none imports another, but for the pairs ACROSS_STAGES names

@@ -31,7 +31,7 @@ def dags(airflow_db):
 
 
 def test_every_connection_a_form_names_by_default_is_one_the_demo_stores(dags):
-    assert len(dags) == 11
+    assert len(dags) == 12
     named = {(dag_id, name): param.value for dag_id, dag in dags.items() for name, param in dag.params.items()
              if name.endswith("_conn_id") and param.value}
     assert {name for _, name in named} >= {"source_conn_id", "target_conn_id", "drill_conn_id", "replication_conn_id"}

@@ -44,7 +44,8 @@ BULK_MB = 2
 KILL_AT = "bin/airflow dags test logical_backup"  # the killed demo dies as its logical backup starts
 # the newcomer's order: backups first, the archive before the point-in-time restore, a rebuild before a detach
 WALK = ("physical_backup", "logical_backup", "binlog_archive", "physical_restore", "logical_restore",
-        "point_in_time_restore", "staging_refresh", "restore_drill", "backup_verify", "replica_rebuild", "replica_detach")
+        "point_in_time_restore", "staging_refresh", "restore_drill", "backup_verify", "key_rotation", "replica_rebuild",
+        "replica_detach")
 MISSING_BACKUP = "20000101T000000Z-000000"
 TERMINAL = ("success", "failed")
 

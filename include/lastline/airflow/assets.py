@@ -14,6 +14,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+from collections.abc import Callable
 from typing import Any
 
 from airflow.sdk import Asset, Variable, get_current_context
@@ -92,6 +93,22 @@ def record_newest(destination: str, kind: str, backup_id: str, sha256: str, aws_
 def recorded_newest(place: str, kind: str) -> dict[str, Any] | None:
     """The newest `kind` backup recorded in `place` (a canonical destination), or None."""
     return _recorded(f"newest_{kind}", place)
+
+
+def newest_pin(destination: str, aws_conn_id: str | None = None) -> Callable[[str, str, str], bool]:
+    """What a key rotation calls once it re-wrote a manifest, `pin(kind, backup_id, sha256)`: when that backup is the
+    newest of its kind recorded in `destination`, its record takes the manifest's new sha256 (True); else nothing."""
+    place = canonical(destination, aws_conn_id)
+
+    def pin(kind: str, backup_id: str, sha256: str) -> bool:
+        before = recorded_newest(place, kind)
+        if not before or before.get("backup_id") != backup_id or before.get("manifest_sha256") == sha256:
+            return False
+        _record(f"newest_{kind}", place, {"backup_id": backup_id, "manifest_sha256": sha256},
+                f"the newest {kind} backup in {place}")
+        return True
+
+    return pin
 
 
 install_newest_record(recorded_newest)  # `latest` (manifest.resolve_backup) refuses a rolled-back destination

@@ -188,6 +188,7 @@ SPECS: dict[str, Spec] = {
     "restore_grants": _flag(False, "Restore grants", "also recreate the accounts and grants of a backup taken with include_grants", SAFETY),
     "restore_into_source": _string("", "Restore into the source",
                                    "the target's connection id, to allow restoring into the server the backup came from", SAFETY),
+    "dry_run": _flag(False, "Dry run", "only say what the run would do (its report lists it); nothing is written", SAFETY),
     "restart": _flag(True, "Restart to prove it", "restart the server to prove the detach holds", SAFETY),
     "read_only_off": _flag(False, "Open for writes", "SET GLOBAL read_only=OFF at the very end", SAFETY),
     "masking_rules": Spec(None, "More masking rules", "for this run: a JSON object {\"<db>.<table>.<column>\": "

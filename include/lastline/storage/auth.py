@@ -110,6 +110,13 @@ def sign(key: str, body: bytes, keys: Keys | None = None) -> bytes:
     return region + sep + f'\n "{FIELD}": "{tag}"\n}}\n'.encode()
 
 
+def unsigned(raw: bytes) -> bytes:
+    """A control file as it was before `sign` (its MAC member removed, every other byte kept): what a writer that
+    changes one member of a file it authenticated signs again (a key rotation)."""
+    found = _TAIL.search(raw)
+    return raw if found is None else raw[:found.start()] + b"\n}\n"
+
+
 @dataclass(frozen=True)
 class Authenticity:
     """Whether a control file was authenticated: `key_id` of the key that did, else `state` (unsigned, nokey,

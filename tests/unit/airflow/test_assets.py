@@ -73,3 +73,18 @@ def test_the_archive_head_is_read_back_by_any_spelling(monkeypatch, tmp_path, pl
     assert recorded_archive_head(f"file://{tmp_path}/other") is None
     record_archive_head(place, None)  # an empty archive: nothing recorded, nothing asked of Airflow
     assert recorded_archive_head(place) == head
+
+
+def test_a_rotation_pins_the_new_sha256_of_the_recorded_newest_backup_only(monkeypatch, tmp_path, place):
+    from lastline.airflow import assets
+
+    newest = {"backup_id": "20261128T161432Z-7c93b6", "manifest_sha256": "ab", "destination": place}
+    variable(monkeypatch, newest_variable(place, "logical"), newest)
+    written = []
+    monkeypatch.setattr(assets, "_record", lambda what, where, value, _: written.append((what, where, value)))
+    pin = assets.newest_pin(f"file://{tmp_path}/dest/")  # another spelling of the same place
+    assert not pin("logical", "20261127T161432Z-000000", "cd")  # an older backup: its pin is not the record
+    assert not pin("physical", newest["backup_id"], "cd")  # nothing recorded of that kind
+    assert not pin("logical", newest["backup_id"], "ab") and written == []  # already pinned (a re-run)
+    assert pin("logical", newest["backup_id"], "cd")
+    assert written == [("newest_logical", place, {"backup_id": newest["backup_id"], "manifest_sha256": "cd"})]
