@@ -242,3 +242,41 @@ def test_the_held_stream_waits_out_a_cut_to_the_source_s_host_and_alerts_once(so
     finally:
         set_conn("t_bstream", source)
     _whole(storage, source)
+
+
+def _segments(root: Path, bid: str) -> dict[str, bytes]:
+    return {str(p.relative_to(root)): p.read_bytes() for p in (root / "binlogs" / bid).glob("*/*")}
+
+
+def test_the_held_stream_forks_on_binlogs_written_anew_and_keeps_retention_s_marks(source, tmp_path):
+    """What it keeps in memory never hides another history (RESET MASTER while it streams: a new branch, the old one
+    untouched) nor undoes the other writer of the chain (retention marks a file pruned: the stream reads it again)."""
+    from lastline.pitr.catalog import write_branch
+
+    storage = open_storage(f"file://{tmp_path}")
+    server = connections.server("t_bstream")
+    held = Streaming(_conf(tmp_path))
+    try:
+        _write(source, 5)
+        server.query("FLUSH BINARY LOGS")
+        _write(source, 5)
+        _wait_archived(storage, server)
+        bid = archive.branches(storage)[-1]["id"]
+        chain = archive.read_branch(storage, bid)
+        old = chain.entries[0]
+        old.pruned, old.segments = True, []  # as retention writes it
+        write_branch(storage, chain)
+        _write(source, 5)
+        _wait_archived(storage, server)
+        assert archive.read_branch(storage, bid).entries[0].pruned  # not written back over
+        kept = _segments(tmp_path, bid)
+        server.query("RESET MASTER")
+        _write(source, 40)
+        _wait_archived(storage, server)
+    finally:
+        result = held.end()
+    assert result["forks"] and result["branch"] != bid, result
+    assert _segments(tmp_path, bid) == kept  # the old branch's bytes are never overwritten
+    _, now = archive.source_files(server)
+    files = _archived(storage, result["branch"])
+    assert all(_same(files[f.name], _on_disk(source, f.name, f.size)) for f in now)
