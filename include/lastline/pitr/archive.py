@@ -8,9 +8,9 @@ archived in segments, object stores having no append). A segment is written firs
 run that dies in between ships the same bytes again to the same key, so nothing is doubled or lost.
 
 The bytes are read on the source's host (where mariabackup runs too) with `dd`, up to the size `SHOW BINARY
-LOGS` gives, which ends at the last complete event. One run ships up to the source's position at its start
-and ends (`until_current`); by default each run of the per-minute schedule streams instead: it ships what the
-source writes every few seconds for most of its minute, keeping the archive seconds behind the source.
+LOGS` gives, which ends at the last complete event. `ship` brings the archive up to the source's position once
+(`until_current`, and each round of the stream pitr.stream holds open, which keeps its state in memory between
+rounds: pitr.held).
 """
 from __future__ import annotations
 
