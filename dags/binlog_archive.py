@@ -1,23 +1,29 @@
 """
 ### binlog_archive: the source's binary logs, shipped to the destination as they are written
 
-ship → check_chain. Each run streams the source's binlogs, exactly once and in order (a file still being
-written goes in pieces), into `<destination>/binlogs/<branch>/`, indexed (transactions, GTIDs, times): what
-the source writes is shipped every `ship_every_seconds` (5) for `stream_minutes` (0.8), then the run ends
-and the per-minute schedule starts the next. `until_current: true`: ship up to the source's position at
-the start of the run, then end (tests, drills, catching up by hand). Files the source purged before they
-were shipped are recorded as holes, named; a server that writes its binlogs anew under the same names (a
-restore, `RESET MASTER`, a failover) starts a new branch: nothing is overwritten.
+ship → check_chain. `ship` holds one stream to the source open for `stream_minutes` (60): every
+`ship_every_seconds` (0.5) it looks at the source (one `SHOW BINARY LOGS` over a connection kept open) and
+ships what was committed since, exactly once and in order (a file still being written goes in pieces), into
+`<destination>/binlogs/<branch>/`, indexed (transactions, GTIDs, times); the `@continuous` schedule starts the
+next run as soon as one ends. A source restart or a network cut is waited out (the stream resumes from what the
+archive holds); when nothing could be shipped for longer than `rpo_alert_seconds`, an alert goes out (the
+connection `lastline_alerts`), and again when the stream ships again. The archive's head is recorded in Airflow
+every 5 minutes and at the end (anti-rollback). `until_current: true`: ship up to the source's position at the
+start of the run, then end (tests, drills, catching up by hand). Files the source purged before they were shipped
+are recorded as holes, named; a server that writes its binlogs anew under the same names (a restore, `RESET
+MASTER`, a failover) starts a new branch: nothing is overwritten.
 
-check_chain: for every complete base backup, up to which time and GTID it can be rolled forward without a hole
-(the run's Report); the Asset `lastline_binlog_archive` carries the recoverable window; an alert (the
-connection `lastline_alerts`) goes out when the chain breaks after the newest base or the archive falls more
-than `rpo_alert_seconds` behind, and again when that changes.
+check_chain (when the stream ends): for every complete base backup, up to which time and GTID it can be rolled
+forward without a hole (the run's Report); the Asset `lastline_binlog_archive` carries the recoverable window; an
+alert goes out when the chain breaks after the newest base or the archive falls more than `rpo_alert_seconds`
+behind, and again when that changes.
 
-Schedule: `LASTLINE_BINLOG_ARCHIVE_SCHEDULE` (cron, or `none`; default every minute); one run at a time;
-catchup off. The archive stays seconds behind the source (`make bench-pitr` measures it).
+Schedule: `LASTLINE_BINLOG_ARCHIVE_SCHEDULE` (default `@continuous`; a cron, or `none`); one run at a time;
+catchup off. The archive stays within a second or two of the source (`make bench-pitr` measures it).
 """
 from __future__ import annotations
+
+from functools import partial
 
 from airflow.sdk import dag, get_current_context
 
@@ -28,12 +34,12 @@ from lastline.airflow.params import params
 from lastline.airflow.routing import on_server
 from lastline.airflow.steps import step
 from lastline.core.plans import Conf
-from lastline.pitr import archive, check
+from lastline.pitr import check, stream
 
 
 @dag(
     dag_id="binlog_archive",
-    **dag_args(schedule=schedule("BINLOG_ARCHIVE_SCHEDULE", "* * * * *")),
+    **dag_args(schedule=schedule("BINLOG_ARCHIVE_SCHEDULE", "@continuous")),
     doc_md=__doc__,
     tags=["lastline", "pitr"],
     params=params("source_conn_id", "destination", "aws_conn_id", "until_current", "ship_every_seconds", "stream_minutes",
@@ -52,7 +58,12 @@ def binlog_archive():
                  {"dag_id": context["dag"].dag_id, "run_id": context["run_id"], "problems": result["problems"]})
         return {"problems": result["problems"], "window": newest}
 
-    shipped = step(archive.run, task_id="ship", multiple_outputs=True, **on_server("source_conn_id", long=False))()
+    def ship(conf: Conf) -> dict:
+        # the head recorded every few minutes too, not only when the run ends (anti-rollback)
+        return stream.run(conf, on_head=partial(record_archive_head, conf.required("destination"),
+                                                aws_conn_id=conf.text("aws_conn_id")))
+
+    shipped = step(ship, multiple_outputs=True, **on_server("source_conn_id", long=False))()
     step(check_chain, outlets=[BINLOG_ARCHIVE], multiple_outputs=True)(shipped)
 
 

@@ -154,12 +154,14 @@ SPECS: dict[str, Spec] = {
                             "up (0: any lag, stopped replication too, only where the deployment's ceiling LASTLINE_MAX_REPLICA_LAG is 0; "
                             "at most that ceiling, default 3600)", SERVERS, {"type": "number", "minimum": 0}),
     "until_current": _flag(False, "Until the current position", "ship up to the source's position at the start of the "
-                           "run, then end (tests, drills, catching up by hand); off (the default): stream, shipping "
-                           "what the source writes every ship_every_seconds for stream_minutes", STREAMING),
-    "ship_every_seconds": Spec(5, "Ship every (s)", "when streaming: how often the run ships what the source wrote",
-                               STREAMING, {"type": "number", "minimum": 0.5, "maximum": 60}),
-    "stream_minutes": Spec(0.8, "Stream for (min)", "when streaming: how long one run ships before it ends (the "
-                           "per-minute schedule starts the next)", STREAMING, {"type": "number", "minimum": 0.1, "maximum": 60}),
+                           "run, then end (tests, drills, catching up by hand); off (the default): hold a stream open "
+                           "for stream_minutes, shipping what the source commits every ship_every_seconds", STREAMING),
+    "ship_every_seconds": Spec(0.5, "Look every (s)", "when streaming: how often the stream looks at the source (one "
+                               "SHOW BINARY LOGS) and ships what was committed since", STREAMING,
+                               {"type": "number", "minimum": 0.1, "maximum": 60}),
+    "stream_minutes": Spec(60, "Stream for (min)", "when streaming: how long one run holds the stream open before it "
+                           "ends, records the archive's head and checks the chain (the continuous schedule starts the "
+                           "next at once)", STREAMING, {"type": "number", "minimum": 0.1, "maximum": 60}),
     "until": _string("latest", "Until", "roll forward to: a UTC time YYYY-MM-DDTHH:MM:SSZ (every transaction committed "
                      "at or before it), a GTID domain-server-seq (up to and including it), or latest", BACKUP, required=True),
     "base": _string("auto", "Base backup", "the backup rolled forward: a backup id in the destination, or auto "
@@ -174,9 +176,9 @@ SPECS: dict[str, Spec] = {
     "pitr_window_days": Spec(7, "Point-in-time window (days)", "where the destination holds a binlog archive: keep every "
                              "base backup and archived binlog a point-in-time restore to any second of the last N days "
                              "needs, beyond keep; 0: keep only by count", KEEPING, {"type": "number", "minimum": 0}),
-    "rpo_alert_seconds": Spec(600, "Alert when behind (s)", "alert (the connection lastline_alerts) when the archive's "
-                              "last confirmed position is older than this: the RPO at risk", ALERTS,
-                              {"type": "number", "minimum": 1}),
+    "rpo_alert_seconds": Spec(600, "Alert when behind (s)", "alert (the connection lastline_alerts) when the stream "
+                              "has shipped nothing for this long, or the archive's last confirmed position is older "
+                              "than this when a run ends: the RPO at risk", ALERTS, {"type": "number", "minimum": 1}),
     "max_mb_per_s": Spec(0, "Cap on the wire (MB/s)", "cap the stream on the wire (pv -L on the source); 0: no cap", IMPACT,
                          {"type": "number", "minimum": 0}),
     "catch_up_timeout": Spec(3600, "Catch-up timeout (s)", "seconds to wait for the replica to catch up", SPEED,

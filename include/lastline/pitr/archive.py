@@ -8,9 +8,9 @@ archived in segments, object stores having no append). A segment is written firs
 run that dies in between ships the same bytes again to the same key, so nothing is doubled or lost.
 
 The bytes are read on the source's host (where mariabackup runs too) with `dd`, up to the size `SHOW BINARY
-LOGS` gives, which ends at the last complete event. One run ships up to the source's position at its start
-and ends (`until_current`); by default each run of the per-minute schedule streams instead: it ships what the
-source writes every few seconds for most of its minute, keeping the archive seconds behind the source.
+LOGS` gives, which ends at the last complete event. `ship` brings the archive up to the source's position once
+(`until_current`, and each round of the stream pitr.stream holds open, which keeps its state in memory between
+rounds: pitr.held).
 """
 from __future__ import annotations
 
@@ -22,48 +22,67 @@ import time
 from datetime import UTC, datetime
 from typing import Any
 
-from lastline import connections
 from lastline.core.errors import IntegrityError, PreflightError
 from lastline.core.hosts import Stage
 from lastline.core.pipeline import run_pipeline
-from lastline.core.plans import Conf, RunParams
 from lastline.core.servers import Server
 from lastline.pitr import events
 from lastline.pitr.catalog import PREFIX, branches, head, read_branch, write_branch, write_branches
 from lastline.pitr.chain import Branch, Entry, SourceFile, branch_id, plan, split_name
-from lastline.storage import Storage, open_allowed
+from lastline.pitr.held import Held, continues
+from lastline.storage import Storage
 
-__all__ = ["PREFIX", "branches", "head", "read_branch", "run", "ship", "source_files"]
+__all__ = ["PREFIX", "Held", "branches", "head", "log_result", "read_branch", "ship", "source_files"]
 
 log = logging.getLogger(__name__)
 
 _GTID_LIST = re.compile(r"^\[(?P<list>[0-9,\- ]*)\]$")
 
 
-def _source_now(server: Server) -> tuple[str, list[SourceFile], int]:
+SETTLED = ("(SELECT UNIX_TIMESTAMP(NOW(6)) - COALESCE(MAX(TIME_MS), 0) / 1000 FROM information_schema.PROCESSLIST "
+           "WHERE COMMAND = 'Query' AND ID <> CONNECTION_ID())")
+
+
+def _source_now(server: Server, held: Held | None = None) -> tuple[str, list[SourceFile], int]:
     """source_files, and up to when the archive is then complete (UTC seconds, the source's clock): a transaction's
     stamp is the start of the statement that commits it, so a statement still running may yet commit with an older
-    stamp; the time returned is one second before the oldest running statement began (or before now)."""
-    with server.session() as cur:
-        cur.execute("SELECT UNIX_TIMESTAMP(NOW(6)) - COALESCE(MAX(TIME_MS), 0) / 1000 FROM information_schema.PROCESSLIST "
-                    "WHERE COMMAND = 'Query' AND ID <> CONNECTION_ID()")
-        settled = int(float(cur.fetchone()[0])) - 1
-        cur.execute("SELECT @@GLOBAL.log_bin, @@GLOBAL.log_bin_basename, @@GLOBAL.server_id")
-        on, basename, server_id = cur.fetchone()
-        if not int(on or 0):
-            raise PreflightError(f"{server.describe()} writes no binary log: enable log-bin to archive it.")
-        cur.execute("SHOW BINARY LOGS")
-        listed = [(str(r[0]), int(r[1])) for r in cur.fetchall()]
-        files = []
-        for name, size in listed:
-            split_name(name)  # a name of another shape is refused before it reaches a path
+    stamp; the time returned is one second before the oldest running statement began (or before now). With `held`
+    (a stream's state): over its connection, kept open, asking only about files it has not seen (two statements a
+    round: this one and `SHOW BINARY LOGS`)."""
+    if held is None:  # one look, over a connection of its own
+        once = Held()
+        try:
+            return _source_now(server, once)
+        finally:
+            once.drop()
+    if held.conn is None:
+        held.drop()
+        held.conn = server.connect(connect_timeout=10, read_timeout=60, write_timeout=60)
+    cur = held.conn.cursor()
+    cur.execute(f"SELECT {SETTLED}, @@GLOBAL.log_bin, @@GLOBAL.log_bin_basename, @@GLOBAL.server_id")
+    settled, on, basename, server_id = cur.fetchone()
+    if not int(on or 0):
+        raise PreflightError(f"{server.describe()} writes no binary log: enable log-bin to archive it.")
+    cur.execute("SHOW BINARY LOGS")
+    listed = [(str(r[0]), int(r[1])) for r in cur.fetchall()]
+    for name, _ in listed:
+        split_name(name)  # a name of another shape is refused before it reaches a path
+    binlog_dir = posixpath.dirname(str(basename))
+    if (binlog_dir, int(server_id)) != (held.binlog_dir, held.server_id) or not continues(held.listed, listed):
+        held.gtids = {}
+    held.binlog_dir, held.server_id, held.listed = binlog_dir, int(server_id), dict(listed)
+    files = []
+    for name, size in listed:
+        if name not in held.gtids:
             cur.execute(f"SHOW BINLOG EVENTS IN '{name}' LIMIT 4")
             start = next((str(r[5]) for r in cur.fetchall() if r[2] == "Gtid_list"), None)
             m = _GTID_LIST.match(start or "")
             if m is None:
                 raise IntegrityError(f"{name} on {server.describe()} has no Gtid_list event at its start ({start!r}).")
-            files.append(SourceFile(name, size, m["list"].replace(" ", ""), int(server_id)))
-    return posixpath.dirname(str(basename)), files, settled
+            held.gtids[name] = m["list"].replace(" ", "")
+        files.append(SourceFile(name, size, held.gtids[name], int(server_id)))
+    held.gtids = {f.name: f.start_gtids for f in files}
+    return binlog_dir, files, int(float(settled)) - 1
 
 
 def source_files(server: Server) -> tuple[str, list[SourceFile]]:
@@ -77,25 +96,43 @@ def _segment_key(branch: Branch, name: str, offset: int) -> str:
     return f"{PREFIX}/{branch.id}/{name}/{offset:012d}"
 
 
-def ship(server: Server, storage: Storage) -> dict[str, Any]:
-    """Bring the archive up to the source's position now; returns what was shipped, the holes and forks."""
-    binlog_dir, files, now = _source_now(server)
-    known = branches(storage)
-    branch = read_branch(storage, known[-1]["id"]) if known else None
+COVER_EVERY = 5.0  # seconds between the covered position's writes in a held stream while the source writes nothing
+
+
+def ship(server: Server, storage: Storage, held: Held | None = None) -> dict[str, Any]:
+    """Bring the archive up to the source's position now; returns what was shipped, the holes and forks. With `held`
+    (a stream's state, pitr.stream): the source is asked cheaply (_source_now), the archive's branches and chain are
+    kept in memory between rounds (read again when another writer changed the chain), and a round with nothing to
+    ship writes nothing but, every COVER_EVERY seconds, the position it confirms."""
+    binlog_dir, files, now = _source_now(server, held)
+    known, branch = _archived(storage, held, check=False)
     host = server.runner()
-    resumed = next((e for e in reversed(branch.entries) if not e.missing), None) if branch else None
-    if branch is not None and resumed is not None:  # the file the archive resumes: its bytes are compared, 4 KiB, once a
-        # run (a closed file is told apart by its start state and size; reading every file's tail would cost a
-        # process per archived file per run)
-        files = [_with_tail(f, branch, binlog_dir, host) if f.name == resumed.name else f for f in files]
     steps = plan(branch, files)
+    if held is not None and not steps and time.monotonic() - held.covered_at < COVER_EVERY:
+        return _shipped(branch, 0, [], [], [])  # idle: nothing read or written
+    if held is not None:  # something to write: the chain in memory must still be the stored one
+        known, branch = _archived(storage, held, check=True)
+    resumed = next((e for e in reversed(branch.entries) if not e.missing), None) if branch else None
+    if branch is not None and resumed is not None:  # the file the archive resumes: its bytes are compared, 4 KiB,
+        # once a run, and in a held stream each round that ships (a closed file is told apart by its start state and
+        # size; reading every file's tail would cost a process per archived file per run)
+        files = [_with_tail(f, branch, binlog_dir, host) if f.name == resumed.name else f for f in files]
+        steps = plan(branch, files)
     shipped, holes, forks, empty = 0, [], [], []
+
+    def save(b: Branch) -> None:
+        size = write_branch(storage, b)
+        if held is not None:
+            held.chain_size = size
+
     if branch is None and steps:
         branch = _start(storage, known, branch_id(min(files, key=lambda f: f.seq)), None, None, "the first binlog archived")
+        save(branch)
     for step in steps:
         assert branch is not None
         if step.kind == "fork":
             branch = _start(storage, known, step.name, branch.id, step.shares, step.reason)
+            save(branch)
             forks.append(step.reason)
             log.warning("binlog archive: the source's history forks (%s): new branch %s", step.reason, branch.id)
             continue
@@ -118,13 +155,37 @@ def ship(server: Server, storage: Storage) -> dict[str, Any]:
                 shipped += _ship_bytes(server, storage, branch, entry, posixpath.join(binlog_dir, step.name), step.offset,
                                        step.upto, host)
             entry.size, entry.closed = step.upto, step.closes
-        write_branch(storage, branch)
-    if branch is not None and not steps:
+        save(branch)
+    if branch is not None and not steps and held is None:
         log.info("binlog archive: up to date (%s)", branch.id)
     if branch is not None and files:  # the branch now holds everything the source had committed at `now`
         newest = max(files, key=lambda f: f.seq)
         branch.covered = {"file": newest.name, "size": newest.size, "time": now}
-        write_branch(storage, branch)
+        save(branch)
+        if held is not None:
+            held.covered_at = time.monotonic()
+    if held is not None:
+        held.known, held.branch = known, branch
+    return _shipped(branch, shipped, holes, forks, empty)
+
+
+def _archived(storage: Storage, held: Held | None, check: bool) -> tuple[list[dict[str, Any]], Branch | None]:
+    """The archive's branches and newest branch: from `held` when it has them (`check`: and the stored chain.json is
+    still the size it last wrote: its one other writer, retention, only ever shortens it), else read from storage."""
+    if held is not None and held.known is not None and held.branch is not None:
+        key = f"{PREFIX}/{held.branch.id}/chain.json"
+        if not check or storage.size_if_exists(key) == held.chain_size:
+            return held.known, held.branch
+        log.info("binlog archive: %s changed outside this stream (retention): read again", storage.location(key))
+    known = branches(storage)
+    branch = read_branch(storage, known[-1]["id"]) if known else None
+    if held is not None:
+        held.known, held.branch = known, branch
+        held.chain_size = storage.size(f"{PREFIX}/{branch.id}/chain.json") if branch else None
+    return known, branch
+
+
+def _shipped(branch: Branch | None, shipped: int, holes: list[str], forks: list[str], empty: list[str]) -> dict[str, Any]:
     last = next((e for e in reversed(branch.entries) if not e.missing), None) if branch else None
     return {"branch": branch.id if branch else None, "bytes": shipped, "holes": holes, "forks": forks,
             "proven_empty": empty, "position": f"{last.name}:{last.size}" if last else None}
@@ -172,9 +233,8 @@ def _with_tail(f: SourceFile, branch: Branch, binlog_dir: str, host: Any) -> Sou
         return f
     end = known.segments[-1]["offset"] + known.segments[-1]["size"]
     n = min(TAIL, known.segments[-1]["size"])
-    got = bytearray()
-    run_pipeline([_dd(posixpath.join(binlog_dir, f.name), end - n, n, host)], sink=got.extend,
-                 label=f"binlog {f.name} tail", progress_every=None, host=host)
+    got = host.run(_dd(posixpath.join(binlog_dir, f.name), end - n, n, host).argv, timeout=60).stdout  # a short
+    # command: over the host's shared SSH connection, no new one each round
     if hashlib.sha256(_masked(bytes(got), end - n)).hexdigest() == known.segments[-1]["tail_sha256"]:
         return f
     return SourceFile(f.name, f.size, f.start_gtids, f.server_id, same_tail=False)
@@ -233,42 +293,7 @@ def _entry(branch: Branch, name: str, start_gtids: str) -> Entry:
     return entry
 
 
-def run(conf: RunParams, stop: Any = None) -> dict[str, Any]:
-    """The binlog_archive DAG's task. By default it streams: it ships what the source writes every
-    `ship_every_seconds` (5) for `stream_minutes` (0.8: most of the per-minute schedule's minute), then ends, and
-    the schedule starts the next run (one at a time), so the archive stays seconds behind the source.
-    `until_current`: ship up to the source's position at the start of the run, then end (tests, drills, a person
-    catching up by hand). `stop` (a threading.Event) ends a streaming run early."""
-    params = Conf(conf)
-    server = connections.server(params.required("source_conn_id"))
-    storage = open_allowed(params.required("destination"), params.text("aws_conn_id"))
-    if params.flag("until_current", False):
-        result = ship(server, storage)
-        _log_result(storage, result)
-        return {**result, "head": head(storage)}
-    every = params.number("ship_every_seconds", 5, minimum=0.5, maximum=60)
-    # a run that never ended would hold the archive from the next one, and its head would never be recorded
-    deadline = time.monotonic() + 60 * params.number("stream_minutes", 0.8, minimum=0.1, maximum=60)
-    total: dict[str, Any] = {"bytes": 0, "holes": [], "forks": [], "proven_empty": [], "runs": 0}
-    while True:
-        started = time.monotonic()
-        result = ship(server, storage)
-        total.update(branch=result["branch"], position=result["position"], runs=total["runs"] + 1,
-                     bytes=total["bytes"] + result["bytes"], holes=total["holes"] + result["holes"],
-                     forks=total["forks"] + result["forks"], proven_empty=total["proven_empty"] + result["proven_empty"])
-        if result["bytes"] or result["holes"] or result["forks"] or result["proven_empty"]:
-            _log_result(storage, result)
-        wait = max(0.0, every - (time.monotonic() - started))
-        if time.monotonic() + wait >= deadline or (stop is not None and stop.wait(wait)):
-            break
-        if stop is None:
-            time.sleep(wait)
-    log.info("binlog archive: streamed for %d rounds, %s bytes, at %s", total["runs"], f"{total['bytes']:,}",
-             total.get("position"))
-    return {**total, "head": head(storage)}  # recorded in Airflow by the DAG (anti-rollback: catalog.check_head)
-
-
-def _log_result(storage: Storage, result: dict[str, Any]) -> None:
+def log_result(storage: Storage, result: dict[str, Any]) -> None:
     log.info("binlog archive %s: %s bytes shipped, at %s; holes: %s%s; forks: %s", storage.location(PREFIX),
              f"{result['bytes']:,}", result["position"], ", ".join(result["holes"]) or "none",
              f" (proven empty, crossed: {', '.join(result['proven_empty'])})" if result["proven_empty"] else "",

@@ -69,9 +69,10 @@ def read_branch(storage: Storage, bid: str, use: str | None = None) -> Branch:
     return branch
 
 
-def write_branch(storage: Storage, branch: Branch) -> None:
-    """Write a branch's chain.json (signed, as every control file): the archiver's and the retention's one writer."""
-    control.write(storage, f"{PREFIX}/{branch.id}/chain.json", json.dumps(asdict(branch), indent=1))
+def write_branch(storage: Storage, branch: Branch) -> int:
+    """Write a branch's chain.json (signed, as every control file): the archiver's and the retention's one writer.
+    Returns its size (a held stream tells another writer's chain from its own by it)."""
+    return control.write(storage, f"{PREFIX}/{branch.id}/chain.json", json.dumps(asdict(branch), indent=1))
 
 
 def write_branches(storage: Storage, known: list[dict[str, Any]]) -> None:

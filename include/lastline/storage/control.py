@@ -84,6 +84,9 @@ def read(storage: Storage, key: str, cap: int | None = None) -> Control:
     return Control(data, hashlib.sha256(raw).hexdigest(), found)
 
 
-def write(storage: Storage, key: str, text: str) -> None:
-    """Write the control file `key` (`text`: a JSON object), signed with the deployment's key when it has one."""
-    storage.write_bytes(key, auth.sign(key, text.encode()))
+def write(storage: Storage, key: str, text: str) -> int:
+    """Write the control file `key` (`text`: a JSON object), signed with the deployment's key when it has one;
+    returns the bytes written."""
+    data = auth.sign(key, text.encode())
+    storage.write_bytes(key, data)
+    return len(data)

@@ -80,6 +80,7 @@ LONG_STAGES = [
     "lastline.logical.restore.finalize:finalize", "lastline.logical.restore.stages:load_lane",
     "lastline.logical.restore.stages:load", "lastline.logical.restore.verify:verify", "lastline.physical.backup:stream",
     "lastline.physical.restore:extract", "lastline.physical.restore:prepare", "lastline.replication.rebuild:stream",
+    "lastline.pitr.stream:run",
 ]
 
 

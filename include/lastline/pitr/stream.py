@@ -1,0 +1,146 @@
+"""The binlog archive's stream, held open (issue 47): the binlog_archive DAG's task keeps one stream per source for
+`stream_minutes` (60), shipping what the source commits within a second, and the DAG's `@continuous` schedule starts
+the next run as soon as one ends (one at a time).
+
+Each round is pitr.archive.ship with the stream's state kept in memory (pitr.held): one look at the source over a
+connection kept open (its settled time and `SHOW BINARY LOGS`; a file's start GTID state is asked once), nothing
+written when nothing is new, else the new bytes as one segment and the chain after it, as every run writes them
+(exactly once, holes and forks as pitr.chain plans them). A round that fails for a reason that passes (the source
+restarting, the network to its host cut) drops that state and is tried again, backing off up to 5 s: the next round
+starts from what storage holds, as a new run would. A refusal (a forged chain, a source without binlogs) fails the
+task. When nothing could be shipped for longer than `rpo_alert_seconds`, one alert goes out (lastline.core.alerting:
+the deployment's `lastline_alerts`), and another when the stream ships again. The archive's head is handed to
+`on_head` (Airflow records it: anti-rollback, pitr.catalog.check_head) every HEAD_EVERY seconds; the DAG records it
+again when the run ends. SIGTERM ends the stream at once (core.stopping): what was shipped is in the chain, what was
+not is shipped by the next run, to the same keys.
+"""
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from typing import Any
+
+from lastline import connections
+from lastline.core import alerting
+from lastline.core.errors import LastlineError, Refusal
+from lastline.core.plans import Conf, RunParams
+from lastline.core.stopping import TaskStopped, stops_cleanly
+from lastline.pitr import archive
+from lastline.pitr.catalog import head
+from lastline.pitr.held import Held
+from lastline.storage import Storage, open_allowed
+
+log = logging.getLogger(__name__)
+
+HEAD_EVERY = 300.0  # seconds between the head's records during a run
+LOG_EVERY = 60.0  # seconds between the stream's progress lines
+BACKOFF_MAX = 5.0  # the longest wait between rounds that fail
+
+
+class Stall:
+    """Whether a stream has shipped nothing for longer than `after` seconds: one alert when it has, one when it ships
+    again."""
+
+    def __init__(self, after: float, details: dict[str, Any], clock: Callable[[], float] = time.monotonic) -> None:
+        self.after, self.details, self.clock = after, details, clock
+        self.since, self.alerted = clock(), False
+
+    def shipped(self) -> None:
+        """A round brought the archive up to the source's position."""
+        if self.alerted:
+            alerting.alert("binlog_chain", f"lastline: the binlog archive's stream ships again, after "
+                           f"{self.clock() - self.since:.0f} s without", {**self.details, "stalled": False})
+            self.alerted = False
+        self.since = self.clock()
+
+    def failed(self, why: str) -> None:
+        """A round shipped nothing (`why`): an alert once the stall is longer than `after`."""
+        stalled = self.clock() - self.since
+        if not self.alerted and stalled > self.after:
+            alerting.alert("binlog_chain", f"lastline: the binlog archive's stream has shipped nothing for {stalled:.0f} s "
+                           f"(rpo_alert_seconds {self.after:g}): the RPO is at risk: {why}",
+                           {**self.details, "stalled": True, "seconds": round(stalled), "error": why})
+            self.alerted = True
+
+
+def _transient() -> tuple[type[BaseException], ...]:
+    import MySQLdb
+
+    return LastlineError, OSError, MySQLdb.Error
+
+
+@stops_cleanly
+def run(conf: RunParams, stop: Any = None, on_head: Callable[[dict[str, Any] | None], Any] | None = None) -> dict[str, Any]:
+    """The binlog_archive DAG's ship task: the stream held open (see the module doc) for `stream_minutes`, a round
+    every `ship_every_seconds` (0.5); `until_current`: ship up to the source's position at the start of the run, then
+    end (tests, drills, catching up by hand). `stop` (a threading.Event) ends it early; `on_head` is given the
+    archive's head every HEAD_EVERY seconds."""
+    params = Conf(conf)
+    server = connections.server(params.required("source_conn_id"))
+    storage = open_allowed(params.required("destination"), params.text("aws_conn_id"))
+    if params.flag("until_current", False):
+        result = archive.ship(server, storage)
+        archive.log_result(storage, result)
+        return {**result, "head": head(storage)}
+    every = params.number("ship_every_seconds", 0.5, minimum=0.1, maximum=60)
+    # a run that never ended would hold the archive from the next one, and its head would never be recorded
+    deadline = time.monotonic() + 60 * params.number("stream_minutes", 60, minimum=0.1, maximum=60)
+    stall = Stall(params.number("rpo_alert_seconds", 600, minimum=1), {"destination": storage.location(archive.PREFIX)})
+    total: dict[str, Any] = {"bytes": 0, "holes": [], "forks": [], "proven_empty": [], "rounds": 0, "failed": 0}
+    held = Held()
+    recorded = logged = time.monotonic()
+    failures = 0
+    try:
+        while True:
+            started = time.monotonic()
+            try:
+                result = archive.ship(server, storage, held)
+            except (Refusal, TaskStopped):
+                raise
+            except _transient() as exc:
+                held.drop()  # the next round reads the source and the archive anew
+                failures += 1
+                total["failed"] += 1
+                why = f"{type(exc).__name__}: {str(exc)[:300]}"
+                log.warning("binlog archive: a round failed (%s); trying again", why)
+                stall.failed(why)
+                wait = min(BACKOFF_MAX, every * 2 ** failures)
+            else:
+                failures = 0
+                stall.shipped()
+                _add(total, result)
+                if result["holes"] or result["forks"] or result["proven_empty"]:
+                    archive.log_result(storage, result)
+                wait = max(0.0, every - (time.monotonic() - started))
+            if time.monotonic() - logged >= LOG_EVERY:
+                logged = time.monotonic()
+                log.info("binlog archive: streaming, %d rounds, %s bytes so far, at %s", total["runs"],
+                         f"{total['bytes']:,}", total.get("position"))
+            if on_head is not None and time.monotonic() - recorded >= HEAD_EVERY:
+                recorded = time.monotonic()
+                _record(on_head, storage)
+            if time.monotonic() + wait >= deadline or (stop is not None and stop.wait(wait)):
+                break
+            if stop is None:
+                time.sleep(wait)
+    finally:
+        held.drop()
+    log.info("binlog archive: streamed for %d rounds (%d failed), %s bytes, at %s", total["rounds"], total["failed"],
+             f"{total['bytes']:,}", total.get("position"))
+    return {**total, "head": head(storage)}  # recorded in Airflow by the DAG (anti-rollback: catalog.check_head)
+
+
+def _add(total: dict[str, Any], result: dict[str, Any]) -> None:
+    total.update(branch=result["branch"], position=result["position"], rounds=total["rounds"] + 1,
+                 bytes=total["bytes"] + result["bytes"], holes=total["holes"] + result["holes"],
+                 forks=total["forks"] + result["forks"], proven_empty=total["proven_empty"] + result["proven_empty"])
+
+
+def _record(on_head: Callable[[dict[str, Any] | None], Any], storage: Storage) -> None:
+    """Hand the archive's head to `on_head`; a failure is logged (the run's end records it again)."""
+    try:
+        on_head(head(storage))
+    except Exception as exc:  # noqa: BLE001 - Airflow's API down: the stream goes on
+        log.warning("binlog archive: the head could not be recorded (%s: %s); the run's end records it",
+                    type(exc).__name__, exc)
