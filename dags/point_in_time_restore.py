@@ -15,8 +15,10 @@ connection dropped and the settings it changed put back, however it ended).
 `auto` (the newest complete backup of `base_kind` before `until`). The archive is `<destination>/binlogs`,
 written by the binlog_archive DAG. A logical base's replay reaches its restored databases only: their row
 events, rebuilt by lastline, through the target's applier (`replicate_do_db` set to them as a second line);
-archived statements never run (one that may change a restored database is refused before anything is applied,
-one on other databases is left out and named).
+archived statements that may change them run in order between the row transactions, in one session of a run
+account whose grants reach those databases alone (what reaches further is denied by the server, named); one on
+other databases is left out and named; DDL or a non-transactional change on them is refused before anything is
+applied.
 """
 from __future__ import annotations
 

@@ -43,6 +43,8 @@ RUN_PREFIX, OWNER_PREFIX = "lastline_run_", "lastline_obj_"
 # what a restore does inside its own databases: create and fill tables, build indexes, create objects
 DATABASE_PRIVILEGES = ("SELECT, INSERT, UPDATE, DELETE, CREATE, DROP, ALTER, INDEX, REFERENCES, CREATE VIEW, SHOW VIEW, "
                        "TRIGGER, CREATE ROUTINE, ALTER ROUTINE, EVENT, LOCK TABLES, EXECUTE")
+# what an archived statement of a point-in-time replay may do in the restored databases: change rows, call their code
+REPLAY_PRIVILEGES = "SELECT, INSERT, UPDATE, DELETE, EXECUTE"
 # lastline's own tables the run account writes in the same transactions as the rows (table-level grants)
 META_TABLES = {"ledger": "SELECT, INSERT, UPDATE", "table_checks": "SELECT, INSERT, UPDATE, DELETE"}
 
@@ -121,7 +123,8 @@ def _secret(cur: Any, admin_password: str | None, user: str, host: str, kind: st
     return derive_password(admin_password, user, _text(cur.fetchone()[0]))  # the column holds the nonce
 
 
-def _ensure(admin: Server, user: str, kind: str, databases: list[str], grant_option: bool = False) -> Server:
+def _ensure(admin: Server, user: str, kind: str, databases: list[str], grant_option: bool = False,
+            privileges: str = DATABASE_PRIVILEGES, read_only_admin: bool = True) -> Server:
     """Create or refresh one account with its grants (idempotent: every task that uses it calls this); a
     Server that connects as it, where the admin connection connects."""
     if not databases:
@@ -136,10 +139,11 @@ def _ensure(admin: Server, user: str, kind: str, databases: list[str], grant_opt
         cur.execute(f"ALTER USER {who} IDENTIFIED BY PASSWORD '{hashed}' ACCOUNT UNLOCK")
         option = " WITH GRANT OPTION" if grant_option else ""
         for db in sorted(databases):
-            cur.execute(f"GRANT {DATABASE_PRIVILEGES} ON {grant_pattern(db)}.* TO {who}{option}")
+            cur.execute(f"GRANT {privileges} ON {grant_pattern(db)}.* TO {who}{option}")
         cur.execute(f"GRANT EXECUTE ON PROCEDURE {SESSION_PROCEDURE} TO {who}")
         try:  # writes while read_only keeps applications out (MariaDB 10.5.2+; elsewhere tune's probe names the need)
-            cur.execute(f"GRANT READ_ONLY ADMIN ON *.* TO {who}")
+            if read_only_admin:
+                cur.execute(f"GRANT READ_ONLY ADMIN ON *.* TO {who}")
         except Exception as exc:  # noqa: BLE001 - a server without that privilege
             log.warning("READ_ONLY ADMIN could not be granted to %s (%s): run with tune=false on this server", user, exc)
         if kind == "run":
@@ -158,6 +162,21 @@ def run_account(admin: Server, user: str, databases: list[str], grant_option: bo
     if not user.startswith(RUN_PREFIX):
         raise ConfigError(f"{user!r} is not a run account's name ({RUN_PREFIX}...): re-run from preflight.")
     return _ensure(admin, user, "run", databases, grant_option)
+
+
+def replay_account(admin: Server, user: str, databases: list[str], ledger: str) -> Server:
+    """A point-in-time replay's run account (pitr.interleave): the archived statements of a logical base's roll-forward
+    run under it. Narrower than a restore's: rows of the restored databases (REPLAY_PRIVILEGES: no DDL, no objects),
+    INSERT into its own ledger table `ledger` (`_lastline`.`...`, made by the caller) and nothing else there, the
+    session procedure. No READ_ONLY ADMIN: it lets `SET GLOBAL read_only` run (tested), and an archived statement must
+    not. Dropped by `drop`, as a restore's."""
+    if not user.startswith(RUN_PREFIX):
+        raise ConfigError(f"{user!r} is not a run account's name ({RUN_PREFIX}...).")
+    server = _ensure(admin, user, "replay", databases, privileges=REPLAY_PRIVILEGES, read_only_admin=False)
+    with admin.session() as cur:
+        cur.execute("SET SESSION sql_log_bin = 0")
+        cur.execute(f"GRANT INSERT ON {ledger} TO {account_sql(user, admin_host(cur))}")
+    return server
 
 
 def objects_owner(admin: Server, databases: list[str]) -> Server:

@@ -147,15 +147,21 @@ def run_parallel(server: Server, paths: list[str], kept: list[events.Transaction
     and puts the globals back."""
     started = time.monotonic()
     with server.session(autocommit=True) as cur:
-        cur.execute(f"CHANGE MASTER '{CONNECTION}' TO MASTER_HOST='lastline-replay.invalid', MASTER_PORT=9, "
-                    f"MASTER_USER='none', RELAY_LOG_FILE='{paths[0]}', RELAY_LOG_POS=4")
-        cur.execute(f"SET GLOBAL {CONNECTION}.replicate_do_db=%s", (",".join(databases or []),))
-        cur.execute("SET GLOBAL slave_parallel_threads=%s", (int(threads),))
-        cur.execute("SET GLOBAL slave_exec_mode='STRICT'")
-        cur.execute(f"SET GLOBAL innodb_flush_log_at_trx_commit = {DURING}")  # see DURING
+        configure(cur, paths[0], threads, databases)
         cur.execute(f"START SLAVE '{CONNECTION}' SQL_THREAD")
         wait(cur, events.gtid_state("", kept), started)
     return {"seconds": round(time.monotonic() - started, 3)}
+
+
+def configure(cur: Any, first: str, threads: int, databases: list[str] | None) -> None:
+    """The replay's connection made, reading relay log `first` (a name, no folder) from its start, and the settings
+    it runs with (see SETTINGS); not started."""
+    cur.execute(f"CHANGE MASTER '{CONNECTION}' TO MASTER_HOST='lastline-replay.invalid', MASTER_PORT=9, "
+                f"MASTER_USER='none', RELAY_LOG_FILE='{first}', RELAY_LOG_POS=4")
+    cur.execute(f"SET GLOBAL {CONNECTION}.replicate_do_db=%s", (",".join(databases or []),))
+    cur.execute("SET GLOBAL slave_parallel_threads=%s", (int(threads),))
+    cur.execute("SET GLOBAL slave_exec_mode='STRICT'")
+    cur.execute(f"SET GLOBAL innodb_flush_log_at_trx_commit = {DURING}")  # see DURING
 
 
 def wait(cur: Any, want: str, started: float, every: float = 10.0, idle: float = 30.0) -> None:

@@ -34,18 +34,20 @@ from collections.abc import Iterator
 from typing import Any
 
 from lastline import connections
+from lastline.core import accounts
 from lastline.core.errors import IntegrityError, PipelineError, Refusal
 from lastline.core.hosts import Host, Stage
 from lastline.core.option_files import option_file
 from lastline.core.pipeline import run_pipeline
 from lastline.core.servers import Server
 from lastline.core.sql import META_DB, as_text
-from lastline.pitr import applier, events, scoped
+from lastline.pitr import applier, events, interleave, scoped
 from lastline.pitr.event_check import CheckedCutter
 from lastline.pitr.events import gtid_map, includes
 from lastline.pitr.plans import Cleaned, Replayed, ReplayPlan
 from lastline.pitr.span import Span
 from lastline.pitr.split import write_relay
+from lastline.pitr.statement_run import Statement
 from lastline.pitr.window import utc
 from lastline.storage import Storage, open_allowed
 
@@ -218,11 +220,12 @@ def apply(server: Server, storage: Storage, span: Span, run_id: str, method: str
     host.sh('rm -f -- "$1".[0-9]* "$1".index', base)
     try:
         left_out: list[dict[str, str]] = []
+        statements: list[Statement] = []
         if databases:  # every segment checked and every transaction classified before anything is applied
             left_out, _ = scoped.collect(storage, span, applied, databases)
             with server.session() as cur:
                 scoped.refuse_foreign_keys(cur, databases)
-            paths, kept, written = scoped.cut_files(storage, span, applied, databases, host, folder, name)
+            paths, kept, written, statements = scoped.cut_files(storage, span, applied, databases, host, folder, name)
         else:
             paths, kept, written = _cut_files(storage, span, applied, host, folder, name)
         with server.session(autocommit=True) as cur:
@@ -244,7 +247,9 @@ def apply(server: Server, storage: Storage, span: Span, run_id: str, method: str
         if kept and chosen == "parallel":
             applier.write_index(host, base, named, paths)
             try:
-                result = applier.run_parallel(server, [posixpath.basename(p) for p in paths], kept, threads, databases)
+                names = [posixpath.basename(p) for p in paths]
+                result = (interleave.run(server, names, kept, statements, threads, databases, run_id) if databases
+                          else applier.run_parallel(server, names, kept, threads))
             finally:
                 with server.session(autocommit=True) as cur:
                     applier.put_back(cur, settings)
@@ -267,8 +272,8 @@ def apply(server: Server, storage: Storage, span: Span, run_id: str, method: str
                     "point): %s. End each on the target with XA COMMIT <id> or XA ROLLBACK <id>, the id as shown.",
                     "; ".join(prepared))
     if left_out:
-        log.warning("replay: %d statements on other databases than the restored ones were left out (they never run in a "
-                    "logical base's replay): %s", len(left_out), "; ".join(f"{s['gtid']} {s['statement'][:80]!r}"
+        log.warning("replay: %d statements on other databases than the restored ones were left out (a logical base's "
+                    "replay runs only those that may change a restored database): %s", len(left_out), "; ".join(f"{s['gtid']} {s['statement'][:80]!r}"
                                                                           for s in left_out[:10]))
     result.update(left_out=left_out[:100], left_out_count=len(left_out))
     result.update(method=chosen, gtid_position=holds, transactions=len(kept), bytes=written, until=span.until,
@@ -279,6 +284,8 @@ def apply(server: Server, storage: Storage, span: Span, run_id: str, method: str
     with server.session(autocommit=True) as cur:
         cur.execute("SET SESSION sql_log_bin=0")
         cur.execute(f"UPDATE {LEDGER} SET state='done', result=%s WHERE run_id=%s", (json.dumps(result), run_id))
+    if databases:
+        interleave.forget(server, run_id)
     log.info("replay done: %s transactions by %s in %s s; last applied %s at %s; not applied: %s",
              f"{len(kept):,}", chosen, result["seconds"], result["last_gtid"], result["last_time_utc"], span.not_applied)
     return result
@@ -300,6 +307,8 @@ def cleanup(plan: ReplayPlan, run_key: str) -> Cleaned:
             return Cleaned(False)
         applier.put_back(cur, json.loads(row[0]))
     _drop_replay_account_of(server)
+    if plan.databases:  # a logical base's statements ran under a run account of this run: gone, even after a kill
+        accounts.drop(server, interleave.account(run_key))
     return Cleaned(True)
 
 

@@ -1,8 +1,9 @@
 """A logical base's replay, reaching the restored databases only (see :mod:`lastline.pitr.split` for what reaches
 the target and why): a first pass reads every archived segment of the span (its sha256 checked), proves each
-transaction one of the kinds lastline passes on and refuses a statement that may change a restored database,
-before anything is applied; then the span is written as relay logs rebuilt for the restored databases and the
-target's parallel applier runs them with `replicate_do_db` set to those databases.
+transaction one of the kinds lastline passes on and refuses a statement that may change a restored database and
+cannot run exactly once, before anything is applied; then the span is written as relay logs rebuilt for the restored
+databases, the target's parallel applier runs them with `replicate_do_db` set to those databases, and the statements
+run between them in order (pitr.interleave).
 """
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from lastline.core.hosts import Host
 from lastline.pitr import events
 from lastline.pitr.span import Span
 from lastline.pitr.split import Splitter, cut, write_relay
+from lastline.pitr.statement_run import Statement
 from lastline.storage import Storage
 
 
@@ -41,11 +43,12 @@ def collect(storage: Storage, span: Span, applied: dict[int, int],
 
 
 def cut_files(storage: Storage, span: Span, applied: dict[int, int], databases: list[str], host: Host, folder: str,
-              base: str) -> tuple[list[str], list[events.Transaction], int]:
+              base: str) -> tuple[list[str], list[events.Transaction], int, list[Statement]]:
     """The span as relay logs rebuilt for `databases`, `<base>.NNNNNN` in `folder` on `host`: paths, transactions
-    kept, bytes written."""
+    kept, bytes written, and the statements that run in the replay's session (each placed in its relay log)."""
     paths: list[str] = []
     kept: list[events.Transaction] = []
+    statements: list[Statement] = []
     written = 0
     for k, f in enumerate(span.files, start=1):
         splitter = Splitter(f.name, f.start, f.stop, applied, collect=False, databases=frozenset(databases))
@@ -53,7 +56,10 @@ def cut_files(storage: Storage, span: Span, applied: dict[int, int], databases: 
         written += write_relay(storage, f, splitter, f is span.files[-1], host, path)
         kept += splitter.kept
         paths.append(path)
-    return paths, kept, written
+        for st in splitter.statements:
+            st.relay = posixpath.basename(path)
+        statements += splitter.statements
+    return paths, kept, written, statements
 
 
 def refuse_foreign_keys(cur: Any, databases: list[str]) -> None:

@@ -3,9 +3,8 @@
 A logical base restores some databases into a server that may hold others, so its roll-forward must reach those
 databases only, whatever the archive holds (anything read from a destination is untrusted). MariaDB gives no
 account-limited way to apply row events (its applier runs with every privilege, and a `BINLOG '...'` statement
-applies row events to any table once an account holds BINLOG REPLAY: tested), and no account limited to some
-databases runs an archived statement safely (lastline.pitr.statements). So nothing of the archive runs as the
-archive wrote it:
+applies row events to any table once an account holds BINLOG REPLAY: tested). So row events are rebuilt, and an
+archived statement runs only under an account whose grants reach the restored databases alone (issue 47):
 
 - **row changes** (a GTID, table maps, row events, savepoints, an XID or `COMMIT`: no other statement) go to the
   target's own parallel applier in relay logs that lastline *rebuilds*: the format description (its server version
@@ -15,9 +14,10 @@ archive wrote it:
   (the statement-end flag moved onto the last row event kept), nothing between transactions but lastline's own
   Rotate. The server's `replicate_do_db` on the connection is a second line (and a crash that restarts the
   applier by itself, its filter gone, finds nothing of another database);
-- **statements** never run: one that may change a restored database refuses the roll-forward in the first pass,
-  before anything is applied, naming it; one that reaches only other databases becomes an empty transaction (its
-  GTID kept, so the target's position moves past it) and is named as left out;
+- **statements** that may change a restored database run, in span order, in one session of the replay's own account
+  (pitr.statement_run, pitr.interleave): the server's privileges keep them inside the restored databases; in the
+  relay logs each becomes an empty transaction (its GTID kept, so the target's position moves past it). One that
+  reaches only other databases becomes an empty transaction too, and is named as left out;
 - anything else is refused in the first pass, the statement named by its first characters and an event by its
   type's name: a transaction mixing both, LOAD DATA, XA, an event between
   transactions other than a Gtid_list, checkpoint, Rotate or Stop, a second format description, or one whose
@@ -49,6 +49,7 @@ from lastline.pitr.events import (
     Cutter,
 )
 from lastline.pitr.span import FileSpan
+from lastline.pitr.statement_run import Statement, empty_transaction, refusal
 from lastline.pitr.statements import (
     INTVAR,
     RAND,
@@ -61,7 +62,7 @@ from lastline.pitr.statements import (
     touches,
     without_literals,
 )
-from lastline.pitr.window import segment_chunks
+from lastline.pitr.window import segment_chunks, utc
 from lastline.storage import Storage
 
 log = logging.getLogger(__name__)
@@ -116,16 +117,6 @@ def rebuild_format(event: bytes, checksum: bool) -> bytes:
     return bytes(data)
 
 
-def empty_transaction(group: list[bytes], checksum: bool) -> bytes:
-    """A statement group left out, as an empty transaction (its GTID kept: the target's position moves past it)."""
-    ts, _, server_id, _, end, _ = HEADER.unpack_from(group[0], 0)
-    seq, domain, _ = struct.unpack_from("<QIB", group[0], HEADER_LEN)
-    status = struct.pack("<BI", 0, 0)  # flags2: nothing set
-    return (events.gtid_event(ts, server_id, end, seq, domain, 0, None, checksum)
-            + events.query_event(ts, server_id, end, 0, status, b"BEGIN", checksum)
-            + events.query_event(ts, server_id, end, 0, status, b"COMMIT", checksum))
-
-
 def classify(kinds: list[int], texts: list[bytes], flags2: int, gtid: str) -> str:
     """`rows` or `statements` for one transaction's event kinds (its Query events' texts and its GTID flags);
     refuses the rest, naming the first statement by its first characters. A row transaction is a GTID event (not
@@ -151,9 +142,10 @@ def classify(kinds: list[int], texts: list[bytes], flags2: int, gtid: str) -> st
     if statement is not None:
         found.insert(0, f"a statement {statement_head(statement)}")
     raise Refusal(f"transaction {gtid} holds {' and '.join(found)}: a logical base rolls forward through row events "
-                  "(rebuilt for the restored databases and run by the target's applier, savepoints among them); a "
-                  "statement never runs, and a transaction mixing both or holding anything else is not passed on. Roll "
-                  "forward from a physical base, or choose an until before this transaction.")
+                  "(rebuilt for the restored databases and run by the target's applier, savepoints among them) and "
+                  "transactions of statements (run under an account limited to the restored databases); a transaction "
+                  "mixing both or holding anything else is not passed on. Roll forward from a physical base, or choose an "
+                  "until before this transaction.")
 
 
 def rebuild_rows(group: list[bytes], checksum: bool, databases: frozenset[bytes]) -> bytes:
@@ -223,8 +215,8 @@ def _with_stmt_end(event: bytes, checksum: bool) -> bytes:
 
 class Splitter(Cutter):
     """A Cutter for a logical base (`databases`: the restored ones). `collect`: the first pass (emits nothing; every
-    event checked, every kept transaction classified, a statement that may change a restored database refused; the
-    statements left out in `left_out`). Otherwise: emits the kept transactions rebuilt (see the module)."""
+    event checked, every kept transaction classified, a statement that may change a restored database refused unless
+    it can run exactly once (statement_run.refusal); the statements left out in `left_out`). Otherwise: emits the kept transactions rebuilt (see the module)."""
 
     def __init__(self, name: str, start: int, stop: int | None, applied: dict[int, int], collect: bool,
                  databases: frozenset[str] = frozenset()) -> None:
@@ -233,12 +225,19 @@ class Splitter(Cutter):
         self.names = frozenset(d.encode("utf-8") for d in databases)  # as table maps carry them
         self.folded = frozenset(d.casefold() for d in databases)
         self.left_out: list[dict[str, str]] = []
+        self.statements: list[Statement] = []  # the ones that may change a restored database: run in the session
+        self.written = 0  # bytes taken so far (where the next emitted byte lies in the relay log)
         self._events: list[bytes] = []
         self._formats = 0
 
     def _magic_seen(self) -> None:
         if not self.collect:
             super()._magic_seen()
+
+    def take(self) -> bytes:
+        out = super().take()
+        self.written += len(out)
+        return out
 
     def _seen(self, data: bytearray, at: int, size: int, role: str) -> None:
         event = bytes(data[at:at + size])
@@ -272,19 +271,19 @@ class Splitter(Cutter):
         t = self.out.transactions[-1]
         kinds = [HEADER.unpack_from(e, 0)[1] for e in self._events]
         texts = [query_text(e, self.out.checksum) for e, k in zip(self._events, kinds) if k == QUERY]
-        kind = classify(kinds, texts, self._events[0][HEADER_LEN + 12], t.gtid)
-        if kind == "statements" and self.collect:
-            for query in read(StatementGroup(t.gtid, t.time, self.out.checksum, self._events)):
-                why = touches(query, self.folded)
-                if why:
-                    raise Refusal(f"transaction {t.gtid} ({without_literals(query.text)[:200].decode('utf-8', 'replace')!r}, stamped "
-                                  f"{t.time}) may change a restored database by a statement: {why}. A logical base rolls "
-                                  "forward through row events only (no account limited to some databases runs an "
-                                  "archived statement safely). Choose an until before it, a base taken after it, or a "
-                                  "physical base; a source with binlog_format=ROW logs its data changes as row events.")
-            self.left_out.append({"gtid": t.gtid, "statement": without_literals(texts[-1])[:200].decode("utf-8", "replace")
-                                  if texts else ""})
-        elif not self.collect:
+        flags2 = self._events[0][HEADER_LEN + 12]
+        kind = classify(kinds, texts, flags2, t.gtid)
+        if kind == "statements":
+            parsed = read(StatementGroup(t.gtid, t.time, self.out.checksum, self._events))
+            if any(touches(query, self.folded) for query in parsed):  # it runs, under the replay's account
+                st = Statement(t.gtid, t.time, flags2, self.out.checksum, self._events, offset=self.written + len(self.emit))
+                if self.collect:
+                    refusal(st, utc(t.time) or str(t.time))
+                self.statements.append(st)
+            elif self.collect:
+                self.left_out.append({"gtid": t.gtid, "statement": without_literals(texts[-1])[:200].decode(
+                    "utf-8", "replace") if texts else ""})
+        if not self.collect:
             self.emit += (rebuild_rows(self._events, self.out.checksum, self.names) if kind == "rows"
                           else empty_transaction(self._events, self.out.checksum))
         self.kept.append(t)

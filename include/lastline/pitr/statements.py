@@ -1,9 +1,6 @@
-"""The statements of a logical base's roll-forward, read but never run (see :mod:`lastline.pitr.split`): a statement
-that may change a restored database refuses the roll-forward before anything is applied; one that reaches only
-other databases is left out, named. No account limited to some databases can run an archived statement safely
-on MariaDB (XA ends any session's prepared transaction, `SET STATEMENT` or `SET SESSION` in the text switch off
-what keeps tables inside the datadir, versioned comments read differently by servers of different versions): so
-none runs.
+"""The statements of a logical base's roll-forward, read (see :mod:`lastline.pitr.split`): a statement that may change
+a restored database runs under the replay's own account (lastline.pitr.statement_run, issue 47), whose grants, not
+this reading, keep it inside the restored databases; one that reaches only other databases is left out, named.
 
 "May change a restored database": its default database is one, or the server's lexer (lastline.logical.format.sql_text,
 executable comments read as code: a superset of what any server runs) finds a restored database's name among its

@@ -70,11 +70,17 @@ def test_collect_keeps_every_transaction_and_names_the_statements_left_out(tmp_p
     assert left_out == [{"gtid": "0-1-2", "statement": "INSERT INTO other.t VALUES (1)"}]
 
 
-@pytest.mark.parametrize("text", [b"INSERT INTO shop.t VALUES (1)", b"UPDATE SHOP.t SET a = 1", b"DROP DATABASE shop"],
-                         ids=["insert", "other-case", "drop-database"])
-def test_collect_refuses_a_statement_that_may_change_a_restored_database(tmp_path, text):
+@pytest.mark.parametrize("text", [b"INSERT INTO shop.t VALUES (1)", b"UPDATE SHOP.t SET a = 1"], ids=["insert", "other-case"])
+def test_collect_passes_a_transactional_statement_on_a_restored_database_to_run(tmp_path, text):
     store, span = archived(tmp_path, rows_trx(1, b"shop"), statement_trx(2, text))
-    with pytest.raises(Refusal, match="transaction 0-1-2 .* may change a restored database by a statement"):
+    left_out, kept = collect(store, span, {0: 0}, ["shop"])
+    assert left_out == [] and [t.gtid for t in kept] == ["0-1-1", "0-1-2"]
+
+
+def test_collect_refuses_ddl_on_a_restored_database(tmp_path):
+    ddl = gtid(2, True, ts=T0 + 2, flags2=events.FL_DDL | events.FL_STANDALONE) + query(b"DROP DATABASE shop", True)
+    store, span = archived(tmp_path, rows_trx(1, b"shop"), ddl)
+    with pytest.raises(Refusal, match="transaction 0-1-2 .* may change a restored database and is DDL"):
         collect(store, span, {0: 0}, ["shop"])
 
 
@@ -82,12 +88,24 @@ def test_cut_files_writes_one_relay_log_per_file(tmp_path):
     store, span = archived(tmp_path, rows_trx(1, b"shop"), rows_trx(2, b"other"), rows_trx(3, b"shop"))
     relay = tmp_path / "relay"
     relay.mkdir()
-    paths, kept, written = cut_files(store, span, {0: 1}, ["shop"], LOCAL, str(relay), "unit-relay")
+    paths, kept, written, statements = cut_files(store, span, {0: 1}, ["shop"], LOCAL, str(relay), "unit-relay")
+    assert statements == []
     assert paths == [str(relay / "unit-relay.000001")]
     assert [t.gtid for t in kept] == ["0-1-2", "0-1-3"]  # 0-1-1 is applied already
     data = (relay / "unit-relay.000001").read_bytes()
     assert len(data) == written and data.startswith(events.MAGIC)
     assert [t.gtid for t in events.scan(data).transactions] == ["0-1-2", "0-1-3"]
+
+
+def test_cut_files_names_the_relay_log_and_offset_of_each_statement_to_run(tmp_path):
+    store, span = archived(tmp_path, rows_trx(1, b"shop"), statement_trx(2, b"UPDATE shop.t SET a = 2"), rows_trx(3, b"shop"))
+    relay = tmp_path / "relay"
+    relay.mkdir()
+    _, kept, _, statements = cut_files(store, span, {0: 0}, ["shop"], LOCAL, str(relay), "unit-relay")
+    (st,) = statements
+    data = (relay / "unit-relay.000001").read_bytes()
+    assert st.relay == "unit-relay.000001" and st.gtid == "0-1-2" and data[st.offset + 4] == events.GTID
+    assert [t.gtid for t in events.scan(data[:st.offset]).transactions] == ["0-1-1"]
 
 
 @pytest.fixture

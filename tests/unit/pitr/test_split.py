@@ -178,14 +178,38 @@ def splitter(collect: bool, *groups: bytes, checksum: bool = True) -> Splitter:
     return cut
 
 
-def test_splitter_leaves_out_statements_elsewhere_and_refuses_those_that_may_reach_a_restored_database():
+def test_splitter_leaves_out_statements_elsewhere_and_keeps_those_that_may_reach_a_restored_database_to_run():
     elsewhere = gtid(1, True) + query(b"BEGIN", True) + query(b"DELETE FROM other.t", True) + xid(True)
     found = splitter(True, elsewhere)
     assert found.left_out == [{"gtid": "0-1-1", "statement": "DELETE FROM other.t"}]
     assert found.take() == b""  # the first pass passes nothing on
     for text in (b"DELETE FROM shop.t", b"DELETE FROM `SHOP`.t", b"/*!50000 DELETE FROM shop.t */"):
-        with pytest.raises(Refusal, match="may change a restored database"):
-            splitter(True, gtid(2, True) + query(b"BEGIN", True) + query(text, True) + xid(True))
+        found = splitter(True, gtid(2, True) + query(b"BEGIN", True) + query(text, True) + xid(True))
+        assert [st.gtid for st in found.statements] == ["0-1-2"] and found.left_out == []
+
+
+@pytest.mark.parametrize(("flags2", "why"), [
+    (events.FL_TRANSACTIONAL | events.FL_DDL, "is DDL"),
+    (0, "changes a non-transactional table"),
+    (events.FL_STANDALONE, "changes a non-transactional table"),
+], ids=["ddl", "myisam", "standalone"])
+def test_splitter_refuses_a_statement_on_a_restored_database_that_cannot_commit_with_the_ledger(flags2, why):
+    group = gtid(2, True, flags2=flags2) + (b"" if flags2 & events.FL_STANDALONE else query(b"BEGIN", True)) + \
+        query(b"DELETE FROM shop.t", True) + (b"" if flags2 & events.FL_STANDALONE else xid(True))
+    with pytest.raises(Refusal, match=f'transaction 0-1-2 \\("DELETE FROM shop.t", stamped .*\\) may change a restored '
+                                      f"database and {why}"):
+        splitter(True, group)
+
+
+def test_splitter_second_pass_places_each_statement_to_run_at_its_empty_transaction():
+    rows_group = gtid(1, True) + table_map(1, b"shop", True) + rows(1, True, ends=True) + xid(True)
+    statement = gtid(2, True) + query(b"BEGIN", True) + query(b"UPDATE shop.t SET a = 1", True) + xid(True)
+    found = splitter(False, rows_group, statement)
+    relay = found.take()
+    (st,) = found.statements
+    assert st.gtid == "0-1-2" and b"UPDATE" not in relay
+    assert [t.gtid for t in scan(relay[:st.offset]).transactions] == ["0-1-1"]  # the rows before it, whole
+    assert relay[st.offset + 4] == GTID and struct.unpack_from("<Q", relay, st.offset + events.HEADER_LEN)[0] == 2
 
 
 def test_splitter_second_pass_writes_a_relay_log_of_rebuilt_transactions():
