@@ -10,6 +10,7 @@ import subprocess
 from collections.abc import Callable, Generator, Iterator
 from typing import Any, BinaryIO
 
+from lastline.core.child_env import child_env
 from lastline.core.compression import codec
 from lastline.core.errors import IntegrityError, PipelineError
 from lastline.core.pipeline import filtered
@@ -90,7 +91,8 @@ def write_chunk(storage: Storage, key: str, compression: str, sha256: str, out: 
         for data in _opened(hashed(), seal, key):
             out.write(data)
     else:
-        proc = subprocess.Popen(c.decompress_argv(1), stdin=subprocess.PIPE, stdout=out, stderr=subprocess.PIPE)
+        proc = subprocess.Popen(c.decompress_argv(1), stdin=subprocess.PIPE, stdout=out, stderr=subprocess.PIPE,
+                                env=child_env())
         assert proc.stdin is not None and proc.stderr is not None
         try:
             try:
