@@ -326,3 +326,36 @@ def test_where_the_deployment_encrypts_a_plain_backup_restores_signed_or_on_trus
     assert not _exists(logical_target.server())
     monkeypatch.setenv("LASTLINE_STORAGE_TRUSTED", "true")  # the deployment says only lastline writes this storage
     assert _preflight(plain_backup).backup.backup_id == _manifest(plain_backup).backup_id
+
+
+def test_a_myisam_chunk_opened_for_its_proof_is_on_disk_under_no_name_while_it_loads(
+        sealed_backups, source_db, logical_target, monkeypatch, tmp_path):
+    """A MyISAM table's chunk is proven in a private copy before it loads; for an encrypted backup that copy is its
+    plaintext. It is an anonymous file handed to the LOAD DATA handler by descriptor: while it loads, no file in the
+    temporary folder holds a row, so a worker killed (-9) then leaves none."""
+    import contextlib
+
+    from lastline.logical.restore import load
+
+    folder = tmp_path / "tmp"
+    folder.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(folder))
+    real, seen = load.prove_chunk, []
+
+    def named_plaintext() -> list[str]:
+        return [str(f) for f in folder.rglob("*") if f.is_file() and MARKER.encode() in f.read_bytes()]  # FIFOs aside
+
+    @contextlib.contextmanager
+    def watched(*args, **kw):
+        with real(*args, **kw) as (fd, sha256):
+            plain = os.pread(fd, 1 << 24, 0)
+            before = named_plaintext()
+            yield fd, sha256  # the LOAD DATA runs here
+            seen.append((os.fstat(fd).st_nlink, MARKER.encode() in plain, before + named_plaintext()))
+
+    monkeypatch.setattr(load, "prove_chunk", watched)
+    _conn(monkeypatch)
+    _restore(sealed_backups["chacha20-poly1305-none"])  # uncompressed: the opened chunk holds the rows as they are
+    _same(source_db, logical_target.server())
+    assert seen and all(s == (0, True, []) for s in seen), seen  # the MyISAM table's chunk: plaintext, linked nowhere
+    assert list(folder.iterdir()) == []
