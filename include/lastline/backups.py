@@ -26,6 +26,7 @@ from lastline.manifest import (
     split_backup_url,
 )
 from lastline.storage import Storage, auth, control
+from lastline.storage.encryption_keys import KEY_CONN_ENV as ENCRYPTION_ENV
 from lastline.storage.encryption_keys import deployment_encryption_keys
 from lastline.storage.envelope import BackupSeal, opened_seal
 
@@ -75,6 +76,25 @@ def backup_seal(storage: Storage, manifest: LogicalManifest | PhysicalManifest) 
     # a key only a recipient's wrapping opens is taken from an authenticated manifest alone (envelope.open_data_key)
     authenticated = bool(getattr(getattr(manifest, "authenticity", None), "ok", False)) or auth.storage_trusted()
     return opened_seal(manifest.encryption, deployment_encryption_keys(), manifest.backup_id, where, authenticated)
+
+
+def require_sealed_or_authenticated(storage: Storage, manifest: LogicalManifest | PhysicalManifest,
+                                    found: auth.Authenticity) -> None:
+    """Refuse (IntegrityError) a backup without an envelope where the deployment encrypts (it holds an encryption key
+    connection), unless its manifest is authenticated or the storage declared trusted (auth.accepted): else whoever
+    can write storage could put plain files and a manifest of their own in an encrypted backup's place. A backup with
+    an envelope is authenticated by its data key opening under a KEK (backup_seal: a recipient's needs the MAC)."""
+    if manifest.encryption is not None or auth.accepted(found) or deployment_encryption_keys() is None:
+        return
+    where = storage.location(f"{manifest.backup_id}/{MANIFEST}")
+    raise IntegrityError(
+        f"backup {manifest.backup_id} is not encrypted, and this deployment encrypts its backups ({ENCRYPTION_ENV}), "
+        f"while its manifest {where} is {found.describe()}: nothing shows that lastline wrote it (whoever can write the "
+        "storage can put plain files and a manifest of their own in a backup's place). Nothing was touched. Restore an "
+        f"encrypted backup, or one whose manifest is signed with the storage key ({auth.KEY_CONN_ENV}: set it if this "
+        f"one was signed); if only lastline can write this storage, the deployment may declare it trusted "
+        f"({auth.TRUSTED_ENV}=true)."
+    )
 
 
 def checked_schema(storage: Storage, manifest: LogicalManifest, seal: BackupSeal | None = None) -> dict:
@@ -132,12 +152,14 @@ class OpenedBackup:
 def open_backup(ref: BackupRef, *, storage: Storage | None = None, require: str | bool | None = None) -> OpenedBackup:
     """Open `ref`: its storage (under the deployment's roots; `storage`: one a caller opened there already), `latest`
     resolved, its manifest read once and, when the ref pins one, refused unless it is the very manifest pinned
-    (read_manifest; `require`: a use that refuses an unauthenticated manifest). The result's ref is resolved and
+    (read_manifest; `require`: a use that refuses an unauthenticated manifest), and where the deployment encrypts, a
+    plain backup refused unless authenticated (require_sealed_or_authenticated). The result's ref is resolved and
     pinned: what a preflight puts in its plan."""
     if storage is None:
         storage, backup_id = resolve_backup(ref.url, ref.aws_conn_id, ref.kind)
     else:
         backup_id = ref.backup_id
     manifest = read_manifest(storage, backup_id, ref.kind, sha256=ref.manifest_sha256 or None, require=require)
+    require_sealed_or_authenticated(storage, manifest, manifest.authenticity)  # every restore path opens it here
     pinned = dataclasses.replace(ref, destination=storage.url, backup_id=backup_id, manifest_sha256=manifest.read_sha256)
     return OpenedBackup(pinned, storage, manifest, manifest.authenticity)

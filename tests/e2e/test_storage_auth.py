@@ -254,3 +254,31 @@ def test_latest_refuses_a_destination_whose_recorded_newest_backup_is_gone(signe
     from lastline.manifest import resolve_backup
 
     assert resolve_backup(f"file://{dest}/{signed['base']}")[1] == signed["base"]  # named: the operator's choice
+
+
+def test_where_the_deployment_encrypts_a_plain_physical_base_restores_only_authenticated_or_on_trusted_storage(
+        signed, target, tmp_path, monkeypatch):
+    """Issue 46: a plain backup in a deployment that encrypts (an encryption key connection) is used by a physical or
+    a point-in-time restore only with an authenticated manifest, or on storage declared trusted."""
+    from lastline_dev.keys import encryption_connection
+
+    dest, _, _ = _copy(signed, tmp_path)
+    encryption_connection(monkeypatch.setenv, "lastline_enc_sauth", "sauth-k1", "6c" * 32)
+    assert physical_restore.preflight(_physical(dest, signed["base"])).backup.backup_id == signed["base"]  # signed
+    assert pitr.preflight(_pitr(dest)).base == signed["base"]
+    manifest = dest / signed["base"] / "manifest.json"
+    original = manifest.read_text()
+    data = json.loads(original)
+    data["sha256"] = hashlib.sha256(b"plain bytes of the writer's choosing").hexdigest()
+    manifest.write_text(json.dumps(data))  # a storage writer's manifest for plain files
+    with pytest.raises(IntegrityError, match="manifest.json is not authenticated.*nothing was used"):
+        physical_restore.preflight(_physical(dest, signed["base"]))
+    manifest.write_text(original)
+    monkeypatch.delenv(auth.KEY_CONN_ENV)
+    for refused in (lambda: physical_restore.preflight(_physical(dest, signed["base"])), lambda: pitr.preflight(_pitr(dest))):
+        with pytest.raises(IntegrityError, match="this deployment has no storage key"):
+            refused()
+    monkeypatch.setenv(auth.TRUSTED_ENV, "true")
+    assert physical_restore.preflight(_physical(dest, signed["base"])).backup.backup_id == signed["base"]
+    assert pitr.preflight(_pitr(dest)).base == signed["base"]
+    assert target.server().query("SELECT 1") == [(1,)]  # the target was never touched

@@ -171,3 +171,40 @@ def test_a_sealed_schema_that_does_not_open_is_refused(folder, sealed_schema, tm
     rewritten = dataclasses.replace(manifest, schema_sha256=hashlib.sha256(data).hexdigest())  # a storage writer's
     with pytest.raises(sealing.SealError, match=refusal):
         checked_schema(folder, rewritten)
+
+
+def test_where_the_deployment_encrypts_a_plain_backup_is_opened_only_authenticated_or_on_trusted_storage(
+        folder, tmp_path, monkeypatch):
+    """The attack: whoever can write storage puts plain files and a manifest of their own where an encrypted backup
+    was. A deployment with an encryption key refuses a backup without an envelope unless its manifest's MAC
+    authenticates it or the storage is declared trusted; one without a key, and an encrypted backup, are as before."""
+    ref = BackupRef.parse(f"file://{tmp_path}/{NEW}", "logical")
+    assert open_backup(ref).manifest.encryption is None  # no encryption key: a plain, unsigned backup restores
+    _key_connection(monkeypatch)
+    with pytest.raises(IntegrityError) as caught:
+        open_backup(ref)
+    message = str(caught.value)
+    assert f"backup {NEW} is not encrypted, and this deployment encrypts its backups ({encryption_keys.KEY_CONN_ENV})" \
+        in message and "it carries no MAC" in message and "Nothing was touched" in message
+    assert auth.KEY_CONN_ENV in message and f"{auth.TRUSTED_ENV}=true" in message
+    with pytest.raises(IntegrityError, match="is not encrypted"):  # every restore kind: a physical one too
+        open_backup(BackupRef.parse(f"file://{tmp_path}/{OLD}", "physical"), require=False)
+    monkeypatch.setenv(auth.TRUSTED_ENV, "true")  # only lastline writes the storage: an unsigned one is used
+    assert open_backup(ref).ref.backup_id == NEW
+    keys = auth.Keys("s1", {"s1": b"m" * 32})
+    monkeypatch.setattr(auth, "deployment_keys", lambda: keys)
+    mf.write_manifest(folder, logical(NEW))  # signed with the storage key
+    monkeypatch.delenv(auth.TRUSTED_ENV)
+    assert open_backup(ref).authenticity.key_id == "s1"  # authenticated: a plain backup restores
+    path = tmp_path / NEW / mf.MANIFEST
+    path.write_text(path.read_text().replace('"rows": 0', '"rows": 7'))  # rewritten by a storage writer
+    monkeypatch.setenv(auth.TRUSTED_ENV, "true")  # trusted storage never takes a manifest changed after signing
+    with pytest.raises(IntegrityError, match="is not encrypted.*its MAC does not match"):
+        open_backup(ref)
+
+
+def test_an_encrypted_backup_opens_through_its_kek_wrapping_without_a_storage_key(folder, sealed_schema):
+    manifest, _, _ = sealed_schema  # the encryption key connection is set, the storage key is not
+    mf.write_manifest(folder, manifest)
+    opened = open_backup(BackupRef.parse(f"{folder.url}/{NEW}", "logical"))
+    assert not opened.authenticity.ok and opened.schema == json.loads(SCHEMA)

@@ -17,6 +17,7 @@ import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
+from lastline.core.child_env import child_env
 from lastline.core.errors import LastlineError, PipelineError, PreflightError
 
 
@@ -117,7 +118,7 @@ class LocalHost(Host):
 
     def popen(self, stage: Stage, stdin, stdout, stderr) -> subprocess.Popen:
         try:
-            return subprocess.Popen(stage.argv, stdin=stdin, stdout=stdout, stderr=stderr, cwd=stage.cwd)
+            return subprocess.Popen(stage.argv, stdin=stdin, stdout=stdout, stderr=stderr, cwd=stage.cwd, env=child_env())
         except FileNotFoundError as exc:
             raise PipelineError(
                 f"{stage.name}: command {stage.argv[0]!r} not found on {self.name}; run `make setup` "
@@ -132,7 +133,7 @@ class LocalHost(Host):
              input: bytes | None) -> subprocess.CompletedProcess:
         """Run `argv` here; messages show `shown` (the command as the user thinks of it)."""
         try:
-            proc = subprocess.run(argv, capture_output=True, timeout=timeout, input=input,
+            proc = subprocess.run(argv, capture_output=True, timeout=timeout, input=input, env=child_env(),
                                   stdin=subprocess.DEVNULL if input is None else None)
         except FileNotFoundError as exc:
             raise PipelineError(f"command {argv[0]!r} not found; run `make setup` or install it.") from exc
@@ -248,6 +249,7 @@ class SshHost(LocalHost):
                         ["ssh", *self._options(), "-M", "-N", "-f", "-o", f"ControlPath={self.control}",
                          "-o", "ControlPersist=300", self.host],
                         stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=60,
+                        env=child_env(),
                     )
                     self._shared = proc.returncode == 0
                 except (OSError, subprocess.TimeoutExpired):
@@ -259,7 +261,8 @@ class SshHost(LocalHost):
     def close(self) -> None:
         """Stop the master connection (at exit)."""
         subprocess.run(["ssh", "-F", "none", "-o", f"ControlPath={self.control}", "-O", "exit", self.host],
-                       stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False)
+                       stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False,
+                       env=child_env())
         self._shared = None
 
     def _where(self) -> str:

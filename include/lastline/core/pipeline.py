@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from lastline.core import stopping
+from lastline.core.child_env import child_env
 from lastline.core.errors import LastlineError, PipelineError
 from lastline.core.hosts import LOCAL, Host, Stage, split_group_stderr
 from lastline.core.progress import Progress
@@ -345,7 +346,7 @@ def filtered(argv: list[str], source: Iterable[bytes], name: str) -> Iterator[by
     """The output of one local command fed `source` on a thread, as a generator (a pipeline pulled from its
     end: memory stays bounded by the pipes). Errors of `source` rise as they are; a non-zero exit is a
     PipelineError with the command's stderr tail."""
-    proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=child_env())
     errors: list[BaseException] = []
     feeder = threading.Thread(target=_feed, args=(source, proc, None, {"in": 0}, errors, Progress(name, every=float("inf")), False),
                               name=f"{name}-feed", daemon=True)

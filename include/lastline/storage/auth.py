@@ -157,12 +157,18 @@ def check(key: str, raw: bytes, data: object, keys: Keys | None = None) -> Authe
     return Authenticity(key_id)
 
 
+def accepted(found: Authenticity) -> bool:
+    """Whether a control file may be used where authenticity is required: authenticated, or merely unsigned (or
+    signed with no key here to check it) on storage the deployment declares trusted; never one changed or moved."""
+    return found.ok or (storage_trusted() and found.state in ("unsigned", "nokey"))
+
+
 def require(found: Authenticity, location: str, use: str) -> None:
     """Refuse (IntegrityError) a control file `use` (e.g. "a physical restore") may not read unauthenticated; a file
-    merely unsigned passes where the deployment declares its storage trusted."""
+    merely unsigned passes where the deployment declares its storage trusted (accepted)."""
     if found.ok:
         return
-    if storage_trusted() and found.state in ("unsigned", "nokey"):
+    if accepted(found):
         log.warning("%s is %s; used because the deployment declares its storage trusted (%s)", location,
                     found.describe(), TRUSTED_ENV)
         return

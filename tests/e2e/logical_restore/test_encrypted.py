@@ -267,3 +267,95 @@ def test_an_encrypted_backup_in_s3_holds_no_row_in_the_clear_and_restores_exactl
         _sealed_and_opaque(key, s3.get_object(Bucket="backups", Key=key)["Body"].read(), source_db)
     _restore(url, "t_s3")
     _same(source_db, logical_target.server())
+
+
+def _preflight(dest: Path) -> object:
+    return logical_restore.preflight({"target_conn_id": "t_ltarget", "backup": f"file://{dest}/latest",
+                                      "databases": [DB], "force": True})
+
+
+@pytest.fixture(scope="module")
+def plain_backup(source_db, tmp_path_factory) -> Path:
+    """A backup written before the deployment encrypted (no encryption key connection), signed with the tests'
+    storage key, uncompressed so that a storage writer can change a row in it."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.delenv(encryption_keys.KEY_CONN_ENV, raising=False)
+        dest = _backup(tmp_path_factory.mktemp("plain"), "none")
+    assert _manifest(dest).encryption is None and _manifest(dest).authenticity.ok
+    return dest
+
+
+def test_where_the_deployment_encrypts_plain_files_with_a_rewritten_manifest_are_refused_in_preflight(
+        plain_backup, logical_target, monkeypatch, tmp_path):
+    """The attack (issue 46): whoever can write storage puts plain chunk files and a manifest of their own (its hashes
+    rewritten) where a backup was. A deployment with an encryption key takes a plain backup only with an authenticated
+    manifest (or on storage it declares trusted); without a key, a logical restore goes on as its trust model says."""
+    dest = tmp_path / "forged"
+    shutil.copytree(plain_backup, dest)
+    manifest = _manifest(dest)
+    chunk = next(t for t in manifest.tables if t.name == ONE).chunks[0]
+    path = dest / manifest.backup_id / chunk.file
+    forged = path.read_bytes().replace(MARKER.encode(), b"qx-forged-row-0000")
+    assert len(forged) == chunk.bytes and forged != path.read_bytes()
+    path.write_bytes(forged)
+    raw = (dest / manifest.backup_id / "manifest.json").read_text()
+    (dest / manifest.backup_id / "manifest.json").write_text(raw.replace(chunk.sha256, hashlib.sha256(forged).hexdigest()))
+    _conn(monkeypatch)
+    with pytest.raises(IntegrityError) as caught:
+        _preflight(dest)
+    message = str(caught.value)
+    assert f"backup {manifest.backup_id} is not encrypted, and this deployment encrypts" in message, message
+    assert "its MAC does not match" in message and "Nothing was touched" in message
+    assert not _exists(logical_target.server())
+    monkeypatch.setenv("LASTLINE_STORAGE_TRUSTED", "true")  # trusted storage never takes a manifest changed after signing
+    with pytest.raises(IntegrityError, match="is not encrypted"):
+        _preflight(dest)
+    monkeypatch.delenv(encryption_keys.KEY_CONN_ENV)  # a deployment that does not encrypt: as before
+    assert _preflight(dest).backup.backup_id == manifest.backup_id
+
+
+def test_where_the_deployment_encrypts_a_plain_backup_restores_signed_or_on_trusted_storage_only(
+        plain_backup, source_db, logical_target, monkeypatch):
+    _conn(monkeypatch)
+    _restore(plain_backup)  # signed with the storage key: an older backup, from before encryption, restores
+    _same(source_db, logical_target.server())
+    _forget(logical_target.server())
+    monkeypatch.delenv("LASTLINE_STORAGE_KEY_CONN_ID")  # nothing left to authenticate it with
+    with pytest.raises(IntegrityError, match=r"is not encrypted.*this deployment has no storage key.*Nothing was touched"):
+        _preflight(plain_backup)
+    assert not _exists(logical_target.server())
+    monkeypatch.setenv("LASTLINE_STORAGE_TRUSTED", "true")  # the deployment says only lastline writes this storage
+    assert _preflight(plain_backup).backup.backup_id == _manifest(plain_backup).backup_id
+
+
+def test_a_myisam_chunk_opened_for_its_proof_is_on_disk_under_no_name_while_it_loads(
+        sealed_backups, source_db, logical_target, monkeypatch, tmp_path):
+    """A MyISAM table's chunk is proven in a private copy before it loads; for an encrypted backup that copy is its
+    plaintext. It is an anonymous file handed to the LOAD DATA handler by descriptor: while it loads, no file in the
+    temporary folder holds a row, so a worker killed (-9) then leaves none."""
+    import contextlib
+
+    from lastline.logical.restore import load
+
+    folder = tmp_path / "tmp"
+    folder.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(folder))
+    real, seen = load.prove_chunk, []
+
+    def named_plaintext() -> list[str]:
+        return [str(f) for f in folder.rglob("*") if f.is_file() and MARKER.encode() in f.read_bytes()]  # FIFOs aside
+
+    @contextlib.contextmanager
+    def watched(*args, **kw):
+        with real(*args, **kw) as (fd, sha256):
+            plain = os.pread(fd, 1 << 24, 0)
+            before = named_plaintext()
+            yield fd, sha256  # the LOAD DATA runs here
+            seen.append((os.fstat(fd).st_nlink, MARKER.encode() in plain, before + named_plaintext()))
+
+    monkeypatch.setattr(load, "prove_chunk", watched)
+    _conn(monkeypatch)
+    _restore(sealed_backups["chacha20-poly1305-none"])  # uncompressed: the opened chunk holds the rows as they are
+    _same(source_db, logical_target.server())
+    assert seen and all(s == (0, True, []) for s in seen), seen  # the MyISAM table's chunk: plaintext, linked nowhere
+    assert list(folder.iterdir()) == []

@@ -78,6 +78,7 @@ def test_require(monkeypatch, found, trusted, refused):
             auth.require(found, "b1/manifest.json", "a physical restore")
     else:
         auth.require(found, "b1/manifest.json", "a physical restore")
+    assert auth.accepted(found) is not refused  # what a plain backup where the deployment encrypts needs (backups)
 
 
 @pytest.mark.parametrize(("key_id", "secret"), [

@@ -12,6 +12,7 @@ import subprocess
 import threading
 
 from lastline.core import impact
+from lastline.core.child_env import child_env
 from lastline.core.compression import codec
 from lastline.core.errors import PipelineError, StorageError
 from lastline.core.pipeline import widen_pipe
@@ -43,6 +44,7 @@ class PartWriter:
         if c.tool is not None and compression not in IN_WORKER:
             self.proc = subprocess.Popen(
                 impact.prefix(priority) + c.compress_argv(1, fast=True), stdin=self.read_fd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                env=child_env(),
             )
             os.close(self.read_fd)
             self.read_fd = -1

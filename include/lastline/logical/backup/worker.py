@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from lastline.core import impact, stopping
+from lastline.core.child_env import child_env
 from lastline.core.errors import ConfigError, ServerError
 from lastline.core.option_files import option_file
 from lastline.core.servers import Server
@@ -80,7 +81,7 @@ class DumpWorker:
             try:
                 self.proc = subprocess.Popen(
                     [*impact.prefix(priority), binary(), opt, str(theirs.fileno())], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                    stderr=subprocess.PIPE, pass_fds=(theirs.fileno(),),
+                    stderr=subprocess.PIPE, pass_fds=(theirs.fileno(),), env=child_env(),
                 )
             finally:
                 theirs.close()

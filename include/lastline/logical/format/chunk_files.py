@@ -1,15 +1,19 @@
 """Chunk files: read one back, checked against its sha256, opened if the backup is encrypted (storage.sealing) and
-decompressed (they are written by tsvdump); or copy one into a private file, checked, before anything reads it
-(spool_chunk)."""
+decompressed (they are written by tsvdump); or copy one into an anonymous private file, checked and proven, before
+anything reads it (prove_chunk)."""
 from __future__ import annotations
 
+import contextlib
+import errno
 import hashlib
 import os
 import signal
 import subprocess
+import tempfile
 from collections.abc import Callable, Generator, Iterator
 from typing import Any, BinaryIO
 
+from lastline.core.child_env import child_env
 from lastline.core.compression import codec
 from lastline.core.errors import IntegrityError, PipelineError
 from lastline.core.pipeline import filtered
@@ -90,7 +94,8 @@ def write_chunk(storage: Storage, key: str, compression: str, sha256: str, out: 
         for data in _opened(hashed(), seal, key):
             out.write(data)
     else:
-        proc = subprocess.Popen(c.decompress_argv(1), stdin=subprocess.PIPE, stdout=out, stderr=subprocess.PIPE)
+        proc = subprocess.Popen(c.decompress_argv(1), stdin=subprocess.PIPE, stdout=out, stderr=subprocess.PIPE,
+                                env=child_env())
         assert proc.stdin is not None and proc.stderr is not None
         try:
             try:
@@ -113,25 +118,39 @@ def write_chunk(storage: Storage, key: str, compression: str, sha256: str, out: 
     _check(digest, sha256, where)
 
 
-def spool_chunk(storage: Storage, key: str, size: int, sha256: str, path: str, what: str = "",
+def private_file(folder: str | None = None) -> int:
+    """A new anonymous file, open read-write (its descriptor): 0600 and linked in no folder (O_TMPFILE in `folder`,
+    the temporary one by default; where the filesystem has no O_TMPFILE, created and unlinked at once), so whatever
+    ends this process, a kill -9 included, leaves nothing of it on disk."""
+    folder = folder or tempfile.gettempdir()
+    flag = getattr(os, "O_TMPFILE", 0)
+    if flag:
+        try:
+            return os.open(folder, flag | os.O_RDWR | os.O_CLOEXEC, 0o600)
+        except OSError as exc:  # EOPNOTSUPP: the filesystem has none; EISDIR/EINVAL: an older kernel
+            if exc.errno not in (errno.EOPNOTSUPP, errno.EISDIR, errno.EINVAL):
+                raise
+    fd, path = tempfile.mkstemp(prefix="lastline-chunk-", dir=folder)  # 0600, O_EXCL, no link followed
+    os.unlink(path)
+    return fd
+
+
+def spool_chunk(storage: Storage, key: str, size: int, sha256: str, out: BinaryIO, what: str = "",
                 on_bytes: Callable[[int], None] | None = None) -> None:
-    """Copy a chunk's (compressed) bytes into a new file `path` (created 0600, never an existing file nor
-    through a link: put it in a private temporary folder) and check its size and sha256 against the manifest
-    before anyone reads it: for tables that keep the rows of a failed statement (MyISAM, Aria), whose
-    chunks must be proven before their first byte is loaded. Raises IntegrityError naming the file; the
-    caller removes `path` whatever happens."""
+    """Copy a chunk's bytes as stored into `out` (a private file: private_file) and check their size and sha256
+    against the manifest before anyone reads them: for tables that keep the rows of a failed statement (MyISAM,
+    Aria), whose chunks must be proven before their first byte is loaded. Raises IntegrityError naming the file."""
     where = f"{storage.location(key)}{f' ({what})' if what else ''}"
     digest, seen = hashlib.sha256(), 0
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-    with os.fdopen(fd, "wb") as out:
-        for data in storage.reader(key):
-            seen += len(data)
-            if seen > size:  # no need to copy more of a file already too long
-                break
-            digest.update(data)
-            out.write(data)
-            if on_bytes is not None:
-                on_bytes(len(data))
+    for data in storage.reader(key):
+        seen += len(data)
+        if seen > size:  # no need to copy more of a file already too long
+            break
+        digest.update(data)
+        out.write(data)
+        if on_bytes is not None:
+            on_bytes(len(data))
+    out.flush()
     if seen != size:
         raise IntegrityError(
             f"chunk {where} is {'more than ' if seen > size else ''}{seen} bytes, the manifest says {size}; nothing of it "
@@ -140,23 +159,32 @@ def spool_chunk(storage: Storage, key: str, size: int, sha256: str, path: str, w
     _check(digest, sha256, where)
 
 
-def prove_chunk(storage: Storage, key: str, c: ChunkInfo, compression: str, path: str, what: str = "",
-                on_bytes: Callable[[int], None] | None = None, seal: BackupSeal | None = None) -> None:
-    """A private copy of chunk `c` at `path` (spool_chunk: its size and sha256 the manifest's; opened whole when it
-    is sealed), proven to decompress within its declared raw size by the LOAD DATA handler's own reader: for tables
-    that keep the rows of a failed statement (MyISAM, Aria), which must not see a byte of a chunk that will be refused."""
-    if seal is None:
-        spool_chunk(storage, key, c.bytes, c.sha256, path, what, on_bytes)
-    else:
-        sealed = f"{path}.sealed"
-        try:
-            spool_chunk(storage, key, c.bytes, c.sha256, sealed, what, on_bytes)
-            flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
-            with open(os.open(sealed, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC), "rb") as src, \
-                    open(os.open(path, flags, 0o600), "wb") as out:
-                for plain in seal.reader(src, key).chunks():
-                    out.write(plain)
-        finally:
-            if os.path.lexists(sealed):
-                os.unlink(sealed)
-    infile.measure(path, compression, c.raw_bytes, f"{storage.location(key)}{f' ({what})' if what else ''}")
+@contextlib.contextmanager
+def prove_chunk(storage: Storage, key: str, c: ChunkInfo, compression: str, what: str = "",
+                on_bytes: Callable[[int], None] | None = None,
+                seal: BackupSeal | None = None) -> Iterator[tuple[int, str]]:
+    """A private copy of chunk `c` (spool_chunk: its size and sha256 the manifest's; opened when it is sealed), proven
+    to decompress within its declared raw size by the LOAD DATA handler's own reader: for tables that keep the rows
+    of a failed statement (MyISAM, Aria), which must not see a byte of a chunk that will be refused. Yields the copy
+    as (descriptor at offset 0, sha256 of its bytes), for infile's offer_fd, and closes it after the block. The copy
+    is an anonymous file (private_file): an opened (plaintext) chunk is left nowhere on disk, whatever ends the worker."""
+    fd = private_file()
+    try:
+        with open(fd, "r+b", closefd=False) as out:
+            if seal is None:
+                spool_chunk(storage, key, c.bytes, c.sha256, out, what, on_bytes)
+                sha256 = c.sha256
+            else:
+                with open(private_file(), "w+b") as sealed:
+                    spool_chunk(storage, key, c.bytes, c.sha256, sealed, what, on_bytes)
+                    sealed.seek(0)
+                    digest = hashlib.sha256()
+                    for plain in seal.reader(sealed, key).chunks():
+                        digest.update(plain)
+                        out.write(plain)
+                sha256 = digest.hexdigest()
+        infile.measure_fd(fd, compression, c.raw_bytes, f"{storage.location(key)}{f' ({what})' if what else ''}")
+        os.lseek(fd, 0, os.SEEK_SET)
+        yield fd, sha256
+    finally:
+        os.close(fd)

@@ -192,6 +192,23 @@ def measure(path: str, compression: str, max_bytes: int, where: str) -> int:
     return int(size)
 
 
+def measure_fd(fd: int, compression: str, max_bytes: int, where: str) -> int:
+    """measure() of the file open on `fd` (an anonymous file has no path, and the reader opens no link such as
+    /proc/self/fd/N): fed to the reader through a FIFO by a thread that reads the descriptor at offsets of its own,
+    leaving the descriptor's offset as it was."""
+    def write(out: BinaryIO) -> None:
+        offset = 0
+        while data := os.pread(fd, 1 << 20, offset):
+            out.write(data)
+            offset += len(data)
+
+    with fed_fifo(write, "measure-chunk") as (fifo, errors):
+        size = measure(fifo, compression, max_bytes, where)
+    if errors:  # the reader saw the end of what the writer gave, not of the file
+        raise errors[0]
+    return size
+
+
 def require() -> None:
     """ConfigError unless the handler is built (see _library): before a loader connects."""
     _library()

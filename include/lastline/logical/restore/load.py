@@ -21,7 +21,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-import tempfile
 import time
 from typing import Any
 
@@ -135,28 +134,23 @@ class Loader:
             if size != c.bytes:  # before a byte is sent (and a file of frames that decompress to nothing is bounded)
                 raise IntegrityError(f"chunk {self.storage.location(key)} ({t.schema}.{t.name}) is {size} bytes, the manifest "
                                      f"says {c.bytes}; nothing of it was loaded. Restore from another backup or re-run the backup.")
-            token = self.infile.offer_fd(fd, self.manifest.compression, c.raw_bytes, c.sha256)
-            try:
-                rows = self._load(t, c, token)
-                if not self.infile.verified:  # success means the handler read the file to its end and its hash matched
-                    raise IntegrityError(f"chunk {self.storage.location(key)} ({t.schema}.{t.name}) loaded without its "
-                                         "sha256 being checked at its end; nothing of it was kept.")
-            finally:
-                self.infile.withdraw()
+            rows = self._load_fd(t, c, fd, c.sha256)
         finally:
             os.close(fd)
         self.progress.add(c.raw_bytes)
         return self._loaded(t, c, rows)
 
-    def _load_proven(self, t: LogicalTable, c: ChunkInfo) -> int:
-        """LOAD DATA one chunk of a table that keeps the rows of a failed statement (MyISAM, Aria), from a private
-        copy proven first (chunk_files.prove_chunk): a refused chunk leaves not one row. Returns rows loaded."""
-        with tempfile.TemporaryDirectory(prefix="lastline-load-") as d:  # 0700, removed with the copy
-            path = os.path.join(d, "chunk")
-            prove_chunk(self.storage, f"{self.manifest.backup_id}/{c.file}", c, self.manifest.compression, path,
-                        f"{t.schema}.{t.name}", lambda n: self.progress.add(n * c.raw_bytes // max(c.bytes, 1)), self.seal)
-            self.infile.offer(path, self.manifest.compression, c.raw_bytes)
-            return self._loaded(t, c, self._load(t, c, path))
+    def _load_fd(self, t: LogicalTable, c: ChunkInfo, fd: int, sha256: str) -> int:
+        """LOAD DATA from the regular file open on `fd` (offer_fd: the statement fails unless it hashes to `sha256`)."""
+        token = self.infile.offer_fd(fd, self.manifest.compression, c.raw_bytes, sha256)
+        try:
+            rows = self._load(t, c, token)
+            if not self.infile.verified:  # success means the handler read the file to its end and its hash matched
+                raise IntegrityError(f"chunk {self.storage.location(f'{self.manifest.backup_id}/{c.file}')} ({t.schema}."
+                                     f"{t.name}) loaded without its sha256 checked at its end; not recorded as loaded.")
+        finally:
+            self.infile.withdraw()
+        return rows
 
     def _load(self, t: LogicalTable, c: ChunkInfo, path: str) -> int:
         """Run the chunk's LOAD DATA on the offered `path` (a literal: no args, so a `%` in a name stays a `%`);
@@ -223,8 +217,12 @@ class Loader:
     def load_whole(self, t: LogicalTable) -> None:
         """Reload a non-transactional table from scratch (target_state.empty_table), then record all its chunks."""
         empty_table(self.cur, t.schema, t.name, t.engine)
-        for c in t.chunks:
-            self._load_proven(t, c)
+        for c in t.chunks:  # each from a private copy proven first (prove_chunk: an anonymous file, by descriptor): a
+            # refused chunk leaves no row, a killed worker no plaintext of an encrypted one
+            with prove_chunk(self.storage, f"{self.manifest.backup_id}/{c.file}", c, self.manifest.compression,
+                             f"{t.schema}.{t.name}", lambda n: self.progress.add(n * c.raw_bytes // max(c.bytes, 1)),  # noqa: B023
+                             self.seal) as (fd, sha256):  # (the lambda above is used in this iteration only)
+                self._loaded(t, c, self._load_fd(t, c, fd, sha256))
             self.progress.count(chunks=1, rows=c.rows)
         self.cur.executemany(
             f"INSERT INTO {META_DB}.ledger (backup_id, file, rows_loaded) VALUES (%s, %s, %s)",

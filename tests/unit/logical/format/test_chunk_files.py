@@ -1,13 +1,14 @@
 """logical.format.chunk_files: a chunk read back (read_chunk) or decompressed into a FIFO by the decompressor itself
 (write_chunk) gives the same bytes, with every fault named (a corrupt file, a wrong sha256, a reader that went away);
-a chunk spooled to a private file (spool_chunk) or proven by the LOAD DATA handler's reader (prove_chunk) is checked
-before anyone reads it; a sealed chunk (an encrypted backup) is opened on each of these ways, a damaged one named by its
+a chunk spooled (spool_chunk) or proven by the LOAD DATA handler's reader (prove_chunk) is checked before anyone reads
+it, in an anonymous private file (private_file: 0600, linked nowhere, so a kill -9 leaves no plaintext); a sealed chunk (an encrypted backup) is opened on each of these ways, a damaged one named by its
 sealed chunk. On a folder destination, no server."""
 from __future__ import annotations
 
 import hashlib
 import io
 import os
+import stat
 import subprocess
 import tempfile
 import threading
@@ -15,7 +16,7 @@ import threading
 import pytest
 
 from lastline.core.errors import IntegrityError
-from lastline.logical.format.chunk_files import prove_chunk, read_chunk, spool_chunk, write_chunk
+from lastline.logical.format.chunk_files import private_file, prove_chunk, read_chunk, spool_chunk, write_chunk
 from lastline.manifest import ChunkInfo
 from lastline.storage import open_storage, sealing
 from lastline.storage.envelope import BackupSeal
@@ -86,16 +87,38 @@ def test_a_reader_that_goes_away_is_a_broken_pipe_not_corruption(tmp_path, chunk
 
 def test_spool_chunk_proves_size_and_sha256_before_anyone_reads_it(tmp_path, chunk):
     storage, key, sha256, size = chunk
-    out = tmp_path / "spool"
-    spool_chunk(storage, key, size, sha256, str(out), "db.t")
-    assert out.read_bytes() == (tmp_path / key).read_bytes() and out.stat().st_mode & 0o777 == 0o600
-    with pytest.raises(FileExistsError):  # never an existing file (nor one through a link)
-        spool_chunk(storage, key, size, sha256, str(out), "db.t")
+    out = io.BytesIO()
+    spool_chunk(storage, key, size, sha256, out, "db.t")
+    assert out.getvalue() == (tmp_path / key).read_bytes()
     for wrong_size, wrong_sha, refusal in ((size - 1, sha256, "is more than"), (size + 1, sha256, f"is {size} bytes"),
                                            (size, "00" * 32, "is corrupt: sha256")):
-        out.unlink()
         with pytest.raises(IntegrityError, match=rf"c\.tsv\.zst \(db\.t\) {refusal}.*nothing of it was loaded"):
-            spool_chunk(storage, key, wrong_size, wrong_sha, str(out), "db.t")
+            spool_chunk(storage, key, wrong_size, wrong_sha, io.BytesIO(), "db.t")
+
+
+def _anonymous(fd: int, folder: str) -> bytes:
+    """What the file open on `fd` holds, once shown to be 0600, linked nowhere, and read from offset 0."""
+    st = os.fstat(fd)
+    assert st.st_nlink == 0 and stat.S_ISREG(st.st_mode) and st.st_mode & 0o777 == 0o600
+    assert os.listdir(folder) == []  # nothing named in the temporary folder
+    data, offset = b"", 0
+    while piece := os.pread(fd, 1 << 20, offset):
+        data, offset = data + piece, offset + len(piece)
+    assert os.lseek(fd, 0, os.SEEK_CUR) == 0  # where the handler's duplicate starts reading
+    return data
+
+
+@pytest.mark.parametrize("tmpfile", [True, False], ids=["o-tmpfile", "created-and-unlinked-where-there-is-none"])
+def test_a_private_file_is_anonymous_and_0600(tmp_path, monkeypatch, tmpfile):
+    if not tmpfile:
+        monkeypatch.delattr(os, "O_TMPFILE")
+    fd = private_file(str(tmp_path))
+    try:
+        os.write(fd, b"plain")
+        os.lseek(fd, 0, os.SEEK_SET)
+        assert _anonymous(fd, str(tmp_path)) == b"plain"
+    finally:
+        os.close(fd)
 
 
 PACK = {
@@ -136,18 +159,29 @@ def test_read_chunk_names_a_truncated_chunk_that_cannot_be_decompressed(tmp_path
         b"".join(read_chunk(storage, key, compression, hashlib.sha256(packed[:-9]).hexdigest(), "db.t"))
 
 
+@pytest.fixture
+def private_tmp(tmp_path, monkeypatch):
+    """The temporary folder private copies are made in: checked empty while and after they are used."""
+    folder = tmp_path / "tmp"
+    folder.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(folder))
+    return str(folder)
+
+
 @pytest.mark.parametrize("compression", ["none", "zstd", "pigz"])
-def test_prove_chunk_copies_then_measures_with_the_handler_s_reader(tmp_path, compression):
+def test_prove_chunk_copies_then_measures_with_the_handler_s_reader(tmp_path, private_tmp, compression):
     raw = b"1\tone\n" * 1000
     storage, key, packed, sha256 = _stored(tmp_path, compression, raw)
     info = ChunkInfo("c", 1000, len(packed), len(raw), sha256)
-    out = tmp_path / "proven"
-    prove_chunk(storage, key, info, compression, str(out), "db.t")
-    assert out.read_bytes() == packed
-    out.unlink()
+    with prove_chunk(storage, key, info, compression, "db.t") as (fd, proven_sha256):
+        assert _anonymous(fd, private_tmp) == packed and proven_sha256 == sha256
+    with pytest.raises(OSError):
+        os.fstat(fd)  # closed after the block
     short = ChunkInfo("c", 1000, len(packed), len(raw) - 1, sha256)  # a chunk that decompresses to more than declared
     with pytest.raises(IntegrityError, match=rf"chunk .*b/c \(db\.t\) decompresses to more than its declared {len(raw) - 1}"):
-        prove_chunk(storage, key, short, compression, str(out), "db.t")
+        with prove_chunk(storage, key, short, compression, "db.t"):
+            pytest.fail("a chunk that is refused is never handed on")
+    assert os.listdir(private_tmp) == []
 
 
 SEAL = BackupSeal(DataKey.generate(), "b", "chacha20-poly1305", sealing.MIN_CHUNK)
@@ -199,18 +233,16 @@ def test_a_flipped_byte_in_a_sealed_chunk_is_named_before_its_sha256_is_reached(
 
 
 @pytest.mark.parametrize("compression", ["none", "zstd", "pigz"])
-def test_prove_chunk_opens_a_sealed_chunk_into_its_private_copy(tmp_path, compression):
+def test_prove_chunk_opens_a_sealed_chunk_into_an_anonymous_private_copy(tmp_path, private_tmp, compression):
+    """An encrypted backup's chunk: its plaintext is in a file linked nowhere (a kill -9 leaves none of it), and the
+    sealed bytes it was opened from likewise."""
     raw = b"1\tone\n" * 1000
-    storage, key, sealed, sha256, _ = _sealed(tmp_path, compression, raw)
+    storage, key, sealed, sha256, packed = _sealed(tmp_path, compression, raw)
     info = ChunkInfo("c", 1000, len(sealed), len(raw), sha256)
-    out = tmp_path / "proven"
-    prove_chunk(storage, key, info, compression, str(out), "db.t", seal=SEAL)
-    assert read_chunk(open_storage(f"file://{tmp_path}"), "proven", compression, hashlib.sha256(out.read_bytes()).hexdigest())
-    assert b"".join(read_chunk(open_storage(f"file://{tmp_path}"), "proven", compression,
-                               hashlib.sha256(out.read_bytes()).hexdigest())) == raw
-    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith("proven")) == ["proven"]  # no sealed copy left
-    out.unlink()
+    with prove_chunk(storage, key, info, compression, "db.t", seal=SEAL) as (fd, proven_sha256):
+        assert _anonymous(fd, private_tmp) == packed and proven_sha256 == hashlib.sha256(packed).hexdigest()
     with pytest.raises(sealing.SealError, match="its header"):
         other = BackupSeal(DataKey.generate(), "b", "aes-256-gcm", sealing.MIN_CHUNK)
-        prove_chunk(storage, key, info, compression, str(out), "db.t", seal=other)
-    assert not out.exists() or out.stat().st_size == 0
+        with prove_chunk(storage, key, info, compression, "db.t", seal=other):
+            pytest.fail("a chunk that does not open is never handed on")
+    assert os.listdir(private_tmp) == []

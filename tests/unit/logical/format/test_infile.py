@@ -114,6 +114,20 @@ def test_measure_reads_a_file_as_the_handler_would(tmp_path, codec):
             infile.measure(str(path), codec, len(ROWS), "db.t")
 
 
+@pytest.mark.parametrize("codec", ["zstd", "none"])
+def test_measure_fd_reads_an_anonymous_file_through_a_fifo_leaving_its_offset(tmp_path, codec):
+    fd = os.open(tmp_path, os.O_TMPFILE | os.O_RDWR, 0o600)  # no path: /proc/self/fd/N is a link the reader refuses
+    try:
+        os.write(fd, PACK[codec](ROWS))
+        os.lseek(fd, 5, os.SEEK_SET)
+        assert infile.measure_fd(fd, codec, len(ROWS), "db.t") == len(ROWS)
+        assert os.lseek(fd, 0, os.SEEK_CUR) == 5
+        with pytest.raises(IntegrityError, match=rf"chunk db\.t decompresses to more than its declared {len(ROWS) - 1}"):
+            infile.measure_fd(fd, codec, len(ROWS) - 1, "db.t")
+    finally:
+        os.close(fd)
+
+
 def test_without_the_built_library_the_loader_refuses(monkeypatch, tmp_path):
     monkeypatch.setenv("LASTLINE_INFILE_LIB", str(tmp_path / "missing.so"))
     infile._library.cache_clear()
