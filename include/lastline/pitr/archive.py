@@ -31,7 +31,9 @@ from lastline.core.servers import Server
 from lastline.pitr import events
 from lastline.pitr.catalog import PREFIX, branches, head, read_branch, write_branch, write_branches
 from lastline.pitr.chain import Branch, Entry, SourceFile, branch_id, plan, split_name
+from lastline.pitr.sealed import SegmentSealer, sealer
 from lastline.storage import Storage, open_allowed
+from lastline.storage.encryption_keys import EncryptionKeys, deployment_encryption_keys
 
 __all__ = ["PREFIX", "branches", "head", "read_branch", "run", "ship", "source_files"]
 
@@ -77,8 +79,14 @@ def _segment_key(branch: Branch, name: str, offset: int) -> str:
     return f"{PREFIX}/{branch.id}/{name}/{offset:012d}"
 
 
-def ship(server: Server, storage: Storage) -> dict[str, Any]:
-    """Bring the archive up to the source's position now; returns what was shipped, the holes and forks."""
+DEPLOYMENT: Any = object()  # ship's keys: the deployment's (storage.encryption_keys)
+
+
+def ship(server: Server, storage: Storage, keys: EncryptionKeys | None = DEPLOYMENT) -> dict[str, Any]:
+    """Bring the archive up to the source's position now; returns what was shipped, the holes and forks. With
+    encryption `keys` (the deployment's by default) each new segment is sealed (pitr.sealed): the archiver needs no key
+    that opens one."""
+    keys = deployment_encryption_keys() if keys is DEPLOYMENT else keys  # a wrong key connection: refused before a byte
     binlog_dir, files, now = _source_now(server)
     known = branches(storage)
     branch = read_branch(storage, known[-1]["id"]) if known else None
@@ -90,6 +98,7 @@ def ship(server: Server, storage: Storage) -> dict[str, Any]:
         files = [_with_tail(f, branch, binlog_dir, host) if f.name == resumed.name else f for f in files]
     steps = plan(branch, files)
     shipped, holes, forks, empty = 0, [], [], []
+    sealers: dict[str, SegmentSealer | None] = {}
     if branch is None and steps:
         branch = _start(storage, known, branch_id(min(files, key=lambda f: f.seq)), None, None, "the first binlog archived")
     for step in steps:
@@ -115,8 +124,10 @@ def ship(server: Server, storage: Storage) -> dict[str, Any]:
         else:
             entry = _entry(branch, step.name, step.start_gtids)
             if step.upto > step.offset:
+                if branch.id not in sealers:  # a branch's first sealed segment gives it its envelope
+                    sealers[branch.id] = sealer(branch, keys)
                 shipped += _ship_bytes(server, storage, branch, entry, posixpath.join(binlog_dir, step.name), step.offset,
-                                       step.upto, host)
+                                       step.upto, host, sealers[branch.id])
             entry.size, entry.closed = step.upto, step.closes
         write_branch(storage, branch)
     if branch is not None and not steps:
@@ -181,26 +192,33 @@ def _with_tail(f: SourceFile, branch: Branch, binlog_dir: str, host: Any) -> Sou
 
 
 def _ship_bytes(server: Server, storage: Storage, branch: Branch, entry: Entry, path: str, offset: int, upto: int,
-                host: Any) -> int:
-    """Bytes [offset, upto) of the binlog at `path` on the source's host into one segment (its sha256 recorded)."""
-    n = upto - offset
+                host: Any, seal: SegmentSealer | None = None) -> int:
+    """Bytes [offset, upto) of the binlog at `path` on the source's host into one segment (its sha256 recorded: of the
+    stored bytes, sealed when `seal` is given; its tail's of the binlog's, compared with the source's by _with_tail)."""
+    n, key = upto - offset, _segment_key(branch, entry.name, offset)
     tail = bytearray()
     index = events.Scanner(entry.name, offset, entry.checksum)
+    fields: dict[str, Any] = {}
 
     def sink(data: bytes) -> None:
-        writer.write(data)
+        out.write(data)
         index.feed(data)
         tail.extend(data)
         del tail[:-TAIL]
 
-    with storage.writer(_segment_key(branch, entry.name, offset)) as writer:
+    with storage.writer(key) as writer:
+        sealing, counted, fields = seal.writer(writer, key) if seal is not None else (None, None, {})
+        out: Any = sealing or writer
         result = run_pipeline([_dd(path, offset, n, host)], sink=sink, label=f"binlog {entry.name}", progress_every=None,
                               host=host)
         if result.bytes_out != n:
             raise IntegrityError(f"{entry.name}: read {result.bytes_out} bytes of {n} from byte {offset} on "
                                  f"{server.describe()}; the archive keeps what it had and the next run retries.")
+        if sealing is not None and counted is not None:
+            sealing.close()  # the final chunk, before the storage's writer commits the object
+            fields.update(stored=counted.n, sha256=counted.sha.hexdigest())
     entry.segments = [s for s in entry.segments if s["offset"] < offset] + [
-        {"offset": offset, "size": n, "sha256": result.sha256_out,
+        {"offset": offset, "size": n, "sha256": result.sha256_out, **fields,
          "tail_sha256": hashlib.sha256(_masked(bytes(tail), upto - len(tail))).hexdigest()}]
     _index(entry, index.out, offset)
     return n
@@ -242,8 +260,9 @@ def run(conf: RunParams, stop: Any = None) -> dict[str, Any]:
     params = Conf(conf)
     server = connections.server(params.required("source_conn_id"))
     storage = open_allowed(params.required("destination"), params.text("aws_conn_id"))
+    keys = deployment_encryption_keys()  # read once a run
     if params.flag("until_current", False):
-        result = ship(server, storage)
+        result = ship(server, storage, keys)
         _log_result(storage, result)
         return {**result, "head": head(storage)}
     every = params.number("ship_every_seconds", 5, minimum=0.5, maximum=60)
@@ -252,7 +271,7 @@ def run(conf: RunParams, stop: Any = None) -> dict[str, Any]:
     total: dict[str, Any] = {"bytes": 0, "holes": [], "forks": [], "proven_empty": [], "runs": 0}
     while True:
         started = time.monotonic()
-        result = ship(server, storage)
+        result = ship(server, storage, keys)
         total.update(branch=result["branch"], position=result["position"], runs=total["runs"] + 1,
                      bytes=total["bytes"] + result["bytes"], holes=total["holes"] + result["holes"],
                      forks=total["forks"] + result["forks"], proven_empty=total["proven_empty"] + result["proven_empty"])
