@@ -91,7 +91,8 @@ def check_segment(storage: Storage, bid: str, file: str, seg: dict, seals: Seals
             pass
     except SealError as exc:  # a chunk changed, cut, reordered or moved, named
         where = "its header" if exc.chunk is None else f"chunk {exc.chunk}"
-        return Finding(name, "sealed", "every chunk authenticated", f"{where}: {exc.reason}"), found or 0
+        reason = "changed" if exc.reason == "cut_or_changed" else exc.reason  # its size is the chain's: not cut
+        return Finding(name, "sealed", "every chunk authenticated", f"{where}: {reason}"), found or 0
     except IntegrityError as exc:  # a link, or its stored bytes are not the chain's
         return Finding(name, "digest", f"sha256 {seg['sha256']}", str(exc)[:300]), found or 0
     return None, found
