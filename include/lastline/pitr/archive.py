@@ -30,7 +30,9 @@ from lastline.pitr import events
 from lastline.pitr.catalog import PREFIX, branches, head, read_branch, write_branch, write_branches
 from lastline.pitr.chain import Branch, Entry, SourceFile, branch_id, plan, split_name
 from lastline.pitr.held import Held, continues
+from lastline.pitr.sealed import SegmentSealer, sealer
 from lastline.storage import Storage
+from lastline.storage.encryption_keys import EncryptionKeys, deployment_encryption_keys
 
 __all__ = ["PREFIX", "Held", "branches", "head", "log_result", "read_branch", "ship", "source_files"]
 
@@ -97,13 +99,17 @@ def _segment_key(branch: Branch, name: str, offset: int) -> str:
 
 
 COVER_EVERY = 5.0  # seconds between the covered position's writes in a held stream while the source writes nothing
+DEPLOYMENT: Any = object()  # ship's keys: the deployment's (storage.encryption_keys)
 
 
-def ship(server: Server, storage: Storage, held: Held | None = None) -> dict[str, Any]:
+def ship(server: Server, storage: Storage, held: Held | None = None, keys: EncryptionKeys | None = DEPLOYMENT) -> dict[str, Any]:
     """Bring the archive up to the source's position now; returns what was shipped, the holes and forks. With `held`
     (a stream's state, pitr.stream): the source is asked cheaply (_source_now), the archive's branches and chain are
     kept in memory between rounds (read again when another writer changed the chain), and a round with nothing to
-    ship writes nothing but, every COVER_EVERY seconds, the position it confirms."""
+    ship writes nothing but, every COVER_EVERY seconds, the position it confirms. With encryption `keys` (the
+    deployment's by default: a stream reads them once and passes them) each new segment is sealed (pitr.sealed): the
+    archiver needs no key that opens one."""
+    keys = deployment_encryption_keys() if keys is DEPLOYMENT else keys  # a wrong key connection: refused before a byte
     binlog_dir, files, now = _source_now(server, held)
     known, branch = _archived(storage, held, check=False)
     host = server.runner()
@@ -125,6 +131,7 @@ def ship(server: Server, storage: Storage, held: Held | None = None) -> dict[str
         if held is not None:
             held.chain_size = size
 
+    sealers: dict[str, SegmentSealer | None] = {}
     if branch is None and steps:
         branch = _start(storage, known, branch_id(min(files, key=lambda f: f.seq)), None, None, "the first binlog archived")
         save(branch)
@@ -152,8 +159,10 @@ def ship(server: Server, storage: Storage, held: Held | None = None) -> dict[str
         else:
             entry = _entry(branch, step.name, step.start_gtids)
             if step.upto > step.offset:
+                if branch.id not in sealers:  # a branch's first sealed segment gives it its envelope
+                    sealers[branch.id] = sealer(branch, keys)
                 shipped += _ship_bytes(server, storage, branch, entry, posixpath.join(binlog_dir, step.name), step.offset,
-                                       step.upto, host)
+                                       step.upto, host, sealers[branch.id])
             entry.size, entry.closed = step.upto, step.closes
         save(branch)
     if branch is not None and not steps and held is None:
@@ -241,26 +250,33 @@ def _with_tail(f: SourceFile, branch: Branch, binlog_dir: str, host: Any) -> Sou
 
 
 def _ship_bytes(server: Server, storage: Storage, branch: Branch, entry: Entry, path: str, offset: int, upto: int,
-                host: Any) -> int:
-    """Bytes [offset, upto) of the binlog at `path` on the source's host into one segment (its sha256 recorded)."""
-    n = upto - offset
+                host: Any, seal: SegmentSealer | None = None) -> int:
+    """Bytes [offset, upto) of the binlog at `path` on the source's host into one segment (its sha256 recorded: of the
+    stored bytes, sealed when `seal` is given; its tail's of the binlog's, compared with the source's by _with_tail)."""
+    n, key = upto - offset, _segment_key(branch, entry.name, offset)
     tail = bytearray()
     index = events.Scanner(entry.name, offset, entry.checksum)
+    fields: dict[str, Any] = {}
 
     def sink(data: bytes) -> None:
-        writer.write(data)
+        out.write(data)
         index.feed(data)
         tail.extend(data)
         del tail[:-TAIL]
 
-    with storage.writer(_segment_key(branch, entry.name, offset)) as writer:
+    with storage.writer(key) as writer:
+        sealing, counted, fields = seal.writer(writer, key) if seal is not None else (None, None, {})
+        out: Any = sealing or writer
         result = run_pipeline([_dd(path, offset, n, host)], sink=sink, label=f"binlog {entry.name}", progress_every=None,
                               host=host)
         if result.bytes_out != n:
             raise IntegrityError(f"{entry.name}: read {result.bytes_out} bytes of {n} from byte {offset} on "
                                  f"{server.describe()}; the archive keeps what it had and the next run retries.")
+        if sealing is not None and counted is not None:
+            sealing.close()  # the final chunk, before the storage's writer commits the object
+            fields.update(stored=counted.n, sha256=counted.sha.hexdigest())
     entry.segments = [s for s in entry.segments if s["offset"] < offset] + [
-        {"offset": offset, "size": n, "sha256": result.sha256_out,
+        {"offset": offset, "size": n, "sha256": result.sha256_out, **fields,
          "tail_sha256": hashlib.sha256(_masked(bytes(tail), upto - len(tail))).hexdigest()}]
     _index(entry, index.out, offset)
     return n

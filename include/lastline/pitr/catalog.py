@@ -59,7 +59,13 @@ def read_branch(storage: Storage, bid: str, use: str | None = None) -> Branch:
             split_name(e.name)
             for seg in e.segments:
                 int(seg["offset"]), int(seg["size"]), str(seg["sha256"])
-        branch = Branch(bid, entries, data.get("parent"), data.get("fork_after"), data.get("covered"))
+                if seg.get("sealed", False) is not False and (seg["sealed"] is not True or int(seg["stored"]) < 0
+                                                              or not isinstance(seg["ephemeral"], str)):
+                    raise ValueError(f"segment {e.name}@{seg['offset']}: sealed, stored or ephemeral")
+        envelope, public = data.get("envelope"), data.get("seal_public")
+        if not isinstance(envelope, dict | None) or not isinstance(public, str | None):
+            raise ValueError("envelope or seal_public")
+        branch = Branch(bid, entries, data.get("parent"), data.get("fork_after"), data.get("covered"), envelope, public)
     except (TypeError, KeyError, ValueError, AttributeError) as exc:
         raise IntegrityError(f"{storage.location(key)} is not a chain lastline wrote ({exc!r}); refused.") from exc
     wrong = unproven(entries)

@@ -114,6 +114,10 @@ class Branch:
     # the last run that found the source at the branch's end: {"file", "size", "time"} (the source's clock, UTC
     # seconds): every transaction the source had committed by then is archived
     covered: dict | None = None
+    # sealed segments (pitr.sealed): the branch's data key's envelope (storage.envelope's JSON, bound to backup id
+    # `binlogs/<id>`; a rotation re-wraps it) and the X25519 public key that key derives, which segments are sealed to
+    envelope: dict | None = None
+    seal_public: str | None = None
 
 
 @dataclass(frozen=True)

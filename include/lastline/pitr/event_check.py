@@ -165,10 +165,10 @@ def check_span(storage: Storage, span: Span) -> int:
     """Every archived event of `span` a replay from its base would apply, read (each segment against its sha256) and
     checked, before anything is touched: the point-in-time preflight's pass for a physical base. Returns the number
     of transactions checked."""
-    checked = 0
+    checked, seals = 0, span.seals()
     for f in span.files:
         cutter = CheckedCutter(f.name, f.start, f.stop, gtid_map(span.base_gtid))
-        for _ in cut(storage, f, cutter, f is span.files[-1]):
+        for _ in cut(storage, f, cutter, f is span.files[-1], seals):
             pass
         checked += len(cutter.kept)
     return checked

@@ -45,6 +45,7 @@ from lastline.pitr import applier, events, interleave, scoped
 from lastline.pitr.event_check import CheckedCutter
 from lastline.pitr.events import gtid_map, includes
 from lastline.pitr.plans import Cleaned, Replayed, ReplayPlan
+from lastline.pitr.sealed import Seals
 from lastline.pitr.span import Span
 from lastline.pitr.split import write_relay
 from lastline.pitr.statement_run import Statement
@@ -78,9 +79,10 @@ def _ledger(cur: Any) -> None:
 
 
 def _cut_files(storage: Storage, span: Span, applied: dict[int, int], host: Host, folder: str,
-               base: str) -> tuple[list[str], list[events.Transaction], int]:
+               base: str, seals: Seals) -> tuple[list[str], list[events.Transaction], int]:
     """Write each file of the span, cut to what is still to apply, as `<base>.NNNNNN` in `folder` on `host`; every
-    archived segment read is checked against its sha256, and every event kept passes the physical base's check
+    archived segment read is checked against its sha256 (a sealed one opened, each chunk authenticated, by `seals`: the
+    relay logs are where its plaintext goes, as a plain archive's), and every event kept passes the physical base's check
     (event_check), before the replay starts. Returns the paths, the transactions kept, and the bytes written."""
     paths: list[str] = []
     kept: list[events.Transaction] = []
@@ -88,7 +90,7 @@ def _cut_files(storage: Storage, span: Span, applied: dict[int, int], host: Host
     for k, f in enumerate(span.files, start=1):
         cutter = CheckedCutter(f.name, f.start, f.stop, applied)
         path = posixpath.join(folder, f"{base}.{k:06d}")
-        written += write_relay(storage, f, cutter, f is span.files[-1], host, path)
+        written += write_relay(storage, f, cutter, f is span.files[-1], host, path, seals)
         kept += cutter.kept
         paths.append(path)
     return paths, kept, written
@@ -218,16 +220,19 @@ def apply(server: Server, storage: Storage, span: Span, run_id: str, method: str
         base, named = applier.relay_base(cur, str(cur.fetchone()[0]), host)
     folder, name = posixpath.split(base)
     host.sh('rm -f -- "$1".[0-9]* "$1".index', base)
+    seals = span.seals()  # a sealed archive: refused here, naming the key ids, before anything is cut or applied
+    seals.require(set(span.envelopes))
     try:
         left_out: list[dict[str, str]] = []
         statements: list[Statement] = []
         if databases:  # every segment checked and every transaction classified before anything is applied
-            left_out, _ = scoped.collect(storage, span, applied, databases)
+            left_out, _ = scoped.collect(storage, span, applied, databases, seals)
             with server.session() as cur:
                 scoped.refuse_foreign_keys(cur, databases)
-            paths, kept, written, statements = scoped.cut_files(storage, span, applied, databases, host, folder, name)
+            paths, kept, written, statements = scoped.cut_files(storage, span, applied, databases, host, folder, name,
+                                                                seals)
         else:
-            paths, kept, written = _cut_files(storage, span, applied, host, folder, name)
+            paths, kept, written = _cut_files(storage, span, applied, host, folder, name, seals)
         with server.session(autocommit=True) as cur:
             if row:
                 chosen, why = str(row[0]), "resuming this run's replay"

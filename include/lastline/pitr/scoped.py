@@ -13,6 +13,7 @@ from typing import Any
 from lastline.core.errors import ConfigError, Refusal
 from lastline.core.hosts import Host
 from lastline.pitr import events
+from lastline.pitr.sealed import Seals
 from lastline.pitr.span import Span
 from lastline.pitr.split import Splitter, cut, write_relay
 from lastline.pitr.statement_run import Statement
@@ -27,15 +28,17 @@ def check_names(databases: list[str]) -> None:
                           "and a name holding a comma cannot be filtered on. Restore a physical base instead.")
 
 
-def collect(storage: Storage, span: Span, applied: dict[int, int],
-            databases: list[str]) -> tuple[list[dict[str, str]], list[events.Transaction]]:
-    """The first pass: every segment read and checked, every transaction to apply classified (a refusal names the
-    first one lastline does not pass on); the statements left out and every transaction kept, in order."""
+def collect(storage: Storage, span: Span, applied: dict[int, int], databases: list[str],
+            seals: Seals | None = None) -> tuple[list[dict[str, str]], list[events.Transaction]]:
+    """The first pass: every segment read and checked (a sealed one opened by `seals`, the span's by default), every
+    transaction to apply classified (a refusal names the first one lastline does not pass on); the statements left out
+    and every transaction kept, in order."""
+    seals = seals or span.seals()
     left_out: list[dict[str, str]] = []
     kept: list[events.Transaction] = []
     for f in span.files:
         splitter = Splitter(f.name, f.start, f.stop, applied, collect=True, databases=frozenset(databases))
-        for _ in cut(storage, f, splitter, f is span.files[-1]):
+        for _ in cut(storage, f, splitter, f is span.files[-1], seals):
             pass
         left_out += splitter.left_out
         kept += splitter.kept
@@ -43,9 +46,10 @@ def collect(storage: Storage, span: Span, applied: dict[int, int],
 
 
 def cut_files(storage: Storage, span: Span, applied: dict[int, int], databases: list[str], host: Host, folder: str,
-              base: str) -> tuple[list[str], list[events.Transaction], int, list[Statement]]:
+              base: str, seals: Seals | None = None) -> tuple[list[str], list[events.Transaction], int, list[Statement]]:
     """The span as relay logs rebuilt for `databases`, `<base>.NNNNNN` in `folder` on `host`: paths, transactions
     kept, bytes written, and the statements that run in the replay's session (each placed in its relay log)."""
+    seals = seals or span.seals()
     paths: list[str] = []
     kept: list[events.Transaction] = []
     statements: list[Statement] = []
@@ -53,7 +57,7 @@ def cut_files(storage: Storage, span: Span, applied: dict[int, int], databases: 
     for k, f in enumerate(span.files, start=1):
         splitter = Splitter(f.name, f.start, f.stop, applied, collect=False, databases=frozenset(databases))
         path = posixpath.join(folder, f"{base}.{k:06d}")
-        written += write_relay(storage, f, splitter, f is span.files[-1], host, path)
+        written += write_relay(storage, f, splitter, f is span.files[-1], host, path, seals)
         kept += splitter.kept
         paths.append(path)
         for st in splitter.statements:

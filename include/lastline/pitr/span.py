@@ -10,6 +10,7 @@ from typing import Any
 from lastline.core.errors import Refusal
 from lastline.pitr import events
 from lastline.pitr.chain import Entry
+from lastline.pitr.sealed import Seals
 from lastline.pitr.window import Line, Until, find_base, segment_bytes, utc
 from lastline.storage import Storage
 
@@ -39,6 +40,12 @@ class Span:
     last_gtid: str | None = None  # the last transaction applied, as far as the archive's index tells
     last_time: int | None = None
     not_applied: str = ""  # what the archive holds after the stop, in words
+    # {branch: envelope} of the branches whose sealed segments it reads (pitr.sealed; wrapped keys, no secret)
+    envelopes: dict[str, dict] = field(default_factory=dict)
+
+    def seals(self) -> Seals:
+        """What opens its sealed segments, with the deployment's keys."""
+        return Seals(self.envelopes)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -53,10 +60,14 @@ class Span:
 def resolve(storage: Storage, line: Line, file: str | None, position: int | None, gtid: str, until: Until) -> Span:
     """The bytes that take a base (its binlog coordinates and GTID state) to `until`, read from the archive's index
     and the two segments that hold the base's position and the stop; refuses an `until` before the base, beyond a
-    hole, or past the archive's end."""
+    hole, or past the archive's end. A sealed archive the deployment holds no key for is refused (ConfigError, naming the
+    key ids) before a segment is read."""
     at = find_base(line, file, gtid)
     assert at is not None
     span = Span(line.branch, gtid, until.describe())
+    sealed = {bid for bid, e in line.files[at:] if any(s.get("sealed") for s in e.segments)}
+    line.seals.require(sealed)
+    span.envelopes = line.seals.only(sealed)
     if until.kind == "gtid" and events.includes(gtid, until.gtid or ""):
         raise Refusal(f"until GTID {until.gtid} is before the base, whose state is {gtid}: choose an older base "
                       "backup (base) or a later GTID.")
@@ -79,7 +90,7 @@ def resolve(storage: Storage, line: Line, file: str | None, position: int | None
                 _refuse_before_base(storage, line, at, position, until)
         first = False
         span.files.append(fspan)
-        stop = _stop_in(storage, bid, entry, fspan.start, until)
+        stop = _stop_in(storage, bid, entry, fspan.start, until, line.seals)
         if stop is not None:
             fspan.stop, span.last_gtid, span.last_time, span.not_applied = stop
             return span
@@ -113,7 +124,7 @@ def _refuse_before_base(storage: Storage, line: Line, at: int, position: int, un
         for seg in entry.segments:
             if i == at and seg["offset"] + seg["size"] > position:
                 if seg["offset"] < position:  # the segment the position cuts: read up to it
-                    found = events.scan(segment_bytes(storage, bid, entry.name, seg)[:position - seg["offset"]],
+                    found = events.scan(segment_bytes(storage, bid, entry.name, seg, line.seals)[:position - seg["offset"]],
                                         entry.name, seg["offset"], entry.checksum)
                     latest = max([latest, *(t.time for t in found.transactions)])
                 continue
@@ -123,8 +134,8 @@ def _refuse_before_base(storage: Storage, line: Line, at: int, position: int, un
                       f"{utc(latest)}. Choose an older base backup (base) or a later time.")
 
 
-def _stop_in(storage: Storage, bid: str, entry: Entry, start: int,
-             until: Until) -> tuple[int, str | None, int | None, str] | None:
+def _stop_in(storage: Storage, bid: str, entry: Entry, start: int, until: Until,
+             seals: Seals) -> tuple[int, str | None, int | None, str] | None:
     """Where in `entry` (from byte `start`) the replay stops, the last transaction before it and what follows it
     unapplied; None when `until` lies beyond this file."""
     if until.kind == "latest":
@@ -136,7 +147,7 @@ def _stop_in(storage: Storage, bid: str, entry: Entry, start: int,
             continue
         if until.kind == "gtid" and not events.includes(seg.get("end_gtids", ""), until.gtid or ""):
             continue
-        found = events.scan(segment_bytes(storage, bid, entry.name, seg), entry.name, seg["offset"], entry.checksum)
+        found = events.scan(segment_bytes(storage, bid, entry.name, seg, seals), entry.name, seg["offset"], entry.checksum)
         trx = [t for t in found.transactions if t.start >= start]
         for i, t in enumerate(trx):
             if until.kind == "time" and t.time > (until.time or 0):

@@ -19,9 +19,8 @@ archived statement runs only under an account whose grants reach the restored da
   relay logs each becomes an empty transaction (its GTID kept, so the target's position moves past it). One that
   reaches only other databases becomes an empty transaction too, and is named as left out;
 - anything else is refused in the first pass, the statement named by its first characters and an event by its
-  type's name: a transaction mixing both, LOAD DATA, XA, an event between
-  transactions other than a Gtid_list, checkpoint, Rotate or Stop, a second format description, or one whose
-  layout differs from what lastline parses.
+  type's name: a transaction mixing both, LOAD DATA, XA, an event between transactions other than a Gtid_list,
+  checkpoint, Rotate or Stop, a second format description, or one whose layout differs from what lastline parses.
 """
 from __future__ import annotations
 
@@ -48,6 +47,7 @@ from lastline.pitr.events import (
     XID,
     Cutter,
 )
+from lastline.pitr.sealed import Seals
 from lastline.pitr.span import FileSpan
 from lastline.pitr.statement_run import Statement, empty_transaction, refusal
 from lastline.pitr.statements import (
@@ -290,7 +290,7 @@ class Splitter(Cutter):
         self._events, self._keep_group = [], False
 
 
-def cut(storage: Storage, f: FileSpan, cutter: Cutter, last: bool) -> Iterator[bytes]:
+def cut(storage: Storage, f: FileSpan, cutter: Cutter, last: bool, seals: Seals | None = None) -> Iterator[bytes]:
     """The bytes `cutter` keeps of one file of a span, as the archive streams them: segment 0 (the file's header) and
     those overlapping the file's part; each segment's sha256 is checked at its end (a reader acts on the bytes once the
     whole segment has passed); a damaged file, or one ending inside a transaction with files after it, fails."""
@@ -299,7 +299,7 @@ def cut(storage: Storage, f: FileSpan, cutter: Cutter, last: bool) -> Iterator[b
     for seg in needed:
         if seg["offset"]:
             cutter.jump(seg["offset"])
-        for chunk in segment_chunks(storage, f.branch, f.name, seg):
+        for chunk in segment_chunks(storage, f.branch, f.name, seg, seals):
             cutter.feed(chunk)
             yield cutter.take()
     if cutter.stopped:
@@ -310,10 +310,10 @@ def cut(storage: Storage, f: FileSpan, cutter: Cutter, last: bool) -> Iterator[b
                              "follow: the archive is damaged there; nothing was applied.")
 
 
-def write_relay(storage: Storage, f: FileSpan, cutter: Cutter, last: bool, host: Host, path: str) -> int:
+def write_relay(storage: Storage, f: FileSpan, cutter: Cutter, last: bool, host: Host, path: str, seals: Seals | None = None) -> int:
     """Write what `cutter` keeps of one file to `path` on `host` (a relay log for the target's applier); its bytes."""
     result = run_pipeline([Stage("write", ["dd", f"of={path}", "bs=1M", "status=none"])],
-                          source=cut(storage, f, cutter, last), label=f"binlog {f.name}", progress_every=None, host=host)
+                          source=cut(storage, f, cutter, last, seals), label=f"binlog {f.name}", progress_every=None, host=host)
     log.info("%s: %d transactions to apply (%s bytes) of bytes [%d, %s)", f.name, len(cutter.kept),
              f"{result.bytes_in:,}", f.start, f.stop if f.stop is not None else "end")
     return int(result.bytes_in)

@@ -30,6 +30,7 @@ from lastline.pitr import archive
 from lastline.pitr.catalog import head
 from lastline.pitr.held import Held
 from lastline.storage import Storage, open_allowed
+from lastline.storage.encryption_keys import deployment_encryption_keys
 
 log = logging.getLogger(__name__)
 
@@ -79,8 +80,9 @@ def run(conf: RunParams, stop: Any = None, on_head: Callable[[dict[str, Any] | N
     params = Conf(conf)
     server = connections.server(params.required("source_conn_id"))
     storage = open_allowed(params.required("destination"), params.text("aws_conn_id"))
+    keys = deployment_encryption_keys()  # read once a run, not once a round
     if params.flag("until_current", False):
-        result = archive.ship(server, storage)
+        result = archive.ship(server, storage, keys=keys)
         archive.log_result(storage, result)
         return {**result, "head": head(storage)}
     every = params.number("ship_every_seconds", 0.5, minimum=0.1, maximum=60)
@@ -95,7 +97,7 @@ def run(conf: RunParams, stop: Any = None, on_head: Callable[[dict[str, Any] | N
         while True:
             started = time.monotonic()
             try:
-                result = archive.ship(server, storage, held)
+                result = archive.ship(server, storage, held, keys)
             except (Refusal, TaskStopped):
                 raise
             except _transient() as exc:

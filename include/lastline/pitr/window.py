@@ -10,7 +10,7 @@ from __future__ import annotations
 import hashlib
 import re
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
@@ -18,6 +18,7 @@ from lastline.core.errors import ConfigError, IntegrityError, Refusal
 from lastline.pitr import events
 from lastline.pitr.archive import PREFIX, branches, read_branch
 from lastline.pitr.chain import Branch, Entry
+from lastline.pitr.sealed import Seals
 from lastline.storage import Storage
 
 GTID = re.compile(r"^\d+-\d+-\d+$")
@@ -64,6 +65,7 @@ class Line:
     branch: str
     files: list[tuple[str, Entry]]
     covered: dict | None  # the branch's covered position (Branch.covered)
+    seals: Seals = field(default_factory=Seals, repr=False, compare=False)  # what opens its branches' sealed segments
 
     def covered_time(self) -> int | None:
         """Up to when the archive holds every transaction of this line: the last run that found the source at the
@@ -83,11 +85,11 @@ def lineage(storage: Storage, bid: str, _depth: int = 0) -> Line:
     branch: Branch = read_branch(storage, bid)
     own = [(bid, e) for e in branch.entries]
     if not branch.parent:
-        return Line(bid, own, branch.covered)
+        return Line(bid, own, branch.covered, Seals().with_branch(bid, branch.envelope))
     parent = lineage(storage, branch.parent, _depth + 1)
     names = [e.name for _, e in parent.files]
     shared = parent.files[:names.index(branch.fork_after) + 1] if branch.fork_after in names else []
-    return Line(bid, shared + own, branch.covered)
+    return Line(bid, shared + own, branch.covered, parent.seals.with_branch(bid, branch.envelope))
 
 
 def line_window(line: Line) -> dict[str, Any]:
@@ -116,11 +118,16 @@ def windows(storage: Storage) -> list[dict[str, Any]]:
     return [line_window(lineage(storage, b["id"])) for b in branches(storage)]
 
 
-def segment_chunks(storage: Storage, branch: str, name: str, segment: dict) -> Iterator[bytes]:
-    """One archived segment as it streams from the destination; after its last chunk, its size and sha256 are
-    checked against its chain's (a reader acts on the bytes only once the whole segment has passed)."""
+def segment_chunks(storage: Storage, branch: str, name: str, segment: dict, seals: Seals | None = None) -> Iterator[bytes]:
+    """One archived segment as it streams from the destination (a sealed one opened by `seals`, each chunk
+    authenticated); after its last chunk, its size and sha256 are checked against its chain's (a reader acts on the
+    bytes only once the whole segment has passed)."""
+    key = f"{PREFIX}/{branch}/{name}/{int(segment['offset']):012d}"
+    if segment.get("sealed"):
+        yield from (seals or Seals()).opened(branch, key, segment, iter(storage.reader(key)))
+        return
     digest, n = hashlib.sha256(), 0
-    for chunk in storage.reader(f"{PREFIX}/{branch}/{name}/{int(segment['offset']):012d}"):
+    for chunk in storage.reader(key):
         digest.update(chunk)
         n += len(chunk)
         yield chunk
@@ -130,9 +137,9 @@ def segment_chunks(storage: Storage, branch: str, name: str, segment: dict) -> I
                              "there; a roll-forward cannot cross it.")
 
 
-def segment_bytes(storage: Storage, branch: str, name: str, segment: dict) -> bytes:
-    """One archived segment, checked against the sha256 its chain records."""
-    return b"".join(segment_chunks(storage, branch, name, segment))
+def segment_bytes(storage: Storage, branch: str, name: str, segment: dict, seals: Seals | None = None) -> bytes:
+    """One archived segment, checked against the sha256 its chain records (a sealed one opened by `seals`)."""
+    return b"".join(segment_chunks(storage, branch, name, segment, seals))
 
 
 def find_base(line: Line, file: str | None, gtid: str) -> int | None:
@@ -159,7 +166,9 @@ def base_matches(storage: Storage, line: Line, at: int, position: int | None, gt
             return None if at == len(line.files) - 1 and events.includes(gtid, entry.start_gtids) else False
         return position is None or position <= 4 or events.includes(gtid, entry.start_gtids)
     assert position is not None  # a segment holds it
-    found = events.scan(segment_bytes(storage, bid, entry.name, seg)[:position - seg["offset"]], entry.name,
+    if seg.get("sealed") and not line.seals.opens(bid):  # a check without the key (the archiver's host): the index's word
+        return events.includes(gtid, entry.start_gtids)
+    found = events.scan(segment_bytes(storage, bid, entry.name, seg, line.seals)[:position - seg["offset"]], entry.name,
                         seg["offset"], entry.checksum)
     last = found.ending_at(position)
     if last is None:  # no transaction ends there: the base sits after the file's header events

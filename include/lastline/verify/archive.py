@@ -1,5 +1,6 @@
 """The binlog archive of one destination read back: branches.json and each branch's chain.json (bounded, their MACs
-checked), every archived segment against its chain (presence, size, sha256, streamed), the segments of each file
+checked), every archived segment against its chain (presence, size, sha256, streamed; a sealed one also opened and
+each chunk authenticated where the deployment holds its key, a damaged chunk named), the segments of each file
 contiguous from byte 0 to its archived size and each file starting from the GTID state the one before it ended in
 (an unrecorded gap is damage); then, for each base backup, the files from its binlog position to the newest one, with
 the holes (recorded by the archiver, or found here) that stop a roll-forward named. It reads, never writes."""
@@ -13,7 +14,9 @@ from lastline.pitr import catalog, events, window
 from lastline.pitr.catalog import PREFIX
 from lastline.pitr.chain import Branch, Entry, split_name
 from lastline.pitr.restore import coordinates
+from lastline.pitr.sealed import Seals
 from lastline.storage import Storage, control, open_storage
+from lastline.storage.sealing import SealError
 from lastline.verify.backups import read_back_manifest
 from lastline.verify.plans import MISSING, OK, ArchiveVerdict, Coverage, Finding, VerifyPlan, status_of
 from lastline.verify.reading import check_object, mac_finding
@@ -56,17 +59,43 @@ def sequence_gaps(bid: str, entries: list[Entry]) -> list[Finding]:
     return out
 
 
-def check_branch(storage: Storage, branch: Branch) -> tuple[list[Finding], int, int]:
+def check_branch(storage: Storage, branch: Branch, seals: Seals | None = None) -> tuple[list[Finding], int, int]:
     """(findings, segments read, bytes read) of one branch's own files."""
     findings, segments, total = sequence_gaps(branch.id, branch.entries), 0, 0
+    seals = seals or Seals().with_branch(branch.id, branch.envelope)
     for entry in branch.entries:
         findings += gaps(branch.id, entry)
         for seg in entry.segments:
-            name = f"{PREFIX}/{branch.id}/{entry.name}/{int(seg['offset']):012d}"
-            found, n = check_object(storage, name, int(seg["size"]), str(seg["sha256"]), name)
+            found, n = check_segment(storage, branch.id, entry.name, seg, seals)
             segments, total = segments + 1, total + n
             findings += [found] if found else []
     return findings, segments, total
+
+
+def check_segment(storage: Storage, bid: str, file: str, seg: dict, seals: Seals) -> tuple[Finding | None, int]:
+    """One segment against its chain: its stored size and sha256 (without a key), and a sealed one, where the
+    deployment opens its branch, read once: opened, each chunk authenticated (a damaged one named), then its stored
+    size and sha256 and its binlog bytes checked at its end. (finding or None, stored bytes read)."""
+    name = f"{PREFIX}/{bid}/{file}/{int(seg['offset']):012d}"
+    stored = int(seg.get("stored", -1)) if seg.get("sealed") else int(seg["size"])
+    if not seg.get("sealed") or not seals.opens(bid):
+        return check_object(storage, name, stored, str(seg["sha256"]), name)
+    found: int | None = 0
+    try:
+        found = storage.size_if_exists(name)
+        if found is None:
+            return Finding(name, "missing", f"{max(stored, 0):,} bytes", "no such file"), 0
+        if found != stored:
+            return Finding(name, "size", f"{stored:,} bytes", f"{found:,} bytes"), 0
+        for _ in window.segment_chunks(storage, bid, file, seg, seals):
+            pass
+    except SealError as exc:  # a chunk changed, cut, reordered or moved, named
+        where = "its header" if exc.chunk is None else f"chunk {exc.chunk}"
+        reason = "changed" if exc.reason == "cut_or_changed" else exc.reason  # its size is the chain's: not cut
+        return Finding(name, "sealed", "every chunk authenticated", f"{where}: {reason}"), found or 0
+    except IntegrityError as exc:  # a link, or its stored bytes are not the chain's
+        return Finding(name, "digest", f"sha256 {seg['sha256']}", str(exc)[:300]), found or 0
+    return None, found
 
 
 def _damaged(findings: list[Finding]) -> set[str]:

@@ -11,8 +11,9 @@ from lastline.core.plans import Plan, Result
 OK, DAMAGED, MISSING = "ok", "damaged", "missing"
 GONE = "gone"  # the whole backup removed while the run read it (prune deleting an old one): not read, no problem
 # what differs in a file: gone, another size, another sha256, a MAC that fails, unreadable (a link, bad JSON, ...),
-# a gap in the archive (bytes or GTIDs lastline never recorded as a hole), an archive older than the head Airflow recorded
-PROBLEMS = ("missing", "size", "digest", "mac", "unreadable", "gap", "rollback")
+# a gap in the archive (bytes or GTIDs lastline never recorded as a hole), an archive older than the head Airflow recorded,
+# a sealed object that does not open (a chunk changed, cut, reordered or moved: storage.sealing)
+PROBLEMS = ("missing", "size", "digest", "mac", "unreadable", "gap", "rollback", "sealed")
 
 
 @dataclasses.dataclass(frozen=True)
