@@ -5,7 +5,7 @@ Manual (the form: `destination`, `aws_conn_id`, `dry_run`). Run it after a new k
 connection (the old one moved to its extras `keys`): each complete backup (physical and logical) whose manifest records
 an envelope gets it re-wrapped under the current key and recipients, the manifest written back signed, the same bytes
 but for the envelope and the MAC, and Airflow's pin of the newest backup updated to match; the binlog archive's
-branches likewise. Only manifests and chains are written: no data object is rewritten (the data key stays the same).
+branches likewise. Only manifests and the archive branches' envelope.json are written: no data object is rewritten (the data key stays the same).
 
 preflight → backups → rotate_backups (one task per batch of 100 backups) and rotate_archive → report (always). A
 manifest that does not authenticate with the storage key is reported, never signed again; one that no held key opens,

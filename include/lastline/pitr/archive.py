@@ -160,7 +160,7 @@ def ship(server: Server, storage: Storage, held: Held | None = None, keys: Encry
             entry = _entry(branch, step.name, step.start_gtids)
             if step.upto > step.offset:
                 if branch.id not in sealers:  # a branch's first sealed segment gives it its envelope
-                    sealers[branch.id] = sealer(branch, keys)
+                    sealers[branch.id] = sealer(storage, branch, keys)
                 shipped += _ship_bytes(server, storage, branch, entry, posixpath.join(binlog_dir, step.name), step.offset,
                                        step.upto, host, sealers[branch.id])
             entry.size, entry.closed = step.upto, step.closes

@@ -1,7 +1,9 @@
 """The binlog archive's control files, under `<destination>/binlogs/`: `branches.json` (every branch) and each branch's
 `<branch>/chain.json` (its files, holes and segments), read bounded and authenticated (storage.control,
-storage.auth) and written signed; and the archive's head, which Airflow records after each run so that a restore
-refuses an archive rolled back from it (anti-rollback).
+storage.auth) and written signed; a sealed branch's `<branch>/envelope.json` (its data key, wrapped: pitr.sealed),
+a file of its own so that its two writers never meet: the archiver writes the chain every round and the envelope once,
+when the branch's first sealed segment is written; a key rotation re-writes the envelope alone; and the archive's
+head, which Airflow records after each run so that a restore refuses an archive rolled back from it (anti-rollback).
 """
 from __future__ import annotations
 
@@ -62,23 +64,53 @@ def read_branch(storage: Storage, bid: str, use: str | None = None) -> Branch:
                 if seg.get("sealed", False) is not False and (seg["sealed"] is not True or int(seg["stored"]) < 0
                                                               or not isinstance(seg["ephemeral"], str)):
                     raise ValueError(f"segment {e.name}@{seg['offset']}: sealed, stored or ephemeral")
-        envelope, public = data.get("envelope"), data.get("seal_public")
-        if not isinstance(envelope, dict | None) or not isinstance(public, str | None):
+        public = data.get("seal_public")
+        if "envelope" in data or not isinstance(public, str | None):
             raise ValueError("envelope or seal_public")
-        branch = Branch(bid, entries, data.get("parent"), data.get("fork_after"), data.get("covered"), envelope, public)
+        branch = Branch(bid, entries, data.get("parent"), data.get("fork_after"), data.get("covered"), None, public)
     except (TypeError, KeyError, ValueError, AttributeError) as exc:
         raise IntegrityError(f"{storage.location(key)} is not a chain lastline wrote ({exc!r}); refused.") from exc
     wrong = unproven(entries)
     if wrong:  # a hole is crossed only on the chain's own proof, whoever signed it
         raise IntegrityError(f"{storage.location(key)}: {wrong}; refused.")
     _authenticated(storage, key, found, use)
+    if public is not None:  # a sealed branch: its envelope, which the chain's seal_public vouches is there
+        branch.envelope = read_envelope(storage, bid, use)
     return branch
+
+
+def envelope_key(bid: str) -> str:
+    """Where a sealed branch's envelope is kept."""
+    return f"{PREFIX}/{bid}/envelope.json"
+
+
+def read_envelope(storage: Storage, bid: str, use: str | None = None) -> dict[str, Any]:
+    """A sealed branch's envelope (`{"branch": <id>, "envelope": {...}}` in envelope.json), authenticated as the chain
+    is; refused when it is missing (its chain says the branch is sealed) or another branch's."""
+    key = envelope_key(bid)
+    if storage.size_if_exists(key) is None:
+        raise IntegrityError(f"{storage.location(key)} is missing, but the branch's chain says its segments are sealed: "
+                             "without it no segment of the branch opens. Restore the file from a copy; refused.")
+    found = control.read(storage, key)
+    data = found.data
+    if not isinstance(data, dict) or data.get("branch") != bid or not isinstance(data.get("envelope"), dict):
+        raise IntegrityError(f"{storage.location(key)} is not the envelope lastline wrote for branch {bid}; refused.")
+    _authenticated(storage, key, found, use)
+    return data["envelope"]
+
+
+def write_envelope(storage: Storage, bid: str, envelope: dict[str, Any]) -> int:
+    """Write a sealed branch's envelope.json (signed): by the archiver once, before the branch's first sealed segment,
+    and by a key rotation. Returns its size."""
+    return control.write(storage, envelope_key(bid), json.dumps({"branch": bid, "envelope": envelope}, indent=1))
 
 
 def write_branch(storage: Storage, branch: Branch) -> int:
     """Write a branch's chain.json (signed, as every control file): the archiver's and the retention's one writer.
     Returns its size (a held stream tells another writer's chain from its own by it)."""
-    return control.write(storage, f"{PREFIX}/{branch.id}/chain.json", json.dumps(asdict(branch), indent=1))
+    data = asdict(branch)
+    del data["envelope"]  # envelope.json's (write_envelope): a rotation's change is never written over by a round
+    return control.write(storage, f"{PREFIX}/{branch.id}/chain.json", json.dumps(data, indent=1))
 
 
 def write_branches(storage: Storage, known: list[dict[str, Any]]) -> None:

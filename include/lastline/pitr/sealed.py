@@ -2,8 +2,10 @@
 (storage.sealing, its name = its storage key, its backup id `binlogs/<branch>`), so whoever reads the storage reads no
 row change.
 
-The data key is per branch: its envelope (storage.envelope: wrapped under the deployment's KEK and recipients) is the
-chain's `envelope`, made when the branch's first sealed segment is written, and a rotation re-wraps it like a backup's.
+The data key is per branch: its envelope (storage.envelope: wrapped under the deployment's KEK and recipients) is kept
+in the branch's `envelope.json` (pitr.catalog), written when the branch's first sealed segment is, and a rotation
+re-wraps it like a backup's, in that file alone (the archiver, which re-writes the chain every round, never writes it
+again).
 The archiver never opens it: it may hold recipients only (a host that seals but cannot read). So the branch's data key
 also derives an X25519 key pair (HKDF-SHA256), whose public half the chain records (`seal_public`); each segment is
 sealed under a key of its own, HKDF-SHA256 of an exchange between a fresh ephemeral X25519 key (its public half in the
@@ -29,9 +31,10 @@ from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 
 from lastline.core.errors import ConfigError, IntegrityError
+from lastline.pitr import catalog
 from lastline.pitr.catalog import PREFIX
 from lastline.pitr.chain import Branch
-from lastline.storage import auth
+from lastline.storage import Storage, auth
 from lastline.storage.encryption_keys import EncryptionKeys, deployment_encryption_keys
 from lastline.storage.envelope import Envelope, new_data_key, open_data_key
 from lastline.storage.sealing import DataKey, SealReader, SealWriter, Sink
@@ -100,19 +103,24 @@ def _unb64(text: object, where: str) -> bytes:
     return raw
 
 
-def sealer(branch: Branch, keys: EncryptionKeys | None) -> SegmentSealer | None:
+def sealer(storage: Storage, branch: Branch, keys: EncryptionKeys | None) -> SegmentSealer | None:
     """What the archiver seals `branch`'s next segments with (None: the deployment has no key, they go in the clear).
-    A branch without an envelope gets one now (a key set later seals from the next segment on). An envelope the
-    deployment opens with a KEK must derive the public key the chain records; one it cannot open (recipients only) is
-    trusted as far as the chain is authenticated, so that is required."""
+    A branch that is not sealed yet gets its envelope now, written (catalog.write_envelope) before any segment sealed
+    under it (a key set later seals from the next segment on). An envelope the deployment opens with a KEK must derive
+    the public key the chain records; one it cannot open (recipients only) is trusted as far as the chain is
+    authenticated, so that is required."""
     if keys is None:
         return None
-    if branch.envelope is None or branch.seal_public is None:
+    where = f"the binlog archive's branch {branch.id}"
+    if branch.seal_public is None:
         data_key, env = new_data_key(keys, backup_id(branch.id))
         public = _raw_public(branch_private(data_key, branch.id))
+        catalog.write_envelope(storage, branch.id, env.to_json())
         branch.envelope, branch.seal_public = env.to_json(), base64.b64encode(public).decode()
         return SegmentSealer(branch.id, public, env.cipher, env.chunk_size)
-    where = f"the binlog archive's branch {branch.id}"
+    if branch.envelope is None:  # read_branch reads it with the chain; never replaced (segments are sealed to it)
+        raise IntegrityError(f"{where}: its chain says its segments are sealed, but no envelope was read with it. "
+                             "Nothing was shipped.")
     env = Envelope.from_json(branch.envelope, where)
     public = _unb64(branch.seal_public, f"{where}: seal_public")
     if any(w.kind == "kek" and w.key_id in keys.keks for w in env.wrappings):

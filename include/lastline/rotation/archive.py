@@ -1,8 +1,9 @@
-"""The binlog archive's envelopes re-wrapped: a branch whose chain records one (`Branch.envelope`, bound to the backup
-id `binlogs/<branch>`) gets it under the current key and recipients, its chain.json written again by the archive's
-one writer (catalog.write_branch), never if the chain changed meanwhile (the archiver wrote it: a re-run takes it). A
-chain without an envelope (an archive that is not encrypted, or a lastline that does not encrypt it) is left alone.
-Airflow's record of the archive's head is made again if the head changed."""
+"""The binlog archive's envelopes re-wrapped: a sealed branch's `envelope.json` (pitr.catalog: its data key, bound to
+the backup id `binlogs/<branch>`) gets it under the current key and recipients and is written again, signed; never if
+it changed meanwhile (a re-run takes it). The archiver never writes that file after the branch's first sealed segment
+(its chain, which it re-writes every round, holds no envelope), so a rotation and a running archive never undo each
+other. A branch that is not sealed is left alone. Airflow's record of the archive's head is made again if the head
+changed."""
 from __future__ import annotations
 
 import hashlib
@@ -22,23 +23,18 @@ log = logging.getLogger(__name__)
 KIND = "binlogs"
 
 
-def _sha(rot: Rotation, key: str) -> str:
-    return hashlib.sha256(control.read_bytes(rot.storage, key)).hexdigest()
-
-
 def rotate_branch(rot: Rotation, bid: str) -> Outcome:
     """One branch's envelope re-wrapped (see the module), or why not."""
-    name, key = f"{PREFIX}/{bid}", f"{PREFIX}/{bid}/chain.json"
+    name, key = f"{PREFIX}/{bid}", catalog.envelope_key(bid)
     try:
+        if catalog.read_branch(rot.storage, bid).seal_public is None:  # its shape checked (and its MAC)
+            return Outcome(name, KIND, UNENCRYPTED)
         found = control.read(rot.storage, key)
         if why := rot.refused(found.auth, rot.storage.location(key)):
             return Outcome(name, KIND, UNAUTHENTICATED, why)
-        branch = catalog.read_branch(rot.storage, bid)  # its shape checked (and its MAC again)
+        recorded = catalog.read_envelope(rot.storage, bid)  # its shape and branch checked
     except IntegrityError as exc:
         return Outcome(name, KIND, UNREADABLE, str(exc)[:400])
-    recorded = getattr(branch, "envelope", None)
-    if recorded is None:
-        return Outcome(name, KIND, UNENCRYPTED)
     try:
         env = Envelope.from_json(recorded, rot.storage.location(key))
         if is_current(env, rot.keys):
@@ -53,11 +49,9 @@ def rotate_branch(rot: Rotation, bid: str) -> Outcome:
         return Outcome(name, KIND, UNREADABLE, str(exc)[:400])
     if rot.dry_run:
         return Outcome(name, KIND, WOULD, was=env.needs(), now=new.needs())
-    if _sha(rot, key) != found.sha256:
-        return Outcome(name, KIND, CHANGED, "the archiver wrote its chain meanwhile: run the rotation again")
-    branch.envelope = new.to_json()  # type: ignore[attr-defined]  # a field of Branch where the archive is encrypted
-    catalog.write_branch(rot.storage, branch)
-    written = rot.storage.size(key)
+    if hashlib.sha256(control.read_bytes(rot.storage, key)).hexdigest() != found.sha256:
+        return Outcome(name, KIND, CHANGED, "its envelope changed meanwhile: run the rotation again")
+    written = catalog.write_envelope(rot.storage, bid, new.to_json())
     log.info("rotation: %s re-wrapped (%s -> %s), %d bytes written", rot.storage.location(key), env.needs(),
              new.needs(), written)
     return Outcome(name, KIND, REWRAPPED, was=env.needs(), now=new.needs(), bytes=written)

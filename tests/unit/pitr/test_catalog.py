@@ -189,3 +189,24 @@ def test_a_mark_whose_file_is_not_archived_yet_reads_back_and_is_checked_once_th
     write_branch(storage, _with_hole("bin.000004", "0-1-9", tail))  # then written starting past the archived bytes
     with pytest.raises(IntegrityError, match="is marked proven empty by bin.000004, which the chain does not bear out"):
         read_branch(storage, BID, USE)
+
+
+def test_a_sealed_branch_keeps_its_envelope_in_a_file_of_its_own(tmp_path):
+    from lastline.pitr.catalog import envelope_key, read_envelope, write_envelope
+
+    storage, env = FileStorage(str(tmp_path)), {"format": "lastline-seal/1", "wrappings": []}
+    sealed = dataclasses.replace(branch(), envelope=env, seal_public="c2VhbA==")
+    write_branch(storage, sealed)
+    assert "envelope" not in json.loads((tmp_path / PREFIX / BID / "chain.json").read_text())  # a round never writes it
+    with pytest.raises(IntegrityError, match="envelope.json is missing, but the branch's chain says"):
+        read_branch(storage, BID)  # its segments would not open: refused, not read as plain
+    write_envelope(storage, BID, env)
+    assert read_branch(storage, BID).envelope == env and read_envelope(storage, BID) == env
+    write_envelope(storage, "1-000002-0a1b2c3d", env)
+    (tmp_path / PREFIX / "1-000002-0a1b2c3d" / "envelope.json").replace(tmp_path / envelope_key(BID))
+    with pytest.raises(IntegrityError, match="not the envelope lastline wrote for branch"):
+        read_branch(storage, BID)  # another branch's, moved: refused
+    plain = tmp_path / PREFIX / BID / "chain.json"
+    plain.write_text(plain.read_text().replace('"seal_public"', '"envelope": {}, "seal_public"'))
+    with pytest.raises(IntegrityError, match="is not a chain lastline wrote"):
+        read_branch(storage, BID)  # an envelope inside the chain is not where lastline keeps it

@@ -31,7 +31,7 @@ def keys(login: str = "k1", password: str = K1, **extra) -> EncryptionKeys:
 def ship(store: FileStorage, branch: Branch, deployment: EncryptionKeys | None, data: bytes = DATA,
          offset: int = 0, chunk_size: int | None = None) -> dict:
     """One segment of `data` written as the archiver writes it; its chain entry's fields."""
-    seal = sealed.sealer(branch, deployment)
+    seal = sealed.sealer(store, branch, deployment)
     name = f"binlogs/{branch.id}/bin.000001/{offset:012d}"
     if seal is None:
         store.write_bytes(name, data)
@@ -87,7 +87,7 @@ def test_a_recipient_only_archiver_seals_what_only_the_identity_opens(tmp_path, 
     monkeypatch.delenv("LASTLINE_STORAGE_KEY_CONN_ID", raising=False)
     monkeypatch.delenv("LASTLINE_STORAGE_TRUSTED", raising=False)
     with pytest.raises(ConfigError, match="cannot be checked"):
-        sealed.sealer(branch, archiver)
+        sealed.sealer(store, branch, archiver)
 
 
 def test_a_rotation_rewraps_the_branch_envelope_and_its_segments_follow(tmp_path):
@@ -103,13 +103,13 @@ def test_a_rotation_rewraps_the_branch_envelope_and_its_segments_follow(tmp_path
 
 
 def test_a_forged_public_key_is_found_by_an_archiver_holding_the_kek(tmp_path):
-    branch = Branch(BID)
-    ship(FileStorage(str(tmp_path)), branch, keys())
+    store, branch = FileStorage(str(tmp_path)), Branch(BID)
+    ship(store, branch, keys())
     other = Branch(BID)
-    sealed.sealer(other, keys())
+    sealed.sealer(FileStorage(str(tmp_path / "other")), other, keys())
     branch.seal_public = other.seal_public
     with pytest.raises(IntegrityError, match="not the one its data key derives"):
-        sealed.sealer(branch, keys())
+        sealed.sealer(store, branch, keys())
 
 
 def test_a_flipped_byte_is_named_by_its_chunk_and_a_swapped_object_by_its_digest(tmp_path):
