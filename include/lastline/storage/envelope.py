@@ -222,19 +222,21 @@ def rewrap(envelope: Envelope, keys: EncryptionKeys, backup_id: str, authenticat
 
 
 class _Pieces:
-    """read(n) over an iterator of byte strings (a storage reader), for a SealReader."""
+    """read(n) over an iterator of byte strings (a storage reader), for a SealReader: each byte copied once, into what
+    read returns (what is left of a piece is a view of it), so memory stays at a piece and a read."""
 
     def __init__(self, pieces: Iterator[bytes]) -> None:
-        self.pieces, self.rest = pieces, b""
+        self.pieces, self.rest = pieces, memoryview(b"")
 
     def read(self, size: int) -> bytes:
         parts, have = [self.rest], len(self.rest)
         while have < size and (piece := next(self.pieces, None)) is not None:
-            parts.append(piece)
+            parts.append(memoryview(piece))
             have += len(piece)
-        joined = b"".join(parts)
-        self.rest = joined[size:]
-        return joined[:size]
+        keep = max(0, have - size)  # the tail of the last piece, for the next read
+        last = parts[-1]
+        parts[-1], self.rest = last[:len(last) - keep], last[len(last) - keep:]
+        return b"".join(parts)
 
 
 @dataclass(frozen=True)

@@ -87,13 +87,13 @@ class DataKey:
 
 class SealError(IntegrityError):
     """A sealed object failed its check: `name` (its key), `chunk` (index from 0, None for the header), `reason`
-    (not_sealed, header, truncated, appended, reordered, cut_or_changed, changed)."""
+    (not_sealed, header, truncated, appended, reordered, cut_or_changed, changed), `detail` (what was found)."""
 
     def __init__(self, name: str, backup_id: str, chunk: int | None, reason: str, detail: str) -> None:
         where = "its header" if chunk is None else f"chunk {chunk}"
         super().__init__(f"sealed object {name!r} of backup {backup_id!r}, {where}: {detail}. Nothing read from it "
                          "may be used; restore another backup, or run backup_verify to see what else is damaged.")
-        self.name, self.backup_id, self.chunk, self.reason = name, backup_id, chunk, reason
+        self.name, self.backup_id, self.chunk, self.reason, self.detail = name, backup_id, chunk, reason, detail
 
 
 def _cipher_name(code: int) -> str | None:
