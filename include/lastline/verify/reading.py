@@ -42,8 +42,7 @@ def digest(storage: Storage, key: str, limit: int, seal: BackupSeal | None = Non
     try:
         if seal is not None:
             try:
-                for _ in seal.opened_stream(stored, key):
-                    pass
+                seal.authenticate(stored, key)
             except SealError as exc:
                 failed = exc
         for _ in stored:  # all of it without a seal; what a failed opening left unread
