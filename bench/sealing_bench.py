@@ -23,7 +23,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT / "include")]
 
-from lastline.storage import sealing  # noqa: E402
+from lastline.storage import envelope, sealing  # noqa: E402
 
 BLOCK = 4 << 20
 
@@ -67,12 +67,12 @@ def zstd(args: list[str], src: Path, dst: str = os.devnull) -> None:
 
 def seal(src: Path, dst: str, key: sealing.DataKey, cipher: str, chunk: int) -> None:
     with src.open("rb") as source, open(dst, "wb") as sink:
-        sealing.seal_stream(source, sink, key, "bench", "bench/rows.tsv", cipher=cipher, chunk_size=chunk)
+        envelope.seal_stream(source, sink, key, "bench", "bench/rows.tsv", cipher=cipher, chunk_size=chunk)
 
 
 def unseal(src: Path) -> None:
     with src.open("rb") as source, open(os.devnull, "wb") as sink:
-        sealing.open_stream(source, sink, KEY, "bench", "bench/rows.tsv")
+        envelope.open_stream(source, sink, KEY, "bench", "bench/rows.tsv")
 
 
 KEY = sealing.DataKey.generate()

@@ -35,6 +35,7 @@ from lastline.storage.encryption_keys import KEY_CONN_ENV, EncryptionKeys, Ident
 from lastline.storage.sealing import (
     CHUNK_SIZE,
     CIPHERS,
+    DEFAULT_CIPHER,
     FORMAT,
     MAX_CHUNK,
     MIN_CHUNK,
@@ -221,20 +222,48 @@ def rewrap(envelope: Envelope, keys: EncryptionKeys, backup_id: str, authenticat
     return _wrap_all(data_key, keys, backup_id, envelope.cipher, envelope.chunk_size)
 
 
+def seal_stream(source: Source, sink: Sink, key: DataKey, backup_id: str, name: str, *,
+                cipher: str = DEFAULT_CIPHER, chunk_size: int = CHUNK_SIZE) -> tuple[int, int]:
+    """Seal all of `source` into `sink` (a pipeline's stage: `... | zstd | seal -> storage`); (bytes in, bytes out)."""
+    with SealWriter(sink, key, backup_id, name, cipher=cipher, chunk_size=chunk_size) as writer:
+        while block := source.read(chunk_size):
+            writer.write(block)
+    return writer.bytes_in, writer.bytes_out
+
+
+def open_stream(source: Source, sink: Sink, key: DataKey, backup_id: str, name: str) -> int:
+    """Write the plaintext of sealed object `name` from `source` into `sink`; the bytes written. Raises SealError,
+    possibly after earlier chunks were written: the sink's consumer must not commit before this returns."""
+    written = 0
+    for plain in SealReader(source, key, backup_id, name).chunks():
+        sink.write(plain)
+        written += len(plain)
+    return written
+
+
 class _Pieces:
-    """read(n) over an iterator of byte strings (a storage reader), for a SealReader."""
+    """read(n) or readinto(buffer) over an iterator of byte strings (a storage reader), for a SealReader: each byte
+    copied once, into what read returns or the reader's buffer (what is left of a piece is a view of it)."""
 
     def __init__(self, pieces: Iterator[bytes]) -> None:
-        self.pieces, self.rest = pieces, b""
+        self.pieces, self.rest = pieces, memoryview(b"")
+
+    def readinto(self, buffer: memoryview) -> int:
+        if not self.rest:
+            self.rest = memoryview(next(self.pieces, b""))
+        n = min(len(buffer), len(self.rest))
+        buffer[:n], self.rest = self.rest[:n], self.rest[n:]
+        return n
 
     def read(self, size: int) -> bytes:
         parts, have = [self.rest], len(self.rest)
         while have < size and (piece := next(self.pieces, None)) is not None:
-            parts.append(piece)
+            parts.append(memoryview(piece))
             have += len(piece)
-        joined = b"".join(parts)
-        self.rest = joined[size:]
-        return joined[:size]
+        keep = max(0, have - size)  # the tail of the last piece, for the next read
+        last = parts[-1]
+        parts[-1], self.rest = last[:len(last) - keep], last[len(last) - keep:]
+        return b"".join(parts)
 
 
 @dataclass(frozen=True)
@@ -258,6 +287,11 @@ class BackupSeal:
         """The plaintext of sealed object `name` read as byte strings (a storage's reader), each chunk authenticated
         before it is given; SealError once one is not (its consumer must not commit before the end)."""
         return self.reader(_Pieces(pieces), name).chunks()
+
+    def authenticate(self, pieces: Iterator[bytes], name: str) -> None:
+        """Sealed object `name` read as byte strings to its end, every chunk authenticated and its plaintext dropped
+        (SealReader.authenticate: nothing handed out, nothing written); SealError once one is not."""
+        self.reader(_Pieces(pieces), name).authenticate()
 
     def sealed(self, data: bytes, name: str) -> bytes:
         """`data` sealed whole as object `name` (a small file held in memory: a schema file)."""

@@ -87,13 +87,13 @@ class DataKey:
 
 class SealError(IntegrityError):
     """A sealed object failed its check: `name` (its key), `chunk` (index from 0, None for the header), `reason`
-    (not_sealed, header, truncated, appended, reordered, cut_or_changed, changed)."""
+    (not_sealed, header, truncated, appended, reordered, cut_or_changed, changed), `detail` (what was found)."""
 
     def __init__(self, name: str, backup_id: str, chunk: int | None, reason: str, detail: str) -> None:
         where = "its header" if chunk is None else f"chunk {chunk}"
         super().__init__(f"sealed object {name!r} of backup {backup_id!r}, {where}: {detail}. Nothing read from it "
                          "may be used; restore another backup, or run backup_verify to see what else is damaged.")
-        self.name, self.backup_id, self.chunk, self.reason = name, backup_id, chunk, reason
+        self.name, self.backup_id, self.chunk, self.reason, self.detail = name, backup_id, chunk, reason, detail
 
 
 def _cipher_name(code: int) -> str | None:
@@ -187,24 +187,29 @@ class SealWriter:
         self.abort() if kind is not None else self.close()
 
 
-def _read_full(source: Source, size: int) -> bytes:
-    parts, got = [], 0
-    while got < size:
-        part = source.read(size - got)
-        if not part:
-            break
-        parts.append(part)
-        got += len(part)
-    return b"".join(parts)
+def _fill(source: Source, view: memoryview) -> int:
+    """Fill `view` from `source` (by its readinto where it has one: no copy made on the way); fewer bytes at its end."""
+    into, got, n = getattr(source, "readinto", None), 0, 1
+    while got < len(view) and n:
+        if into is None:
+            part = source.read(len(view) - got)
+            n = len(part)
+            view[got:got + n] = part
+        else:
+            n = into(view[got:]) or 0
+        got += n
+    return got
 
 
 class SealReader:
     """Opens sealed object `name` of backup `backup_id` from `source`: `chunks()` yields each chunk's plaintext once
-    it is authenticated, `read(n)` reads as a file does. Memory: about two chunks. Raises SealError."""
+    it is authenticated, `read(n)` reads as a file does, `authenticate()` only checks. Memory: about two chunks (each
+    read into one buffer). Raises SealError."""
 
     def __init__(self, source: Source, key: DataKey, backup_id: str, name: str) -> None:
         self._source, self.name, self.backup_id = source, name, backup_id
-        header = _read_full(source, HEADER_SIZE)
+        header = bytearray(HEADER_SIZE)
+        header = header[:_fill(source, memoryview(header))]
         magic, version, code, size, salt = _FIELDS.unpack(header[:_FIELDS.size].ljust(_FIELDS.size, b"\x00"))
         if len(header) < HEADER_SIZE and MAGIC.startswith(header[:len(MAGIC)]):
             self._fail(None, "truncated", f"the object ends inside its header ({len(header)} of {HEADER_SIZE} bytes)")
@@ -219,8 +224,9 @@ class SealReader:
         if not hmac.compare_digest(hmac.new(mac_key, header[:_FIELDS.size], hashlib.sha256).digest(), header[_FIELDS.size:]):
             self._fail(None, "header", "it does not authenticate: it was changed, or it was sealed for another "
                                        "object or backup, or under another data key")
-        self._fields, self._aead, self.chunk_size = header[:_FIELDS.size], _aead(self.cipher, aead_key), size
+        self._fields, self._aead, self.chunk_size = bytes(header[:_FIELDS.size]), _aead(self.cipher, aead_key), size
         self._ahead, self._index, self._done, self._plain = b"", 0, False, memoryview(b"")
+        self._buf = bytearray(size + TAG + 1)  # a chunk as stored and the byte after it (is it the final one?)
 
     def _fail(self, chunk: int | None, reason: str, detail: str) -> NoReturn:
         raise SealError(self.name, self.backup_id, chunk, reason, detail)
@@ -233,17 +239,28 @@ class SealReader:
         while not self._done:
             yield self._next()
 
-    def _next(self) -> bytes:
-        frame_size = self.chunk_size + TAG
-        data = self._ahead + _read_full(self._source, frame_size + 1 - len(self._ahead))
-        frame, self._ahead = memoryview(data)[:frame_size], data[frame_size:]
-        final = not self._ahead
+    def _next(self, into: memoryview | None = None) -> bytes:
+        """The next chunk's plaintext, authenticated (with `into`: decrypted there, b"" returned)."""
+        size, view, ahead = self.chunk_size + TAG, memoryview(self._buf), len(self._ahead)
+        view[:ahead] = self._ahead
+        got = ahead + _fill(self._source, view[ahead:])
+        frame, final, self._ahead = view[:min(got, size)], got <= size, bytes(view[size:got])
         try:
-            plain = self._aead.decrypt(_nonce(self._index, final), frame, self._fields)
+            nonce, plain = _nonce(self._index, final), b""
+            if into is None or len(frame) < TAG:
+                plain = self._aead.decrypt(nonce, frame, self._fields)
+            else:
+                self._aead.decrypt_into(nonce, frame, self._fields, into[:len(frame) - TAG])
         except InvalidTag:
             self._diagnose(frame, final)
         self._index, self._done = self._index + 1, final
         return plain
+
+    def authenticate(self) -> None:
+        """Read to the end, every chunk authenticated, the plaintext dropped (one buffer, reused, never handed out)."""
+        scratch = memoryview(bytearray(self.chunk_size))
+        while not self._done:
+            self._next(scratch)
 
     def _opens(self, frame: memoryview, index: int, final: bool) -> bool:
         try:
@@ -289,25 +306,6 @@ class SealReader:
         data = self.read(len(buffer))
         memoryview(buffer)[:len(data)] = data
         return len(data)
-
-
-def seal_stream(source: Source, sink: Sink, key: DataKey, backup_id: str, name: str, *,
-                cipher: str = DEFAULT_CIPHER, chunk_size: int = CHUNK_SIZE) -> tuple[int, int]:
-    """Seal all of `source` into `sink` (a pipeline's stage: `... | zstd | seal -> storage`); (bytes in, bytes out)."""
-    with SealWriter(sink, key, backup_id, name, cipher=cipher, chunk_size=chunk_size) as writer:
-        while block := source.read(chunk_size):
-            writer.write(block)
-    return writer.bytes_in, writer.bytes_out
-
-
-def open_stream(source: Source, sink: Sink, key: DataKey, backup_id: str, name: str) -> int:
-    """Write the plaintext of sealed object `name` from `source` into `sink`; the bytes written. Raises SealError,
-    possibly after earlier chunks were written: the sink's consumer must not commit before this returns."""
-    written = 0
-    for plain in SealReader(source, key, backup_id, name).chunks():
-        sink.write(plain)
-        written += len(plain)
-    return written
 
 
 def sealed_size(plain_bytes: int, chunk_size: int = CHUNK_SIZE) -> int:

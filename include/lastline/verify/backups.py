@@ -1,11 +1,13 @@
 """The backups of one destination read back: which folders are complete (the preflight), and for one backup its
-manifest (bounded, its MAC checked) and every file it names (presence, size, sha256, streamed): ok, damaged or
-missing, naming each file that differs and how. It reads, never writes."""
+manifest (bounded, its MAC checked) and every file it names (presence, size, sha256, streamed; for an encrypted backup
+whose data key the deployment's keys open, every sealed chunk authenticated in the same read): ok, damaged or missing,
+naming each file that differs and how. It reads, never writes (an opened chunk's plaintext is dropped)."""
 from __future__ import annotations
 
 import logging
 from typing import Any
 
+from lastline.backups import backup_seal
 from lastline.core.errors import IntegrityError
 from lastline.core.plans import Conf, RunParams
 from lastline.core.progress import plural
@@ -21,7 +23,7 @@ from lastline.manifest import (
 )
 from lastline.storage import Storage, open_storage, place_name, require_allowed
 from lastline.verify.plans import GONE, OK, BackupVerdict, Finding, VerifyPlan, status_of
-from lastline.verify.reading import check_object, mac_finding
+from lastline.verify.reading import Opening, check_object, mac_finding, opening
 
 log = logging.getLogger(__name__)
 
@@ -89,6 +91,15 @@ def read_back_manifest(storage: Storage, backup_id: str) -> tuple[Any, list[Find
     return manifest, [found] if found else []
 
 
+def _sealed(encrypted: bool, opened: Opening, status: str) -> str:
+    """Whether an encrypted backup's sealed files were opened, in words ("" for a backup that is not encrypted)."""
+    if not encrypted:
+        return ""
+    if opened.seal is None:
+        return opened.note or "sealed, not opened (see its findings)"
+    return "opened: " + ("every sealed chunk authenticated" if status == OK else "see its findings")
+
+
 def verify_backup(plan: VerifyPlan, backup_id: str) -> BackupVerdict:
     """One backup read back (see the module)."""
     storage = open_storage(plan.destination, plan.aws_conn_id)
@@ -103,9 +114,13 @@ def verify_backup(plan: VerifyPlan, backup_id: str) -> BackupVerdict:
     except IntegrityError as exc:
         findings.append(Finding(MANIFEST, "unreadable", "files inside the backup's folder", str(exc)[:300]))
         files = []
+    # the seal a restore here would open it with (or why not): every file of an encrypted backup is sealed
+    opened = opening(manifest.encryption, lambda: backup_seal(storage, manifest),
+                     storage.location(f"{backup_id}/{MANIFEST}"), MANIFEST)
+    findings += [opened.finding] if opened.finding else []
     total = 0
     for info in files:
-        found, n = check_object(storage, f"{backup_id}/{info.name}", int(info.bytes), info.sha256, info.name)
+        found, n = check_object(storage, f"{backup_id}/{info.name}", int(info.bytes), info.sha256, info.name, opened.seal)
         total += n
         if found is not None:
             findings.append(found)
@@ -113,7 +128,10 @@ def verify_backup(plan: VerifyPlan, backup_id: str) -> BackupVerdict:
     if status != OK and gone(storage, backup_id):
         log.info("verify %s/%s: removed while it was read (pruned?): not read", plan.destination, backup_id)
         return BackupVerdict(backup_id, manifest.kind, GONE, len(files), total)
-    verdict = BackupVerdict(backup_id, manifest.kind, status, len(files), total, findings, manifest.authenticity.describe())
-    log.info("verify %s/%s: %s, %s read (%s bytes)%s", plan.destination, backup_id, verdict.status,
-             plural(len(files), "file"), f"{total:,}", "".join(f"; {f.describe()}" for f in findings))
+    sealed = _sealed(manifest.encryption is not None, opened, status)
+    verdict = BackupVerdict(backup_id, manifest.kind, status, len(files), total, findings, manifest.authenticity.describe(),
+                            sealed)
+    log.info("verify %s/%s: %s, %s read (%s bytes)%s%s", plan.destination, backup_id, verdict.status,
+             plural(len(files), "file"), f"{total:,}", f"; {sealed}" if sealed else "",
+             "".join(f"; {f.describe()}" for f in findings))
     return verdict

@@ -12,8 +12,9 @@ OK, DAMAGED, MISSING = "ok", "damaged", "missing"
 GONE = "gone"  # the whole backup removed while the run read it (prune deleting an old one): not read, no problem
 # what differs in a file: gone, another size, another sha256, a MAC that fails, unreadable (a link, bad JSON, ...),
 # a gap in the archive (bytes or GTIDs lastline never recorded as a hole), an archive older than the head Airflow recorded,
-# a sealed object that does not open (a chunk changed, cut, reordered or moved: storage.sealing)
-PROBLEMS = ("missing", "size", "digest", "mac", "unreadable", "gap", "rollback", "sealed")
+# a sealed object that does not open (a chunk changed, cut, reordered or moved: storage.sealing), a sealed backup that
+# no key of a deployment holding keys opens
+PROBLEMS = ("missing", "size", "digest", "mac", "unreadable", "gap", "rollback", "sealed", "key")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -57,8 +58,9 @@ def _findings(value: Any) -> list[Finding]:
 
 @dataclasses.dataclass(frozen=True)
 class BackupVerdict(Result):
-    """One backup read back: its kind, status (ok / damaged / missing), the files and bytes read, the findings, and
-    its manifest's authenticity in words."""
+    """One backup read back: its kind, status (ok / damaged / missing), the files and bytes read, the findings, its
+    manifest's authenticity in words, and for an encrypted backup whether its sealed files were opened (`sealed`: ""
+    when it is not encrypted)."""
 
     backup_id: str
     kind: str | None
@@ -67,6 +69,7 @@ class BackupVerdict(Result):
     bytes: int = 0
     findings: list[Finding] = dataclasses.field(default_factory=list)
     authenticity: str = ""
+    sealed: str = ""
 
     @classmethod
     def of(cls, value: BackupVerdict | Mapping[str, Any]) -> BackupVerdict:

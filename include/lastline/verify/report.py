@@ -1,5 +1,5 @@
 """backup_verify's report: per backup its verdict (ok / damaged / missing, naming each file and what differs), its
-newest restore drill and how far the archive rolls it forward; the archive's own verdict; saved in the run's Report
+newest restore drill, how far the archive rolls it forward and whether its sealed files were opened; the archive's own verdict; saved in the run's Report
 and in a history the Backups page reads (each backup's newest read-back). What to alert about, and the refusal that
 fails the run when anything is damaged or missing."""
 from __future__ import annotations
@@ -105,13 +105,15 @@ def markdown(plan: VerifyPlan, verdicts: list[BackupVerdict], archive: ArchiveVe
     head = (f"# Backup verify of {plan.destination}: " + (f"{plural(len(found), 'problem')}" if found else "every backup ok")
             + f" ({plural(len(verdicts), 'backup')}, {read:,} bytes read back)")
     lines = [head, ""] + [f"**Problem:** {p}" for p in found] + ["", newest_drill(drills)]
-    lines += ["", "| backup | kind | status | files | bytes | what differs | newest drill | point-in-time |",
-              "|---|---|---|---:|---:|---|---|---|"]
+    lines += [f"**Not opened** (sizes and sha256 checked, not the sealed chunks): backup {v.backup_id}: {v.sealed}."
+              for v in verdicts if v.sealed.startswith("sealed, not opened:")]
+    lines += ["", "| backup | kind | status | files | bytes | what differs | newest drill | point-in-time | sealed contents |",
+              "|---|---|---|---:|---:|---|---|---|---|"]
     cover = {c.backup_id: c for c in (archive.coverage if archive else [])}
     for v in verdicts:
         differs = "; ".join(f.describe() for f in v.findings) or "-"
         lines.append(f"| {v.backup_id} | {v.kind or '?'} | {v.status} | {v.files} | {v.bytes:,} | {differs} | "
-                     f"{_drilled(drills.get(v.backup_id))} | {_covered(cover.get(v.backup_id))} |")
+                     f"{_drilled(drills.get(v.backup_id))} | {_covered(cover.get(v.backup_id))} | {v.sealed or '-'} |")
     if plan.incomplete:
         lines += ["", f"Incomplete (no manifest, never restored, not read): {', '.join(plan.incomplete)}."]
     if archive is not None:

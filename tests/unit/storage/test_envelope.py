@@ -83,9 +83,9 @@ def test_rotation_re_wraps_the_same_data_key_under_the_new_key_only():
     with pytest.raises(ConfigError, match=r"needs one of the keys k2 \(kek\) to be read; .* holds k1"):
         envelope.open_data_key(new, keys(), "b1")  # the old key no longer does
     sealed = io.BytesIO()
-    sealing.seal_stream(io.BytesIO(b"row\t1\n"), sealed, data_key, "b1", "b1/t.tsv")
+    envelope.seal_stream(io.BytesIO(b"row\t1\n"), sealed, data_key, "b1", "b1/t.tsv")
     out = io.BytesIO()
-    sealing.open_stream(io.BytesIO(sealed.getvalue()), out, envelope.open_data_key(new, keys("k2", K2), "b1"), "b1", "b1/t.tsv")
+    envelope.open_stream(io.BytesIO(sealed.getvalue()), out, envelope.open_data_key(new, keys("k2", K2), "b1"), "b1", "b1/t.tsv")
     assert out.getvalue() == b"row\t1\n"  # the data, sealed before the rotation, reads after it
 
 
@@ -210,3 +210,20 @@ def test_a_stream_of_pieces_of_any_size_is_opened_chunk_by_chunk():
     assert b"".join(seal.opened_stream(iter(pieces), "b1/data/x")) == text
     with pytest.raises(sealing.SealError, match="chunk 2"):
         list(seal.opened_stream(iter(pieces[:-1]), "b1/data/x"))
+
+
+@pytest.mark.parametrize("piece", [777, 4 << 20, 9 << 20])
+def test_a_stream_of_pieces_is_authenticated_to_its_end_without_handing_out_plaintext(piece):
+    seal, _ = envelope.new_seal(keys(), "b1")
+    stored = seal.sealed(bytes(range(256)) * 40000, "b1/data/x")  # 3 chunks
+    pieces = [stored[i:i + piece] for i in range(0, len(stored), piece)]
+    assert seal.authenticate(iter(pieces), "b1/data/x") is None
+    changed = bytearray(stored)
+    changed[sealing.HEADER_SIZE + sealing.CHUNK_SIZE + sealing.TAG + 9] ^= 1
+    with pytest.raises(sealing.SealError, match="chunk 1: it does not authenticate") as raised:
+        seal.authenticate(iter([bytes(changed)]), "b1/data/x")
+    assert (raised.value.chunk, raised.value.reason) == (1, "changed")
+    with pytest.raises(sealing.SealError, match="chunk 2"):
+        seal.authenticate(iter([stored[:-1]]), "b1/data/x")  # cut inside its final chunk
+    with pytest.raises(sealing.SealError, match="chunk 2"):
+        seal.authenticate(iter([stored, b"x"]), "b1/data/x")  # a byte appended to its final chunk

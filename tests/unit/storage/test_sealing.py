@@ -11,7 +11,7 @@ import pickle
 import pytest
 
 from lastline.core.errors import IntegrityError
-from lastline.storage import sealing
+from lastline.storage import envelope, sealing
 from lastline.storage.sealing import HEADER_SIZE, TAG, DataKey, SealError, SealReader, SealWriter
 
 SMALL = 1024  # the smallest chunk: the cases at a chunk's edges stay fast
@@ -23,13 +23,13 @@ CIPHERS = list(sealing.CIPHERS)
 def sealed(plain: bytes, *, name: str = NAME, backup_id: str = "b1", key: DataKey = KEY, chunk: int = SMALL,
            cipher: str = "aes-256-gcm") -> bytes:
     sink = io.BytesIO()
-    sealing.seal_stream(io.BytesIO(plain), sink, key, backup_id, name, cipher=cipher, chunk_size=chunk)
+    envelope.seal_stream(io.BytesIO(plain), sink, key, backup_id, name, cipher=cipher, chunk_size=chunk)
     return sink.getvalue()
 
 
 def opened(data: bytes, *, name: str = NAME, backup_id: str = "b1", key: DataKey = KEY) -> bytes:
     out = io.BytesIO()
-    sealing.open_stream(io.BytesIO(data), out, key, backup_id, name)
+    envelope.open_stream(io.BytesIO(data), out, key, backup_id, name)
     return out.getvalue()
 
 

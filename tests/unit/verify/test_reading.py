@@ -1,15 +1,23 @@
 """verify.reading on a real local folder: an object read back against its size and sha256 (missing, another size
 and never read, another digest, a link refused), the digest streamed and bounded, and a control file's MAC verdict
-as a finding where the deployment signs."""
+as a finding where the deployment signs. A sealed object read with its seal: every chunk authenticated from the one
+read that hashes it, memory flat; a chunk changed with its sha256 rewritten to match is a `sealed` finding naming the
+chunk and why, a changed digest stays a `digest` finding; and how sealed objects are read: opened with the key a
+restore uses, not opened with a note where there is no key connection, a `key` finding where none held opens them."""
 from __future__ import annotations
 
 import hashlib
+import tracemalloc
 
 import pytest
 
-from lastline.storage import auth
+from lastline.core.errors import ConfigError
+from lastline.storage import auth, encryption_keys
+from lastline.storage.envelope import new_seal
 from lastline.storage.file import FileStorage
+from lastline.storage.sealing import CHUNK_SIZE, HEADER_SIZE, TAG
 from lastline.verify import reading
+from lastline_dev.keys import encryption_connection
 
 DATA = b"\x00`. x\n" * 200_000  # 1.2 MB: more than one read
 
@@ -55,7 +63,8 @@ def test_a_link_is_refused_not_followed(store, tmp_path):
 def test_the_digest_stops_once_past_its_limit(store):
     store.write_bytes("20261128T161432Z-7c93b6/big", b"b" * (2 * reading.CHUNK + 1))  # grew after its size was read
     assert reading.digest(store, "20261128T161432Z-7c93b6/big", 10)[1] == reading.CHUNK  # one read, then no further
-    assert reading.digest(store, "20261128T161432Z-7c93b6/f", len(DATA)) == (hashlib.sha256(DATA).hexdigest(), len(DATA))
+    assert reading.digest(store, "20261128T161432Z-7c93b6/f", len(DATA)) == (hashlib.sha256(DATA).hexdigest(), len(DATA),
+                                                                             None)
 
 
 @pytest.mark.parametrize(("state", "trusted", "keyed", "finding"), [
@@ -85,3 +94,106 @@ def test_a_storage_that_does_not_answer_is_raised_to_retry_never_a_finding_nor_a
     with pytest.raises(Exception) as raised:
         reading.check_object(S3Storage("backups", "p", "t_s3_gone"), "20261128T161432Z-7c93b6/f", 5, "0" * 64, "f")
     assert "127.0.0.1:9" in str(raised.value) and not isinstance(raised.value, Refusal)  # Airflow retries it
+
+
+BACKUP = "20261128T161432Z-7c93b6"
+SECRET, OTHER = "5e" * 32, "6f" * 32
+
+
+def _seal(key_id: str = "v-k1", secret: str = SECRET):
+    return new_seal(encryption_keys.keys_from_connection("c", "generic", key_id, secret, {}), BACKUP)
+
+
+@pytest.fixture
+def sealed(store):
+    """An object of 3 seal chunks and a bit, sealed as `<backup>/data/c` with a fresh data key: (seal, envelope, key,
+    stored bytes)."""
+    seal, env = _seal()
+    key = f"{BACKUP}/data/c"
+    stored = seal.sealed(DATA * 11, key)  # 13.2 MB: 4 chunks of 4 MiB
+    store.write_bytes(key, stored)
+    return seal, env, key, stored
+
+
+def test_a_sealed_object_with_its_seal_is_no_finding_and_read_once(store, sealed):
+    seal, _, key, stored = sealed
+    assert reading.check_object(store, key, len(stored), hashlib.sha256(stored).hexdigest(), "data/c", seal) == (None, len(stored))
+
+
+def _flip(store, key: str, stored: bytes, at: int) -> bytes:
+    changed = bytearray(stored)
+    changed[at] ^= 0x20
+    store.write_bytes(key, bytes(changed))
+    return bytes(changed)
+
+
+@pytest.mark.parametrize(("at", "chunk", "reason"), [
+    (HEADER_SIZE + 2 * (CHUNK_SIZE + TAG) + 77, "chunk 2", "changed"),
+    (10, "its header", "header"),
+    (-3, "chunk 3", "changed"),  # its size is the manifest's: not cut
+], ids=["inside-chunk-2", "in-the-header", "in-the-last-tag"])
+def test_a_changed_chunk_whose_sha256_was_rewritten_to_match_is_a_sealed_finding(store, sealed, at, chunk, reason):
+    seal, _, key, stored = sealed
+    changed = _flip(store, key, stored, at)
+    found, n = reading.check_object(store, key, len(changed), hashlib.sha256(changed).hexdigest(), "data/c", seal)
+    assert found is not None and (found.file, found.problem) == ("data/c", "sealed") and n == len(changed)  # read whole
+    assert found.found.startswith(f"{chunk}: {reason} (")
+
+
+def test_a_changed_chunk_with_the_manifests_sha256_is_a_digest_finding(store, sealed):
+    seal, _, key, stored = sealed
+    changed = _flip(store, key, stored, HEADER_SIZE + 5)
+    found, n = reading.check_object(store, key, len(stored), hashlib.sha256(stored).hexdigest(), "data/c", seal)
+    assert found is not None and found.problem == "digest" and found.found == f"sha256 {hashlib.sha256(changed).hexdigest()}"
+
+
+def test_an_object_sealed_under_another_data_key_or_name_does_not_open(store, sealed):
+    _, _, key, stored = sealed
+    other, _ = _seal()
+    found, _ = reading.check_object(store, key, len(stored), hashlib.sha256(stored).hexdigest(), "data/c", other)
+    assert found is not None and found.problem == "sealed" and found.found.startswith("its header: header (")
+    plain = DATA  # an object written unencrypted where the manifest records a seal
+    store.write_bytes(key, plain)
+    found, _ = reading.check_object(store, key, len(plain), hashlib.sha256(plain).hexdigest(), "data/c", other)
+    assert found is not None and found.found.startswith("its header: not_sealed (")
+
+
+def test_a_sealed_object_is_opened_with_memory_flat(store):
+    seal, _ = _seal()
+    key = f"{BACKUP}/data/big"
+    with store.writer(key) as sink, seal.writer(sink, key) as writer:
+        for _ in range(40):  # 48 MB: 12 seal chunks, never held whole
+            writer.write(DATA)
+    size = store.size(key)
+    sha = hashlib.sha256(b"".join(store.reader(key))).hexdigest()
+    peaks = []
+    for opener in (None, seal):
+        tracemalloc.start()
+        try:
+            assert reading.check_object(store, key, size, sha, "data/big", opener) == (None, size)
+            peaks.append(tracemalloc.get_traced_memory()[1])
+        finally:
+            tracemalloc.stop()
+    # the digest alone holds the storage's pieces (the one read and the one before it); opening adds two buffers, each
+    # reused for every chunk: the sealed chunk as read, its plaintext
+    assert peaks[0] < 2.5 * CHUNK_SIZE and peaks[1] - peaks[0] < 2.5 * CHUNK_SIZE < size / 4, peaks
+
+
+def test_how_sealed_objects_are_read_back(store, sealed, monkeypatch):
+    seal, env, _, _ = sealed
+    opened = lambda: seal  # noqa: E731 (what backups.backup_seal gives when the deployment's keys open it)
+    assert reading.opening(None, opened, "m", "manifest.json") == reading.Opening()  # not encrypted: nothing to open
+    monkeypatch.delenv(encryption_keys.KEY_CONN_ENV, raising=False)
+    note = reading.opening(env.to_json(), opened, "m", "manifest.json")
+    assert note.seal is None and note.finding is None and "no encryption key connection" in note.note and "v-k1 (kek)" in note.note
+    encryption_connection(monkeypatch.setenv, "unit_verify_enc", "v-k2", OTHER)
+    assert reading.opening(env.to_json(), opened, "m", "manifest.json").seal is seal
+
+    def refused():
+        raise ConfigError("backup needs one of the keys v-k1 (kek) to be read; the connection holds v-k2")
+
+    found = reading.opening(env.to_json(), refused, "m", "manifest.json")
+    assert found.seal is None and found.finding is not None and (found.finding.file, found.finding.problem) == ("manifest.json", "key")
+    assert found.finding.expected == "one of the keys v-k1 (kek)" and "holds v-k2" in found.finding.found
+    broken = reading.opening({"format": "lastline-seal/1"}, opened, "m", "manifest.json")
+    assert broken.finding is not None and broken.finding.problem == "unreadable" and broken.seal is None

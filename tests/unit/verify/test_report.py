@@ -125,3 +125,16 @@ def test_a_backup_gone_while_read_is_no_problem_and_its_task_passes():
     gone = BackupVerdict(B, "logical", "gone")
     assert report.problems([OK_A, gone], ARCHIVE) == []
     assert report.kept(gone, _Instance(), f"backup {B}") is gone
+
+
+def test_the_page_says_which_sealed_backups_were_opened_and_which_not_and_why():
+    note = "sealed, not opened: this deployment has no encryption key connection (LASTLINE_ENCRYPTION_KEY_CONN_ID); one of the keys k1 (kek) opens it"
+    verdicts = [BackupVerdict(A, "physical", OK, 1, 100, sealed="opened: every sealed chunk authenticated"),
+                BackupVerdict(B, "logical", OK, 3, 30, sealed=note), BackupVerdict(C, "logical", OK, 3, 30)]
+    page = report.markdown(VerifyPlan(DEST, None, [A, B, C]), verdicts, ARCHIVE, {}, [])
+    assert page.startswith(f"# Backup verify of {DEST}: every backup ok")  # not opened for want of a key: not damage
+    assert f"**Not opened** (sizes and sha256 checked, not the sealed chunks): backup {B}: {note}." in page
+    rows = {line.split(" | ")[0][2:]: line for line in page.splitlines() if line.startswith("| 2026")}
+    assert rows[A].endswith("| opened: every sealed chunk authenticated |") and rows[B].endswith(f"| {note} |")
+    assert rows[C].endswith("| - |") and f"backup {A}:" not in page
+    assert BackupVerdict.of(verdicts[1].to_dict()) == verdicts[1]  # through XCom
