@@ -175,8 +175,26 @@ def replay_account(admin: Server, user: str, databases: list[str], ledger: str) 
     server = _ensure(admin, user, "replay", databases, privileges=REPLAY_PRIVILEGES, read_only_admin=False)
     with admin.session() as cur:
         cur.execute("SET SESSION sql_log_bin = 0")
-        cur.execute(f"GRANT INSERT ON {ledger} TO {account_sql(user, admin_host(cur))}")
+        who = account_sql(user, admin_host(cur))
+        cur.execute(f"GRANT INSERT ON {ledger} TO {who}")
+        # one session, lastline's: a statement that set the account's password (any account may) logs no one else in
+        cur.execute(f"ALTER USER {who} WITH MAX_USER_CONNECTIONS 1")
+        end_sessions(cur, user)  # a killed worker's session, which would hold that one slot (and may still run)
     return server
+
+
+def end_sessions(cur: Any, user: str) -> list[int]:
+    """KILL every session of account `user` (a dropped account's sessions go on running what they run)."""
+    cur.execute("SELECT ID FROM information_schema.PROCESSLIST WHERE USER = %s AND ID <> CONNECTION_ID()", (user,))
+    ended = []
+    for (thread,) in cur.fetchall():
+        try:
+            cur.execute(f"KILL CONNECTION {int(thread)}")
+            ended.append(int(thread))
+        except Exception as exc:  # noqa: BLE001 - 1094: it ended meanwhile
+            if getattr(exc, "args", (None,))[0] != 1094:
+                raise
+    return ended
 
 
 def objects_owner(admin: Server, databases: list[str]) -> Server:
@@ -235,13 +253,15 @@ def lock(admin: Server, user: str) -> None:
 
 
 def drop(admin: Server, user: str) -> bool:
-    """Drop a run account (every host it was created for) and forget its password; True if one existed."""
+    """Drop a run account (every host it was created for), end its sessions and forget its password; True if one
+    existed."""
     with admin.session() as cur:
         cur.execute("SET SESSION sql_log_bin = 0")
         cur.execute("SELECT User, Host FROM mysql.user WHERE User = %s", (user,))
         found = [(_text(u), _text(h)) for u, h in cur.fetchall()]
         for name, host in found:
             cur.execute(f"DROP USER IF EXISTS {account_sql(name, host)}")
+        end_sessions(cur, user)  # after the drop: no new one logs in, and the ones it had stop
         if _table_exists(cur):
             cur.execute(f"DELETE FROM {ACCOUNTS} WHERE user = %s", (user,))
             cur.connection.commit()

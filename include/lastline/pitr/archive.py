@@ -22,14 +22,14 @@ import time
 from datetime import UTC, datetime
 from typing import Any
 
-from lastline.core.errors import IntegrityError, PreflightError
+from lastline.core.errors import IntegrityError, PreflightError, StorageError
 from lastline.core.hosts import Stage
 from lastline.core.pipeline import run_pipeline
 from lastline.core.servers import Server
 from lastline.pitr import events
 from lastline.pitr.catalog import PREFIX, branches, head, read_branch, write_branch, write_branches
 from lastline.pitr.chain import Branch, Entry, SourceFile, branch_id, plan, split_name
-from lastline.pitr.held import Held, continues
+from lastline.pitr.held import Held, archived, continues, still_ours
 from lastline.pitr.sealed import SegmentSealer, sealer
 from lastline.storage import Storage
 from lastline.storage.encryption_keys import EncryptionKeys, deployment_encryption_keys
@@ -111,13 +111,14 @@ def ship(server: Server, storage: Storage, held: Held | None = None, keys: Encry
     archiver needs no key that opens one."""
     keys = deployment_encryption_keys() if keys is DEPLOYMENT else keys  # a wrong key connection: refused before a byte
     binlog_dir, files, now = _source_now(server, held)
-    known, branch = _archived(storage, held, check=False)
+    known, branch = archived(storage, held, check=False)
     host = server.runner()
     steps = plan(branch, files)
     if held is not None and not steps and time.monotonic() - held.covered_at < COVER_EVERY:
         return _shipped(branch, 0, [], [], [])  # idle: nothing read or written
     if held is not None:  # something to write: the chain in memory must still be the stored one
-        known, branch = _archived(storage, held, check=True)
+        known, branch = archived(storage, held, check=True)
+        steps = plan(branch, files)
     resumed = next((e for e in reversed(branch.entries) if not e.missing), None) if branch else None
     if branch is not None and resumed is not None:  # the file the archive resumes: its bytes are compared, 4 KiB,
         # once a run, and in a held stream each round that ships (a closed file is told apart by its start state and
@@ -127,9 +128,11 @@ def ship(server: Server, storage: Storage, held: Held | None = None, keys: Encry
     shipped, holes, forks, empty = 0, [], [], []
 
     def save(b: Branch) -> None:
-        size = write_branch(storage, b)
+        if held is not None and held.branch is not None and held.branch.id == b.id:
+            still_ours(storage, held)  # retention may have written it since this round read it
+        sha = write_branch(storage, b)
         if held is not None:
-            held.chain_size = size
+            held.branch, held.chain_sha = b, sha
 
     sealers: dict[str, SegmentSealer | None] = {}
     if branch is None and steps:
@@ -176,22 +179,6 @@ def ship(server: Server, storage: Storage, held: Held | None = None, keys: Encry
     if held is not None:
         held.known, held.branch = known, branch
     return _shipped(branch, shipped, holes, forks, empty)
-
-
-def _archived(storage: Storage, held: Held | None, check: bool) -> tuple[list[dict[str, Any]], Branch | None]:
-    """The archive's branches and newest branch: from `held` when it has them (`check`: and the stored chain.json is
-    still the size it last wrote: its one other writer, retention, only ever shortens it), else read from storage."""
-    if held is not None and held.known is not None and held.branch is not None:
-        key = f"{PREFIX}/{held.branch.id}/chain.json"
-        if not check or storage.size_if_exists(key) == held.chain_size:
-            return held.known, held.branch
-        log.info("binlog archive: %s changed outside this stream (retention): read again", storage.location(key))
-    known = branches(storage)
-    branch = read_branch(storage, known[-1]["id"]) if known else None
-    if held is not None:
-        held.known, held.branch = known, branch
-        held.chain_size = storage.size(f"{PREFIX}/{branch.id}/chain.json") if branch else None
-    return known, branch
 
 
 def _shipped(branch: Branch | None, shipped: int, holes: list[str], forks: list[str], empty: list[str]) -> dict[str, Any]:
@@ -269,8 +256,8 @@ def _ship_bytes(server: Server, storage: Storage, branch: Branch, entry: Entry, 
         out: Any = sealing or writer
         result = run_pipeline([_dd(path, offset, n, host)], sink=sink, label=f"binlog {entry.name}", progress_every=None,
                               host=host)
-        if result.bytes_out != n:
-            raise IntegrityError(f"{entry.name}: read {result.bytes_out} bytes of {n} from byte {offset} on "
+        if result.bytes_out != n:  # the file went (RESET MASTER, a purge) between the listing and the read: transient
+            raise StorageError(f"{entry.name}: read {result.bytes_out} bytes of {n} from byte {offset} on "
                                  f"{server.describe()}; the archive keeps what it had and the next run retries.")
         if sealing is not None and counted is not None:
             sealing.close()  # the final chunk, before the storage's writer commits the object

@@ -50,6 +50,11 @@ def branches(storage: Storage, use: str | None = None) -> list[dict[str, Any]]:
 
 def read_branch(storage: Storage, bid: str, use: str | None = None) -> Branch:
     """One branch's chain (its id checked; authenticated, see _control; its file names checked to be binlog names)."""
+    return read_branch_sha(storage, bid, use)[0]
+
+
+def read_branch_sha(storage: Storage, bid: str, use: str | None = None) -> tuple[Branch, str]:
+    """read_branch, and the sha256 of the chain.json bytes it was read from (a held stream writes over only those)."""
     if not BRANCH_ID.match(bid):
         raise IntegrityError(f"{bid!r} is not a branch id of the binlog archive; refused.")
     key = f"{PREFIX}/{bid}/chain.json"
@@ -76,7 +81,7 @@ def read_branch(storage: Storage, bid: str, use: str | None = None) -> Branch:
     _authenticated(storage, key, found, use)
     if public is not None:  # a sealed branch: its envelope, which the chain's seal_public vouches is there
         branch.envelope = read_envelope(storage, bid, use)
-    return branch
+    return branch, found.sha256
 
 
 def envelope_key(bid: str) -> str:
@@ -99,18 +104,24 @@ def read_envelope(storage: Storage, bid: str, use: str | None = None) -> dict[st
     return data["envelope"]
 
 
-def write_envelope(storage: Storage, bid: str, envelope: dict[str, Any]) -> int:
-    """Write a sealed branch's envelope.json (signed): by the archiver once, before the branch's first sealed segment,
-    and by a key rotation. Returns its size."""
-    return control.write(storage, envelope_key(bid), json.dumps({"branch": bid, "envelope": envelope}, indent=1))
+def write_envelope(storage: Storage, bid: str, envelope: dict[str, Any], sign: bool = True) -> int:
+    """Write a sealed branch's envelope.json (signed, unless `sign` is False: a rotation keeps an unsigned one
+    unsigned): by the archiver once, before the branch's first sealed segment, and by a key rotation. Returns its
+    size."""
+    text = json.dumps({"branch": bid, "envelope": envelope}, indent=1)
+    if sign:
+        return control.write(storage, envelope_key(bid), text)
+    storage.write_bytes(envelope_key(bid), text.encode())
+    return len(text.encode())
 
 
-def write_branch(storage: Storage, branch: Branch) -> int:
-    """Write a branch's chain.json (signed, as every control file): the archiver's and the retention's one writer.
-    Returns its size (a held stream tells another writer's chain from its own by it)."""
+def write_branch(storage: Storage, branch: Branch) -> str:
+    """Write a branch's chain.json (signed, as every control file): the archiver and the retention write it. Returns
+    the sha256 of the bytes written (each tells the other's chain from its own by it: a held stream before it writes,
+    the retention before it deletes what its chain no longer names)."""
     data = asdict(branch)
     del data["envelope"]  # envelope.json's (write_envelope): a rotation's change is never written over by a round
-    return control.write(storage, f"{PREFIX}/{branch.id}/chain.json", json.dumps(data, indent=1))
+    return control.write_hashed(storage, f"{PREFIX}/{branch.id}/chain.json", json.dumps(data, indent=1))
 
 
 def write_branches(storage: Storage, known: list[dict[str, Any]]) -> None:

@@ -28,7 +28,7 @@ import logging
 import time
 from typing import Any
 
-from lastline.core import accounts
+from lastline.core import accounts, stopping
 from lastline.core.errors import IntegrityError, ServerError
 from lastline.core.servers import Server
 from lastline.core.sql import META_DB
@@ -79,7 +79,7 @@ def run(server: Server, paths: list[str], kept: list[events.Transaction], statem
     if ran & {st.gtid for st in statements}:
         log.info("replay: %d statements were committed by an earlier attempt of this run (its ledger): not run again",
                  len(ran & {st.gtid for st in statements}))
-    session = None
+    session, stop = None, None
     user = account(run_id)
     try:
         if to_run:
@@ -87,6 +87,9 @@ def run(server: Server, paths: list[str], kept: list[events.Transaction], statem
             conn = narrow.connect()
             session = Session(conn, ledger_of(user))
             accounts.unlogged(session.cur)
+            session.cur.execute("SELECT CONNECTION_ID()")
+            stop = stopping.add(f"replay: KILL QUERY on the statement session of {user}",
+                                stopping.kill_query(server, int(session.cur.fetchone()[0])))
         with server.session(autocommit=True) as cur:
             applier.configure(cur, paths[0], threads, databases)
             rows = False  # a transaction for the applier lies between the last stop and here
@@ -104,6 +107,8 @@ def run(server: Server, paths: list[str], kept: list[events.Transaction], statem
             cur.execute(f"START SLAVE '{applier.CONNECTION}' SQL_THREAD")
             applier.wait(cur, events.gtid_state("", kept), started)
     finally:
+        if stop is not None:
+            stopping.remove(stop)
         if session is not None:
             session.conn.close()
         if to_run:

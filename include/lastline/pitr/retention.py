@@ -6,7 +6,9 @@ than the oldest kept base. What is kept beyond `keep`, and why, is logged and re
 """
 from __future__ import annotations
 
+import hashlib
 import logging
+import time
 from datetime import UTC, datetime, timedelta
 
 from lastline.core.errors import LastlineError
@@ -15,9 +17,12 @@ from lastline.manifest import backup_time, complete_backups, read_manifest
 from lastline.pitr import window
 from lastline.pitr.catalog import PREFIX, branches, read_branch, write_branch
 from lastline.pitr.restore import coordinates
-from lastline.storage import Storage, open_allowed
+from lastline.storage import Storage, control, open_allowed
 
 log = logging.getLogger(__name__)
+# seconds between writing a chain and checking it is still the stored one, before its files' bytes are deleted: a held
+# binlog stream checks the chain right before each write, so one that checked just before this write has written by then
+SETTLE = 1.0
 
 
 def protected_bases(storage: Storage, days: float, now: datetime | None = None) -> dict[str, str]:
@@ -73,7 +78,12 @@ def prune_binlogs(storage: Storage, bases: list[str]) -> list[str]:
         if going:
             # the chain says they are gone before their bytes go: a delete refused half way leaves unused bytes behind,
             # never a chain that offers a file whose segments are missing
-            write_branch(storage, branch)
+            sha = write_branch(storage, branch)
+            time.sleep(SETTLE)  # a held stream that checked the chain just before this write has written by now
+            if hashlib.sha256(control.read_bytes(storage, f"{PREFIX}/{branch.id}/chain.json")).hexdigest() != sha:
+                log.warning("retention: the binlog archive wrote %s's chain over this one's: its files are deleted "
+                            "by a later run", branch.id)
+                continue  # the stored chain may name these files again: their bytes stay
             for name in going:
                 storage.delete_backup(f"{PREFIX}/{branch.id}/{name}")
                 deleted.append(f"{branch.id}/{name}")

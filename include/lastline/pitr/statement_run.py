@@ -17,7 +17,7 @@ import struct
 from dataclasses import dataclass, field
 from typing import Any
 
-from lastline.core.errors import Refusal
+from lastline.core.errors import Refusal, ServerError
 from lastline.pitr import events
 from lastline.pitr.events import FL_DDL, FL_STANDALONE, FL_TRANSACTIONAL, HEADER, HEADER_LEN, QUERY
 from lastline.pitr.statements import INTVAR, RAND, USER_VAR, Query, parse_query, statement_head
@@ -30,6 +30,7 @@ FLAGS2_ON = (("explicit_defaults_for_timestamp", 0x01000000), ("sql_if_exists", 
              ("system_versioning_insert_history", 0x40000000))
 STRING, REAL, INT, DECIMAL = 0, 1, 2, 4  # a user variable's value types
 DENIED = (1044, 1045, 1142, 1143, 1227, 1370)  # access denied, of any kind
+CONFLICT = (1205, 1213)  # a lock wait timeout, a deadlock: transient
 
 
 @dataclass
@@ -135,6 +136,7 @@ class Session:
                     self._context(query, e, pending)
                     pending, current = [], query.text
                     self.cur.execute(query.text)
+                    self._still_in_transaction(st, current)
             current = b""
             self.cur.execute(f"INSERT INTO {self.ledger} (gtid) VALUES (%s)", (st.gtid,))
             self.conn.commit()
@@ -144,12 +146,27 @@ class Session:
         except Exception as exc:
             self.conn.rollback()
             code = exc.args[0] if getattr(exc, "args", None) else None
+            if code in CONFLICT:  # a lock wait or a deadlock on the target: nothing of it committed, the task retries
+                raise ServerError(f"transaction {st.gtid} ({st.head()}) met a lock conflict on the target ({exc}); "
+                                  "nothing of it was applied, and the replay resumes from it") from exc
             what = f"its statement {statement_head(current)}" if current else "setting its session (or its ledger row)"
             denied = " (denied: it reaches beyond the restored databases, or needs a privilege the replay's account " \
                      "does not hold)" if code in DENIED else ""
             raise Refusal(f"transaction {st.gtid} ({st.head()}): the target refused {what}{denied}: {exc}. Nothing of "
                           "this transaction was applied; the ones before it were. Choose an until before it, or a "
                           "physical base.") from exc
+
+    def _still_in_transaction(self, st: Statement, text: bytes) -> None:
+        """Refuse the rest of a transaction whose statement ended the one lastline runs it in (a COMMIT or ROLLBACK, a
+        change of autocommit: what an archive's honest statement never does): past it, a statement would run outside
+        the ledger's transaction, and an `XA COMMIT` or `XA ROLLBACK` could end another session's prepared transaction
+        (any account may)."""
+        self.cur.execute("SELECT @@in_transaction, @@autocommit")
+        if tuple(int(v) for v in self.cur.fetchone()) != (1, 0):
+            raise Refusal(f"transaction {st.gtid} ({st.head()}): its statement {statement_head(text)} ended the "
+                          "transaction lastline runs it in (a COMMIT, a ROLLBACK or a change of autocommit, which an "
+                          "archive's statement never holds): the rest of it was not run. The archive was changed; choose "
+                          "an until before it, or a physical base.")
 
     def _context(self, query: Query, event: bytes, pending: list[tuple[bytes, tuple]]) -> None:
         """The session set as the source's was for this statement (user variables first, in the connection's own

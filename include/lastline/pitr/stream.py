@@ -37,6 +37,10 @@ log = logging.getLogger(__name__)
 HEAD_EVERY = 300.0  # seconds between the head's records during a run
 LOG_EVERY = 60.0  # seconds between the stream's progress lines
 BACKOFF_MAX = 5.0  # the longest wait between rounds that fail
+KEYS_EVERY = 60.0  # seconds between reads of the encryption key connection (a changed key seals new branches)
+# a run refused sooner than this after its start waits out the rest before it fails: the continuous schedule starts the
+# next run at once, and a refusal (a source without binlogs, a wrong password) would otherwise fail and alert in a loop
+REFUSED_PAUSE = 300.0
 
 
 class Stall:
@@ -76,11 +80,22 @@ def run(conf: RunParams, stop: Any = None, on_head: Callable[[dict[str, Any] | N
     """The binlog_archive DAG's ship task: the stream held open (see the module doc) for `stream_minutes`, a round
     every `ship_every_seconds` (0.5); `until_current`: ship up to the source's position at the start of the run, then
     end (tests, drills, catching up by hand). `stop` (a threading.Event) ends it early; `on_head` is given the
-    archive's head every HEAD_EVERY seconds."""
+    archive's head every HEAD_EVERY seconds. A streaming run refused (a source without binlogs, a wrong password, a
+    forged chain) fails no sooner than REFUSED_PAUSE after it began."""
+    begun = time.monotonic()
+    try:
+        return _run(conf, stop, on_head)
+    except Refusal:
+        if not Conf(conf).flag("until_current", False):
+            _pause_before_failing(begun, stop)
+        raise
+
+
+def _run(conf: RunParams, stop: Any, on_head: Callable[[dict[str, Any] | None], Any] | None) -> dict[str, Any]:
     params = Conf(conf)
     server = connections.server(params.required("source_conn_id"))
     storage = open_allowed(params.required("destination"), params.text("aws_conn_id"))
-    keys = deployment_encryption_keys()  # read once a run, not once a round
+    keys, keys_read = deployment_encryption_keys(), time.monotonic()  # read once a minute, not once a round
     if params.flag("until_current", False):
         result = archive.ship(server, storage, keys=keys)
         archive.log_result(storage, result)
@@ -97,6 +112,8 @@ def run(conf: RunParams, stop: Any = None, on_head: Callable[[dict[str, Any] | N
         while True:
             started = time.monotonic()
             try:
+                if time.monotonic() - keys_read >= KEYS_EVERY:
+                    keys, keys_read = deployment_encryption_keys(), time.monotonic()
                 result = archive.ship(server, storage, held, keys)
             except (Refusal, TaskStopped):
                 raise
@@ -117,7 +134,7 @@ def run(conf: RunParams, stop: Any = None, on_head: Callable[[dict[str, Any] | N
                 wait = max(0.0, every - (time.monotonic() - started))
             if time.monotonic() - logged >= LOG_EVERY:
                 logged = time.monotonic()
-                log.info("binlog archive: streaming, %d rounds, %s bytes so far, at %s", total["runs"],
+                log.info("binlog archive: streaming, %d rounds, %s bytes so far, at %s", total["rounds"],
                          f"{total['bytes']:,}", total.get("position"))
             if on_head is not None and time.monotonic() - recorded >= HEAD_EVERY:
                 recorded = time.monotonic()
@@ -137,6 +154,18 @@ def _add(total: dict[str, Any], result: dict[str, Any]) -> None:
     total.update(branch=result["branch"], position=result["position"], rounds=total["rounds"] + 1,
                  bytes=total["bytes"] + result["bytes"], holes=total["holes"] + result["holes"],
                  forks=total["forks"] + result["forks"], proven_empty=total["proven_empty"] + result["proven_empty"])
+
+
+def _pause_before_failing(begun: float, stop: Any) -> None:
+    """Wait until REFUSED_PAUSE seconds after the run began (at once when told to stop), so that a refusal fails runs
+    of the continuous schedule (and alerts) at most that often."""
+    left = REFUSED_PAUSE - (time.monotonic() - begun)
+    if left > 0:
+        log.error("binlog archive: refused; the run fails in %.0f s (runs follow each other at once)", left)
+        if stop is not None:
+            stop.wait(left)
+        else:
+            time.sleep(left)
 
 
 def _record(on_head: Callable[[dict[str, Any] | None], Any], storage: Storage) -> None:

@@ -2,7 +2,8 @@
 the backup id `binlogs/<branch>`) gets it under the current key and recipients and is written again, signed; never if
 it changed meanwhile (a re-run takes it). The archiver never writes that file after the branch's first sealed segment
 (its chain, which it re-writes every round, holds no envelope), so a rotation and a running archive never undo each
-other. A branch that is not sealed is left alone. Airflow's record of the archive's head is made again if the head
+other. A branch with no envelope.json is left alone (one written just before the chain that names it is re-wrapped
+too). Airflow's record of the archive's head is made again if the head
 changed."""
 from __future__ import annotations
 
@@ -27,7 +28,8 @@ def rotate_branch(rot: Rotation, bid: str) -> Outcome:
     """One branch's envelope re-wrapped (see the module), or why not."""
     name, key = f"{PREFIX}/{bid}", catalog.envelope_key(bid)
     try:
-        if catalog.read_branch(rot.storage, bid).seal_public is None:  # its shape checked (and its MAC)
+        catalog.read_branch(rot.storage, bid)  # its shape checked (and its MAC)
+        if rot.storage.size_if_exists(key) is None:  # an envelope the archiver wrote before its chain says so counts
             return Outcome(name, KIND, UNENCRYPTED)
         found = control.read(rot.storage, key)
         if why := rot.refused(found.auth, rot.storage.location(key)):
@@ -51,7 +53,7 @@ def rotate_branch(rot: Rotation, bid: str) -> Outcome:
         return Outcome(name, KIND, WOULD, was=env.needs(), now=new.needs())
     if hashlib.sha256(control.read_bytes(rot.storage, key)).hexdigest() != found.sha256:
         return Outcome(name, KIND, CHANGED, "its envelope changed meanwhile: run the rotation again")
-    written = catalog.write_envelope(rot.storage, bid, new.to_json())
+    written = catalog.write_envelope(rot.storage, bid, new.to_json(), sign=found.auth.ok)  # unsigned stays unsigned
     log.info("rotation: %s re-wrapped (%s -> %s), %d bytes written", rot.storage.location(key), env.needs(),
              new.needs(), written)
     return Outcome(name, KIND, REWRAPPED, was=env.needs(), now=new.needs(), bytes=written)

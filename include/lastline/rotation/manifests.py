@@ -122,7 +122,9 @@ class Rotation:
                 raise ConfigError(f"backup {backup_id!r} is wrapped under {env.needs()} and this deployment has no "
                                   "encryption key connection to re-wrap it under")
             new = rewrap(env, self.keys, backup_id, manifest.authenticity.ok or auth.storage_trusted())
-            out = auth.sign(key, spliced(raw, manifest.encryption, new.to_json(), where))
+            body = spliced(raw, manifest.encryption, new.to_json(), where)
+            # signed again only what authenticated: one taken unsigned on trusted storage stays unsigned
+            out = auth.sign(key, body) if manifest.authenticity.ok else body
         except ConfigError as exc:
             return Outcome(backup_id, kind, NOKEY, str(exc)[:400], was=env.needs())
         except IntegrityError as exc:

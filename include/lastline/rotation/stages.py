@@ -23,6 +23,7 @@ from lastline.storage.encryption_keys import KEY_CONN_ENV, deployment_encryption
 log = logging.getLogger(__name__)
 BATCH = 100  # backups a task re-wraps (a manifest takes milliseconds; a task, seconds to start)
 MAX_TASKS = 1000  # under Airflow's [core] max_map_length (1024 by default)
+RUNNING_HOURS = 24  # a backup folder without a manifest younger than this may still be being written
 
 
 def preflight(conf: RunParams) -> RotationPlan:
@@ -92,12 +93,32 @@ def markdown(found: dict[str, Any]) -> str:
 def record(plan: RotationPlan, found: Any, archive: Any, dag_id: str, run_id: str) -> dict[str, Any]:
     """Save the run's report; return its summary (its `problems` fail the run: fail_if_bad)."""
     done = summary(plan, outcomes(found), outcomes(archive) if archive is not None else None)
+    done["problems"] += late(plan)
     done["finished"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     where = reports.save(dag_id, run_id, {"key_rotation.md": markdown(done),
                                           "key_rotation.json": json.dumps(done, indent=1)}, lead=True)
     log.info("rotation of %s: %s; %s bytes written; report %s/key_rotation.md", plan.destination,
              "; ".join(done["problems"]) or "done", f"{done['bytes_written']:,}", where)
     return {k: v for k, v in done.items() if k != "outcomes"}
+
+
+def late(plan: RotationPlan, now: float | None = None) -> list[str]:
+    """Backups the preflight's listing did not hold: one completed since (sealed, perhaps, under the older key it
+    started with) and one still being written (no manifest yet, started within RUNNING_HOURS): the run fails, to be run
+    again once they are done, before the older key is dropped."""
+    storage = open_storage(plan.destination, plan.aws_conn_id)
+    now = time.time() if now is None else now
+    out = []
+    for b in storage.list_backups():
+        started = backup_time(b)
+        if started is None or b in plan.backups:
+            continue
+        if storage.exists(f"{b}/{MANIFEST}"):
+            out.append(f"backup {b} completed after the rotation listed the destination: run the rotation again")
+        elif now - started.timestamp() < RUNNING_HOURS * 3600:
+            out.append(f"backup {b} is still being written (it may seal under the older key): run the rotation again "
+                       "once it has ended")
+    return out
 
 
 def fail_if_bad(found: dict[str, Any]) -> None:

@@ -87,6 +87,15 @@ def read(storage: Storage, key: str, cap: int | None = None) -> Control:
 def write(storage: Storage, key: str, text: str) -> int:
     """Write the control file `key` (`text`: a JSON object), signed with the deployment's key when it has one;
     returns the bytes written."""
+    return len(_write(storage, key, text))
+
+
+def write_hashed(storage: Storage, key: str, text: str) -> str:
+    """write, returning the sha256 of the bytes written (what a later read's Control.sha256 is if no one wrote since)."""
+    return hashlib.sha256(_write(storage, key, text)).hexdigest()
+
+
+def _write(storage: Storage, key: str, text: str) -> bytes:
     data = auth.sign(key, text.encode())
     storage.write_bytes(key, data)
-    return len(data)
+    return data

@@ -17,7 +17,7 @@ import pytest
 
 from conftest import set_conn
 from lastline import connections
-from lastline.core.errors import LastlineError
+from lastline.core.errors import LastlineError, StorageError
 from lastline.pitr import archive, stream
 from lastline.storage import open_storage
 from lastline_dev.sandbox import Instance
@@ -280,3 +280,60 @@ def test_the_held_stream_forks_on_binlogs_written_anew_and_keeps_retention_s_mar
     _, now = archive.source_files(server)
     files = _archived(storage, result["branch"])
     assert all(_same(files[f.name], _on_disk(source, f.name, f.size)) for f in now)
+
+
+def test_a_long_run_logs_its_progress_and_records_its_head(source, tmp_path, monkeypatch):
+    """What a run of an hour does every minute and every five (its progress line, the head Airflow records), here every
+    second: the run goes on and ends well."""
+    monkeypatch.setattr(stream, "LOG_EVERY", 0.5)
+    monkeypatch.setattr(stream, "HEAD_EVERY", 0.5)
+    monkeypatch.setattr(stream, "KEYS_EVERY", 0.5)
+    storage, heads, out, err = open_storage(f"file://{tmp_path}"), [], {}, []
+    stop = threading.Event()
+
+    def go() -> None:
+        try:
+            out.update(stream.run({"source_conn_id": "t_bstream", "destination": f"file://{tmp_path}",
+                                   "ship_every_seconds": 0.25, "stream_minutes": 1}, stop, heads.append))
+        except BaseException as exc:  # noqa: BLE001 - what the test asserts on
+            err.append(exc)
+
+    worker = threading.Thread(target=go)
+    worker.start()
+    _write(source, 3)
+    time.sleep(3)
+    stop.set()
+    worker.join(60)
+    assert not err and out["rounds"] > 3 and out["failed"] == 0, (err, out)
+    assert heads and heads[-1] == archive.head(storage)
+
+
+def test_retention_writing_the_chain_during_a_round_is_never_written_over(source, tmp_path, monkeypatch):
+    """Retention marks a file pruned (its chain first) while a held round ships: the round's write would bring the
+    file back, naming bytes retention deletes; it is refused as transient instead, and the next round starts from what
+    is stored."""
+    storage, server, held = open_storage(f"file://{tmp_path}"), connections.server("t_bstream"), archive.Held()
+    _write(source, 3)
+    source.server().query("FLUSH BINARY LOGS")
+    _write(source, 3)
+    archive.ship(server, storage, held, None)
+    bid = archive.branches(storage)[-1]["id"]
+    _write(source, 3)
+    real, pruned = archive._ship_bytes, []
+
+    def ship_bytes(*args, **kwargs):  # retention, as pitr.retention.prune_binlogs writes, while the round copies
+        if not pruned:
+            branch = archive.read_branch(storage, bid)
+            branch.entries[0].pruned, branch.entries[0].segments = True, []
+            archive.write_branch(storage, branch)
+            pruned.append(branch.entries[0].name)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(archive, "_ship_bytes", ship_bytes)
+    with pytest.raises(StorageError, match="written by another writer"):
+        archive.ship(server, storage, held, None)
+    monkeypatch.setattr(archive, "_ship_bytes", real)
+    archive.ship(server, storage, held, None)  # the next round: from storage
+    first = next(e for e in archive.read_branch(storage, bid).entries if e.name == pruned[0])
+    assert first.pruned and not first.segments
+    assert archive.read_branch(storage, bid).entries[-1].size == _position(source.server())[1]

@@ -173,20 +173,21 @@ def test_a_logical_base_to_a_gtid_is_exact_and_past_a_statement_on_it_is_refused
     assert state(lhistory["tgt"]) != lhistory["points"]["latest"][2]
 
 
-def _forge(storage, gtid: str, text: bytes) -> None:
-    """Rewrite the statement of transaction `gtid` in the archive as someone who can write the destination would:
-    the same length (padded with spaces), the event's CRC32, the segment's sha256 in chain.json all made to match."""
+def _forge(storage, gtid: str, text: bytes | list[bytes]) -> None:
+    """Rewrite the statement (or, given a list, the successive statements) of transaction `gtid` in the archive as
+    someone who can write the destination would: the same length (padded with spaces), the event's CRC32, the
+    segment's sha256 in chain.json all made to match."""
     import hashlib
 
+    todo = [text] if isinstance(text, bytes) else list(text)
     for b in archive.branches(storage):
         chain = archive.read_branch(storage, b["id"])
         for entry in chain.entries:
             for seg in entry.segments:
                 key = f"binlogs/{b['id']}/{entry.name}/{int(seg['offset']):012d}"
                 data = bytearray(storage.read_bytes(key))
-                at = 4 if seg["offset"] == 0 else 0
-                inside = False
-                while at + events.HEADER_LEN <= len(data):
+                at, inside, changed = (4 if seg["offset"] == 0 else 0), False, False
+                while at + events.HEADER_LEN <= len(data) and todo:
                     _, kind, _, size, _, _ = events.HEADER.unpack_from(data, at)
                     if kind == events.GTID:
                         seq, domain = struct.unpack_from("<QI", data, at + events.HEADER_LEN)
@@ -194,20 +195,23 @@ def _forge(storage, gtid: str, text: bytes) -> None:
                         inside = f"{domain}-{sid}-{seq}" == gtid
                     elif kind == events.QUERY and inside and query_text(data[at:at + size], entry.checksum) not in (
                             b"BEGIN", b"COMMIT"):
-                        old = query_text(data[at:at + size], entry.checksum)
-                        assert len(text) <= len(old), (text, old)
+                        old, new = query_text(data[at:at + size], entry.checksum), todo.pop(0)
+                        assert len(new) <= len(old), (new, old)
                         start = at + size - 4 - len(old)
-                        data[start:start + len(old)] = text.ljust(len(old))
+                        data[start:start + len(old)] = new.ljust(len(old))
                         struct.pack_into("<I", data, at + size - 4, zlib.crc32(bytes(data[at:at + size - 4])) & 0xFFFFFFFF)
-                        storage.write_bytes(key, bytes(data))
-                        seg["sha256"] = hashlib.sha256(data).hexdigest()
-                        archive.write_branch(storage, chain)
-                        return
+                        changed = True
                     at += size
-    raise AssertionError(f"{gtid}: no statement found to forge")
+                if changed:
+                    storage.write_bytes(key, bytes(data))
+                    seg["sha256"] = hashlib.sha256(data).hexdigest()
+                    archive.write_branch(storage, chain)
+                if not todo:
+                    return
+    raise AssertionError(f"transaction {gtid}: {len(todo)} statements not found to forge")
 
 
-def _forged_copy(lhistory, tmp_path, attacks: dict[str, bytes]):
+def _forged_copy(lhistory, tmp_path, attacks: dict[str, bytes | list[bytes]]):
     shutil.copytree(lhistory["dest"].removeprefix("file://"), tmp_path / "d")
     forged = open_storage(f"file://{tmp_path / 'd'}")
     for gtid, text in attacks.items():

@@ -170,3 +170,34 @@ def test_a_forged_statement_reaching_further_is_denied_by_the_server_and_a_resum
     assert _untouched(mixed["tgt"]) == mixed["untouched"]
     with tgt.session(autocommit=True) as cur:
         cur.execute("DELETE FROM _lastline.pitr_replay WHERE run_id = %s", (run_id,))
+
+
+def test_a_forged_transaction_that_ends_its_own_transaction_runs_nothing_after_it(run_dag, mixed, tmp_path):
+    """`SET autocommit = 1` then `XA COMMIT` of another session's prepared transaction, each naming `shop` in a comment
+    the server ignores (so both run under the replay's account): any account may end any XA transaction once outside
+    its own, so the statement that left lastline's transaction refuses the rest, and the application's XA stays
+    prepared."""
+    g = mixed["gtids"]
+    dest = _forged_copy(mixed, tmp_path, {g["two"]: [b"SET autocommit = 1 /*!99999 shop */",
+                                                     b"XA COMMIT 'lastline-app-xa' /*!99999 shop */"]})
+    tgt = mixed["tgt"].server()
+    conn = tgt.connect()
+    try:
+        cur = conn.cursor()
+        cur.execute("XA START 'lastline-app-xa'")
+        cur.execute("INSERT INTO other.t (v) VALUES ('an application decides this one')")
+        cur.execute("XA END 'lastline-app-xa'")
+        cur.execute("XA PREPARE 'lastline-app-xa'")
+    finally:
+        conn.close()  # prepared, left for its coordinator
+    try:
+        state_, tis, logs = _run(run_dag, mixed, dest=dest)
+        assert state_ == "failed" and tis["replay"] == "failed", tis
+        assert f"transaction {g['two']} (" in logs and "ended the transaction lastline runs it in" in logs
+        assert [r[3] for r in tgt.query("XA RECOVER")] == ["lastline-app-xa"]  # still prepared
+        assert ("an application decides this one",) not in [tuple(r[1:]) for r in tgt.query("SELECT * FROM other.t")]
+    finally:
+        tgt.query("XA ROLLBACK 'lastline-app-xa'")
+        (run_id,) = tgt.query("SELECT run_id FROM _lastline.pitr_replay WHERE state = 'applying'")[0]
+        with tgt.session(autocommit=True) as cur:
+            cur.execute("DELETE FROM _lastline.pitr_replay WHERE run_id = %s", (run_id,))

@@ -23,7 +23,7 @@ from lastline import connections
 from lastline.core.errors import Refusal
 from lastline.physical import backup as physical_backup
 from lastline.physical import restore as physical_restore
-from lastline.pitr import archive, events, replay
+from lastline.pitr import archive, events, pipe, replay
 from lastline.pitr import restore as pitr
 from lastline.pitr.span import Span
 from lastline.pitr.split import write_relay
@@ -247,10 +247,10 @@ def test_the_pipe_client_reads_no_local_file_and_runs_no_client_command(forged_h
         span = Span.of(_unchecked_span(h["conf"], monkeypatch))
         paths = _relay(h["storage"], span, tmp_path)
     with pytest.raises(Refusal, match="failed part way"):
-        replay._pipe(server, paths)
+        pipe.run(server, paths)
     assert not marker.exists()
     assert effects(h["tgt"], h["root"]) == before  # no environment row: the forged event was the first, nothing ran
-    assert server.query("SELECT COUNT(*) FROM mysql.global_priv WHERE User = %s", (replay.REPLAY_USER,)) == [(0,)]
+    assert server.query("SELECT COUNT(*) FROM mysql.global_priv WHERE User = %s", (pipe.REPLAY_USER,)) == [(0,)]
 
 
 def test_an_honest_archive_with_statements_and_rows_still_rolls_forward_through_the_pipe(forged_history):
@@ -497,15 +497,15 @@ def test_a_target_account_that_cannot_grant_runs_the_pipe_itself_and_says_so(for
     server.query("CREATE USER IF NOT EXISTS 'nogrant'@'127.0.0.1' IDENTIFIED BY 'ng-pw'")
     server.query("GRANT ALL PRIVILEGES ON *.* TO 'nogrant'@'127.0.0.1'")
     limited = dataclasses.replace(server, user="nogrant", password="ng-pw", socket=None)
-    with caplog.at_level(logging.WARNING, logger="lastline.pitr.replay"), replay._replay_account(limited) as used:
+    with caplog.at_level(logging.WARNING, logger="lastline.pitr.pipe"), pipe.account(limited) as used:
         assert used is limited
     assert "the pipe runs under" in caplog.text and "could not make a narrower one" in caplog.text
-    assert server.query("SELECT COUNT(*) FROM mysql.global_priv WHERE User = %s", (replay.REPLAY_USER,)) == [(0,)]
-    with replay._replay_account(server) as narrow:  # the connection's own account can: a narrower one, dropped after
-        assert narrow.user == replay.REPLAY_USER
+    assert server.query("SELECT COUNT(*) FROM mysql.global_priv WHERE User = %s", (pipe.REPLAY_USER,)) == [(0,)]
+    with pipe.account(server) as narrow:  # the connection's own account can: a narrower one, dropped after
+        assert narrow.user == pipe.REPLAY_USER
         grants = " ".join(r[0] for r in narrow.query("SHOW GRANTS"))
         assert "FILE" not in grants and "SUPER" not in grants and "SHUTDOWN" not in grants and "GRANT OPTION" not in grants
-    assert server.query("SELECT COUNT(*) FROM mysql.global_priv WHERE User = %s", (replay.REPLAY_USER,)) == [(0,)]
+    assert server.query("SELECT COUNT(*) FROM mysql.global_priv WHERE User = %s", (pipe.REPLAY_USER,)) == [(0,)]
 
 
 def test_the_dag_refuses_a_forged_archive_before_the_target_is_touched(run_dag, forged_history):

@@ -101,3 +101,32 @@ def test_run_account_refuses_before_touching_the_server(user, databases, refused
     nowhere = Server("unit_nowhere", host="127.0.0.1", port=1)
     with pytest.raises(ConfigError, match=refused):
         run_account(nowhere, user, databases)
+
+
+def test_a_replay_account_has_one_session_and_a_drop_ends_it(target):
+    """A point-in-time replay's account (pitr.interleave): one session only (a statement that set its password logs no
+    one else in), a leftover session of a killed worker ended when it is made again, and its sessions ended when it is
+    dropped (a dropped account's session goes on running what it runs)."""
+    from lastline.core.accounts import drop, replay_account
+
+    admin, user = target.server(), RUN_PREFIX + "unitreplay"
+    admin.query("CREATE DATABASE IF NOT EXISTS `unit replay acc`")
+    admin.query("CREATE DATABASE IF NOT EXISTS _lastline")
+    admin.query("CREATE TABLE IF NOT EXISTS _lastline.pitr_statements_unit (gtid VARCHAR(80) PRIMARY KEY)")
+    try:
+        narrow = replay_account(admin, user, ["unit replay acc"], "`_lastline`.`pitr_statements_unit`")
+        first = narrow.connect()
+        with pytest.raises(Exception, match="max_user_connections|1226"):
+            narrow.connect().close()
+        again = replay_account(admin, user, ["unit replay acc"], "`_lastline`.`pitr_statements_unit`")
+        with pytest.raises(Exception):  # the leftover session was ended
+            first.cursor().execute("SELECT 1")
+        live = again.connect()
+        assert drop(admin, user)
+        assert admin.query("SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE USER = %s", (user,)) == [(0,)]
+        with pytest.raises(Exception):
+            live.cursor().execute("SELECT 1")
+    finally:
+        drop(admin, user)
+        admin.query("DROP TABLE IF EXISTS _lastline.pitr_statements_unit")
+        admin.query("DROP DATABASE IF EXISTS `unit replay acc`")

@@ -38,7 +38,7 @@ def test_drop_forgets_everything_and_closes_the_connection():
             raise OSError("already lost")  # a lost connection's close fails: dropped all the same
 
     held = Held(conn=Conn(), binlog_dir="/d", server_id=1, gtids={"bin.000001": ""}, listed={"bin.000001": 256},
-                known=[{"id": "b"}], branch=Branch("1-000001-0a1b2c3d"), chain_size=10)
+                known=[{"id": "b"}], branch=Branch("1-000001-0a1b2c3d"), chain_sha="ab" * 32)
     held.drop()
     assert closed == [True]
-    assert (held.conn, held.gtids, held.listed, held.known, held.branch, held.chain_size) == (None, {}, {}, None, None, None)
+    assert (held.conn, held.gtids, held.listed, held.known, held.branch, held.chain_sha) == (None, {}, {}, None, None, None)

@@ -112,3 +112,20 @@ def test_a_conf_s_window_protects_its_bases_and_prunes_what_they_do_not_need(arc
     assert set(protect) == {older, newer}
     assert retention.prune_archive(conf, {}) == []  # no window: nothing pruned
     assert retention.prune_archive(conf, protect) == [f"{BID}/bin.000001", f"{BID}/bin.000002"]
+
+
+def test_a_chain_the_archiver_wrote_over_keeps_its_files_bytes(archive, monkeypatch):
+    """A held stream writes its chain right after retention wrote its own (the files marked pruned are named again):
+    retention sees its chain is no longer the stored one and deletes nothing; a later run does."""
+    base = _base(archive, NOW - timedelta(days=2, hours=12), "bin.000003", "0-1-2")
+    stream_chain = read_branch(archive, BID)
+    stream_chain.covered = {"file": "bin.000004", "size": 100, "time": NOW.timestamp()}
+
+    def the_stream_writes(seconds: float) -> None:
+        write_branch(archive, stream_chain)
+
+    monkeypatch.setattr(retention.time, "sleep", the_stream_writes)
+    assert retention.prune_binlogs(archive, [base]) == []
+    assert all(_archived(archive, n) for n in (1, 2)) and not read_branch(archive, BID).entries[0].pruned
+    monkeypatch.setattr(retention.time, "sleep", lambda seconds: None)
+    assert retention.prune_binlogs(archive, [base]) == [f"{BID}/bin.000001", f"{BID}/bin.000002"]

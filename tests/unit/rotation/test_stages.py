@@ -71,3 +71,25 @@ def test_a_backup_left_under_an_older_key_fails_the_run_after_its_report(tmp_pat
     assert "**Problem:**" in reports.read("key_rotation", "r3", "key_rotation.md").decode()
     with pytest.raises(IntegrityError, match=f"2 left under an older key: {lost} .* Keep the older keys"):
         stages.fail_if_bad(found)
+
+
+def test_a_backup_that_completed_or_still_runs_after_the_listing_fails_the_run(tmp_path, monkeypatch):
+    """A backup that started before the key changed seals under the older key: one that completes after the preflight
+    listed the destination, or is still being written when the report is made, fails the run (run it again once they
+    are done, before the older key is dropped); an old folder without a manifest (a failed backup) does not."""
+    url, storage = destination(tmp_path)
+    backup(storage, keys())
+    (tmp_path / "dest" / "20260101T000000Z-abcdef").mkdir()  # a backup that failed long ago
+    use_keys(monkeypatch, "k2", K2, keys={"k1": K1})
+    plan = stages.preflight({"destination": url})
+    done = stages.rotate_backups(plan, plan.backups)
+    assert stages.record(plan, done, [], "key_rotation", "r1")["problems"] == []
+    finished = backup(storage, keys())  # completed after the listing, under k1
+    running = stages.late(plan)  # and one still being written, started now
+    (tmp_path / "dest" / (now_id := finished[:16] + "-0000ff")).mkdir()
+    found = stages.record(plan, done, [], "key_rotation", "r2")
+    assert running == [f"backup {finished} completed after the rotation listed the destination: run the rotation again"]
+    assert sorted(found["problems"]) == sorted(running + [f"backup {now_id} is still being written (it may seal under the "
+                                                          "older key): run the rotation again once it has ended"])
+    with pytest.raises(IntegrityError, match="completed after the rotation listed"):
+        stages.fail_if_bad(found)
