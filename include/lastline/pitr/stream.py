@@ -76,13 +76,17 @@ def run(conf: RunParams, stop: Any = None, on_head: Callable[[dict[str, Any] | N
     """The binlog_archive DAG's ship task: the stream held open (see the module doc) for `stream_minutes`, a round
     every `ship_every_seconds` (0.5); `until_current`: ship up to the source's position at the start of the run, then
     end (tests, drills, catching up by hand). `stop` (a threading.Event) ends it early; `on_head` is given the
-    archive's head every HEAD_EVERY seconds."""
+    archive's head every HEAD_EVERY seconds. Compaction (pitr.compaction): `merge_after_segments` (120),
+    `retired_grace_seconds` (3600), `compact` (true)."""
     params = Conf(conf)
     server = connections.server(params.required("source_conn_id"))
     storage = open_allowed(params.required("destination"), params.text("aws_conn_id"))
     keys = deployment_encryption_keys()  # read once a run, not once a round
+    compaction = archive.Compaction(int(params.number("merge_after_segments", 120, minimum=2, maximum=100_000)),
+                                    params.number("retired_grace_seconds", 3600, minimum=0),
+                                    params.flag("compact", True))
     if params.flag("until_current", False):
-        result = archive.ship(server, storage, keys=keys)
+        result = archive.ship(server, storage, keys=keys, compaction=compaction)
         archive.log_result(storage, result)
         return {**result, "head": head(storage)}
     every = params.number("ship_every_seconds", 0.5, minimum=0.1, maximum=60)
@@ -97,7 +101,7 @@ def run(conf: RunParams, stop: Any = None, on_head: Callable[[dict[str, Any] | N
         while True:
             started = time.monotonic()
             try:
-                result = archive.ship(server, storage, held, keys)
+                result = archive.ship(server, storage, held, keys, compaction)
             except (Refusal, TaskStopped):
                 raise
             except _transient() as exc:
