@@ -4,7 +4,7 @@ Layout, under `<destination>/binlogs/`: `branches.json` (every branch; the newes
 now) and, per branch, `<branch>/chain.json` (its files, holes and segments, see chain.Entry; both read authenticated
 and written signed by pitr.catalog) and
 `<branch>/<file>/<offset>` (the bytes [offset, offset + size) of one binlog file: a file still being written is
-archived in segments, object stores having no append). A segment is written first and the chain after it: a
+archived in segments, object stores having no append; pitr.compaction merges them, under the record's "key"). A segment is written first and the chain after it: a
 run that dies in between ships the same bytes again to the same key, so nothing is doubled or lost.
 
 The bytes are read on the source's host (where mariabackup runs too) with `dd`, up to the size `SHOW BINARY
@@ -177,7 +177,8 @@ def ship(server: Server, storage: Storage, held: Held | None = None, keys: Encry
             return sealers[branch.id]
 
         compact(storage, branch, files, binlog_dir, host, seal, compaction, save,
-                held.refused if held is not None else set())
+                held.refused if held is not None else set(), lambda: held is None or storage.size_if_exists(
+                    f"{PREFIX}/{branch.id}/chain.json") == held.chain_size)
     if branch is not None and not steps and held is None:
         log.info("binlog archive: up to date (%s)", branch.id)
     if branch is not None and files:  # the branch now holds everything the source had committed at `now`

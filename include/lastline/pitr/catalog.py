@@ -154,21 +154,18 @@ def head(storage: Storage) -> dict[str, Any] | None:
         return None
     seg = last.segments[-1]
     return {"branch": branch.id, "branches": len(known), "file": last.name, "size": last.size,
-            "segment": {"offset": int(seg["offset"]), "size": int(seg["size"]), "sha256": str(seg["sha256"]),
-                        **({"tail_sha256": seg["tail_sha256"]} if seg.get("tail_sha256") else {})},
+            "segment": {"offset": int(seg["offset"]), "size": int(seg["size"]), "sha256": str(seg["sha256"])},
             "end_gtids": last.end_gtids, "covered": branch.covered}
 
 
 def _holds(s: dict[str, Any], seg: dict[str, Any]) -> bool:
     """Whether archived segment `s` is the recorded head's segment `seg`, or a merged one (pitr.compaction) that covers
-    its bytes (the same file of the same branch: the same bytes; ending where it ended, with its tail's sha256)."""
+    its bytes (a file of a branch is one history: a file written anew under its name is another branch)."""
     off, size = int(seg.get("offset", -1)), int(seg.get("size", -1))
     if int(s["offset"]) == off and int(s["size"]) == size and str(s["sha256"]) == str(seg.get("sha256")):
         return True
     start, end = int(s["offset"]), int(s["offset"]) + int(s["size"])
-    if s.get("key") is None or off < start or off + size > end or off < 0 or size < 0:
-        return False
-    return end != off + size or not seg.get("tail_sha256") or s.get("tail_sha256") == seg["tail_sha256"]
+    return s.get("key") is not None and 0 <= start <= off and off + size <= end and size >= 0
 
 
 def check_head(storage: Storage, recorded: dict[str, Any] | None, use: str) -> str:

@@ -79,11 +79,12 @@ def planned(entry: Entry, source: SourceFile | None, loose: int) -> tuple[int, i
 
 def merged_record(parts: list[dict[str, Any]], key: str, stored: dict[str, Any]) -> dict[str, Any]:
     """The record of the segment that replaces `parts` (contiguous): their range, transactions summed, the first
-    transaction's time and the last's, the GTID state and tail of the last; `stored`: its sha256 (of the stored bytes),
-    plain_sha256 and, sealed, sealed/stored/ephemeral."""
+    transaction's time and the last's, the GTID state of the last; `stored`: its sha256 (of the stored bytes),
+    plain_sha256, tail_sha256 (of its own last TAIL bytes, as archive._with_tail compares them) and, sealed,
+    sealed/stored/ephemeral."""
     start, last = int(parts[0]["offset"]), parts[-1]
     return {"offset": start, "size": int(last["offset"]) + int(last["size"]) - start, "key": key, **stored,
-            "tail_sha256": last.get("tail_sha256"),
+            "tail_sha256": stored.get("tail_sha256", last.get("tail_sha256")),
             "transactions": sum(int(p.get("transactions") or 0) for p in parts),
             "first_time": next((p["first_time"] for p in parts if p.get("first_time")), 0),
             "last_time": max((int(p.get("last_time") or 0) for p in parts), default=0),
@@ -110,7 +111,7 @@ class _Parts:
 
     def __init__(self, parts: list[dict[str, Any]]) -> None:
         self.parts, self.at, self.i = parts, int(parts[0]["offset"]), 0
-        self.whole, self.plain = hashlib.sha256(), hashlib.sha256()
+        self.plain, self.tail = hashlib.sha256(), bytearray()
         self._start()
 
     def _start(self) -> None:
@@ -129,6 +130,8 @@ class _Parts:
             # as archived while the file was open: the flag set (the server clears it when it closes the file)
             self.flagged.update(zero[:i] + bytes([piece[i] | 1]) + zero[i + 1:] if 0 <= i < len(piece) else piece)
             self.plain.update(zero)
+            self.tail.extend(piece)
+            del self.tail[:-TAIL]
             self.at += len(piece)
             if self.at == end:
                 self._check(part)
@@ -176,7 +179,8 @@ def merge(storage: Storage, branch: Branch, entry: Entry, span: tuple[int, int],
         log.warning("binlog archive: %s bytes %d-%d are not merged, its %d segments kept: %s", entry.name, start, end,
                     len(parts), exc)
         return False
-    stored = {"sha256": got.sha256_out, **fields, "plain_sha256": check.plain.hexdigest()}
+    stored = {"sha256": got.sha256_out, **fields, "plain_sha256": check.plain.hexdigest(),
+              "tail_sha256": hashlib.sha256(masked(bytes(check.tail), end - len(check.tail))).hexdigest()}
     entry.segments[span[0]:span[1]] = [merged_record(parts, name, stored)]
     branch.retired.append({"file": entry.name, "keys": [object_name(p) for p in parts], "at": int(time.time())})
     log.info("binlog archive: %s bytes %d-%d merged from %d segments into %s", entry.name, start, end, len(parts), name)
@@ -185,9 +189,11 @@ def merge(storage: Storage, branch: Branch, entry: Entry, span: tuple[int, int],
 
 def compact(storage: Storage, branch: Branch, files: list[SourceFile], binlog_dir: str, host: Any,
             seal: Callable[[], SegmentSealer | None], settings: Compaction, save: Callable[[Branch], None],
-            refused: set[tuple[str, int]]) -> None:
+            refused: set[tuple[str, int]], unchanged: Callable[[], bool] = lambda: True) -> None:
     """One merge at most (a round stays short) and the deletion of what was retired more than `settings.grace` ago;
-    the chain written after each. `refused`: ranges not merged before (not tried again by this stream)."""
+    the chain written after each, unless `unchanged()` says another writer (retention) wrote it meanwhile (the next
+    round reads it again; a merged object not named yet is unused). `refused`: ranges not merged before (not tried
+    again by this stream)."""
     if not settings.enabled:
         return
     listed = {f.name: f for f in files}
@@ -197,11 +203,14 @@ def compact(storage: Storage, branch: Branch, files: list[SourceFile], binlog_di
         if span is None or tried in refused:
             continue
         if merge(storage, branch, entry, span, f"{binlog_dir}/{entry.name}", host, seal()):
+            if not unchanged():
+                return
             save(branch)
         elif tried is not None:
             refused.add(tried)
         break
-    sweep(storage, branch, settings.grace, save)
+    if unchanged():
+        sweep(storage, branch, settings.grace, save)
 
 
 def sweep(storage: Storage, branch: Branch, grace: float, save: Callable[[Branch], None]) -> int:

@@ -103,6 +103,7 @@ def test_a_closed_file_merges_into_one_object_read_again_from_the_source(tmp_pat
     assert only["key"] == f"{0:012d}-{len(data):012d}" and only["size"] == len(data) and only["transactions"] == 4
     assert only["sha256"] == hashlib.sha256(data).hexdigest() and only["end_gtids"] == f"0-1-{len(data)}"
     assert segment_bytes(store, BID, NAME, only) == data
+    assert only["tail_sha256"] == hashlib.sha256(data[-4096:]).hexdigest()  # its own tail, as _with_tail compares it
     assert branch.retired[0]["keys"] == [f"{s['offset']:012d}" for s in old]
     write_branch(store, branch)
     # a reader of the older chain: its small segments are still there, then (deleted) read from the merged one
