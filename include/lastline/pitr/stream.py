@@ -121,7 +121,7 @@ def run(conf: RunParams, stop: Any = None, on_head: Callable[[dict[str, Any] | N
                 wait = max(0.0, every - (time.monotonic() - started))
             if time.monotonic() - logged >= LOG_EVERY:
                 logged = time.monotonic()
-                log.info("binlog archive: streaming, %d rounds, %s bytes so far, at %s", total["runs"],
+                log.info("binlog archive: streaming, %d rounds, %s bytes so far, at %s", total["rounds"],
                          f"{total['bytes']:,}", total.get("position"))
             if on_head is not None and time.monotonic() - recorded >= HEAD_EVERY:
                 recorded = time.monotonic()
