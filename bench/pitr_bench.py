@@ -137,7 +137,7 @@ def rpo_round(src: Instance, storage, mode: str) -> dict:
                                      "run"), stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
     probe = LagProbe(storage, server)
     stop = threading.Event()
-    conf = {"source_conn_id": "bench_pitr_src", "destination": storage.url}
+    conf = {"source_conn_id": "bench_pitr_src", "destination": storage.url, "compact": not ARGS.no_compact}
 
     def runs() -> None:
         while not stop.is_set():
@@ -163,9 +163,22 @@ def rpo_round(src: Instance, storage, mode: str) -> dict:
     print(f"RPO, {mode:13s}: archive lag worst {worst:5.2f} s, p99 {p99:5.2f} s, over {ARGS.rpo_seconds} s of sysbench "
           f"at {ARGS.rate} tx/s ({len(lags)} samples); covered position's age worst {max(probe.covered or [0]):.1f} s, "
           f"p99 {_p99(probe.covered):.1f} s; {per_hour:,.0f} segments an hour", flush=True)
+    chain = _chain_size(storage)
+    print(f"RPO, {mode:13s}: at its end the branch's chain.json is {chain['chain_bytes']:,} bytes, listing "
+          f"{chain['segments']:,} segments, {chain['objects']:,} objects stored (compaction "
+          f"{'off' if ARGS.no_compact else 'on'})", flush=True)
     return {"mode": mode, "worst_lag_s": round(worst, 3), "p99_lag_s": round(p99, 3), "samples": len(lags),
             "covered_age_worst_s": round(max(probe.covered or [0]), 2), "covered_age_p99_s": round(_p99(probe.covered), 2),
-            "segments_per_hour": round(per_hour)}
+            "segments_per_hour": round(per_hour), "compact": not ARGS.no_compact, **chain}
+
+
+def _chain_size(storage) -> dict:
+    """The newest branch's chain.json size, the segments it lists and the objects stored (a local destination)."""
+    bid = archive.branches(storage)[-1]["id"]
+    folder = Path(storage.url.removeprefix("file://")) / "binlogs" / bid
+    return {"chain_bytes": (folder / "chain.json").stat().st_size,
+            "segments": sum(len(e.segments) for e in archive.read_branch(storage, bid).entries),
+            "objects": sum(1 for p in folder.glob("*/*") if p.is_file())}
 
 
 def _write(record: dict) -> None:
@@ -188,6 +201,7 @@ def main() -> int:
     ap.add_argument("--skip-rpo", action="store_true")
     ap.add_argument("--rpo-until-current", action="store_true", help="also measure until_current runs, one a minute")
     ap.add_argument("--skip-replay", action="store_true")
+    ap.add_argument("--no-compact", action="store_true", help="the held stream without compaction (for comparison)")
     ap.add_argument("--work", type=Path, default=Path(tempfile.gettempdir()) / "lastline-bench-pitr")
     ARGS = ap.parse_args()
     shutil.rmtree(ARGS.work, ignore_errors=True)

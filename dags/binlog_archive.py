@@ -43,7 +43,7 @@ from lastline.pitr import check, stream
     doc_md=__doc__,
     tags=["lastline", "pitr"],
     params=params("source_conn_id", "destination", "aws_conn_id", "until_current", "ship_every_seconds", "stream_minutes",
-                  "rpo_alert_seconds"),
+                  "rpo_alert_seconds", "merge_after_segments", "retired_grace_seconds"),
 )
 def binlog_archive():
     def check_chain(shipped: dict, conf: Conf) -> dict:

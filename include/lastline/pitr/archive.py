@@ -4,7 +4,7 @@ Layout, under `<destination>/binlogs/`: `branches.json` (every branch; the newes
 now) and, per branch, `<branch>/chain.json` (its files, holes and segments, see chain.Entry; both read authenticated
 and written signed by pitr.catalog) and
 `<branch>/<file>/<offset>` (the bytes [offset, offset + size) of one binlog file: a file still being written is
-archived in segments, object stores having no append). A segment is written first and the chain after it: a
+archived in segments, object stores having no append; pitr.compaction merges them, under the record's "key"). A segment is written first and the chain after it: a
 run that dies in between ships the same bytes again to the same key, so nothing is doubled or lost.
 
 The bytes are read on the source's host (where mariabackup runs too) with `dd`, up to the size `SHOW BINARY
@@ -23,18 +23,20 @@ from datetime import UTC, datetime
 from typing import Any
 
 from lastline.core.errors import IntegrityError, PreflightError, StorageError
-from lastline.core.hosts import Stage
 from lastline.core.pipeline import run_pipeline
 from lastline.core.servers import Server
 from lastline.pitr import events
 from lastline.pitr.catalog import PREFIX, branches, head, read_branch, write_branch, write_branches
 from lastline.pitr.chain import Branch, Entry, SourceFile, branch_id, plan, split_name
-from lastline.pitr.held import Held, archived, continues, still_ours
+from lastline.pitr.compaction import IN_USE_FLAG, TAIL, Compaction, compact
+from lastline.pitr.compaction import dd as _dd
+from lastline.pitr.compaction import masked as _masked
+from lastline.pitr.held import Held, archived, continues, still_ours, stored_sha
 from lastline.pitr.sealed import SegmentSealer, sealer
 from lastline.storage import Storage
 from lastline.storage.encryption_keys import EncryptionKeys, deployment_encryption_keys
 
-__all__ = ["PREFIX", "Held", "branches", "head", "log_result", "read_branch", "ship", "source_files"]
+__all__ = ["IN_USE_FLAG", "PREFIX", "Compaction", "Held", "branches", "head", "log_result", "read_branch", "ship", "source_files"]
 
 log = logging.getLogger(__name__)
 
@@ -102,13 +104,15 @@ COVER_EVERY = 5.0  # seconds between the covered position's writes in a held str
 DEPLOYMENT: Any = object()  # ship's keys: the deployment's (storage.encryption_keys)
 
 
-def ship(server: Server, storage: Storage, held: Held | None = None, keys: EncryptionKeys | None = DEPLOYMENT) -> dict[str, Any]:
+def ship(server: Server, storage: Storage, held: Held | None = None, keys: EncryptionKeys | None = DEPLOYMENT,
+         compaction: Compaction | None = None) -> dict[str, Any]:
     """Bring the archive up to the source's position now; returns what was shipped, the holes and forks. With `held`
     (a stream's state, pitr.stream): the source is asked cheaply (_source_now), the archive's branches and chain are
     kept in memory between rounds (read again when another writer changed the chain), and a round with nothing to
     ship writes nothing but, every COVER_EVERY seconds, the position it confirms. With encryption `keys` (the
     deployment's by default: a stream reads them once and passes them) each new segment is sealed (pitr.sealed): the
-    archiver needs no key that opens one."""
+    archiver needs no key that opens one. With `compaction` (pitr.stream's; None: none), a branch's segments are then
+    merged and what they replaced deleted, as it says (pitr.compaction)."""
     keys = deployment_encryption_keys() if keys is DEPLOYMENT else keys  # a wrong key connection: refused before a byte
     binlog_dir, files, now = _source_now(server, held)
     known, branch = archived(storage, held, check=False)
@@ -168,6 +172,16 @@ def ship(server: Server, storage: Storage, held: Held | None = None, keys: Encry
                                        step.upto, host, sealers[branch.id])
             entry.size, entry.closed = step.upto, step.closes
         save(branch)
+    if branch is not None and compaction is not None:
+        def seal() -> SegmentSealer | None:
+            assert branch is not None
+            if branch.id not in sealers:
+                sealers[branch.id] = sealer(storage, branch, keys)
+            return sealers[branch.id]
+
+        compact(storage, branch, files, binlog_dir, host, seal, compaction, save,
+                held.refused if held is not None else set(),
+                lambda: held is None or stored_sha(storage, branch.id) == held.chain_sha)
     if branch is not None and not steps and held is None:
         log.info("binlog archive: up to date (%s)", branch.id)
     if branch is not None and files:  # the branch now holds everything the source had committed at `now`
@@ -202,25 +216,6 @@ def _start(storage: Storage, known: list[dict[str, Any]], bid: str, parent: str 
     return branch
 
 
-TAIL = 4096  # bytes before an archived end compared with the source's (a file written anew under the same name)
-# the low byte of the first event's flags: LOG_EVENT_BINLOG_IN_USE_F, which the server clears when it closes the
-# file. A file archived while open keeps it set (the replay clears it); comparisons leave that byte out.
-IN_USE_FLAG = 21
-
-
-def _masked(data: bytes, start: int) -> bytes:
-    """`data` (bytes from offset `start` of a binlog) with the in-use flag byte zeroed."""
-    if start <= IN_USE_FLAG < start + len(data):
-        i = IN_USE_FLAG - start
-        return data[:i] + b"\x00" + data[i + 1:]
-    return data
-
-
-def _dd(path: str, offset: int, n: int, host: Any) -> Stage:
-    return Stage("dd", ["dd", f"if={path}", "iflag=skip_bytes,count_bytes", f"skip={offset}", f"count={n}", "bs=1M",
-                        "status=none"], host=host)
-
-
 def _with_tail(f: SourceFile, branch: Branch, binlog_dir: str, host: Any) -> SourceFile:
     """`f`, with same_tail False when the archive holds it in part and the source's bytes just before the archived
     end differ from the archived ones."""
@@ -241,12 +236,15 @@ def _ship_bytes(server: Server, storage: Storage, branch: Branch, entry: Entry, 
     """Bytes [offset, upto) of the binlog at `path` on the source's host into one segment (its sha256 recorded: of the
     stored bytes, sealed when `seal` is given; its tail's of the binlog's, compared with the source's by _with_tail)."""
     n, key = upto - offset, _segment_key(branch, entry.name, offset)
-    tail = bytearray()
+    result_n = [0]  # bytes passed so far (where the in-use flag byte falls)
+    tail, plain = bytearray(), hashlib.sha256()
     index = events.Scanner(entry.name, offset, entry.checksum)
     fields: dict[str, Any] = {}
 
     def sink(data: bytes) -> None:
         out.write(data)
+        plain.update(_masked(data, offset + result_n[0]))
+        result_n[0] += len(data)
         index.feed(data)
         tail.extend(data)
         del tail[:-TAIL]
@@ -263,7 +261,7 @@ def _ship_bytes(server: Server, storage: Storage, branch: Branch, entry: Entry, 
             sealing.close()  # the final chunk, before the storage's writer commits the object
             fields.update(stored=counted.n, sha256=counted.sha.hexdigest())
     entry.segments = [s for s in entry.segments if s["offset"] < offset] + [
-        {"offset": offset, "size": n, "sha256": result.sha256_out, **fields,
+        {"offset": offset, "size": n, "sha256": result.sha256_out, **fields, "plain_sha256": plain.hexdigest(),
          "tail_sha256": hashlib.sha256(_masked(bytes(tail), upto - len(tail))).hexdigest()}]
     _index(entry, index.out, offset)
     return n

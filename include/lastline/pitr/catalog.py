@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 from dataclasses import asdict
 from typing import Any
 
@@ -19,6 +20,20 @@ from lastline.storage import Storage, auth, control
 log = logging.getLogger(__name__)
 
 PREFIX = "binlogs"
+# a segment's object in its file's folder: `<offset:012d>`, or a merged one's `<offset:012d>-<end:012d>[-<n>]`
+# (pitr.compaction), named by the record's "key"; checked before it becomes a storage key
+MERGED_KEY = re.compile(r"\d{12}-\d{12}(-\d{1,6})?\Z")
+OBJECT_KEY = re.compile(r"\d{12}(-\d{12}(-\d{1,6})?)?\Z")
+
+
+def object_name(segment: dict) -> str:
+    """A segment's object name in its file's folder: its record's "key" (a merged segment), else its offset."""
+    return str(segment["key"]) if segment.get("key") is not None else f"{int(segment['offset']):012d}"
+
+
+def segment_key(bid: str, name: str, segment: dict) -> str:
+    """The storage key of a segment of file `name` of branch `bid`."""
+    return f"{PREFIX}/{bid}/{name}/{object_name(segment)}"
 
 
 def _authenticated(storage: Storage, key: str, found: control.Control, use: str | None) -> None:
@@ -66,13 +81,21 @@ def read_branch_sha(storage: Storage, bid: str, use: str | None = None) -> tuple
             split_name(e.name)
             for seg in e.segments:
                 int(seg["offset"]), int(seg["size"]), str(seg["sha256"])
+                if seg.get("key") is not None and not MERGED_KEY.match(str(seg["key"])):
+                    raise ValueError(f"segment {e.name}@{seg['offset']}: key {seg['key']!r}")
                 if seg.get("sealed", False) is not False and (seg["sealed"] is not True or int(seg["stored"]) < 0
                                                               or not isinstance(seg["ephemeral"], str)):
                     raise ValueError(f"segment {e.name}@{seg['offset']}: sealed, stored or ephemeral")
         public = data.get("seal_public")
         if "envelope" in data or not isinstance(public, str | None):
             raise ValueError("envelope or seal_public")
-        branch = Branch(bid, entries, data.get("parent"), data.get("fork_after"), data.get("covered"), None, public)
+        retired = list(data.get("retired") or [])
+        for r in retired:
+            split_name(r["file"]), float(r["at"])
+            if not isinstance(r["keys"], list) or not all(OBJECT_KEY.match(str(k)) for k in r["keys"]):
+                raise ValueError(f"retired keys of {r['file']}")
+        branch = Branch(bid, entries, data.get("parent"), data.get("fork_after"), data.get("covered"), None, public,
+                        retired)
     except (TypeError, KeyError, ValueError, AttributeError) as exc:
         raise IntegrityError(f"{storage.location(key)} is not a chain lastline wrote ({exc!r}); refused.") from exc
     wrong = unproven(entries)
@@ -146,6 +169,16 @@ def head(storage: Storage) -> dict[str, Any] | None:
             "end_gtids": last.end_gtids, "covered": branch.covered}
 
 
+def _holds(s: dict[str, Any], seg: dict[str, Any]) -> bool:
+    """Whether archived segment `s` is the recorded head's segment `seg`, or a merged one (pitr.compaction) that covers
+    its bytes (a file of a branch is one history: a file written anew under its name is another branch)."""
+    off, size = int(seg.get("offset", -1)), int(seg.get("size", -1))
+    if int(s["offset"]) == off and int(s["size"]) == size and str(s["sha256"]) == str(seg.get("sha256")):
+        return True
+    start, end = int(s["offset"]), int(s["offset"]) + int(s["size"])
+    return s.get("key") is not None and 0 <= start <= off and off + size <= end and size >= 0
+
+
 def check_head(storage: Storage, recorded: dict[str, Any] | None, use: str) -> str:
     """Refuse (IntegrityError) an archive that ends before, or differs from, the head recorded in Airflow after the
     last run (`recorded`): an older, validly signed state put back, or files dropped from a chain. Returns one
@@ -176,8 +209,7 @@ def check_head(storage: Storage, recorded: dict[str, Any] | None, use: str) -> s
     if entry.size < size:
         raise IntegrityError(refuse.format(f"{name} is archived up to byte {entry.size:,} only: bytes "
                                            f"{entry.size:,}-{size:,} are missing"))
-    if not any(int(s["offset"]) == int(seg.get("offset", -1)) and int(s["size"]) == int(seg.get("size", -1))
-               and str(s["sha256"]) == str(seg.get("sha256")) for s in entry.segments):
+    if not any(_holds(s, seg) for s in entry.segments):
         raise IntegrityError(refuse.format(f"its segment of {name} at byte {seg.get('offset')} is not the one recorded"))
     was, now = recorded.get("covered") or {}, branch.covered or {}
     if was.get("time") is not None and float(now.get("time") or 0) < float(was["time"]):

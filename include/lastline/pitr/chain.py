@@ -118,6 +118,9 @@ class Branch:
     # `binlogs/<id>`; a rotation re-wraps it) and the X25519 public key that key derives, which segments are sealed to
     envelope: dict | None = None
     seal_public: str | None = None
+    # segment objects a compaction replaced (pitr.compaction), kept for readers of an older chain until deleted:
+    # [{"file", "keys": [names in the file's folder], "at": unix time}]
+    retired: list[dict] = field(default_factory=list)
 
 
 @dataclass(frozen=True)

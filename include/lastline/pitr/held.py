@@ -32,6 +32,7 @@ class Held:
     branch: Branch | None = None
     chain_sha: str | None = None  # of the chain.json bytes it last wrote or read
     covered_at: float = 0.0  # when a round last wrote the covered position (monotonic)
+    refused: set[tuple[str, int]] = field(default_factory=set)  # (file, offset): merges the source's bytes refused
 
     def drop(self) -> None:
         """Forget everything (after a failed round): the next round starts as a new run does."""

@@ -76,6 +76,7 @@ def prune_binlogs(storage: Storage, bases: list[str]) -> list[str]:
             entry.pruned, entry.segments = True, []
             going.append(entry.name)
         if going:
+            branch.retired = [r for r in branch.retired if r["file"] not in going]  # their folder goes whole
             # the chain says they are gone before their bytes go: a delete refused half way leaves unused bytes behind,
             # never a chain that offers a file whose segments are missing
             sha = write_branch(storage, branch)

@@ -80,8 +80,9 @@ def run(conf: RunParams, stop: Any = None, on_head: Callable[[dict[str, Any] | N
     """The binlog_archive DAG's ship task: the stream held open (see the module doc) for `stream_minutes`, a round
     every `ship_every_seconds` (0.5); `until_current`: ship up to the source's position at the start of the run, then
     end (tests, drills, catching up by hand). `stop` (a threading.Event) ends it early; `on_head` is given the
-    archive's head every HEAD_EVERY seconds. A streaming run refused (a source without binlogs, a wrong password, a
-    forged chain) fails no sooner than REFUSED_PAUSE after it began."""
+    archive's head every HEAD_EVERY seconds. Compaction (pitr.compaction): `merge_after_segments` (120),
+    `retired_grace_seconds` (3600), `compact` (true). A streaming run refused (a source without binlogs, a wrong
+    password, a forged chain) fails no sooner than REFUSED_PAUSE after it began."""
     begun = time.monotonic()
     try:
         return _run(conf, stop, on_head)
@@ -96,8 +97,11 @@ def _run(conf: RunParams, stop: Any, on_head: Callable[[dict[str, Any] | None], 
     server = connections.server(params.required("source_conn_id"))
     storage = open_allowed(params.required("destination"), params.text("aws_conn_id"))
     keys, keys_read = deployment_encryption_keys(), time.monotonic()  # read once a minute, not once a round
+    compaction = archive.Compaction(int(params.number("merge_after_segments", 120, minimum=2, maximum=100_000)),
+                                    params.number("retired_grace_seconds", 3600, minimum=0),
+                                    params.flag("compact", True))
     if params.flag("until_current", False):
-        result = archive.ship(server, storage, keys=keys)
+        result = archive.ship(server, storage, keys=keys, compaction=compaction)
         archive.log_result(storage, result)
         return {**result, "head": head(storage)}
     every = params.number("ship_every_seconds", 0.5, minimum=0.1, maximum=60)
@@ -114,7 +118,7 @@ def _run(conf: RunParams, stop: Any, on_head: Callable[[dict[str, Any] | None], 
             try:
                 if time.monotonic() - keys_read >= KEYS_EVERY:
                     keys, keys_read = deployment_encryption_keys(), time.monotonic()
-                result = archive.ship(server, storage, held, keys)
+                result = archive.ship(server, storage, held, keys, compaction)
             except (Refusal, TaskStopped):
                 raise
             except _transient() as exc:

@@ -14,9 +14,10 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from lastline.core.errors import ConfigError, IntegrityError, Refusal
+from lastline.core.errors import ConfigError, IntegrityError, Refusal, StorageError
 from lastline.pitr import events
 from lastline.pitr.archive import PREFIX, branches, read_branch
+from lastline.pitr.catalog import segment_key
 from lastline.pitr.chain import Branch, Entry
 from lastline.pitr.sealed import Seals
 from lastline.storage import Storage
@@ -121,8 +122,12 @@ def windows(storage: Storage) -> list[dict[str, Any]]:
 def segment_chunks(storage: Storage, branch: str, name: str, segment: dict, seals: Seals | None = None) -> Iterator[bytes]:
     """One archived segment as it streams from the destination (a sealed one opened by `seals`, each chunk
     authenticated); after its last chunk, its size and sha256 are checked against its chain's (a reader acts on the
-    bytes only once the whole segment has passed)."""
-    key = f"{PREFIX}/{branch}/{name}/{int(segment['offset']):012d}"
+    bytes only once the whole segment has passed). A segment a compaction has since merged and deleted (a reader of
+    an older chain, pitr.compaction) is read from the merged segment the chain now lists in its place."""
+    key = segment_key(branch, name, segment)
+    if storage.size_if_exists(key) is None:
+        yield from _merged_into(storage, branch, name, segment, seals)
+        return
     if segment.get("sealed"):
         yield from (seals or Seals()).opened(branch, key, segment, iter(storage.reader(key)))
         return
@@ -135,6 +140,25 @@ def segment_chunks(storage: Storage, branch: str, name: str, segment: dict, seal
         raise IntegrityError(f"{storage.location(f'{PREFIX}/{branch}/{name}')}: the segment at byte {segment['offset']} "
                              f"is {n} bytes with another sha256 than its chain records: the archive is damaged "
                              "there; a roll-forward cannot cross it.")
+
+
+def _merged_into(storage: Storage, branch: str, name: str, segment: dict, seals: Seals | None) -> Iterator[bytes]:
+    """The bytes of a missing segment, from the merged segment that holds them in the branch's chain as it is now (the
+    whole merged segment is read and checked; its part is passed on); a retriable StorageError when none does."""
+    start, size = int(segment["offset"]), int(segment["size"])
+    entry = next((e for e in read_branch(storage, branch).entries if e.name == name), None)
+    cover = next((s for s in (entry.segments if entry else []) if s.get("key") is not None and s != segment
+                  and int(s["offset"]) <= start and start + size <= int(s["offset"]) + int(s["size"])), None)
+    if cover is None:
+        raise StorageError(f"{storage.location(segment_key(branch, name, segment))} is missing and no segment of the "
+                           "branch's chain holds its bytes now (retention deleted the file, or the storage lost it): "
+                           "run the restore again, it reads the archive anew.")
+    at = int(cover["offset"])
+    for chunk in segment_chunks(storage, branch, name, cover, seals):
+        lo, hi = max(start - at, 0), min(start + size - at, len(chunk))
+        if lo < hi:
+            yield chunk[lo:hi]
+        at += len(chunk)
 
 
 def segment_bytes(storage: Storage, branch: str, name: str, segment: dict, seals: Seals | None = None) -> bytes:

@@ -105,6 +105,11 @@ class Storage(abc.ABC):
     def delete_backup(self, backup_id: str) -> None:
         """Remove a backup folder and everything in it."""
 
+    def delete_objects(self, keys: list[str]) -> None:
+        """Remove single objects (one missing is no error: a delete tried again after a crash); a folder is never
+        removed by it (delete_backup does that)."""
+        raise NotImplementedError(f"{self.url} deletes no single object")
+
     @abc.abstractmethod
     def check_writable(self) -> None:
         """Raise StorageError unless a small object can be written and removed."""

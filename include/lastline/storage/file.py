@@ -271,6 +271,21 @@ class FileStorage(Storage):
     def delete_backup(self, backup_id: str) -> None:
         shutil.rmtree(self._path(backup_id), ignore_errors=True)
 
+    def delete_objects(self, keys: list[str]) -> None:
+        for key in keys:
+            found = self._folder(key)  # no link followed on the way: a link in a folder is never deleted through
+            if found is None:
+                continue
+            fd, name = found
+            try:
+                os.unlink(name, dir_fd=fd)
+            except FileNotFoundError:
+                pass
+            except OSError as exc:
+                raise StorageError(f"cannot delete {self.location(key)}: {exc.strerror}.") from exc
+            finally:
+                os.close(fd)
+
     def check_writable(self) -> None:
         probe = self._path(".lastline-write-probe")
         try:

@@ -247,6 +247,21 @@ class S3Storage(Storage):
                                f"{refused[0]}; if the code says access is denied, let this connection's account delete "
                                "in the bucket; the next prune tries again (what was deleted stays deleted).")
 
+    def delete_objects(self, keys: list[str]) -> None:
+        from botocore.exceptions import BotoCoreError, ClientError
+
+        refused: list[str] = []
+        try:
+            for i in range(0, len(keys), 1000):  # S3 deletes up to 1000 keys a request; a missing one silently
+                objs = [{"Key": self._key(k)} for k in keys[i:i + 1000]]
+                answer = self.client.delete_objects(Bucket=self.bucket, Delete={"Objects": objs, "Quiet": True})
+                refused += [f"{e.get('Key')} ({e.get('Code')}: {e.get('Message')})" for e in answer.get("Errors", [])]
+        except (ClientError, BotoCoreError) as exc:
+            raise StorageError(f"cannot delete objects of {self.url}: {exc}; the next attempt tries again.") from exc
+        if refused:
+            raise StorageError(f"cannot delete objects of {self.url}: S3 refused {len(refused)}, first {refused[0]}; the "
+                               "next attempt tries again.")
+
     def check_writable(self) -> None:
         key = self._key(".lastline-write-probe")
         try:

@@ -156,6 +156,10 @@ class SshStorage(Storage):
     def delete_backup(self, backup_id: str) -> None:
         self.host.run(["rm", "-rf", "--", self._path(backup_id)])
 
+    def delete_objects(self, keys: list[str]) -> None:
+        for i in range(0, len(keys), 500):  # `rm -f`: a missing one is no error, a folder is refused
+            self.host.run(["rm", "-f", "--", *(self._path(k) for k in keys[i:i + 500])])
+
     def check_writable(self) -> None:
         probe = self._path(".lastline-write-probe")
         out = self.host.run(["sh", "-c", 'mkdir -p "$1" && echo ok > "$2" && rm -f "$2"', "x", self.root, probe], check=False)

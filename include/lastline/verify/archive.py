@@ -11,7 +11,7 @@ from typing import Any
 
 from lastline.core.errors import IntegrityError, LastlineError
 from lastline.pitr import catalog, events, window
-from lastline.pitr.catalog import PREFIX
+from lastline.pitr.catalog import PREFIX, segment_key
 from lastline.pitr.chain import Branch, Entry, split_name
 from lastline.pitr.restore import coordinates
 from lastline.pitr.sealed import Seals
@@ -76,7 +76,7 @@ def check_segment(storage: Storage, bid: str, file: str, seg: dict, seals: Seals
     """One segment against its chain: its stored size and sha256 (without a key), and a sealed one, where the
     deployment opens its branch, read once: opened, each chunk authenticated (a damaged one named), then its stored
     size and sha256 and its binlog bytes checked at its end. (finding or None, stored bytes read)."""
-    name = f"{PREFIX}/{bid}/{file}/{int(seg['offset']):012d}"
+    name = segment_key(bid, file, seg)
     stored = int(seg.get("stored", -1)) if seg.get("sealed") else int(seg["size"])
     if not seg.get("sealed") or not seals.opens(bid):
         return check_object(storage, name, stored, str(seg["sha256"]), name)

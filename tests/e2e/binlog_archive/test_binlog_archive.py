@@ -13,6 +13,7 @@ from conftest import set_conn
 from lastline import connections
 from lastline.core.errors import IntegrityError
 from lastline.pitr import archive, check, window
+from lastline.pitr.catalog import segment_key
 from lastline.storage import open_storage
 from lastline_dev.sandbox import Instance
 
@@ -46,7 +47,7 @@ def _archived(storage, branch_id: str) -> dict[str, bytes]:
         data = b""
         for seg in entry.segments:
             assert seg["offset"] == len(data), f"{entry.name}: a gap or an overlap at byte {seg['offset']}"
-            data += storage.read_bytes(f"binlogs/{branch_id}/{entry.name}/{seg['offset']:012d}")
+            data += storage.read_bytes(segment_key(branch_id, entry.name, seg))
         assert len(data) == entry.size
         out[entry.name] = data
     return out

@@ -210,3 +210,36 @@ def test_a_sealed_branch_keeps_its_envelope_in_a_file_of_its_own(tmp_path):
     plain.write_text(plain.read_text().replace('"seal_public"', '"envelope": {}, "seal_public"'))
     with pytest.raises(IntegrityError, match="is not a chain lastline wrote"):
         read_branch(storage, BID)  # an envelope inside the chain is not where lastline keeps it
+
+
+@pytest.mark.parametrize("merged, ok", [
+    ({"offset": 0, "size": 250, "sha256": "99" * 32, "key": "000000000000-000000000250"}, True),
+    ({"offset": 0, "size": 300, "sha256": "99" * 32, "key": "000000000000-000000000300"}, True),
+    ({"offset": 0, "size": 200, "sha256": "99" * 32, "key": "000000000000-000000000200"}, False),
+    ({"offset": 0, "size": 250, "sha256": "99" * 32}, False),
+], ids=["merged-same-end", "merged-beyond", "short", "not-merged"])
+def test_check_head_accepts_a_merged_segment_covering_the_recorded_one(store, merged, ok):
+    recorded = head(store)
+    b = branch()
+    b.entries[1].segments = [merged]
+    b.entries[1].size = merged["offset"] + merged["size"]
+    write_branch(store, b)
+    if ok:
+        assert "holds the head" in check_head(store, recorded, USE)
+    else:
+        with pytest.raises(IntegrityError, match="ends before, or differs from"):
+            check_head(store, recorded, USE)
+
+
+@pytest.mark.parametrize("change", [
+    lambda d: d["entries"][1]["segments"][1].update(key="../../x"),
+    lambda d: d.update(retired=[{"file": "bin.000002", "keys": ["../x"], "at": 1}]),
+    lambda d: d.update(retired=[{"file": "../x", "keys": ["000000000000"], "at": 1}]),
+], ids=["segment-key", "retired-key", "retired-file"])
+def test_a_key_that_is_no_segment_name_is_refused(store, change):
+    data = dataclasses.asdict(branch())
+    del data["envelope"]
+    change(data)
+    control.write(store, f"{PREFIX}/{BID}/chain.json", json.dumps(data))
+    with pytest.raises(IntegrityError, match="not a chain lastline wrote|not a binlog file name"):
+        read_branch(store, BID)

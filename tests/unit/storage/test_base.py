@@ -58,6 +58,10 @@ class MemoryStorage(Storage):
     def delete_backup(self, backup_id: str) -> None:
         self.objects = {k: v for k, v in self.objects.items() if not k.startswith(backup_id + "/")}
 
+    def delete_objects(self, keys: list[str]) -> None:
+        for key in keys:
+            self.objects.pop(checked_key(key, self.url), None)
+
     def check_writable(self) -> None:
         pass
 
