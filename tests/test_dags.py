@@ -174,7 +174,8 @@ def test_binlog_archive_shape(dagbag):
     # the stream is held open by one run at a time, and the next starts as soon as one ends
     assert isinstance(dag.timetable, ContinuousTimetable) and dag.max_active_runs == 1 and dag.catchup is False
     assert set(dag.params.keys()) == {"source_conn_id", "destination", "aws_conn_id", "until_current",
-                                       "ship_every_seconds", "stream_minutes", "rpo_alert_seconds"}
+                                       "ship_every_seconds", "stream_minutes", "rpo_alert_seconds", "merge_after_segments",
+                                       "retired_grace_seconds"}
     assert [t.task_id for t in dag.tasks] == ["ship", "check_chain"]
     assert dag.get_task("ship").executor_config == {"lastline_server_param": "source_conn_id"}  # on the source's host
     assert [o.name for o in dag.get_task("check_chain").outlets] == ["lastline_binlog_archive"]
