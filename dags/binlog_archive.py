@@ -8,8 +8,9 @@ ships what was committed since, exactly once and in order (a file still being wr
 next run as soon as one ends. A source restart or a network cut is waited out (the stream resumes from what the
 archive holds); when nothing could be shipped for longer than `rpo_alert_seconds`, an alert goes out (the
 connection `lastline_alerts`), and again when the stream ships again. The archive's head is recorded in Airflow
-every 5 minutes and at the end (anti-rollback). `until_current: true`: ship up to the source's position at the
-start of the run, then end (tests, drills, catching up by hand). Files the source purged before they were shipped
+every 5 minutes and at the end (anti-rollback). A run triggered by hand (the form) streams for a minute at most:
+the held stream is the schedule's. `until_current: true`: ship up to the source's position at the start of the
+run, then end (tests, drills, catching up by hand). Files the source purged before they were shipped
 are recorded as holes, named; a server that writes its binlogs anew under the same names (a restore, `RESET
 MASTER`, a failover) starts a new branch: nothing is overwritten.
 
@@ -59,9 +60,11 @@ def binlog_archive():
         return {"problems": result["problems"], "window": newest}
 
     def ship(conf: Conf) -> dict:
-        # the head recorded every few minutes too, not only when the run ends (anti-rollback)
+        # the head recorded every few minutes too, not only when the run ends (anti-rollback); a run a person
+        # triggered streams a minute at most: the held stream is the schedule's
+        by_hand = str(get_current_context()["dag_run"].run_type).lower().endswith("manual")
         return stream.run(conf, on_head=partial(record_archive_head, conf.required("destination"),
-                                                aws_conn_id=conf.text("aws_conn_id")))
+                                                aws_conn_id=conf.text("aws_conn_id")), by_hand=by_hand)
 
     shipped = step(ship, multiple_outputs=True, **on_server("source_conn_id", long=False))()
     step(check_chain, outlets=[BINLOG_ARCHIVE], multiple_outputs=True)(shipped)

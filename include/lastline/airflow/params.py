@@ -155,7 +155,8 @@ SPECS: dict[str, Spec] = {
                             "at most that ceiling, default 3600)", SERVERS, {"type": "number", "minimum": 0}),
     "until_current": _flag(False, "Until the current position", "ship up to the source's position at the start of the "
                            "run, then end (tests, drills, catching up by hand); off (the default): hold a stream open "
-                           "for stream_minutes, shipping what the source commits every ship_every_seconds", STREAMING),
+                           "for stream_minutes (a run triggered by hand: a minute at most), shipping what the source "
+                           "commits every ship_every_seconds", STREAMING),
     "ship_every_seconds": Spec(0.5, "Look every (s)", "when streaming: how often the stream looks at the source (one "
                                "SHOW BINARY LOGS) and ships what was committed since", STREAMING,
                                {"type": "number", "minimum": 0.1, "maximum": 60}),

@@ -41,6 +41,7 @@ KEYS_EVERY = 60.0  # seconds between reads of the encryption key connection (a c
 # a run refused sooner than this after its start waits out the rest before it fails: the continuous schedule starts the
 # next run at once, and a refusal (a source without binlogs, a wrong password) would otherwise fail and alert in a loop
 REFUSED_PAUSE = 300.0
+BY_HAND_MINUTES = 1.0  # the longest a run triggered by hand streams (its form's stream_minutes, at most this)
 
 
 class Stall:
@@ -76,23 +77,27 @@ def _transient() -> tuple[type[BaseException], ...]:
 
 
 @stops_cleanly
-def run(conf: RunParams, stop: Any = None, on_head: Callable[[dict[str, Any] | None], Any] | None = None) -> dict[str, Any]:
+def run(conf: RunParams, stop: Any = None, on_head: Callable[[dict[str, Any] | None], Any] | None = None,
+        by_hand: bool = False) -> dict[str, Any]:
     """The binlog_archive DAG's ship task: the stream held open (see the module doc) for `stream_minutes`, a round
     every `ship_every_seconds` (0.5); `until_current`: ship up to the source's position at the start of the run, then
     end (tests, drills, catching up by hand). `stop` (a threading.Event) ends it early; `on_head` is given the
     archive's head every HEAD_EVERY seconds. Compaction (pitr.compaction): `merge_after_segments` (120),
     `retired_grace_seconds` (3600), `compact` (true). A streaming run refused (a source without binlogs, a wrong
-    password, a forged chain) fails no sooner than REFUSED_PAUSE after it began."""
+    password, a forged chain) fails no sooner than REFUSED_PAUSE after it began. `by_hand` (a run a person triggered)
+    streams for BY_HAND_MINUTES at most: the hour-long held stream is the schedule's."""
     begun = time.monotonic()
+    once = by_hand or Conf(conf).flag("until_current", False)  # no loop of runs to slow: fail at once
     try:
-        return _run(conf, stop, on_head)
+        return _run(conf, stop, on_head, BY_HAND_MINUTES if by_hand else 60)
     except Refusal:
-        if not Conf(conf).flag("until_current", False):
+        if not once:
             _pause_before_failing(begun, stop)
         raise
 
 
-def _run(conf: RunParams, stop: Any, on_head: Callable[[dict[str, Any] | None], Any] | None) -> dict[str, Any]:
+def _run(conf: RunParams, stop: Any, on_head: Callable[[dict[str, Any] | None], Any] | None,
+         most_minutes: float) -> dict[str, Any]:
     params = Conf(conf)
     server = connections.server(params.required("source_conn_id"))
     storage = open_allowed(params.required("destination"), params.text("aws_conn_id"))
@@ -106,7 +111,7 @@ def _run(conf: RunParams, stop: Any, on_head: Callable[[dict[str, Any] | None], 
         return {**result, "head": head(storage)}
     every = params.number("ship_every_seconds", 0.5, minimum=0.1, maximum=60)
     # a run that never ended would hold the archive from the next one, and its head would never be recorded
-    deadline = time.monotonic() + 60 * params.number("stream_minutes", 60, minimum=0.1, maximum=60)
+    deadline = time.monotonic() + 60 * min(params.number("stream_minutes", 60, minimum=0.1, maximum=60), most_minutes)
     stall = Stall(params.number("rpo_alert_seconds", 600, minimum=1), {"destination": storage.location(archive.PREFIX)})
     total: dict[str, Any] = {"bytes": 0, "holes": [], "forks": [], "proven_empty": [], "rounds": 0, "failed": 0}
     held = Held()
