@@ -1,7 +1,7 @@
 """
 ### binlog_archive: the source's binary logs, shipped to the destination as they are written
 
-ship → check_chain. `ship` holds one stream to the source open for `stream_minutes` (60): every
+ship → check_chain. `ship` holds one stream to the source open for `stream_minutes` (5): every
 `ship_every_seconds` (0.5) it looks at the source (one `SHOW BINARY LOGS` over a connection kept open) and
 ships what was committed since, exactly once and in order (a file still being written goes in pieces), into
 `<destination>/binlogs/<branch>/`, indexed (transactions, GTIDs, times); the `@continuous` schedule starts the

@@ -1,5 +1,5 @@
 """The binlog archive's stream, held open (issue 47): the binlog_archive DAG's task keeps one stream per source for
-`stream_minutes` (60), shipping what the source commits within a second, and the DAG's `@continuous` schedule starts
+`stream_minutes` (5), shipping what the source commits within a second, and the DAG's `@continuous` schedule starts
 the next run as soon as one ends (one at a time).
 
 Each round is pitr.archive.ship with the stream's state kept in memory (pitr.held): one look at the source over a
@@ -85,7 +85,7 @@ def run(conf: RunParams, stop: Any = None, on_head: Callable[[dict[str, Any] | N
     archive's head every HEAD_EVERY seconds. Compaction (pitr.compaction): `merge_after_segments` (120),
     `retired_grace_seconds` (3600), `compact` (true). A streaming run refused (a source without binlogs, a wrong
     password, a forged chain) fails no sooner than REFUSED_PAUSE after it began. `by_hand` (a run a person triggered)
-    streams for BY_HAND_MINUTES at most: the hour-long held stream is the schedule's."""
+    streams for BY_HAND_MINUTES at most: the held stream is the schedule's."""
     begun = time.monotonic()
     once = by_hand or Conf(conf).flag("until_current", False)  # no loop of runs to slow: fail at once
     try:
@@ -111,7 +111,7 @@ def _run(conf: RunParams, stop: Any, on_head: Callable[[dict[str, Any] | None], 
         return {**result, "head": head(storage)}
     every = params.number("ship_every_seconds", 0.5, minimum=0.1, maximum=60)
     # a run that never ended would hold the archive from the next one, and its head would never be recorded
-    deadline = time.monotonic() + 60 * min(params.number("stream_minutes", 60, minimum=0.1, maximum=60), most_minutes)
+    deadline = time.monotonic() + 60 * min(params.number("stream_minutes", 5, minimum=0.1, maximum=60), most_minutes)
     stall = Stall(params.number("rpo_alert_seconds", 600, minimum=1), {"destination": storage.location(archive.PREFIX)})
     total: dict[str, Any] = {"bytes": 0, "holes": [], "forks": [], "proven_empty": [], "rounds": 0, "failed": 0}
     held = Held()
