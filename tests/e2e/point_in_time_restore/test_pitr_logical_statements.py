@@ -19,6 +19,7 @@ from lastline.storage import open_storage
 from lastline_dev.sandbox import Instance
 
 from .test_pitr_logical import _forged_copy
+from .test_pitr_restore import state
 
 pytestmark = pytest.mark.e2e
 TABLES = ("stock", "accounts", "orders", "audit")
@@ -27,14 +28,7 @@ PAD = " /* a statement of the MIXED workload, long enough to be rewritten by the
 
 def shop_state(inst: Instance) -> dict[str, tuple]:
     """Every table of `shop`: row count and CHECKSUM TABLE."""
-    out = {}
-    with inst.server().session() as cur:
-        for t in TABLES:
-            cur.execute(f"SELECT COUNT(*) FROM shop.{t}")
-            n = cur.fetchone()[0]
-            cur.execute(f"CHECKSUM TABLE shop.{t}")
-            out[t] = (n, cur.fetchone()[1])
-    return out
+    return state(inst, TABLES)
 
 
 def _untouched(inst: Instance) -> dict:
