@@ -18,62 +18,11 @@ from collections.abc import Iterator
 
 from lastline.core.errors import IntegrityError, StorageError
 from lastline.storage.base import Storage, Writer, checked_key, refusal
+from lastline.storage.partial import FileWriter, private_dirs
 
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 # O_NONBLOCK: a FIFO swapped in after the check must not hang the open (it is refused by fstat then)
 _FILE_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
-
-
-def private_dirs(path: str) -> None:
-    """Create the folders of `path` readable by their owner only (0700): backups can hold password hashes."""
-    if not os.path.isdir(path):
-        private_dirs(os.path.dirname(path))
-        try:
-            os.mkdir(path, 0o700)
-        except FileExistsError:
-            pass
-
-
-class FileWriter(Writer):
-    """Writes `<key>.partial` (0600, folders 0700), fsyncs (when `durable`) and renames it on commit."""
-
-    def __init__(self, path: str, durable: bool = True) -> None:
-        self.path, self.tmp, self.durable = path, path + ".partial", durable
-        private_dirs(os.path.dirname(path))
-        self.fh = os.fdopen(os.open(self.tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600), "wb")
-
-    def fileno(self) -> int:
-        return self.fh.fileno()
-
-    def write(self, data: bytes) -> None:
-        try:
-            self.fh.write(data)
-        except OSError as exc:
-            hint = "the destination is full: free space or choose another destination" if exc.errno == errno.ENOSPC else "check the destination"
-            raise StorageError(f"cannot write {self.tmp}: {exc.strerror} ({hint}).") from exc
-
-    def commit(self) -> None:
-        try:
-            self.fh.flush()
-            if self.durable:
-                os.fsync(self.fh.fileno())
-            self.fh.close()
-        except OSError as exc:
-            self.abort()
-            hint = " (the destination is full: free space or choose another destination)" if exc.errno == errno.ENOSPC else ""
-            raise StorageError(f"cannot finish {self.tmp}: {exc.strerror}{hint}.") from exc
-        os.replace(self.tmp, self.path)
-
-    def abort(self) -> None:
-        if not self.fh.closed:
-            try:
-                self.fh.close()
-            except OSError:  # closing flushes what is buffered: on a full destination that fails, and the file goes
-                pass
-        try:
-            os.unlink(self.tmp)
-        except FileNotFoundError:
-            pass
 
 
 def _kind(mode: int) -> str:

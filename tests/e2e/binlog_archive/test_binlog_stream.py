@@ -3,6 +3,7 @@ second; a source restart, a killed worker, SIGTERM and a cut to the source's hos
 ship nothing twice: the archive is the source's binlogs byte for byte, each segment once, in order."""
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import os
@@ -18,9 +19,9 @@ import pytest
 from conftest import set_conn
 from lastline import connections
 from lastline.core.errors import LastlineError, StorageError
-from lastline.pitr import archive, stream
+from lastline.pitr import archive, retention, stream
 from lastline.pitr.catalog import object_name
-from lastline.storage import open_storage
+from lastline.storage import control, open_storage
 from lastline_dev.sandbox import Instance
 
 from .test_binlog_archive import _archived, _on_disk, _same, _write
@@ -266,10 +267,16 @@ def test_the_held_stream_forks_on_binlogs_written_anew_and_keeps_retention_s_mar
         _write(source, 5)
         _wait_archived(storage, server)
         bid = archive.branches(storage)[-1]["id"]
-        chain = archive.read_branch(storage, bid)
-        old = chain.entries[0]
-        old.pruned, old.segments = True, []  # as retention writes it
-        write_branch(storage, chain)
+        for _ in range(5):  # as retention writes it: the mark, then SETTLE, then the stored chain must still be it
+            chain = archive.read_branch(storage, bid)
+            old = chain.entries[0]
+            old.pruned, old.segments = True, []
+            sha = write_branch(storage, chain)
+            time.sleep(retention.SETTLE)  # a stream that checked the chain just before this write has written by now
+            if hashlib.sha256(control.read_bytes(storage, f"binlogs/{bid}/chain.json")).hexdigest() == sha:
+                break
+        else:
+            raise AssertionError("the stream wrote over every mark within SETTLE: retention would never delete")
         _write(source, 5)
         _wait_archived(storage, server)
         assert archive.read_branch(storage, bid).entries[0].pruned  # not written back over
