@@ -49,13 +49,15 @@ def booted(cur: Any) -> int:
     return int(cur.fetchone()[0])
 
 
-def put_back(cur: Any, settings: dict[str, Any]) -> None:
-    """The connection dropped, and the globals the replay changed set as they were before its first attempt."""
-    drop_connection(cur)
+def put_back(cur: Any, settings: dict[str, Any]) -> int:
+    """The connection dropped, and the globals the replay changed set as they were before its first attempt. Returns
+    how many temporary tables of the source the connection held when it went (see drop_connection)."""
+    lost = drop_connection(cur)
     cur.execute("SET GLOBAL slave_parallel_threads=%s", (int(settings["slave_parallel_threads"]),))
     cur.execute("SET GLOBAL slave_exec_mode=%s", (str(settings["slave_exec_mode"]),))
     if "innodb_flush_log_at_trx_commit" in settings:  # a ledger row written before the replay changed it has none
         cur.execute("SET GLOBAL innodb_flush_log_at_trx_commit=%s", (int(settings["innodb_flush_log_at_trx_commit"]),))
+    return lost
 
 
 def gtid_slave_pos(cur: Any) -> str:
@@ -121,15 +123,26 @@ def relay_base(cur: Any, datadir: str, host: Host) -> tuple[str, str]:
     return base, posixpath.dirname(first)
 
 
-def drop_connection(cur: Any) -> None:
+def drop_connection(cur: Any) -> int:
     """The replay's connection stopped and removed, its relay logs with it, and its database filter cleared (the
-    server keeps a connection's filters by name, beyond RESET SLAVE ALL)."""
+    server keeps a connection's filters by name, beyond RESET SLAVE ALL). Returns how many temporary tables its applier
+    held then (a statement-format session's CREATE TEMPORARY TABLE applied, its DROP not yet): they go with it, and a
+    resume from the position the target holds would run their later statements without them (0: no connection)."""
     cur.execute("SHOW ALL SLAVES STATUS")
     names = [str(r[0]) for r in cur.fetchall()]
-    if CONNECTION in names:
-        cur.execute(f"STOP SLAVE '{CONNECTION}'")
-        cur.execute(f"SET GLOBAL {CONNECTION}.replicate_do_db=''")
-        cur.execute(f"RESET SLAVE '{CONNECTION}' ALL")
+    if CONNECTION not in names:
+        return 0
+    cur.execute(f"STOP SLAVE '{CONNECTION}'")
+    held = open_temp_tables(cur)  # the replay refuses a target with another connection: these are its applier's
+    cur.execute(f"SET GLOBAL {CONNECTION}.replicate_do_db=''")
+    cur.execute(f"RESET SLAVE '{CONNECTION}' ALL")
+    return held
+
+
+def open_temp_tables(cur: Any) -> int:
+    """Temporary tables the target's replication applier holds (they outlive STOP SLAVE, not the connection)."""
+    cur.execute("SHOW GLOBAL STATUS WHERE Variable_name IN ('Slave_open_temp_tables', 'Replica_open_temp_tables')")
+    return max((int(v) for _, v in cur.fetchall()), default=0)
 
 
 def write_index(host: Host, base: str, named: str, paths: list[str]) -> None:

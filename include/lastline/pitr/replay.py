@@ -30,7 +30,7 @@ from typing import Any
 
 from lastline import connections
 from lastline.core import accounts
-from lastline.core.errors import IntegrityError, Refusal
+from lastline.core.errors import IntegrityError, Refusal, ServerError
 from lastline.core.hosts import Host
 from lastline.core.servers import Server
 from lastline.core.sql import META_DB, as_text
@@ -49,6 +49,11 @@ log = logging.getLogger(__name__)
 
 LEDGER = f"`{META_DB}`.`pitr_replay`"
 METHODS = ("auto", "parallel", "pipe")
+LOST = "temp_lost"  # the ledger's state of a replay that stopped while its applier held temporary tables
+TEMPORARY_LOST = ("The replay stopped while the target's applier held temporary tables of the source (a statement-"
+                  "format session's CREATE TEMPORARY TABLE applied, its DROP not yet). They went with the applier's "
+                  "connection, and the transactions still to apply may read them, so this replay cannot resume where "
+                  "it stopped. Restore the base again (re-run the DAG).")
 
 
 def _gtid_text(state: dict[int, int]) -> str:
@@ -69,6 +74,13 @@ def _ledger(cur: Any) -> None:
     cur.execute(f"CREATE TABLE IF NOT EXISTS {LEDGER} (run_id VARCHAR(250) PRIMARY KEY, method VARCHAR(16) NOT NULL, "
                 "base_gtid TEXT NOT NULL, state VARCHAR(16) NOT NULL, result TEXT, settings TEXT, booted BIGINT) "
                 "ENGINE=InnoDB")
+
+
+def _mark_lost(cur: Any, run_id: str) -> bool:
+    """Record that this run's replay lost its applier's temporary tables (see TEMPORARY_LOST): a resume refuses."""
+    cur.execute("SET SESSION sql_log_bin=0")
+    cur.execute(f"UPDATE {LEDGER} SET state=%s WHERE run_id=%s AND state <> 'done'", (LOST, run_id))
+    return True
 
 
 def _cut_files(storage: Storage, span: Span, applied: dict[int, int], host: Host, folder: str,
@@ -105,8 +117,9 @@ def apply(server: Server, storage: Storage, span: Span, run_id: str, method: str
         settings = applier.as_before(cur, json.loads(row[3]) if row and row[3] else None)
         if row and settings != json.loads(row[3] or "{}"):  # a setting its row lacks, recorded for the teardown too
             cur.execute(f"UPDATE {LEDGER} SET settings=%s WHERE run_id=%s", (json.dumps(settings), run_id))
-        if row:
-            applier.put_back(cur, settings)  # an earlier attempt's applier stops here, at a transaction's end
+        lost = row is not None and row[1] == LOST
+        if row and applier.put_back(cur, settings):  # an earlier attempt's applier stops here, at a transaction's end
+            lost = _mark_lost(cur, run_id)
         cur.execute("SHOW ALL SLAVES STATUS")
         others = [str(r[0]) or "(default)" for r in cur.fetchall()]
         if others:
@@ -142,6 +155,8 @@ def apply(server: Server, storage: Storage, span: Span, run_id: str, method: str
         else:
             paths, kept, written = _cut_files(storage, span, applied, host, folder, name, seals)
         with server.session(autocommit=True) as cur:
+            if row and lost and kept:
+                raise Refusal(TEMPORARY_LOST)
             if row:
                 chosen, why = str(row[0]), "resuming this run's replay"
             else:
@@ -159,13 +174,19 @@ def apply(server: Server, storage: Storage, span: Span, run_id: str, method: str
         result: dict[str, Any] = {"seconds": 0.0}
         if kept and chosen == "parallel":
             applier.write_index(host, base, named, paths)
+            stopped = False
             try:
-                names = [posixpath.basename(p) for p in paths]
-                result = (interleave.run(server, names, kept, statements, threads, databases, run_id) if databases
-                          else applier.run_parallel(server, names, kept, threads))
-            finally:
-                with server.session(autocommit=True) as cur:
-                    applier.put_back(cur, settings)
+                try:
+                    names = [posixpath.basename(p) for p in paths]
+                    result = (interleave.run(server, names, kept, statements, threads, databases, run_id) if databases
+                              else applier.run_parallel(server, names, kept, threads))
+                finally:
+                    with server.session(autocommit=True) as cur:
+                        stopped = bool(applier.put_back(cur, settings)) and _mark_lost(cur, run_id)
+            except ServerError as exc:
+                if stopped:  # it cannot resume: said now, not by the retry
+                    raise Refusal(f"{exc}\n{TEMPORARY_LOST}") from exc
+                raise
         elif kept:
             result = pipe.run(server, paths)
     finally:
@@ -218,7 +239,8 @@ def cleanup(plan: ReplayPlan, run_key: str) -> Cleaned:
         row = cur.fetchone()
         if not row or not row[0]:
             return Cleaned(False)
-        applier.put_back(cur, json.loads(row[0]))
+        if applier.put_back(cur, json.loads(row[0])):  # a killed worker's applier went on alone
+            _mark_lost(cur, run_key)
     pipe.drop_account_of(server)
     if plan.databases:  # a logical base's statements ran under a run account of this run: gone, even after a kill
         accounts.drop(server, interleave.account(run_key))

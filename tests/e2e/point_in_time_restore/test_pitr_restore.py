@@ -115,15 +115,21 @@ def _shop(server, stock: int, accounts: int) -> None:
         cur.connection.commit()
 
 
+INSIDE = "written while a temporary table lives"  # an order's note
+
+
 def temporary_table_across_a_rotation(server, statement_format: bool) -> None:
     """A transaction whose temporary table lives across a binlog rotation (in statement format the table itself is in
-    the binlog; in row format only its effect is, as rows)."""
+    the binlog; in row format only its effect is, as rows); an order noted INSIDE is written while it lives."""
     with server.session() as cur:
         if statement_format:
             cur.execute("SET SESSION binlog_format='STATEMENT'")
         cur.execute("CREATE TEMPORARY TABLE shop.tmp_moves (id INT, qty INT)")
         cur.execute("INSERT INTO shop.tmp_moves VALUES (1, 7), (2, 9)")
         cur.connection.commit()
+        with server.session() as other:
+            other.execute("INSERT INTO shop.orders (item, qty, note) VALUES (0, 0, %s)", (INSIDE,))
+            other.connection.commit()
         server.query("FLUSH BINARY LOGS")
         cur.execute("UPDATE shop.stock s JOIN shop.tmp_moves m ON s.id = m.id SET s.qty = s.qty + m.qty")
         cur.connection.commit()
@@ -179,6 +185,9 @@ def history(sandbox_root, tmp_path_factory):
         time.sleep(1)
         points = {"time": mark(src, writer)}
         archive.ship(server, storage)
+        writer.pause()  # every order up to this one committed before the temporary table was made
+        before_temporary = server.query("SELECT MAX(id) FROM shop.orders")[0][0]
+        writer.resume()
         temporary_table_across_a_rotation(server, statement_format=True)
         time.sleep(1)
         points["gtid"] = mark(src, writer)
@@ -188,7 +197,7 @@ def history(sandbox_root, tmp_path_factory):
         archive.ship(server, storage)
         assert writer.commits > 300
         yield {"dest": f"file://{dest}", "storage": storage, "points": points, "src": src, "tgt": tgt,
-               "base": plan.backup_id}
+               "base": plan.backup_id, "before_temporary": before_temporary}
     finally:
         if writer is not None:
             writer.stop.set()
@@ -264,7 +273,8 @@ def test_a_replay_stopped_half_way_resumes_without_applying_a_transaction_twice(
     src_ids = history["src"].server().query("SELECT id FROM shop.orders ORDER BY id")
     base_max = server.query("SELECT MAX(id) FROM shop.orders")[0][0]
     later = [r[0] for r in src_ids if r[0] > base_max]
-    blocker = later[len(later) // 2]
+    before = [i for i in later if i <= history["before_temporary"]]  # its stop leaves no temporary table behind
+    blocker = before[len(before) // 2]
     server.query("SET GLOBAL slave_exec_mode='IDEMPOTENT'")  # settings of the target's own, put back after the replay
     with server.session() as cur:
         cur.execute("SET SESSION sql_log_bin=0")
@@ -305,6 +315,41 @@ def test_a_replay_stopped_half_way_resumes_without_applying_a_transaction_twice(
     finally:
         server.query("SET GLOBAL slave_run_triggers_for_rbr='NO'")
         server.query("SET GLOBAL slave_exec_mode='STRICT'")
+
+
+def test_a_replay_stopped_while_a_temporary_table_lives_refuses_to_resume(history):
+    """The applier stops while it holds a temporary table of the source (statement format: made by one transaction,
+    read by a later one): the table goes with its connection, so the replay says it cannot resume, at once and on
+    every retry, and applies nothing more; the target's settings are put back."""
+    storage = history["storage"]
+    plan = pitr.preflight({"target_conn_id": "t_pitr_tgt", "destination": history["dest"], "until": "latest"})
+    from lastline.physical import restore as physical_restore
+    rplan = physical_restore.preflight({**plan.physical, "force": True})
+    for step in (physical_restore.stop_target, physical_restore.extract, physical_restore.prepare, physical_restore.start_target):
+        step(rplan)
+    server = connections.server("t_pitr_tgt")
+    before = server.query("SELECT @@GLOBAL.slave_parallel_threads, @@GLOBAL.slave_exec_mode")
+    blocker = history["src"].server().query("SELECT id FROM shop.orders WHERE note = %s", (INSIDE,))[0][0]
+    with server.session() as cur:  # the order written while the temporary table lives, put there first
+        cur.execute("SET SESSION sql_log_bin=0")
+        cur.execute("INSERT INTO shop.orders (id, item, qty, note) VALUES (%s, 0, 0, 'in the way')", (blocker,))
+        cur.connection.commit()
+    span = span_of.Span.of(plan.replay["span"])
+    with pytest.raises(Refusal, match="(?s)applier stopped.*Duplicate.*held temporary tables of the source"):
+        replay.apply(server, storage, span, "temporary-test", "parallel")
+    held = server.query("SELECT @@GLOBAL.gtid_slave_pos")[0][0]
+    assert held != span.base_gtid  # it applied part of the span, the temporary table's CREATE among it
+    assert server.query("SHOW ALL SLAVES STATUS") == []
+    assert server.query("SELECT @@GLOBAL.slave_parallel_threads, @@GLOBAL.slave_exec_mode") == before
+    with server.session() as cur:
+        cur.execute("SET SESSION sql_log_bin=0")
+        cur.execute("DELETE FROM shop.orders WHERE id = %s AND note = 'in the way'", (blocker,))
+        cur.connection.commit()
+    with pytest.raises(Refusal, match="cannot resume where it stopped. Restore the base again"):
+        replay.apply(server, storage, span, "temporary-test", "parallel")  # the retry: refused before it applies
+    assert server.query("SELECT @@GLOBAL.gtid_slave_pos")[0][0] == held
+    assert server.query("SELECT COUNT(*) FROM shop.orders WHERE id = %s", (blocker,))[0][0] == 0
+    assert server.query("SELECT state FROM _lastline.pitr_replay WHERE run_id = 'temporary-test'") == [("temp_lost",)]
 
 
 def test_a_worker_killed_mid_replay_resumes_to_the_exact_result(history):

@@ -152,13 +152,13 @@ def test_relay_base_finds_where_the_server_writes_this_connections_relay_logs_an
 
 
 def test_drop_connection_clears_its_filter_and_does_nothing_without_one(tgt):
-    applier.drop_connection(tgt)  # none: nothing to do
+    assert applier.drop_connection(tgt) == 0  # none: nothing to do, no temporary table lost
     tgt.execute(f"CHANGE MASTER '{applier.CONNECTION}' TO MASTER_HOST='lastline-replay.invalid', MASTER_PORT=9, MASTER_USER='none'")
     tgt.execute(f"SET GLOBAL {applier.CONNECTION}.replicate_do_db = 'a,b'")
     assert applier.slave_status(tgt)["Replicate_Do_DB"] == "a,b"
     tgt.execute(f"SELECT @@{applier.CONNECTION}.replicate_do_db")
     assert tgt.fetchone()[0] == "a,b"
-    applier.drop_connection(tgt)
+    assert applier.drop_connection(tgt) == 0 == applier.open_temp_tables(tgt)  # it applied nothing: held none
     assert _connections(tgt) == []
     tgt.execute(f"SELECT @@{applier.CONNECTION}.replicate_do_db")
     assert not tgt.fetchone()[0]  # kept by name beyond RESET SLAVE ALL, and cleared
