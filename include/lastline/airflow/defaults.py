@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import os
 from datetime import timedelta
+from typing import Any
 
 import pendulum
 
@@ -43,6 +44,13 @@ def dag_args(**kw) -> dict:
     fails: see lastline.airflow.alerts) plus `kw`."""
     return {"start_date": START_DATE, "catchup": False, "max_active_runs": 1, "default_args": default_args(),
             "on_failure_callback": Alert("failed"), **kw}
+
+
+def queued(ti: Any, dag_id: str) -> bool:
+    """Whether a run of `dag_id` is queued: with one run at a time, it waits for the running one to end (a long task,
+    binlog_archive's held stream, ends early for it). Asked through the task's supervisor (`ti`: the task's
+    RuntimeTaskInstance, context["ti"])."""
+    return ti.get_dr_count(dag_id=dag_id, states=["queued"]) > 0
 
 
 DESTINATION = env("DESTINATION", "file:///var/backups/lastline")

@@ -166,9 +166,10 @@ SPECS: dict[str, Spec] = {
     "retired_grace_seconds": Spec(3600, "Keep merged segments (s)", "the small segments a merge replaced are deleted "
                                   "this long after it (a restore that read the chain before reads them meanwhile)",
                                   STREAMING, {"type": "number", "minimum": 0}),
-    "stream_minutes": Spec(5, "Stream for (min)", "when streaming: how long one run holds the stream open before it "
+    "stream_minutes": Spec(60, "Stream for (min)", "when streaming: how long one run holds the stream open before it "
                            "ends, records the archive's head and checks the chain (the continuous schedule starts the "
-                           "next at once)", STREAMING, {"type": "number", "minimum": 0.1, "maximum": 60}),
+                           "next at once); a run queued behind it (one triggered by hand) ends it early, within about "
+                           "10 s", STREAMING, {"type": "number", "minimum": 0.1, "maximum": 60}),
     "until": _string("latest", "Until", "roll forward to: a UTC time YYYY-MM-DDTHH:MM:SSZ (every transaction committed "
                      "at or before it), a GTID domain-server-seq (up to and including it), or latest", BACKUP, required=True),
     "base": _string("auto", "Base backup", "the backup rolled forward: a backup id in the destination, or auto "

@@ -1,6 +1,8 @@
 """The binlog archive's stream, held open (issue 47): the binlog_archive DAG's task keeps one stream per source for
-`stream_minutes` (5), shipping what the source commits within a second, and the DAG's `@continuous` schedule starts
-the next run as soon as one ends (one at a time).
+`stream_minutes` (60), shipping what the source commits within a second, and the DAG's `@continuous` schedule starts
+the next run as soon as one ends (one at a time). Another run of the DAG queued behind it (one triggered by hand) ends
+it early: every WAITING_EVERY seconds it asks (`waiting`, the task layer's question to Airflow) and, when one is,
+ends after the round it is in, as at its normal end, so that run waits seconds, not the rest of the hour.
 
 Each round is pitr.archive.ship with the stream's state kept in memory (pitr.held): one look at the source over a
 connection kept open (its settled time and `SHOW BINARY LOGS`; a file's start GTID state is asked once), nothing
@@ -42,6 +44,7 @@ KEYS_EVERY = 60.0  # seconds between reads of the encryption key connection (a c
 # next run at once, and a refusal (a source without binlogs, a wrong password) would otherwise fail and alert in a loop
 REFUSED_PAUSE = 300.0
 BY_HAND_MINUTES = 1.0  # the longest a run triggered by hand streams (its form's stream_minutes, at most this)
+WAITING_EVERY = 10.0  # seconds between asks whether another run of the DAG is queued (an API call: not every round)
 
 
 class Stall:
@@ -70,6 +73,33 @@ class Stall:
             self.alerted = True
 
 
+class Handover:
+    """Whether another run of the DAG is queued behind this stream (`waiting`: the task layer asks Airflow; one run at
+    a time, so it waits for this one), asked at most every WAITING_EVERY seconds. A question that fails is logged
+    once and counts as no: it never stops the stream."""
+
+    def __init__(self, waiting: Callable[[], bool] | None, clock: Callable[[], float] = time.monotonic) -> None:
+        self.waiting, self.clock, self.failed = waiting, clock, False
+        self.asked = clock()
+
+    def due(self) -> bool:
+        """Whether to end now (another run is queued); False until WAITING_EVERY seconds since the last ask."""
+        if self.waiting is None or self.clock() - self.asked < WAITING_EVERY:
+            return False
+        self.asked = self.clock()
+        try:
+            return bool(self.waiting())
+        except TaskStopped:  # SIGTERM while asking: the task ends, as anywhere else in the stream
+            raise
+        except Exception as exc:  # noqa: BLE001 - Airflow's API down: the stream goes on to its deadline
+            if not self.failed:
+                self.failed = True
+                log.warning("binlog archive: could not ask whether another run is queued (%s: %s); streaming on "
+                            "until stream_minutes are over (asked again every %g s, this not logged again)",
+                            type(exc).__name__, str(exc)[:300], WAITING_EVERY)
+            return False
+
+
 def _transient() -> tuple[type[BaseException], ...]:
     import MySQLdb
 
@@ -78,18 +108,20 @@ def _transient() -> tuple[type[BaseException], ...]:
 
 @stops_cleanly
 def run(conf: RunParams, stop: Any = None, on_head: Callable[[dict[str, Any] | None], Any] | None = None,
-        by_hand: bool = False) -> dict[str, Any]:
+        by_hand: bool = False, waiting: Callable[[], bool] | None = None) -> dict[str, Any]:
     """The binlog_archive DAG's ship task: the stream held open (see the module doc) for `stream_minutes`, a round
     every `ship_every_seconds` (0.5); `until_current`: ship up to the source's position at the start of the run, then
     end (tests, drills, catching up by hand). `stop` (a threading.Event) ends it early; `on_head` is given the
     archive's head every HEAD_EVERY seconds. Compaction (pitr.compaction): `merge_after_segments` (120),
     `retired_grace_seconds` (3600), `compact` (true). A streaming run refused (a source without binlogs, a wrong
     password, a forged chain) fails no sooner than REFUSED_PAUSE after it began. `by_hand` (a run a person triggered)
-    streams for BY_HAND_MINUTES at most: the held stream is the schedule's."""
+    streams for BY_HAND_MINUTES at most: the held stream is the schedule's. `waiting` (asked every WAITING_EVERY
+    seconds: is another run of the DAG queued?) ends it early, between rounds, when it answers true; the result's
+    `ended` says why the run ended."""
     begun = time.monotonic()
     once = by_hand or Conf(conf).flag("until_current", False)  # no loop of runs to slow: fail at once
     try:
-        return _run(conf, stop, on_head, BY_HAND_MINUTES if by_hand else 60)
+        return _run(conf, stop, on_head, BY_HAND_MINUTES if by_hand else 60, Handover(waiting))
     except Refusal:
         if not once:
             _pause_before_failing(begun, stop)
@@ -97,7 +129,7 @@ def run(conf: RunParams, stop: Any = None, on_head: Callable[[dict[str, Any] | N
 
 
 def _run(conf: RunParams, stop: Any, on_head: Callable[[dict[str, Any] | None], Any] | None,
-         most_minutes: float) -> dict[str, Any]:
+         most_minutes: float, handover: Handover) -> dict[str, Any]:
     params = Conf(conf)
     server = connections.server(params.required("source_conn_id"))
     storage = open_allowed(params.required("destination"), params.text("aws_conn_id"))
@@ -111,7 +143,9 @@ def _run(conf: RunParams, stop: Any, on_head: Callable[[dict[str, Any] | None], 
         return {**result, "head": head(storage)}
     every = params.number("ship_every_seconds", 0.5, minimum=0.1, maximum=60)
     # a run that never ended would hold the archive from the next one, and its head would never be recorded
-    deadline = time.monotonic() + 60 * min(params.number("stream_minutes", 5, minimum=0.1, maximum=60), most_minutes)
+    minutes = min(params.number("stream_minutes", 60, minimum=0.1, maximum=60), most_minutes)
+    begun = time.monotonic()
+    deadline = begun + 60 * minutes
     stall = Stall(params.number("rpo_alert_seconds", 600, minimum=1), {"destination": storage.location(archive.PREFIX)})
     total: dict[str, Any] = {"bytes": 0, "holes": [], "forks": [], "proven_empty": [], "rounds": 0, "failed": 0}
     held = Held()
@@ -148,15 +182,22 @@ def _run(conf: RunParams, stop: Any, on_head: Callable[[dict[str, Any] | None], 
             if on_head is not None and time.monotonic() - recorded >= HEAD_EVERY:
                 recorded = time.monotonic()
                 _record(on_head, storage)
-            if time.monotonic() + wait >= deadline or (stop is not None and stop.wait(wait)):
+            if handover.due():  # between rounds: what was shipped is in the chain, as at the deadline
+                ended = f"another run of binlog_archive is queued: handing over after {time.monotonic() - begun:.0f} s"
+                break
+            if time.monotonic() + wait >= deadline:
+                ended = f"its {minutes:g} minutes (stream_minutes) are over"
+                break
+            if stop is not None and stop.wait(wait):
+                ended = "told to stop"
                 break
             if stop is None:
                 time.sleep(wait)
     finally:
         held.drop()
-    log.info("binlog archive: streamed for %d rounds (%d failed), %s bytes, at %s", total["rounds"], total["failed"],
-             f"{total['bytes']:,}", total.get("position"))
-    return {**total, "head": head(storage)}  # recorded in Airflow by the DAG (anti-rollback: catalog.check_head)
+    log.info("binlog archive: streamed for %d rounds (%d failed), %s bytes, at %s; ended: %s", total["rounds"],
+             total["failed"], f"{total['bytes']:,}", total.get("position"), ended)
+    return {**total, "ended": ended, "head": head(storage)}  # recorded in Airflow by the DAG (anti-rollback: catalog.check_head)
 
 
 def _add(total: dict[str, Any], result: dict[str, Any]) -> None:

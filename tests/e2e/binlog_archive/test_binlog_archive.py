@@ -208,6 +208,34 @@ def test_the_dag_ships_up_to_the_current_position_and_ends(run_dag, source, tmp_
     assert "streamed for" in logs
 
 
+def test_a_run_queued_behind_the_dag_s_stream_ends_it(run_dag, source, tmp_path, monkeypatch):
+    """The DAG's ship task asks Airflow (the task's supervisor: get_dr_count) whether another run of binlog_archive is
+    queued, and hands over to it at the next check, its run ending well (the chain checked)."""
+    import pendulum
+    from airflow.models.dagrun import DagRun
+    from airflow.utils.session import create_session
+    from airflow.utils.state import DagRunState
+    from airflow.utils.types import DagRunType
+
+    from lastline.pitr import stream
+
+    monkeypatch.setattr(stream, "WAITING_EVERY", 1.0)
+    _write(source, 3)
+    with create_session() as session:  # a run triggered by hand, waiting behind the one below (one at a time)
+        session.add(DagRun(dag_id="binlog_archive", run_id="manual__queued_behind", run_type=DagRunType.MANUAL,
+                           state=DagRunState.QUEUED, conf={}, logical_date=None, run_after=pendulum.now("UTC")))
+    try:
+        state, tis, logs = run_dag("binlog_archive", {"source_conn_id": "t_barchive", "destination": f"file://{tmp_path}",
+                                                      "aws_conn_id": None, "until_current": False,
+                                                      "ship_every_seconds": 0.5, "stream_minutes": 1})
+    finally:
+        with create_session() as session:
+            session.query(DagRun).filter_by(dag_id="binlog_archive", run_id="manual__queued_behind").delete()
+    assert state == "success" and tis["check_chain"] == "success", tis
+    assert re.search(r"ended: another run of binlog_archive is queued: handing over after \d+ s", logs), logs[-3000:]
+    assert "could not ask" not in logs
+
+
 def test_transactions_end_where_the_server_ends_them(source, tmp_path):
     """ROLLBACK TO a savepoint inside a transaction, an XA transaction prepared then committed, a compressed DDL:
     each group runs from its GTID event to the event the server ends it with, and the index counts every one."""

@@ -88,9 +88,9 @@ def _whole(storage, source: Instance) -> None:
 class Streaming:
     """stream.run in a thread, stopped at the end."""
 
-    def __init__(self, conf: dict) -> None:
+    def __init__(self, conf: dict, waiting=None) -> None:
         self.stop, self.result = threading.Event(), {}
-        self.thread = threading.Thread(target=lambda: self.result.update(stream.run(conf, self.stop)))
+        self.thread = threading.Thread(target=lambda: self.result.update(stream.run(conf, self.stop, waiting=waiting)))
         self.thread.start()
 
     def end(self) -> dict:
@@ -153,6 +153,66 @@ def test_the_held_stream_survives_a_source_restart(source, tmp_path):
     finally:
         result = held.end()
     assert result["failed"] >= 1 and not result["holes"] and not result["forks"], result
+    _whole(storage, source)
+
+
+def test_a_run_queued_behind_the_stream_ends_it_at_the_next_check_with_everything_shipped(source, tmp_path, monkeypatch):
+    """Another run of the DAG queued (one triggered by hand) ends the held stream within WAITING_EVERY of its being
+    queued, between rounds: the archive is whole (what it shipped is in the chain, as at its normal end) and the
+    result says why it ended; the question is asked every WAITING_EVERY seconds, not every round."""
+    monkeypatch.setattr(stream, "WAITING_EVERY", 0.5)
+    storage, server = open_storage(f"file://{tmp_path}"), connections.server("t_bstream")
+    queued_at: list[float] = []
+    asked: list[float] = []
+
+    def waiting() -> bool:
+        asked.append(time.monotonic())
+        return bool(queued_at)
+
+    held = Streaming(_conf(tmp_path, ship_every_seconds=0.1), waiting)
+    try:
+        _write(source, 5)
+        _wait_archived(storage, server)
+        _write(source, 5)
+        _wait_archived(storage, server)
+        queued_at.append(time.monotonic())
+        held.thread.join(10)
+        ended = time.monotonic()
+        assert not held.thread.is_alive(), "the stream went on with a run queued behind it"
+    finally:
+        result = held.end()
+    took = ended - queued_at[0]
+    assert took < stream.WAITING_EVERY + 1.0, took  # one check (0.5 s here) and the round it was in; a loaded machine
+    assert result["ended"].startswith("another run of binlog_archive is queued: handing over after "), result["ended"]
+    assert result["rounds"] > 2 * len(asked) and not result["holes"] and not result["forks"], (result, len(asked))
+    assert result["head"] == archive.head(storage) and result["head"]["file"] == _position(server)[0]
+    _whole(storage, source)
+
+
+def test_a_question_that_fails_never_stops_the_stream(source, tmp_path, monkeypatch, caplog):
+    """Airflow's API down: asking whether a run is queued fails at every check; the stream ships on (logging it once)
+    until it is told to stop."""
+    monkeypatch.setattr(stream, "WAITING_EVERY", 0.2)
+    storage, server = open_storage(f"file://{tmp_path}"), connections.server("t_bstream")
+    asked: list[float] = []
+
+    def waiting() -> bool:
+        asked.append(time.monotonic())
+        raise ConnectionError("the API server is down")
+
+    with caplog.at_level(logging.WARNING, logger="lastline.pitr.stream"):
+        held = Streaming(_conf(tmp_path, ship_every_seconds=0.1), waiting)
+        try:
+            for _ in range(3):
+                _write(source, 3)
+                _wait_archived(storage, server)
+                time.sleep(0.3)
+            assert held.thread.is_alive()
+        finally:
+            result = held.end()
+    assert len(asked) >= 3 and result["ended"] == "told to stop" and result["failed"] == 0, (len(asked), result)
+    warned = [r for r in caplog.records if "could not ask whether another run is queued" in r.getMessage()]
+    assert len(warned) == 1 and "the API server is down" in warned[0].getMessage()
     _whole(storage, source)
 
 

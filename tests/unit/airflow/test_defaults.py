@@ -1,5 +1,6 @@
 """airflow.defaults: the settings every DAG file shares, read from LASTLINE_<NAME>: a schedule that "none" turns off,
-retries and their delay, and the arguments a DAG adds its own to."""
+retries and their delay, and the arguments a DAG adds its own to; whether a run of a DAG is queued (asked of the
+supervisor)."""
 from __future__ import annotations
 
 from datetime import timedelta
@@ -8,7 +9,7 @@ import pytest
 
 from lastline.airflow import failures
 from lastline.airflow.alerts import Alert
-from lastline.airflow.defaults import START_DATE, dag_args, default_args, env, schedule
+from lastline.airflow.defaults import START_DATE, dag_args, default_args, env, queued, schedule
 
 
 @pytest.mark.parametrize(("value", "read"), [(None, "fallback"), ("set", "set"), ("", "")],
@@ -52,3 +53,22 @@ def test_dag_args_are_shared_and_a_dag_adds_or_changes_its_own():
     assert (args["start_date"], args["catchup"], args["max_active_runs"], args["tags"]) == (START_DATE, False, 3, ["backup"])
     assert isinstance(args["on_failure_callback"], Alert) and args["on_failure_callback"].event == "failed"
     assert dag_args()["max_active_runs"] == 1
+
+
+@pytest.mark.parametrize(("count", "answer"), [(0, False), (1, True), (3, True)])
+def test_queued_asks_the_supervisor_for_the_dag_s_queued_runs(monkeypatch, count, answer):
+    """The Task SDK's own get_dr_count (a static method of the task's RuntimeTaskInstance): the message it sends the
+    supervisor names the DAG and the queued state only (the asking run itself is running, never counted)."""
+    from airflow.sdk.execution_time import task_runner
+    from airflow.sdk.execution_time.comms import DRCount, GetDRCount
+
+    sent = []
+
+    class Comms:
+        def send(self, msg):
+            sent.append(msg)
+            return DRCount(count=count)
+
+    monkeypatch.setattr(task_runner, "SUPERVISOR_COMMS", Comms(), raising=False)
+    assert queued(task_runner.RuntimeTaskInstance, "binlog_archive") is answer
+    assert sent == [GetDRCount(dag_id="binlog_archive", states=["queued"])]

@@ -1,13 +1,17 @@
 """pitr.stream: a stall alerts once when the stream has shipped nothing for longer than its threshold, and once more
-when it ships again; a round that ships resets it."""
+when it ships again; a round that ships resets it. Whether another run is queued (the handover) is asked at most every
+WAITING_EVERY seconds, and a question that fails is logged once and counts as no."""
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 import pytest
 
 from lastline.core import alerting
-from lastline.pitr.stream import Stall
+from lastline.core.stopping import TaskStopped
+from lastline.pitr import stream
+from lastline.pitr.stream import Handover, Stall
 
 
 @pytest.fixture
@@ -49,3 +53,46 @@ def test_rounds_that_ship_keep_a_stream_from_stalling(sent):
         now[0] = float(t)
         stall.failed("one round") if t % 4 == 0 else stall.shipped()
     assert sent == []
+
+
+def test_the_handover_asks_at_most_every_waiting_every_seconds():
+    now, asked, queued = [0.0], [], [False]
+
+    def waiting() -> bool:
+        asked.append(now[0])
+        return queued[0]
+
+    handover = Handover(waiting, clock=lambda: now[0])
+    for t in range(1, 61):  # a round every 0.5 s for 30 s: three asks, not one a round
+        now[0] = t / 2
+        assert not handover.due()
+    assert asked == [10.0, 20.0, 30.0] and stream.WAITING_EVERY == 10.0
+    queued[0] = True
+    now[0] = 35.0
+    assert not handover.due() and len(asked) == 3  # queued, but not asked yet
+    now[0] = 40.0
+    assert handover.due() and asked[-1] == 40.0
+    assert not Handover(None, clock=lambda: now[0]).due()  # nothing to ask (a test, a bench): never
+
+
+def test_a_failing_question_counts_as_no_and_is_logged_once(caplog):
+    now = [0.0]
+
+    def waiting() -> bool:
+        raise ConnectionError("the API server is down")
+
+    handover = Handover(waiting, clock=lambda: now[0])
+    with caplog.at_level(logging.WARNING, logger="lastline.pitr.stream"):
+        for t in range(1, 6):
+            now[0] = 10.0 * t
+            assert not handover.due()
+    lines = [r.getMessage() for r in caplog.records if "another run is queued" in r.getMessage()]
+    assert len(lines) == 1 and "ConnectionError: the API server is down" in lines[0], lines
+
+    def stopped() -> bool:
+        raise TaskStopped("stream.run: told to stop")
+
+    asking = Handover(stopped, clock=lambda: now[0])
+    now[0] += stream.WAITING_EVERY
+    with pytest.raises(TaskStopped):  # SIGTERM while asking still ends the task
+        asking.due()
