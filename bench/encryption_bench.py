@@ -23,8 +23,9 @@ unencrypted run's in the same round, the median of the rounds, and the goal (at 
 Then backup_verify's read of every backup written (its preflight, then verify_backup per backup on 2 processes, as its
 mapped tasks run, with the key connection set) against reading and sha256-ing the same files by hand: `sha256sum` in 2
 processes, and a Python loop of 4 MiB reads + hashlib on 2 threads; the faster is the hand-run limit; the goal: within
-10% of it. Also, for reference, what an authenticating read would take (sha256 and every sealed chunk opened with the
-key, 2 processes): verify_backup does not open sealed files yet. `--verify-rounds` repeats the four legs in turns
+10% of it. verify_backup opens every sealed chunk where the key connection is set (as here), so its leg is an
+authenticating read; for reference, the same work through the restore's path (sha256 and every sealed chunk opened
+with the key, its plaintext handed out, 2 processes). `--verify-rounds` repeats the four legs in turns
 (median); `--cold` drops the page cache before each leg (root), so the destination's disk is read, not memory.
 
 Writes a JSON record to bench/records/encryption-<time>.json.

@@ -5,8 +5,10 @@ restores exactly with either cipher and every compression (a keyed InnoDB table 
 a column default and, with include_grants, an account's password hash are nowhere in the clear) and the restored table
 is created as on the source; a restore with no key or the wrong one is refused in its
 preflight naming the key id, with nothing made on the target; a byte flipped in a chunk is refused naming the chunk,
-and not one row of it is kept; a backup written with a recipient's public key alone is restored with its private
-key only."""
+and not one row of it is kept; a chunk file cut at a sealed chunk's boundary under a rewritten size and sha256 is named
+by backup_verify and refused by the restore, not one row of it kept; a backup written with a recipient's public key
+alone is restored with its private key only; on S3 and over SSH the stored objects hold no row in the clear either and
+restore exactly."""
 from __future__ import annotations
 
 import hashlib
@@ -16,6 +18,7 @@ import tempfile
 from pathlib import Path
 
 import pytest
+from tests.unit.verify.test_sealed_backups import _rewritten
 
 from lastline.core.errors import ConfigError, IntegrityError
 from lastline.logical.backup import stages as logical_backup
@@ -23,7 +26,9 @@ from lastline.logical.format.dialect import qualified, quote_ident
 from lastline.logical.restore import stages as logical_restore
 from lastline.logical.restore.target_state import aside_name, clear_state
 from lastline.manifest import read_manifest
-from lastline.storage import encryption_keys, open_storage
+from lastline.storage import auth, encryption_keys, open_storage
+from lastline.storage.sealing import CHUNK_SIZE, HEADER_SIZE, TAG
+from lastline.verify import backups as verify_backups
 from lastline_dev.keys import encryption_connection
 
 pytestmark = pytest.mark.e2e
@@ -267,6 +272,48 @@ def test_an_encrypted_backup_in_s3_holds_no_row_in_the_clear_and_restores_exactl
         _sealed_and_opaque(key, s3.get_object(Bucket="backups", Key=key)["Body"].read(), source_db)
     _restore(url, "t_s3")
     _same(source_db, logical_target.server())
+
+
+def test_an_encrypted_backup_over_ssh_holds_no_row_in_the_clear_and_restores_exactly(
+        source_db, logical_target, monkeypatch, sshd, tmp_path):
+    folder = tmp_path / "backups"  # the sshd is on this machine's loopback: its side of the destination is here
+    url = f"ssh://t_ssh{folder}"
+    _conn(monkeypatch)
+    _backup(url)
+    manifest = _manifest(url)
+    assert [w["key_id"] for w in manifest.encryption["wrappings"]] == ["enc-k1"]
+    stored = [f for f in (folder / manifest.backup_id).rglob("*") if f.is_file() and f.name != "manifest.json"]
+    assert len(stored) >= 8 and {f.name for f in stored} >= {"schema.json", "schema.sql"}
+    for f in stored:
+        _sealed_and_opaque(str(f), f.read_bytes(), source_db)
+    _restore(url)
+    _same(source_db, logical_target.server())
+
+
+def test_a_chunk_file_cut_at_a_sealed_chunk_boundary_is_named_by_verify_and_refused_by_the_restore(
+        sealed_backups, logical_target, monkeypatch, tmp_path):
+    """The 17 MiB value's chunk file cut after its second sealed chunk, the manifest's size and sha256 rewritten to
+    match (unsigned, as a storage writer without the storage key can): only the seal (no final chunk) tells."""
+    dest = tmp_path / "copy"
+    shutil.copytree(sealed_backups["aes-256-gcm-zstd"], dest)
+    manifest = _manifest(dest)
+    chunk = next(t for t in manifest.tables if t.name == BLOBS).chunks[0]
+    path = dest / manifest.backup_id / chunk.file
+    assert (path.stat().st_size - HEADER_SIZE) // (CHUNK_SIZE + TAG) >= 3
+    os.truncate(path, HEADER_SIZE + 2 * (CHUNK_SIZE + TAG))
+    _rewritten(dest, manifest.backup_id, "logical", chunk.file)
+    monkeypatch.delenv(auth.KEY_CONN_ENV)  # the manifest is unsigned now: without a storage key, the seal alone tells
+    _conn(monkeypatch)
+    cut = "chunk 1: truncated (the object ends after it, but it is not the final chunk (cut at a chunk boundary)"
+    verdict = verify_backups.verify_backup(verify_backups.preflight({"destination": f"file://{dest}"}), manifest.backup_id)
+    assert verdict.status == "damaged" and [(f.file, f.problem) for f in verdict.findings] == [(chunk.file, "sealed")]
+    assert verdict.findings[0].found.startswith(cut), verdict.findings
+    with pytest.raises(IntegrityError) as caught:
+        _restore(dest)
+    message = str(caught.value)
+    assert f"sealed object '{manifest.backup_id}/{chunk.file}'" in message and "chunk 1:" in message, message
+    assert "it is not the final chunk (cut at a chunk boundary)" in message, message
+    assert logical_target.server().query(f"SELECT COUNT(*) FROM {qualified(DB, BLOBS)}")[0][0] == 0
 
 
 def _preflight(dest: Path) -> object:

@@ -3,17 +3,25 @@ task process between the compressor and the storage (`mariabackup | compressor |
 holds no row in the clear (a known value is in the opened stream and nowhere in the stored bytes) and the manifest's
 size and sha256 are the sealed artifact's; it restores exactly with a later key that still holds the old one; a restore
 without the key is refused in preflight with the target untouched; a flipped byte is refused in extract, naming the
-sealed chunk, and the target is not started."""
+sealed chunk, and the target is not started. The same backup written to an ssh:// and an S3 destination holds no row
+in the stored bytes there either and restores exactly; a restore with another key, or another secret under the key's
+id, is refused in preflight with the target's process and databases as they were; a stream cut at a sealed chunk's
+boundary, its manifest's size and sha256 rewritten to match (so only the seal can tell), is named by backup_verify and
+refused by the restore, the target not started."""
 from __future__ import annotations
 
 import hashlib
+import os
 import shutil
 
 import pytest
+from tests.unit.verify.test_sealed_backups import _rewritten
 
 from lastline.backups import backup_seal
 from lastline.manifest import PhysicalManifest
-from lastline.storage import encryption_keys, open_storage
+from lastline.storage import auth, encryption_keys, open_storage
+from lastline.storage.sealing import CHUNK_SIZE, HEADER_SIZE, TAG
+from lastline.verify import backups as verify_backups
 from lastline_dev.compare import compare
 from lastline_dev.keys import encryption_connection
 
@@ -28,12 +36,35 @@ def _conn(mp, login: str = "phys-k1", password: str = KEY1, **extra) -> None:
     encryption_connection(mp.setenv, CONN, login, password, **extra)
 
 
-@pytest.fixture(scope="module")
-def sealed_backup(source, tmp_path_factory):
-    """A physical backup of the source (with a table of MARKER rows), uncompressed so that a plain one would show
-    them, written under key phys-k1."""
+def _backup(destination: str, aws: str | None = None) -> str:
+    """A physical backup of the source written under key phys-k1, uncompressed so that a plain one would show the
+    MARKER rows; its id."""
     from lastline.physical import backup as pb
 
+    with pytest.MonkeyPatch.context() as mp:
+        _conn(mp)
+        plan = pb.preflight({"source_conn_id": "t_source", "destination": destination, "compression": "none",
+                             "aws_conn_id": aws})
+        pb.finish(plan, pb.stream(plan))
+    return plan.backup_id
+
+
+def _restore(run_dag, backup: str, aws: str | None = None):
+    return run_dag("physical_restore", {"target_conn_id": "t_target", "backup": backup, "force": True,
+                                        "aws_conn_id": aws})
+
+
+def _no_row_in_the_clear(stored: dict[str, bytes], artifact: str) -> None:
+    """`stored`: every object of a backup by name. The artifact is sealed; none holds a MARKER row in the clear."""
+    assert set(stored) == {artifact, "manifest.json", "tables.json"}, set(stored)
+    assert stored[artifact].startswith(b"LLSEAL")
+    assert [name for name, data in stored.items() if MARKER.encode() in data] == []
+
+
+@pytest.fixture(scope="module")
+def sealed_backup(source, tmp_path_factory):
+    """A physical backup of the source (with a table of MARKER rows) in a folder destination; the table is there
+    until the module's last test."""
     server = source.server()
     server.query("CREATE DATABASE IF NOT EXISTS enc_phys")
     server.query("CREATE OR REPLACE TABLE enc_phys.t (id INT PRIMARY KEY, v VARCHAR(100)) ENGINE=InnoDB")
@@ -41,11 +72,8 @@ def sealed_backup(source, tmp_path_factory):
         cur.execute(f"INSERT INTO enc_phys.t SELECT seq, CONCAT('{MARKER} ', seq) FROM mysql.seq_1_to_5000")
         cur.connection.commit()
     dest = tmp_path_factory.mktemp("phys-sealed")
-    with pytest.MonkeyPatch.context() as mp:
-        _conn(mp)
-        plan = pb.preflight({"source_conn_id": "t_source", "destination": f"file://{dest}", "compression": "none"})
-        pb.finish(plan, pb.stream(plan))
-    yield dest / plan.backup_id
+    backup_id = _backup(f"file://{dest}")
+    yield dest / backup_id
     server.query("DROP DATABASE IF EXISTS enc_phys")
 
 
@@ -74,15 +102,30 @@ def test_the_artifact_is_sealed_holds_no_row_in_the_clear_and_restores_exactly(
     assert KEY1 not in logs and KEY2 not in logs
 
 
+def _databases(target) -> list[str]:
+    return [r[0] for r in target.server().query("SHOW DATABASES")]
+
+
+@pytest.mark.parametrize(("conn", "refusal"), [
+    (None, "is encrypted (its data key is wrapped under phys-k1 (kek)) and this deployment has no encryption key"),
+    ({"login": "phys-k2", "password": KEY2}, "needs one of the keys phys-k1 (kek) to be read; the encryption key "
+                                             "connection (LASTLINE_ENCRYPTION_KEY_CONN_ID) holds phys-k2"),
+    ({"login": "phys-k1", "password": KEY2}, "key 'phys-k1' of the encryption key connection "
+                                             "(LASTLINE_ENCRYPTION_KEY_CONN_ID) does not open its data key"),
+], ids=["no-key-connection", "another-key", "another-secret-under-the-id"])
 def test_a_restore_without_the_key_is_refused_in_preflight_with_the_target_untouched(
-        run_dag, sealed_backup, target, monkeypatch):
-    monkeypatch.delenv(encryption_keys.KEY_CONN_ENV, raising=False)
-    pid = target.pid()
-    state, tis, logs = run_dag("physical_restore", {"target_conn_id": "t_target", "backup": sealed_backup.as_uri(),
-                                                    "force": True})
-    assert state == "failed" and tis["preflight"] == "failed", tis
-    assert "is encrypted (its data key is wrapped under phys-k1 (kek))" in logs
+        run_dag, sealed_backup, target, monkeypatch, conn, refusal):
+    if conn is None:
+        monkeypatch.delenv(encryption_keys.KEY_CONN_ENV, raising=False)
+    else:
+        _conn(monkeypatch, **conn)
+    pid, databases = target.pid(), _databases(target)
+    assert pid is not None and "enc_phys" in databases  # the first test's restore: a running target to keep
+    state, tis, logs = _restore(run_dag, sealed_backup.as_uri())
+    assert state == "failed" and tis["preflight"] == "failed" and tis["stop_target"] == "upstream_failed", tis
+    assert refusal in logs and "Nothing was touched" in logs and KEY1 not in logs and KEY2 not in logs
     assert target.pid() == pid, "the target was stopped although preflight failed"
+    assert _databases(target) == databases
 
 
 def test_a_flipped_byte_is_refused_in_extract_naming_the_chunk_and_the_target_is_not_started(
@@ -104,3 +147,74 @@ def test_a_flipped_byte_is_refused_in_extract_naming_the_chunk_and_the_target_is
                                                  "force": True})  # the good one recovers it
     assert state == "success", tis
     assert target.pid() is not None
+
+
+def test_a_stream_cut_at_a_chunk_boundary_is_named_by_verify_and_refused_by_the_restore(
+        run_dag, sealed_backup, target, monkeypatch, tmp_path):
+    """Whole sealed chunks dropped from the end and the manifest's size and sha256 rewritten to match (unsigned, as a
+    storage writer without the storage key can; the restore on storage declared trusted, the one place a physical
+    restore takes an unsigned manifest): the size and digest checks pass, only the seal (no final chunk) tells."""
+    copy = tmp_path / "dest" / sealed_backup.name
+    shutil.copytree(sealed_backup, copy)
+    manifest = PhysicalManifest.from_json((copy / "manifest.json").read_text())
+    path = copy / manifest.artifact
+    whole = (path.stat().st_size - HEADER_SIZE) // (CHUNK_SIZE + TAG)
+    assert whole >= 2, "the stream should span several sealed chunks"
+    kept = whole // 2
+    os.truncate(path, HEADER_SIZE + kept * (CHUNK_SIZE + TAG))
+    _rewritten(copy.parent, manifest.backup_id, "physical", manifest.artifact)
+    monkeypatch.delenv(auth.KEY_CONN_ENV)  # the rewritten manifest is unsigned: without a storage key, the seal alone
+    _conn(monkeypatch)
+    verdict = verify_backups.verify_backup(verify_backups.preflight({"destination": copy.parent.as_uri()}),
+                                           manifest.backup_id)
+    assert verdict.status == "damaged" and [(f.file, f.problem) for f in verdict.findings] == [
+        (manifest.artifact, "sealed")], verdict
+    last = f"chunk {kept - 1}: truncated (the object ends after it, but it is not the final chunk (cut at a chunk boundary)"
+    assert verdict.findings[0].found.startswith(last), verdict.findings
+    monkeypatch.setenv("LASTLINE_STORAGE_TRUSTED", "true")
+    state, tis, logs = _restore(run_dag, copy.as_uri())
+    assert state == "failed" and tis["extract"] == "failed" and tis["start_target"] == "upstream_failed", tis
+    assert f"sealed object '{manifest.backup_id}/{manifest.artifact}'" in logs and f"chunk {kept - 1}:" in logs
+    assert "it is not the final chunk (cut at a chunk boundary)" in logs
+    assert target.pid() is None, "the target was started on half-restored data"
+    monkeypatch.undo()  # the storage key and the key connection as the other tests have them
+    _conn(monkeypatch)
+    state, tis, _ = _restore(run_dag, sealed_backup.as_uri())  # the good one recovers it
+    assert state == "success" and target.pid() is not None, tis
+
+
+def test_to_ssh_the_stored_files_hold_no_row_in_the_clear_and_it_restores_exactly(
+        run_dag, sealed_backup, source, target, sshd, tmp_path, monkeypatch):
+    folder = tmp_path / "backups"  # the sshd is on this machine's loopback: its side of the destination is here
+    dest = f"ssh://t_ssh{folder}"
+    backup_id = _backup(dest)
+    manifest = PhysicalManifest.from_json((folder / backup_id / "manifest.json").read_text())
+    assert manifest.encryption is not None and (folder / backup_id / manifest.artifact).stat().st_size == manifest.bytes
+    _no_row_in_the_clear({str(p.relative_to(folder / backup_id)): p.read_bytes()
+                          for p in (folder / backup_id).rglob("*") if p.is_file()}, manifest.artifact)
+    _conn(monkeypatch)
+    state, tis, logs = _restore(run_dag, f"{dest}/{backup_id}")
+    assert state == "success", tis
+    assert compare(source.server(), target.server()) == []
+    assert target.server().query("SELECT COUNT(*) FROM enc_phys.t WHERE v LIKE %s", (f"{MARKER} %",))[0][0] == 5000
+    assert KEY1 not in logs
+
+
+def test_to_s3_the_stored_objects_hold_no_row_in_the_clear_and_it_restores_exactly(
+        run_dag, sealed_backup, source, target, s3_server, monkeypatch):
+    import boto3
+
+    backup_id = _backup("s3://backups/phys-encrypted", "t_s3")
+    s3 = boto3.client("s3", endpoint_url=s3_server, region_name="us-east-1", aws_access_key_id="testing",
+                      aws_secret_access_key="testing-secret")
+    keys = [o["Key"] for o in s3.list_objects_v2(Bucket="backups", Prefix=f"phys-encrypted/{backup_id}/")["Contents"]]
+    manifest = PhysicalManifest.from_json(
+        s3.get_object(Bucket="backups", Key=f"phys-encrypted/{backup_id}/manifest.json")["Body"].read().decode())
+    assert manifest.encryption is not None
+    _no_row_in_the_clear({k.rsplit("/", 1)[1]: s3.get_object(Bucket="backups", Key=k)["Body"].read() for k in keys},
+                         manifest.artifact)
+    _conn(monkeypatch)
+    state, tis, logs = _restore(run_dag, f"s3://backups/phys-encrypted/{backup_id}", "t_s3")
+    assert state == "success", tis
+    assert compare(source.server(), target.server()) == []
+    assert target.server().query("SELECT COUNT(*) FROM enc_phys.t WHERE v LIKE %s", (f"{MARKER} %",))[0][0] == 5000

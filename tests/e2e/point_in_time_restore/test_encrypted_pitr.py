@@ -4,7 +4,8 @@ grep of every stored segment for a row value finds nothing); a point-in-time res
 physical base through both replay methods and from a logical base; a restore with no key or a wrong one is refused in
 its preflight naming the key it needs, the target untouched; a flipped byte in a sealed segment is named with its chunk
 by backup_verify's archive check (by its digest without the key) and refused by the restore before the target is
-touched."""
+touched. Shipped with the key to an ssh:// or an S3 destination, every segment there is sealed, no stored file holds a
+row in the clear, and each opens with the key to the source's binlog bytes exactly."""
 from __future__ import annotations
 
 import shutil
@@ -17,6 +18,8 @@ from lastline import connections
 from lastline.logical.backup import stages as logical_backup
 from lastline.physical import backup as physical_backup
 from lastline.pitr import archive, catalog
+from lastline.pitr.compaction import masked
+from lastline.pitr.sealed import Seals
 from lastline.storage import encryption_keys, open_storage
 from lastline.verify import archive as verify_archive
 from lastline.verify import backups as verify_backups
@@ -184,3 +187,47 @@ def test_a_flipped_byte_in_a_sealed_segment_is_named_by_verify_and_refused_by_th
     assert state == "failed" and tis["plan"] == "failed", tis
     assert f"sealed object '{name}'" in logs and "chunk 0: it does not authenticate" in logs
     assert _untouched(tgt) == before
+
+
+@pytest.mark.parametrize("where", ["ssh", "s3"])
+def test_shipped_to_ssh_or_s3_every_segment_is_sealed_and_opens_to_the_source_binlogs_exactly(
+        sealed_history, monkeypatch, request, tmp_path, where):
+    """The whole history shipped again, with the key, to a remote destination of its own: every segment is sealed
+    there (the rows archived in the clear on the folder destination too), no stored object holds a row in the clear,
+    and each opens to the bytes of the source's binlog it was cut from."""
+    if where == "ssh":
+        request.getfixturevalue("sshd")
+        folder = tmp_path / "archive"  # the sshd is on this machine's loopback: its side of the destination is here
+        url, aws = f"ssh://t_ssh{folder}", None
+
+        def stored() -> dict[str, bytes]:
+            return {str(p.relative_to(folder)): p.read_bytes() for p in folder.rglob("*") if p.is_file()}
+    else:
+        import boto3
+
+        s3 = boto3.client("s3", endpoint_url=request.getfixturevalue("s3_server"), region_name="us-east-1",
+                          aws_access_key_id="testing", aws_secret_access_key="testing-secret")
+        url, aws = "s3://backups/archive-sealed", "t_s3"
+
+        def stored() -> dict[str, bytes]:
+            listed = s3.list_objects_v2(Bucket="backups", Prefix="archive-sealed/")["Contents"]
+            return {o["Key"].split("/", 1)[1]: s3.get_object(Bucket="backups", Key=o["Key"])["Body"].read()
+                    for o in listed}
+    storage = open_storage(url, aws)
+    _conn(monkeypatch.setenv)
+    archive.ship(connections.server("t_ep_src"), storage)
+    bid = catalog.branches(storage)[-1]["id"]
+    branch = catalog.read_branch(storage, bid)
+    segments = [(f"binlogs/{bid}/{e.name}/{int(s['offset']):012d}", e.name, s) for e in branch.entries for s in e.segments]
+    files = stored()
+    assert len(segments) >= 2 and all(s.get("sealed") for _, _, s in segments)
+    assert [k for k, data in files.items() if MARKER.encode() in data or b"plain 7" in data] == []
+    seals, opened_all = Seals({bid: branch.envelope}), b""
+    for key, name, seg in segments:
+        assert files[key].startswith(b"LLSEAL"), key
+        opened = b"".join(seals.opened(bid, key, seg, iter([files[key]])))
+        offset = int(seg["offset"])
+        binlog = (sealed_history["src"].datadir / name).read_bytes()[offset:offset + int(seg["size"])]
+        assert masked(opened, offset) == masked(binlog, offset), key  # the in-use flag aside: the file was open then
+        opened_all += opened
+    assert MARKER.encode() in opened_all and b"plain 7" in opened_all  # the grep above would have found them

@@ -103,16 +103,18 @@ def test_encrypted_backups_verify_ok_with_the_key_every_sealed_chunk_authenticat
 
 
 def _rewritten(folder: Path, backup_id: str, kind: str, name: str) -> None:
-    """Manifest `name`'s sha256 set to its changed bytes', the manifest written again without a MAC (no storage key)."""
+    """Manifest `name`'s size and sha256 set to its changed bytes', the manifest written again without a MAC (no
+    storage key): what a storage writer without the storage key can do, so that only the seal can tell."""
     storage = open_storage(f"file://{folder}")
     manifest = read_manifest(storage, backup_id, kind)
-    sha = hashlib.sha256((folder / backup_id / name).read_bytes()).hexdigest()
+    data = (folder / backup_id / name).read_bytes()
+    sha, size = hashlib.sha256(data).hexdigest(), len(data)
     if kind == "physical":
-        manifest = dataclasses.replace(manifest, sha256=sha)
+        manifest = dataclasses.replace(manifest, sha256=sha, bytes=size)
     else:
-        manifest.files = [dataclasses.replace(f, sha256=sha) if f.name == name else f for f in manifest.files]
+        manifest.files = [dataclasses.replace(f, sha256=sha, bytes=size) if f.name == name else f for f in manifest.files]
         for chunk in (c for t in manifest.tables for c in t.chunks if c.file == name):
-            chunk.sha256 = sha
+            chunk.sha256, chunk.bytes = sha, size
     (folder / backup_id / "manifest.json").write_text(manifest.to_json())
 
 
