@@ -274,6 +274,7 @@ def test_caught_up_waits_on_a_replica_that_lags_and_fails_past_its_timeout(rebui
 
 def test_caught_up_fails_at_once_when_a_replication_thread_stopped(rebuilt, source, replica):
     plan, steps = rebuilt
+    assert rebuild.caught_up(plan, steps["attach"], within=30) is not None  # what earlier tests wrote, applied first
     with _root(replica).session() as cur:
         cur.execute("STOP SLAVE SQL_THREAD")
     try:
