@@ -15,7 +15,7 @@ ui: setup  # Airflow's UI on the demo's servers (after `make demo`): http://127.
 	@.venv/bin/python -m lastline_dev.ui
 
 test: setup  # the suite (~25 min here); the newcomer's walk in a browser is its own target, run by CI after it
-	@.venv/bin/python -m pytest -q tests -m "not newcomer"
+	@.venv/bin/python -m pytest -q tests -m "not newcomer" --durations=25
 
 test-newcomer: setup  # a newcomer's first hour in a real browser: make demo (twice, and after a kill), make ui, every DAG from its form (~12 min)
 	@.venv/bin/python -m pytest -q -m newcomer tests
