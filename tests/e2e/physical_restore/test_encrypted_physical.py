@@ -7,7 +7,9 @@ sealed chunk, and the target is not started. The same backup written to an ssh:/
 in the stored bytes there either and restores exactly; a restore with another key, or another secret under the key's
 id, is refused in preflight with the target's process and databases as they were; a stream cut at a sealed chunk's
 boundary, its manifest's size and sha256 rewritten to match (so only the seal can tell), is named by backup_verify and
-refused by the restore, the target not started."""
+refused by the restore, the target not started. After key_rotation (as Airflow runs it) only its manifest changes, the
+new key alone restores it exactly and the old key alone is refused in preflight, the target untouched; a backup written
+for a recipient (its public key alone) cannot be read where it was written and restores exactly with the private key."""
 from __future__ import annotations
 
 import hashlib
