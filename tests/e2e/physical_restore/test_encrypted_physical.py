@@ -7,7 +7,9 @@ sealed chunk, and the target is not started. The same backup written to an ssh:/
 in the stored bytes there either and restores exactly; a restore with another key, or another secret under the key's
 id, is refused in preflight with the target's process and databases as they were; a stream cut at a sealed chunk's
 boundary, its manifest's size and sha256 rewritten to match (so only the seal can tell), is named by backup_verify and
-refused by the restore, the target not started."""
+refused by the restore, the target not started. After key_rotation (as Airflow runs it) only its manifest changes, the
+new key alone restores it exactly and the old key alone is refused in preflight, the target untouched; a backup written
+for a recipient (its public key alone) cannot be read where it was written and restores exactly with the private key."""
 from __future__ import annotations
 
 import hashlib
@@ -18,6 +20,7 @@ import pytest
 from tests.unit.verify.test_sealed_backups import _rewritten
 
 from lastline.backups import backup_seal
+from lastline.core.errors import ConfigError
 from lastline.manifest import PhysicalManifest
 from lastline.storage import auth, encryption_keys, open_storage
 from lastline.storage.sealing import CHUNK_SIZE, HEADER_SIZE, TAG
@@ -218,3 +221,61 @@ def test_to_s3_the_stored_objects_hold_no_row_in_the_clear_and_it_restores_exact
     assert state == "success", tis
     assert compare(source.server(), target.server()) == []
     assert target.server().query("SELECT COUNT(*) FROM enc_phys.t WHERE v LIKE %s", (f"{MARKER} %",))[0][0] == 5000
+
+
+def _objects(folder) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in folder.iterdir() if p.is_file()}
+
+
+def test_after_a_rotation_it_restores_with_the_new_key_alone_and_the_old_key_is_refused_in_preflight(
+        run_dag, sealed_backup, source, target, monkeypatch, tmp_path):
+    """key_rotation as Airflow runs it over a copy of the backup: only its manifest is written, wrapped under the new
+    key; the new key alone restores it exactly, the old key alone is refused before the target is touched."""
+    copy = tmp_path / "dest" / sealed_backup.name
+    shutil.copytree(sealed_backup, copy)
+    before = _objects(copy)
+    _conn(monkeypatch, "phys-k2", KEY2, keys={"phys-k1": KEY1})  # the rotation's first step
+    state, tis, logs = run_dag("key_rotation", {"destination": copy.parent.as_uri(), "aws_conn_id": None,
+                                                "dry_run": False})
+    assert state == "success" and tis["rotate_backups[0]"] == tis["report"] == "success", tis
+    after = _objects(copy)
+    assert [name for name in after if after[name] != before[name]] == ["manifest.json"]  # no data object rewritten
+    manifest = PhysicalManifest.from_json(after["manifest.json"].decode())
+    assert [(w["type"], w["key_id"]) for w in manifest.encryption["wrappings"]] == [("kek", "phys-k2")]
+    assert KEY1 not in logs and KEY2 not in logs
+
+    _conn(monkeypatch, "phys-k2", KEY2)  # the old key dropped
+    state, tis, logs = _restore(run_dag, copy.as_uri())
+    assert state == "success", tis
+    assert compare(source.server(), target.server()) == []
+    assert target.server().query("SELECT COUNT(*) FROM enc_phys.t WHERE v LIKE %s", (f"{MARKER} %",))[0][0] == 5000
+
+    _conn(monkeypatch)  # the old key alone
+    pid, databases = target.pid(), _databases(target)
+    state, tis, logs = _restore(run_dag, copy.as_uri())
+    assert state == "failed" and tis["preflight"] == "failed" and tis["stop_target"] == "upstream_failed", tis
+    assert (f"backup '{manifest.backup_id}' needs one of the keys phys-k2 (kek) to be read; the encryption key "
+            "connection (LASTLINE_ENCRYPTION_KEY_CONN_ID) holds phys-k1") in logs and "Nothing was touched" in logs
+    assert target.pid() == pid and _databases(target) == databases, "the target was touched although preflight failed"
+
+
+def test_a_backup_for_a_recipient_is_written_without_the_private_key_and_restored_with_it(
+        run_dag, sealed_backup, source, target, monkeypatch, tmp_path):
+    from lastline.physical import backup as pb
+
+    private, public = encryption_keys.new_identity()
+    _conn(monkeypatch, "", "", recipients={"ops": public})  # the backup host: the public key alone
+    plan = pb.preflight({"source_conn_id": "t_source", "destination": tmp_path.as_uri(), "aws_conn_id": None})
+    pb.finish(plan, pb.stream(plan))
+    manifest = PhysicalManifest.from_json((tmp_path / plan.backup_id / "manifest.json").read_text())
+    assert [w["type"] for w in manifest.encryption["wrappings"]] == ["x25519"]
+    assert (tmp_path / plan.backup_id / manifest.artifact).read_bytes()[:6] == b"LLSEAL"
+    with pytest.raises(ConfigError, match=r"needs one of the keys ops \(x25519\) to be read; .* holds none"):
+        backup_seal(open_storage(tmp_path.as_uri()), manifest)  # the host that wrote it cannot read it
+
+    _conn(monkeypatch, "", "", identities={"ops": private})  # the restore host
+    state, tis, logs = _restore(run_dag, (tmp_path / plan.backup_id).as_uri())
+    assert state == "success", tis
+    assert compare(source.server(), target.server()) == []
+    assert target.server().query("SELECT COUNT(*) FROM enc_phys.t WHERE v LIKE %s", (f"{MARKER} %",))[0][0] == 5000
+    assert private not in logs

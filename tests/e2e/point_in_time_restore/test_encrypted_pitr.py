@@ -5,7 +5,11 @@ physical base through both replay methods and from a logical base; a restore wit
 its preflight naming the key it needs, the target untouched; a flipped byte in a sealed segment is named with its chunk
 by backup_verify's archive check (by its digest without the key) and refused by the restore before the target is
 touched. Shipped with the key to an ssh:// or an S3 destination, every segment there is sealed, no stored file holds a
-row in the clear, and each opens with the key to the source's binlog bytes exactly."""
+row in the clear, and each opens with the key to the source's binlog bytes exactly. After key_rotation (as Airflow
+runs it) only the branch's envelope.json and the sealed base's manifest change, the new key alone opens the segments and
+rolls forward exactly, the old key alone is refused; shipped for a recipient (its public key alone), the archiver
+cannot open what it sealed and the private key opens each segment to the source's bytes.
+Over 300 lines: one module so that every test shares the one sealed history (two servers) its fixture builds."""
 from __future__ import annotations
 
 import shutil
@@ -15,6 +19,7 @@ import pytest
 
 from conftest import set_conn
 from lastline import connections
+from lastline.core.errors import ConfigError
 from lastline.logical.backup import stages as logical_backup
 from lastline.physical import backup as physical_backup
 from lastline.pitr import archive, catalog
@@ -216,18 +221,99 @@ def test_shipped_to_ssh_or_s3_every_segment_is_sealed_and_opens_to_the_source_bi
     storage = open_storage(url, aws)
     _conn(monkeypatch.setenv)
     archive.ship(connections.server("t_ep_src"), storage)
+    _every_segment_sealed_and_opening_to_the_source(sealed_history, storage, stored())
+
+
+def _segments_of(storage) -> tuple[str, list[tuple[str, str, dict]]]:
+    """The newest branch's id and its segments: (storage key, binlog file name, chain entry) each."""
     bid = catalog.branches(storage)[-1]["id"]
     branch = catalog.read_branch(storage, bid)
-    segments = [(f"binlogs/{bid}/{e.name}/{int(s['offset']):012d}", e.name, s) for e in branch.entries for s in e.segments]
-    files = stored()
-    assert len(segments) >= 2 and all(s.get("sealed") for _, _, s in segments)
-    assert [k for k, data in files.items() if MARKER.encode() in data or b"plain 7" in data] == []
-    seals, opened_all = Seals({bid: branch.envelope}), b""
+    return bid, [(catalog.segment_key(bid, e.name, s), e.name, s) for e in branch.entries for s in e.segments]
+
+
+def _opened(sealed_history, storage, files: dict[str, bytes], keys=None) -> bytes:
+    """Every sealed segment of the newest branch in `storage` (its stored bytes in `files`, by key) opened through the
+    archive's reader with `keys` (None: the deployment's), each asserted to be the bytes of the source's binlog it was
+    cut from; all of them, joined."""
+    bid, segments = _segments_of(storage)
+    envelope = catalog.read_branch(storage, bid).envelope
+    seals, opened_all = Seals({bid: envelope}) if keys is None else Seals({bid: envelope}, keys), b""
     for key, name, seg in segments:
+        if not seg.get("sealed"):
+            continue
         assert files[key].startswith(b"LLSEAL"), key
         opened = b"".join(seals.opened(bid, key, seg, iter([files[key]])))
         offset = int(seg["offset"])
         binlog = (sealed_history["src"].datadir / name).read_bytes()[offset:offset + int(seg["size"])]
         assert masked(opened, offset) == masked(binlog, offset), key  # the in-use flag aside: the file was open then
         opened_all += opened
+    return opened_all
+
+
+def _every_segment_sealed_and_opening_to_the_source(sealed_history, storage, files: dict[str, bytes]) -> None:
+    """Shipped whole with a key: every segment sealed, none holding a row in the clear, each opening (with the
+    deployment's keys) to the source's binlog bytes."""
+    _, segments = _segments_of(storage)
+    assert len(segments) >= 2 and all(s.get("sealed") for _, _, s in segments)
+    assert [k for k, data in files.items() if MARKER.encode() in data or b"plain 7" in data] == []
+    opened_all = _opened(sealed_history, storage, files)
     assert MARKER.encode() in opened_all and b"plain 7" in opened_all  # the grep above would have found them
+
+
+def _stored(dest: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(dest)): p.read_bytes() for p in dest.rglob("*") if p.is_file()}
+
+
+def test_after_a_rotation_the_archive_opens_with_the_new_key_alone_and_not_the_old_one(
+        run_dag, sealed_history, monkeypatch, tmp_path):
+    """key_rotation as Airflow runs it over a copy of the destination re-writes the branch's envelope.json (and the
+    sealed logical base's manifest), no segment; then the segments open with the new key alone, through the archive's
+    reader and a roll-forward, and the old key alone opens none: the restore is refused in its plan, target untouched."""
+    dest = tmp_path / "dest"
+    shutil.copytree(sealed_history["dest"], dest)
+    storage = open_storage(f"file://{dest}")
+    bid, _ = _segments_of(storage)
+    before = _stored(dest)
+    _conn(monkeypatch.setenv, "pitr-k2", KEY2, keys={"pitr-k1": KEY1})  # the rotation's first step
+    state, tis, logs = run_dag("key_rotation", {"destination": f"file://{dest}", "aws_conn_id": None, "dry_run": False})
+    assert state == "success" and tis["rotate_archive"] == tis["rotate_backups[0]"] == "success", tis
+    after = _stored(dest)
+    changed = [k for k in after if after[k] != before[k]]
+    assert set(after) == set(before) and f"binlogs/{bid}/envelope.json" in changed, changed
+    assert len(changed) == 2 and [k for k in changed if not k.endswith("/envelope.json")][0].endswith("/manifest.json")
+    envelope = catalog.read_branch(storage, bid).envelope
+    assert [(w["type"], w["key_id"]) for w in envelope["wrappings"]] == [("kek", "pitr-k2")]
+    assert KEY1 not in logs and KEY2 not in logs
+
+    _conn(monkeypatch.setenv, "pitr-k2", KEY2)  # the old key dropped
+    assert MARKER.encode() in _opened(sealed_history, storage, after)
+    state, tis, logs = _run(run_dag, sealed_history, kind="logical", dest=dest)
+    assert state == "success", (tis, logs[-3000:])
+    assert _state(sealed_history["tgt"]) == _state(sealed_history["src"])
+
+    _conn(monkeypatch.setenv)  # the old key alone
+    with pytest.raises(ConfigError, match=r"needs one of the keys pitr-k2 \(kek\) to be read; .* holds pitr-k1"):
+        _opened(sealed_history, storage, after)
+    before = _untouched(sealed_history["tgt"])
+    state, tis, logs = _run(run_dag, sealed_history, dest=dest)
+    assert state == "failed" and tis["plan"] == "failed", tis
+    assert "needs one of the keys pitr-k2 (kek)" in logs and "holds pitr-k1" in logs
+    assert _untouched(sealed_history["tgt"]) == before, "the target was touched although the plan refused"
+
+
+def test_an_archive_shipped_for_a_recipient_is_sealed_without_the_private_key_and_opens_with_it(
+        sealed_history, monkeypatch, tmp_path):
+    """The archiver holds the recipient's public key alone: every segment it ships is sealed and it cannot open one;
+    the private key opens each to the source's binlog bytes."""
+    private, public = encryption_keys.new_identity()
+    _conn(monkeypatch.setenv, "", "", recipients={"ops": public})  # the archiving host
+    storage = open_storage(f"file://{tmp_path}")
+    archive.ship(connections.server("t_ep_src"), storage)
+    bid, _ = _segments_of(storage)
+    envelope = catalog.read_branch(storage, bid).envelope
+    assert [(w["type"], w["key_id"]) for w in envelope["wrappings"]] == [("x25519", "ops")]
+    files = _stored(tmp_path)
+    with pytest.raises(ConfigError, match=r"needs one of the keys ops \(x25519\) to be read; .* holds none"):
+        _opened(sealed_history, storage, files)
+    _conn(monkeypatch.setenv, "", "", identities={"ops": private})  # where restores run
+    _every_segment_sealed_and_opening_to_the_source(sealed_history, storage, files)

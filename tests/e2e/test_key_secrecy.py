@@ -1,0 +1,144 @@
+"""No encryption key in ps, logs, XCom or files (issue 46): an encrypted physical_backup and logical_backup run as
+Airflow runs them (dag.test), with a key connection holding a current key, an older one and a recipient's private key.
+While they run, every process's command line and environment is sampled, and every file in the temporary folder the
+runs have is read; afterwards no key, in any form the connection holds it or a tool could be handed it (its text, its
+bytes, hex, base64), and neither backup's data key, is in a sample, a task log, an XCom value of either run, a file left
+in the backup folders or the temporary folder, or anything under Airflow's home (its metadata DB included)."""
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+import os
+import secrets
+import subprocess
+import tempfile
+from pathlib import Path
+
+import pytest
+from tests.e2e.physical_restore.test_physical_e2e import PsWatcher
+
+from lastline.backups import backup_seal
+from lastline.logical.format.dialect import qualified, quote_ident
+from lastline.manifest import read_manifest
+from lastline.storage import encryption_keys, open_storage
+from lastline_dev.keys import encryption_connection
+
+pytestmark = pytest.mark.e2e
+DB = "key_secrecy"
+
+
+class Watcher(PsWatcher):
+    """PsWatcher's samples with each process's environment beside its arguments (`ps e`), and every file that shows
+    in `folder` while it exists (each distinct content once)."""
+
+    def __init__(self, folder: Path) -> None:
+        super().__init__()
+        self.folder = folder
+        self.files: dict[str, bytes] = {}  # "path sha256" -> content
+
+    def _run(self) -> None:
+        env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin")}  # ps's own environment holds no key
+        while not self._stop.is_set():
+            self.samples.append(subprocess.run(["ps", "-e", "-ww", "-o", "args", "e"], capture_output=True, text=True,
+                                               env=env).stdout)
+            for path in self.folder.rglob("*"):
+                try:
+                    data = path.read_bytes() if path.is_file() else None
+                except OSError:  # gone meanwhile, or a socket
+                    continue
+                if data is not None:
+                    self.files[f"{path} {hashlib.sha256(data).hexdigest()}"] = data
+            self._stop.wait(0.05)
+
+
+def _forms(secret: str | bytes) -> set[bytes]:
+    """`secret` as text and in every encoding a key might be written in: its bytes, hex (either case), base64; and, for
+    a key written as hex or base64, the bytes it stands for in those encodings too."""
+    raw = secret.encode() if isinstance(secret, str) else secret
+    found = {raw, raw.hex().encode(), raw.hex().upper().encode(), base64.b64encode(raw),
+             base64.urlsafe_b64encode(raw).rstrip(b"=")}
+    for decode in (bytes.fromhex, base64.b64decode):
+        try:
+            inner = decode(secret if isinstance(secret, str) else raw.decode("latin-1"))
+        except (ValueError, binascii.Error):
+            continue
+        if len(inner) >= 16:
+            found |= {inner, inner.hex().encode(), base64.b64encode(inner)}
+    return found
+
+
+def _tree(folder: Path) -> dict[str, bytes]:
+    return {str(p): p.read_bytes() for p in folder.rglob("*") if p.is_file()}
+
+
+def _xcoms(dag_id: str) -> list[str]:
+    """Every XCom value of `dag_id`'s newest run, as Airflow's metadata DB holds it."""
+    from airflow.models.dagrun import DagRun
+    from airflow.models.xcom import XComModel
+    from airflow.utils.session import create_session
+
+    with create_session() as session:
+        run = session.query(DagRun).filter_by(dag_id=dag_id).order_by(DagRun.id.desc()).first()
+        rows = session.query(XComModel).filter_by(dag_id=dag_id, run_id=run.run_id).all()
+        return [f"{r.task_id} {r.key} {r.value!r}" for r in rows]
+
+
+@pytest.fixture
+def tiny_db(logical_source):
+    server = logical_source.server()
+    server.query(f"DROP DATABASE IF EXISTS {quote_ident(DB)}")
+    server.query(f"CREATE DATABASE {quote_ident(DB)}")
+    server.query(f"CREATE TABLE {qualified(DB, 't')} (id INT PRIMARY KEY, v VARCHAR(40)) ENGINE=InnoDB")
+    server.query(f"INSERT INTO {qualified(DB, 't')} SELECT seq, CONCAT('row ', seq) FROM mysql.seq_1_to_200")
+    yield
+    server.query(f"DROP DATABASE IF EXISTS {quote_ident(DB)}")
+
+
+def test_no_key_in_ps_logs_xcom_or_files_of_an_encrypted_physical_and_logical_backup(
+        run_dag, source, logical_source, tiny_db, monkeypatch, tmp_path):
+    current, older = secrets.token_hex(32), base64.b64encode(os.urandom(32)).decode()  # hex and base64 keys
+    private, public = encryption_keys.new_identity()
+    encryption_connection(monkeypatch.setenv, "lastline_encryption_secrecy", "sec-k2", current, keys={"sec-k1": older},
+                          recipients={"ops": public}, identities={"ops": private})
+    temp = tmp_path / "tmp"
+    temp.mkdir()
+    monkeypatch.setenv("TMPDIR", str(temp))  # the runs' temporary folder, and their children's
+    monkeypatch.setattr(tempfile, "tempdir", str(temp))
+    physical, logical = tmp_path / "physical", tmp_path / "logical"
+    with Watcher(temp) as watched:
+        state, tis, physical_logs = run_dag("physical_backup", {
+            "source_conn_id": "t_source", "destination": physical.as_uri(), "compression": "zstd", "parallel": 2,
+            "aws_conn_id": None, "keep": 7, "incomplete_grace_hours": 24})
+        assert state == "success", tis
+        state, tis, logical_logs = run_dag("logical_backup", {
+            "source_conn_id": "t_lsource", "destination": logical.as_uri(), "databases": [DB], "chunk_rows": 1000,
+            "aws_conn_id": None, "keep": 7, "incomplete_grace_hours": 24})
+        assert state == "success", tis
+    assert any("mariabackup --defaults-extra-file=" in s for s in watched.samples), "the watcher never saw mariabackup"
+    assert watched.files, "the runs wrote nothing in their temporary folder: TMPDIR was not theirs"
+
+    data_keys = []
+    for dest, kind in ((physical, "physical"), (logical, "logical")):
+        storage = open_storage(dest.as_uri())
+        manifest = read_manifest(storage, storage.list_backups()[-1], kind)
+        assert [w["key_id"] for w in manifest.encryption["wrappings"]] == ["sec-k2", "ops"], manifest.encryption
+        data_keys.append(backup_seal(storage, manifest).data_key.raw())
+    stored = os.environ["AIRFLOW_CONN_LASTLINE_ENCRYPTION_SECRECY"].encode()  # the connection, as the worker has it
+    assert all(any(f in stored for f in _forms(key)) for key in (current, older, private))  # the forms cover it
+    forbidden = {f for key in (current, older, private, *data_keys) for f in _forms(key)}
+    assert all(len(f) >= 32 for f in forbidden)  # none short enough to be found by chance
+
+    xcoms = _xcoms("physical_backup") + _xcoms("logical_backup")
+    assert any("backup_id" in x for x in xcoms), xcoms  # the runs' XComs were read
+    places = {
+        "a ps sample": "\n".join(watched.samples).encode(),
+        "the physical backup's task log": physical_logs.encode(),
+        "the logical backup's task log": logical_logs.encode(),
+        **{f"XCom {x[:60]}": x.encode() for x in xcoms},
+        **{f"the temporary file {name.split()[0]} (while the runs went)": data for name, data in watched.files.items()},
+        **_tree(physical), **_tree(logical), **_tree(temp), **_tree(Path(os.environ["AIRFLOW_HOME"])),
+    }
+    assert len(_tree(physical)) >= 3 and len(_tree(logical)) >= 3
+    leaks = [place for place, data in places.items() if any(f in data for f in forbidden)]
+    assert leaks == [], f"key material found in: {leaks}"
