@@ -466,6 +466,9 @@ def test_the_held_stream_forks_on_binlogs_written_anew_and_keeps_retention_s_mar
         kept = _segments(tmp_path, bid)
         server.query("RESET MASTER")
         _write(source, 40)
+        t0 = time.monotonic()  # the old branch's file names sort after the new ones: _wait_archived alone need not wait
+        while archive.branches(storage)[-1]["id"] == bid and time.monotonic() - t0 < 60:
+            time.sleep(0.05)
         _wait_archived(storage, server)
     finally:
         result = held.end()
