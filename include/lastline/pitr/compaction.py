@@ -8,9 +8,10 @@ branch's public key only), compared, part by part, with what was archived (each 
 its binlog bytes with the in-use flag byte zeroed; an unsealed part written before that field, by its `sha256`):
 bytes that differ (a file written anew under the same name) or a range the source no longer holds keep the small
 segments. The merged object (sealed like any segment) is written under a key no record uses (`<offset>-<end>[-n]`,
-the record's `"key"`), then the chain naming it; the replaced objects are listed in the chain's `retired` and deleted
-`Compaction.grace` seconds later, on a later round: a reader of an older chain finds them until then, and after that
-reads the merged segment the chain then lists in their place (pitr.window.segment_chunks).
+the record's `"key"`), listed in the chain's `retired` first (an object a run killed before the chain names it is
+deleted after the grace, never left behind), then the chain naming it; the replaced objects are listed in `retired`
+and deleted `Compaction.grace` seconds later, on a later round: a reader of an older chain finds them until then, and
+after that reads the merged segment the chain then lists in their place (pitr.window.segment_chunks).
 """
 from __future__ import annotations
 
@@ -148,10 +149,10 @@ class _Parts:
 
 
 def merge(storage: Storage, branch: Branch, entry: Entry, span: tuple[int, int], path: str, host: Any,
-          seal: SegmentSealer | None) -> bool:
+          seal: SegmentSealer | None, save: Callable[[Branch], None] | None = None) -> bool:
     """Merge entry.segments[span] into one object read again from the source's `path` and replace their records by
     its own, the replaced objects retired (the caller writes the chain). False (nothing changed) when the source's bytes
-    differ or fall short."""
+    differ or fall short. `save` writes the chain with the new key retired before its object is written."""
     parts = entry.segments[span[0]:span[1]]
     start = int(parts[0]["offset"])
     end = int(parts[-1]["offset"]) + int(parts[-1]["size"])
@@ -159,6 +160,10 @@ def merge(storage: Storage, branch: Branch, entry: Entry, span: tuple[int, int],
     key = f"{PREFIX}/{branch.id}/{entry.name}/{name}"
     check = _Parts(parts)
     fields: dict[str, Any] = {}
+    pending = {"file": entry.name, "keys": [name], "at": int(time.time())}
+    if save is not None:  # a run killed once the object is stored, before the chain names it, leaves it retired
+        branch.retired.append(pending)
+        save(branch)
 
     def sink(data: bytes) -> None:
         check.feed(data)
@@ -179,6 +184,9 @@ def merge(storage: Storage, branch: Branch, entry: Entry, span: tuple[int, int],
         log.warning("binlog archive: %s bytes %d-%d are not merged, its %d segments kept: %s", entry.name, start, end,
                     len(parts), exc)
         return False
+    finally:
+        if save is not None:
+            branch.retired.remove(pending)  # nothing stored under it, or named by its record below
     stored = {"sha256": got.sha256_out, **fields, "plain_sha256": check.plain.hexdigest(),
               "tail_sha256": hashlib.sha256(masked(bytes(check.tail), end - len(check.tail))).hexdigest()}
     entry.segments[span[0]:span[1]] = [merged_record(parts, name, stored)]
@@ -192,7 +200,7 @@ def compact(storage: Storage, branch: Branch, files: list[SourceFile], binlog_di
             refused: set[tuple[str, int]], unchanged: Callable[[], bool] = lambda: True) -> None:
     """One merge at most (a round stays short) and the deletion of what was retired more than `settings.grace` ago;
     the chain written after each, unless `unchanged()` says another writer (retention) wrote it meanwhile (the next
-    round reads it again; a merged object not named yet is unused). `refused`: ranges not merged before (not tried
+    round reads it again; a merged object not named yet is retired). `refused`: ranges not merged before (not tried
     again by this stream)."""
     if not settings.enabled:
         return
@@ -202,7 +210,7 @@ def compact(storage: Storage, branch: Branch, files: list[SourceFile], binlog_di
         tried = (entry.name, int(entry.segments[span[0]]["offset"])) if span else None
         if span is None or tried in refused:
             continue
-        if merge(storage, branch, entry, span, f"{binlog_dir}/{entry.name}", host, seal()):
+        if merge(storage, branch, entry, span, f"{binlog_dir}/{entry.name}", host, seal(), save):
             if not unchanged():
                 return
             save(branch)

@@ -1,6 +1,8 @@
 """The binlog archive's stream held open (issue 47), on a real server: a commit is in the archive within about a
 second; a source restart, a killed worker, SIGTERM and a cut to the source's host (its sshd killed) lose nothing and
-ship nothing twice: the archive is the source's binlogs byte for byte, each segment once, in order."""
+ship nothing twice: the archive is the source's binlogs byte for byte, each segment once, in order; a worker killed
+at each worst moment of a round (a segment or merged object stored and not named, the chain half written, the chain
+written) as well. Over 300 lines: every way the stream is stopped, on one shared server and its helpers."""
 from __future__ import annotations
 
 import hashlib
@@ -260,6 +262,127 @@ def test_a_killed_or_stopped_worker_loses_nothing_and_ships_nothing_twice(source
     _whole(storage, source)
 
 
+# A stream.run that kills itself (SIGKILL) at one of the worst moments of a round, reached after its `nth` segment
+# object is stored: "segment" at once (the object stored, no chain names it), "partial" in the next write of
+# chain.json (its .partial written and flushed, not renamed), "chain" once the next chain is written (before the
+# stream's state in memory takes it in); "merged": once its first merged object (pitr.compaction) is stored, before
+# the chain names it. Patched in the process before stream.run; the product has no test hook.
+_KILLED_AT = r"""
+import json, os, re, signal, sys
+from lastline.pitr import archive, stream
+from lastline.storage import partial
+
+moment, nth, stored, armed = sys.argv[2], int(sys.argv[3]), [], []
+SEGMENT = re.compile(r"/binlogs/[^/]+/[^/]+/[0-9]{12}\Z")
+MERGED = re.compile(r"/binlogs/[^/]+/[^/]+/[0-9]{12}-[0-9]{12}(-[0-9]+)?\Z")
+commit, write_branch = partial.FileWriter.commit, archive.write_branch
+
+
+def die(where):
+    print("killed at " + moment + ": " + where, flush=True)
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+def killing_commit(self):
+    if moment == "partial" and armed and self.path.endswith("/chain.json"):
+        self.fh.flush()
+        os.fsync(self.fh.fileno())
+        die(stored[-1])
+    commit(self)
+    if moment == "merged" and MERGED.search(self.path):
+        die(self.path)
+    if SEGMENT.search(self.path):
+        stored.append(self.path)
+        if len(stored) == nth:
+            if moment == "segment":
+                die(self.path)
+            armed.append(True)
+
+
+def killing_write_branch(storage, branch):
+    sha = write_branch(storage, branch)
+    if moment == "chain" and armed:
+        die(stored[-1])
+    return sha
+
+
+partial.FileWriter.commit = killing_commit
+archive.write_branch = killing_write_branch
+stream.run(json.loads(sys.argv[1]))
+"""
+
+
+def _objects(root: Path, bid: str) -> set[str]:
+    """Every segment object stored under branch `bid`, as `<file>/<name>`."""
+    return {f"{p.parent.name}/{p.name}" for p in (root / "binlogs" / bid).glob("*/*") if not p.name.endswith(".partial")}
+
+
+def _named(storage, bid: str) -> list[str]:
+    """The objects the branch's chain names (its segments' and its retired ones), as `<file>/<name>`, repeats kept."""
+    branch = archive.read_branch(storage, bid)
+    return ([f"{e.name}/{object_name(s)}" for e in branch.entries for s in e.segments]
+            + [f"{r['file']}/{k}" for r in branch.retired for k in r["keys"]])
+
+
+@pytest.mark.parametrize("moment", ["segment", "partial", "chain", "merged"])
+def test_a_worker_killed_at_the_worst_moments_loses_nothing_and_ships_nothing_twice(source, tmp_path, moment):
+    """SIGKILL (a) with a segment stored and no chain naming it yet, (b) with the chain naming it half written (its
+    .partial not renamed), (c) with the chain written and the stream's memory not yet moved on, (d) with a merged
+    object stored and no chain naming it: the next held stream resumes from the stored chain; the segment the kill
+    left unnamed is shipped again to the same key and named once (the merged object is retired: the sweep deletes
+    it), no segment overlaps another, nothing is lost, and the archive is the source's binlogs byte for byte."""
+    storage, server = open_storage(f"file://{tmp_path}"), connections.server("t_bstream")
+    _write(source, 3)
+    archive.ship(server, storage)  # caught up: the killed run ships one new segment a round
+    bid = archive.branches(storage)[-1]["id"]
+    stop = threading.Event()
+
+    def load() -> None:
+        while not stop.is_set():
+            _write(source, 1)
+            time.sleep(0.02)
+
+    writer = threading.Thread(target=load)
+    writer.start()
+    conf = _conf(tmp_path, ship_every_seconds=0.1, **({"merge_after_segments": 2} if moment == "merged" else {}))
+    proc = subprocess.Popen([sys.executable, "-c", _KILLED_AT, json.dumps(conf), moment, "2"], stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, env=os.environ.copy())
+    try:
+        out = proc.communicate(timeout=60)[0].decode()
+    finally:
+        stop.set()
+        writer.join()
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == -signal.SIGKILL and f"killed at {moment}: " in out, out[-3000:]
+    killed = out.split(f"killed at {moment}: ", 1)[1].split()[0]
+    segment = "/".join(Path(killed).parts[-2:])  # <file>/<offset>: the segment stored just before the kill
+    left, named = _objects(tmp_path, bid), _named(storage, bid)
+    chain = tmp_path / "binlogs" / bid / "chain.json"
+    assert segment in left and set(named) <= left  # the kill came where it was meant to
+    if moment == "chain":
+        assert left == set(named), (left, named)  # named: nothing left over
+    elif moment == "merged":  # its key retired in the chain before it was written: deleted after the grace
+        retired = archive.read_branch(storage, bid).retired
+        assert left == set(named) and any(segment == f"{r['file']}/{k}" for r in retired for k in r["keys"]), retired
+    else:
+        assert left - set(named) == {segment}, (left, named)  # the one object no chain names
+        assert Path(f"{chain}.partial").exists() == (moment == "partial")
+
+    held = Streaming(conf)  # the next run: the held stream, from what is stored
+    try:
+        _write(source, 3)
+        _wait_archived(storage, server)
+    finally:
+        result = held.end()
+    assert result["failed"] == 0 and not result["holes"] and not result["forks"] and result["branch"] == bid, result
+    named = _named(storage, bid)
+    assert len(named) == len(set(named)) and segment in named, named  # the left-over object named, and once
+    assert not list((tmp_path / "binlogs").rglob("*.partial"))  # the half-written chain was written over, whole
+    _whole(storage, source)  # contiguous (no overlap, no gap), the source's bytes, every object named or retired
+
+
 def _descendants(pid: int) -> list[int]:
     """Every process under `pid` (sshd's sessions), by their ids."""
     parents = {}
@@ -343,6 +466,9 @@ def test_the_held_stream_forks_on_binlogs_written_anew_and_keeps_retention_s_mar
         kept = _segments(tmp_path, bid)
         server.query("RESET MASTER")
         _write(source, 40)
+        t0 = time.monotonic()  # the old branch's file names sort after the new ones: _wait_archived alone need not wait
+        while archive.branches(storage)[-1]["id"] == bid and time.monotonic() - t0 < 60:
+            time.sleep(0.05)
         _wait_archived(storage, server)
     finally:
         result = held.end()
