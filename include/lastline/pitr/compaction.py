@@ -210,6 +210,8 @@ def compact(storage: Storage, branch: Branch, files: list[SourceFile], binlog_di
         tried = (entry.name, int(entry.segments[span[0]]["offset"])) if span else None
         if span is None or tried in refused:
             continue
+        if not unchanged():  # merge writes the chain first (the new key retired): never over retention's
+            return
         if merge(storage, branch, entry, span, f"{binlog_dir}/{entry.name}", host, seal(), save):
             if not unchanged():
                 return

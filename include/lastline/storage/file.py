@@ -18,7 +18,7 @@ from collections.abc import Iterator
 
 from lastline.core.errors import IntegrityError, StorageError
 from lastline.storage.base import Storage, Writer, checked_key, refusal
-from lastline.storage.partial import FileWriter, private_dirs
+from lastline.storage.partial import FileWriter, private_dirs, sweep
 
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 # O_NONBLOCK: a FIFO swapped in after the check must not hang the open (it is refused by fstat then)
@@ -71,6 +71,7 @@ class FileStorage(Storage):
         self.url = f"file://{self.root}"
         self.real_root = os.path.realpath(self.root)  # the deployment's choice: the one path ever resolved
         self._lock = threading.Lock()
+        self._swept: set[str] = set()  # folders swept of dead writers' .partial files (storage.partial.sweep)
         self._sync_fd: int | None = None  # open since the first deferred writer: syncfs reports errors from then on
         self._deferrable: bool | None = None
 
@@ -164,8 +165,19 @@ class FileStorage(Storage):
             return self._deferrable
 
     def writer(self, key: str, durable: bool = True) -> Writer:
+        path = self._path(key)
+        folder = os.path.dirname(path)
+        with self._lock:
+            first = folder not in self._swept
+            self._swept.add(folder)
         try:
-            return FileWriter(self._path(key), durable or not self._defer())
+            if first:  # once a folder: what a writer that died (a killed task) left, gone before its retry writes
+                sweep(folder)
+            return FileWriter(path, durable or not self._defer())
+        except IntegrityError:
+            with self._lock:
+                self._swept.discard(folder)
+            raise
         except OSError as exc:
             if exc.errno == errno.ELOOP:  # O_NOFOLLOW: a symlink where the file is written is never followed
                 raise IntegrityError(f"cannot write to {self.location(key)}: its .partial is a symlink, and lastline never "

@@ -1,18 +1,30 @@
-"""A file of a local backup folder written whole: under `<key>.partial`, renamed on commit, one writer of a key at a
-time (an flock held until the rename), private to its owner (0600 files, 0700 folders).
+"""A file of a local backup folder written whole: under a `.partial` name of its own writer's, renamed on commit,
+private to its owner (0600 files, 0700 folders); and what writers that died left behind, swept.
+
+Two writers of one key (the binlog stream and retention, both writing a chain) never share a file: each writes
+`<key>.<token>.partial`, created with O_EXCL (nothing planted there can be opened, followed or hard-linked), and the
+last to commit wins, as an S3 PUT does. A writer holds an flock on its file while it lives (a mark, never waited for):
+`sweep` removes what no live writer holds (a writer killed mid-stream), so a retry does not leave the dead one's
+bytes beside its own. Where the filesystem has no locks (an NFS mount with `nolock`), a file unchanged for
+STALE_AFTER seconds is taken as dead; a removed file of a writer still alive makes its commit fail (and the task
+retry), never a mixed file.
 """
 from __future__ import annotations
 
 import errno
 import fcntl
-import logging
 import os
+import secrets
+import stat
 import time
 
-from lastline.core.errors import StorageError
+from lastline.core.errors import IntegrityError, StorageError
 from lastline.storage.base import Writer
 
-log = logging.getLogger(__name__)
+PARTIAL = ".partial"
+FRESH = 5.0  # seconds: a file this young may be one a writer has just made and not yet locked: kept
+STALE_AFTER = 3600.0  # seconds unchanged: dead, where the filesystem cannot lock
+_NO_LOCKS = (errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS, errno.EINVAL)
 
 
 def private_dirs(path: str) -> None:
@@ -26,14 +38,19 @@ def private_dirs(path: str) -> None:
 
 
 class FileWriter(Writer):
-    """Writes `<key>.partial` (0600, folders 0700), fsyncs (when `durable`) and renames it on commit. Two writers of
-    one key (the binlog stream and retention, both writing a chain) take turns on an flock of the `.partial`, held
-    until the rename: each one's file is whole, and the last to commit wins (as an S3 PUT)."""
+    """Writes `<key>.<token>.partial` (a name of its own; 0600, folders 0700), fsyncs (when `durable`) and renames it
+    on commit."""
 
     def __init__(self, path: str, durable: bool = True) -> None:
-        self.path, self.tmp, self.durable = path, path + ".partial", durable
+        self.path, self.durable = path, durable
+        self.tmp = f"{path}.{secrets.token_hex(8)}{PARTIAL}"
         private_dirs(os.path.dirname(path))
-        self.fh = os.fdopen(locked_partial(self.tmp), "wb")
+        fd = os.open(self.tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # the mark sweep() leaves alone
+        except OSError:
+            pass  # no locks here: sweep goes by age
+        self.fh = os.fdopen(fd, "wb")
 
     def fileno(self) -> int:
         return self.fh.fileno()
@@ -50,17 +67,19 @@ class FileWriter(Writer):
             self.fh.flush()
             if self.durable:
                 os.fsync(self.fh.fileno())
-            os.replace(self.tmp, self.path)  # under the lock: the next writer waits for a .partial of its own
+            os.replace(self.tmp, self.path)  # still locked: a sweep never takes it first
         except OSError as exc:
             self.abort()
             hint = " (the destination is full: free space or choose another destination)" if exc.errno == errno.ENOSPC else ""
+            if exc.errno == errno.ENOENT:
+                hint = " (it was removed while written: by hand, or by a sweep on a filesystem without locks)"
             raise StorageError(f"cannot finish {self.tmp}: {exc.strerror}{hint}.") from exc
         self.fh.close()
 
     def abort(self) -> None:
         if not self.fh.closed:
             try:
-                os.unlink(self.tmp)  # while the lock is held: it is this writer's .partial
+                os.unlink(self.tmp)
             except FileNotFoundError:
                 pass
             try:
@@ -69,32 +88,56 @@ class FileWriter(Writer):
                 pass
 
 
-def locked_partial(tmp: str, warn_every: float = 60.0) -> int:
-    """`tmp` opened for writing (0600, never through a symlink), emptied, under an exclusive flock: another writer of
-    the same key is waited for (a warning each `warn_every` s), and a file it renamed away meanwhile is left alone (the
-    lock is taken again on a new one). What a killed writer left holds no lock: it is emptied and written over."""
-    waited = time.monotonic()
-    while True:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+def sweep(folder: str, now: float | None = None) -> list[str]:
+    """Remove the `.partial` files in `folder` that writers which died left (no flock held; one named as a writer of
+    today names it, older than FRESH; where the filesystem has no locks, unchanged for STALE_AFTER). A link, a FIFO or a folder under such a name is refused:
+    lastline never makes one, someone put it there. Returns the names removed."""
+    try:
+        names = [n for n in os.listdir(folder) if n.endswith(PARTIAL)]
+    except (FileNotFoundError, NotADirectoryError):
+        return []
+    now = time.time() if now is None else now
+    removed = []
+    for name in names:
+        path = os.path.join(folder, name)
         try:
-            while True:
-                try:
-                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                    break
-                except BlockingIOError:
-                    if time.monotonic() - waited >= warn_every:
-                        log.warning("waiting for another writer of %s to finish", tmp)
-                        waited = time.monotonic()
-                    time.sleep(0.01)
-            opened = os.fstat(fd)
+            st = os.lstat(path)
+        except FileNotFoundError:
+            continue
+        if not stat.S_ISREG(st.st_mode):
+            kind = "a symlink" if stat.S_ISLNK(st.st_mode) else "not a regular file"
+            raise IntegrityError(f"{path}: its .partial is {kind}, and lastline never writes through one; remove it "
+                                 "(someone put it there) and re-run.")
+        if _tokened(name) and now - st.st_mtime < FRESH:
+            continue
+        if _dead(path, now - st.st_mtime):
             try:
-                now = os.stat(tmp, follow_symlinks=False)
+                os.unlink(path)
+                removed.append(name)
             except FileNotFoundError:
-                now = None
-            if now is not None and (now.st_dev, now.st_ino) == (opened.st_dev, opened.st_ino):
-                os.ftruncate(fd, 0)
-                return fd
-        except BaseException:
-            os.close(fd)
-            raise
-        os.close(fd)  # the other writer renamed it (or aborted): that file is not ours to write
+                pass
+    return removed
+
+
+def _tokened(name: str) -> bool:
+    """Whether `name` is one a FileWriter makes (`<key>.<16 hex>.partial`): an earlier lastline's `<key>.partial`, or
+    anything else ending so, no writer of today makes, so it is never one about to be locked."""
+    token = name[:-len(PARTIAL)].rpartition(".")[2]
+    return len(token) == 16 and all(c in "0123456789abcdef" for c in token)
+
+
+def _dead(path: str, age: float) -> bool:
+    """Whether no live writer holds `path` (its flock free; without locks: unchanged for STALE_AFTER)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        return True
+    except BlockingIOError:
+        return False
+    except OSError as exc:
+        return exc.errno in _NO_LOCKS and age >= STALE_AFTER
+    finally:
+        os.close(fd)

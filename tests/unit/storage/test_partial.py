@@ -1,16 +1,19 @@
-"""storage.partial: a file written whole under `<key>.partial` and renamed on commit; writers of one key take turns
-(the binlog stream and retention both write a chain), so each commit is one writer's whole file and none fails."""
+"""storage.partial: a file written whole under a `.partial` name of its own writer's and renamed on commit; writers of
+one key at once (the binlog stream and retention both write a chain) never share a file and the last commit wins;
+what dead writers left is swept, what a live one holds never is, and a link at such a name is refused."""
 from __future__ import annotations
 
+import errno
 import hashlib
-import logging
 import os
 import threading
 import time
 
 import pytest
 
-from lastline.storage.partial import FileWriter, locked_partial
+from lastline.core.errors import IntegrityError, StorageError
+from lastline.storage import partial
+from lastline.storage.partial import FRESH, STALE_AFTER, FileWriter, sweep
 
 
 def _body(writer: int, k: int) -> bytes:
@@ -21,6 +24,11 @@ def _body(writer: int, k: int) -> bytes:
 
 def _whole(data: bytes) -> bool:
     return hashlib.sha256(data[64:]).hexdigest().encode() == data[:64]
+
+
+def _age(path, seconds: float) -> None:
+    then = time.time() - seconds
+    os.utime(path, (then, then))
 
 
 def test_writers_of_one_key_at_once_each_commit_a_whole_file(tmp_path):
@@ -61,72 +69,72 @@ def test_writers_of_one_key_at_once_each_commit_a_whole_file(tmp_path):
     assert sorted(os.listdir(tmp_path / "b")) == ["chain.json"]
 
 
-def test_the_second_writer_waits_for_the_first_to_commit_and_wins(tmp_path, caplog):
+def test_two_writers_of_a_key_write_files_of_their_own_and_the_last_commit_wins(tmp_path):
     path = str(tmp_path / "k")
-    first = FileWriter(path)
+    first, second = FileWriter(path), FileWriter(path)
+    assert first.tmp != second.tmp and first.tmp.endswith(".partial")
     first.write(b"first")
-    second: list[FileWriter] = []
-    opener = threading.Thread(target=lambda: second.append(FileWriter(path)))
-    with caplog.at_level(logging.WARNING, logger="lastline.storage.partial"):
-        opener.start()
-        time.sleep(0.3)
-        assert not second  # waiting for the lock
-        first.commit()
-        opener.join(10)
-    assert second
-    with open(path, "rb") as fh:
-        assert fh.read() == b"first"  # the first's file, renamed whole before the second wrote a byte
-    second[0].write(b"second")
-    second[0].commit()
-    with open(path, "rb") as fh:
-        assert fh.read() == b"second"
+    second.write(b"second")
+    second.commit()
+    first.commit()
+    assert (tmp_path / "k").read_bytes() == b"first"
     assert sorted(os.listdir(tmp_path)) == ["k"]
 
 
-def test_a_waiting_writer_says_so(tmp_path, caplog):
-    tmp = str(tmp_path / "k.partial")
-    held = locked_partial(tmp)
-    fds: list[int] = []
-    t = threading.Thread(target=lambda: fds.append(locked_partial(tmp, warn_every=0.1)))
-    with caplog.at_level(logging.WARNING, logger="lastline.storage.partial"):
-        t.start()
-        time.sleep(0.4)
-        os.close(held)
-        t.join(10)
-    assert fds
-    os.close(fds[0])
-    assert f"waiting for another writer of {tmp}" in caplog.text
+def test_what_a_dead_writer_left_is_swept_and_what_a_live_one_holds_is_not(tmp_path):
+    dead = tmp_path / "a.0123456789abcdef.partial"
+    dead.write_bytes(b"\0half a stream" * 1000)  # its writer was killed: no lock held
+    legacy = tmp_path / "b.partial"  # what an earlier lastline's writer left
+    legacy.write_bytes(b"old")
+    live = FileWriter(str(tmp_path / "c"))
+    live.write(b"still writing")
+    young = tmp_path / "d.fedcba9876543210.partial"  # made a moment ago: its writer may not hold its lock yet
+    young.write_bytes(b"")
+    for p in (dead, live.tmp):
+        _age(p, 2 * FRESH)  # the legacy name is no writer's of today: removed however young
+    assert sorted(sweep(str(tmp_path))) == sorted([dead.name, legacy.name])
+    assert young.exists() and os.path.exists(live.tmp)
+    live.commit()
+    assert (tmp_path / "c").read_bytes() == b"still writing"
+    assert sweep(str(tmp_path / "none")) == []  # no folder yet: nothing to do
 
 
-def test_an_abort_while_another_waits_leaves_it_a_fresh_file(tmp_path):
-    path = str(tmp_path / "k")
-    first = FileWriter(path)
-    first.write(b"cut short")
-    second: list[FileWriter] = []
-    t = threading.Thread(target=lambda: second.append(FileWriter(path)))
-    t.start()
-    time.sleep(0.2)
-    first.abort()
-    t.join(10)
-    second[0].write(b"whole")
-    second[0].commit()
-    with open(path, "rb") as fh:
-        assert fh.read() == b"whole"
+def test_without_locks_a_partial_is_dead_once_unchanged_for_an_hour(tmp_path, monkeypatch):
+    def no_locks(fd, op):
+        raise OSError(errno.ENOLCK, "No locks available")
+
+    monkeypatch.setattr(partial.fcntl, "flock", no_locks)
+    writer = FileWriter(str(tmp_path / "k"))  # writes on, unlocked
+    writer.write(b"x")
+    old = tmp_path / "o.0123456789abcdef.partial"
+    old.write_bytes(b"left")
+    _age(old, STALE_AFTER + 1)
+    _age(writer.tmp, STALE_AFTER / 2)
+    assert sweep(str(tmp_path)) == [old.name]
+    writer.commit()
+    assert (tmp_path / "k").read_bytes() == b"x"
 
 
-def test_what_a_killed_writer_left_is_emptied_and_written_over(tmp_path):
-    path = tmp_path / "k"
-    (tmp_path / "k.partial").write_bytes(b"\0half a stream" * 1000)  # no lock: its writer is gone
-    w = FileWriter(str(path))
+def test_a_writer_whose_file_was_removed_fails_its_commit_and_publishes_nothing(tmp_path):
+    (tmp_path / "k").write_bytes(b"as it was")
+    w = FileWriter(str(tmp_path / "k"))
     w.write(b"new")
-    w.commit()
-    assert path.read_bytes() == b"new" and not (tmp_path / "k.partial").exists()
+    os.unlink(w.tmp)
+    with pytest.raises(StorageError, match="it was removed while written"):
+        w.commit()
+    assert (tmp_path / "k").read_bytes() == b"as it was"
 
 
-def test_a_partial_that_is_a_symlink_is_never_written_through(tmp_path):
+def test_a_link_at_a_partial_name_is_refused_and_never_followed(tmp_path):
     target = tmp_path / "elsewhere"
     target.write_bytes(b"keep")
-    (tmp_path / "k.partial").symlink_to(target)
-    with pytest.raises(OSError):
-        FileWriter(str(tmp_path / "k"))
-    assert target.read_bytes() == b"keep"
+    (tmp_path / "dest").mkdir()
+    (tmp_path / "dest" / "k.partial").symlink_to(target)
+    _age(target, 2 * FRESH)
+    with pytest.raises(IntegrityError, match="its .partial is a symlink, and lastline never writes through one"):
+        sweep(str(tmp_path / "dest"))
+    assert target.read_bytes() == b"keep" and (tmp_path / "dest" / "k.partial").is_symlink()
+    w = FileWriter(str(tmp_path / "dest" / "k"))  # its own name: the link is never opened
+    w.write(b"new")
+    w.commit()
+    assert target.read_bytes() == b"keep" and (tmp_path / "dest" / "k").read_bytes() == b"new"
