@@ -18,7 +18,7 @@ from collections.abc import Iterator
 
 from lastline.core.errors import IntegrityError, StorageError
 from lastline.storage.base import Storage, Writer, checked_key, refusal
-from lastline.storage.partial import FileWriter, private_dirs, sweep
+from lastline.storage.partial import FileWriter, private_dirs, refuse_planted, sweep
 
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 # O_NONBLOCK: a FIFO swapped in after the check must not hang the open (it is refused by fstat then)
@@ -72,6 +72,7 @@ class FileStorage(Storage):
         self.real_root = os.path.realpath(self.root)  # the deployment's choice: the one path ever resolved
         self._lock = threading.Lock()
         self._swept: set[str] = set()  # folders swept of dead writers' .partial files (storage.partial.sweep)
+        self._nfs: bool | None = None
         self._sync_fd: int | None = None  # open since the first deferred writer: syncfs reports errors from then on
         self._deferrable: bool | None = None
 
@@ -165,24 +166,61 @@ class FileStorage(Storage):
             return self._deferrable
 
     def writer(self, key: str, durable: bool = True) -> Writer:
-        path = self._path(key)
-        folder = os.path.dirname(path)
-        with self._lock:
-            first = folder not in self._swept
-            self._swept.add(folder)
+        durable = durable or not self._defer()
         try:
-            if first:  # once a folder: what a writer that died (a killed task) left, gone before its retry writes
-                sweep(folder)
-            return FileWriter(path, durable or not self._defer())
-        except IntegrityError:
-            with self._lock:
-                self._swept.discard(folder)
-            raise
+            fd, name = self._made_folder(key)
         except OSError as exc:
-            if exc.errno == errno.ELOOP:  # O_NOFOLLOW: a symlink where the file is written is never followed
-                raise IntegrityError(f"cannot write to {self.location(key)}: its .partial is a symlink, and lastline never "
-                                     "writes through one; remove it (someone put it there) and re-run.") from exc
             raise StorageError(f"cannot write to {self.location(key)}: {exc.strerror}.") from exc
+        try:
+            folder = "/".join(checked_key(key, self.url).split("/")[:-1])
+            with self._lock:
+                first = folder not in self._swept
+                self._swept.add(folder)
+            if first:  # once a folder: what a writer that died (a killed task) left, gone before its retry writes
+                sweep(fd, self.location(folder or "."), by_age=self._locks_may_not_tell())
+            refuse_planted(fd, name, self.location(key))
+        except BaseException:
+            os.close(fd)
+            raise
+        try:
+            return FileWriter(fd, name, self._path(key), durable)
+        except OSError as exc:
+            raise StorageError(f"cannot write to {self.location(key)}: {exc.strerror}.") from exc
+
+    def _made_folder(self, key: str) -> tuple[int, str]:
+        """(descriptor of the folder holding `key`, each folder on the way made where missing (0700) and opened
+        without following a link, the file's name): a link planted in the backup folder never takes a write elsewhere.
+        The caller closes the descriptor."""
+        parts = checked_key(key, self.url).split("/")
+        private_dirs(self.real_root)  # the deployment's choice, resolved once
+        fd = os.open(self.real_root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        try:
+            for i, part in enumerate(parts[:-1]):
+                try:
+                    os.mkdir(part, 0o700, dir_fd=fd)
+                except FileExistsError:
+                    pass
+                try:
+                    nxt = os.open(part, _DIR_FLAGS, dir_fd=fd)
+                except OSError as exc:
+                    if exc.errno not in (errno.ELOOP, errno.ENOTDIR):
+                        raise
+                    mode = os.stat(part, dir_fd=fd, follow_symlinks=False).st_mode
+                    raise IntegrityError(f"cannot write to {self.location(key)}: its folder {'/'.join(parts[:i + 1])} "
+                                         f"is {_kind(mode)}, and lastline never writes through one; remove it "
+                                         "(someone put it there) and re-run.") from exc
+                os.close(fd)
+                fd = nxt
+        except BaseException:
+            os.close(fd)
+            raise
+        return fd, parts[-1]
+
+    def _locks_may_not_tell(self) -> bool:
+        """Whether an flock here may be local to a host (NFS): the sweep goes by age there."""
+        if self._nfs is None:
+            self._nfs = (filesystem_type(self.real_root) or "").startswith("nfs")
+        return self._nfs
 
     def sync(self) -> None:
         """The files written without their own fsync (writer's durable=False), all at once: syncfs(2) of the root's
@@ -230,7 +268,14 @@ class FileStorage(Storage):
         return sorted(e.name for e in os.scandir(self.root) if e.is_dir(follow_symlinks=False) and not e.name.startswith("."))
 
     def delete_backup(self, backup_id: str) -> None:
-        shutil.rmtree(self._path(backup_id), ignore_errors=True)
+        found = self._folder(backup_id)  # no link followed on the way, nor at its end (rmtree refuses one)
+        if found is None:
+            return
+        fd, name = found
+        try:
+            shutil.rmtree(name, dir_fd=fd, ignore_errors=True)
+        finally:
+            os.close(fd)
 
     def delete_objects(self, keys: list[str]) -> None:
         for key in keys:
