@@ -45,6 +45,7 @@ KEYS_EVERY = 60.0  # seconds between reads of the encryption key connection (a c
 REFUSED_PAUSE = 300.0
 BY_HAND_MINUTES = 1.0  # the longest a run triggered by hand streams (its form's stream_minutes, at most this)
 WAITING_EVERY = 10.0  # seconds between asks whether another run of the DAG is queued (an API call: not every round)
+FAILED_PAUSE = 300.0  # seconds to the next ask after one failed
 
 
 class Stall:
@@ -76,28 +77,31 @@ class Stall:
 class Handover:
     """Whether another run of the DAG is queued behind this stream (`waiting`: the task layer asks Airflow; one run at
     a time, so it waits for this one), asked at most every WAITING_EVERY seconds. A question that fails is logged
-    once and counts as no: it never stops the stream."""
+    once and counts as no: it never stops the stream; the next one comes FAILED_PAUSE later (a question to an API that
+    is down can block the stream for as long as its client retries, up to a minute)."""
 
     def __init__(self, waiting: Callable[[], bool] | None, clock: Callable[[], float] = time.monotonic) -> None:
         self.waiting, self.clock, self.failed = waiting, clock, False
-        self.asked = clock()
+        self.next = clock() + WAITING_EVERY
 
     def due(self) -> bool:
-        """Whether to end now (another run is queued); False until WAITING_EVERY seconds since the last ask."""
-        if self.waiting is None or self.clock() - self.asked < WAITING_EVERY:
+        """Whether to end now (another run is queued); False until the next ask is due."""
+        if self.waiting is None or self.clock() < self.next:
             return False
-        self.asked = self.clock()
         try:
-            return bool(self.waiting())
+            answer = bool(self.waiting())
         except TaskStopped:  # SIGTERM while asking: the task ends, as anywhere else in the stream
             raise
         except Exception as exc:  # noqa: BLE001 - Airflow's API down: the stream goes on to its deadline
+            self.next = self.clock() + FAILED_PAUSE
             if not self.failed:
                 self.failed = True
                 log.warning("binlog archive: could not ask whether another run is queued (%s: %s); streaming on "
-                            "until stream_minutes are over (asked again every %g s, this not logged again)",
-                            type(exc).__name__, str(exc)[:300], WAITING_EVERY)
+                            "(asked again in %g s, this not logged again)", type(exc).__name__, str(exc)[:300],
+                            FAILED_PAUSE)
             return False
+        self.next = self.clock() + WAITING_EVERY
+        return answer
 
 
 def _transient() -> tuple[type[BaseException], ...]:

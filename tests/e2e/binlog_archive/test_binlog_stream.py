@@ -192,9 +192,10 @@ def test_a_run_queued_behind_the_stream_ends_it_at_the_next_check_with_everythin
 
 
 def test_a_question_that_fails_never_stops_the_stream(source, tmp_path, monkeypatch, caplog):
-    """Airflow's API down: asking whether a run is queued fails at every check; the stream ships on (logging it once)
-    until it is told to stop."""
+    """Airflow's API down: asking whether a run is queued fails at every check; the stream ships on (logging it once,
+    asking again after FAILED_PAUSE) until it is told to stop."""
     monkeypatch.setattr(stream, "WAITING_EVERY", 0.2)
+    monkeypatch.setattr(stream, "FAILED_PAUSE", 0.4)
     storage, server = open_storage(f"file://{tmp_path}"), connections.server("t_bstream")
     asked: list[float] = []
 

@@ -75,19 +75,26 @@ def test_the_handover_asks_at_most_every_waiting_every_seconds():
     assert not Handover(None, clock=lambda: now[0]).due()  # nothing to ask (a test, a bench): never
 
 
-def test_a_failing_question_counts_as_no_and_is_logged_once(caplog):
-    now = [0.0]
+def test_a_failing_question_counts_as_no_is_logged_once_and_asked_again_after_a_pause(caplog):
+    now, asked, down = [0.0], [], [True]
 
     def waiting() -> bool:
-        raise ConnectionError("the API server is down")
+        asked.append(now[0])
+        if down[0]:
+            raise ConnectionError("the API server is down")
+        return True
 
     handover = Handover(waiting, clock=lambda: now[0])
     with caplog.at_level(logging.WARNING, logger="lastline.pitr.stream"):
-        for t in range(1, 6):
+        for t in range(1, 70):  # 690 s
             now[0] = 10.0 * t
             assert not handover.due()
+    assert asked == [10.0, 310.0, 610.0] and stream.FAILED_PAUSE == 300.0  # each failed ask blocks: not every 10 s
     lines = [r.getMessage() for r in caplog.records if "another run is queued" in r.getMessage()]
     assert len(lines) == 1 and "ConnectionError: the API server is down" in lines[0], lines
+    down[0] = False
+    now[0] = 910.0
+    assert handover.due()  # back: the queued run is seen
 
     def stopped() -> bool:
         raise TaskStopped("stream.run: told to stop")
