@@ -261,14 +261,31 @@ def test_a_restore_to_a_gtid_and_to_latest_are_exact_also_through_the_pipe(run_d
     assert state(history["tgt"]) == state(history["src"])
 
 
-def test_a_replay_stopped_half_way_resumes_without_applying_a_transaction_twice(history):
-    storage, tgt = history["storage"], history["tgt"]
+def _in_the_way(server, order_id: int, put: bool) -> None:
+    """An order the replay will insert, put on the target first (unlogged) so that its applier stops on it; or gone."""
+    with server.session() as cur:
+        cur.execute("SET SESSION sql_log_bin=0")
+        if put:
+            cur.execute("INSERT INTO shop.orders (id, item, qty, note) VALUES (%s, 0, 0, 'in the way')", (order_id,))
+        else:
+            cur.execute("DELETE FROM shop.orders WHERE id = %s AND note = 'in the way'", (order_id,))
+        cur.connection.commit()
+
+
+def _base_restored(history) -> tuple:
+    """The point-in-time plan to latest and the target, its base restored (physical_restore's steps, `force`): what
+    the replay tests start from."""
     plan = pitr.preflight({"target_conn_id": "t_pitr_tgt", "destination": history["dest"], "until": "latest"})
     from lastline.physical import restore as physical_restore
     rplan = physical_restore.preflight({**plan.physical, "force": True})
     for step in (physical_restore.stop_target, physical_restore.extract, physical_restore.prepare, physical_restore.start_target):
         step(rplan)
-    server = connections.server("t_pitr_tgt")
+    return plan, connections.server("t_pitr_tgt")
+
+
+def test_a_replay_stopped_half_way_resumes_without_applying_a_transaction_twice(history):
+    storage, tgt = history["storage"], history["tgt"]
+    plan, server = _base_restored(history)
     # a row the replay will insert later, put there first: the applier stops on it half way
     src_ids = history["src"].server().query("SELECT id FROM shop.orders ORDER BY id")
     base_max = server.query("SELECT MAX(id) FROM shop.orders")[0][0]
@@ -276,10 +293,7 @@ def test_a_replay_stopped_half_way_resumes_without_applying_a_transaction_twice(
     before = [i for i in later if i <= history["before_temporary"]]  # its stop leaves no temporary table behind
     blocker = before[len(before) // 2]
     server.query("SET GLOBAL slave_exec_mode='IDEMPOTENT'")  # settings of the target's own, put back after the replay
-    with server.session() as cur:
-        cur.execute("SET SESSION sql_log_bin=0")
-        cur.execute("INSERT INTO shop.orders (id, item, qty, note) VALUES (%s, 0, 0, 'in the way')", (blocker,))
-        cur.connection.commit()
+    _in_the_way(server, blocker, True)
     span = span_of.Span.of(plan.replay["span"])
     with pytest.raises(ServerError, match="applier stopped"):
         replay.apply(server, storage, span, "resume-test", "parallel")
@@ -287,10 +301,7 @@ def test_a_replay_stopped_half_way_resumes_without_applying_a_transaction_twice(
     assert held != span.base_gtid  # it applied part of the span
     assert server.query("SELECT @@GLOBAL.slave_exec_mode, @@GLOBAL.slave_parallel_threads") == [("IDEMPOTENT", 0)]
     assert server.query("SHOW ALL SLAVES STATUS") == []  # no connection left to apply or consume anything
-    with server.session() as cur:
-        cur.execute("SET SESSION sql_log_bin=0")
-        cur.execute("DELETE FROM shop.orders WHERE id = %s AND note = 'in the way'", (blocker,))
-        cur.connection.commit()
+    _in_the_way(server, blocker, False)
     result = replay.apply(server, storage, span, "resume-test", "parallel")
     assert result["transactions"] < len(later)  # what it had applied was left out
     # the report counts this attempt's transactions, and says so
@@ -322,18 +333,10 @@ def test_a_replay_stopped_while_a_temporary_table_lives_refuses_to_resume(histor
     read by a later one): the table goes with its connection, so the replay says it cannot resume, at once and on
     every retry, and applies nothing more; the target's settings are put back."""
     storage = history["storage"]
-    plan = pitr.preflight({"target_conn_id": "t_pitr_tgt", "destination": history["dest"], "until": "latest"})
-    from lastline.physical import restore as physical_restore
-    rplan = physical_restore.preflight({**plan.physical, "force": True})
-    for step in (physical_restore.stop_target, physical_restore.extract, physical_restore.prepare, physical_restore.start_target):
-        step(rplan)
-    server = connections.server("t_pitr_tgt")
+    plan, server = _base_restored(history)
     before = server.query("SELECT @@GLOBAL.slave_parallel_threads, @@GLOBAL.slave_exec_mode")
     blocker = history["src"].server().query("SELECT id FROM shop.orders WHERE note = %s", (INSIDE,))[0][0]
-    with server.session() as cur:  # the order written while the temporary table lives, put there first
-        cur.execute("SET SESSION sql_log_bin=0")
-        cur.execute("INSERT INTO shop.orders (id, item, qty, note) VALUES (%s, 0, 0, 'in the way')", (blocker,))
-        cur.connection.commit()
+    _in_the_way(server, blocker, True)  # the order written while the temporary table lives, put there first
     span = span_of.Span.of(plan.replay["span"])
     with pytest.raises(Refusal, match="(?s)applier stopped.*Duplicate.*held temporary tables of the source"):
         replay.apply(server, storage, span, "temporary-test", "parallel")
@@ -341,10 +344,7 @@ def test_a_replay_stopped_while_a_temporary_table_lives_refuses_to_resume(histor
     assert held != span.base_gtid  # it applied part of the span, the temporary table's CREATE among it
     assert server.query("SHOW ALL SLAVES STATUS") == []
     assert server.query("SELECT @@GLOBAL.slave_parallel_threads, @@GLOBAL.slave_exec_mode") == before
-    with server.session() as cur:
-        cur.execute("SET SESSION sql_log_bin=0")
-        cur.execute("DELETE FROM shop.orders WHERE id = %s AND note = 'in the way'", (blocker,))
-        cur.connection.commit()
+    _in_the_way(server, blocker, False)
     with pytest.raises(Refusal, match="cannot resume where it stopped. Restore the base again"):
         replay.apply(server, storage, span, "temporary-test", "parallel")  # the retry: refused before it applies
     assert server.query("SELECT @@GLOBAL.gtid_slave_pos")[0][0] == held
@@ -361,12 +361,7 @@ def test_a_worker_killed_mid_replay_resumes_to_the_exact_result(history):
     import sys
 
     storage = history["storage"]
-    plan = pitr.preflight({"target_conn_id": "t_pitr_tgt", "destination": history["dest"], "until": "latest"})
-    from lastline.physical import restore as physical_restore
-    rplan = physical_restore.preflight({**plan.physical, "force": True})
-    for step in (physical_restore.stop_target, physical_restore.extract, physical_restore.prepare, physical_restore.start_target):
-        step(rplan)
-    server = connections.server("t_pitr_tgt")
+    plan, server = _base_restored(history)
     before = server.query("SELECT @@GLOBAL.slave_parallel_threads, @@GLOBAL.slave_exec_mode")
     lock = server.connect()
     cur = lock.cursor()
