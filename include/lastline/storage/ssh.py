@@ -1,7 +1,8 @@
 """A backup folder on another host, reached over SSH: `ssh://<ssh_conn_id>/<absolute path>`.
 
 Streams go through the SSH channel (the OpenSSH client of :class:`~lastline.runner.SshHost`): a
-writer is one `cat > <key>.partial` on the remote host, fsynced and renamed on commit; a reader is one
+writer is one `cat` into `<key>.<token>.partial` on the remote host (a name of its own, made exclusively, in a folder
+reached through no link: _WRITE), fsynced and renamed on commit; a reader is one
 `cat` of a descriptor the remote shell opened and checked (_READ). Nothing is staged on this machine.
 
 A backup folder is untrusted input: a symlink in it must not take a restore to another file of the
@@ -11,6 +12,7 @@ resolves elsewhere and is refused. Sizes are answered the same way, never follow
 """
 from __future__ import annotations
 
+import secrets
 import subprocess
 from collections.abc import Iterator
 
@@ -20,7 +22,36 @@ from lastline.core.errors import StorageError
 from lastline.core.hosts import SshHost
 from lastline.storage.base import Storage, Writer, checked_key, refusal
 
-_WRITE = 'umask 077 && mkdir -p "$(dirname "$1")" && cat > "$1.partial" && sync "$1.partial"'
+# $1: the root, $2: the key (checked), $3: this writer's token. The file is `<key>.<token>.partial`, a name of its own
+# (two writers of one key never share one; the last rename wins), created exclusively (noclobber: a name planted there
+# is never written through) in a folder reached through no link; a dead writer's leftovers of this key, an hour old,
+# go first (no lock is seen across an SSH channel: by age). Prints nothing; exit 65 (REFUSED) names what it refused.
+_WRITE = r"""umask 077
+r=$(readlink -f -- "$1") || exit 1
+p="$r/$2"; d=$(dirname -- "$p"); b=$(basename -- "$p"); t="$p.$3.partial"
+mkdir -p -- "$d" || exit 1
+if [ "$(readlink -f -- "$d")" != "$d" ]; then echo "a folder on its path is a symlink" >&2; exit 65; fi
+find "$d" -maxdepth 1 -type f \( -name "$b.partial" -o -name "$b.*.partial" \) -mmin +60 -delete 2>/dev/null
+set -C
+exec 3> "$t" || exit 1
+if [ "$(readlink "/proc/$$/fd/3")" != "$t" ] || [ ! -f "/proc/$$/fd/3" ]; then
+  echo "a folder on its path is a symlink" >&2; rm -f -- "$t"; exit 65
+fi
+cat >&3 && sync -- "$t"
+"""
+# $1: the root, $2: rm's flags, then the keys: each one's folder reached through no link and the key itself no link
+_DELETE = r"""r=$(readlink -f -- "$1") || exit 0
+f=$2; shift 2
+for k in "$@"; do
+  p="$r/$k"; d=$(dirname -- "$p")
+  [ -e "$d" ] || continue
+  if [ "$(readlink -f -- "$d")" != "$d" ] || [ -L "$p" ]; then echo "$k: it or a folder on its path is a symlink" >&2; exit 65; fi
+done
+for k in "$@"; do set -- "$@" "$r/$k"; shift; done
+exec rm $f -- "$@"
+"""
+_COMMIT = 'r=$(readlink -f -- "$1") || exit 1; exec mv -fT -- "$r/$2.$3.partial" "$r/$2"'
+_ABORT = 'r=$(readlink -f -- "$1") || exit 1; exec rm -f -- "$r/$2.$3.partial"'
 REFUSED = 65  # the exit status of _READ for a file it will not read (stderr says why)
 # $1: the destination root (resolved here: the deployment chose it), $2: the key (checked_key: no `.`, `..`, `//`).
 # A FIFO or device is never opened (looked at first); what is opened decides (the descriptor's path and type).
@@ -58,16 +89,18 @@ def _hint(message: str) -> str:
 
 
 class SshWriter(Writer):
-    """Writes `<path>.partial` on the remote host through one ssh process; renames it on commit."""
+    """Writes `<key>.<token>.partial` on the remote host through one ssh process (_WRITE); renames it on commit."""
 
-    def __init__(self, host: SshHost, path: str, location: str) -> None:
-        self.host, self.path, self.location = host, path, location
-        self.proc = host.popen_script(_WRITE, path, stdin=subprocess.PIPE)
+    def __init__(self, host: SshHost, root: str, key: str, location: str) -> None:
+        self.host, self.location, self.args = host, location, (root, key, secrets.token_hex(8))
+        self.proc = host.popen_script(_WRITE, *self.args, stdin=subprocess.PIPE)
 
     def _failed(self, what: str) -> StorageError:
         self.proc.kill()
-        self.proc.wait()
+        code = self.proc.wait()
         tail = _stderr_tail(self.proc)
+        if code == REFUSED:
+            return refusal(self.location, f"{tail}; lastline never writes through one")
         return StorageError(f"cannot {what} {self.location} on {self.host.name}: {tail}{_hint(tail)}.")
 
     def write(self, data: bytes) -> None:
@@ -84,16 +117,21 @@ class SshWriter(Writer):
         except (BrokenPipeError, OSError) as exc:
             raise self._failed("finish") from exc
         if self.proc.wait() != 0:
-            tail = _stderr_tail(self.proc)
+            err = self._failed("finish")
             self.abort()
-            raise StorageError(f"cannot finish {self.location} on {self.host.name}: {tail}{_hint(tail)}.")
-        self.host.run(["mv", "-f", self.path + ".partial", self.path])
+            raise err
+        done = self.host.popen_script(_COMMIT, *self.args)
+        _, stderr = done.communicate()
+        if done.returncode != 0:
+            self.abort()
+            raise StorageError(f"cannot finish {self.location} on {self.host.name}: "
+                               f"{stderr.decode('utf-8', 'replace').strip()[-300:]}.")
 
     def abort(self) -> None:
         if self.proc.poll() is None:
             self.proc.kill()
             self.proc.wait()
-        self.host.run(["rm", "-f", self.path + ".partial"], check=False)
+        self.host.popen_script(_ABORT, *self.args).communicate()
 
 
 class SshStorage(Storage):
@@ -110,7 +148,7 @@ class SshStorage(Storage):
         return f"{self.root}/{checked_key(key, self.url)}"
 
     def writer(self, key: str, durable: bool = True) -> Writer:  # durable either way
-        return SshWriter(self.host, self._path(key), self.location(key))
+        return SshWriter(self.host, self.root, checked_key(key, self.url), self.location(key))
 
     def reader(self, key: str, chunk: int = 1 << 20) -> Iterator[bytes]:
         proc = self.host.popen_script(_READ, self.root, checked_key(key, self.url))
@@ -154,11 +192,20 @@ class SshStorage(Storage):
         return sorted(out.split())
 
     def delete_backup(self, backup_id: str) -> None:
-        self.host.run(["rm", "-rf", "--", self._path(backup_id)])
+        self._delete("-rf", [checked_key(backup_id, self.url)])
 
     def delete_objects(self, keys: list[str]) -> None:
         for i in range(0, len(keys), 500):  # `rm -f`: a missing one is no error, a folder is refused
-            self.host.run(["rm", "-f", "--", *(self._path(k) for k in keys[i:i + 500])])
+            self._delete("-f", [checked_key(k, self.url) for k in keys[i:i + 500]])
+
+    def _delete(self, flags: str, keys: list[str]) -> None:
+        """`rm <flags>` of `keys` on the host (_DELETE): a key behind a link (its own name or a folder on the way) is
+        refused, never deleted through."""
+        out = self.host.run(["sh", "-c", _DELETE, "lastline", self.root, flags, *keys], check=False)
+        if out.returncode == REFUSED:
+            raise refusal(self.url, out.stderr.decode("utf-8", "replace").strip()[-300:] + "; nothing was deleted through it")
+        if out.returncode != 0:
+            raise StorageError(f"cannot delete under {self.url}: {out.stderr.decode('utf-8', 'replace').strip()[-300:]}.")
 
     def check_writable(self) -> None:
         probe = self._path(".lastline-write-probe")

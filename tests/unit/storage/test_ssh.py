@@ -25,7 +25,7 @@ def test_written_bytes_read_back(store, tmp_path, size):
     data = os.urandom(size)
     w = store.writer("20260101T000000Z/part")
     w.write(data)
-    assert not (tmp_path / "dest" / "20260101T000000Z" / "part").exists()  # only `part.partial` until commit
+    assert not (tmp_path / "dest" / "20260101T000000Z" / "part").exists()  # only its `.partial` until commit
     w.commit()
     path = tmp_path / "dest" / "20260101T000000Z" / "part"
     assert stat.S_IMODE(path.stat().st_mode) == 0o600 and not path.with_name("part.partial").exists()
@@ -88,3 +88,40 @@ def test_check_writable(store, sshd, tmp_path):
 def test_a_relative_root_is_refused():
     with pytest.raises(StorageError, match="the path must be absolute"):
         SshStorage("t_ssh", "backups")
+
+
+def test_two_writers_of_one_key_each_write_their_own_file_and_the_last_commit_wins(store, tmp_path):
+    first, second = store.writer("b1/chain.json"), store.writer("b1/chain.json")
+    first.write(b"first")
+    second.write(b"second")
+    second.commit()
+    first.commit()
+    assert store.read_bytes("b1/chain.json") == b"first"
+    assert sorted(os.listdir(tmp_path / "dest" / "b1")) == ["chain.json"]
+
+
+def test_what_a_dead_writer_left_an_hour_ago_goes_at_the_next_write_of_its_key(store, tmp_path):
+    store.write_bytes("b1/part", b"x")
+    folder = tmp_path / "dest" / "b1"
+    old, young = folder / "part.0123456789abcdef.partial", folder / "part.fedcba9876543210.partial"
+    for p in (old, young, folder / "part.partial"):
+        p.write_bytes(b"half a stream")
+    for p in (old, folder / "part.partial"):
+        os.utime(p, (os.path.getmtime(p) - 3700,) * 2)
+    store.write_bytes("b1/part", b"y")
+    assert sorted(os.listdir(folder)) == ["part", young.name]  # the young one may be a live writer's
+
+
+def test_a_folder_link_takes_no_write_or_delete_elsewhere(store, tmp_path):
+    victim = tmp_path / "victim"
+    (victim / "x").mkdir(parents=True)
+    (victim / "x" / "keep").write_bytes(b"someone's")
+    (tmp_path / "dest").mkdir()
+    (tmp_path / "dest" / "b1").symlink_to(victim)
+    with pytest.raises(IntegrityError, match="a folder on its path is a symlink; lastline never writes through one"):
+        store.write_bytes("b1/x/part", b"data")
+    for delete in (lambda: store.delete_backup("b1/x"), lambda: store.delete_objects(["b1/x/keep"]),
+                   lambda: store.delete_backup("b1")):
+        with pytest.raises(IntegrityError, match="symlink; nothing was deleted through it"):
+            delete()
+    assert sorted(os.listdir(victim / "x")) == ["keep"] and (victim / "x" / "keep").read_bytes() == b"someone's"
