@@ -27,7 +27,7 @@ from lastline.storage.base import Storage, Writer, checked_key, refusal
 # is never written through) in a folder reached through no link; a dead writer's leftovers of this key, an hour old,
 # go first (no lock is seen across an SSH channel: by age). Prints nothing; exit 65 (REFUSED) names what it refused.
 _WRITE = r"""umask 077
-r=$(readlink -f -- "$1") || exit 1
+mkdir -p -- "$1" && r=$(readlink -f -- "$1") || exit 1
 p="$r/$2"; d=$(dirname -- "$p"); b=$(basename -- "$p"); t="$p.$3.partial"
 mkdir -p -- "$d" || exit 1
 if [ "$(readlink -f -- "$d")" != "$d" ]; then echo "a folder on its path is a symlink" >&2; exit 65; fi

@@ -90,6 +90,12 @@ def test_a_relative_root_is_refused():
         SshStorage("t_ssh", "backups")
 
 
+def test_a_root_some_folders_deep_that_does_not_exist_yet_is_made(sshd, tmp_path):
+    deep = SshStorage("t_ssh", str(tmp_path / "a" / "b" / "c"))
+    deep.write_bytes("b1/part", b"x")
+    assert (tmp_path / "a" / "b" / "c" / "b1" / "part").read_bytes() == b"x"
+
+
 def test_two_writers_of_one_key_each_write_their_own_file_and_the_last_commit_wins(store, tmp_path):
     first, second = store.writer("b1/chain.json"), store.writer("b1/chain.json")
     first.write(b"first")
