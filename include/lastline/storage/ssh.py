@@ -22,36 +22,55 @@ from lastline.core.errors import StorageError
 from lastline.core.hosts import SshHost
 from lastline.storage.base import Storage, Writer, checked_key, refusal
 
-# $1: the root, $2: the key (checked), $3: this writer's token. The file is `<key>.<token>.partial`, a name of its own
-# (two writers of one key never share one; the last rename wins), created exclusively (noclobber: a name planted there
-# is never written through) in a folder reached through no link; a dead writer's leftovers of this key, an hour old,
-# go first (no lock is seen across an SSH channel: by age). Prints nothing; exit 65 (REFUSED) names what it refused.
-_WRITE = r"""umask 077
-mkdir -p -- "$1" && r=$(readlink -f -- "$1") || exit 1
-p="$r/$2"; d=$(dirname -- "$p"); b=$(basename -- "$p"); t="$p.$3.partial"
-mkdir -p -- "$d" || exit 1
-if [ "$(readlink -f -- "$d")" != "$d" ]; then echo "a folder on its path is a symlink" >&2; exit 65; fi
-find "$d" -maxdepth 1 -type f \( -name "$b.partial" -o -name "$b.*.partial" \) -mmin +60 -delete 2>/dev/null
+# Each script starts in the root (made if missing: the deployment chose it) and goes down the key's folders one at a
+# time, never through a link (each folder looked at, then entered with `cd -P`, then the real path compared), so that
+# what it creates, renames or removes is in the backup folder and named relative to where it stands.
+_DOWN = r"""cd_down() {  # $1: the root, $2: the key's folders ('' for none), $3: make them; leaves $want = the real path
+  if [ "$3" != make ] && [ ! -d "$1" ]; then return 2; fi
+  { [ "$3" != make ] || mkdir -p -- "$1"; } && cd -P -- "$1" || return 1
+  want=$(pwd -P); rest=$2
+  while [ -n "$rest" ]; do
+    c=${rest%%/*}; if [ "$c" = "$rest" ]; then rest=; else rest=${rest#*/}; fi
+    if [ -L "$c" ]; then echo "a folder on its path is a symlink" >&2; return 65; fi
+    if [ ! -d "$c" ]; then [ "$3" = make ] && { mkdir -- "$c" 2>/dev/null || [ -d "$c" ]; } || return 2; fi
+    cd -P -- "$c" || return 1
+    want="${want%/}/$c"
+  done
+  if [ "$(pwd -P)" != "$want" ]; then echo "a folder on its path is a symlink" >&2; return 65; fi
+}
+"""
+# $1: the root, $2: the key's folders, $3: its name, $4: its name as a find(1) pattern matches it literally; this
+# writer's token comes first on stdin (never in a command line a user of the host can read). The file is
+# `<name>.<token>.partial`, a name of its own (two writers of one key never share one; the last rename wins), made
+# only where nothing is (looked at, then created with noclobber) and refused unless the descriptor opened is a regular
+# file there; a dead writer's leftovers of this key, an hour old, go first (no lock is seen across an SSH channel: by
+# age). Prints nothing; exit 65 (REFUSED) names what it refused.
+_WRITE = _DOWN + r"""umask 077
+IFS= read -r tok || exit 1
+case "$tok" in ""|*[!0-9a-f]*) exit 1;; esac
+cd_down "$1" "$2" make || exit $?
+find . -maxdepth 1 -type f \( -name "$4.partial" -o -name "$4.[0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f].partial" \) -mmin +60 -delete 2>/dev/null
+t="$3.$tok.partial"
+if [ -e "$t" ] || [ -L "$t" ]; then echo "its .partial is there already: someone put it there" >&2; exit 65; fi
 set -C
-exec 3> "$t" || exit 1
-if [ "$(readlink "/proc/$$/fd/3")" != "$t" ] || [ ! -f "/proc/$$/fd/3" ]; then
-  echo "a folder on its path is a symlink" >&2; rm -f -- "$t"; exit 65
+exec 3> "./$t" || exit 1
+if [ "$(readlink "/proc/$$/fd/3")" != "${want%/}/$t" ] || [ ! -f "/proc/$$/fd/3" ]; then
+  echo "what was opened is not a file of the backup folder" >&2; rm -f -- "./$t"; exit 65
 fi
-cat >&3 && sync -- "$t"
+cat >&3 && sync -- "./$t"
 """
-# $1: the root, $2: rm's flags, then the keys: each one's folder reached through no link and the key itself no link
-_DELETE = r"""r=$(readlink -f -- "$1") || exit 0
-f=$2; shift 2
+# $1: the root, $2: the key's folders, $3: its name, $4: the token
+_COMMIT = _DOWN + 'cd_down "$1" "$2" || exit $?; exec mv -fT -- "./$3.$4.partial" "./$3"'
+_ABORT = _DOWN + 'cd_down "$1" "$2" || exit 0; exec rm -f -- "./$3.$4.partial"'
+# $1: the root, $2: rm's flags, then the keys: each removed from within its folder, reached through no link (a key
+# that is itself a link is removed as a link, never followed)
+_DELETE = _DOWN + r"""root=$1; f=$2; shift 2
 for k in "$@"; do
-  p="$r/$k"; d=$(dirname -- "$p")
-  [ -e "$d" ] || continue
-  if [ "$(readlink -f -- "$d")" != "$d" ] || [ -L "$p" ]; then echo "$k: it or a folder on its path is a symlink" >&2; exit 65; fi
+  d=; b=$k
+  case "$k" in */*) d=${k%/*}; b=${k##*/};; esac
+  (cd_down "$root" "$d"; s=$?; [ $s -eq 2 ] && exit 0; [ $s -eq 0 ] || exit $s; exec rm $f -- "./$b") || exit $?
 done
-for k in "$@"; do set -- "$@" "$r/$k"; shift; done
-exec rm $f -- "$@"
 """
-_COMMIT = 'r=$(readlink -f -- "$1") || exit 1; exec mv -fT -- "$r/$2.$3.partial" "$r/$2"'
-_ABORT = 'r=$(readlink -f -- "$1") || exit 1; exec rm -f -- "$r/$2.$3.partial"'
 REFUSED = 65  # the exit status of _READ for a file it will not read (stderr says why)
 # $1: the destination root (resolved here: the deployment chose it), $2: the key (checked_key: no `.`, `..`, `//`).
 # A FIFO or device is never opened (looked at first); what is opened decides (the descriptor's path and type).
@@ -88,16 +107,33 @@ def _hint(message: str) -> str:
     return ""
 
 
+def _parts(key: str) -> tuple[str, str]:
+    """(the key's folders, '' for none; its name)."""
+    folders, _, name = key.rpartition("/")
+    return folders, name
+
+
+def _literal(name: str) -> str:
+    """`name` as a find(1) -name pattern that matches it alone."""
+    return "".join(f"[{c}]" if c in "*?[]" else "\\\\" if c == "\\" else c for c in name)
+
+
 class SshWriter(Writer):
     """Writes `<key>.<token>.partial` on the remote host through one ssh process (_WRITE); renames it on commit."""
 
     def __init__(self, host: SshHost, root: str, key: str, location: str) -> None:
-        self.host, self.location, self.args = host, location, (root, key, secrets.token_hex(8))
-        self.proc = host.popen_script(_WRITE, *self.args, stdin=subprocess.PIPE)
+        folders, name = _parts(key)
+        self.host, self.location, self.token = host, location, secrets.token_hex(8)
+        self.args = (root, folders, name)
+        self.proc = host.popen_script(_WRITE, root, folders, name, _literal(name), stdin=subprocess.PIPE)
+        self.write(self.token.encode() + b"\n")
 
     def _failed(self, what: str) -> StorageError:
-        self.proc.kill()
-        code = self.proc.wait()
+        try:
+            code = self.proc.wait(timeout=5)  # a refusal's exit status, not the kill's
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            code = self.proc.wait()
         tail = _stderr_tail(self.proc)
         if code == REFUSED:
             return refusal(self.location, f"{tail}; lastline never writes through one")
@@ -120,7 +156,7 @@ class SshWriter(Writer):
             err = self._failed("finish")
             self.abort()
             raise err
-        done = self.host.popen_script(_COMMIT, *self.args)
+        done = self.host.popen_script(_COMMIT, *self.args, self.token)
         _, stderr = done.communicate()
         if done.returncode != 0:
             self.abort()
@@ -131,7 +167,7 @@ class SshWriter(Writer):
         if self.proc.poll() is None:
             self.proc.kill()
             self.proc.wait()
-        self.host.popen_script(_ABORT, *self.args).communicate()
+        self.host.popen_script(_ABORT, *self.args, self.token).communicate()
 
 
 class SshStorage(Storage):
@@ -199,8 +235,8 @@ class SshStorage(Storage):
             self._delete("-f", [checked_key(k, self.url) for k in keys[i:i + 500]])
 
     def _delete(self, flags: str, keys: list[str]) -> None:
-        """`rm <flags>` of `keys` on the host (_DELETE): a key behind a link (its own name or a folder on the way) is
-        refused, never deleted through."""
+        """`rm <flags>` of `keys` on the host (_DELETE): a key behind a link (a folder on its way) is refused, never
+        deleted through; a key that is itself a link is removed as one."""
         out = self.host.run(["sh", "-c", _DELETE, "lastline", self.root, flags, *keys], check=False)
         if out.returncode == REFUSED:
             raise refusal(self.url, out.stderr.decode("utf-8", "replace").strip()[-300:] + "; nothing was deleted through it")

@@ -126,8 +126,25 @@ def test_a_folder_link_takes_no_write_or_delete_elsewhere(store, tmp_path):
     (tmp_path / "dest" / "b1").symlink_to(victim)
     with pytest.raises(IntegrityError, match="a folder on its path is a symlink; lastline never writes through one"):
         store.write_bytes("b1/x/part", b"data")
-    for delete in (lambda: store.delete_backup("b1/x"), lambda: store.delete_objects(["b1/x/keep"]),
-                   lambda: store.delete_backup("b1")):
+    for delete in (lambda: store.delete_backup("b1/x"), lambda: store.delete_objects(["b1/x/keep"])):
         with pytest.raises(IntegrityError, match="symlink; nothing was deleted through it"):
             delete()
+    store.delete_backup("b1")  # the link itself: removed as a link, never followed
+    assert not (tmp_path / "dest" / "b1").is_symlink()
     assert sorted(os.listdir(victim / "x")) == ["keep"] and (victim / "x" / "keep").read_bytes() == b"someone's"
+    store.delete_objects(["none/a", "b"])  # nothing there: no error
+    SshStorage("t_ssh", str(tmp_path / "not-yet")).delete_backup("b1")
+
+
+@pytest.mark.parametrize("name", ["a*", "[x]", "sp ace", "q?"], ids=["star", "brackets", "space", "question"])
+def test_a_name_with_pattern_characters_sweeps_only_its_own_leftovers(store, tmp_path, name):
+    folder = tmp_path / "dest" / "b1"
+    folder.mkdir(parents=True)
+    others = [folder / "ab.0123456789abcdef.partial", folder / "x.partial", folder / f"{name}.partial.keep"]
+    mine = folder / f"{name}.0123456789abcdef.partial"
+    for p in (*others, mine):
+        p.write_bytes(b"old")
+        os.utime(p, (os.path.getmtime(p) - 3700,) * 2)
+    store.write_bytes(f"b1/{name}", b"new")
+    assert not mine.exists() and all(p.exists() for p in others)
+    assert store.read_bytes(f"b1/{name}") == b"new"
