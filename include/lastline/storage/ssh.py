@@ -18,7 +18,7 @@ from collections.abc import Iterator
 
 from lastline import connections
 from lastline.core.datadir import free_bytes
-from lastline.core.errors import StorageError
+from lastline.core.errors import LastlineError, StorageError
 from lastline.core.hosts import SshHost
 from lastline.storage.base import Storage, Writer, checked_key, refusal
 
@@ -128,7 +128,7 @@ class SshWriter(Writer):
         self.proc = host.popen_script(_WRITE, root, folders, name, _literal(name), stdin=subprocess.PIPE)
         self.write(self.token.encode() + b"\n")
 
-    def _failed(self, what: str) -> StorageError:
+    def _failed(self, what: str) -> LastlineError:
         try:
             code = self.proc.wait(timeout=5)  # a refusal's exit status, not the kill's
         except subprocess.TimeoutExpired:
