@@ -15,6 +15,7 @@ from lastline.core.hosts import Host
 from lastline.core.servers import Server
 from lastline.pitr import events
 from lastline.pitr.events import gtid_map
+from lastline.replicas import backup_source
 
 log = logging.getLogger(__name__)
 
@@ -133,16 +134,11 @@ def drop_connection(cur: Any) -> int:
     if CONNECTION not in names:
         return 0
     cur.execute(f"STOP SLAVE '{CONNECTION}'")
-    held = open_temp_tables(cur)  # the replay refuses a target with another connection: these are its applier's
+    held = backup_source.open_temp_tables(cur)  # the replay refuses a target with another connection: its applier's
     cur.execute(f"SET GLOBAL {CONNECTION}.replicate_do_db=''")
     cur.execute(f"RESET SLAVE '{CONNECTION}' ALL")
     return held
 
-
-def open_temp_tables(cur: Any) -> int:
-    """Temporary tables the target's replication applier holds (they outlive STOP SLAVE, not the connection)."""
-    cur.execute("SHOW GLOBAL STATUS WHERE Variable_name IN ('Slave_open_temp_tables', 'Replica_open_temp_tables')")
-    return max((int(v) for _, v in cur.fetchall()), default=0)
 
 
 def write_index(host: Host, base: str, named: str, paths: list[str]) -> None:

@@ -76,11 +76,10 @@ def _ledger(cur: Any) -> None:
                 "ENGINE=InnoDB")
 
 
-def _mark_lost(cur: Any, run_id: str) -> bool:
+def _mark_lost(cur: Any, run_id: str) -> None:
     """Record that this run's replay lost its applier's temporary tables (see TEMPORARY_LOST): a resume refuses."""
     cur.execute("SET SESSION sql_log_bin=0")
     cur.execute(f"UPDATE {LEDGER} SET state=%s WHERE run_id=%s AND state <> 'done'", (LOST, run_id))
-    return True
 
 
 def _cut_files(storage: Storage, span: Span, applied: dict[int, int], host: Host, folder: str,
@@ -119,7 +118,8 @@ def apply(server: Server, storage: Storage, span: Span, run_id: str, method: str
             cur.execute(f"UPDATE {LEDGER} SET settings=%s WHERE run_id=%s", (json.dumps(settings), run_id))
         lost = row is not None and row[1] == LOST
         if row and applier.put_back(cur, settings):  # an earlier attempt's applier stops here, at a transaction's end
-            lost = _mark_lost(cur, run_id)
+            _mark_lost(cur, run_id)
+            lost = True
         cur.execute("SHOW ALL SLAVES STATUS")
         others = [str(r[0]) or "(default)" for r in cur.fetchall()]
         if others:
@@ -182,7 +182,9 @@ def apply(server: Server, storage: Storage, span: Span, run_id: str, method: str
                               else applier.run_parallel(server, names, kept, threads))
                 finally:
                     with server.session(autocommit=True) as cur:
-                        stopped = bool(applier.put_back(cur, settings)) and _mark_lost(cur, run_id)
+                        stopped = applier.put_back(cur, settings) > 0
+                        if stopped:
+                            _mark_lost(cur, run_id)
             except ServerError as exc:
                 if stopped:  # it cannot resume: said now, not by the retry
                     raise Refusal(f"{exc}\n{TEMPORARY_LOST}") from exc

@@ -172,7 +172,7 @@ class FileStorage(Storage):
         except OSError as exc:
             raise StorageError(f"cannot write to {self.location(key)}: {exc.strerror}.") from exc
         try:
-            folder = "/".join(checked_key(key, self.url).split("/")[:-1])
+            folder = key.rpartition("/")[0]  # checked by _made_folder
             with self._lock:
                 first = folder not in self._swept
                 self._swept.add(folder)

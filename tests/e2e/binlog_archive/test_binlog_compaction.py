@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 
 import pytest
+from tests.e2e.point_in_time_restore.test_encrypted_pitr import _state
 
 from conftest import set_conn
 from lastline import connections
@@ -42,14 +43,6 @@ def servers(sandbox_root):
     finally:
         src.destroy()
         tgt.destroy()
-
-
-def _state(inst: Instance) -> list[tuple]:
-    with inst.server().session() as cur:
-        cur.execute("SELECT COUNT(*), COALESCE(SUM(CRC32(CONCAT(id, v))), 0) FROM shop.t")
-        rows = cur.fetchone()
-        cur.execute("CHECKSUM TABLE shop.t")
-        return [tuple(rows), cur.fetchone()[1]]
 
 
 def _load(src: Instance, stop: threading.Event) -> None:

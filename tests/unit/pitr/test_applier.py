@@ -17,6 +17,7 @@ from lastline.pitr import applier
 from lastline.pitr.event_check import CheckedCutter
 from lastline.pitr.events import gtid_map
 from lastline.pitr.split import write_relay
+from lastline.replicas import backup_source
 
 from . import history as hist
 
@@ -158,7 +159,7 @@ def test_drop_connection_clears_its_filter_and_does_nothing_without_one(tgt):
     assert applier.slave_status(tgt)["Replicate_Do_DB"] == "a,b"
     tgt.execute(f"SELECT @@{applier.CONNECTION}.replicate_do_db")
     assert tgt.fetchone()[0] == "a,b"
-    assert applier.drop_connection(tgt) == 0 == applier.open_temp_tables(tgt)  # it applied nothing: held none
+    assert applier.drop_connection(tgt) == 0 == backup_source.open_temp_tables(tgt)  # it applied nothing: held none
     assert _connections(tgt) == []
     tgt.execute(f"SELECT @@{applier.CONNECTION}.replicate_do_db")
     assert not tgt.fetchone()[0]  # kept by name beyond RESET SLAVE ALL, and cleared
