@@ -1,9 +1,11 @@
 """The binlog archive's compaction (issue 47): a held stream ships a segment per round, so a branch's chain and its
 objects would grow without bound; the archiver merges them.
 
-A file's segments are merged into one new object when the file is closed (the source has moved past it) and holds
-more than one, and, in the file still being written, once more than `Compaction.loose` segments follow its last merged
-one. The merged bytes are read again from the SOURCE (the archiver can never open a sealed segment: it holds the
+A file's segments are merged, a run at a time, into new objects of at most `Compaction.most` bytes (32 MiB): when the
+file is closed (the source has moved past it), and, in the file still being written, once more than `Compaction.loose`
+segments follow its last merged one. The bound keeps a round short: a merge re-reads its bytes from the source, and a
+merge of a whole file (up to max_binlog_size, 1 GiB) would hold the stream's next look back by seconds at every
+rotation; a segment shipped as one large piece (a first run's catch-up) is left as it is. The merged bytes are read again from the SOURCE (the archiver can never open a sealed segment: it holds the
 branch's public key only), compared, part by part, with what was archived (each part's `plain_sha256`, the sha256 of
 its binlog bytes with the in-use flag byte zeroed; an unsealed part written before that field, by its `sha256`):
 bytes that differ (a file written anew under the same name) or a range the source no longer holds keep the small
@@ -44,6 +46,7 @@ class Compaction:
     loose: int = 120  # an open file's segments after its last merged one (a minute of 0.5 s rounds) merged beyond it
     grace: float = 3600.0  # seconds a replaced object is kept for a reader of an older chain
     enabled: bool = True
+    most: int = 32 * 2**20  # the largest merged object: what one round re-reads from the source
 
 
 def masked(data: bytes, start: int) -> bytes:
@@ -60,22 +63,29 @@ def dd(path: str, offset: int, n: int, host: Any) -> Stage:
                         "status=none"], host=host)
 
 
-def planned(entry: Entry, source: SourceFile | None, loose: int) -> tuple[int, int] | None:
-    """(i, j): the entry's segments[i:j] to merge into one, or None: all of a closed file holding several; of an open
-    one, those after its last merged segment once they are more than `loose`. Only bytes the source still holds
-    (`source`: the file as it lists it now), only segments that follow each other."""
+def planned(entry: Entry, source: SourceFile | None, loose: int, most: int = Compaction.most) -> tuple[int, int] | None:
+    """(i, j): the entry's segments[i:j] to merge into one, or None: the first run of at least two segments that
+    follow each other and hold at most `most` bytes together; in a closed file from its first segment, in an open
+    one from after its last merged (or `most`-sized) segment once more than `loose` follow it. Only bytes the source
+    still holds (`source`: the file as it lists it now)."""
     segs = entry.segments
     if source is None or entry.missing or entry.pruned or len(segs) < 2 or source.size < entry.size:
         return None
-    if entry.closed:
-        i = 0
-    else:
-        i = max((k + 1 for k, s in enumerate(segs) if s.get("key") is not None), default=0)
+    i = 0
+    if not entry.closed:
+        i = max((k + 1 for k, s in enumerate(segs) if s.get("key") is not None or int(s["size"]) >= most), default=0)
         if len(segs) - i <= loose:
             return None
-    if any(int(a["offset"]) + int(a["size"]) != int(b["offset"]) for a, b in zip(segs[i:], segs[i + 1:], strict=False)):
-        return None
-    return (i, len(segs)) if len(segs) - i > 1 else None
+    while i < len(segs) - 1:
+        j, total = i + 1, int(segs[i]["size"])
+        while (j < len(segs) and int(segs[j - 1]["offset"]) + int(segs[j - 1]["size"]) == int(segs[j]["offset"])
+               and total + int(segs[j]["size"]) <= most):
+            total += int(segs[j]["size"])
+            j += 1
+        if j - i > 1:
+            return i, j
+        i = j
+    return None
 
 
 def merged_record(parts: list[dict[str, Any]], key: str, stored: dict[str, Any]) -> dict[str, Any]:
@@ -206,7 +216,7 @@ def compact(storage: Storage, branch: Branch, files: list[SourceFile], binlog_di
         return
     listed = {f.name: f for f in files}
     for entry in branch.entries:
-        span = planned(entry, listed.get(entry.name), settings.loose)
+        span = planned(entry, listed.get(entry.name), settings.loose, settings.most)
         tried = (entry.name, int(entry.segments[span[0]]["offset"])) if span else None
         if span is None or tried in refused:
             continue

@@ -46,12 +46,35 @@ def loose(n: int, first: int = 0, size: int = 10) -> list[dict]:
     (loose(6), False, 60, (0, 6)),  # open, more than 5
     ([seg(0, 100, "000000000000-000000000100")] + loose(5, 100), False, 150, None),
     ([seg(0, 100, "000000000000-000000000100")] + loose(6, 100), False, 160, (1, 7)),  # after the last merged one
-    ([seg(0, 100, "000000000000-000000000100")] + loose(2, 100), True, 120, (0, 3)),  # closed: merged and loose alike
+    ([seg(0, 50, "000000000000-000000000050")] + loose(2, 50), True, 70, (0, 3)),  # closed: merged and loose alike
     ([seg(0, 10), seg(20, 10)], True, 30, None),  # segments that do not follow each other
+    ([seg(0, 10), seg(20, 10), seg(30, 10)], True, 40, (1, 3)),  # the first run that follows each other
+    (loose(12), True, 120, (0, 10)),  # closed: at most `most` (100) bytes a merge
+    ([seg(0, 100, "000000000000-000000000100")] + loose(3, 100), True, 130, (1, 4)),  # a merged one full: after it
+    ([seg(0, 95)] + loose(3, 95), True, 125, (1, 4)),  # a large first piece (a catch-up) left as it is
+    ([seg(0, 300)] + loose(6, 300), False, 360, (1, 7)),  # open: after a piece of `most` bytes or more
+    ([seg(0, 300)] + loose(5, 300), False, 350, None),  # ... once more than `loose` follow it
 ], ids=["closed", "closed-one", "purged", "shorter", "open-few", "open-many", "open-after-merged-few",
-        "open-after-merged", "closed-with-merged", "gap"])
+        "open-after-merged", "closed-with-merged", "gap", "gap-then-run", "closed-bounded", "closed-after-full",
+        "closed-after-large", "open-after-large", "open-after-large-few"])
 def test_planned(segs, closed, source, expected):
-    assert planned(entry(*segs, closed=closed), None if source is None else src(source), 5) == expected
+    assert planned(entry(*segs, closed=closed), None if source is None else src(source), 5, most=100) == expected
+
+
+def test_a_merge_never_reads_more_than_most_bytes_however_large_the_file():
+    """A closed file of 10,000 segments (a day of rounds): each planned merge is at most `most` bytes, and merging
+    them in turn ends with every object but the last at least half full (the stream's rounds stay short at every
+    rotation; the file's objects stay few)."""
+    e = entry(*loose(10_000, size=7), closed=True)
+    merges = 0
+    while (span := planned(e, src(70_000), 5, most=1000)) is not None:
+        parts = e.segments[span[0]:span[1]]
+        size = sum(p["size"] for p in parts)
+        assert size <= 1000
+        e.segments[span[0]:span[1]] = [seg(parts[0]["offset"], size, f"k{merges}")]
+        merges += 1
+    assert len(e.segments) == merges == 71  # 142 segments (994 bytes) a merge
+    assert all(s["size"] >= 500 for s in e.segments[:-1])
 
 
 def test_the_merged_record_sums_its_parts_and_ends_as_the_last():
