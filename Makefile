@@ -61,7 +61,7 @@ bench-restore:
 bench-rebuild: setup
 	@$(BENCH_ENV) .venv/bin/python bench/rebuild_bench.py $(ARGS)
 
-bench-pitr:  # point-in-time recovery: the archive's worst lag under load, parallel replay vs mariadb-binlog | mariadb (sysbench)
+bench-pitr:  # point-in-time recovery: the archive's worst lag under load (one held stream; on bin/airflow standalone across run boundaries), parallel replay vs mariadb-binlog | mariadb (sysbench)
 	@LASTLINE_BENCH=1 scripts/setup.sh
 	@$(BENCH_ENV) .venv/bin/python bench/pitr_bench.py $(ARGS)
 

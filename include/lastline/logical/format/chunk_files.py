@@ -1,6 +1,6 @@
 """Chunk files: read one back, checked against its sha256, opened if the backup is encrypted (storage.sealing) and
-decompressed (they are written by tsvdump); or copy one into an anonymous private file, checked and proven, before
-anything reads it (prove_chunk)."""
+decompressed (they are written by tsvdump); or copy one into an anonymous private file, checked (and opened) before
+anything reads it (opened_chunk), and proven (prove_chunk)."""
 from __future__ import annotations
 
 import contextlib
@@ -159,6 +159,41 @@ def spool_chunk(storage: Storage, key: str, size: int, sha256: str, out: BinaryI
     _check(digest, sha256, where)
 
 
+class _Bounded:
+    """A sink that hashes what it passes on and refuses more than `most` bytes (an opened chunk is smaller than the
+    sealed one the manifest sizes)."""
+
+    def __init__(self, sink: BinaryIO, most: int, where: str) -> None:
+        self.sink, self.most, self.where, self.sha, self.n = sink, most, where, hashlib.sha256(), 0
+
+    def write(self, data: bytes) -> None:
+        self.n += len(data)
+        if self.n > self.most:
+            raise IntegrityError(f"chunk {self.where} opens to more than the manifest's {self.most} bytes; nothing of it "
+                                 "was loaded. Restore from another backup or re-run the backup.")
+        self.sha.update(data)
+        self.sink.write(data)
+
+
+@contextlib.contextmanager
+def opened_chunk(storage: Storage, key: str, c: ChunkInfo, seal: BackupSeal, what: str = "",
+                 on_bytes: Callable[[int], None] | None = None) -> Iterator[tuple[int, str]]:
+    """Sealed chunk `c`, opened whole into an anonymous file (private_file) before anything reads it: read once, its
+    stored bytes' sha256 checked against the manifest's and every seal chunk authenticated as it passes (write_chunk's
+    checks), its plaintext (still compressed) never more than the manifest's size. Yields (descriptor at offset 0,
+    sha256 of the plaintext), for infile's offer_fd, and closes it after the block: an opened chunk is left nowhere
+    on disk, whatever ends the worker."""
+    fd = private_file()
+    try:
+        with open(fd, "r+b", closefd=False) as out:
+            plain = _Bounded(out, c.bytes, f"{storage.location(key)}{f' ({what})' if what else ''}")
+            write_chunk(storage, key, "none", c.sha256, plain, what, on_bytes, decompress=False, seal=seal)  # type: ignore[arg-type]
+        os.lseek(fd, 0, os.SEEK_SET)
+        yield fd, plain.sha.hexdigest()
+    finally:
+        os.close(fd)
+
+
 @contextlib.contextmanager
 def prove_chunk(storage: Storage, key: str, c: ChunkInfo, compression: str, what: str = "",
                 on_bytes: Callable[[int], None] | None = None,
@@ -168,23 +203,18 @@ def prove_chunk(storage: Storage, key: str, c: ChunkInfo, compression: str, what
     of a failed statement (MyISAM, Aria), which must not see a byte of a chunk that will be refused. Yields the copy
     as (descriptor at offset 0, sha256 of its bytes), for infile's offer_fd, and closes it after the block. The copy
     is an anonymous file (private_file): an opened (plaintext) chunk is left nowhere on disk, whatever ends the worker."""
+    if seal is not None:
+        with opened_chunk(storage, key, c, seal, what, on_bytes) as (fd, sha256):
+            infile.measure_fd(fd, compression, c.raw_bytes, f"{storage.location(key)}{f' ({what})' if what else ''}")
+            os.lseek(fd, 0, os.SEEK_SET)
+            yield fd, sha256
+        return
     fd = private_file()
     try:
         with open(fd, "r+b", closefd=False) as out:
-            if seal is None:
-                spool_chunk(storage, key, c.bytes, c.sha256, out, what, on_bytes)
-                sha256 = c.sha256
-            else:
-                with open(private_file(), "w+b") as sealed:
-                    spool_chunk(storage, key, c.bytes, c.sha256, sealed, what, on_bytes)
-                    sealed.seek(0)
-                    digest = hashlib.sha256()
-                    for plain in seal.reader(sealed, key).chunks():
-                        digest.update(plain)
-                        out.write(plain)
-                sha256 = digest.hexdigest()
+            spool_chunk(storage, key, c.bytes, c.sha256, out, what, on_bytes)
         infile.measure_fd(fd, compression, c.raw_bytes, f"{storage.location(key)}{f' ({what})' if what else ''}")
         os.lseek(fd, 0, os.SEEK_SET)
-        yield fd, sha256
+        yield fd, c.sha256
     finally:
         os.close(fd)

@@ -4,8 +4,8 @@ Each chunk is streamed from the backup (S3 or SSH), its sha256 checked, into a n
 INFILE` (no temporary copy, bounded memory): chunks go in compressed and lastline's handler (logical.format.infile;
 never the client library's own) decompresses them in the client, capped at the chunk's raw size. A chunk in a local
 folder is offered to the handler as the descriptor the storage opened (no link followed, a regular file), and the
-handler checks its sha256 as it reads (Loader._read_local); a sealed one (encrypted) goes through the FIFO. The
-statement passes no args (a literal path): a `%` in a name stays a `%`. The chunk's ledger row (`_lastline.ledger`) is
+handler checks its sha256 as it reads (Loader._read_local); a sealed one is first opened whole, all checked, into an
+anonymous file (chunk_files.opened_chunk). The statement passes no args (a literal path). The ledger row is
 inserted first, in the same transaction as the rows: a retried task, a re-triggered run, a killed loader or a crashed
 server either finds the row (the chunk is in, skip it) or finds neither the row nor the data (load it again). A second
 loader racing on the same chunk waits on the ledger row's lock, then skips it. Where a table's chunks are key ranges,
@@ -31,7 +31,7 @@ from lastline.core.progress import Progress
 from lastline.core.servers import Server
 from lastline.core.sql import LOST_CONNECTION, META_DB, NON_TRANSACTIONAL, sql_error, string_literal
 from lastline.logical.format import dialect, infile
-from lastline.logical.format.chunk_files import prove_chunk, write_chunk
+from lastline.logical.format.chunk_files import opened_chunk, prove_chunk, write_chunk
 from lastline.logical.restore.create import Creates, TableMaker
 from lastline.logical.restore.plans import UNIT_TABLES, UnitLoaded
 from lastline.logical.restore.target_state import empty_table, loaded_files
@@ -101,7 +101,7 @@ class Loader:
         """LOAD DATA one chunk through a FIFO inside the caller's transaction (its sha256 is known only at its
         end: a refused chunk is rolled back with the transaction); returns rows loaded. A chunk in a local folder
         is read by the handler itself, from the descriptor storage.open_file gives (_read_local)."""
-        if self.in_client and self.storage.local_files and self.seal is None:
+        if self.in_client and self.storage.local_files:
             return self._read_local(t, c)
         key, what = f"{self.manifest.backup_id}/{c.file}", f"{t.schema}.{t.name}"
 
@@ -126,17 +126,19 @@ class Loader:
 
     def _read_local(self, t: LogicalTable, c: ChunkInfo) -> int:
         """LOAD DATA one local chunk inside the caller's transaction: opened by descriptor (storage.open_file), read by
-        the handler, whose sha256 check at the file's end fails the statement (rolled back); returns rows loaded."""
+        the handler, whose sha256 check at the file's end fails the statement (rolled back); a sealed one from the
+        anonymous file it is opened into (opened_chunk). Returns rows loaded."""
         key = f"{self.manifest.backup_id}/{c.file}"
-        fd = self.storage.open_file(key)
-        try:
-            size = os.fstat(fd).st_size
-            if size != c.bytes:  # before a byte is sent (and a file of frames that decompress to nothing is bounded)
-                raise IntegrityError(f"chunk {self.storage.location(key)} ({t.schema}.{t.name}) is {size} bytes, the manifest "
-                                     f"says {c.bytes}; nothing of it was loaded. Restore from another backup or re-run the backup.")
-            rows = self._load_fd(t, c, fd, c.sha256)
-        finally:
-            os.close(fd)
+        with contextlib.ExitStack() as stack:
+            if self.seal is not None:
+                fd, sha256 = stack.enter_context(opened_chunk(self.storage, key, c, self.seal, f"{t.schema}.{t.name}"))
+            else:
+                fd, sha256 = self.storage.open_file(key), c.sha256
+                stack.callback(os.close, fd)
+                if (size := os.fstat(fd).st_size) != c.bytes:  # before a byte is sent (frames that decompress to nothing)
+                    raise IntegrityError(f"chunk {self.storage.location(key)} ({t.schema}.{t.name}) is {size} bytes, the manifest "
+                                         f"says {c.bytes}; nothing of it was loaded. Restore from another backup or re-run the backup.")
+            rows = self._load_fd(t, c, fd, sha256)
         self.progress.add(c.raw_bytes)
         return self._loaded(t, c, rows)
 

@@ -5,6 +5,7 @@ it, in an anonymous private file (private_file: 0600, linked nowhere, so a kill 
 sealed chunk. On a folder destination, no server."""
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import io
 import os
@@ -16,7 +17,7 @@ import threading
 import pytest
 
 from lastline.core.errors import IntegrityError
-from lastline.logical.format.chunk_files import private_file, prove_chunk, read_chunk, spool_chunk, write_chunk
+from lastline.logical.format.chunk_files import opened_chunk, private_file, prove_chunk, read_chunk, spool_chunk, write_chunk
 from lastline.manifest import ChunkInfo
 from lastline.storage import open_storage, sealing
 from lastline.storage.envelope import BackupSeal
@@ -245,4 +246,30 @@ def test_prove_chunk_opens_a_sealed_chunk_into_an_anonymous_private_copy(tmp_pat
         other = BackupSeal(DataKey.generate(), "b", "aes-256-gcm", sealing.MIN_CHUNK)
         with prove_chunk(storage, key, info, compression, "db.t", seal=other):
             pytest.fail("a chunk that does not open is never handed on")
+    assert os.listdir(private_tmp) == []
+
+
+@pytest.mark.parametrize("compression", ["none", "zstd"])
+def test_opened_chunk_is_all_checked_before_its_anonymous_copy_is_handed_on(tmp_path, private_tmp, compression):
+    """What a logical restore's loader reads a local sealed chunk from: the plaintext (still compressed, for the
+    handler) in a file linked nowhere, with its own sha256; a wrong key, a flipped byte, a manifest whose sha256 is not
+    the stored bytes' and a plaintext larger than the manifest's size are each refused before anything is handed on,
+    and nothing is left on disk."""
+    storage, key, sealed, sha256, packed = _sealed(tmp_path, compression, NOISE)
+    info = ChunkInfo("c", 2000, len(sealed), len(NOISE), sha256)
+    with opened_chunk(storage, key, info, SEAL, "db.t") as (fd, plain_sha256):
+        assert _anonymous(fd, private_tmp) == packed and plain_sha256 == hashlib.sha256(packed).hexdigest()
+    other = BackupSeal(DataKey.generate(), "b", "aes-256-gcm", sealing.MIN_CHUNK)
+    damaged = bytearray(sealed)
+    damaged[sealing.HEADER_SIZE + 2 * (sealing.MIN_CHUNK + sealing.TAG) + 7] ^= 1  # inside chunk 2
+    cases = [(other, info, sealing.SealError, "its header"),
+             (SEAL, ChunkInfo("c", 2000, len(sealed), len(NOISE), "0" * 64), IntegrityError, "is corrupt: sha256"),
+             (SEAL, ChunkInfo("c", 2000, 100, len(NOISE), sha256), IntegrityError, "opens to more than the manifest's 100 bytes")]
+    for seal, chunk, error, says in cases:
+        with pytest.raises(error, match=says), opened_chunk(storage, key, chunk, seal, "db.t"):
+            pytest.fail("a chunk that fails a check is never handed on")
+    (tmp_path / key).write_bytes(bytes(damaged))
+    with pytest.raises(sealing.SealError, match="chunk 2: it does not authenticate"), \
+            opened_chunk(storage, key, dataclasses.replace(info, sha256=hashlib.sha256(damaged).hexdigest()), SEAL):
+        pytest.fail("a damaged chunk is never handed on")
     assert os.listdir(private_tmp) == []
