@@ -37,6 +37,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 os.environ.setdefault("AIRFLOW_HOME", tempfile.mkdtemp(prefix="lastline-bench-airflow-"))
 
+from pitr_airflow import airflow_round  # noqa: E402
+
 from lastline.core.servers import Server  # noqa: E402
 from lastline.manifest import read_manifest  # noqa: E402
 from lastline.physical import backup as physical_backup  # noqa: E402
@@ -47,7 +49,6 @@ from lastline.pitr.restore import coordinates  # noqa: E402
 from lastline.storage import open_storage  # noqa: E402
 from lastline_dev.keys import throwaway_storage_key
 from lastline_dev.sandbox import Instance  # noqa: E402
-from pitr_airflow import airflow_round  # noqa: E402
 
 DB = "sbtest"
 

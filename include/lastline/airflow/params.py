@@ -161,8 +161,8 @@ SPECS: dict[str, Spec] = {
                                "SHOW BINARY LOGS) and ships what was committed since", STREAMING,
                                {"type": "number", "minimum": 0.1, "maximum": 60}),
     "merge_after_segments": Spec(120, "Merge after (segments)", "when streaming: the open binlog file's segments are "
-                                 "merged into one object once more than this many follow its last merged one (a closed "
-                                 "file's, as soon as it closes)", STREAMING, {"type": "integer", "minimum": 2}),
+                                 "merged (into objects of up to 32 MiB) once more than this many follow its last merged "
+                                 "one (a closed file's, as soon as it closes)", STREAMING, {"type": "integer", "minimum": 2}),
     "retired_grace_seconds": Spec(3600, "Keep merged segments (s)", "the small segments a merge replaced are deleted "
                                   "this long after it (a restore that read the chain before reads them meanwhile)",
                                   STREAMING, {"type": "number", "minimum": 0}),

@@ -23,6 +23,7 @@ from tests.unit.verify.test_sealed_backups import _rewritten
 from lastline.core.errors import ConfigError, IntegrityError
 from lastline.logical.backup import stages as logical_backup
 from lastline.logical.format.dialect import qualified, quote_ident
+from lastline.logical.restore import load
 from lastline.logical.restore import stages as logical_restore
 from lastline.logical.restore.target_state import aside_name, clear_state
 from lastline.manifest import read_manifest
@@ -251,6 +252,29 @@ def test_with_the_decompressor_process_feeding_the_fifo_it_restores_exactly_too(
     _conn(monkeypatch)
     _restore(sealed_backups["aes-256-gcm-pigz"])
     _same(source_db, logical_target.server())
+
+
+def test_a_local_sealed_chunk_larger_than_what_is_opened_whole_goes_through_the_fifo_and_restores_exactly(
+        sealed_backups, source_db, logical_target, monkeypatch, tmp_path):
+    """Over OPENED_MOST (256 MiB as stored; here every chunk is over it) a local chunk is not opened into an
+    anonymous file first: each sealed chunk is opened on its way through the FIFO, as from S3 or SSH; a flipped byte
+    in the last sealed chunk of the 17 MiB value is still refused with nothing of the table kept."""
+    monkeypatch.setattr(load, "OPENED_MOST", 0)
+    _conn(monkeypatch)
+    _restore(sealed_backups["aes-256-gcm-zstd"])
+    _same(source_db, logical_target.server())
+    _forget(logical_target.server())
+    dest = tmp_path / "copy"
+    shutil.copytree(sealed_backups["aes-256-gcm-zstd"], dest)
+    manifest = _manifest(dest)
+    table = next(t for t in manifest.tables if t.name == BLOBS)
+    path = dest / manifest.backup_id / table.chunks[0].file
+    data = bytearray(path.read_bytes())
+    data[int(len(data) * 0.99)] ^= 0x20
+    path.write_bytes(bytes(data))
+    with pytest.raises(IntegrityError, match=r"chunk 4: it does not authenticate"):
+        _restore(dest)
+    assert logical_target.server().query(f"SELECT COUNT(*) FROM {qualified(DB, BLOBS)}")[0][0] == 0
 
 
 def test_an_encrypted_backup_in_s3_holds_no_row_in_the_clear_and_restores_exactly(

@@ -15,7 +15,7 @@ from typing import Any, BinaryIO
 
 from lastline.core.child_env import child_env
 from lastline.core.compression import codec
-from lastline.core.errors import IntegrityError, PipelineError
+from lastline.core.errors import IntegrityError, PipelineError, StorageError
 from lastline.core.pipeline import filtered
 from lastline.logical.format import infile
 from lastline.manifest import ChunkInfo
@@ -175,6 +175,9 @@ class _Bounded:
         self.sink.write(data)
 
 
+OPENED_MOST = 256 << 20  # a sealed chunk up to this size (as stored) is opened whole before it is loaded (Loader)
+
+
 @contextlib.contextmanager
 def opened_chunk(storage: Storage, key: str, c: ChunkInfo, seal: BackupSeal, what: str = "",
                  on_bytes: Callable[[int], None] | None = None) -> Iterator[tuple[int, str]]:
@@ -187,7 +190,14 @@ def opened_chunk(storage: Storage, key: str, c: ChunkInfo, seal: BackupSeal, wha
     try:
         with open(fd, "r+b", closefd=False) as out:
             plain = _Bounded(out, c.bytes, f"{storage.location(key)}{f' ({what})' if what else ''}")
-            write_chunk(storage, key, "none", c.sha256, plain, what, on_bytes, decompress=False, seal=seal)  # type: ignore[arg-type]
+            try:
+                write_chunk(storage, key, "none", c.sha256, plain, what, on_bytes, decompress=False, seal=seal)  # type: ignore[arg-type]
+            except OSError as exc:
+                if exc.errno != errno.ENOSPC:
+                    raise
+                raise StorageError(f"no room in the temporary folder {tempfile.gettempdir()} to open chunk {plain.where} "
+                                   f"({c.bytes:,} bytes as stored) into; nothing of it was loaded. Free space there, or "
+                                   "point TMPDIR at a larger folder, and retry.") from exc
         os.lseek(fd, 0, os.SEEK_SET)
         yield fd, plain.sha.hexdigest()
     finally:
@@ -198,7 +208,7 @@ def opened_chunk(storage: Storage, key: str, c: ChunkInfo, seal: BackupSeal, wha
 def prove_chunk(storage: Storage, key: str, c: ChunkInfo, compression: str, what: str = "",
                 on_bytes: Callable[[int], None] | None = None,
                 seal: BackupSeal | None = None) -> Iterator[tuple[int, str]]:
-    """A private copy of chunk `c` (spool_chunk: its size and sha256 the manifest's; opened when it is sealed), proven
+    """A private copy of chunk `c` (spool_chunk: its size and sha256 the manifest's; a sealed one opened_chunk), proven
     to decompress within its declared raw size by the LOAD DATA handler's own reader: for tables that keep the rows
     of a failed statement (MyISAM, Aria), which must not see a byte of a chunk that will be refused. Yields the copy
     as (descriptor at offset 0, sha256 of its bytes), for infile's offer_fd, and closes it after the block. The copy

@@ -31,7 +31,7 @@ from lastline.core.progress import Progress
 from lastline.core.servers import Server
 from lastline.core.sql import LOST_CONNECTION, META_DB, NON_TRANSACTIONAL, sql_error, string_literal
 from lastline.logical.format import dialect, infile
-from lastline.logical.format.chunk_files import opened_chunk, prove_chunk, write_chunk
+from lastline.logical.format.chunk_files import OPENED_MOST, opened_chunk, prove_chunk, write_chunk
 from lastline.logical.restore.create import Creates, TableMaker
 from lastline.logical.restore.plans import UNIT_TABLES, UnitLoaded
 from lastline.logical.restore.target_state import empty_table, loaded_files
@@ -100,8 +100,8 @@ class Loader:
     def _stream_into(self, t: LogicalTable, c: ChunkInfo) -> int:
         """LOAD DATA one chunk through a FIFO inside the caller's transaction (its sha256 is known only at its
         end: a refused chunk is rolled back with the transaction); returns rows loaded. A chunk in a local folder
-        is read by the handler itself, from the descriptor storage.open_file gives (_read_local)."""
-        if self.in_client and self.storage.local_files:
+        is read by the handler itself (_read_local; a sealed one larger than OPENED_MOST comes through the FIFO)."""
+        if self.in_client and self.storage.local_files and (self.seal is None or c.bytes <= OPENED_MOST):
             return self._read_local(t, c)
         key, what = f"{self.manifest.backup_id}/{c.file}", f"{t.schema}.{t.name}"
 

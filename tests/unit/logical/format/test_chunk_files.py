@@ -6,6 +6,7 @@ sealed chunk. On a folder destination, no server."""
 from __future__ import annotations
 
 import dataclasses
+import errno
 import hashlib
 import io
 import os
@@ -16,7 +17,8 @@ import threading
 
 import pytest
 
-from lastline.core.errors import IntegrityError
+from lastline.core.errors import IntegrityError, StorageError
+from lastline.logical.format import chunk_files
 from lastline.logical.format.chunk_files import opened_chunk, private_file, prove_chunk, read_chunk, spool_chunk, write_chunk
 from lastline.manifest import ChunkInfo
 from lastline.storage import open_storage, sealing
@@ -272,4 +274,18 @@ def test_opened_chunk_is_all_checked_before_its_anonymous_copy_is_handed_on(tmp_
     with pytest.raises(sealing.SealError, match="chunk 2: it does not authenticate"), \
             opened_chunk(storage, key, dataclasses.replace(info, sha256=hashlib.sha256(damaged).hexdigest()), SEAL):
         pytest.fail("a damaged chunk is never handed on")
+    assert os.listdir(private_tmp) == []
+
+
+def test_a_full_temporary_folder_is_named_with_what_to_do(tmp_path, private_tmp, monkeypatch):
+    """No room to open a chunk into: a StorageError (retried) naming the folder, the chunk and TMPDIR, not a bare
+    OSError; nothing left behind."""
+    storage, key, sealed, sha256, _ = _sealed(tmp_path, "zstd", NOISE)
+
+    def full(*args, **kw):
+        raise OSError(errno.ENOSPC, "No space left on device")
+    monkeypatch.setattr(chunk_files, "write_chunk", full)
+    with pytest.raises(StorageError, match=rf"no room in the temporary folder {private_tmp} to open chunk .*b/c \(db.t\).*TMPDIR"), \
+            opened_chunk(storage, key, ChunkInfo("c", 2000, len(sealed), len(NOISE), sha256), SEAL, "db.t"):
+        pytest.fail("never handed on")
     assert os.listdir(private_tmp) == []
