@@ -1,6 +1,7 @@
 """`make demo`: start a source and a target sandbox; physical backup + restore, then logical backup +
 restore (with its report), through the DAGs; compare every table after each restore; then archive the
-source's binlogs once. It leaves a deployment where every DAG, triggered from its form with the form's
+source's binlogs once; then an encrypted backup, a key rotation, a verify and the restore of it, in a folder of
+their own (lastline_dev.demo_encryption). It leaves a deployment where every DAG, triggered from its form with the form's
 defaults, succeeds: the connections each default names (a staging, a drill and a replica server among them),
 the masking rules of the demo's data (the Variable lastline_masking_rules) and a binlog archive.
 
@@ -23,6 +24,7 @@ from lastline.manifest import complete_backups, read_manifest
 from lastline.storage import open_storage
 from lastline_dev.compare import compare, table_checksums
 from lastline_dev.dataset import DATABASE, DEFAULT_SEED
+from lastline_dev.demo_encryption import ENCRYPTION_CONN, key_connection, showcase
 from lastline_dev.sandbox import Instance, bulk_rows, quiet_port
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -90,7 +92,7 @@ MASKING_RULES = {
 STORAGE_KEY_CONN = "lastline_storage_key"
 # every connection the demo stores: each connection a DAG's form names by default is one of them (tests/e2e/test_demo_forms.py)
 CONNECTION_IDS = (*(f"lastline_{name}" for name in (*SERVERS, REPLICA)), "lastline_replication", "lastline_masking",
-                  STORAGE_KEY_CONN)
+                  STORAGE_KEY_CONN, ENCRYPTION_CONN)
 
 
 def servers() -> dict[str, Instance]:
@@ -125,6 +127,7 @@ def connections(found: dict[str, Instance], host: Instance) -> dict[str, dict]:
     conns[STORAGE_KEY_CONN] = {"conn_type": "generic", "login": "demo-1", "password": _key("storage"),
                                "description": "the demo's storage key: signs every manifest and archive file "
                                               "(LASTLINE_STORAGE_KEY_CONN_ID); its login is the key's id"}
+    conns[ENCRYPTION_CONN] = key_connection(_key)  # the demo's encrypted backups only (demo_encryption)
     if sorted(conns) != sorted(CONNECTION_IDS):
         raise AssertionError(f"the demo's connections {sorted(conns)} are not its CONNECTION_IDS: update both")
     return conns
@@ -134,24 +137,32 @@ def save_connections(found: dict[str, Instance]) -> Path:
     """Put the demo servers' connections into the project's Airflow database (`bin/airflow connections
     import`), where the UI (`make ui`) and every `bin/airflow` command find them: `lastline_source`,
     `lastline_target`, `lastline_staging` (role staging), `lastline_drill` (role drill), `lastline_replica`,
-    `lastline_replication`, the masking key `lastline_masking` and the storage key (keys of the demo's own, kept
-    in .demo/*.key); and the masking rules, the Variable `lastline_masking_rules`: every DAG can be triggered from
+    `lastline_replication`, the masking key `lastline_masking`, the storage key and the encryption key
+    `lastline_encryption` as its rotation leaves it (keys of the demo's own, kept in .demo/*.key); and the masking rules, the Variable `lastline_masking_rules`: every DAG can be triggered from
     its form with its defaults."""
-    path = DEMO / "connections.json"
-    conns = connections(found, replica())
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)  # passwords: readable by their owner only
-    with os.fdopen(fd, "w") as fh:
-        json.dump(conns, fh, indent=1)
-    proc = subprocess.run([str(ROOT / "bin/airflow"), "connections", "import", "--overwrite", str(path)],
-                          capture_output=True, text=True, cwd=ROOT)
-    if proc.returncode:
-        raise SystemExit(f"demo: could not store the connections in the Airflow database:\n{proc.stderr[-2000:]}")
-    path.unlink()
+    path = put_connections(connections(found, replica()))
     variable = subprocess.run([str(ROOT / "bin/airflow"), "variables", "set", "--description",
                                "the demo's masking rules: every column of its data that looks personal (staging_refresh)",
                                "lastline_masking_rules", json.dumps(MASKING_RULES)], capture_output=True, text=True, cwd=ROOT)
     if variable.returncode:
         raise SystemExit(f"demo: could not store the masking rules in the Airflow database:\n{variable.stderr[-2000:]}")
+    return path
+
+
+def put_connections(conns: dict[str, dict]) -> Path:
+    """Store `conns` in the project's Airflow database (`bin/airflow connections import --overwrite`) through a 0600
+    file removed at once."""
+    path = DEMO / "connections.json"
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)  # passwords: readable by their owner only
+    with os.fdopen(fd, "w") as fh:
+        json.dump(conns, fh, indent=1)
+    try:
+        proc = subprocess.run([str(ROOT / "bin/airflow"), "connections", "import", "--overwrite", str(path)],
+                              capture_output=True, text=True, cwd=ROOT)
+    finally:
+        path.unlink()
+    if proc.returncode:
+        raise SystemExit(f"demo: could not store the connections in the Airflow database:\n{proc.stderr[-2000:]}")
     return path
 
 
@@ -258,7 +269,8 @@ def main() -> int:
         + f" ({time.monotonic() - t0:.1f} s)")
     save_connections(found)
     say("connections lastline_source, lastline_target, lastline_staging (role staging), lastline_drill (role drill), "
-        "lastline_replica, lastline_replication, the keys lastline_masking and lastline_storage_key, and the masking rules "
+        "lastline_replica, lastline_replication, the keys lastline_masking, lastline_storage_key and lastline_encryption, "
+        "and the masking rules "
         "(the Variable lastline_masking_rules) are in the project's Airflow database: every DAG can be triggered from "
         "`make ui` with its form's defaults")
     dest = f"file://{DEMO / 'backups'}"  # both kinds of backup: `latest` picks the newest of the restore's kind
@@ -296,11 +308,12 @@ def main() -> int:
     ba = run_dag("binlog_archive", {"source_conn_id": "lastline_source", "destination": dest, "until_current": True}, env)
     say(f"binlog archive: the source's binlogs up to now in {dest}/binlogs ({ba:.1f} s): point_in_time_restore "
         "can roll a backup forward to latest")
+    sealed = showcase(DEMO, source, target, env, _key, put_connections, run_dag, say)
     say("the sandboxes keep running: `.venv/bin/python -m lastline_dev.sandbox --root .demo/sandbox "
         "status`; `make clean` stops and removes them")
     say("next: `make ui` opens Airflow's UI on these servers (http://127.0.0.1:8080, or the next free port: it says "
         "which): trigger a restore from its form")
-    return 1 if diff or ldiff else 0
+    return 1 if diff or ldiff or not sealed else 0
 
 
 if __name__ == "__main__":

@@ -47,6 +47,8 @@ BY_DESIGN = {
     "LASTLINE_REPORTS": "beside the site's backups; here in the Airflow home",
     "LASTLINE_BACKUP_ROOTS": "the site's bucket; here the destination alone",
     "LASTLINE_STORAGE_KEY_CONN_ID": "the storage key is a site's secret; `make demo` and `make ui` name the demo's",
+    "LASTLINE_ENCRYPTION_KEY_CONN_ID": "the encryption key is a site's secret; `make demo` names the demo's for its "
+                                       "encrypted backup, rotation and verify (.demo/backups-encrypted) only",
     "AIRFLOW_CONN_*": "the deployment's servers, storage and secrets; the demo's connections are in the home's "
                       "database (`make demo`)",
 }
