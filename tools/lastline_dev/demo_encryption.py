@@ -14,11 +14,12 @@ named (LASTLINE_ENCRYPTION_KEY_CONN_ID) for these runs only. The keys are the de
 from __future__ import annotations
 
 import hashlib
+import json
 import shutil
 from collections.abc import Callable
 from pathlib import Path
 
-from lastline.manifest import complete_backups, read_manifest
+from lastline.manifest import complete_backups
 from lastline.storage import open_storage
 from lastline.storage.encryption_keys import KEY_CONN_ENV
 from lastline_dev.compare import compare
@@ -37,6 +38,11 @@ def key_connection(key: Callable[[str], str], rotated: bool = True) -> dict:
         return {"conn_type": "generic", "login": FIRST, "password": key("encryption-1"), "description": about}
     return {"conn_type": "generic", "login": SECOND, "password": key("encryption-2"),
             "extra": {"keys": {FIRST: key("encryption-1")}}, "description": about + "; its extras `keys` the older one"}
+
+
+def _envelope(folder: Path, backup_id: str) -> dict:
+    """The backup's envelope as its manifest records it, for the demo's lines (the DAGs read the manifest checked)."""
+    return json.loads((folder / backup_id / "manifest.json").read_text()).get("encryption") or {}
 
 
 def _digests(folder: Path) -> dict[str, str]:
@@ -58,27 +64,29 @@ def showcase(demo: Path, source: Instance, target: Instance, env: dict, key: Cal
     run_dag("logical_backup", {"source_conn_id": "lastline_source", "destination": dest}, env)
     storage = open_storage(dest)
     backup_id = complete_backups(storage, "logical")[-1]
-    manifest = read_manifest(storage, backup_id, require=False)  # the DAGs check its MAC
+    envelope = _envelope(folder, backup_id)
     secret = source.server().query(f"SELECT email FROM {DATABASE}.customer ORDER BY customer_id LIMIT 1")[0][0]
     files = [p for p in folder.rglob("*") if p.is_file() and p.name != "manifest.json"]
     found = [str(p.relative_to(folder)) for p in files if secret.encode() in p.read_bytes()]
-    wrapped = [w.get("key_id") for w in (manifest.encryption or {}).get("wrappings", [])]
+    wrapped = [w.get("key_id") for w in envelope.get("wrappings", [])]
     say(f"encrypted backup {backup_id} in {folder.relative_to(demo.parent)}: {len(files)} files sealed "
-        f"({(manifest.encryption or {}).get('cipher')}), data key wrapped under {', '.join(map(str, wrapped))}; the "
+        f"({envelope.get('cipher')}), data key wrapped under {', '.join(map(str, wrapped))}; the "
         f"customer e-mail {secret!r} is in " + (f"{found} IN THE CLEAR" if found else "none of them"))
     before = _digests(folder)
     put({ENCRYPTION_CONN: key_connection(key)})
     say(f"rotating: {ENCRYPTION_CONN} now holds {SECOND}, {FIRST} kept in its extras `keys`")
     run_dag("key_rotation", {"destination": dest}, env)
-    manifest = read_manifest(storage, backup_id, require=False)
-    wrapped = [w.get("key_id") for w in (manifest.encryption or {}).get("wrappings", [])]
+    wrapped = [w.get("key_id") for w in _envelope(folder, backup_id).get("wrappings", [])]
     same = _digests(folder) == before
     say(f"after key_rotation the data key is wrapped under {', '.join(map(str, wrapped))}; the data files are "
         + ("the same bytes (only the manifest was written)" if same else "CHANGED"))
     run_dag("backup_verify", {"destination": dest}, env)
+    verdict = [line.split("] ", 1)[-1].split(" [lastline")[0] for line in (demo / "logs" / "backup_verify.log").read_text()
+               .splitlines() if "[lastline.verify.backups]" in line and ": ok, " in line]
+    say("backup_verify: " + ("; ".join(verdict) if verdict else "NO backup found ok"))
     run_dag("logical_restore", {"target_conn_id": "lastline_target", "backup": f"{dest}/latest", "force": True,
                                 "redo_log_bytes": 256 << 20}, env)
     diff = compare(source.server(), target.server())
     say("after the encrypted backup's restore, CHECKSUM TABLE: "
         + ("all equal on source and target" if not diff else f"DIFFER: {diff}"))
-    return not found and same and not diff
+    return not found and same and bool(verdict) and not diff
