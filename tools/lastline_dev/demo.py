@@ -20,6 +20,7 @@ import time
 from pathlib import Path
 
 from lastline.get_provider_info import field_defaults
+from lastline.logical.format.chunk_files import private_file
 from lastline.manifest import complete_backups, read_manifest
 from lastline.storage import open_storage
 from lastline_dev.compare import compare, table_checksums
@@ -150,29 +151,35 @@ def save_connections(found: dict[str, Instance]) -> Path:
 
 
 def put_connections(conns: dict[str, dict]) -> Path:
-    """Store `conns` in the project's Airflow database (`bin/airflow connections import --overwrite`) through a 0600
-    file removed at once."""
-    path = DEMO / "connections.json"
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)  # passwords: readable by their owner only
-    with os.fdopen(fd, "w") as fh:
-        json.dump(conns, fh, indent=1)
+    """Store `conns` in the project's Airflow database (`bin/airflow connections import --overwrite`). Their
+    passwords are written into an anonymous file (linked nowhere: a kill -9 leaves none of it) that the import reads
+    through a link to this process's descriptor (`connections-<pid>.json`, named for the import's format: a kill
+    leaves only the link, dangling); returns the link's path, gone by then."""
+    DEMO.mkdir(parents=True, exist_ok=True)
+    fd = private_file(str(DEMO))
+    link = DEMO / f"connections-{os.getpid()}.json"
     try:
-        proc = subprocess.run([str(ROOT / "bin/airflow"), "connections", "import", "--overwrite", str(path)],
+        with open(fd, "w", closefd=False) as fh:
+            json.dump(conns, fh, indent=1)
+        link.unlink(missing_ok=True)
+        link.symlink_to(f"/proc/{os.getpid()}/fd/{fd}")
+        proc = subprocess.run([str(ROOT / "bin/airflow"), "connections", "import", "--overwrite", str(link)],
                               capture_output=True, text=True, cwd=ROOT)
     finally:
-        path.unlink()
+        link.unlink(missing_ok=True)
+        os.close(fd)
     if proc.returncode:
         raise SystemExit(f"demo: could not store the connections in the Airflow database:\n{proc.stderr[-2000:]}")
-    return path
+    return link
 
 
 def _key(name: str) -> str:
     """One of the demo's keys (masking, storage, the replication account's password): made once, kept 0600 in
     the demo's folder."""
     path = DEMO / f"{name}.key"
-    if not path.exists():
+    if not path.exists() or not path.read_text().strip():  # an empty one: a try killed before it was written
         DEMO.mkdir(parents=True, exist_ok=True)
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
         with os.fdopen(fd, "w") as fh:
             fh.write(secrets.token_urlsafe(32))
     return path.read_text().strip()

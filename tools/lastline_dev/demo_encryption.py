@@ -1,7 +1,8 @@
 """`make demo`'s encrypted backup, key rotation and verify, in a folder of their own (`.demo/backups-encrypted`):
 
-1. a logical backup of the source sealed under the demo's first encryption key (`demo-enc-1`): no stored file but the
-   manifest holds a row of the source in the clear (a customer's e-mail address is looked for, and not found);
+1. a logical backup of the source, uncompressed (so that a row in the clear would show), sealed under the demo's first
+   encryption key (`demo-enc-1`): no stored file but the manifest holds a row of the source in the clear (a
+   customer's e-mail address is looked for, and not found);
 2. the key rotated as an operator does it: the connection `lastline_encryption` gets a new key (`demo-enc-2`) and
    keeps the first in its extras `keys`; `key_rotation` re-wraps the backup's data key under it (the manifest alone
    is written: every data file's sha256 is the same after it);
@@ -61,7 +62,7 @@ def showcase(demo: Path, source: Instance, target: Instance, env: dict, key: Cal
     dest = f"file://{folder}"
     env = {**env, KEY_CONN_ENV: ENCRYPTION_CONN, "LASTLINE_BACKUP_ROOTS": dest}
     put({ENCRYPTION_CONN: key_connection(key, rotated=False)})
-    run_dag("logical_backup", {"source_conn_id": "lastline_source", "destination": dest}, env)
+    run_dag("logical_backup", {"source_conn_id": "lastline_source", "destination": dest, "compression": "none"}, env)
     storage = open_storage(dest)
     backup_id = complete_backups(storage, "logical")[-1]
     envelope = _envelope(folder, backup_id)
@@ -69,6 +70,7 @@ def showcase(demo: Path, source: Instance, target: Instance, env: dict, key: Cal
     files = [p for p in folder.rglob("*") if p.is_file() and p.name != "manifest.json"]
     found = [str(p.relative_to(folder)) for p in files if secret.encode() in p.read_bytes()]
     wrapped = [w.get("key_id") for w in envelope.get("wrappings", [])]
+    sealed = wrapped == [FIRST] and bool(envelope.get("cipher"))
     say(f"encrypted backup {backup_id} in {folder.relative_to(demo.parent)}: {len(files)} files sealed "
         f"({envelope.get('cipher')}), data key wrapped under {', '.join(map(str, wrapped))}; the "
         f"customer e-mail {secret!r} is in " + (f"{found} IN THE CLEAR" if found else "none of them"))
@@ -82,11 +84,12 @@ def showcase(demo: Path, source: Instance, target: Instance, env: dict, key: Cal
         + ("the same bytes (only the manifest was written)" if same else "CHANGED"))
     run_dag("backup_verify", {"destination": dest}, env)
     verdict = [line.split("] ", 1)[-1].split(" [lastline")[0] for line in (demo / "logs" / "backup_verify.log").read_text()
-               .splitlines() if "[lastline.verify.backups]" in line and ": ok, " in line]
+               .splitlines() if "[lastline.verify.backups]" in line and ": ok, " in line
+               and "opened: every sealed chunk authenticated" in line]
     say("backup_verify: " + ("; ".join(verdict) if verdict else "NO backup found ok"))
     run_dag("logical_restore", {"target_conn_id": "lastline_target", "backup": f"{dest}/latest", "force": True,
                                 "redo_log_bytes": 256 << 20}, env)
     diff = compare(source.server(), target.server())
     say("after the encrypted backup's restore, CHECKSUM TABLE: "
         + ("all equal on source and target" if not diff else f"DIFFER: {diff}"))
-    return not found and same and bool(verdict) and not diff
+    return sealed and not found and wrapped == [SECOND] and same and bool(verdict) and not diff
