@@ -12,6 +12,7 @@ between (the old run's `check_chain`, the scheduler's hops) and the worst lag th
 """
 from __future__ import annotations
 
+import os
 import sqlite3
 import subprocess
 import time
@@ -57,8 +58,8 @@ def boundaries(tis: list[dict[str, Any]], lags: list[tuple[float, float]]) -> li
     for old, new in zip(ships, ships[1:], strict=False):
         if old["end"] is None:
             continue
-        between = [f"{t['task']} {t['end'] - t['start']:.2f} s" for t in tis
-                   if t["task"] != "ship" and t["start"] and t["end"] and old["end"] - 0.01 <= t["start"] <= new["start"]]
+        between = [f"{t['task']} {t['end'] - t['start']:.2f} s" for t in tis if t["task"] != "ship" and t["start"]
+                   and t["end"] and old["end"] - 0.01 <= t["start"] <= new["start"]]
         near = [lag for at, lag in lags if old["end"] - 2 <= at <= new["start"] + 10]
         kind = "handover" if new["run_id"].startswith("manual__") else "continuation"
         out.append({"kind": kind, "gap_s": round(new["start"] - old["end"], 2), "between": between,
@@ -72,7 +73,7 @@ def airflow_round(work: Path, dest: str, source_conn_id: str, load: list[str], s
     that keeps (time, lag) pairs in `timed`) is stopped by the caller. Returns the boundaries and the standalone's
     times."""
     port = str(free_port())
-    env = {**__import__("os").environ, "LASTLINE_AIRFLOW_HOME": str(work / "airflow"), "LASTLINE_RETRIES": "0",
+    env = {**os.environ, "LASTLINE_AIRFLOW_HOME": str(work / "airflow"), "LASTLINE_RETRIES": "0",
            **SCHEDULES_OFF, "LASTLINE_REPORT_DIR": str(work / "reports"), "LASTLINE_DESTINATION": dest,
            "LASTLINE_SOURCE_CONN_ID": source_conn_id, "AIRFLOW__API__PORT": port,
            "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"http://127.0.0.1:{port}/execution/",
@@ -90,8 +91,8 @@ def airflow_round(work: Path, dest: str, source_conn_id: str, load: list[str], s
         time.sleep(15)
         print("RPO, airflow: a run triggered by hand (a handover)", flush=True)
         af.api.trigger(DAG, {})
-        _wait(af.db, lambda tis: any(t["task"] == "ship" and t["run_id"].startswith("manual__") and t["state"] == "running"
-                                     for t in tis), "the handover to the run triggered by hand", 60)
+        _wait(af.db, lambda tis: any(t["task"] == "ship" and t["run_id"].startswith("manual__")
+                                     and t["state"] == "running" for t in tis), "the handover to the run by hand", 60)
         _wait(af.db, lambda tis: sum(1 for t in tis if t["task"] == "ship") >= 3 and _running_ships(tis) == 1,
               "the schedule's next run after the hand's (a continuation)", 150)
         time.sleep(10)
@@ -109,6 +110,5 @@ def airflow_round(work: Path, dest: str, source_conn_id: str, load: list[str], s
         probe.join()
         tis = _ships(af.db)
         return {"boundaries": boundaries(tis, probe.timed), "seconds": round(time.monotonic() - begun, 1),
-                "tasks": [{k: t[k] for k in ("task", "run_id", "state")} | {"seconds": round((t["end"] or time.time()) -
-                                                                                               t["start"], 2)}
-                          for t in tis]}
+                "tasks": [{k: t[k] for k in ("task", "run_id", "state")}
+                          | {"seconds": round((t["end"] or time.time()) - t["start"], 2)} for t in tis]}

@@ -5,15 +5,16 @@ A file's segments are merged, a run at a time, into new objects of at most `Comp
 file is closed (the source has moved past it), and, in the file still being written, once more than `Compaction.loose`
 segments follow its last merged one. The bound keeps a round short: a merge re-reads its bytes from the source, and a
 merge of a whole file (up to max_binlog_size, 1 GiB) would hold the stream's next look back by seconds at every
-rotation; a segment shipped as one large piece (a first run's catch-up) is left as it is. The merged bytes are read again from the SOURCE (the archiver can never open a sealed segment: it holds the
-branch's public key only), compared, part by part, with what was archived (each part's `plain_sha256`, the sha256 of
-its binlog bytes with the in-use flag byte zeroed; an unsealed part written before that field, by its `sha256`):
-bytes that differ (a file written anew under the same name) or a range the source no longer holds keep the small
-segments. The merged object (sealed like any segment) is written under a key no record uses (`<offset>-<end>[-n]`,
-the record's `"key"`), listed in the chain's `retired` first (an object a run killed before the chain names it is
-deleted after the grace, never left behind), then the chain naming it; the replaced objects are listed in `retired`
-and deleted `Compaction.grace` seconds later, on a later round: a reader of an older chain finds them until then, and
-after that reads the merged segment the chain then lists in their place (pitr.window.segment_chunks).
+rotation; a segment shipped as one large piece (a first run's catch-up) is left as it is. The merged bytes are read
+again from the SOURCE (the archiver can never open a sealed segment: it holds the branch's public key only), compared,
+part by part, with what was archived (each part's `plain_sha256`, the sha256 of its binlog bytes with the in-use flag
+byte zeroed; an unsealed part written before that field, by its `sha256`): bytes that differ (a file written anew under
+the same name) or a range the source no longer holds keep the small segments. The merged object (sealed like any
+segment) is written under a key no record uses (`<offset>-<end>[-n]`, the record's `"key"`), listed in the chain's
+`retired` first (an object a run killed before the chain names it is deleted after the grace, never left behind), then
+the chain naming it; the replaced objects are listed in `retired` and deleted `Compaction.grace` seconds later, on a
+later round: a reader of an older chain finds them until then, and after that reads the merged segment the chain then
+lists in their place (pitr.window.segment_chunks).
 """
 from __future__ import annotations
 
