@@ -1,7 +1,7 @@
 """The held stream as Airflow runs it, for bench/pitr_bench.py (by default; `--skip-rpo-airflow` leaves it out): the
 archive's lag across the run boundaries, where one run's stream ends and the next one's begins, through a real
-scheduler (`bin/airflow standalone`, the deployment's settings). The `binlog_archive` DAG is unpaused (the `@continuous` schedule's run
-holds the stream), then, under the same steady load as the other rounds:
+scheduler (`bin/airflow standalone`, the deployment's settings). The `binlog_archive` DAG is unpaused (the
+`@continuous` schedule's run holds the stream), then, under the same steady load as the other rounds:
 
 - a run triggered by hand is queued: the held stream hands over to it (boundary "handover");
 - that run streams its minute and ends; the schedule's next run takes over (boundary "continuation");
