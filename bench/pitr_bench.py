@@ -95,6 +95,7 @@ class LagProbe(threading.Thread):
         self.timed: list[tuple[float, float]] = []  # (epoch seconds, lag): the Airflow round's boundaries
         self.covered: list[float] = []
         self.segments = 0
+        self.first_segments: int | None = None  # the chain's count at the probe's first sample (this round's start)
 
     def _sample_source(self) -> None:
         conn = self.server.connect()
@@ -121,6 +122,7 @@ class LagProbe(threading.Thread):
                 continue
             held = _pos(done[-1].name, done[-1].size)
             self.segments = sum(len(e.segments) for e in done)
+            self.first_segments = self.segments if self.first_segments is None else self.first_segments
             waiting = [t for t, p in self.source if p > held]  # samples at which the source was ahead of the archive
             before = [t for t, p in self.source if p <= held]
             # the oldest byte not archived was written after the last sample that shows the source not ahead of it
@@ -145,7 +147,6 @@ def rpo_round(src: Instance, storage, mode: str) -> dict:
     extra: dict = {}
     if mode == "airflow":  # the held stream as the scheduler runs it, across run boundaries (bench/pitr_airflow.py)
         extra = airflow_round(ARGS.work, storage.url, "bench_pitr_src", load, ARGS.rpo_seconds, probe)
-        first = 0
     else:
         writer = subprocess.Popen(load, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
         stop = threading.Event()
@@ -162,7 +163,6 @@ def rpo_round(src: Instance, storage, mode: str) -> dict:
         shipper = threading.Thread(target=runs)
         probe.start()
         time.sleep(1)
-        first = probe.segments
         shipper.start()
         writer.wait()
         stop.set()
@@ -171,7 +171,7 @@ def rpo_round(src: Instance, storage, mode: str) -> dict:
         probe.join()
     lags = probe.lags[5:]  # from when the probe has seen the source for a second
     worst, p99 = (max(lags), _p99(lags)) if lags else (float("nan"), float("nan"))
-    per_hour = (probe.segments - first) * 3600 / ARGS.rpo_seconds
+    per_hour = (probe.segments - (probe.first_segments or 0)) * 3600 / ARGS.rpo_seconds  # this round's alone
     print(f"RPO, {mode:13s}: archive lag worst {worst:5.2f} s, p99 {p99:5.2f} s, over {ARGS.rpo_seconds} s of sysbench "
           f"at {ARGS.rate} tx/s ({len(lags)} samples); covered position's age worst {max(probe.covered or [0]):.1f} s, "
           f"p99 {_p99(probe.covered):.1f} s; {per_hour:,.0f} segments an hour", flush=True)

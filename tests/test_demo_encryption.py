@@ -20,5 +20,12 @@ def test_before_the_rotation_the_first_key_alone_after_it_the_second_with_the_fi
     assert after.keks[FIRST].secret == before.current.secret  # the older key opens what it wrapped
 
 
-def test_the_demo_stores_the_rotated_connection_with_its_others():
+def test_a_key_file_a_killed_try_left_empty_is_made_anew_and_then_kept(tmp_path, monkeypatch):
+    """The demo's keys (the encryption keys among them): an empty file (a try killed between its creation and its
+    write) gets a key, 0600; the next call returns the same key."""
+    monkeypatch.setattr(demo, "DEMO", tmp_path)
+    (tmp_path / "encryption-1.key").write_text("")
+    made = demo._key("encryption-1")
+    assert len(made) >= 32 and (tmp_path / "encryption-1.key").stat().st_mode & 0o777 == 0o600
+    assert demo._key("encryption-1") == made and demo._key("encryption-2") != made
     assert ENCRYPTION_CONN in demo.CONNECTION_IDS

@@ -134,27 +134,26 @@ def connections(found: dict[str, Instance], host: Instance) -> dict[str, dict]:
     return conns
 
 
-def save_connections(found: dict[str, Instance]) -> Path:
+def save_connections(found: dict[str, Instance]) -> None:
     """Put the demo servers' connections into the project's Airflow database (`bin/airflow connections
     import`), where the UI (`make ui`) and every `bin/airflow` command find them: `lastline_source`,
     `lastline_target`, `lastline_staging` (role staging), `lastline_drill` (role drill), `lastline_replica`,
     `lastline_replication`, the masking key `lastline_masking`, the storage key and the encryption key
-    `lastline_encryption` as its rotation leaves it (keys of the demo's own, kept in .demo/*.key); and the masking rules, the Variable `lastline_masking_rules`: every DAG can be triggered from
-    its form with its defaults."""
-    path = put_connections(connections(found, replica()))
+    `lastline_encryption` as its rotation leaves it (keys of the demo's own, kept in .demo/*.key); and the masking
+    rules, the Variable `lastline_masking_rules`: every DAG can be triggered from its form with its defaults."""
+    put_connections(connections(found, replica()))
     variable = subprocess.run([str(ROOT / "bin/airflow"), "variables", "set", "--description",
                                "the demo's masking rules: every column of its data that looks personal (staging_refresh)",
                                "lastline_masking_rules", json.dumps(MASKING_RULES)], capture_output=True, text=True, cwd=ROOT)
     if variable.returncode:
         raise SystemExit(f"demo: could not store the masking rules in the Airflow database:\n{variable.stderr[-2000:]}")
-    return path
 
 
-def put_connections(conns: dict[str, dict]) -> Path:
+def put_connections(conns: dict[str, dict]) -> None:
     """Store `conns` in the project's Airflow database (`bin/airflow connections import --overwrite`). Their
     passwords are written into an anonymous file (linked nowhere: a kill -9 leaves none of it) that the import reads
     through a link to this process's descriptor (`connections-<pid>.json`, named for the import's format: a kill
-    leaves only the link, dangling); returns the link's path, gone by then."""
+    leaves only the link, dangling)."""
     DEMO.mkdir(parents=True, exist_ok=True)
     fd = private_file(str(DEMO))
     link = DEMO / f"connections-{os.getpid()}.json"
@@ -170,7 +169,6 @@ def put_connections(conns: dict[str, dict]) -> Path:
         os.close(fd)
     if proc.returncode:
         raise SystemExit(f"demo: could not store the connections in the Airflow database:\n{proc.stderr[-2000:]}")
-    return link
 
 
 def _key(name: str) -> str:
@@ -180,6 +178,7 @@ def _key(name: str) -> str:
     if not path.exists() or not path.read_text().strip():  # an empty one: a try killed before it was written
         DEMO.mkdir(parents=True, exist_ok=True)
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+        os.fchmod(fd, 0o600)  # an empty file found there keeps its own mode through O_TRUNC
         with os.fdopen(fd, "w") as fh:
             fh.write(secrets.token_urlsafe(32))
     return path.read_text().strip()

@@ -46,10 +46,16 @@ def _envelope(folder: Path, backup_id: str) -> dict:
     return json.loads((folder / backup_id / "manifest.json").read_text()).get("encryption") or {}
 
 
-def _digests(folder: Path) -> dict[str, str]:
-    """sha256 of every file under `folder` but the manifests."""
-    return {str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
-            for p in sorted(folder.rglob("*")) if p.is_file() and p.name != "manifest.json"}
+def _files(folder: Path, secret: bytes) -> tuple[dict[str, str], list[str]]:
+    """Every file under `folder` but the manifests, read once: each one's sha256, and those that hold `secret`."""
+    digests, found = {}, []
+    for p in sorted(folder.rglob("*")):
+        if p.is_file() and p.name != "manifest.json":
+            data = p.read_bytes()
+            digests[str(p.relative_to(folder))] = hashlib.sha256(data).hexdigest()
+            if secret in data:
+                found.append(str(p.relative_to(folder)))
+    return digests, found
 
 
 def showcase(demo: Path, source: Instance, target: Instance, env: dict, key: Callable[[str], str],
@@ -67,19 +73,17 @@ def showcase(demo: Path, source: Instance, target: Instance, env: dict, key: Cal
     backup_id = complete_backups(storage, "logical")[-1]
     envelope = _envelope(folder, backup_id)
     secret = source.server().query(f"SELECT email FROM {DATABASE}.customer ORDER BY customer_id LIMIT 1")[0][0]
-    files = [p for p in folder.rglob("*") if p.is_file() and p.name != "manifest.json"]
-    found = [str(p.relative_to(folder)) for p in files if secret.encode() in p.read_bytes()]
+    before, found = _files(folder, secret.encode())
     wrapped = [w.get("key_id") for w in envelope.get("wrappings", [])]
     sealed = wrapped == [FIRST] and bool(envelope.get("cipher"))
-    say(f"encrypted backup {backup_id} in {folder.relative_to(demo.parent)}: {len(files)} files sealed "
+    say(f"encrypted backup {backup_id} in {folder.relative_to(demo.parent)}: {len(before)} files sealed "
         f"({envelope.get('cipher')}), data key wrapped under {', '.join(map(str, wrapped))}; the "
         f"customer e-mail {secret!r} is in " + (f"{found} IN THE CLEAR" if found else "none of them"))
-    before = _digests(folder)
     put({ENCRYPTION_CONN: key_connection(key)})
     say(f"rotating: {ENCRYPTION_CONN} now holds {SECOND}, {FIRST} kept in its extras `keys`")
     run_dag("key_rotation", {"destination": dest}, env)
     wrapped = [w.get("key_id") for w in _envelope(folder, backup_id).get("wrappings", [])]
-    same = _digests(folder) == before
+    same = _files(folder, secret.encode())[0] == before
     say(f"after key_rotation the data key is wrapped under {', '.join(map(str, wrapped))}; the data files are "
         + ("the same bytes (only the manifest was written)" if same else "CHANGED"))
     run_dag("backup_verify", {"destination": dest}, env)

@@ -213,9 +213,10 @@ def prove_chunk(storage: Storage, key: str, c: ChunkInfo, compression: str, what
     of a failed statement (MyISAM, Aria), which must not see a byte of a chunk that will be refused. Yields the copy
     as (descriptor at offset 0, sha256 of its bytes), for infile's offer_fd, and closes it after the block. The copy
     is an anonymous file (private_file): an opened (plaintext) chunk is left nowhere on disk, whatever ends the worker."""
+    where = f"{storage.location(key)}{f' ({what})' if what else ''}"
     if seal is not None:
         with opened_chunk(storage, key, c, seal, what, on_bytes) as (fd, sha256):
-            infile.measure_fd(fd, compression, c.raw_bytes, f"{storage.location(key)}{f' ({what})' if what else ''}")
+            infile.measure_fd(fd, compression, c.raw_bytes, where)
             os.lseek(fd, 0, os.SEEK_SET)
             yield fd, sha256
         return
@@ -223,7 +224,7 @@ def prove_chunk(storage: Storage, key: str, c: ChunkInfo, compression: str, what
     try:
         with open(fd, "r+b", closefd=False) as out:
             spool_chunk(storage, key, c.bytes, c.sha256, out, what, on_bytes)
-        infile.measure_fd(fd, compression, c.raw_bytes, f"{storage.location(key)}{f' ({what})' if what else ''}")
+        infile.measure_fd(fd, compression, c.raw_bytes, where)
         os.lseek(fd, 0, os.SEEK_SET)
         yield fd, c.sha256
     finally:
