@@ -394,6 +394,60 @@ def lastline_run(af: Standalone, tgt: Instance, conf: dict, backup_id: str, chun
             "cpu": cpu_between(before, after)}
 
 
+def dump_race(src: Instance, dumps: Path, work: Path, n: int, one: Path | None, tables: list[str]) -> dict:
+    """The race's dump step, one run each on the same source: lastline's dump (its dump task's own work: one snapshot,
+    `n` C workers, zstd, every file durable before the manifest) into dumps/lastline, then, with `one`, mydumper 1.0
+    `--format=LOAD_DATA --rows 250000 -t n` (uncompressed, left in the page cache) into dumps/mydumper1, also timed
+    with a sync(2) after it. Before each, every table is read once (both read from memory) and the disk settled (sync:
+    neither pays for what was written before it). Returns the figures and lastline's backup_id."""
+    server = src.server()
+
+    def ready() -> None:
+        for t in tables:
+            server.query(f"SELECT SUM(LENGTH(c) + LENGTH(pad) + k) FROM sbtest.`{t}`")
+        os.sync()
+
+    def figures(seconds: float, cpu: tuple[float, float]) -> dict:
+        return {"seconds": round(seconds, 2), "cpu_server_s": round(cpu[1], 1), "cpu_rest_s": round(cpu[0] - cpu[1], 1)}
+
+    print("the dump step: the same warm source, 2 threads each", flush=True)
+    out: dict = {}
+    ready()
+    plan = logical_backup.preflight({"source_conn_id": "bench_rsrc", "destination": f"file://{dumps / 'lastline'}",
+                                     "databases": ["sbtest"], "parallel": n})
+    start, t0 = cpu_seconds(src.pid()), time.monotonic()
+    logical_backup.dump(plan)
+    out["lastline"] = figures(time.monotonic() - t0, cpu_since(start, src.pid()))
+    out["backup_id"] = plan.backup_id
+    if one:
+        s1 = work / "mydumper1-source.cnf"  # 1.0 refuses the `protocol` line of the shared option files
+        s1.write_text("".join(line + "\n" for line in option_file_text(src.server(), ("mydumper",)).splitlines()
+                              if not line.startswith("protocol=")))
+        s1.chmod(0o600)
+        ready()
+        start, t0 = cpu_seconds(src.pid()), time.monotonic()
+        subprocess.run([str(one / "mydumper"), f"--defaults-file={s1}", "-B", "sbtest", "-t", str(n), "--rows", "250000",
+                        "--format=LOAD_DATA", "-o", str(dumps / "mydumper1")], check=True, stdout=subprocess.DEVNULL)
+        out["mydumper1"] = figures(time.monotonic() - t0, cpu_since(start, src.pid()))
+        os.sync()
+        out["mydumper1_synced_seconds"] = round(time.monotonic() - t0, 2)
+        s1.unlink()
+        out["ratio"] = round(out["mydumper1"]["seconds"] / out["lastline"]["seconds"], 2)
+        out["ratio_synced"] = round(out["mydumper1_synced_seconds"] / out["lastline"]["seconds"], 2)
+    for name, label in (("lastline", "lastline's dump (zstd, durable)"),
+                        ("mydumper1", f"mydumper 1.0 -t {n} --rows 250000 --format=LOAD_DATA")):
+        if name in out:
+            r = out[name]
+            print(f"  {label:<58} {r['seconds']:7.1f} s  CPU s: server {r['cpu_server_s']:5.1f}, rest "
+                  f"{r['cpu_rest_s']:5.1f}", flush=True)
+    if "ratio" in out:
+        print(f"  mydumper 1.0 with a sync after it: {out['mydumper1_synced_seconds']:.1f} s", flush=True)
+        print(f"  RATIO of the dump step: mydumper 1.0 {out['mydumper1']['seconds']:.1f} s / lastline "
+              f"{out['lastline']['seconds']:.1f} s = {out['ratio']:.2f}x ({out['ratio_synced']:.2f}x with its sync)",
+              flush=True)
+    return out
+
+
 def myloader1_folder(given: str) -> Path | None:
     """The folder of mydumper and myloader 1.0: `given` (--myloader1 or LASTLINE_MYDUMPER1_DIR) if it holds them, else
     bench/.mydumper1, built there by bench/build_mydumper1.sh from LASTLINE_MYDUMPER1_SRC when it does not yet hold
@@ -529,17 +583,15 @@ def main() -> int:
         return int(inst.server().query("SELECT SUM(c) FROM (SELECT COUNT(*) c FROM sbtest.sbtest1 UNION ALL "
                                        f"SELECT COUNT(*) FROM sbtest.{big}) x")[0][0] or 0)
 
-    # the backups every method restores from
+    # the backups every method restores from; lastline's and mydumper 1.0's dumps are the race's dump step, timed
     dumps = work / "dumps"
     shutil.rmtree(dumps, ignore_errors=True)
     dumps.mkdir()
-    plan = logical_backup.preflight({"source_conn_id": "bench_rsrc", "destination": f"file://{dumps / 'lastline'}",
-                         "databases": ["sbtest"], "parallel": n})
-    logical_backup.dump(plan)
-    manifest = read_manifest(open_storage(f"file://{dumps / 'lastline'}"), plan.backup_id, "logical")
+    versions: dict[str, str] = {}
+    dumped = dump_race(src, dumps, work, n, one if run_one else None, list(sizes))
+    manifest = read_manifest(open_storage(f"file://{dumps / 'lastline'}"), dumped.pop("backup_id"), "logical")
     raw_mb = manifest.raw_bytes / 1e6
     chunks = sum(len(t.chunks) for t in manifest.tables)
-    versions = {}
     if run_debian or "sql" in methods:
         with option_file(src.server(), ("client", "mydumper", "mariadb-dump")) as sopt:
             if run_debian:
@@ -548,12 +600,6 @@ def main() -> int:
             if "sql" in methods:
                 sh(f"mariadb-dump --defaults-extra-file={sopt} --single-transaction --databases sbtest > {dumps / 'dump.sql'}")
     if run_one and one:
-        s1 = work / "mydumper1-source.cnf"  # 1.0 refuses the `protocol` line of the shared option files
-        s1.write_text("".join(line + "\n" for line in option_file_text(src.server(), ("mydumper",)).splitlines()
-                              if not line.startswith("protocol=")))
-        s1.chmod(0o600)
-        sh(f"{one / 'mydumper'} --defaults-file={s1} -B sbtest -t {n} --rows 250000 --format=LOAD_DATA "
-           f"-o {dumps / 'mydumper1'}")
         versions["myloader1"] = version(one / "myloader")
     builds = args.index_builds.split(",")
     os.environ["LASTLINE_REPORT_DIR"] = str(work / "reports")
@@ -573,17 +619,60 @@ def main() -> int:
             h = res["headline"]
             print(f"  buffer pool {label:<6} {h['reference']} {h['reference_seconds']:7.1f} s, lastline {h['lastline_seconds']:7.1f} s"
                   f" (outside the load step {h['outside_load_seconds']:.1f} s): {h['ratio']:.2f}x", flush=True)
+    goals = print_goals(pools, dumped) if one_name else {}
     records = Path(args.records)
     records.mkdir(parents=True, exist_ok=True)
     out = records / f"restore-{datetime.now(UTC):%Y%m%dT%H%M%SZ}.json"
     out.write_text(json.dumps({"tables": args.tables, "rows": args.rows, "big": args.big, "parallel": n,
                                "raw_mb": round(raw_mb, 1), "chunks": chunks, "methods": sorted(methods),
                                "index_builds": builds, "rounds": args.rounds, "versions": versions,
-                               "bench_seconds": round(time.monotonic() - started), "pools": pools}, indent=1))
+                               "bench_seconds": round(time.monotonic() - started), "dump": dumped, "goals": goals,
+                               "pools": pools}, indent=1))
     print(f"\nrecorded in {out} ({(time.monotonic() - started) / 60:.0f} min in all); the DAG runs' reports and charts: "
           f"{work / 'reports' / 'logical_restore'}")
     src.stop()
     return 0
+
+
+def print_goals(pools: dict, dumped: dict) -> dict:
+    """The race's goals, each met or not with its figures; for a whole run short of myloader 1.0, where the CPU went
+    (the machine is CPU-bound on its 2 cores: a run lasts about all the CPU it takes over 2): lastline's run per process
+    group against myloader 1.0's server and client. Returns them for the record."""
+    goals: dict = {}
+    print("\nthe race's goals (one run each):", flush=True)
+    for label, res in pools.items():
+        h = res.get("headline")
+        if not h:
+            continue
+        met = h["ratio"] >= 1.0
+        goals[f"whole run at buffer pool {label}"] = {"ratio": h["ratio"], "goal": 1.0, "met": met}
+        print(f"  whole run >= 1.00x myloader 1.0, buffer pool {label:<5}: {h['ratio']:.2f}x  "
+              f"{'met' if met else 'NOT MET'}", flush=True)
+        if not met:
+            run = next(d for k, d in res["lastline_runs"].items() if "warm-up" not in k)
+            ref = next(r for k, r in res["results"].items() if k.startswith("myloader 1.0"))
+            cpu = {k: v for k, v in run["cpu"].items() if v >= 0.1 and k != "machine busy (all cores)"}
+            print(f"    CPU s, lastline's run ({run['seconds']:.1f} s): " + ", ".join(f"{k} {v:.1f}" for k, v in cpu.items())
+                  + f"; all {run['cpu']['machine busy (all cores)']:.1f}", flush=True)
+            print(f"    CPU s, myloader 1.0 ({ref['seconds']:.1f} s): mariadbd (target) {ref['cpu_server_s']:.1f}, "
+                  f"myloader and the rest {ref['cpu_rest_s']:.1f}; all {ref['cpu_server_s'] + ref['cpu_rest_s']:.1f}", flush=True)
+            goals[f"whole run at buffer pool {label}"].update(lastline_cpu=run["cpu"], myloader1_cpu={
+                "server": ref["cpu_server_s"], "rest": ref["cpu_rest_s"]})
+    outside = {label: res["headline"]["outside_load_seconds"] for label, res in pools.items() if res.get("headline")}
+    if outside:
+        met = max(outside.values()) <= 3.0
+        goals["outside the load step"] = {"seconds": outside, "goal": 3.0, "met": met}
+        print("  outside the load step <= 3 s: " + ", ".join(f"{v:.1f} s at {k}" for k, v in outside.items())
+              + f"  {'met' if met else 'NOT MET'}", flush=True)
+    if "ratio" in dumped:
+        met = dumped["ratio"] >= 1.0
+        goals["dump step"] = {"ratio": dumped["ratio"], "goal": 1.0, "met": met}
+        print(f"  dump step >= 1.00x mydumper 1.0 --format=LOAD_DATA: {dumped['ratio']:.2f}x  {'met' if met else 'NOT MET'}"
+              f" (lastline {dumped['lastline']['seconds']:.1f} s, zstd and durable; mydumper 1.0 "
+              f"{dumped['mydumper1']['seconds']:.1f} s uncompressed, {dumped['mydumper1_synced_seconds']:.1f} s with a "
+              "sync after it)", flush=True)
+    print("  at 10 GB and at 10,000 tables >= 1.20x myloader 1.0: make bench-scale", flush=True)
+    return goals
 
 
 def race(args: argparse.Namespace, pool: dict, src: Instance, manifest, dumps: Path, work: Path, env: dict,
