@@ -18,7 +18,7 @@ storage (lastline.airflow.params), so this page, which lists afresh at each view
 Access is Airflow's own (the UI's session cookie or a bearer token): the page and its JSON need read access to both
 backup DAGs (physical_backup and logical_backup), whatever the URL's query says; it shows the restores that verified a
 backup, and the drills, only of the DAGs the user may read. A successful restore run verified the backup its restore's
-preflight resolved and opened (its `backup` XCom: `<destination>/latest` counts for the backup it was), never what its
+preflight resolved and opened (its plan's `backup`: `<destination>/latest` counts for the backup it was), never what its
 conf asked for. A restore's page needs read access to that restore.
 """
 from __future__ import annotations
@@ -66,7 +66,8 @@ def _readable(user: Any) -> set[str]:
 def _verifications(dag_ids: set[str]) -> dict[str, list[dict[str, Any]]]:
     """The newest 500 successful runs of the restores `dag_ids`, by the backup each restored (the one its restore's
     preflight resolved: `latest` too; lastline.inventory.verifications), oldest first: each verified it. Two queries
-    whatever the number of runs: the runs, then their preflights' `backup` XComs."""
+    whatever the number of runs: the runs, then their preflights' plans (each one's `return_value` XCom, whose
+    `backup` names it)."""
     from airflow.models.dagrun import DagRun
     from airflow.models.xcom import XComModel
     from airflow.utils.session import create_session
@@ -80,9 +81,10 @@ def _verifications(dag_ids: set[str]) -> dict[str, list[dict[str, Any]]]:
                                .where(DagRun.dag_id.in_(sorted(dag_ids)), DagRun.state == "success")
                                .order_by(DagRun.end_date.desc()).limit(500)).all()
         rows = session.execute(select(XComModel.dag_id, XComModel.run_id, XComModel.task_id, XComModel.value)
-                               .where(XComModel.dag_run_id.in_([r.id for r in runs]), XComModel.key == "backup",
+                               .where(XComModel.dag_run_id.in_([r.id for r in runs]), XComModel.key == "return_value",
                                       XComModel.task_id.in_(preflights), XComModel.map_index == -1)).all() if runs else []
-    plans = [(r.dag_id, r.run_id, r.task_id, XComModel.deserialize_value(r)) for r in rows]
+    plans = [(r.dag_id, r.run_id, r.task_id, plan.get("backup") if isinstance(plan := XComModel.deserialize_value(r), dict)
+              else None) for r in rows]
     finished = [(r.dag_id, r.run_id, r.end_date.strftime("%Y-%m-%dT%H:%M:%SZ") if r.end_date else "") for r in reversed(runs)]
     return inventory.verifications(finished, plans)
 

@@ -321,7 +321,7 @@ RESTORE_PREFLIGHTS: dict[str, tuple[str, ...]] = {"logical_restore": ("preflight
 
 
 def backup_restored(dag_id: str, task_id: str, value: Any) -> str | None:
-    """`<destination>/<id>` of the backup `dag_id`'s restore preflight `task_id` opened (its `backup` XCom, a
+    """`<destination>/<id>` of the backup `dag_id`'s restore preflight `task_id` opened (its plan's `backup`, a
     BackupRef's dict form: an id, a kind, its manifest pinned), else None."""
     if task_id not in RESTORE_PREFLIGHTS.get(dag_id, ()) or not isinstance(value, dict):
         return None
@@ -332,7 +332,7 @@ def backup_restored(dag_id: str, task_id: str, value: Any) -> str | None:
 
 def verifications(runs: list[tuple[str, str, str]], plans: list[tuple[str, str, str, Any]]) -> dict[str, list[dict[str, Any]]]:
     """Successful restore runs ((dag_id, run_id, finished), oldest first) by the backup each verified, from their
-    preflights' `backup` XComs `plans` ((dag_id, run_id, task_id, value)); a run naming none, or two, verified none."""
+    preflights' plans' `backup` `plans` ((dag_id, run_id, task_id, value)); a run naming none, or two, verified none."""
     restored: dict[tuple[str, str], set[str | None]] = {}
     for dag_id, run_id, task_id, value in plans:
         if task_id in RESTORE_PREFLIGHTS.get(dag_id, ()):  # another task's `backup` (a staging refresh's own plan)

@@ -88,9 +88,10 @@ def body(plan: dict) -> str:
 
 
 def deciding(preflight: Callable[..., dict]) -> Callable[..., dict]:
-    """`preflight` (a task's callable returning its plan as a dict, with multiple_outputs) deciding the approval: with
-    nothing at risk, the ApproveReplacement tasks right after its task are skipped as it ends, its plan pushed as the
-    task runner pushes a return value (each key, then the whole), which a skip would otherwise leave out."""
+    """`preflight` (a task's callable returning its plan as a dict) deciding the approval: with nothing at risk, the
+    ApproveReplacement tasks right after its task are skipped as it ends, its plan pushed as the task runner pushes a
+    return value (each key too where the task has multiple_outputs, then the whole), which a skip would otherwise
+    leave out."""
 
     @functools.wraps(preflight)
     def call(*args: Any, **kwargs: Any) -> dict:
@@ -103,7 +104,7 @@ def deciding(preflight: Callable[..., dict]) -> Callable[..., dict]:
             return plan
         log.info("no approval needed (nothing on the target is replaced, the restore resumes, or the target asks no "
                  "approval): %s skipped", ", ".join(approvals))
-        for key, value in plan.items():
+        for key, value in plan.items() if getattr(ti.task, "multiple_outputs", False) else ():
             ti.xcom_push(key, value)
         ti.xcom_push("return_value", plan)
         raise DownstreamTasksSkipped(tasks=approvals)

@@ -106,3 +106,28 @@ def test_approved_goes_on(operator):
 def test_rejected_or_unanswered_is_a_refusal(operator, event, said):
     with pytest.raises(Refusal, match=said):
         operator.execute_complete({}, event)
+
+
+@pytest.mark.parametrize("multiple_outputs", [False, True], ids=["the-plan-whole", "each-key-too"])
+def test_a_preflight_with_nothing_at_risk_skips_its_approval_and_pushes_its_plan_as_the_task_runner_would(
+        monkeypatch, multiple_outputs):
+    from types import SimpleNamespace
+
+    from airflow.sdk.exceptions import DownstreamTasksSkipped
+
+    from lastline.airflow import approval
+
+    pushed: list[str] = []
+    approve = ApproveReplacement.__new__(ApproveReplacement)  # only its type is read
+    object.__setattr__(approve, "task_id", "approve")  # past BaseOperator.__setattr__ (no __init__ ran)
+    ti = SimpleNamespace(task=SimpleNamespace(downstream_list=[approve], multiple_outputs=multiple_outputs),
+                         xcom_push=lambda key, value: pushed.append(key))
+    monkeypatch.setattr(approval, "get_current_context", lambda: {"ti": ti})
+    plan = {"backup": {"backup_id": "b"}, "at_risk": None, "bytes": 1}
+    with pytest.raises(DownstreamTasksSkipped) as skipped:
+        approval.deciding(lambda: plan)()
+    assert skipped.value.tasks == ["approve"]
+    # one XCom a key costs the task an api-server round trip: the restores' preflights push the plan whole only
+    assert pushed == (["backup", "at_risk", "bytes", "return_value"] if multiple_outputs else ["return_value"])
+    # at risk: no skip, the plan returned for the task runner to push
+    assert approval.deciding(lambda: {**plan, "at_risk": {"tables": 1}})()["at_risk"] == {"tables": 1}

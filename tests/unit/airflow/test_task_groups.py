@@ -98,7 +98,7 @@ def test_a_restore_asks_approval_of_its_preflight_s_plan_and_passes_the_dag_s_ro
     dag, _made, _after = _built(group, conf, role="staging_refresh")
     preflight, approve = dag.task_dict["restore.preflight"], dag.task_dict["restore.approve"]
     assert preflight.op_args == (conf,) and preflight.op_kwargs == {"role": "staging_refresh"}  # never the conf's role
-    assert preflight.multiple_outputs
+    assert not preflight.multiple_outputs  # one XCom, the plan whole (each key its own XCom: a round trip each)
     assert isinstance(approve, ApproveReplacement) and approve.downstream_task_ids == {next_step}  # before anything is touched
     assert approve.plan.operator is preflight and approve.plan.key == "return_value"  # the plan it shows the approver
     # its preflight skips approve as it ends when no one is asked: no task starts for it
