@@ -394,6 +394,20 @@ def lastline_run(af: Standalone, tgt: Instance, conf: dict, backup_id: str, chun
             "cpu": cpu_between(before, after)}
 
 
+def clean(inst: Instance, limit: float = 600) -> None:
+    """Wait until `inst`'s buffer pool holds no dirty page (flushing them at once meanwhile: innodb_max_dirty_pages_pct 0,
+    then back), at most `limit` seconds."""
+    server = inst.server()
+    pct = server.query("SELECT @@GLOBAL.innodb_max_dirty_pages_pct")[0][0]
+    server.query("SET GLOBAL innodb_max_dirty_pages_pct = 0")
+    try:
+        deadline = time.monotonic() + limit
+        while int(server.query("SHOW GLOBAL STATUS LIKE 'Innodb_buffer_pool_pages_dirty'")[0][1]) and time.monotonic() < deadline:
+            time.sleep(0.5)
+    finally:
+        server.query(f"SET GLOBAL innodb_max_dirty_pages_pct = {float(pct)}")
+
+
 def dump_race(src: Instance, dumps: Path, work: Path, n: int, one: Path | None, tables: list[str]) -> dict:
     """The race's dump step, one run each on the same source, both ways a source is found: warm (every table read once
     before each dump: both read from memory) and cold (the source restarted before each: its buffer pool empty, every
@@ -406,8 +420,10 @@ def dump_race(src: Instance, dumps: Path, work: Path, n: int, one: Path | None, 
     out: dict = {}
 
     def ready(how: str) -> None:
+        clean(src)  # no dump pays for flushing what the data's generation (or a dump before it) left dirty
         if how == "cold":
             src.stop()
+            (src.datadir / "ib_buffer_pool").unlink(missing_ok=True)  # else the server reloads its pages as it starts
             src.start()
         else:
             for t in tables:
@@ -433,12 +449,15 @@ def dump_race(src: Instance, dumps: Path, work: Path, n: int, one: Path | None, 
 
     def mydumper1(folder: Path) -> None:
         assert one is not None
-        s1.write_text("".join(line + "\n" for line in option_file_text(src.server(), ("mydumper",)).splitlines()
-                              if not line.startswith("protocol=")))
-        s1.chmod(0o600)
-        subprocess.run([str(one / "mydumper"), f"--defaults-file={s1}", "-B", "sbtest", "-t", str(n), "--rows", "250000",
-                        "--format=LOAD_DATA", "-o", str(folder)], check=True, stdout=subprocess.DEVNULL)
-        s1.unlink()
+        s1.touch(0o600)
+        s1.chmod(0o600)  # (a file left by a killed run keeps its mode on touch)
+        try:  # the option file holds the source's password: never left behind
+            s1.write_text("".join(line + "\n" for line in option_file_text(src.server(), ("mydumper",)).splitlines()
+                                  if not line.startswith("protocol=")))
+            subprocess.run([str(one / "mydumper"), f"--defaults-file={s1}", "-B", "sbtest", "-t", str(n), "--rows",
+                            "250000", "--format=LOAD_DATA", "-o", str(folder)], check=True, stdout=subprocess.DEVNULL)
+        finally:
+            s1.unlink(missing_ok=True)
 
     print("the dump step, 2 threads each, on a warm source (every table read first) and a cold one (restarted):",
           flush=True)
@@ -634,7 +653,7 @@ def main() -> int:
             h = res["headline"]
             print(f"  buffer pool {label:<6} {h['reference']} {h['reference_seconds']:7.1f} s, lastline {h['lastline_seconds']:7.1f} s"
                   f" (outside the load step {h['outside_load_seconds']:.1f} s): {h['ratio']:.2f}x", flush=True)
-    goals = print_goals(pools, dumped) if one_name else {}
+    goals = print_goals(pools, dumped)
     records = Path(args.records)
     records.mkdir(parents=True, exist_ok=True)
     out = records / f"restore-{datetime.now(UTC):%Y%m%dT%H%M%SZ}.json"
@@ -661,17 +680,17 @@ def print_goals(pools: dict, dumped: dict) -> dict:
             continue
         met = h["ratio"] >= 1.0
         goals[f"whole run at buffer pool {label}"] = {"ratio": h["ratio"], "goal": 1.0, "met": met}
-        print(f"  whole run >= 1.00x myloader 1.0, buffer pool {label:<5}: {h['ratio']:.2f}x  "
+        print(f"  whole run >= 1.00x {h['reference']}, buffer pool {label:<5}: {h['ratio']:.2f}x  "
               f"{'met' if met else 'NOT MET'}", flush=True)
         if not met:
             run = next(d for k, d in res["lastline_runs"].items() if "warm-up" not in k)
-            ref = next(r for k, r in res["results"].items() if k.startswith("myloader 1.0"))
+            ref = next(r for k, r in res["results"].items() if k.startswith(h["reference"]))
             cpu = {k: v for k, v in run["cpu"].items() if v >= 0.1 and k != "machine busy (all cores)"}
             print(f"    CPU s, lastline's run ({run['seconds']:.1f} s): " + ", ".join(f"{k} {v:.1f}" for k, v in cpu.items())
                   + f"; all {run['cpu']['machine busy (all cores)']:.1f}", flush=True)
-            print(f"    CPU s, myloader 1.0 ({ref['seconds']:.1f} s): mariadbd (target) {ref['cpu_server_s']:.1f}, "
+            print(f"    CPU s, {h['reference']} ({ref['seconds']:.1f} s): mariadbd (target) {ref['cpu_server_s']:.1f}, "
                   f"myloader and the rest {ref['cpu_rest_s']:.1f}; all {ref['cpu_server_s'] + ref['cpu_rest_s']:.1f}", flush=True)
-            goals[f"whole run at buffer pool {label}"].update(lastline_cpu=run["cpu"], myloader1_cpu={
+            goals[f"whole run at buffer pool {label}"].update(lastline_cpu=run["cpu"], reference_cpu={
                 "server": ref["cpu_server_s"], "rest": ref["cpu_rest_s"]})
     outside = {label: res["headline"]["outside_load_seconds"] for label, res in pools.items() if res.get("headline")}
     if outside:
@@ -751,9 +770,13 @@ def race(args: argparse.Namespace, pool: dict, src: Instance, manifest, dumps: P
                                       if not line.startswith("protocol=")))
                 t1.chmod(0o600)
                 drop(tgt)
+                try:  # the option file holds the target's password: never left behind
+                    seconds = timed(f"{one / 'myloader'} --defaults-file={t1} -t {n} --optimize-keys=AFTER_IMPORT_ALL_TABLES "
+                                    f"-d {dumps / 'mydumper1'}")
+                finally:
+                    t1.unlink(missing_ok=True)
                 record(f"myloader 1.0 -t {n} --optimize-keys=AFTER_IMPORT_ALL_TABLES (mydumper 1.0 --format=LOAD_DATA){suffix}",
-                       timed(f"{one / 'myloader'} --defaults-file={t1} -t {n} --optimize-keys=AFTER_IMPORT_ALL_TABLES "
-                             f"-d {dumps / 'mydumper1'}"))
+                       seconds)
             if "sql" in methods:
                 drop(tgt)
                 record(f"mariadb < dump.sql (mariadb-dump){suffix}",

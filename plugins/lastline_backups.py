@@ -71,18 +71,20 @@ def _verifications(dag_ids: set[str]) -> dict[str, list[dict[str, Any]]]:
     from airflow.models.dagrun import DagRun
     from airflow.models.xcom import XComModel
     from airflow.utils.session import create_session
-    from sqlalchemy import select
+    from sqlalchemy import and_, or_, select
 
     if not dag_ids:
         return {}
-    preflights = sorted({t for d in dag_ids for t in inventory.RESTORE_PREFLIGHTS.get(d, ())})
+    # each DAG's own restore preflights only (staging_refresh and restore_drill have a `preflight` of their own)
+    preflights = or_(*(and_(XComModel.dag_id == d, XComModel.task_id.in_(inventory.RESTORE_PREFLIGHTS.get(d, ())))
+                       for d in sorted(dag_ids)))
     with create_session() as session:
         runs = session.execute(select(DagRun.id, DagRun.dag_id, DagRun.run_id, DagRun.end_date)
                                .where(DagRun.dag_id.in_(sorted(dag_ids)), DagRun.state == "success")
                                .order_by(DagRun.end_date.desc()).limit(500)).all()
         rows = session.execute(select(XComModel.dag_id, XComModel.run_id, XComModel.task_id, XComModel.value)
                                .where(XComModel.dag_run_id.in_([r.id for r in runs]), XComModel.key == "return_value",
-                                      XComModel.task_id.in_(preflights), XComModel.map_index == -1)).all() if runs else []
+                                      preflights, XComModel.map_index == -1)).all() if runs else []
     plans = [(r.dag_id, r.run_id, r.task_id, plan.get("backup") if isinstance(plan := XComModel.deserialize_value(r), dict)
               else None) for r in rows]
     finished = [(r.dag_id, r.run_id, r.end_date.strftime("%Y-%m-%dT%H:%M:%SZ") if r.end_date else "") for r in reversed(runs)]

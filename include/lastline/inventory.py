@@ -313,7 +313,7 @@ def listing(verifications: dict[str, list[dict[str, Any]]] | None = None, now: d
             for url, aws in destinations()]
 
 
-# Each restoring DAG's restore preflight (its restore task group's): its plan's `backup` (an XCom row of its own) is the
+# Each restoring DAG's restore preflight (its restore task group's): its plan's `backup` (in its return_value XCom) is the
 # backup the run opened, `latest` resolved, its manifest pinned. A run's conf is never read: it is not what was restored.
 RESTORE_PREFLIGHTS: dict[str, tuple[str, ...]] = {"logical_restore": ("preflight",), "physical_restore": ("preflight",),
     "staging_refresh": ("restore.preflight",), "restore_drill": ("logical.preflight", "physical.preflight"),

@@ -64,17 +64,18 @@ def cores() -> int:
 
 def machine(n: int) -> dict[str, str]:
     """What fits a machine of `n` cores, where the deployment's values are for its workers (each has 4 task slots,
-    `--concurrency 4`, and each database server a pool of 2): every task, source's and target's, runs here."""
-    # a task mostly waits on its server or on one tool: two per core, at least 4 (a restore's serial chain beside a
-    # backup and the archive); and as many slots again, since a task's slot can stay held for up to [workers]
-    # min_heartbeat_interval (5 s) after the task ended (Airflow's task supervisor can miss its process's exit until
-    # its next heartbeat): with 4 on 2 cores, a restore's second lane waited a second for a slot; at most Airflow's
-    # own default of 32
-    parallelism = str(min(32, max(8, 4 * n)))
+    `--concurrency 4`, for its database server's pool of 2): every task, source's and target's, runs here."""
+    # tasks at once (the default pool): a task mostly waits on its server or on one tool, two per core, at least 4 (a
+    # restore's serial chain beside a backup and the archive), at most Airflow's own default parallelism of 32
+    tasks = min(32, max(4, 2 * n))
     return {
-        "AIRFLOW__CORE__PARALLELISM": parallelism,
-        # the default pool as setup creates the home (`db migrate`): the same cap, not Airflow's 128
-        "AIRFLOW__CORE__DEFAULT_POOL_TASK_SLOT_COUNT": parallelism,
+        # task processes: twice the tasks, since one's slot can stay held up to [workers] min_heartbeat_interval (5 s)
+        # after its task ended (Airflow's task supervisor, once the task closed its sockets, can wait that long in
+        # select before it reaps the process), while the pool's slot is free at once: with 4 on 2 cores, a restore's
+        # second lane waited a second for a process
+        "AIRFLOW__CORE__PARALLELISM": str(2 * tasks),
+        # the default pool as setup creates the home (`db migrate`), not Airflow's 128
+        "AIRFLOW__CORE__DEFAULT_POOL_TASK_SLOT_COUNT": str(tasks),
         "AIRFLOW__API__WORKERS": "1",
         "AIRFLOW__API__HOST": "127.0.0.1",  # a local Airflow: never on the network unless asked
     }
