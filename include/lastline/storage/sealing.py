@@ -121,6 +121,17 @@ def _check_chunk_size(chunk_size: int) -> None:
         raise ValueError(f"a chunk size is {MIN_CHUNK} to {MAX_CHUNK} bytes, not {chunk_size}")
 
 
+def sealed_header(key: DataKey, backup_id: str, name: str, cipher: str = DEFAULT_CIPHER,
+                  chunk_size: int = CHUNK_SIZE) -> tuple[bytes, bytes]:
+    """(header, AEAD key) of a new object `name`, under a fresh salt: SealWriter's, and the dump worker's (in C)."""
+    if cipher not in CIPHERS:
+        raise ValueError(f"cipher {cipher!r} is not one of {', '.join(CIPHERS)}")
+    _check_chunk_size(chunk_size)
+    fields = _FIELDS.pack(MAGIC, VERSION, CIPHERS[cipher], chunk_size, os.urandom(32))
+    aead_key, mac_key = _keys(key, cipher, chunk_size, fields[-32:], backup_id, name)
+    return fields + hmac.new(mac_key, fields, hashlib.sha256).digest(), aead_key
+
+
 class SealWriter:
     """Seals what is written into `sink` (a binary file-like object) as object `name` of backup `backup_id`.
 
@@ -129,16 +140,11 @@ class SealWriter:
 
     def __init__(self, sink: Sink, key: DataKey, backup_id: str, name: str, *, cipher: str = DEFAULT_CIPHER,
                  chunk_size: int = CHUNK_SIZE) -> None:
-        if cipher not in CIPHERS:
-            raise ValueError(f"cipher {cipher!r} is not one of {', '.join(CIPHERS)}")
-        _check_chunk_size(chunk_size)
-        salt = os.urandom(32)
-        self._fields = _FIELDS.pack(MAGIC, VERSION, CIPHERS[cipher], chunk_size, salt)
-        aead_key, mac_key = _keys(key, cipher, chunk_size, salt, backup_id, name)
-        self._aead, self._sink, self._size = _aead(cipher, aead_key), sink, chunk_size
+        header, aead_key = sealed_header(key, backup_id, name, cipher, chunk_size)
+        self._fields, self._aead, self._sink, self._size = header[:_FIELDS.size], _aead(cipher, aead_key), sink, chunk_size
         self._buf, self._index, self._closed = bytearray(), 0, False
         self.bytes_in, self.bytes_out = 0, HEADER_SIZE
-        sink.write(self._fields + hmac.new(mac_key, self._fields, hashlib.sha256).digest())
+        sink.write(header)
 
     def writable(self) -> bool:
         return True
