@@ -1,7 +1,9 @@
 """Where a dump part's bytes go: the part's own file, written by the worker itself through a descriptor handed over
 (DirectPart: a local folder, compressed in the worker or not at all), or a pipe drained by a thread into the
-storage's writer, through a compressor process if one is used, sealed if the backup is encrypted (PartWriter: S3, SSH,
-pigz, encrypted). Either is committed only when the worker says the part is whole, and aborted otherwise."""
+storage's writer, through a compressor process if one is used (PartWriter: S3, SSH, pigz). An encrypted part is
+sealed by the worker as it writes (handed the part's AEAD key and header with the descriptor: `handover()`), so the
+thread only moves and hashes sealed bytes; only behind a compressor process does the thread seal (SealWriter). Either
+is committed only when the worker says the part is whole, and aborted otherwise."""
 from __future__ import annotations
 
 import errno
@@ -18,7 +20,7 @@ from lastline.core.errors import PipelineError, StorageError
 from lastline.core.pipeline import widen_pipe
 from lastline.storage import Storage, Writer
 from lastline.storage.envelope import BackupSeal
-from lastline.storage.sealing import SealWriter
+from lastline.storage.sealing import SealWriter, sealed_header
 
 # compressions the worker does itself (libzstd level 1 with a content checksum, as `zstd -1` writes):
 # the raw lines then never cross a pipe (`make bench-logical ARGS=--design` times both ways)
@@ -27,15 +29,26 @@ READ_BLOCK = 1 << 20
 BUILT_FROM = "lastline-tsvdump (native/tsvdump.c)"
 
 
+def _handover(kind: bytes, key: str, seal: BackupSeal | None) -> bytes:
+    """The answer to the worker's NEED (its descriptor goes with it): F (the part's file) or O (a pipe); sealed by the
+    worker, S, the kind, the part's AEAD key (32 bytes) and its header (storage.sealing, a fresh salt). The key crosses
+    the control socket only."""
+    if seal is None:
+        return kind
+    header, aead_key = sealed_header(seal.data_key, seal.backup_id, key, seal.cipher, seal.chunk_size)
+    return b"S" + kind + aead_key + header
+
+
 class PartWriter:
     """A pipe whose read end is compressed (or not) into `key` of storage; committed only by commit().
 
     The write end goes to the worker; the file is written through `<key>.partial` by the storage
-    writer, and discarded by abort() (a part is never taken for complete unless the worker said so)."""
+    writer, and discarded by abort() (a part is never taken for complete unless the worker said so). With `seal`, the
+    worker seals what it writes, or, behind a compressor process, the thread seals what it reads."""
 
     def __init__(self, storage: Storage, key: str, compression: str, priority: str = "normal",
                  seal: BackupSeal | None = None) -> None:
-        self.storage, self.key, self.seal = storage, key, seal
+        self.storage, self.key = storage, key
         self.read_fd, self.write_fd = os.pipe()
         widen_pipe(self.write_fd)
         c = codec(compression)
@@ -52,6 +65,9 @@ class PartWriter:
             source = self.proc.stdout.fileno()
             widen_pipe(source)
         self.source = source
+        # who seals: the thread, behind a compressor process; the worker, which writes what is stored, otherwise
+        self.seal: BackupSeal | None = seal if self.proc else None
+        self.worker_seal: BackupSeal | None = None if self.proc else seal
         self.decided = threading.Event()
         self.commit_ok = False
         self.bytes = 0
@@ -75,6 +91,10 @@ class PartWriter:
                 self.bytes, self.sha256 = stored.bytes, stored.digest.hexdigest()
         except BaseException as exc:  # noqa: BLE001 - reported by commit()
             self.error = exc
+
+    def handover(self) -> bytes:
+        """The answer to the worker's NEED: a pipe, sealed by the worker unless a compressor process reads it."""
+        return _handover(b"O", self.key, self.worker_seal)
 
     def handed_over(self) -> None:
         """The worker has its own copy of the write end: close ours, so its close is the end of file."""
@@ -139,12 +159,16 @@ class _Hashed:
 
 class DirectPart:
     """A part the worker writes straight into its file under the destination (`<key>.partial`, made as the storage's
-    writer makes it): the worker counts and hashes what it writes; commit() checks the file's size against that count
-    and renames it. Same interface as PartWriter."""
+    writer makes it): the worker counts and hashes what it writes (sealed, with `seal`); commit() checks the file's
+    size against that count and renames it. Same interface as PartWriter."""
 
-    def __init__(self, key: str, writer: Writer, fd: int) -> None:
-        self.key, self.writer, self.write_fd = key, writer, fd
+    def __init__(self, key: str, writer: Writer, fd: int, seal: BackupSeal | None = None) -> None:
+        self.key, self.writer, self.write_fd, self.seal = key, writer, fd, seal
         self.bytes, self.sha256 = -1, ""
+
+    def handover(self) -> bytes:
+        """The answer to the worker's NEED: the part's file, sealed by the worker if the backup is encrypted."""
+        return _handover(b"F", self.key, self.seal)
 
     def handed_over(self) -> None:
         """Nothing: the worker writes through its own copy of the descriptor and closes it at the part's end; ours
@@ -184,14 +208,14 @@ Part = PartWriter | DirectPart
 
 
 def open_part(storage: Storage, key: str, compression: str, priority: str = "normal", seal: BackupSeal | None = None) -> Part:
-    """Where a part's bytes go: its own file, written by the worker, where the destination is a local folder, the
-    worker writes the file's bytes as they are (it compresses with zstd, or there is nothing to compress) and nothing is
-    sealed; otherwise a PartWriter (a pipe drained into the storage's writer by a thread, through a compressor process
-    if one is used, sealed with `seal` if the backup is encrypted). Parts are made durable all at once before the
-    manifest (the storage's sync())."""
-    if seal is None and storage.local_files and (compression in IN_WORKER or codec(compression).tool is None):
+    """Where a part's bytes go: its own file, written by the worker, where the destination is a local folder and the
+    worker writes the file's bytes as they are stored (it compresses with zstd, or there is nothing to compress; it
+    seals with `seal` if the backup is encrypted); otherwise a PartWriter (a pipe drained into the storage's writer by a
+    thread, through a compressor process if one is used). Parts are made durable all at once before the manifest (the
+    storage's sync())."""
+    if storage.local_files and (compression in IN_WORKER or codec(compression).tool is None):
         writer = storage.writer(key, durable=False)
         fd = writer.fileno()
         assert fd is not None, "a storage with local_files writes files"
-        return DirectPart(key, writer, fd)
+        return DirectPart(key, writer, fd, seal)
     return PartWriter(storage, key, compression, priority, seal)

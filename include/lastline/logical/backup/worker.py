@@ -3,7 +3,8 @@
 `lastline-tsvdump` (native/tsvdump.c, built by `make setup`) connects to the source with a 0600 option
 file, opens its transaction when the coordinator says so, and streams each chunk query's rows, escaped
 in one linear pass, into a descriptor the coordinator hands over (SCM_RIGHTS) for each part: the part's own file
-in a local folder, else a pipe to the storage's writer (logical.backup.parts). Each worker has its own core and no
+in a local folder, else a pipe to the storage's writer (logical.backup.parts); an encrypted backup's part is sealed by
+the worker, handed the part's AEAD key and header with the descriptor. Each worker has its own core and no
 interpreter lock. See the C file for the message protocol.
 """
 from __future__ import annotations
@@ -20,13 +21,14 @@ from pathlib import Path
 
 from lastline.core import impact, stopping
 from lastline.core.child_env import child_env
-from lastline.core.errors import ConfigError, ServerError
+from lastline.core.errors import ConfigError, PipelineError, ServerError
 from lastline.core.option_files import option_file
 from lastline.core.servers import Server
-from lastline.logical.backup.parts import IN_WORKER, DirectPart, Part
+from lastline.logical.backup.parts import BUILT_FROM, IN_WORKER, DirectPart, Part
 
 BINARY = "lastline-tsvdump"
 SOURCE = Path(__file__).resolve().parents[1] / "native" / "tsvdump.c"
+NO_OUTPUT = "ERR 0 expected an output for the next part"  # a worker's answer to a NEED's answer it does not know
 
 
 def binary() -> str:
@@ -142,6 +144,7 @@ class DumpWorker:
         # the last finished part stays uncommitted until the query ends without an error or a warning
         # (the server reports warnings only then); earlier parts of a long query are committed as they end
         pending: tuple[str, Part, int, int, int] | None = None
+        sealed = False  # the current part is sealed by the worker
 
         def commit_pending() -> None:
             nonlocal pending
@@ -162,7 +165,9 @@ class DumpWorker:
                 verb, _, rest = answer.partition(" ")
                 if verb == "NEED":
                     current = new_part(len(parts) + (pending is not None))
-                    socket.send_fds(self.sock, [b"F" if isinstance(current[1], DirectPart) else b"O"], [current[1].write_fd])
+                    handover = current[1].handover()
+                    sealed = handover.startswith(b"S")
+                    socket.send_fds(self.sock, [handover], [current[1].write_fd])
                     current[1].handed_over()
                 elif verb == "PART":
                     rows_, raw_, checksum_, *file = rest.split()
@@ -180,6 +185,9 @@ class DumpWorker:
                 elif verb == "WFAIL" and current is not None and isinstance(current[1], DirectPart):
                     code, _, text = rest.partition(" ")
                     raise current[1].write_failed(int(code) if code.isdigit() else 0, text)
+                elif answer == NO_OUTPUT and sealed:
+                    raise PipelineError(f"the dump worker does not seal parts (it refused the part's key): an older "
+                                        f"{BUILT_FROM}? Run `make setup` (or rebuild the image) to build it again.")
                 elif verb == "WARN":
                     count, _, text = rest.partition(" ")
                     raise WorkerWarning(0, f"{count} warning(s): {text}")

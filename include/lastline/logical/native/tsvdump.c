@@ -23,6 +23,17 @@
  *   "O" + one fd (SCM_RIGHTS)   the answer to NEED: where the part's lines go (the write end of a pipe)
  *   "F" + one fd (SCM_RIGHTS)   the same, the part's file itself (a local destination): the worker counts and
  *                           hashes what it writes, so the coordinator needs no pipe, no thread and no copy
+ *   "S" <F|O> <AEAD key: 32 bytes> <header: 76 bytes> + one fd
+ *                           the same as "F" or "O", the part sealed (lastline-seal/1, storage/sealing.py): the
+ *                           worker writes the header the coordinator built, then the part's bytes (compressed or
+ *                           not) cut into chunks of the header's chunk size, chunk i sealed with the header's
+ *                           cipher (EVP AES-256-GCM or ChaCha20-Poly1305) under the key, nonce i (11 bytes,
+ *                           big-endian) | final flag, the header's first 44 bytes as associated data, its 16-byte
+ *                           tag after it; every chunk full but the last (0 to the chunk size), which is sealed
+ *                           final when the part ends whole, never when it is abandoned (it reads as truncated).
+ *                           The key lives in the cipher context for the part only, wiped when it ends or is
+ *                           abandoned; an "S" part given with "F" is counted and hashed as stored, header included.
+ *                           A header the worker does not take: "ERR 0 a sealed part's ..." (nothing written)
  *   SIGUSR1                 give way: the dump in progress stops at its next row, drains its result and
  *                           answers "ERR 1317 gave way" (its parts are not complete); nothing if none runs
  *   "R" <bytes per second>  pace every later dump: the rows this connection fetches, at most that many
@@ -46,6 +57,7 @@
 #include <sys/uio.h>
 #include <time.h>
 #include <unistd.h>
+#include <openssl/crypto.h>
 #include <openssl/evp.h>
 #include <zstd.h>
 
@@ -82,7 +94,7 @@ static void reply_error(void) {
     reply("ERR %u %s", mysql_errno(db), mysql_error(db));
 }
 
-static void write_all(const unsigned char *p, size_t n) {
+static void write_all(const unsigned char *p, size_t n) { /* the bytes as stored */
     if (hashing && n && !outerr) {
         if (EVP_DigestUpdate(hctx, p, n) != 1) outerr = EIO;
         written += n;
@@ -99,6 +111,120 @@ static void write_all(const unsigned char *p, size_t n) {
     }
 }
 
+/* a sealed part (see "S" above): the chunk pending (the final one is known only when a further byte arrives or the
+   part ends) and the cipher context holding the part's key */
+#define SEAL_FIELDS 44
+#define SEAL_HEADER (SEAL_FIELDS + 32)
+#define SEAL_KEY 32
+#define SEAL_TAG 16
+static EVP_CIPHER_CTX *sctx;
+static int sealing;
+static unsigned char seal_aad[SEAL_FIELDS];
+static unsigned char *sbuf; /* the pending chunk's plaintext */
+static size_t scap, schunk, slen;
+static unsigned long long sindex;
+static unsigned char sealed_out[OUT_CAP];
+
+static void seal_wipe(void) { /* the part ended or was abandoned: its key goes */
+    if (sctx) EVP_CIPHER_CTX_reset(sctx);
+    sealing = 0;
+    slen = 0;
+}
+
+static void seal_chunk(const unsigned char *p, size_t n, int final) {
+    if (outerr) return;
+    unsigned char nonce[12] = {0}, tag[SEAL_TAG];
+    unsigned long long i = sindex++;
+    for (int k = 10; k >= 3; k--, i >>= 8) nonce[k] = (unsigned char)(i & 0xff); /* an index fits in 8 bytes */
+    nonce[11] = final ? 1 : 0;
+    int len = 0;
+    if (EVP_EncryptInit_ex(sctx, NULL, NULL, NULL, nonce) != 1 || EVP_EncryptUpdate(sctx, NULL, &len, seal_aad, SEAL_FIELDS) != 1) {
+        outerr = EIO;
+        return;
+    }
+    while (n && !outerr) {
+        int take = n > OUT_CAP ? OUT_CAP : (int)n;
+        if (EVP_EncryptUpdate(sctx, sealed_out, &len, p, take) != 1) {
+            outerr = EIO;
+            return;
+        }
+        write_all(sealed_out, (size_t)len);
+        p += take;
+        n -= (size_t)take;
+    }
+    if (outerr) return;
+    if (EVP_EncryptFinal_ex(sctx, sealed_out, &len) != 1 || EVP_CIPHER_CTX_ctrl(sctx, EVP_CTRL_AEAD_GET_TAG, SEAL_TAG, tag) != 1) {
+        outerr = EIO;
+        return;
+    }
+    write_all(sealed_out, (size_t)len); /* nothing for these stream ciphers */
+    write_all(tag, SEAL_TAG);
+}
+
+/* the part's bytes as they come, sealed chunk by chunk: a full chunk is sealed (not final) once a byte follows it,
+   straight from `p` when nothing is pending */
+static void seal_put(const unsigned char *p, size_t n) {
+    while (n && !outerr) {
+        if (slen == schunk) {
+            seal_chunk(sbuf, slen, 0);
+            slen = 0;
+        } else if (slen == 0 && n > schunk) {
+            seal_chunk(p, schunk, 0);
+            p += schunk;
+            n -= schunk;
+        } else {
+            size_t take = n < schunk - slen ? n : schunk - slen;
+            memcpy(sbuf + slen, p, take);
+            slen += take;
+            p += take;
+            n -= take;
+        }
+    }
+}
+
+/* the part's "S" message (kind, key, header): the cipher keyed, the header written; open_part's -2 if the header is
+   not one of lastline-seal/1, -3 if memory ran out. The key is wiped from the message either way. */
+static int seal_begin(unsigned char *msg, int n) {
+    unsigned char *key = msg + 2, *header = msg + 2 + SEAL_KEY;
+    const EVP_CIPHER *cipher = NULL;
+    size_t size = 0;
+    if (n == 2 + SEAL_KEY + SEAL_HEADER && memcmp(header, "LLSEAL", 6) == 0 && header[6] == 1) {
+        cipher = header[7] == 1 ? EVP_aes_256_gcm() : header[7] == 2 ? EVP_chacha20_poly1305() : NULL;
+        size = (size_t)header[8] << 24 | (size_t)header[9] << 16 | (size_t)header[10] << 8 | header[11];
+    }
+    int fail = cipher && size >= 1024 && size <= (64 << 20) ? 0 : -2;
+    if (!fail && scap < size) {
+        free(sbuf);
+        sbuf = malloc(size);
+        scap = sbuf ? size : 0;
+    }
+    if (!fail && !sctx) sctx = EVP_CIPHER_CTX_new();
+    if (!fail && (!sbuf || !sctx || EVP_EncryptInit_ex(sctx, cipher, NULL, NULL, NULL) != 1 ||
+                  EVP_CIPHER_CTX_ctrl(sctx, EVP_CTRL_AEAD_SET_IVLEN, 12, NULL) != 1 ||
+                  EVP_EncryptInit_ex(sctx, NULL, NULL, key, NULL) != 1))
+        fail = -3;
+    OPENSSL_cleanse(key, SEAL_KEY);
+    if (fail) {
+        seal_wipe();
+        return fail;
+    }
+    memcpy(seal_aad, header, SEAL_FIELDS);
+    schunk = size;
+    slen = 0;
+    sindex = 0;
+    sealing = 1;
+    write_all(header, SEAL_HEADER);
+    return 0;
+}
+
+/* the bytes of the part as the dump makes them (compressed or not): sealed, or as they are */
+static void part_bytes(const unsigned char *p, size_t n) {
+    if (sealing)
+        seal_put(p, n);
+    else
+        write_all(p, n);
+}
+
 static ZSTD_CCtx *zctx; /* NULL: parts are written raw */
 static unsigned char *zbuf;
 static size_t zcap;
@@ -107,7 +233,7 @@ static size_t zcap;
 static void emit(const unsigned char *p, size_t n, ZSTD_EndDirective mode) {
     outbytes += n;
     if (!zctx) {
-        write_all(p, n);
+        part_bytes(p, n);
         return;
     }
     ZSTD_inBuffer in = {p, n, 0};
@@ -118,7 +244,7 @@ static void emit(const unsigned char *p, size_t n, ZSTD_EndDirective mode) {
             outerr = EIO;
             return;
         }
-        write_all(zbuf, out.pos);
+        part_bytes(zbuf, out.pos);
         if (outerr) return;
         if (mode == ZSTD_e_end ? left == 0 : in.pos == in.size) return;
     }
@@ -222,25 +348,32 @@ static void do_exec(const char *sql, size_t len) {
 
 static int compress_parts;
 
+/* the next part's output: 0, or -1 (no output given, or a clear part's setup failed), -2 (a sealed part's message
+   this worker does not take), -3 (a sealed part's setup failed: out of memory) */
 static int open_part(char *buf) {
     reply("NEED");
     int fd = -1;
     int n = recv_msg(buf, MAX_MSG, &fd);
     if (n < 0) _exit(0);
-    if ((buf[0] != 'O' && buf[0] != 'F') || fd < 0) {
+    int sealed = buf[0] == 'S';
+    char kind = sealed ? buf[1] : buf[0]; /* buf[n] is 0 */
+    seal_wipe();
+    if ((kind != 'O' && kind != 'F') || fd < 0) {
+        if (sealed) OPENSSL_cleanse(buf, (size_t)n);
         if (fd >= 0) close(fd);
-        return -1;
+        return sealed ? -2 : -1;
     }
     outlen = 0;
     outbytes = 0;
     outerr = 0;
     written = 0;
-    hashing = buf[0] == 'F';
+    hashing = kind == 'F';
     if (hashing) {
         if (!hctx) hctx = EVP_MD_CTX_new();
         if (!hctx || EVP_DigestInit_ex(hctx, EVP_sha256(), NULL) != 1) {
+            if (sealed) OPENSSL_cleanse(buf, (size_t)n);
             close(fd);
-            return -1;
+            return sealed ? -3 : -1;
         }
     }
     if (compress_parts) {
@@ -249,8 +382,9 @@ static int open_part(char *buf) {
             zcap = ZSTD_CStreamOutSize() * 8;
             zbuf = malloc(zcap);
             if (!zctx || !zbuf) {
+                if (sealed) OPENSSL_cleanse(buf, (size_t)n);
                 close(fd);
-                return -1;
+                return sealed ? -3 : -1;
             }
         }
         ZSTD_CCtx_reset(zctx, ZSTD_reset_session_only);
@@ -261,12 +395,21 @@ static int open_part(char *buf) {
         zctx = NULL;
     }
     outfd = fd; /* last: a part whose setup failed leaves no output open */
+    int refused = sealed ? seal_begin((unsigned char *)buf, n) : 0; /* writes the header */
+    if (refused) {
+        close(fd);
+        outfd = -1;
+        return refused;
+    }
     return 0;
 }
 
+/* the part ends whole: its last bytes out, a sealed part's final chunk, the file closed */
 static void close_part(void) {
     emit(outbuf, outlen, ZSTD_e_end);
     outlen = 0;
+    if (sealing && !outerr) seal_chunk(sbuf, slen, 1);
+    seal_wipe();
     if (close(outfd) != 0 && !outerr && hashing) outerr = errno; /* a network filesystem may say it only here */
     outfd = -1;
     part_sha[0] = 0;
@@ -276,6 +419,13 @@ static void close_part(void) {
         if (EVP_DigestFinal_ex(hctx, md, &len) != 1) outerr = EIO;
         for (unsigned int i = 0; i < len; i++) snprintf(part_sha + 2 * i, 3, "%02x", md[i]);
     }
+}
+
+/* the part is abandoned: closed as it is (a sealed one without its final chunk: it reads as truncated) */
+static void drop_part(void) {
+    if (outfd >= 0) close(outfd);
+    outfd = -1;
+    seal_wipe();
 }
 
 /* "PART ...": the part's rows, raw bytes and row-hash sum; for a part file, what was written and its sha256 */
@@ -372,10 +522,7 @@ static void do_dump(char *buf, const char *sql, size_t len, unsigned long long l
     MYSQL_ROW row;
     while ((row = mysql_fetch_row(res))) {
         if (give_way) {
-            if (outfd >= 0) {
-                close(outfd);
-                outfd = -1;
-            }
+            drop_part();
             mysql_free_result(res); /* reads what is left unpaced (the server may be stopping it already) */
             unsigned int lost = mysql_errno(db);
             if (lost == 2006 || lost == 2013) { /* the connection went while draining: not a yield */
@@ -391,9 +538,15 @@ static void do_dump(char *buf, const char *sql, size_t len, unsigned long long l
             for (unsigned int i = 0; i < nf; i++) row_bytes += lengths[i];
             pace(row_bytes);
         }
-        if (outfd < 0 && open_part(buf) < 0) {
+        int opened = outfd < 0 ? open_part(buf) : 0;
+        if (opened < 0) {
             mysql_free_result(res);
-            reply("ERR 0 expected an output for the next part");
+            if (opened == -2)
+                reply("ERR 0 a sealed part's message is not one this worker takes (its kind, or its lastline-seal/1 header)");
+            else if (opened == -3)
+                reply("ERR 0 could not set up the next part's output (out of memory)");
+            else
+                reply("ERR 0 expected an output for the next part");
             return;
         }
         for (unsigned int i = 0; i < data; i++) {
@@ -408,7 +561,10 @@ static void do_dump(char *buf, const char *sql, size_t len, unsigned long long l
         put1('\n');
         const char *h = row[data];
         if (!h) {
-            close_part();
+            if (sealing)
+                drop_part(); /* never a final chunk for a part that is not whole */
+            else
+                close_part();
             mysql_free_result(res);
             reply("ERR 0 the row hash was NULL (row %llu of the query)", rows + 1);
             return;
@@ -431,8 +587,7 @@ static void do_dump(char *buf, const char *sql, size_t len, unsigned long long l
         /* the reader is gone: cut the connection rather than read the rest of the result (the server
            stops the query when it can no longer send); this worker cannot be used again */
         int e = outerr;
-        if (outfd >= 0) close(outfd);
-        outfd = -1;
+        drop_part();
         shutdown(mysql_get_socket(db), SHUT_RDWR);
         mysql_free_result(res);
         if (hashing) /* its own file: the destination refused the write */
@@ -445,10 +600,7 @@ static void do_dump(char *buf, const char *sql, size_t len, unsigned long long l
     if (err) {
         char msg[4096];
         snprintf(msg, sizeof msg, "%s", mysql_error(db));
-        if (outfd >= 0) {
-            close(outfd);
-            outfd = -1;
-        }
+        drop_part();
         mysql_free_result(res);
         reply("ERR %u %s", err, msg);
         return;
@@ -523,6 +675,7 @@ int main(int argc, char **argv) {
             compress_parts = buf[21] == 'z';
             do_dump(buf, buf + 22, (size_t)n - 22, limit ? limit : ~0ULL);
         } else {
+            OPENSSL_cleanse(buf, (size_t)n); /* a sealed part's key sent out of turn included */
             reply("ERR 0 unknown command");
         }
     }

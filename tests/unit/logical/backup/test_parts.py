@@ -1,8 +1,9 @@
 """logical.backup.parts: where a dump part's bytes go. On a local folder the worker writes the part's own file
 (DirectPart), checked against what it says it wrote; elsewhere, or through a compressor process, a pipe drained into
-the storage's writer (PartWriter), sealed there when the backup is encrypted. Either leaves a file only when committed,
-never when aborted. Here the test writes
-the bytes into the descriptor a worker would get."""
+the storage's writer (PartWriter). An encrypted part is sealed by the worker (it is handed the part's AEAD key and
+header with the descriptor), but behind a compressor process, which Python's SealWriter seals after. Either leaves a
+file only when committed, never when aborted. Here the test writes the bytes into the descriptor a worker would get
+(tests/unit/logical/backup/test_worker_sealing.py has the real worker seal)."""
 from __future__ import annotations
 
 import gzip
@@ -12,6 +13,7 @@ import os
 import shutil
 
 import pytest
+from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 from lastline.core.errors import PipelineError, StorageError
 from lastline.logical.backup.parts import DirectPart, PartWriter, open_part
@@ -117,20 +119,54 @@ def _seal() -> BackupSeal:
     return BackupSeal(DataKey.generate(), "b1", "aes-256-gcm", sealing.MIN_CHUNK)
 
 
+def _as_the_worker_seals(message: bytes, plain: bytes) -> bytes:
+    """What the worker writes for a part of less than a chunk given `message` (S, F or O, AEAD key, header)."""
+    aead_key, header = message[2:34], message[34:]
+    return header + AESGCM(aead_key).encrypt(bytes(11) + b"\x01", plain, header[:44])
+
+
 @pytest.mark.parametrize("compression", ["none", "zstd"], ids=["plain", "zstd-in-the-worker"])
-def test_an_encrypted_part_goes_through_a_pipe_and_is_sealed_under_its_key(store, compression):
+def test_an_encrypted_part_in_a_local_folder_is_the_workers_own_file_sealed_by_it(store, compression):
     seal = _seal()
     part = open_part(store, KEY, compression, seal=seal)
-    assert isinstance(part, PartWriter)  # never the worker's own file: the bytes are sealed on their way
+    assert isinstance(part, DirectPart)  # no pipe and no thread: the worker seals as it writes
+    message = part.handover()
+    assert message[:2] == b"SF" and len(message) == 2 + 32 + sealing.HEADER_SIZE
+    assert message[2:34] != seal.data_key.raw() and part.handover()[34:] != message[34:]  # a fresh salt each time
+    stored = _as_the_worker_seals(message, DATA[:500])
+    _worker_writes(part, stored)
+    part.reported([str(len(stored)), hashlib.sha256(stored).hexdigest()])
+    assert part.commit() == (len(stored), hashlib.sha256(stored).hexdigest())
+    assert seal.reader(io.BytesIO(store.read_bytes(KEY)), KEY).read() == DATA[:500]  # the header Python built
+    with pytest.raises(sealing.SealError, match="its header"):
+        seal.reader(io.BytesIO(stored), "b1/data/db/t/00001-000.tsv").read()  # bound to its name
+
+
+def test_an_encrypted_part_through_a_pipe_is_stored_as_the_worker_sealed_it(store):
+    seal = _seal()
+    part = PartWriter(store, KEY, "zstd", seal=seal)  # a destination that is not a local folder: S3, SSH
+    message = part.handover()
+    assert message[:2] == b"SO"
+    stored = _as_the_worker_seals(message, DATA[:500])
+    _worker_writes(part, stored)
+    part.complete()
+    assert part.commit() == (len(stored), hashlib.sha256(stored).hexdigest())  # the manifest pins the bytes at rest
+    assert store.read_bytes(KEY) == stored  # moved and hashed, not sealed again
+    assert seal.reader(io.BytesIO(stored), KEY).read() == DATA[:500]
+
+
+def test_an_encrypted_part_behind_a_compressor_process_is_sealed_in_python(store):
+    if not shutil.which("pigz"):
+        pytest.skip("pigz is not installed")
+    seal = _seal()
+    part = open_part(store, KEY, "pigz", seal=seal)
+    assert isinstance(part, PartWriter) and part.handover() == b"O"  # the worker's lines go to pigz unsealed
     _worker_writes(part, DATA)
     part.complete()
     nbytes, sha = part.commit()
     stored = store.read_bytes(KEY)
-    assert (nbytes, sha) == (len(stored), hashlib.sha256(stored).hexdigest())  # the manifest pins the bytes at rest
-    assert stored.startswith(sealing.MAGIC) and b"1\tone\n" not in stored
-    assert seal.reader(io.BytesIO(stored), KEY).read() == DATA
-    with pytest.raises(sealing.SealError, match="its header"):
-        seal.reader(io.BytesIO(stored), "b1/data/db/t/00001-000.tsv").read()  # bound to its name
+    assert (nbytes, sha) == (len(stored), hashlib.sha256(stored).hexdigest())
+    assert stored.startswith(sealing.MAGIC) and gzip.decompress(seal.reader(io.BytesIO(stored), KEY).read()) == DATA
 
 
 def test_an_aborted_encrypted_part_leaves_nothing(store):
