@@ -2,13 +2,15 @@
 Airflow runs them (dag.test), with a key connection holding a current key, an older one and a recipient's private key.
 While they run, every process's command line and environment is sampled, and every file in the temporary folder the
 runs have is read; afterwards no key, in any form the connection holds it or a tool could be handed it (its text, its
-bytes, hex, base64), and neither backup's data key, is in a sample, a task log, an XCom value of either run, a file left
-in the backup folders or the temporary folder, or anything under Airflow's home (its metadata DB included)."""
+bytes, hex, base64), neither backup's data key, and no chunk file's AEAD key (the dump worker's, handed over on its
+control socket) is in a sample, a task log, an XCom value of either run, a file left in the backup folders or the
+temporary folder, or anything under Airflow's home (its metadata DB included)."""
 from __future__ import annotations
 
 import base64
 import binascii
 import hashlib
+import io
 import os
 import secrets
 import subprocess
@@ -21,7 +23,7 @@ from tests.e2e.physical_restore.test_physical_e2e import PsWatcher
 from lastline.backups import backup_seal
 from lastline.logical.format.dialect import qualified, quote_ident
 from lastline.manifest import read_manifest
-from lastline.storage import encryption_keys, open_storage
+from lastline.storage import encryption_keys, open_storage, sealing
 from lastline_dev.keys import encryption_connection
 
 pytestmark = pytest.mark.e2e
@@ -90,7 +92,8 @@ def tiny_db(logical_source):
     server.query(f"DROP DATABASE IF EXISTS {quote_ident(DB)}")
     server.query(f"CREATE DATABASE {quote_ident(DB)}")
     server.query(f"CREATE TABLE {qualified(DB, 't')} (id INT PRIMARY KEY, v VARCHAR(40)) ENGINE=InnoDB")
-    server.query(f"INSERT INTO {qualified(DB, 't')} SELECT seq, CONCAT('row ', seq) FROM mysql.seq_1_to_200")
+    with server.session(autocommit=True) as cur:  # server.query commits nothing: the rows would never be dumped
+        cur.execute(f"INSERT INTO {qualified(DB, 't')} SELECT seq, CONCAT('row ', seq) FROM mysql.seq_1_to_200")
     yield
     server.query(f"DROP DATABASE IF EXISTS {quote_ident(DB)}")
 
@@ -123,7 +126,16 @@ def test_no_key_in_ps_logs_xcom_or_files_of_an_encrypted_physical_and_logical_ba
         storage = open_storage(dest.as_uri())
         manifest = read_manifest(storage, storage.list_backups()[-1], kind)
         assert [w["key_id"] for w in manifest.encryption["wrappings"]] == ["sec-k2", "ops"], manifest.encryption
-        data_keys.append(backup_seal(storage, manifest).data_key.raw())
+        seal = backup_seal(storage, manifest)
+        data_keys.append(seal.data_key.raw())
+    # each chunk file's AEAD key, which the dump worker was handed with its descriptor (its control socket only)
+    chunk_files = list(logical.rglob("*.tsv.zst"))
+    for path in chunk_files:
+        header = path.read_bytes()[:sealing.HEADER_SIZE]
+        name = path.relative_to(logical).as_posix()
+        data_keys.append(sealing._keys(seal.data_key, seal.cipher, seal.chunk_size, header[12:44], seal.backup_id, name)[0])
+    assert chunk_files and all(seal.reader(io.BytesIO(p.read_bytes()), p.relative_to(logical).as_posix()).read()
+                               for p in chunk_files)  # the keys derived are the files' own
     stored = os.environ["AIRFLOW_CONN_LASTLINE_ENCRYPTION_SECRECY"].encode()  # the connection, as the worker has it
     assert all(any(f in stored for f in _forms(key)) for key in (current, older, private))  # the forms cover it
     forbidden = {f for key in (current, older, private, *data_keys) for f in _forms(key)}
