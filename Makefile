@@ -50,7 +50,8 @@ bench-logical:
 # bench-restore, the canonical race: 8 sysbench-shaped tables x 1M rows + one of 4M, 2 threads each; lastline's logical_restore on
 # bin/airflow standalone (a warm-up run, then one, timed from the run's start to its end in the metadata DB) against myloader 1.0
 # --optimize-keys=AFTER_IMPORT_ALL_TABLES of a mydumper 1.0 --format=LOAD_DATA dump, at buffer pools 4G and 512M (~12 min). Prints per
-# pool the ratio, lastline's task timeline, trigger-to-first-row, last-row-to-end and CPU per process group; a record in bench/records.
+# pool the ratio, lastline's task timeline, trigger-to-first-row, last-row-to-end and CPU per process group; the dump step (lastline's dump
+# against mydumper 1.0, on a warm source and a cold one) and the issue's goals, met or not; a record in bench/records.
 # myloader 1.0 comes from bench/.mydumper1, built by bench/build_mydumper1.sh from LASTLINE_MYDUMPER1_SRC (a checkout:
 # git clone --branch v1.0.1-3 https://github.com/mydumper/mydumper); without it the race says so and uses Debian's 0.10.
 # ARGS add the other methods and the older race (bench/logical_restore_bench.py's docstring); quick: ARGS="--tables 2 --rows 50000 --pools 512M"

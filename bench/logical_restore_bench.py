@@ -7,8 +7,9 @@ at two buffer pools: the canonical race, one command.
 The default race (about 12 minutes here, 2 of them generating the data; `--reuse` keeps it):
 
 - data: 8 sysbench-shaped tables of `--rows` 1M rows plus one table `--big` 4 times bigger (sbtest_big), 12M rows,
-  about 2.3 GB of TSV, generated in-server; dumped once by lastline's dump and by `mydumper 1.0 --format=LOAD_DATA
-  --rows 250000`, 2 threads each;
+  about 2.3 GB of TSV, generated in-server; the dump step: lastline's dump and `mydumper 1.0 --format=LOAD_DATA --rows
+  250000`, 2 threads each, timed on a warm source (every table read first) and on a cold one (restarted, its buffer
+  pool empty), each after the source's dirty pages are flushed (dump_race); the warm dumps are what the restores use;
 - target: one sandbox with the restore profile in its my.cnf (redo 1G, doublewrite off, flush_log_at_trx_commit=0,
   skip-log-bin, autoinc lock mode 2, no adaptive hash index, max_allowed_packet 1G, io_capacity 2000), fresh for each
   of `--pools` 4G (the data fits in memory) and 512M (the data about 4x the pool), the same for both methods;
@@ -30,7 +31,8 @@ end); each task's queued, start and
 end from the metadata DB, with the scheduler's hop to it and its start-up; the CPU seconds each process group used
 from the trigger to the end, read from /proc per process before and after (scheduler; the LocalExecutor's workers with
 the task processes they start; dag-processor, api-server, triggerer; the target's mariadbd; this bench; the rest of
-the machine). Writes a JSON record to bench/records/.
+the machine). At its end, the issue's goals, each met or NOT met, with where the CPU went for a whole run short of
+myloader 1.0 (print_goals). Writes a JSON record to bench/records/.
 
 Other methods and the older race, behind flags:
 
