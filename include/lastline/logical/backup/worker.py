@@ -168,6 +168,7 @@ class DumpWorker:
                     handover = current[1].handover()
                     sealed = handover.startswith(b"S")
                     socket.send_fds(self.sock, [handover], [current[1].write_fd])
+                    del handover  # a sealed part's key: not left for a traceback's locals
                     current[1].handed_over()
                 elif verb == "PART":
                     rows_, raw_, checksum_, *file = rest.split()

@@ -53,6 +53,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
 #include <time.h>
@@ -125,8 +126,9 @@ static size_t scap, schunk, slen;
 static unsigned long long sindex;
 static unsigned char sealed_out[OUT_CAP];
 
-static void seal_wipe(void) { /* the part ended or was abandoned: its key goes */
+static void seal_wipe(void) { /* the part ended or was abandoned: its key goes, and the plaintext it held */
     if (sctx) EVP_CIPHER_CTX_reset(sctx);
+    if (sbuf) OPENSSL_cleanse(sbuf, slen);
     sealing = 0;
     slen = 0;
 }
@@ -194,7 +196,7 @@ static int seal_begin(unsigned char *msg, int n) {
     }
     int fail = cipher && size >= 1024 && size <= (64 << 20) ? 0 : -2;
     if (!fail && scap < size) {
-        free(sbuf);
+        OPENSSL_clear_free(sbuf, scap);
         sbuf = malloc(size);
         scap = sbuf ? size : 0;
     }
@@ -632,6 +634,9 @@ int main(int argc, char **argv) {
         return 2;
     }
     CTL = atoi(argv[2]);
+    /* no core file, whatever kills it: a sealed part's key and rows are in this process's memory */
+    struct rlimit no_core = {0, 0};
+    setrlimit(RLIMIT_CORE, &no_core);
     signal(SIGPIPE, SIG_IGN);
     signal(SIGXFSZ, SIG_IGN); /* a file-size limit: write() fails with EFBIG (WFAIL), the process is not killed */
     struct sigaction sa;

@@ -221,3 +221,15 @@ def test_a_clear_part_is_handed_over_as_before(store):
         assert isinstance(part, DirectPart) and part.handover() == b"F"
     finally:
         part.abort()
+
+
+@pytest.mark.parametrize("size", [sealing.CHUNK_SIZE, sealing.CHUNK_SIZE + 1], ids=["exactly-a-chunk", "a-chunk-and-a-byte"])
+def test_a_part_sealed_at_the_default_chunk_size_opens_with_the_python_reader(worker, store, size):
+    # the chunk size the backups use (its header bytes parsed whole; a chunk sealed in several EVP updates)
+    seal = BackupSeal(DataKey.generate(), "b1", "aes-256-gcm", sealing.CHUNK_SIZE)
+    sql, plain = _one_row(size)
+    [part] = Dump(store, seal).run(worker, sql).parts
+    stored = store.read_bytes(part.key)
+    assert len(stored) == sealing.sealed_size(len(plain), sealing.CHUNK_SIZE)
+    reader = seal.reader(io.BytesIO(stored), part.key)
+    assert reader.chunk_size == sealing.CHUNK_SIZE and reader.read() == plain
