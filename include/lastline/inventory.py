@@ -332,7 +332,7 @@ def backup_restored(dag_id: str, task_id: str, value: Any) -> str | None:
 
 def verifications(runs: list[tuple[str, str, str]], plans: list[tuple[str, str, str, Any]]) -> dict[str, list[dict[str, Any]]]:
     """Successful restore runs ((dag_id, run_id, finished), oldest first) by the backup each verified, from their
-    preflights' plans' `backup` `plans` ((dag_id, run_id, task_id, value)); a run naming none, or two, verified none."""
+    preflights' plans `plans` ((dag_id, run_id, task_id, the plan's `backup`)); a run naming none, or two, verified none."""
     restored: dict[tuple[str, str], set[str | None]] = {}
     for dag_id, run_id, task_id, value in plans:
         if task_id in RESTORE_PREFLIGHTS.get(dag_id, ()):  # another task's `backup` (a staging refresh's own plan)

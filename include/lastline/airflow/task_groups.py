@@ -72,8 +72,7 @@ def logical_restore_steps(conf: Any = None, server_param: str = "target_conn_id"
     # the teardown's one setup is the snapshot (it only reads): once it passed, revert runs whatever prepare, the lanes
     # or finalize do; prepare is no setup, so clearing a lane or finalize never plans the restore again
     reverted = step(logical_restore.revert, **target)(plan).as_teardown(setups=snap, on_failure_fail_dagrun=True)
-    verified = step(verify, **target)(plan, snap, XComArg(lanes.operator, key="steps"), loads,
-                                                             finalized, reverted)
+    verified = step(verify, **target)(plan, snap, XComArg(lanes.operator, key="steps"), loads, finalized, reverted)
     snap >> lanes
     loads >> finalized >> reverted >> verified
     finalized >> verified  # a failed load or finalize is never verified, though revert runs
