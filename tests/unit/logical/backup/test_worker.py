@@ -4,11 +4,14 @@ statements, streams a query into parts of at most `part_rows` rows with the sum 
 server error and a warning as errors (nothing of such a query is taken as complete)."""
 from __future__ import annotations
 
+import contextlib
 import os
+from collections.abc import Iterator
 
 import pytest
 
 from lastline.core.errors import ConfigError
+from lastline.core.servers import Server
 from lastline.logical.backup.parts import open_part
 from lastline.logical.backup.worker import BINARY, DumpWorker, WorkerError, WorkerWarning, _error, binary
 from lastline.storage.file import FileStorage
@@ -44,23 +47,31 @@ def test_binary_is_the_named_executable_or_refused(tmp_path, monkeypatch):
 DB = "unit_worker"
 
 
-@pytest.fixture
-def worker(target):
-    """A worker on the target sandbox, and DB.t with 10 rows; dropped and closed after."""
-    server = target.server()
-    server.query(f"DROP DATABASE IF EXISTS {DB}")
-    server.query(f"CREATE DATABASE {DB}")
+@contextlib.contextmanager
+def worker_in(server: Server, db: str, label: str, *setup: str) -> Iterator[DumpWorker]:
+    """A worker on `server` beside a database `db` of its own, made with the `setup` statements (committed); the
+    database dropped and the worker closed after."""
+    server.query(f"DROP DATABASE IF EXISTS {db}")
+    server.query(f"CREATE DATABASE {db}")
     try:
-        server.query(f"CREATE TABLE {DB}.t (id INT PRIMARY KEY, v VARCHAR(8) NULL)")
         with server.session(autocommit=True) as cur:
-            cur.execute(f"INSERT INTO {DB}.t SELECT seq, IF(seq % 3, CONCAT('v\\t', seq), NULL) FROM {DB}.seq_1_to_10")
-        w = DumpWorker(server, "unit")
+            for statement in setup:
+                cur.execute(statement)
+        w = DumpWorker(server, label)
         try:
             yield w
         finally:
             w.close()
     finally:
-        server.query(f"DROP DATABASE IF EXISTS {DB}")
+        server.query(f"DROP DATABASE IF EXISTS {db}")
+
+
+@pytest.fixture
+def worker(target):
+    """A worker on the target sandbox, and DB.t with 10 rows; dropped and closed after."""
+    with worker_in(target.server(), DB, "unit", f"CREATE TABLE {DB}.t (id INT PRIMARY KEY, v VARCHAR(8) NULL)",
+                   f"INSERT INTO {DB}.t SELECT seq, IF(seq % 3, CONCAT('v\\t', seq), NULL) FROM {DB}.seq_1_to_10") as w:
+        yield w
 
 
 def test_a_query_streams_into_parts_with_its_rows_hashes(worker, tmp_path):

@@ -19,6 +19,7 @@ import subprocess
 import threading
 
 import pytest
+from tests.unit.logical.backup.test_worker import worker_in
 
 from lastline.core.errors import PipelineError
 from lastline.logical.backup.parts import DirectPart, PartWriter, open_part
@@ -39,17 +40,8 @@ def _seal(cipher: str = "aes-256-gcm") -> BackupSeal:
 
 @pytest.fixture(scope="module")
 def worker(target):
-    server = target.server()
-    server.query(f"DROP DATABASE IF EXISTS {DB}")
-    server.query(f"CREATE DATABASE {DB}")
-    try:
-        w = DumpWorker(server, "unit-seal")
-        try:
-            yield w
-        finally:
-            w.close()
-    finally:
-        server.query(f"DROP DATABASE IF EXISTS {DB}")
+    with worker_in(target.server(), DB, "unit-seal") as w:
+        yield w
 
 
 @pytest.fixture
