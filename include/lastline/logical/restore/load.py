@@ -19,6 +19,7 @@ units at once between them (which lane loads which unit: logical.restore.lanes).
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import os
 import time
@@ -41,6 +42,7 @@ from lastline.manifest import ChunkInfo, LogicalManifest, LogicalTable
 from lastline.storage import Storage
 
 log = logging.getLogger(__name__)
+LEDGER_TRIES = 5  # a chunk's ledger INSERT, chosen as a deadlock's victim (see Loader.load_chunk)
 
 
 class Lane:
@@ -181,16 +183,24 @@ class Loader:
         """Load one chunk of a transactional table exactly once; False if the ledger already had it. `checked`:
         before the commit, the chunk's rows (those `where` picks; None: the whole table) must have the
         manifest's count and checksum, kept on its ledger row (logical.restore.verify)."""
-        try:
-            self.cur.execute(
-                f"INSERT INTO {META_DB}.ledger (backup_id, file, rows_loaded) VALUES (%s, %s, %s)",
-                (self.manifest.backup_id, c.file, c.rows),
-            )
-        except Exception as exc:
-            self.conn.rollback()
-            if sql_error(exc)[0] == 1062:  # another loader got it in first
-                return False
-            raise
+        for attempt in range(1, LEDGER_TRIES + 1):
+            try:
+                self.cur.execute(
+                    f"INSERT INTO {META_DB}.ledger (backup_id, file, rows_loaded) VALUES (%s, %s, %s)",
+                    (self.manifest.backup_id, c.file, c.rows),
+                )
+                break
+            except Exception as exc:
+                self.conn.rollback()
+                code = sql_error(exc)[0]
+                if code == 1062:  # another loader got it in first
+                    return False
+                # two loaders waited on the row of a third that rolled back (a lane and its helper, or two runs): the
+                # server picks one as a deadlock's victim; it asks again, and finds the row free or the other's
+                if code != 1213 or attempt == LEDGER_TRIES:
+                    raise
+                log.info("chunk %s: its ledger row was contended (deadlock, try %d of %d); asking again", c.file, attempt,
+                         LEDGER_TRIES)
         try:
             self._stream_into(t, c)
             if checked:
@@ -238,15 +248,27 @@ class Loader:
 
 
 def load_unit(server: Server, storage: Storage, manifest: LogicalManifest, unit: WorkUnit, parallel: int,
-              create: Creates | None = None, tables: dict[tuple[str, str], LogicalTable] | None = None) -> UnitLoaded:
+              create: Creates | None = None, tables: dict[tuple[str, str], LogicalTable] | None = None,
+              backwards: bool = False) -> UnitLoaded:
     """Load every chunk of `unit` not yet in the ledger, each table created first when `create` gives its statement
-    (None: they exist already; `tables`: the manifest's by name, if the caller has them); returns UnitLoaded."""
+    (None: they exist already; `tables`: the manifest's by name, if the caller has them); returns UnitLoaded.
+
+    `backwards`: help the lane that holds `unit` (logical.restore.lanes): its transactional chunks from the last one
+    down, until one is found in the ledger (that lane got there; a chunk it is loading is waited for on its ledger
+    row), so the two meet and the rest of the unit takes about half the time. Each chunk is still loaded exactly
+    once; the holding lane goes on in key order, finds the rest in the ledger, and completes the unit's tables."""
     tables = tables if tables is not None else {(t.schema, t.name): t for t in manifest.tables}
+    if backwards:
+        unit = dataclasses.replace(unit, parts=[p for p in reversed(unit.parts) if p.last >= p.first and
+                                                tables[(p.schema, p.table)].engine.lower() not in NON_TRANSACTIONAL])
     total_chunks = sum(p.last - p.first + 1 for p in unit.parts)
-    progress = Progress(f"load {unit.name}", unit.bytes, counts={"chunks": total_chunks, "rows": None})
+    progress = Progress(f"{'help' if backwards else 'load'} {unit.name}", None if backwards else unit.bytes,
+                        counts={"chunks": None if backwards else total_chunks, "rows": None})
     stats: dict[str, dict] = {}
     started_at = time.time()
     created, create_seconds = 0, 0.0
+    helped, met = 0, False  # backwards: chunks this lane loaded; whether it met the holding lane
+    by_others = 0  # forward: chunks a lane that helped loaded while this one went
     with Lane(server, parallel, unit.name):
         loader = Loader(server, storage, manifest, progress)
         maker = None
@@ -257,16 +279,18 @@ def load_unit(server: Server, storage: Storage, manifest: LogicalManifest, unit:
             if create is not None:
                 maker = TableMaker(server, create)
                 # its empty tables first: once any chunk of a unit is in the ledger, its tables without chunks exist
-                # (a unit found loaded whole creates nothing: lanes.load_lane)
+                # (a unit found loaded whole creates them if they are not: lanes.load_lane)
                 parts = sorted(parts, key=lambda p: p.last >= p.first)
             for part in parts:
                 t = tables[(part.schema, part.table)]
                 chunks = t.chunks[part.first: part.last + 1]
-                if maker is not None:  # every part: the ranges of a split table may reach other lanes first
+                if maker is not None and not (backwards and any(c.file in done for c in chunks)):
+                    # every part: the ranges of a split table may reach other lanes first (helping, a part the
+                    # holding lane has begun exists: its CREATE would wait for the holder's chunk to commit)
                     t0 = time.monotonic()
                     created += maker.make(t.schema, t.name)
                     create_seconds += time.monotonic() - t0
-                t0, checks0 = time.monotonic(), loader.check_seconds
+                t0, checks0, helped_before, by_others_before = time.monotonic(), loader.check_seconds, helped, by_others
                 loaded_rows = loaded_bytes = skipped = 0
                 if t.engine.lower() in NON_TRANSACTIONAL:
                     if all(c.file in done for c in chunks):
@@ -274,23 +298,41 @@ def load_unit(server: Server, storage: Storage, manifest: LogicalManifest, unit:
                     else:
                         loader.load_whole(t)
                         loaded_rows, loaded_bytes = t.rows, t.raw_bytes
+                elif backwards:  # from the top down, until the holding lane's chunks (see the doc)
+                    wheres = chunk_checks(manifest, t)
+                    for i, c in reversed(list(enumerate(chunks, part.first))):
+                        if c.file in done and not helped:
+                            continue  # above where this lane starts: another helper's, or an earlier try's
+                        if c.file in done or not loader.load_chunk(t, c, wheres is not None, wheres[i] if wheres else None):
+                            met = True
+                            break
+                        loaded_rows += c.rows
+                        loaded_bytes += c.raw_bytes
+                        helped += 1
                 else:
                     wheres = chunk_checks(manifest, t)
                     for i, c in enumerate(chunks, part.first):
                         if c.file in done or not loader.load_chunk(t, c, wheres is not None, wheres[i] if wheres else None):
-                            skipped += 1
+                            if c.file in done:
+                                skipped += 1  # an earlier try's
+                            else:
+                                by_others += 1  # a lane that helped (or another run) loaded it meanwhile
                             progress.count(chunks=1)
                             progress.add(c.raw_bytes)
                             continue
                         loaded_rows += c.rows
                         loaded_bytes += c.raw_bytes
                 seconds = time.monotonic() - t0
-                stats[f"{t.schema}.{t.name}"] = {
-                    "rows": loaded_rows, "bytes": loaded_bytes, "seconds": round(seconds, 3), "chunks": len(chunks),
-                    "skipped": skipped, "check_seconds": round(loader.check_seconds - checks0, 3),
-                }
+                mine = helped - helped_before if backwards else len(chunks) - by_others + by_others_before
+                if mine or skipped or not backwards:
+                    stats[f"{t.schema}.{t.name}"] = {
+                        "rows": loaded_rows, "bytes": loaded_bytes, "seconds": round(seconds, 3), "chunks": mine,
+                        "skipped": skipped, "check_seconds": round(loader.check_seconds - checks0, 3),
+                    }
                 if skipped:
                     log.info("%s.%s: %d chunk(s) already in the ledger, skipped", t.schema, t.name, skipped)
+                if met:
+                    break
         except Exception as exc:
             code, msg = sql_error(exc)
             if code in LOST_CONNECTION:
@@ -310,11 +352,14 @@ def load_unit(server: Server, storage: Storage, manifest: LogicalManifest, unit:
             loader.close()
             if maker is not None:
                 maker.close()
-    log.info("%s; of that, %.1f s reading chunks back for their checks%s", progress.line(), loader.check_seconds,
-             f", and {create_seconds:.1f} s creating {created} table(s) before their first chunk" if create else "")
+    log.info("%s; of that, %.1f s reading chunks back for their checks%s%s", progress.line(), loader.check_seconds,
+             f", and {create_seconds:.1f} s creating {created} table(s) before their first chunk" if create else "",
+             f"; {by_others} chunk(s) loaded meanwhile by a lane that helped" if by_others else "")
     slowest = dict(sorted(stats.items(), key=lambda kv: -kv[1]["seconds"])[:UNIT_TABLES])
-    return UnitLoaded(unit.name, slowest, round(time.monotonic() - progress.start, 3), started_at, time.time(),
-                      table_count=sum(p.first == 0 for p in unit.parts),  # a split table: by its first unit alone
+    return UnitLoaded(f"{unit.name}, from its end" if backwards else unit.name, slowest,
+                      round(time.monotonic() - progress.start, 3), started_at, time.time(),
+                      # a split table: by its first unit alone; a unit helped: by the lane that holds it
+                      table_count=0 if backwards else sum(p.first == 0 for p in unit.parts),
                       **{k: sum(s[k] for s in stats.values()) for k in ("rows", "bytes", "chunks", "skipped")},
                       check_seconds=round(sum(s["check_seconds"] for s in stats.values()), 3),
                       created=created, create_seconds=round(create_seconds, 3))

@@ -108,7 +108,8 @@ def load_lane(plan: RestorePlan, lane: str) -> list[UnitLoaded]:
                     "checksum for verify in %.1f s", lane, schema, name, indexes, check)
 
     return lane_loader(server, storage, manifest, units, lane, plan.parallel, on_table_done=built, setup=RUN_SESSION,
-                       create=table_creates(plan, manifest, schema), scope=f"{manifest.backup_id}/{dbs_key(plan.databases)}")
+                       create=table_creates(plan, manifest, schema), scope=f"{manifest.backup_id}/{dbs_key(plan.databases)}",
+                       help_others=True)
 
 
 @stopping.stops_cleanly
