@@ -25,7 +25,7 @@ The default race (about 12 minutes here, 2 of them generating the data; `--reuse
 
 Per pool it prints the ratio (myloader 1.0's time over lastline's whole run: above 1.00x lastline is faster), and for
 lastline's run: the load step and what lies outside it; trigger to first row (the DAG run's queued_at to when this
-bench first saw a committed ledger row on the target: the first chunk's rows in; it reads the ledger every 0.2 s
+bench first saw a committed ledger row on the target: the first chunk's rows in; it reads the ledger every POLL s
 while the run goes, since finalize drops it) and last row to end (when it last saw the ledger grow to the run's
 end); each task's queued, start and
 end from the metadata DB, with the scheduler's hop to it and its start-up; the CPU seconds each process group used
@@ -290,6 +290,7 @@ def _stat(pid: int) -> tuple[int, float, float] | None:
 
 
 COMPONENTS = ("scheduler", "dag-processor", "api-server", "triggerer")
+POLL = 0.5  # seconds between this bench's looks at a running restore (its ledger, its state): each costs CPU the run shares
 TASKS = "task processes (LocalExecutor workers, tasks, what they run)"
 
 
@@ -356,7 +357,7 @@ def cpu_between(before: dict[str, float], after: dict[str, float]) -> dict[str, 
 
 def lastline_run(af: Standalone, tgt: Instance, conf: dict, backup_id: str, chunks: int, timeout: float = 7200) -> dict:
     """Trigger a logical_restore with `conf` and follow it to its end: its times from the metadata DB; when the first
-    committed ledger row showed on the target and when the last one did (this bench's clock, read every 0.2 s while
+    committed ledger row showed on the target and when the last one did (this bench's clock, read every POLL s while
     it runs: finalize drops the ledger; a row is committed with its chunk, so these are rows loaded), besides the
     ledger's own loaded_at (a chunk's transaction's start); and the CPU each process group used from just before the
     trigger to the run's end."""
@@ -387,7 +388,7 @@ def lastline_run(af: Standalone, tgt: Instance, conf: dict, backup_id: str, chun
                     started = started or float(lo)
             except Exception:  # noqa: BLE001 - the ledger is not there yet, or finalize dropped it
                 pass
-            time.sleep(0.2)
+            time.sleep(POLL)
     after = group_cpu(af.proc.pid if af.proc else 0, tgt.pid())
     times = run_times(af.db, "logical_restore", run_id)
     return {"run_id": run_id, "state": times["state"], "seconds": times["end"] - times["start"], "times": times,
@@ -524,7 +525,7 @@ def print_run(run: dict, report: dict, timeline: bool = True) -> dict:
         out["ledger_complete"] = complete
         print(f"    trigger -> first row {out['trigger_to_first_row']:.1f} s (run start -> first row "
               f"{out['start_to_first_row']:.1f} s; the first load task started {out['start_to_first_load_task']} s "
-              f"after the run; first row = the first committed ledger row seen, read every 0.2 s)", flush=True)
+              f"after the run; first row = the first committed ledger row seen, read every {POLL} s)", flush=True)
         print(f"    last row -> end {out['last_row_to_end']:.1f} s (the ledger last seen growing, to the run's end"
               + ("" if complete else f"; only {run['ledger_rows_seen']} of {run['chunks']} chunks' rows were seen before "
                  "finalize dropped the ledger: the last row may be later") + ")", flush=True)
