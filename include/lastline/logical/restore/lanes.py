@@ -78,13 +78,13 @@ def load_lane(server: Server, storage: Storage, manifest: LogicalManifest, units
             results.append(load_unit(server, storage, manifest, unit, parallel, create, tables))
         _completed(server, manifest, tables, unit, results, on_table_done, setup)
     helped: set[int] = set()
-    while help_others and (unit := helping(server, scope, manifest, units, tables, helped)) is not None:
-        helped.add(unit.index)
-        with claimed(server, scope, unit, "help") as cur:  # one lane helps a unit: a second would only wait
+    while help_others and (held := helping(server, scope, manifest, units, tables, helped)) is not None:
+        helped.add(held.index)
+        with claimed(server, scope, held, "help") as cur:  # one lane helps a unit: a second would only wait
             if cur is None:
                 continue
-            log.info("%s: no unit left to take; loading %s from its end, beside the lane that holds it", label, unit.name)
-            result = load_unit(server, storage, manifest, unit, parallel, create, tables, backwards=True)
+            log.info("%s: no unit left to take; loading %s from its end, beside the lane that holds it", label, held.name)
+            result = load_unit(server, storage, manifest, held, parallel, create, tables, backwards=True)
         if result.chunks:  # the holding lane completes the unit's tables: it passes each chunk, this one's too
             results.append(result)
     log.info("%s: done, %d unit(s) loaded here", label, len(results))
