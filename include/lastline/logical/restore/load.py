@@ -1,5 +1,8 @@
 """Load a work unit's chunks exactly once: LOAD DATA from a FIFO, one transaction per chunk with its ledger row.
 
+Over 300 lines, kept whole: a chunk's transaction (Loader: its ledger row, its LOAD DATA, its check, the commit) and
+load_unit's walk over a unit's chunks (in key order, or helping from the end) are one protocol of the ledger.
+
 Each chunk is streamed from the backup (S3 or SSH), its sha256 checked, into a named pipe read by `LOAD DATA LOCAL
 INFILE` (no temporary copy, bounded memory): chunks go in compressed and lastline's handler (logical.format.infile;
 never the client library's own) decompresses them in the client, capped at the chunk's raw size. A chunk in a local
