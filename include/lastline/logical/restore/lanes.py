@@ -19,8 +19,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from lastline.core.servers import Server
-from lastline.core.sql import NON_TRANSACTIONAL
-from lastline.logical.restore.load import Creates, TableMaker, load_unit
+from lastline.logical.restore.load import Creates, TableMaker, helpable, load_unit
 from lastline.logical.restore.plans import UnitLoaded
 from lastline.logical.restore.target_state import loaded_count, loaded_files
 from lastline.logical.restore.work_units import WorkUnit
@@ -76,7 +75,15 @@ def load_lane(server: Server, storage: Storage, manifest: LogicalManifest, units
                 continue
             log.info("%s: loading %s", label, unit.name)
             results.append(load_unit(server, storage, manifest, unit, parallel, create, tables))
-        _completed(server, manifest, tables, unit, results, on_table_done, setup)
+        if on_table_done is not None:
+            # one connection for the unit's tables, in autocommit: each check reads the ledger as it is now
+            with server.session(autocommit=True) as completing:
+                for sql in setup:
+                    completing.execute(sql)
+                for schema, name in dict.fromkeys((p.schema, p.table) for p in unit.parts):
+                    _when_complete(completing, manifest, tables[(schema, name)],
+                                   functools.partial(on_table_done, completing, schema, name))
+            results[-1] = dataclasses.replace(results[-1], finished_at=time.time())  # its span holds the index builds it led to
     helped: set[int] = set()
     while help_others and (held := helping(server, scope, manifest, units, tables, helped)) is not None:
         helped.add(held.index)
@@ -108,28 +115,12 @@ def helping(server: Server, scope: str, manifest: LogicalManifest, units: list[W
             cur.execute("SELECT IS_USED_LOCK(%s)", (_unit_lock(scope, unit),))
             if cur.fetchone()[0] is None:
                 continue  # nobody loads it: loaded, or left to a lane's retry
-            chunks = [c for p in unit.parts if tables[(p.schema, p.table)].engine.lower() not in NON_TRANSACTIONAL
-                      for c in tables[(p.schema, p.table)].chunks[p.first: p.last + 1]]
+            chunks = [c for p in helpable(unit, tables) for c in tables[(p.schema, p.table)].chunks[p.first: p.last + 1]]
             done = loaded_files(cur, manifest.backup_id, [c.file for c in chunks])
             left = [c for c in chunks if c.file not in done]
             if len(left) >= 2 and (size := sum(c.raw_bytes for c in left)) > most:
                 best, most = unit, size
     return best
-
-
-def _completed(server: Server, manifest: LogicalManifest, tables: dict[tuple[str, str], LogicalTable], unit: WorkUnit,
-               results: list[UnitLoaded], on_table_done: Callable[[Any, str, str], None] | None, setup: tuple[str, ...]) -> None:
-    """After a unit this lane loaded: on_table_done for each of its tables now complete (_when_complete)."""
-    if on_table_done is None or not results:
-        return
-    # one connection for the unit's tables, in autocommit: each check reads the ledger as it is now
-    with server.session(autocommit=True) as completing:
-        for sql in setup:
-            completing.execute(sql)
-        for schema, name in dict.fromkeys((p.schema, p.table) for p in unit.parts):
-            _when_complete(completing, manifest, tables[(schema, name)],
-                           functools.partial(on_table_done, completing, schema, name))
-    results[-1] = dataclasses.replace(results[-1], finished_at=time.time())  # its span holds the index builds it led to
 
 
 def _create_empty(server: Server, unit: WorkUnit, create: Creates) -> None:

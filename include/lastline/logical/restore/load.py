@@ -40,7 +40,7 @@ from lastline.logical.restore.create import Creates, TableMaker
 from lastline.logical.restore.plans import UNIT_TABLES, UnitLoaded
 from lastline.logical.restore.target_state import empty_table, loaded_files
 from lastline.logical.restore.verify import chunk_checks, table_checksum
-from lastline.logical.restore.work_units import WorkUnit
+from lastline.logical.restore.work_units import Part, WorkUnit
 from lastline.manifest import ChunkInfo, LogicalManifest, LogicalTable
 from lastline.storage import Storage
 
@@ -250,6 +250,12 @@ class Loader:
             self.conn.rollback()
 
 
+def helpable(unit: WorkUnit, tables: dict[tuple[str, str], LogicalTable]) -> list[Part]:
+    """The parts of `unit` a lane that helps may load (load_unit's `backwards`): those of transactional tables with
+    chunks (a non-transactional table is loaded whole, by the lane that holds it)."""
+    return [p for p in unit.parts if p.last >= p.first and tables[(p.schema, p.table)].engine.lower() not in NON_TRANSACTIONAL]
+
+
 def load_unit(server: Server, storage: Storage, manifest: LogicalManifest, unit: WorkUnit, parallel: int,
               create: Creates | None = None, tables: dict[tuple[str, str], LogicalTable] | None = None,
               backwards: bool = False) -> UnitLoaded:
@@ -262,8 +268,7 @@ def load_unit(server: Server, storage: Storage, manifest: LogicalManifest, unit:
     once; the holding lane goes on in key order, finds the rest in the ledger, and completes the unit's tables."""
     tables = tables if tables is not None else {(t.schema, t.name): t for t in manifest.tables}
     if backwards:
-        unit = dataclasses.replace(unit, parts=[p for p in reversed(unit.parts) if p.last >= p.first and
-                                                tables[(p.schema, p.table)].engine.lower() not in NON_TRANSACTIONAL])
+        unit = dataclasses.replace(unit, parts=helpable(unit, tables)[::-1])
     total_chunks = sum(p.last - p.first + 1 for p in unit.parts)
     progress = Progress(f"{'help' if backwards else 'load'} {unit.name}", None if backwards else unit.bytes,
                         counts={"chunks": None if backwards else total_chunks, "rows": None})
@@ -271,7 +276,7 @@ def load_unit(server: Server, storage: Storage, manifest: LogicalManifest, unit:
     started_at = time.time()
     created, create_seconds = 0, 0.0
     helped, met = 0, False  # backwards: chunks this lane loaded; whether it met the holding lane
-    by_others = 0  # forward: chunks a lane that helped loaded while this one went
+    by_others = 0  # forward: chunks a lane that helped loaded meanwhile
     with Lane(server, parallel, unit.name):
         loader = Loader(server, storage, manifest, progress)
         maker = None
@@ -293,9 +298,10 @@ def load_unit(server: Server, storage: Storage, manifest: LogicalManifest, unit:
                     t0 = time.monotonic()
                     created += maker.make(t.schema, t.name)
                     create_seconds += time.monotonic() - t0
-                t0, checks0, helped_before, by_others_before = time.monotonic(), loader.check_seconds, helped, by_others
-                loaded_rows = loaded_bytes = skipped = 0
+                t0, checks0 = time.monotonic(), loader.check_seconds
+                loaded_rows = loaded_bytes = skipped = others = mine = 0
                 if t.engine.lower() in NON_TRANSACTIONAL:
+                    mine = len(chunks)
                     if all(c.file in done for c in chunks):
                         skipped = len(chunks)
                     else:
@@ -304,14 +310,15 @@ def load_unit(server: Server, storage: Storage, manifest: LogicalManifest, unit:
                 elif backwards:  # from the top down, until the holding lane's chunks (see the doc)
                     wheres = chunk_checks(manifest, t)
                     for i, c in reversed(list(enumerate(chunks, part.first))):
-                        if c.file in done and not helped:
+                        if c.file in done and not (helped or mine):
                             continue  # above where this lane starts: another helper's, or an earlier try's
                         if c.file in done or not loader.load_chunk(t, c, wheres is not None, wheres[i] if wheres else None):
                             met = True
                             break
                         loaded_rows += c.rows
                         loaded_bytes += c.raw_bytes
-                        helped += 1
+                        mine += 1
+                    helped += mine
                 else:
                     wheres = chunk_checks(manifest, t)
                     for i, c in enumerate(chunks, part.first):
@@ -319,15 +326,15 @@ def load_unit(server: Server, storage: Storage, manifest: LogicalManifest, unit:
                             if c.file in done:
                                 skipped += 1  # an earlier try's
                             else:
-                                by_others += 1  # a lane that helped (or another run) loaded it meanwhile
+                                others += 1  # a lane that helped (or another run) loaded it meanwhile
                             progress.count(chunks=1)
                             progress.add(c.raw_bytes)
                             continue
                         loaded_rows += c.rows
                         loaded_bytes += c.raw_bytes
+                    mine, by_others = len(chunks) - others, by_others + others  # an earlier try's count as before
                 seconds = time.monotonic() - t0
-                mine = helped - helped_before if backwards else len(chunks) - by_others + by_others_before
-                if mine or skipped or not backwards:
+                if mine or not backwards:
                     stats[f"{t.schema}.{t.name}"] = {
                         "rows": loaded_rows, "bytes": loaded_bytes, "seconds": round(seconds, 3), "chunks": mine,
                         "skipped": skipped, "check_seconds": round(loader.check_seconds - checks0, 3),

@@ -2,7 +2,8 @@
 claimed by one lane at a time within one restore's scope (never across restores); a lane loads every unit no other
 lane holds, in plan order, and runs a table's completion work once, when its last chunk is in; a re-run after the
 ledger says the chunks are in loads nothing twice; a lane that finds a unit of empty tables "loaded" still creates
-them."""
+them. Helping: a lane with no unit left loads a held unit from its end, stops at its holder's chunk in flight, and
+with its holder loads every chunk once, even when both wait on a third party's chunk that rolls back."""
 from __future__ import annotations
 
 import contextlib
