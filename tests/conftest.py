@@ -96,6 +96,36 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.slow)
 
 
+def _lost_metadata_files() -> list[str]:
+    """The session's SQLite metadata DB files (airflow.db, -wal, -shm) this process still has open though they were
+    deleted: what a close() in this process of another descriptor on them brings about (it drops every POSIX lock
+    SQLite holds here, and the next `airflow` child to close the DB takes itself for the last user and deletes them)."""
+    lost = []
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            target = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:
+            continue
+        if target.startswith(os.path.join(_HOME, "airflow.db")) and target.endswith(" (deleted)"):
+            lost.append(target)
+    return lost
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_teardown(item, nextitem):
+    """Fail where the metadata DB's files are lost, not hundreds of tests later as "database disk image is
+    malformed": read a file of the Airflow home in a child process, never in this one (test_key_secrecy's _tree)."""
+    yield
+    lost = _lost_metadata_files()
+    if lost and not _LOST_SAID:  # said once, at the test where it happened
+        _LOST_SAID.append(item.nodeid)
+        pytest.fail(f"the suite's metadata DB lost {lost} during or before {item.nodeid}: a test closed a descriptor of "
+                    "its own on a file of the Airflow home's airflow.db (read it in a child process instead)")
+
+
+_LOST_SAID: list[str] = []
+
+
 @pytest.fixture(scope="session")
 def airflow_db() -> str:
     """A migrated metadata DB in the session's private Airflow home."""

@@ -71,7 +71,13 @@ def _forms(secret: str | bytes) -> set[bytes]:
 
 
 def _tree(folder: Path) -> dict[str, bytes]:
-    return {str(p): p.read_bytes() for p in folder.rglob("*") if p.is_file()}
+    """Every file under `folder`, each read by a child process (`cat`). Never by this one: the Airflow home holds the
+    suite's live SQLite metadata DB, and a close() here of any descriptor on airflow.db or its -wal/-shm drops every
+    POSIX lock this process's SQLite holds on them (sqlite.org/howtocorrupt.html, 2.2). The next `airflow` child to
+    close the DB then found itself its last user and deleted the -wal and -shm this process still wrote: the suite's
+    metadata DB was "malformed" a few hundred tests later."""
+    return {str(p): subprocess.run(["cat", "--", str(p)], check=True, capture_output=True).stdout
+            for p in folder.rglob("*") if p.is_file()}
 
 
 def _xcoms(dag_id: str) -> list[str]:
