@@ -3,6 +3,7 @@ views, routines, events, grants, sequence states and ANALYZE, each re-runnable.
 """
 from __future__ import annotations
 
+import contextlib
 import logging
 import re
 import time
@@ -20,7 +21,7 @@ from lastline.logical.restore.plans import Finalized, RestorePlan
 from lastline.logical.restore.schema_checks import checked_create
 from lastline.logical.restore.schema_definers import definer_security, disabled_event, with_definer, without_definer
 from lastline.logical.restore.schema_grants import checked_grants
-from lastline.logical.restore.schema_session import session_name
+from lastline.logical.restore.schema_session import session_mode, session_name
 from lastline.logical.restore.schema_tables import definition_name, split_deferred
 from lastline.logical.restore.target_state import clear_state, ledger_exists
 from lastline.logical.restore.verify import keep_chunk_sums, record_check, recorded_checks
@@ -30,19 +31,50 @@ log = logging.getLogger(__name__)
 USAGE_ONLY = re.compile(r"^GRANT USAGE ON \*\.\* TO ")
 
 
-def _execute_in_context(server: Server, obj: dict, statement: str) -> None:
-    """Run a trigger/view/routine/event statement under the sql_mode and character set it was created with
-    (values from schema.json go in as parameters or checked names, never as SQL text)."""
-    with server.session(charset=session_name(obj.get("character_set_client"), "character_set_client") or "utf8mb4") as cur:
-        accounts.unlogged(cur)
-        cur.execute(f"USE {dialect.quote_ident(obj['schema'])}")
-        collation = session_name(obj.get("collation_connection"), "collation_connection")
-        if collation:
-            cur.execute("SET SESSION collation_connection = %s", (collation,))
-        cur.execute("SET SESSION sql_mode = %s", (obj.get("sql_mode", ""),))
-        if obj.get("time_zone"):
-            cur.execute("SET SESSION time_zone = %s", (obj["time_zone"],))
-        cur.execute(statement)
+class _InContext:
+    """Statements of triggers, views, routines and events run under the character set, collation, sql_mode and
+    time zone each was created with (values from schema.json go in as parameters or checked names, never as SQL
+    text), on one session of `server` for as long as the objects' character_set_client stays the same (it decides how
+    the statement's text is sent). A collation or time zone an object does not record is the one a fresh session
+    has; a sql_mode it does not record is '' (as checked_create read the statement). A session ends after an event:
+    its schedule's expressions run at CREATE and could leave user variables or a named lock behind. Was two new
+    connections an object: 800 objects took 2.3 s of a restore of 10,000 tables."""
+
+    def __init__(self, server: Server) -> None:
+        self.server = server
+        self.stack = contextlib.ExitStack()
+        self.charset: str | None = None
+        self.cur: Any = None
+        self.defaults: tuple[str, str] = ("", "")
+        self.schema: str | None = None
+
+    def cursor(self, obj: dict) -> Any:
+        """A cursor in `obj`'s schema and context."""
+        charset = session_name(obj.get("character_set_client"), "character_set_client") or "utf8mb4"
+        if charset != self.charset:
+            self.close()
+            self.cur = self.stack.enter_context(self.server.session(charset=charset))
+            accounts.unlogged(self.cur)
+            self.cur.execute("SELECT @@session.collation_connection, @@session.time_zone")
+            collation, zone = self.cur.fetchone()
+            self.defaults, self.charset, self.schema = (as_text(collation), as_text(zone)), charset, None
+        if obj["schema"] != self.schema:
+            self.cur.execute(f"USE {dialect.quote_ident(obj['schema'])}")
+            self.schema = obj["schema"]
+        collation = session_name(obj.get("collation_connection"), "collation_connection") or self.defaults[0]
+        self.cur.execute("SET SESSION collation_connection = %s, sql_mode = %s, time_zone = %s",
+                         (collation, session_mode(obj.get("sql_mode")), obj.get("time_zone") or self.defaults[1]))
+        return self.cur
+
+    def close(self) -> None:
+        self.stack.close()
+        self.charset = None
+
+    def __enter__(self) -> _InContext:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
 
 @stopping.stops_cleanly
@@ -102,7 +134,8 @@ def finalize(plan: RestorePlan) -> Finalized:
                 cur.fetchall()
         s = time.monotonic()
         names = [dialect.qualified(t.schema, t.name) for t in manifest.tables if t.schema in in_dbs]
-        for i in range(0, len(names), ANALYZE_BATCH):  # many tables a statement: no round trip per table
+        # many tables a statement: no round trip per table (on two connections 10,000 tables took as long, 2.9 s)
+        for i in range(0, len(names), ANALYZE_BATCH):
             cur.execute("ANALYZE TABLE " + ", ".join(names[i:i + ANALYZE_BATCH]))
             cur.fetchall()
         steps["analyze"] = time.monotonic() - s
@@ -144,20 +177,24 @@ def objects(server: Server, schema: dict, dbs: list[str], enable_events: bool = 
     trusted = _trust_routine_creators(server) if definer is None else None
     in_dbs = frozenset(dbs)
     try:
-        for kind in kinds:
-            drop = DROP_WORDS.get(kind)
-            for obj in schema[kind]:
-                if obj["schema"] not in in_dbs:
-                    continue
-                create = checked_create(kind, obj, in_dbs)  # a routine's type is checked there too
-                if definer != "backup":  # the connection's choice runs it, never a caller (SQL SECURITY DEFINER)
-                    create = definer_security(kind, obj, without_definer(kind, create) if definer is None
-                                              else with_definer(kind, create, definer))
-                if kind == "events" and not enable_events:
-                    create = disabled_event(create)
-                what = drop or str(obj["type"]).upper()
-                _execute_in_context(owner, {"schema": obj["schema"]}, f"DROP {what} IF EXISTS {dialect.qualified(obj['schema'], obj['name'])}")
-                _execute_in_context(owner, obj, create)
+        with _InContext(owner) as in_context:
+            for kind in kinds:
+                drop = DROP_WORDS.get(kind)
+                for obj in schema[kind]:
+                    if obj["schema"] not in in_dbs:
+                        continue
+                    create = checked_create(kind, obj, in_dbs)  # a routine's type is checked there too
+                    if definer != "backup":  # the connection's choice runs it, never a caller (SQL SECURITY DEFINER)
+                        create = definer_security(kind, obj, without_definer(kind, create) if definer is None
+                                                  else with_definer(kind, create, definer))
+                    if kind == "events" and not enable_events:
+                        create = disabled_event(create)
+                    what = drop or str(obj["type"]).upper()
+                    cur = in_context.cursor(obj)
+                    cur.execute(f"DROP {what} IF EXISTS {dialect.qualified(obj['schema'], obj['name'])}")
+                    cur.execute(create)
+                    if kind == "events":  # what its schedule's expressions left in the session goes with it
+                        in_context.close()
     finally:
         if definer is None:
             accounts.lock(server, owner.user)

@@ -8,8 +8,10 @@ from __future__ import annotations
 import pytest
 
 from lastline.core import accounts
+from lastline.core.servers import Server
 from lastline.core.sql import META_DB, table_exists
-from lastline.logical.format.dialect import qualified
+from lastline.logical.format.dialect import qualified, quote_ident
+from lastline.logical.format.schema import read_schema
 from lastline.logical.restore import stages as logical_restore
 from lastline.logical.restore.backup_files import RUN_SESSION, run_server, target_server
 from lastline.logical.restore.finalize import (
@@ -24,7 +26,7 @@ from lastline.logical.restore.finalize import (
 from lastline.logical.restore.target_state import STATE
 from lastline.logical.restore.verify import recorded_checks
 
-from .conftest import CHILD, DB, EMPTY, EVENT, PARENT, PROC, SEQ, TRIGGER, VIEW, fresh_target
+from .conftest import CHILD, DB, EMPTY, EVENT, PARENT, PROC, SEQ, TRIGGER, VIEW, drop, fresh_target, root
 
 
 @pytest.fixture(scope="module")
@@ -139,3 +141,65 @@ def test_finalize_again_after_it_completed(loaded, logical_target):
     finalize(plan)
     finalize(plan)
     assert recorded_checks(logical_target.server(), backup.logical.backup_id)
+
+
+def test_objects_made_in_turn_each_keep_the_context_they_were_created_in(loaded, logical_target, monkeypatch):
+    """objects() makes a run of objects on one session while their client character set stays the same, across
+    databases, and ends a session after each event: each object still gets its own sql_mode, collation and time zone,
+    and one whose schema.json records none gets a fresh session's, never the object's before it."""
+    plan, _backup = loaded
+    db, db2 = "unit ctx.d`b", "unit ctx 2"
+    admin, owner = root(logical_target), target_server(plan)
+    drop(logical_target, db, db2)
+    made = [  # (database, name, client charset, collation, sql_mode): in the order the schema lists them
+        (db, "r1", "utf8mb4", "utf8mb4_unicode_ci", "ANSI_QUOTES"),
+        (db, "r2", "utf8mb4", None, ""),  # no collation recorded: a fresh session's
+        (db, "r3", "latin1", "latin1_bin", "PIPES_AS_CONCAT"),
+        (db, "r4", "utf8mb4", "utf8mb4_bin", "NO_BACKSLASH_ESCAPES"),
+        (db2, "r5", "utf8mb4", "utf8mb4_general_ci", "ONLY_FULL_GROUP_BY"),  # the same session, another database
+    ]
+    try:
+        for name in (db, db2):
+            admin.query(f"CREATE DATABASE {quote_ident(name)}")
+        for schema_name, name, charset, collation, mode in made:
+            with admin.session(database=schema_name, charset=charset) as cur:
+                cur.execute("SET SESSION collation_connection = %s, sql_mode = %s", (collation or "utf8mb4_general_ci", mode))
+                cur.execute(f"CREATE PROCEDURE {quote_ident(name)}() SELECT 'a' || 'b'")
+        for name, zone in (("e1", "+05:00"), ("e2", None)):  # e2: no time zone recorded
+            with admin.session(database=db) as cur:
+                cur.execute("SET SESSION time_zone = %s", (zone or "+03:00",))
+                cur.execute(f"CREATE EVENT {quote_ident(name)} ON SCHEDULE EVERY 1 DAY DO SELECT 1")
+        with admin.session() as cur:
+            schema = read_schema(cur, [db, db2])
+        for obj in schema["routines"] + schema["events"]:
+            if obj["name"] == "r2":
+                del obj["collation_connection"]
+            if obj["name"] == "e2":
+                del obj["time_zone"]
+        with owner.session(charset="utf8mb4") as cur:  # what a fresh session has
+            cur.execute("SELECT @@session.collation_connection, @@session.time_zone")
+            fresh_collation, fresh_zone = cur.fetchone()
+        for schema_name, name, *_ in made:
+            admin.query(f"DROP PROCEDURE {qualified(schema_name, name)}")
+        opened, session = [], Server.session
+
+        def counted(self, *args, **kwargs):
+            opened.append((self.user, kwargs.get("charset")))
+            return session(self, *args, **kwargs)
+
+        monkeypatch.setattr(Server, "session", counted)
+        objects(owner, schema, [db, db2])
+        monkeypatch.undo()
+
+        routines = {r[0]: r[1:] for r in admin.query(
+            "SELECT ROUTINE_NAME, ROUTINE_SCHEMA, CHARACTER_SET_CLIENT, COLLATION_CONNECTION, SQL_MODE "
+            "FROM information_schema.ROUTINES WHERE ROUTINE_SCHEMA IN (%s, %s)", (db, db2))}
+        assert routines == {name: (schema_name, charset, collation or fresh_collation, mode)
+                            for schema_name, name, charset, collation, mode in made}
+        events = dict(admin.query("SELECT EVENT_NAME, TIME_ZONE FROM information_schema.EVENTS WHERE EVENT_SCHEMA = %s", (db,)))
+        assert events == {"e1": "+05:00", "e2": fresh_zone}
+        # the owner's sessions: r1, r2; r3 (latin1); r4, r5 and e1; e2 (after an event, a session of its own)
+        assert [c for user, c in opened if user == accounts.owner_name([db, db2])] == ["utf8mb4", "latin1", "utf8mb4", "utf8mb4"]
+    finally:
+        drop(logical_target, db, db2)
+        accounts.drop(owner, accounts.owner_name([db, db2]))
