@@ -111,19 +111,19 @@ def _lost_metadata_files() -> list[str]:
     return lost
 
 
+_LOST_SAID: list[str] = []  # the test at which the loss was said (once)
+
+
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_teardown(item, nextitem):
     """Fail where the metadata DB's files are lost, not hundreds of tests later as "database disk image is
     malformed": read a file of the Airflow home in a child process, never in this one (test_key_secrecy's _tree)."""
     yield
     lost = _lost_metadata_files()
-    if lost and not _LOST_SAID:  # said once, at the test where it happened
+    if lost and not _LOST_SAID:
         _LOST_SAID.append(item.nodeid)
         pytest.fail(f"the suite's metadata DB lost {lost} during or before {item.nodeid}: a test closed a descriptor of "
                     "its own on a file of the Airflow home's airflow.db (read it in a child process instead)")
-
-
-_LOST_SAID: list[str] = []
 
 
 @pytest.fixture(scope="session")
