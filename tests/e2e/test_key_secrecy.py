@@ -1,10 +1,13 @@
 """No encryption key in ps, logs, XCom or files (issue 46): an encrypted physical_backup and logical_backup run as
-Airflow runs them (dag.test), with a key connection holding a current key, an older one and a recipient's private key.
-While they run, every process's command line and environment is sampled, and every file in the temporary folder the
+Airflow runs them (dag.test), with a key connection holding a current key, an older one and a recipient's private key;
+then, as Airflow runs them too, a physical_restore and a logical_restore of those backups, a backup_verify of each
+destination, and a key_rotation of each to a new current key (the keys before it kept as older ones). While they run, every process's command line and environment is sampled, and every file in the temporary folder the
 runs have is read; afterwards no key, in any form the connection holds it or a tool could be handed it (its text, its
 bytes, hex, base64), neither backup's data key, and no chunk file's AEAD key (the dump worker's, handed over on its
 control socket) is in a sample, a task log, an XCom value of either run, a file left in the backup folders or the
-temporary folder, or anything under Airflow's home (its metadata DB included)."""
+temporary folder, or anything under Airflow's home (its metadata DB included). Not run here: the binlog archive and
+point-in-time restore (their key handling is the same module's: tests/e2e/point_in_time_restore/test_encrypted_pitr.py
+checks their logs)."""
 from __future__ import annotations
 
 import base64
@@ -80,15 +83,15 @@ def _tree(folder: Path) -> dict[str, bytes]:
             for p in folder.rglob("*") if p.is_file()}
 
 
-def _xcoms(dag_id: str) -> list[str]:
-    """Every XCom value of `dag_id`'s newest run, as Airflow's metadata DB holds it."""
+def _xcoms(dag_id: str, runs: int = 1) -> list[str]:
+    """Every XCom value of `dag_id`'s `runs` newest runs, as Airflow's metadata DB holds it."""
     from airflow.models.dagrun import DagRun
     from airflow.models.xcom import XComModel
     from airflow.utils.session import create_session
 
     with create_session() as session:
-        run = session.query(DagRun).filter_by(dag_id=dag_id).order_by(DagRun.id.desc()).first()
-        rows = session.query(XComModel).filter_by(dag_id=dag_id, run_id=run.run_id).all()
+        ids = [r.run_id for r in session.query(DagRun).filter_by(dag_id=dag_id).order_by(DagRun.id.desc()).limit(runs)]
+        rows = session.query(XComModel).filter(XComModel.dag_id == dag_id, XComModel.run_id.in_(ids)).all()
         return [f"{r.task_id} {r.key} {r.value!r}" for r in rows]
 
 
@@ -104,12 +107,14 @@ def tiny_db(logical_source):
     server.query(f"DROP DATABASE IF EXISTS {quote_ident(DB)}")
 
 
-def test_no_key_in_ps_logs_xcom_or_files_of_an_encrypted_physical_and_logical_backup(
-        run_dag, source, logical_source, tiny_db, monkeypatch, tmp_path):
+def test_no_key_in_ps_logs_xcom_or_files_of_encrypted_backups_their_restores_verify_and_rotation(
+        run_dag, source, target, logical_source, logical_target, tiny_db, monkeypatch, tmp_path):
     current, older = secrets.token_hex(32), base64.b64encode(os.urandom(32)).decode()  # hex and base64 keys
+    rotated = secrets.token_hex(32)  # the key the rotation wraps under
     private, public = encryption_keys.new_identity()
     encryption_connection(monkeypatch.setenv, "lastline_encryption_secrecy", "sec-k2", current, keys={"sec-k1": older},
                           recipients={"ops": public}, identities={"ops": private})
+    stored = os.environ["AIRFLOW_CONN_LASTLINE_ENCRYPTION_SECRECY"].encode()  # the connection, as the worker has it
     temp = tmp_path / "tmp"
     temp.mkdir()
     monkeypatch.setenv("TMPDIR", str(temp))  # the runs' temporary folder, and their children's
@@ -125,6 +130,30 @@ def test_no_key_in_ps_logs_xcom_or_files_of_an_encrypted_physical_and_logical_ba
             "compression": "zstd", "aws_conn_id": None, "keep": 7, "incomplete_grace_hours": 24})  # (run_dag: every
         # Param given, dag.test() would carry an earlier test's pigz; zstd is compressed, so sealed, in the worker)
         assert state == "success", tis
+        logs = {"the physical backup's": physical_logs, "the logical backup's": logical_logs}
+        state, tis, logs["the physical restore's"] = run_dag("physical_restore", {
+            "target_conn_id": "t_target", "backup": f"{physical.as_uri()}/latest", "force": True, "parallel": 2,
+            "use_memory": None, "restore_into_source": "", "aws_conn_id": None})
+        assert state == "success", tis
+        state, tis, logs["the logical restore's"] = run_dag("logical_restore", {
+            "target_conn_id": "t_ltarget", "backup": f"{logical.as_uri()}/latest", "databases": [DB], "parallel": 2,
+            "tune": True, "restart_allowed": False, "defer_indexes": True, "force": True, "redo_log_bytes": 128 << 20,
+            "aws_conn_id": None})
+        assert state == "success", tis
+        assert logical_target.server().query(f"SELECT COUNT(*) FROM {qualified(DB, 't')}")[0][0] == 200
+        for dest in (physical, logical):
+            state, tis, logs[f"backup_verify's of {dest.name}"] = run_dag("backup_verify", {
+                "destination": dest.as_uri(), "aws_conn_id": None})
+            assert state == "success", tis
+            assert "opened: every sealed chunk authenticated" in logs[f"backup_verify's of {dest.name}"]
+        encryption_connection(monkeypatch.setenv, "lastline_encryption_secrecy", "sec-k3", rotated,
+                              keys={"sec-k2": current, "sec-k1": older}, recipients={"ops": public},
+                              identities={"ops": private})
+        for dest in (physical, logical):
+            state, tis, logs[f"key_rotation's of {dest.name}"] = run_dag("key_rotation", {
+                "destination": dest.as_uri(), "aws_conn_id": None, "dry_run": False})
+            assert state == "success", tis
+    logical_target.server().query(f"DROP DATABASE IF EXISTS {quote_ident(DB)}")
     assert any("mariabackup --defaults-extra-file=" in s for s in watched.samples), "the watcher never saw mariabackup"
     assert watched.files, "the runs wrote nothing in their temporary folder: TMPDIR was not theirs"
 
@@ -132,7 +161,7 @@ def test_no_key_in_ps_logs_xcom_or_files_of_an_encrypted_physical_and_logical_ba
     for dest, kind in ((physical, "physical"), (logical, "logical")):
         storage = open_storage(dest.as_uri())
         manifest = read_manifest(storage, storage.list_backups()[-1], kind)
-        assert [w["key_id"] for w in manifest.encryption["wrappings"]] == ["sec-k2", "ops"], manifest.encryption
+        assert [w["key_id"] for w in manifest.encryption["wrappings"]] == ["sec-k3", "ops"], manifest.encryption
         seal = backup_seal(storage, manifest)
         data_keys.append(seal.data_key.raw())
     # each chunk file's AEAD key, which the dump worker was handed with its descriptor (its control socket only)
@@ -143,17 +172,18 @@ def test_no_key_in_ps_logs_xcom_or_files_of_an_encrypted_physical_and_logical_ba
         data_keys.append(sealing._keys(seal.data_key, seal.cipher, seal.chunk_size, header[12:44], seal.backup_id, name)[0])
     assert chunk_files and all(seal.reader(io.BytesIO(p.read_bytes()), p.relative_to(logical).as_posix()).read()
                                for p in chunk_files)  # the keys derived are the files' own
-    stored = os.environ["AIRFLOW_CONN_LASTLINE_ENCRYPTION_SECRECY"].encode()  # the connection, as the worker has it
     assert all(any(f in stored for f in _forms(key)) for key in (current, older, private))  # the forms cover it
-    forbidden = {f for key in (current, older, private, *data_keys) for f in _forms(key)}
+    assert any(f in os.environ["AIRFLOW_CONN_LASTLINE_ENCRYPTION_SECRECY"].encode() for f in _forms(rotated))
+    forbidden = {f for key in (current, older, rotated, private, *data_keys) for f in _forms(key)}
     assert all(len(f) >= 32 for f in forbidden)  # none short enough to be found by chance
 
-    xcoms = _xcoms("physical_backup") + _xcoms("logical_backup")
+    xcoms = [x for dag, runs in (("physical_backup", 1), ("logical_backup", 1), ("physical_restore", 1),
+                                 ("logical_restore", 1), ("backup_verify", 2), ("key_rotation", 2)) for x in _xcoms(dag, runs)]
+    assert {x.split()[0] for x in _xcoms("logical_restore")} >= {"preflight", "verify"}, xcoms
     assert any("backup_id" in x for x in xcoms), xcoms  # the runs' XComs were read
     places = {
         "a ps sample": "\n".join(watched.samples).encode(),
-        "the physical backup's task log": physical_logs.encode(),
-        "the logical backup's task log": logical_logs.encode(),
+        **{f"{run} task log": text.encode() for run, text in logs.items()},
         **{f"XCom {x[:60]}": x.encode() for x in xcoms},
         **{f"the temporary file {name.split()[0]} (while the runs went)": data for name, data in watched.files.items()},
         **_tree(physical), **_tree(logical), **_tree(temp), **_tree(Path(os.environ["AIRFLOW_HOME"])),

@@ -235,6 +235,33 @@ def test_a_flipped_byte_in_a_chunk_is_refused_naming_it_and_nothing_of_it_is_kep
     assert server.query(f"SELECT COUNT(*) FROM {qualified(DB, name)}")[0][0] == 0
 
 
+def test_a_flipped_byte_in_its_manifest_is_refused_by_the_restore(sealed_backups, logical_target, monkeypatch, tmp_path):
+    """Issue 46: a byte changed in an encrypted backup's manifest. Inside its wrapped data key: the envelope no longer
+    opens, and preflight refuses the backup naming the key, with nothing made. Inside a chunk file's recorded sha256:
+    that chunk is refused when it is reached, naming it, and none of its rows is kept (a logical restore does not need
+    the manifest's MAC: what it brings runs under the run account; backup_verify names the MAC,
+    tests/unit/verify/test_sealed_backups.py)."""
+    dest = tmp_path / "copy"
+    shutil.copytree(sealed_backups["aes-256-gcm-zstd"], dest)
+    manifest = _manifest(dest)
+    path = dest / manifest.backup_id / "manifest.json"
+    original = path.read_text()
+    _conn(monkeypatch)
+    wrapped = manifest.encryption["wrappings"][0]["wrapped"]
+    path.write_text(original.replace(wrapped, wrapped[:5] + ("B" if wrapped[5] != "B" else "C") + wrapped[6:]))
+    with pytest.raises(ConfigError, match=r"key 'enc-k1' of the encryption key connection .* does not open its data key"
+                                          r".*or the envelope was changed\). Nothing was touched"):
+        _restore(dest)
+    assert not _exists(logical_target.server())
+    chunk = next(t for t in manifest.tables if t.name == ONE).chunks[0]
+    flipped = chunk.sha256[:5] + ("a" if chunk.sha256[5] != "a" else "b") + chunk.sha256[6:]
+    path.write_text(original.replace(chunk.sha256, flipped))
+    with pytest.raises(IntegrityError, match=f"{chunk.file}.*sha256") as caught:
+        _restore(dest)
+    assert flipped in str(caught.value) or chunk.sha256 in str(caught.value), caught.value
+    assert logical_target.server().query(f"SELECT COUNT(*) FROM {qualified(DB, ONE)}")[0][0] == 0
+
+
 def test_a_backup_for_a_recipient_is_written_without_the_private_key_and_restored_with_it(
         source_db, logical_target, monkeypatch, tmp_path_factory):
     private, public = encryption_keys.new_identity()

@@ -5,7 +5,9 @@ physical base through both replay methods and from a logical base; a restore wit
 its preflight naming the key it needs, the target untouched; a flipped byte in a sealed segment is named with its chunk
 by backup_verify's archive check (by its digest without the key) and refused by the restore before the target is
 touched. Shipped with the key to an ssh:// or an S3 destination, every segment there is sealed, no stored file holds a
-row in the clear, and each opens with the key to the source's binlog bytes exactly. After key_rotation (as Airflow
+row in the clear, and each opens with the key to the source's binlog bytes exactly; backup_verify reads it back
+there with every sealed chunk authenticated, and a point-in-time restore from there alone (the sealed logical base
+copied beside it) equals the source. After key_rotation (as Airflow
 runs it) only the branch's envelope.json and the sealed base's manifest change, the new key alone opens the segments and
 rolls forward exactly, the old key alone is refused; shipped for a recipient (its public key alone), the archiver
 cannot open what it sealed and the private key opens each segment to the source's bytes.
@@ -21,6 +23,7 @@ from conftest import set_conn
 from lastline import connections
 from lastline.core.errors import ConfigError
 from lastline.logical.backup import stages as logical_backup
+from lastline.manifest import complete_backups
 from lastline.physical import backup as physical_backup
 from lastline.pitr import archive, catalog
 from lastline.pitr.compaction import masked
@@ -195,18 +198,28 @@ def test_a_flipped_byte_in_a_sealed_segment_is_named_by_verify_and_refused_by_th
 
 
 @pytest.mark.parametrize("where", ["ssh", "s3"])
-def test_shipped_to_ssh_or_s3_every_segment_is_sealed_and_opens_to_the_source_binlogs_exactly(
-        sealed_history, monkeypatch, request, tmp_path, where):
+def test_shipped_to_ssh_or_s3_every_segment_is_sealed_opens_to_the_source_binlogs_and_rolls_a_base_forward(
+        run_dag, sealed_history, monkeypatch, request, tmp_path, where):
     """The whole history shipped again, with the key, to a remote destination of its own: every segment is sealed
     there (the rows archived in the clear on the folder destination too), no stored object holds a row in the clear,
-    and each opens to the bytes of the source's binlog it was cut from."""
+    and each opens to the bytes of the source's binlog it was cut from. Read back through the destination's own reader
+    (as backup_verify and the restore read it), every sealed chunk authenticates; with the sealed logical base copied
+    there, a point-in-time restore from that destination alone equals the source."""
+    logical = complete_backups(sealed_history["storage"], "logical")[0]
+    base = {str(p.relative_to(sealed_history["dest"])): p.read_bytes()
+            for p in (sealed_history["dest"] / logical).rglob("*") if p.is_file()}
     if where == "ssh":
         request.getfixturevalue("sshd")
         folder = tmp_path / "archive"  # the sshd is on this machine's loopback: its side of the destination is here
         url, aws = f"ssh://t_ssh{folder}", None
 
         def stored() -> dict[str, bytes]:
-            return {str(p.relative_to(folder)): p.read_bytes() for p in folder.rglob("*") if p.is_file()}
+            return {str(p.relative_to(folder)): p.read_bytes() for p in folder.rglob("*") if p.is_file()
+                    and p.relative_to(folder).parts[0] == "binlogs"}
+
+        def put(name: str, data: bytes) -> None:
+            (folder / name).parent.mkdir(parents=True, exist_ok=True)
+            (folder / name).write_bytes(data)
     else:
         import boto3
 
@@ -215,13 +228,29 @@ def test_shipped_to_ssh_or_s3_every_segment_is_sealed_and_opens_to_the_source_bi
         url, aws = "s3://backups/archive-sealed", "t_s3"
 
         def stored() -> dict[str, bytes]:
-            listed = s3.list_objects_v2(Bucket="backups", Prefix="archive-sealed/")["Contents"]
+            listed = s3.list_objects_v2(Bucket="backups", Prefix="archive-sealed/binlogs/")["Contents"]
             return {o["Key"].split("/", 1)[1]: s3.get_object(Bucket="backups", Key=o["Key"])["Body"].read()
                     for o in listed}
+
+        def put(name: str, data: bytes) -> None:
+            s3.put_object(Bucket="backups", Key=f"archive-sealed/{name}", Body=data)
     storage = open_storage(url, aws)
     _conn(monkeypatch.setenv)
     archive.ship(connections.server("t_ep_src"), storage)
     _every_segment_sealed_and_opening_to_the_source(sealed_history, storage, stored())
+    plan = verify_backups.preflight({"destination": url, "aws_conn_id": aws})
+    found = verify_archive.verify_archive(plan)
+    assert (found.status, found.findings) == ("ok", []), found
+    for name, data in base.items():
+        put(name, data)
+    sealed_history["tgt"].server().query("DROP DATABASE IF EXISTS shop")  # what an earlier test restored there
+    state, tis, logs = run_dag("point_in_time_restore", {
+        "target_conn_id": "t_ep_tgt", "destination": url, "until": "latest", "base": "auto", "base_kind": "logical",
+        "databases": [], "branch": "", "replay_method": "auto", "parallel": 2, "force": True,
+        "restore_into_source": "", "aws_conn_id": aws})
+    assert state == "success", (tis, logs[-3000:])
+    assert tis["physical_base.preflight"] == "skipped"  # the logical base, from this destination: the only one there
+    assert _state(sealed_history["tgt"]) == _state(sealed_history["src"])
 
 
 def _segments_of(storage) -> tuple[str, list[tuple[str, str, dict]]]:

@@ -1,7 +1,8 @@
 """verify.reading on a real local folder: an object read back against its size and sha256 (missing, another size
 and never read, another digest, a link refused), the digest streamed and bounded, and a control file's MAC verdict
 as a finding where the deployment signs. A sealed object read with its seal: every chunk authenticated from the one
-read that hashes it, memory flat; a chunk changed with its sha256 rewritten to match is a `sealed` finding naming the
+read that hashes it, memory flat (from a folder and from S3, where a child process reading 48 MB writes nothing); a
+chunk changed with its sha256 rewritten to match is a `sealed` finding naming the
 chunk and why, a changed digest stays a `digest` finding; and how sealed objects are read: opened with the key a
 restore uses, not opened with a note where there is no key connection, a `key` finding where none held opens them."""
 from __future__ import annotations
@@ -197,3 +198,49 @@ def test_how_sealed_objects_are_read_back(store, sealed, monkeypatch):
     assert found.finding.expected == "one of the keys v-k1 (kek)" and "holds v-k2" in found.finding.found
     broken = reading.opening({"format": "lastline-seal/1"}, opened, "m", "manifest.json")
     assert broken.finding is not None and broken.finding.problem == "unreadable" and broken.seal is None
+
+
+def _read_in_a_child(store, key: str, size: int, sha: str, seal, out) -> None:
+    """In a forked process (no moto server thread in it: only the reader's own allocations are traced): check_object
+    under tracemalloc; sends (its result, the peak traced, the bytes this process wrote: /proc/self/io wchar)."""
+    def wrote() -> int:
+        return int(next(line.split()[1] for line in open("/proc/self/io") if line.startswith("wchar:")))
+
+    before = wrote()
+    tracemalloc.start()
+    found = reading.check_object(store, key, size, sha, "data/big", seal)
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    out.send((found, peak, wrote() - before))
+
+
+def test_a_sealed_object_on_s3_streams_through_memory_flat_and_nothing_written(s3_server):
+    """Issue 46: backup_verify on S3 streams each object through the digest and the seal, never downloading it whole:
+    48 MB sealed in a bucket, read back opened by a process whose traced memory stays under 3 reads' worth and which
+    writes less than 1 MiB in all (a download to a file would write the object)."""
+    import multiprocessing
+
+    from lastline.storage.s3 import S3Storage
+
+    seal, _ = _seal()
+    store, key = S3Storage("backups", "verify-stream", "t_s3"), f"{BACKUP}/data/big"
+    with store.writer(key) as sink, seal.writer(sink, key) as writer:
+        for _ in range(40):  # 48 MB: 12 seal chunks
+            writer.write(DATA)
+    size = store.size(key)
+    sha = hashlib.sha256(b"".join(store.reader(key))).hexdigest()
+    fork = multiprocessing.get_context("fork")
+    results = []
+    for opener in (None, seal):
+        ours, theirs = fork.Pipe(duplex=False)
+        child = fork.Process(target=_read_in_a_child, args=(store, key, size, sha, opener, theirs))
+        child.start()
+        assert ours.poll(120), "the child did not answer"
+        results.append(ours.recv())
+        child.join(30)
+        assert child.exitcode == 0
+    assert [found for found, _, _ in results] == [(None, size)] * 2 and size > 10 * reading.CHUNK
+    (_, digest, wrote), (_, opened, wrote_opened) = results
+    # as from a folder (above): the digest holds the piece read and the one before it; opening adds two buffers
+    assert digest < 2.5 * reading.CHUNK and opened - digest < 2.5 * reading.CHUNK < size / 4, results
+    assert wrote < 1 << 20 and wrote_opened < 1 << 20, results

@@ -184,3 +184,41 @@ def test_on_s3_the_sealed_files_stream_back_opened(sealed, s3_server, monkeypatc
     verdict = backups.verify_backup(plan, sealed.logical)
     assert (verdict.status, verdict.findings, verdict.sealed) == ("ok", [], OPENED)
     assert verdict.bytes == _stored(sealed.folder, sealed.logical)
+
+
+def _flipped_in_manifest(folder: Path, backup_id: str, field: str) -> None:
+    """One character of the manifest's text changed in place, the JSON still valid: inside the envelope's wrapped data
+    key (`wrapped`) or inside a file's recorded sha256 (`sha256`), the MAC line kept as it was."""
+    path = folder / backup_id / "manifest.json"
+    text = path.read_text()
+    at = text.index(f'"{field}": "') + len(f'"{field}": "') + 5
+    path.write_text(text[:at] + ("B" if text[at] != "B" else "C" if field == "wrapped" else "a") + text[at + 1:])
+    assert path.read_text() != text
+
+
+@pytest.mark.parametrize("field", ["wrapped", "sha256"])
+@pytest.mark.parametrize("kind", ["logical", "physical"])
+def test_a_flipped_byte_in_an_encrypted_manifest_is_named_by_verify(sealed, target, tmp_path, monkeypatch, kind, field):
+    """Issue 46: a byte changed in an encrypted backup's manifest (inside its wrapped data key, or a file's sha256) is
+    named by verify: manifest.json, its MAC. Where the deployment signs nothing, the envelope's own authentication still
+    names a changed wrapped key (`key`), and the file whose recorded sha256 changed no longer matches it (`digest`).
+    A physical restore refuses it in preflight with nothing touched (it requires the MAC); the logical restore's
+    refusals are in tests/e2e/logical_restore/test_encrypted.py."""
+    from lastline.core.errors import IntegrityError
+    from lastline.physical import restore as physical_restore
+
+    folder = sealed.copy(tmp_path / "d")
+    backup_id = getattr(sealed, kind)
+    _flipped_in_manifest(folder, backup_id, field)
+    _key(monkeypatch.setenv)
+    verdict = backups.verify_backup(_plan(folder), backup_id)
+    found = [(f.file, f.problem) for f in verdict.findings]
+    assert verdict.status == "damaged" and found[0] == ("manifest.json", "mac"), found  # (and what the change broke)
+    if kind == "physical":
+        with pytest.raises(IntegrityError, match=r"manifest.json is not authenticated: its MAC does not match.*nothing was used"):
+            physical_restore.preflight({"target_conn_id": "t_target", "backup": f"file://{folder}/{backup_id}", "force": True})
+        assert target.server().query("SELECT 1") == [(1,)]  # running, never stopped
+    monkeypatch.delenv(auth.KEY_CONN_ENV)  # no storage key: the envelope and the digests still tell
+    verdict = backups.verify_backup(_plan(folder), backup_id)
+    problem = "key" if field == "wrapped" else "digest"
+    assert verdict.status == "damaged" and problem in {f.problem for f in verdict.findings}, verdict.findings
