@@ -99,11 +99,11 @@ class _Sealed:
     """The stream sealed into the storage's writer (`sealer`: write the compressor's output there, close it at the
     end), what is stored counted and hashed: the manifest's size and sha256."""
 
-    def __init__(self, write: Callable[[bytes], object], seal: BackupSeal, key: str) -> None:
+    def __init__(self, write: Callable[[bytes | memoryview], object], seal: BackupSeal, key: str) -> None:
         self._write, self.bytes, self.digest = write, 0, hashlib.sha256()
         self.sealer = seal.writer(self, key)
 
-    def write(self, data: bytes) -> None:
+    def write(self, data: bytes | memoryview) -> None:
         self._write(data)
         self.bytes += len(data)
         self.digest.update(data)

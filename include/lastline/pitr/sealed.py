@@ -69,7 +69,7 @@ class _Counted:
     def __init__(self, sink: Sink) -> None:
         self.sink, self.sha, self.n = sink, hashlib.sha256(), 0
 
-    def write(self, data: bytes) -> None:
+    def write(self, data: bytes | memoryview) -> None:
         self.sha.update(data)
         self.n += len(data)
         self.sink.write(data)
@@ -214,7 +214,7 @@ class Seals:
 
 
 class _Null:
-    def write(self, data: bytes) -> None:
+    def write(self, data: bytes | memoryview) -> None:
         pass
 
 

@@ -19,8 +19,8 @@ class Writer(abc.ABC):
     """A stream being written; it becomes visible only on commit(), and abort() leaves nothing."""
 
     @abc.abstractmethod
-    def write(self, data: bytes) -> None:
-        """Append bytes."""
+    def write(self, data: bytes | memoryview) -> None:
+        """Append bytes (used before it returns: a sealing writer reuses its buffer)."""
 
     @abc.abstractmethod
     def commit(self) -> None:

@@ -71,7 +71,7 @@ class FileWriter(Writer):
     def fileno(self) -> int:
         return self.fh.fileno()
 
-    def write(self, data: bytes) -> None:
+    def write(self, data: bytes | memoryview) -> None:
         try:
             self.fh.write(data)
         except OSError as exc:

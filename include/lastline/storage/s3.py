@@ -113,7 +113,7 @@ class S3Writer(Writer):
         self.buf = bytearray()
         self.part_no += 1
 
-    def write(self, data: bytes) -> None:
+    def write(self, data: bytes | memoryview) -> None:
         self._check()
         self.buf += data
         while len(self.buf) >= part_size(self.part_no, self.base):

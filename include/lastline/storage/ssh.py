@@ -139,7 +139,7 @@ class SshWriter(Writer):
             return refusal(self.location, f"{tail}; lastline never writes through one")
         return StorageError(f"cannot {what} {self.location} on {self.host.name}: {tail}{_hint(tail)}.")
 
-    def write(self, data: bytes) -> None:
+    def write(self, data: bytes | memoryview) -> None:
         try:
             assert self.proc.stdin is not None
             self.proc.stdin.write(data)

@@ -16,8 +16,8 @@ class MemoryWriter(Writer):
     def __init__(self, store: MemoryStorage, key: str) -> None:
         self.store, self.key, self.data = store, key, b""
 
-    def write(self, data: bytes) -> None:
-        self.data += data
+    def write(self, data: bytes | memoryview) -> None:
+        self.data += bytes(data)
 
     def commit(self) -> None:
         self.store.objects[self.key] = self.data

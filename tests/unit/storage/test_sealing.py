@@ -92,6 +92,31 @@ def test_memory_is_bounded_by_a_chunk_or_two_both_ways():
     assert source.largest_read <= SMALL + TAG + 1
 
 
+@pytest.mark.parametrize("cipher", CIPHERS)
+def test_a_writer_seals_every_chunk_in_the_same_two_buffers(cipher):
+    """The pending chunk and the sealed one are each one buffer for the whole object (a new one a chunk cost a page
+    fault per 4 KiB twice over: more CPU than the cipher); the sink is handed views of the sealed one, used before its
+    write returns, and what it kept of them opens to the plaintext."""
+    given: list[tuple[object, bytes]] = []
+
+    class Sink:
+        def write(self, data) -> None:
+            given.append((data.obj if isinstance(data, memoryview) else data, bytes(data)))
+
+    plain = os.urandom(40 * SMALL + 9)
+    writer = SealWriter(Sink(), KEY, "b1", NAME, cipher=cipher, chunk_size=SMALL)
+    pending = []
+    for start in range(0, len(plain), 700):  # pieces smaller than a chunk: each chunk gathered in the pending buffer
+        writer.write(plain[start:start + 700])
+        pending.append(writer._buf)
+    writer.close()
+    assert len({id(b) for b in pending}) == 1 and writer._buf is not pending[0]  # one buffer, let go at the end
+    assert pending[0] == bytearray(SMALL)  # and wiped: no plaintext left to the allocator
+    sealed_in = {id(obj) for obj, _ in given[1:]}  # (the header is written as it is)
+    assert len(sealed_in) == 1 and len(given) == 1 + 41
+    assert opened(b"".join(data for _, data in given)) == plain
+
+
 def damaged(cipher: str = "aes-256-gcm", size: int = 5 * SMALL + 100) -> bytes:
     """An object of 6 chunks (0 to 5; chunk 5 the final one, of 100 bytes)."""
     return sealed(bytes(range(256)) * (size // 256) + b"z" * (size % 256), cipher=cipher)

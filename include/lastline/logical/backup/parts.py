@@ -150,7 +150,7 @@ class _Hashed:
     def __init__(self, writer: Writer) -> None:
         self.writer, self.digest, self.bytes = writer, hashlib.sha256(), 0
 
-    def write(self, data: bytes) -> int:
+    def write(self, data: bytes | memoryview) -> int:
         self.digest.update(data)
         self.writer.write(data)
         self.bytes += len(data)
