@@ -18,7 +18,10 @@ through the package functions the DAGs' tasks call, in this process, without Air
 start-ups to each cipher). Interleaved: each step runs for the three in turn before the next step, and each round
 starts the turn with another of them, so that what the machine does meanwhile falls on each alike. Every restore is
 checked against the source (CHECKSUM TABLE, untimed). Printed per step: each one's seconds, its time over the
-unencrypted run's in the same round, the median of the rounds, and the goal (at most 1.05x) met or NOT met.
+unencrypted run's in the same round, the median of the rounds, and the goal (at most 1.05x) met or NOT met; then the
+same for the CPU seconds the whole machine spent busy during the step (/proc/stat): the work encryption adds, which
+moves far less from round to round than a few seconds of wall time on 2 shared cores (not the goal's measure; it
+tells a real cost from the machine's noise).
 
 Then backup_verify's read of every backup written (its preflight, then verify_backup per backup on 2 processes, as its
 mapped tasks run, with the key connection set) against reading and sha256-ing the same files by hand: `sha256sum` in 2
@@ -26,7 +29,10 @@ processes, and a Python loop of 4 MiB reads + hashlib on 2 threads; the faster i
 10% of it. verify_backup opens every sealed chunk where the key connection is set (as here), so its leg is an
 authenticating read; for reference, the same work through the restore's path (sha256 and every sealed chunk opened
 with the key, its plaintext handed out, 2 processes). `--verify-rounds` repeats the four legs in turns
-(median); `--cold` drops the page cache before each leg (root), so the destination's disk is read, not memory.
+(median). Both ways a destination can be read, each with its verdict: from the disk (the page cache dropped before
+each leg; root only), which is the destination's read speed, a weekly verify's case (its backups long out of memory);
+and from the page cache (the backups just written), where no disk limits the read and the digest's and the opening's
+CPU on 2 cores is what is timed. `--verify-cache cold|warm|both` (default both as root, else warm; `--cold` = cold).
 
 Writes a JSON record to bench/records/encryption-<time>.json.
 """
@@ -52,7 +58,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from logical_bench import dataset, du  # noqa: E402
-from logical_restore_bench import logs_to, without_airflow  # noqa: E402
+from logical_restore_bench import cpu_seconds, logs_to, without_airflow  # noqa: E402
 from physical_bench import cold, median  # noqa: E402
 
 from lastline.backups import backup_seal  # noqa: E402
@@ -89,6 +95,11 @@ def timed(run: Callable[[], object]) -> tuple[float, object]:
     t0 = time.monotonic()
     out = run()
     return time.monotonic() - t0, out
+
+
+def busy() -> float:
+    """CPU seconds the whole machine has spent busy (all but idle and iowait), from /proc/stat."""
+    return cpu_seconds(None)[0]
 
 
 class Legs:
@@ -132,13 +143,16 @@ class Legs:
                                              "parallel": self.n, "force": True, "databases": []}, f"bench-{bid}")
         return {"load": report.get("load_seconds"), "lanes_checking": round(checks, 2)}
 
-    def run(self, step: str, mode: str) -> tuple[float, dict]:
-        """One step for one mode, timed; the restored server then checked against the source (untimed)."""
+    def run(self, step: str, mode: str) -> tuple[float, float, dict]:
+        """One step for one mode: its seconds and the machine's busy CPU seconds meanwhile; the restored server then
+        checked against the source (untimed)."""
         use(mode)
         if step == "logical restore":  # untimed: each restore starts from an empty database
             self.ltgt.server().query("DROP DATABASE IF EXISTS sbtest")
         with logs_to(self.work / "lastline.log"):
+            cpu0 = busy()
             seconds, detail = timed(lambda: getattr(self, step.replace(" ", "_"))(mode))
+            cpu = busy() - cpu0
             if step.endswith("backup"):  # what the step wrote is sealed with the mode's cipher, or not at all
                 kind = step.split()[0]
                 found = read_manifest(open_storage(self.dest), self.backups[(kind, mode)], kind).encryption
@@ -147,7 +161,7 @@ class Legs:
         target = {"physical restore": self.ptgt, "logical restore": self.ltgt}.get(step)
         if target is not None and (differ := compare(self.src.server(), target.server())):
             raise SystemExit(f"{step} ({mode}): the restored tables differ from the source: {', '.join(differ)}")
-        return seconds, detail if isinstance(detail, dict) else {}
+        return seconds, cpu, detail if isinstance(detail, dict) else {}
 
 
 def verify_one(plan: verify.VerifyPlan, backup_id: str) -> tuple[str, int]:
@@ -260,6 +274,39 @@ def verify_legs(dest: str, folder: Path, rounds: int, drop: bool) -> dict:
             "median": mid, "ratio": round(ratio, 3), "goal": VERIFY_GOAL, "met": ratio <= VERIFY_GOAL}
 
 
+BOTH = {"physical backup + restore": STEPS[:2], "logical backup + restore": STEPS[2:], "all four steps": STEPS}
+
+
+def rows_of(took: dict[str, dict[str, list[float]]], rounds: int) -> dict[str, dict[str, list[float]]]:
+    """Each step's figures per mode and round, and those of the sums in BOTH."""
+    rows = {s: {m: took[s][m] for m in MODES} for s in STEPS}
+    rows.update({name: {m: [round(sum(took[s][m][r] for s in parts), 2) for r in range(rounds)] for m in MODES}
+                 for name, parts in BOTH.items()})
+    return rows
+
+
+def ratio_table(took: dict[str, dict[str, list[float]]], rounds: int, title: str) -> tuple[dict, list[str]]:
+    """Print, per step and sum, the mean per mode and each cipher's figure over the unencrypted one in the same round
+    (their median against GOAL); return those ratios and the names above GOAL."""
+    ratios: dict[str, dict] = {}
+    print(f"\n{title} (goal: at most {GOAL:.2f}x):")
+    print(f"  {'':<26}" + "".join(f"{m:>20}" for m in MODES))
+    for name, by_mode in rows_of(took, rounds).items():
+        mean = {m: sum(xs) / len(xs) for m, xs in by_mode.items()}
+        ratios[name] = {}
+        cells = []
+        for m in MODES[1:]:
+            each = [x / base for x, base in zip(by_mode[m], by_mode["none"])]
+            mid = median(each)
+            ratios[name][m] = {"by_round": [round(x, 3) for x in each], "median": round(mid, 3), "met": mid <= GOAL}
+            cells.append(f"{mean[m]:8.1f} s {mid:5.3f}x {'met' if mid <= GOAL else 'NOT'}")
+        print(f"  {name:<26}{mean['none']:18.1f} s" + "".join(f"{c:>20}" for c in cells))
+    for name, by_mode in ratios.items():
+        for m, r in by_mode.items():
+            print(f"  {name}, {m}: round by round {', '.join(f'{x:.3f}x' for x in r['by_round'])}")
+    return ratios, [f"{name} ({m})" for name, by in ratios.items() for m, r in by.items() if not r["met"]]
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--tables", type=int, default=4)
@@ -268,7 +315,10 @@ def main() -> int:
                    help="rounds of the 4 steps x 3 modes, each starting with another mode (3: each mode once in each place)")
     p.add_argument("--verify-rounds", type=int, default=3)
     p.add_argument("--parallel", type=int, default=2)
-    p.add_argument("--cold", action="store_true", help="drop the page cache before each verify leg (needs root)")
+    p.add_argument("--cold", action="store_true", help="verify's read from the disk only (= --verify-cache cold)")
+    p.add_argument("--verify-cache", choices=("cold", "warm", "both"), default="",
+                   help="verify's read from the disk (the page cache dropped before each leg; root), from the page "
+                        "cache, or both (the default as root; else warm)")
     p.add_argument("--reuse", action="store_true", help="keep the generated source from an earlier run")
     p.add_argument("--work", default=str(ROOT / "bench" / "results" / "encryption"))
     p.add_argument("--records", default=str(ROOT / "bench" / "records"))
@@ -304,41 +354,29 @@ def main() -> int:
           f"{len(STEPS)} steps x {len(MODES)} modes, {args.parallel} threads; load average {load0[0]:.1f}", flush=True)
     legs = Legs(dest, args.parallel, src, ptgt, ltgt, work)
     took: dict[str, dict[str, list[float]]] = {s: {m: [] for m in MODES} for s in STEPS}
+    cpu: dict[str, dict[str, list[float]]] = {s: {m: [] for m in MODES} for s in STEPS}
     for rnd in range(args.rounds):
         order = MODES[rnd % 3:] + MODES[:rnd % 3]
         print(f"round {rnd + 1}: {', '.join(order)}", flush=True)
         for step in STEPS:
             for mode in order:
-                seconds, detail = legs.run(step, mode)
+                seconds, busy_s, detail = legs.run(step, mode)
                 took[step][mode].append(round(seconds, 2))
+                cpu[step][mode].append(round(busy_s, 2))
                 legs.detail[f"{step}, {mode}, round {rnd + 1}"] = detail
-                print(f"  {step:<17} {mode:<18} {seconds:7.1f} s  {json.dumps(detail)}", flush=True)
+                print(f"  {step:<17} {mode:<18} {seconds:7.1f} s  CPU {busy_s:6.1f} s  {json.dumps(detail)}", flush=True)
 
-    ratios: dict[str, dict] = {}
-    both = {"physical backup + restore": STEPS[:2], "logical backup + restore": STEPS[2:], "all four steps": STEPS}
-    rows = {s: {m: took[s][m] for m in MODES} for s in STEPS}
-    rows.update({name: {m: [sum(took[s][m][r] for s in parts) for r in range(args.rounds)] for m in MODES}
-                 for name, parts in both.items()})
-    print(f"\nseconds per step (mean of {args.rounds} rounds) and the time over the unencrypted run's, round by round "
-          f"and their median (goal: at most {GOAL:.2f}x):")
-    print(f"  {'':<26}" + "".join(f"{m:>20}" for m in MODES))
-    for name, by_mode in rows.items():
-        mean = {m: sum(xs) / len(xs) for m, xs in by_mode.items()}
-        ratios[name] = {}
-        cells = []
-        for m in MODES[1:]:
-            each = [x / base for x, base in zip(by_mode[m], by_mode["none"])]
-            mid = median(each)
-            ratios[name][m] = {"by_round": [round(x, 3) for x in each], "median": round(mid, 3), "met": mid <= GOAL}
-            cells.append(f"{mean[m]:8.1f} s {mid:5.3f}x {'met' if mid <= GOAL else 'NOT'}")
-        print(f"  {name:<26}{mean['none']:18.1f} s" + "".join(f"{c:>20}" for c in cells))
-    for name, by_mode in ratios.items():
-        for m, r in by_mode.items():
-            print(f"  {name}, {m}: round by round {', '.join(f'{x:.3f}x' for x in r['by_round'])}")
-    missed = [f"{name} ({m})" for name, by in ratios.items() for m, r in by.items() if not r["met"]]
+    ratios, missed = ratio_table(took, args.rounds, f"seconds per step (mean of {args.rounds} rounds) and the time over "
+                                 "the unencrypted run's, round by round and their median")
     print(f"the encryption goal (at most {GOAL:.2f}x): {'met everywhere' if not missed else 'NOT met: ' + ', '.join(missed)}")
+    cpu_ratios, cpu_over = ratio_table(cpu, args.rounds, f"the machine's busy CPU seconds per step (mean of {args.rounds} "
+                                       "rounds) and the CPU over the unencrypted run's (the work encryption adds; not "
+                                       "the goal's measure)")
+    print(f"CPU over the unencrypted run's above {GOAL:.2f}x: {', '.join(cpu_over) or 'none'}")
 
-    verified = verify_legs(dest, folder, args.verify_rounds, args.cold)
+    caches = {"both": ("warm", "cold"), "cold": ("cold",), "warm": ("warm",)}[
+        "cold" if args.cold else args.verify_cache or ("both" if os.geteuid() == 0 else "warm")]
+    verified = {cache: verify_legs(dest, folder, args.verify_rounds, cache == "cold") for cache in caches}
     load1 = os.getloadavg()
     records = Path(args.records)
     records.mkdir(parents=True, exist_ok=True)
@@ -346,7 +384,8 @@ def main() -> int:
     out.write_text(json.dumps({
         "tables": args.tables, "rows": args.rows, "datadir_mb": round(datadir_mb), "tables_mb": round(tables_mb), "rounds": args.rounds,
         "parallel": args.parallel, "cpus": os.cpu_count(), "load_average": {"start": load0[0], "end": load1[0]},
-        "goal": GOAL, "seconds": rows, "ratios": ratios, "goal_met": not missed, "steps_detail": legs.detail,
+        "goal": GOAL, "seconds": rows_of(took, args.rounds), "ratios": ratios, "goal_met": not missed,
+        "cpu_seconds": rows_of(cpu, args.rounds), "cpu_ratios": cpu_ratios, "steps_detail": legs.detail,
         "verify": verified, "bench_seconds": round(time.monotonic() - started)}, indent=1))
     print(f"\nrecorded in {out} ({(time.monotonic() - started) / 60:.1f} min in all; load average {load0[0]:.1f} at the "
           f"start, {load1[0]:.1f} at the end)")
