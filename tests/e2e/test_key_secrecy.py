@@ -1,13 +1,12 @@
 """No encryption key in ps, logs, XCom or files (issue 46): an encrypted physical_backup and logical_backup run as
 Airflow runs them (dag.test), with a key connection holding a current key, an older one and a recipient's private key;
-then, as Airflow runs them too, a physical_restore and a logical_restore of those backups, a backup_verify of each
-destination, and a key_rotation of each to a new current key (the keys before it kept as older ones). While they run, every process's command line and environment is sampled, and every file in the temporary folder the
+then, as Airflow runs them too, a binlog_archive of the source beside the physical backup (sealed), a
+physical_restore, a logical_restore and a point_in_time_restore of them, a backup_verify of each destination, and a
+key_rotation of each to a new current key (the keys before it kept as older ones). While they run, every process's command line and environment is sampled, and every file in the temporary folder the
 runs have is read; afterwards no key, in any form the connection holds it or a tool could be handed it (its text, its
 bytes, hex, base64), neither backup's data key, and no chunk file's AEAD key (the dump worker's, handed over on its
 control socket) is in a sample, a task log, an XCom value of either run, a file left in the backup folders or the
-temporary folder, or anything under Airflow's home (its metadata DB included). Not run here: the binlog archive and
-point-in-time restore (their key handling is the same module's: tests/e2e/point_in_time_restore/test_encrypted_pitr.py
-checks their logs)."""
+temporary folder, or anything under Airflow's home (its metadata DB included)."""
 from __future__ import annotations
 
 import base64
@@ -25,7 +24,7 @@ from tests.e2e.physical_restore.test_physical_e2e import PsWatcher
 
 from lastline.backups import backup_seal
 from lastline.logical.format.dialect import qualified, quote_ident
-from lastline.manifest import read_manifest
+from lastline.manifest import complete_backups, read_manifest
 from lastline.storage import encryption_keys, open_storage, sealing
 from lastline_dev.keys import encryption_connection
 
@@ -108,7 +107,8 @@ def tiny_db(logical_source):
 
 
 def test_no_key_in_ps_logs_xcom_or_files_of_encrypted_backups_their_restores_verify_and_rotation(
-        run_dag, source, target, logical_source, logical_target, tiny_db, monkeypatch, tmp_path):
+        run_dag, source, target, logical_source, logical_target, tiny_db, monkeypatch, tmp_path, request):
+    request.addfinalizer(lambda: logical_target.server().query(f"DROP DATABASE IF EXISTS {quote_ident(DB)}"))
     current, older = secrets.token_hex(32), base64.b64encode(os.urandom(32)).decode()  # hex and base64 keys
     rotated = secrets.token_hex(32)  # the key the rotation wraps under
     private, public = encryption_keys.new_identity()
@@ -131,6 +131,9 @@ def test_no_key_in_ps_logs_xcom_or_files_of_encrypted_backups_their_restores_ver
         # Param given, dag.test() would carry an earlier test's pigz; zstd is compressed, so sealed, in the worker)
         assert state == "success", tis
         logs = {"the physical backup's": physical_logs, "the logical backup's": logical_logs}
+        state, tis, logs["binlog_archive's"] = run_dag("binlog_archive", {  # sealed, beside the physical backup
+            "source_conn_id": "t_source", "destination": physical.as_uri(), "aws_conn_id": None, "until_current": True})
+        assert state == "success", tis
         state, tis, logs["the physical restore's"] = run_dag("physical_restore", {
             "target_conn_id": "t_target", "backup": f"{physical.as_uri()}/latest", "force": True, "parallel": 2,
             "use_memory": None, "restore_into_source": "", "aws_conn_id": None})
@@ -141,6 +144,11 @@ def test_no_key_in_ps_logs_xcom_or_files_of_encrypted_backups_their_restores_ver
             "aws_conn_id": None})
         assert state == "success", tis
         assert logical_target.server().query(f"SELECT COUNT(*) FROM {qualified(DB, 't')}")[0][0] == 200
+        state, tis, logs["the point-in-time restore's"] = run_dag("point_in_time_restore", {
+            "target_conn_id": "t_target", "destination": physical.as_uri(), "until": "latest", "base": "auto",
+            "base_kind": "physical", "databases": [], "branch": "", "replay_method": "auto", "parallel": 2,
+            "force": True, "restore_into_source": "", "aws_conn_id": None})
+        assert state == "success", tis
         for dest in (physical, logical):
             state, tis, logs[f"backup_verify's of {dest.name}"] = run_dag("backup_verify", {
                 "destination": dest.as_uri(), "aws_conn_id": None})
@@ -153,14 +161,13 @@ def test_no_key_in_ps_logs_xcom_or_files_of_encrypted_backups_their_restores_ver
             state, tis, logs[f"key_rotation's of {dest.name}"] = run_dag("key_rotation", {
                 "destination": dest.as_uri(), "aws_conn_id": None, "dry_run": False})
             assert state == "success", tis
-    logical_target.server().query(f"DROP DATABASE IF EXISTS {quote_ident(DB)}")
     assert any("mariabackup --defaults-extra-file=" in s for s in watched.samples), "the watcher never saw mariabackup"
     assert watched.files, "the runs wrote nothing in their temporary folder: TMPDIR was not theirs"
 
     data_keys = []
     for dest, kind in ((physical, "physical"), (logical, "logical")):
         storage = open_storage(dest.as_uri())
-        manifest = read_manifest(storage, storage.list_backups()[-1], kind)
+        manifest = read_manifest(storage, complete_backups(storage, kind)[0], kind)
         assert [w["key_id"] for w in manifest.encryption["wrappings"]] == ["sec-k3", "ops"], manifest.encryption
         seal = backup_seal(storage, manifest)
         data_keys.append(seal.data_key.raw())
@@ -177,8 +184,9 @@ def test_no_key_in_ps_logs_xcom_or_files_of_encrypted_backups_their_restores_ver
     forbidden = {f for key in (current, older, rotated, private, *data_keys) for f in _forms(key)}
     assert all(len(f) >= 32 for f in forbidden)  # none short enough to be found by chance
 
-    xcoms = [x for dag, runs in (("physical_backup", 1), ("logical_backup", 1), ("physical_restore", 1),
-                                 ("logical_restore", 1), ("backup_verify", 2), ("key_rotation", 2)) for x in _xcoms(dag, runs)]
+    xcoms = [x for dag, runs in (("physical_backup", 1), ("logical_backup", 1), ("binlog_archive", 1),
+                                 ("physical_restore", 1), ("logical_restore", 1), ("point_in_time_restore", 1),
+                                 ("backup_verify", 2), ("key_rotation", 2)) for x in _xcoms(dag, runs)]
     assert {x.split()[0] for x in _xcoms("logical_restore")} >= {"preflight", "verify"}, xcoms
     assert any("backup_id" in x for x in xcoms), xcoms  # the runs' XComs were read
     places = {
@@ -189,5 +197,7 @@ def test_no_key_in_ps_logs_xcom_or_files_of_encrypted_backups_their_restores_ver
         **_tree(physical), **_tree(logical), **_tree(temp), **_tree(Path(os.environ["AIRFLOW_HOME"])),
     }
     assert len(_tree(physical)) >= 3 and len(_tree(logical)) >= 3
+    segments = [p for p in (physical / "binlogs").rglob("*") if p.is_file() and p.name.isdigit()]
+    assert segments and any(p.read_bytes().startswith(b"LLSEAL") for p in segments)  # the archive was sealed
     leaks = [place for place, data in places.items() if any(f in data for f in forbidden)]
     assert leaks == [], f"key material found in: {leaks}"

@@ -193,7 +193,6 @@ class SealWriter:
         self._drop()
 
     def _drop(self) -> None:
-        self._buf[:] = bytes(len(self._buf))  # the plaintext it held wiped, not left to the allocator
         self._buf, self._out, self._pending, self._closed = bytearray(), bytearray(), 0, True
 
     @property

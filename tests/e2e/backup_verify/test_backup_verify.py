@@ -81,31 +81,35 @@ def _resume(dag, run_id: str) -> str:
     """What an operator's Clear of a run's failed tasks does, with the scheduler's loop as dag.test runs it: the failed
     and upstream-failed task instances cleared (the others keep their state and their XComs), the run set running, and
     every instance that becomes ready run until the run ends. Returns the run's state."""
-    from airflow import settings
+    import time
+
     from airflow.models.dagrun import DagRun
     from airflow.models.taskinstance import clear_task_instances
     from airflow.sdk.definitions.dag import _run_task
     from airflow.serialization.serialized_objects import DagSerialization
+    from airflow.utils.session import create_session
     from airflow.utils.state import DagRunState, TaskInstanceState
 
-    session = settings.Session()
-    dr = session.query(DagRun).filter_by(dag_id=dag.dag_id, run_id=run_id).one()
-    dr.dag = DagSerialization.deserialize_dag(DagSerialization.serialize_dag(dag))
-    failed = [ti for ti in dr.get_task_instances(session=session)
-              if ti.state in (TaskInstanceState.FAILED, TaskInstanceState.UPSTREAM_FAILED)]
-    assert failed
-    clear_task_instances(failed, session, dag_run_state=DagRunState.RUNNING)
-    session.commit()
-    while dr.state == DagRunState.RUNNING:
-        session.expire_all()
-        ready, _ = dr.update_state(session=session)
-        for ti in ready:
-            ti.try_number += 1
-            ti.state = TaskInstanceState.SCHEDULED
+    with create_session() as session:
+        dr = session.query(DagRun).filter_by(dag_id=dag.dag_id, run_id=run_id).one()
+        dr.dag = DagSerialization.deserialize_dag(DagSerialization.serialize_dag(dag))
+        failed = [ti for ti in dr.get_task_instances(session=session)
+                  if ti.state in (TaskInstanceState.FAILED, TaskInstanceState.UPSTREAM_FAILED)]
+        assert failed
+        clear_task_instances(failed, session, dag_run_state=DagRunState.RUNNING)
         session.commit()
-        for ti in [t for t in dr.get_task_instances(session=session) if t.state == TaskInstanceState.SCHEDULED]:
-            _run_task(ti=ti, task=dag.task_dict[ti.task_id])
-    return str(dr.state)
+        deadline = time.monotonic() + 300
+        while dr.state == DagRunState.RUNNING:
+            assert time.monotonic() < deadline, "the cleared run did not end in 300 s"
+            session.expire_all()
+            ready, _ = dr.update_state(session=session)
+            for ti in ready:
+                ti.try_number += 1
+                ti.state = TaskInstanceState.SCHEDULED
+            session.commit()
+            for ti in [t for t in dr.get_task_instances(session=session) if t.state == TaskInstanceState.SCHEDULED]:
+                _run_task(ti=ti, task=dag.task_dict[ti.task_id])
+        return str(dr.state)
 
 
 def _instances(run_id: str) -> dict[int, tuple]:

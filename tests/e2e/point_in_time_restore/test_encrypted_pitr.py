@@ -249,7 +249,7 @@ def test_shipped_to_ssh_or_s3_every_segment_is_sealed_opens_to_the_source_binlog
         "databases": [], "branch": "", "replay_method": "auto", "parallel": 2, "force": True,
         "restore_into_source": "", "aws_conn_id": aws})
     assert state == "success", (tis, logs[-3000:])
-    assert tis["physical_base.preflight"] == "skipped"  # the logical base, from this destination: the only one there
+    assert tis["physical_base.preflight"] == "skipped"  # a logical base: the copied one is the only backup there
     assert _state(sealed_history["tgt"]) == _state(sealed_history["src"])
 
 

@@ -200,12 +200,16 @@ def test_how_sealed_objects_are_read_back(store, sealed, monkeypatch):
     assert broken.finding is not None and broken.finding.problem == "unreadable" and broken.seal is None
 
 
-def _read_in_a_child(store, key: str, size: int, sha: str, seal, out) -> None:
-    """In a forked process (no moto server thread in it: only the reader's own allocations are traced): check_object
-    under tracemalloc; sends (its result, the peak traced, the bytes this process wrote: /proc/self/io wchar)."""
+def _read_in_a_child(prefix: str, key: str, size: int, sha: str, seal, out) -> None:
+    """In a forked process (no moto server thread in it: only the reader's own allocations are traced), with a storage
+    and a client of its own: check_object under tracemalloc; sends (its result, the peak traced, the bytes this process
+    wrote: /proc/self/io wchar)."""
+    from lastline.storage.s3 import S3Storage
+
     def wrote() -> int:
         return int(next(line.split()[1] for line in open("/proc/self/io") if line.startswith("wchar:")))
 
+    store = S3Storage("backups", prefix, "t_s3")
     before = wrote()
     tracemalloc.start()
     found = reading.check_object(store, key, size, sha, "data/big", seal)
@@ -233,12 +237,13 @@ def test_a_sealed_object_on_s3_streams_through_memory_flat_and_nothing_written(s
     results = []
     for opener in (None, seal):
         ours, theirs = fork.Pipe(duplex=False)
-        child = fork.Process(target=_read_in_a_child, args=(store, key, size, sha, opener, theirs))
+        child = fork.Process(target=_read_in_a_child, args=("verify-stream", key, size, sha, opener, theirs))
         child.start()
         assert ours.poll(120), "the child did not answer"
         results.append(ours.recv())
         child.join(30)
         assert child.exitcode == 0
+    store.delete_backup(BACKUP)  # the session's S3 server keeps no 48 MB for the tests after this one
     assert [found for found, _, _ in results] == [(None, size)] * 2 and size > 10 * reading.CHUNK
     (_, digest, wrote), (_, opened, wrote_opened) = results
     # as from a folder (above): the digest holds the piece read and the one before it; opening adds two buffers
