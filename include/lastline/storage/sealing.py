@@ -1,4 +1,6 @@
 """Sealed objects: a backup's bytes encrypted and authenticated as a stream of chunks, with a data key per backup.
+Over 300 lines: the format, its writer, its reader and the reader's diagnosis of damage are one construction, reviewed
+as one.
 
 The format (`lastline-seal/1`) is the STREAM construction over an AEAD from `cryptography` (AES-256-GCM or
 ChaCha20-Poly1305). An object is a 76-byte header, then chunks:
