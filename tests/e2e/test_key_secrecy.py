@@ -2,7 +2,8 @@
 Airflow runs them (dag.test), with a key connection holding a current key, an older one and a recipient's private key;
 then, as Airflow runs them too, a binlog_archive of the source beside the physical backup (sealed), a
 physical_restore, a logical_restore and a point_in_time_restore of them, a backup_verify of each destination, and a
-key_rotation of each to a new current key (the keys before it kept as older ones). While they run, every process's command line and environment is sampled, and every file in the temporary folder the
+key_rotation of each to a new current key (the keys before it kept as older ones). While they run, every process's
+command line and environment is sampled, and every file in the temporary folder the
 runs have is read; afterwards no key, in any form the connection holds it or a tool could be handed it (its text, its
 bytes, hex, base64), neither backup's data key, and no chunk file's AEAD key (the dump worker's, handed over on its
 control socket) is in a sample, a task log, an XCom value of either run, a file left in the backup folders or the

@@ -18,7 +18,7 @@ import tempfile
 from pathlib import Path
 
 import pytest
-from tests.unit.verify.test_sealed_backups import _rewritten
+from tests.unit.verify.test_sealed_backups import _flipped_in_manifest, _rewritten
 
 from lastline.core.errors import ConfigError, IntegrityError
 from lastline.logical.backup import stages as logical_backup
@@ -247,8 +247,7 @@ def test_a_flipped_byte_in_its_manifest_is_refused_by_the_restore(sealed_backups
     path = dest / manifest.backup_id / "manifest.json"
     original = path.read_text()
     _conn(monkeypatch)
-    wrapped = manifest.encryption["wrappings"][0]["wrapped"]
-    path.write_text(original.replace(wrapped, wrapped[:5] + ("B" if wrapped[5] != "B" else "C") + wrapped[6:]))
+    _flipped_in_manifest(dest, manifest.backup_id, "wrapped")
     with pytest.raises(ConfigError, match=r"key 'enc-k1' of the encryption key connection .* does not open its data key"
                                           r".*or the envelope was changed\). Nothing was touched"):
         _restore(dest)
