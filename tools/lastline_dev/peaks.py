@@ -22,18 +22,29 @@ class Seen:
     hwm_mb: float
 
 
-def _sample(pid: int) -> Seen | None:
-    """The process as it is now; None if it is gone or is a kernel thread."""
+def _read(path: str) -> bytes:
+    """A /proc file's bytes, in one read (each is under a page; pathlib's text reads cost 4x the sampler's CPU)."""
+    fd = os.open(path, os.O_RDONLY)
     try:
-        started = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19])
-        status = Path(f"/proc/{pid}/status").read_text()
-        title = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
+        return os.read(fd, 1 << 16)
+    finally:
+        os.close(fd)
+
+
+def _sample(pid: int) -> Seen | None:
+    """The process as it is now; None if it is gone or is a kernel thread. Read with as little CPU as can be: the
+    sampler runs beside the runs it measures."""
+    try:
+        stat, status, cmdline = _read(f"/proc/{pid}/stat"), _read(f"/proc/{pid}/status"), _read(f"/proc/{pid}/cmdline")
+        started = int(stat.rsplit(b")", 1)[1].split()[19])
+        at, parent = status.find(b"\nVmHWM:"), status.find(b"\nPPid:")
+        if at < 0 or parent < 0:  # a kernel thread has no VmHWM
+            return None
+        hwm_kb = int(status[at + 7:status.index(b"kB", at)])
+        ppid = int(status[parent + 6:status.index(b"\n", parent + 1)])
     except (OSError, IndexError, ValueError):
         return None
-    fields = dict(line.split(":", 1) for line in status.splitlines() if ":" in line)
-    if "VmHWM" not in fields:
-        return None
-    return Seen(started, title, int(fields["PPid"]), int(fields["VmHWM"].split()[0]) / 1024)
+    return Seen(started, cmdline.replace(b"\0", b" ").decode(errors="replace").strip(), ppid, hwm_kb / 1024)
 
 
 class SessionPeaks:
