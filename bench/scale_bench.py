@@ -7,7 +7,7 @@ Data, per size N: N/25 tenant databases (tenant_0001, ...) of 25 tables each, ge
 connections at once (not measured): three shapes (orders with an AUTO_INCREMENT key, key-value with a VARCHAR
 key and TEXT, order lines with a composite key), each with a primary key and one or two secondary indexes; two
 medium tables (5,000 and 3,000 rows), 20 small ones (20-299 rows), 3 empty; one trigger and one view per tenant.
-The source grows from one size to the next; the target is a fresh sandbox per size, tuned as bench-restore's. Both
+The source grows from one size to the next; the target is a fresh sandbox for each restore (lastline's steps, each myloader run, the DAGs), tuned as bench-restore's. Both
 get table caches that hold every table (CACHES: what a DBA sets first on such a server; every tool pays for the
 2,000-table default alike).
 
@@ -224,11 +224,23 @@ def lastline(n_tables: int, dbs: list[str], work: Path, parallel: int, out: dict
     out["peak_rss_mb"] = {"this process": round(hwm_mb(), 1), "lane workers": round(max(m for _s, m, _u in loads), 1)}
 
 
-def competitors(src: Instance, tgt: Instance, dbs: list[str], expected: dict[str, int], work: Path, n: int,
-                one: Path | None, out: dict) -> None:
-    """mydumper/myloader 0.10 (Debian) and 1.0 (`one`): dump and load seconds, or why they did not run."""
-    def drop() -> None:
-        on_threads(lambda db: tgt.server().query(f"DROP DATABASE IF EXISTS `{db}`"), dbs)
+def fresh_target(work: Path) -> Instance:
+    """A new target (the old one destroyed), tuned as bench-restore's, with table caches that hold every table, its
+    connection in the environment as bench_stgt: each restore of a size starts on one of its own, so that none loads
+    into a server that another's 10,000 tables were just dropped from."""
+    tgt = target(work, None)
+    (tgt.conf_d / "caches.cnf").write_text("[mysqld]\n" + CACHES)
+    tgt.stop()
+    tgt.start()
+    os.environ["AIRFLOW_CONN_BENCH_STGT"] = json.dumps(tgt.connection("bench_stgt"))
+    return tgt
+
+
+def competitors(src: Instance, dbs: list[str], expected: dict[str, int], work: Path, n: int,
+                one: Path | None, out: dict) -> Instance:
+    """mydumper/myloader 0.10 (Debian) and 1.0 (`one`): dump and load seconds, or why they did not run; each load
+    (each attempt of 1.0's) into a fresh target. Returns the last target."""
+    tgt = Instance(work / "sandbox", "rtgt")  # lastline's, stopped: started again below if neither tool runs
 
     def cnf(inst: Instance, section: str, name: str) -> Path:  # 1.0 refuses the `protocol` line of the shared files
         path = work / name
@@ -243,15 +255,16 @@ def competitors(src: Instance, tgt: Instance, dbs: list[str], expected: dict[str
     else:
         dump = work / "dumps" / "mydumper"
         shutil.rmtree(dump, ignore_errors=True)
-        with option_file(src.server(), ("client", "mydumper")) as sopt, option_file(tgt.server(), ("client", "myloader")) as topt:
+        with option_file(src.server(), ("client", "mydumper")) as sopt:
             d = sh(f"mydumper --defaults-file={sopt} -G -t {n} {regex} -o {dump}")
-            drop()
+        tgt = fresh_target(work)
+        with option_file(tgt.server(), ("client", "myloader")) as topt:
             load = sh(f"myloader --defaults-file={topt} -t {n} -d {dump}")
         check("myloader 0.10", tgt, dbs, expected)
         out["mydumper 0.10"] = {"dump": round(d, 3), "load": round(load, 3)}
     if not one or not (one / "mydumper").exists() or not (one / "myloader").exists():
         out["mydumper 1.0"] = {"not run": "no --myloader1 folder (or LASTLINE_MYDUMPER1_DIR) with mydumper and myloader 1.0"}
-        return
+        return tgt
     dump = work / "dumps" / "mydumper1"
     shutil.rmtree(dump, ignore_errors=True)
     limit = max(120.0, 3 * out["restore"])  # a tool that takes 3x lastline's restore is reported as hung, not waited on
@@ -261,7 +274,7 @@ def competitors(src: Instance, tgt: Instance, dbs: list[str], expected: dict[str
     # its fastest setting first, then its default, twice: at 10,000 tables on this 2-core machine the fastest one hung
     # or crashed in every run, and the default hung once in three (433 tables made in 391 s) and passed run alone
     for keys in ("AFTER_IMPORT_ALL_TABLES", "AFTER_IMPORT_PER_TABLE", "AFTER_IMPORT_PER_TABLE"):
-        drop()
+        tgt = fresh_target(work)
         (dump / "resume").unlink(missing_ok=True)  # a run stopped by a signal leaves it; the next would refuse to start
         cpu0 = cpu_seconds(tgt.pid())
         load, why = bounded(f"{one / 'myloader'} --defaults-file={cnf(tgt, 'myloader', 'mydumper1-target.cnf')} -t {n} "
@@ -273,11 +286,12 @@ def competitors(src: Instance, tgt: Instance, dbs: list[str], expected: dict[str
         print(f"  myloader 1.0 {failed[-1]}", flush=True)
     if load is None:
         out["mydumper 1.0"] = {"dump": round(d, 3), "not run": "; ".join(failed), "failed": failed}
-        return
+        return tgt
     busy, server = cpu_since(cpu0, tgt.pid())  # the machine's busy CPU and the target server's, during its load
     check("myloader 1.0", tgt, dbs, expected)
     out["mydumper 1.0"] = {"dump": round(d, 3), "load": round(load, 3), "optimize_keys": keys, "failed": failed,
                            "load_cpu": {"server": round(server, 1), "rest": round(busy - server, 1)}}
+    return tgt
 
 
 def physical_by_hand(src: Instance, tgt: Instance, dbs: list[str], expected: dict[str, int], work: Path, n: int,
@@ -506,11 +520,11 @@ def main() -> int:
     os.environ.setdefault("LASTLINE_REPORT_DIR", str(work / "reports"))
     sizes = sorted({-(-int(x) // PER_TENANT) * PER_TENANT for x in args.tables.split(",") if x})
     data = [float(x) for x in args.data.split(",") if x]
-    one = myloader1_folder(args.myloader1)  # --myloader1, else bench/.mydumper1 (built when LASTLINE_MYDUMPER1_SRC is set)
+    loader1 = myloader1_folder(args.myloader1)  # --myloader1, else bench/.mydumper1 (built when LASTLINE_MYDUMPER1_SRC is set)
 
     def big_data() -> None:  # the last shape: over an hour at 10 GB
         if data:
-            scale_data.bench(data, {"logical", "physical"}, str(one or ""), args.parallel, work.parent / "scale-data")
+            scale_data.bench(data, {"logical", "physical"}, str(loader1 or ""), args.parallel, work.parent / "scale-data")
 
     if not sizes:
         if args.backups:
@@ -538,21 +552,21 @@ def main() -> int:
             print(f"\n== {n_tables:,} tables in {len(dbs)} databases: generated in {generated:.1f} s "
                   "(not measured) ==", flush=True)
             expected = counts(src.server(), dbs)
-            tgt = target(work, None)  # fresh, tuned as bench-restore's, with table caches that hold every table
-            (tgt.conf_d / "caches.cnf").write_text("[mysqld]\n" + CACHES)
-            tgt.stop()
-            tgt.start()
-            os.environ["AIRFLOW_CONN_BENCH_STGT"] = json.dumps(tgt.connection("bench_stgt"))
+            tgt = fresh_target(work)
             res: dict[str, Any] = {"databases": len(dbs), "rows": sum(expected.values()), "generate_s": round(generated, 1)}
             with logs_to(work / "lastline.log"):
                 lastline(n_tables, dbs, work, args.parallel, res)
             check("lastline", tgt, dbs, expected)
             res["backup"] = round(sum(res["steps"][s] for s in STEPS[:2]), 3)
             res["restore"] = round(sum(res["steps"][s] for s in STEPS[2:]), 3)
-            competitors(src, tgt, dbs, expected, work, args.parallel, one, res)
+            tgt.stop()
+            tgt = competitors(src, dbs, expected, work, args.parallel, loader1, res)
+            tgt.start()  # (a no-op when a tool's fresh target is running)
             if args.physical:
                 physical_by_hand(src, tgt, dbs, expected, work, args.parallel, res)
             if args.dags:
+                tgt.stop()
+                tgt = fresh_target(work)  # the DAGs' restores too start on a fresh target, as every restore here
                 dags(n_tables, dbs, expected, tgt, work, args.parallel, res)
             if n_tables == sizes[-1] and args.backups:  # many backups (last: its S3 server lives in this process)
                 small = work / "dumps" / "small"
