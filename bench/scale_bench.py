@@ -7,9 +7,9 @@ Data, per size N: N/25 tenant databases (tenant_0001, ...) of 25 tables each, ge
 connections at once (not measured): three shapes (orders with an AUTO_INCREMENT key, key-value with a VARCHAR
 key and TEXT, order lines with a composite key), each with a primary key and one or two secondary indexes; two
 medium tables (5,000 and 3,000 rows), 20 small ones (20-299 rows), 3 empty; one trigger and one view per tenant.
-The source grows from one size to the next; the target is a fresh sandbox for each restore (lastline's steps, each myloader run, the DAGs), tuned as bench-restore's. Both
-get table caches that hold every table (CACHES: what a DBA sets first on such a server; every tool pays for the
-2,000-table default alike).
+The source grows from one size to the next; each restore (lastline's steps, each myloader run, the DAGs) starts on a
+fresh target sandbox, tuned as bench-restore's. Both get table caches that hold every table (CACHES: what a DBA sets
+first on such a server; every tool pays for the 2,000-table default alike).
 
 Timed apart, once each, without Airflow (lastline's steps called in the DAGs' order, the restore's lanes as
 forked processes, as bench/logical_restore_bench.py's without_airflow): the backup's preflight and dump; the
