@@ -20,9 +20,8 @@ Prints, per size, seconds and seconds per GB, each anchor's time over lastline's
 the DAG's run >= 1.20x myloader 1.0's, the mean of its two runs) met or not with, when not, the run's CPU per process
 group and time per step against myloader 1.0's (logical_restore_bench.causes), and each figure's growth from one size
 to the next against the growth of the data; writes a JSON record to bench/records (the restore bench's own record
-beside it). The sandboxes of a
-size are removed before the next size starts (--keep keeps them; a size where a shape failed keeps its folder and
-its logs).
+beside it). The sandboxes of a size are removed before the next size starts (--keep keeps them; a size where a shape
+failed keeps its folder and its logs).
 """
 from __future__ import annotations
 
@@ -198,8 +197,9 @@ GOAL_GB, GOAL = 10, 1.2  # issue 45: at 10 GB, the logical_restore DAG's run >= 
 
 
 def goal(lo: dict[str, Any], gb: float) -> dict[str, Any]:
-    """The goal (set at 10 GB) printed met or not at this size `gb`; when not met, lastline's run's CPU per process group against myloader
-    1.0's and its time per step (logical_restore_bench.causes), and where what was tried is listed."""
+    """The goal (set at 10 GB) printed met or not at this size `gb`; when not met, lastline's run's CPU per process
+    group against myloader 1.0's and its time per step (logical_restore_bench.causes), and where what was tried is
+    listed. NOT MEASURED when the bench did not race myloader 1.0."""
     at = f"at {GOAL_GB} GB" if gb == GOAL_GB else f"(set at {GOAL_GB} GB) at {gb:g} GB"
     if lo["myloader_name"] != "myloader 1.0" or not lo["myloader"]:  # said, not left out
         print(f"\n  goal {at}: the logical_restore DAG run >= {GOAL:.2f}x myloader 1.0: NOT MEASURED (the bench raced "
