@@ -357,14 +357,13 @@ def measured(af: Standalone, dag_id: str, run: dict, n_tables: int, work: Path) 
 
 
 def dags(n_tables: int, dbs: list[str], expected: dict[str, int], tgt: Instance, work: Path, n: int, out: dict) -> None:
-    """The DAGs on a running scheduler (`airflow standalone`, the deployment's settings): logical_backup (cold, then
-    warm), logical_restore and, after physical_by_hand, physical_backup and physical_restore; each run as `measured`
+    """The DAGs on a running scheduler (`airflow standalone`, the deployment's settings), `tgt` a fresh target
+    (fresh_target): logical_backup (cold, then warm), logical_restore and, after physical_by_hand, physical_backup and physical_restore; each run as `measured`
     gives it, and the time from the restore's trigger to its first chunk committed (the ledger's first row)."""
     env = {**os.environ, **DEPLOYMENT_ENV}
     dest = work / "dumps" / "dag"
     shutil.rmtree(dest, ignore_errors=True)
     dest.mkdir(parents=True)
-    on_threads(lambda db: tgt.server().query(f"DROP DATABASE IF EXISTS `{db}`"), dbs)
     with Standalone(env, work / "standalone.log") as af:
         # twice: the first run after the scheduler starts pays its workers' first imports (~2.7 s in its first task,
         # once per deployment), recorded as `cold`; the second is the figure, as bench-restore's warm run

@@ -194,6 +194,7 @@ def _flipped_in_manifest(folder: Path, backup_id: str, field: str) -> None:
     text = path.read_text()
     at = text.index(f'"{field}": "') + len(f'"{field}": "') + 5
     path.write_text(text[:at] + ("0" if text[at] != "0" else "1") + text[at + 1:])
+    assert path.read_text() != text
 
 
 @pytest.mark.parametrize("field", ["wrapped", "sha256"])
